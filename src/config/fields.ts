@@ -1,0 +1,60 @@
+/** Small typed readers for config fields; each failure names the field path. */
+import { ConfigError } from './errors.ts';
+
+export type Obj = Record<string, unknown>;
+
+export function at(path: string, key: string | number): string {
+  return typeof key === 'number' ? `${path}[${key}]` : path ? `${path}.${key}` : key;
+}
+
+export function object(v: unknown, path: string, optional = false): Obj {
+  if (v === undefined || v === null) {
+    if (optional) return {};
+    throw new ConfigError(path, 'is required');
+  }
+  if (typeof v !== 'object' || Array.isArray(v)) throw new ConfigError(path, 'must be a mapping');
+  return v as Obj;
+}
+
+export function list(v: unknown, path: string, optional = false): unknown[] {
+  if (v === undefined || v === null) {
+    if (optional) return [];
+    throw new ConfigError(path, 'is required');
+  }
+  if (!Array.isArray(v)) throw new ConfigError(path, 'must be a list');
+  return v;
+}
+
+export function str(v: unknown, path: string, fallback?: string): string {
+  if (v === undefined || v === null) {
+    if (fallback !== undefined) return fallback;
+    throw new ConfigError(path, 'is required');
+  }
+  if (typeof v !== 'string') throw new ConfigError(path, 'must be a string');
+  return v;
+}
+
+export function bool(v: unknown, path: string, fallback: boolean): boolean {
+  if (v === undefined || v === null) return fallback;
+  if (v === true || v === 'true') return true;
+  if (v === false || v === 'false') return false;
+  throw new ConfigError(path, 'must be true or false');
+}
+
+/** A number; interpolated strings like "8080" are accepted. */
+export function num(v: unknown, path: string, opts: { fallback?: number; min?: number; max?: number; integer?: boolean } = {}): number {
+  if (v === undefined || v === null || v === '') {
+    if (opts.fallback !== undefined) return opts.fallback;
+    throw new ConfigError(path, 'is required');
+  }
+  const n = typeof v === 'string' && v.trim() !== '' ? Number(v) : v;
+  if (typeof n !== 'number' || !Number.isFinite(n)) throw new ConfigError(path, 'must be a number');
+  if (opts.integer && !Number.isInteger(n)) throw new ConfigError(path, 'must be an integer');
+  if (opts.min !== undefined && n < opts.min) throw new ConfigError(path, `must be >= ${opts.min}`);
+  if (opts.max !== undefined && n > opts.max) throw new ConfigError(path, `must be <= ${opts.max}`);
+  return n;
+}
+
+export function noUnknown(o: Obj, path: string, known: readonly string[]): void {
+  for (const k of Object.keys(o)) if (!known.includes(k)) throw new ConfigError(at(path, k), `unknown field (expected one of: ${known.join(', ')})`);
+}

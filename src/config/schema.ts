@@ -1,0 +1,224 @@
+/**
+ * Compiles the parsed YAML into Tollgate's runtime config: validated once at boot, defaults filled,
+ * prices turned into exact integers, the whole tree frozen. A bad value stops the boot, never a request.
+ */
+import { ConfigError } from './errors.ts';
+import { at, bool, list, noUnknown, num, object, str, type Obj } from './fields.ts';
+import { parsePrice, type Price } from '../credit/pricing.ts';
+
+export interface UpstreamConfig {
+  readonly url: string;
+  /** The upstream's own credential; never the client's. */
+  readonly apiKey: string | undefined;
+}
+
+export interface ModelConfig {
+  readonly name: string;
+  readonly upstreamModel: string;
+  readonly maxOutputTokens: number;
+  readonly price: Price;
+  readonly ownedBy: string;
+  readonly created: number;
+  readonly upstreams: readonly UpstreamConfig[];
+}
+
+export interface LimitSpec {
+  readonly requestsPerMinute: number | undefined;
+  readonly tokensPerMinute: number | undefined;
+}
+
+export interface S3Config {
+  readonly endpoint: string | undefined;
+  readonly region: string;
+  readonly bucket: string;
+  readonly forcePathStyle: boolean;
+  readonly accessKeyId: string | undefined;
+  readonly secretAccessKey: string | undefined;
+}
+
+export interface Config {
+  readonly server: {
+    readonly host: string;
+    readonly port: number;
+    readonly adminHost: string;
+    readonly adminPort: number;
+    readonly headersTimeoutMs: number;
+    readonly requestTimeoutMs: number;
+    readonly drainSeconds: number;
+  };
+  readonly store: { readonly redisUrl: string | undefined; readonly clusterNodes: readonly string[]; readonly commandTimeoutMs: number };
+  readonly adminToken: string | undefined;
+  readonly logLevel: string;
+  readonly limits: { readonly maxBodyBytes: number };
+  readonly auth: { readonly cacheTtlMs: number; readonly negativeTtlMs: number; readonly cacheMax: number; readonly failedPerMinute: number };
+  readonly upstream: {
+    readonly connectTimeoutMs: number;
+    readonly headersTimeoutMs: number;
+    readonly idleTimeoutMs: number;
+    readonly totalTimeoutMs: number;
+    readonly ejectAfterFailures: number;
+    readonly ejectSeconds: number;
+  };
+  readonly credit: { readonly holdMarginSeconds: number; readonly reaperIntervalMs: number };
+  readonly rateLimits: { readonly windowSeconds: number; readonly test: LimitSpec; readonly live: LimitSpec };
+  readonly shares: {
+    readonly urlTtlSeconds: number;
+    readonly maxSnapshotBytes: number;
+    readonly maxFiles: number;
+    readonly cacheTtlMs: number;
+    readonly negativeTtlMs: number;
+    readonly s3: S3Config;
+  };
+  readonly models: readonly ModelConfig[];
+}
+
+const TOP = ['server', 'store', 'limits', 'auth', 'upstream', 'credit', 'rate_limits', 'shares', 'models', 'log_level'] as const;
+
+function limitSpec(v: unknown, path: string, fallback: LimitSpec): LimitSpec {
+  const o = object(v, path, true);
+  noUnknown(o, path, ['requests_per_minute', 'tokens_per_minute']);
+  const opt = (k: string, d: number | undefined) =>
+    o[k] === undefined ? d : num(o[k], at(path, k), { min: 1, integer: true });
+  return { requestsPerMinute: opt('requests_per_minute', fallback.requestsPerMinute), tokensPerMinute: opt('tokens_per_minute', fallback.tokensPerMinute) };
+}
+
+function model(v: unknown, path: string): ModelConfig {
+  const o = object(v, path);
+  noUnknown(o, path, ['name', 'upstream_model', 'max_output_tokens', 'price', 'upstreams', 'owned_by', 'created']);
+  const name = str(o.name, at(path, 'name'));
+  if (!name) throw new ConfigError(at(path, 'name'), 'must not be empty');
+  const p = object(o.price, at(path, 'price'));
+  noUnknown(p, at(path, 'price'), ['input', 'output']);
+  const ups = list(o.upstreams, at(path, 'upstreams'));
+  if (ups.length === 0) throw new ConfigError(at(path, 'upstreams'), 'must list at least one upstream');
+  return {
+    name,
+    upstreamModel: str(o.upstream_model, at(path, 'upstream_model'), name),
+    maxOutputTokens: num(o.max_output_tokens, at(path, 'max_output_tokens'), { fallback: 4096, min: 1, integer: true }),
+    price: parsePrice(p.input, p.output, at(path, 'price')),
+    ownedBy: str(o.owned_by, at(path, 'owned_by'), 'tollgate'),
+    created: num(o.created, at(path, 'created'), { fallback: 1_700_000_000, min: 0, integer: true }),
+    upstreams: ups.map((u, i) => {
+      const up = at(at(path, 'upstreams'), i);
+      const uo = object(u, up);
+      noUnknown(uo, up, ['url', 'api_key']);
+      const url = str(uo.url, at(up, 'url'));
+      let parsed: URL;
+      try {
+        parsed = new URL(url);
+      } catch {
+        throw new ConfigError(at(up, 'url'), `is not a URL: ${JSON.stringify(url)}`);
+      }
+      if (parsed.protocol !== 'http:' && parsed.protocol !== 'https:') throw new ConfigError(at(up, 'url'), 'must be http or https');
+      const apiKey = str(uo.api_key, at(up, 'api_key'), '');
+      return { url: url.replace(/\/+$/, ''), apiKey: apiKey || undefined };
+    }),
+  };
+}
+
+/** Validates and compiles a parsed (and interpolated) config document; `env` supplies the SPEC §6 overrides. */
+export function compileConfig(doc: unknown, env: NodeJS.ProcessEnv): Config {
+  const root = object(doc ?? {}, '(root)');
+  noUnknown(root, '', TOP);
+  const server = object(root.server, 'server', true);
+  noUnknown(server, 'server', ['host', 'port', 'admin_host', 'admin_port', 'headers_timeout_ms', 'request_timeout_ms', 'drain_seconds']);
+  const store = object(root.store, 'store', true);
+  noUnknown(store, 'store', ['redis_url', 'cluster_nodes', 'command_timeout_ms']);
+  const limits = object(root.limits, 'limits', true);
+  noUnknown(limits, 'limits', ['max_body_bytes']);
+  const auth = object(root.auth, 'auth', true);
+  noUnknown(auth, 'auth', ['cache_ttl_ms', 'negative_ttl_ms', 'cache_max', 'failed_per_minute']);
+  const upstream = object(root.upstream, 'upstream', true);
+  noUnknown(upstream, 'upstream', ['connect_timeout_ms', 'headers_timeout_ms', 'idle_timeout_ms', 'total_timeout_ms', 'eject_after_failures', 'eject_seconds']);
+  const credit = object(root.credit, 'credit', true);
+  noUnknown(credit, 'credit', ['hold_margin_seconds', 'reaper_interval_ms']);
+  const rl = object(root.rate_limits, 'rate_limits', true);
+  noUnknown(rl, 'rate_limits', ['window_seconds', 'test', 'live']);
+  const shares = object(root.shares, 'shares', true);
+  noUnknown(shares, 'shares', ['url_ttl_seconds', 'max_snapshot_bytes', 'max_files', 'cache_ttl_ms', 'negative_ttl_ms', 's3']);
+  const s3 = object(shares.s3, 'shares.s3', true);
+  noUnknown(s3, 'shares.s3', ['endpoint', 'region', 'bucket', 'force_path_style', 'access_key_id', 'secret_access_key']);
+
+  const models = list(root.models, 'models').map((m, i) => model(m, at('models', i)));
+  const seen = new Set<string>();
+  models.forEach((m, i) => {
+    if (seen.has(m.name)) throw new ConfigError(at(at('models', i), 'name'), `duplicate model name ${JSON.stringify(m.name)}`);
+    seen.add(m.name);
+  });
+
+  const port = (envName: string, v: unknown, path: string, d: number) =>
+    num(env[envName] ?? v, env[envName] !== undefined ? `${envName} (environment)` : path, { fallback: d, min: 0, max: 65535, integer: true });
+  const clusterNodes = env.REDIS_CLUSTER_NODES !== undefined
+    ? env.REDIS_CLUSTER_NODES.split(',').map((s) => s.trim()).filter(Boolean)
+    : list(store.cluster_nodes, 'store.cluster_nodes', true).map((n, i) => str(n, at('store.cluster_nodes', i)));
+  const optional = (v: unknown, path: string) => str(v, path, '') || undefined;
+  const urlTtl = num(shares.url_ttl_seconds, 'shares.url_ttl_seconds', { fallback: 900, min: 2, max: 604_800, integer: true });
+
+  const config: Config = {
+    server: {
+      host: env.HOST ?? str(server.host, 'server.host', '0.0.0.0'),
+      port: port('PORT', server.port, 'server.port', 8080),
+      adminHost: env.ADMIN_HOST ?? str(server.admin_host, 'server.admin_host', '127.0.0.1'),
+      adminPort: port('ADMIN_PORT', server.admin_port, 'server.admin_port', 9090),
+      headersTimeoutMs: num(server.headers_timeout_ms, 'server.headers_timeout_ms', { fallback: 10_000, min: 100 }),
+      requestTimeoutMs: num(server.request_timeout_ms, 'server.request_timeout_ms', { fallback: 30_000, min: 100 }),
+      drainSeconds: num(server.drain_seconds, 'server.drain_seconds', { fallback: 30, min: 0 }),
+    },
+    store: {
+      redisUrl: env.REDIS_URL || optional(store.redis_url, 'store.redis_url'),
+      clusterNodes,
+      commandTimeoutMs: num(store.command_timeout_ms, 'store.command_timeout_ms', { fallback: 500, min: 10 }),
+    },
+    adminToken: env.TOLLGATE_ADMIN_TOKEN || undefined,
+    logLevel: env.LOG_LEVEL ?? str(root.log_level, 'log_level', 'info'),
+    limits: { maxBodyBytes: num(limits.max_body_bytes, 'limits.max_body_bytes', { fallback: 4 * 1024 * 1024, min: 1024, integer: true }) },
+    auth: {
+      cacheTtlMs: num(auth.cache_ttl_ms, 'auth.cache_ttl_ms', { fallback: 10_000, min: 1, max: 10_000 }),
+      negativeTtlMs: num(auth.negative_ttl_ms, 'auth.negative_ttl_ms', { fallback: 5_000, min: 1, max: 10_000 }),
+      cacheMax: num(auth.cache_max, 'auth.cache_max', { fallback: 100_000, min: 1, integer: true }),
+      failedPerMinute: num(auth.failed_per_minute, 'auth.failed_per_minute', { fallback: 30, min: 1, integer: true }),
+    },
+    upstream: {
+      connectTimeoutMs: num(upstream.connect_timeout_ms, 'upstream.connect_timeout_ms', { fallback: 5_000, min: 1 }),
+      headersTimeoutMs: num(upstream.headers_timeout_ms, 'upstream.headers_timeout_ms', { fallback: 120_000, min: 1 }),
+      idleTimeoutMs: num(upstream.idle_timeout_ms, 'upstream.idle_timeout_ms', { fallback: 60_000, min: 1 }),
+      totalTimeoutMs: num(upstream.total_timeout_ms, 'upstream.total_timeout_ms', { fallback: 600_000, min: 1 }),
+      ejectAfterFailures: num(upstream.eject_after_failures, 'upstream.eject_after_failures', { fallback: 5, min: 1, integer: true }),
+      ejectSeconds: num(upstream.eject_seconds, 'upstream.eject_seconds', { fallback: 10, min: 0 }),
+    },
+    credit: {
+      holdMarginSeconds: num(credit.hold_margin_seconds, 'credit.hold_margin_seconds', { fallback: 60, min: 0 }),
+      reaperIntervalMs: num(credit.reaper_interval_ms, 'credit.reaper_interval_ms', { fallback: 5_000, min: 10 }),
+    },
+    rateLimits: {
+      windowSeconds: num(rl.window_seconds, 'rate_limits.window_seconds', { fallback: 60, min: 1, integer: true }),
+      test: limitSpec(rl.test, 'rate_limits.test', { requestsPerMinute: 60, tokensPerMinute: 100_000 }),
+      live: limitSpec(rl.live, 'rate_limits.live', { requestsPerMinute: undefined, tokensPerMinute: undefined }),
+    },
+    shares: {
+      urlTtlSeconds: urlTtl,
+      maxSnapshotBytes: num(shares.max_snapshot_bytes, 'shares.max_snapshot_bytes', { fallback: 1024 * 1024, min: 1024, integer: true }),
+      maxFiles: num(shares.max_files, 'shares.max_files', { fallback: 20, min: 0, integer: true }),
+      cacheTtlMs: num(shares.cache_ttl_ms, 'shares.cache_ttl_ms', { fallback: 10_000, min: 1, max: 60_000 }),
+      negativeTtlMs: num(shares.negative_ttl_ms, 'shares.negative_ttl_ms', { fallback: 2_000, min: 1, max: 60_000 }),
+      s3: {
+        endpoint: optional(s3.endpoint, 'shares.s3.endpoint'),
+        region: str(s3.region, 'shares.s3.region', env.AWS_REGION || 'us-east-1'),
+        bucket: str(s3.bucket, 'shares.s3.bucket', 'shares'),
+        forcePathStyle: bool(s3.force_path_style, 'shares.s3.force_path_style', false),
+        accessKeyId: optional(s3.access_key_id, 'shares.s3.access_key_id') ?? (env.AWS_ACCESS_KEY_ID || undefined),
+        secretAccessKey: optional(s3.secret_access_key, 'shares.s3.secret_access_key') ?? (env.AWS_SECRET_ACCESS_KEY || undefined),
+      },
+    },
+    models,
+  };
+  return deepFreeze(config);
+}
+
+function deepFreeze<T>(o: T): T {
+  if (o && typeof o === 'object') {
+    for (const v of Object.values(o as Obj)) deepFreeze(v);
+    Object.freeze(o);
+  }
+  return o;
+}
