@@ -1,0 +1,13 @@
+-- Release one hold if it has expired, with a hold_expired ledger entry (amount 0, the hold recorded).
+-- KEYS: 1 balance hash, 2 holds hash, 3 ledger stream (all {acct:<id>})
+-- ARGV: 1 request id, 2 now_ms, 3 ts
+-- Returns 1 reaped, 0 no such hold (settled already), -1 not expired yet.
+local h = redis.call('HGET', KEYS[2], ARGV[1])
+if not h then return 0 end
+local amount, expires = string.match(h, '^(%d+):(%d+)$')
+if tonumber(expires) > tonumber(ARGV[2]) then return -1 end
+redis.call('HDEL', KEYS[2], ARGV[1])
+redis.call('HINCRBY', KEYS[1], 'held', -tonumber(amount))
+redis.call('XADD', KEYS[3], '*', 'kind', 'hold_expired', 'amount_micros', 0, 'ts', ARGV[3],
+  'request_id', ARGV[1], 'hold_micros', amount)
+return 1

@@ -1,0 +1,181 @@
+/**
+ * The embedded store: the whole contract in one process's memory, for a single instance and for trying
+ * Tollgate out. Every method runs to completion without awaiting, so each is atomic exactly like its
+ * Lua counterpart in the Redis store. State is lost on restart (main.ts logs that).
+ */
+import { EventEmitter } from 'node:events';
+import type {
+  AccountState, GrantResult, HoldResult, Invalidation, KeyPatch, KeyRecord, LedgerEntry, SettleInput, SettleResult,
+  ShareRecord, Store,
+} from './types.ts';
+
+interface Account {
+  balance: number;
+  held: number;
+  ledger: LedgerEntry[];
+  idem: Map<string, string>;
+  holds: Map<string, { amount: number; expiresAt: number }>;
+  settled: Map<string, string>;
+}
+
+const clone = <T>(v: T): T => structuredClone(v);
+
+/** Creates an embedded store; `now` is the clock used for ledger entry ids. */
+export function createMemoryStore(now: () => number = Date.now): Store {
+  const keysByHash = new Map<string, KeyRecord>();
+  const hashById = new Map<string, string>();
+  const accounts = new Map<string, Account>();
+  const shares = new Map<string, ShareRecord>();
+  const bus = new EventEmitter();
+  let lastMs = 0;
+  let seq = 0;
+
+  /** Ids shaped like Redis stream ids (`<ms>-<seq>`), strictly increasing. */
+  function nextId(): string {
+    const ms = Math.max(now(), lastMs);
+    seq = ms === lastMs ? seq + 1 : 0;
+    lastMs = ms;
+    return `${ms}-${seq}`;
+  }
+
+  function account(id: string): Account {
+    let a = accounts.get(id);
+    if (!a) {
+      a = { balance: 0, held: 0, ledger: [], idem: new Map(), holds: new Map(), settled: new Map() };
+      accounts.set(id, a);
+    }
+    return a;
+  }
+
+  function append(a: Account, e: Omit<LedgerEntry, 'id'>): string {
+    const id = nextId();
+    a.ledger.push({ id, ...e });
+    return id;
+  }
+
+  return {
+    kind: 'memory',
+    redis: undefined,
+
+    async createKey(hash, record) {
+      keysByHash.set(hash, clone(record));
+      hashById.set(record.id, hash);
+    },
+    async getKeyByHash(hash) {
+      const r = keysByHash.get(hash);
+      return r ? clone(r) : null;
+    },
+    async getKey(id) {
+      const hash = hashById.get(id);
+      const r = hash && keysByHash.get(hash);
+      return hash && r ? { record: clone(r), hash } : null;
+    },
+    async listKeys(acct) {
+      return [...keysByHash.values()].filter((r) => r.account === acct).map(clone);
+    },
+    async updateKey(id, patch: KeyPatch) {
+      const hash = hashById.get(id);
+      const r = hash && keysByHash.get(hash);
+      if (!hash || !r) return null;
+      if (patch.name !== undefined) r.name = patch.name;
+      if (patch.active !== undefined) r.active = patch.active;
+      if (patch.rate_limits !== undefined) r.rate_limits = patch.rate_limits;
+      r.version++;
+      return { record: clone(r), hash };
+    },
+
+    async grant(acct, amount, idempotencyKey, note, ts): Promise<GrantResult> {
+      const a = account(acct);
+      const prev = idempotencyKey === undefined ? undefined : a.idem.get(idempotencyKey);
+      if (prev) return { account: acct, balance_micros: a.balance, held_micros: a.held, entry_id: prev, replayed: true };
+      a.balance += amount;
+      const entryId = append(a, { ts, kind: 'grant', amount_micros: amount, ...(note ? { note } : {}) });
+      if (idempotencyKey !== undefined) a.idem.set(idempotencyKey, entryId);
+      return { account: acct, balance_micros: a.balance, held_micros: a.held, entry_id: entryId, replayed: false };
+    },
+    async getAccount(acct): Promise<AccountState> {
+      const a = accounts.get(acct);
+      return { id: acct, balance_micros: a?.balance ?? 0, held_micros: a?.held ?? 0 };
+    },
+    async ledger(acct, after, limit) {
+      const list = accounts.get(acct)?.ledger ?? [];
+      let start = 0;
+      if (after !== undefined) {
+        const [ams, aseq] = after.split('-').map(Number) as [number, number];
+        start = list.findIndex((e) => {
+          const [ms, s] = e.id.split('-').map(Number) as [number, number];
+          return ms > ams || (ms === ams && s > aseq);
+        });
+        if (start < 0) return [];
+      }
+      return list.slice(start, start + limit).map(clone);
+    },
+    async hold(acct, requestId, amount, expiresAt): Promise<HoldResult> {
+      const a = account(acct);
+      if (a.holds.has(requestId) || a.settled.has(requestId)) return { ok: true, balance_micros: a.balance, held_micros: a.held };
+      if (a.balance - a.held < amount) return { ok: false, balance_micros: a.balance, held_micros: a.held };
+      a.held += amount;
+      a.holds.set(requestId, { amount, expiresAt });
+      return { ok: true, balance_micros: a.balance, held_micros: a.held };
+    },
+    async settle(i: SettleInput): Promise<SettleResult> {
+      const a = account(i.account);
+      const prev = a.settled.get(i.requestId);
+      if (prev) return { entry_id: prev, replayed: true, balance_micros: a.balance, held_micros: a.held };
+      const h = a.holds.get(i.requestId);
+      if (h) {
+        a.holds.delete(i.requestId);
+        a.held -= h.amount;
+      }
+      a.balance -= i.costMicros;
+      const entryId = append(a, {
+        ts: i.ts, kind: 'debit', amount_micros: -i.costMicros, request_id: i.requestId, key_id: i.keyId, model: i.model,
+        prompt_tokens: i.promptTokens, completion_tokens: i.completionTokens, usage_source: i.usageSource, hold_micros: h?.amount ?? 0,
+      });
+      a.settled.set(i.requestId, entryId);
+      return { entry_id: entryId, replayed: false, balance_micros: a.balance, held_micros: a.held };
+    },
+    async reapExpiredHolds(nowMs, ts) {
+      let n = 0;
+      for (const a of accounts.values()) {
+        for (const [requestId, h] of a.holds) {
+          if (h.expiresAt > nowMs) continue;
+          a.holds.delete(requestId);
+          a.held -= h.amount;
+          append(a, { ts, kind: 'hold_expired', amount_micros: 0, request_id: requestId, hold_micros: h.amount });
+          n++;
+        }
+      }
+      return n;
+    },
+
+    async putShare(record) {
+      shares.set(record.slug, clone(record));
+    },
+    async getShare(slug) {
+      const s = shares.get(slug);
+      return s ? clone(s) : null;
+    },
+    async revokeShare(slug, ts) {
+      const s = shares.get(slug);
+      if (!s) return null;
+      s.revoked_at ??= ts;
+      return clone(s);
+    },
+
+    async publish(msg: Invalidation) {
+      // Delivered on a later tick, like a pub/sub message, so callers never depend on synchronous delivery.
+      setImmediate(() => bus.emit('msg', msg));
+    },
+    onInvalidation(handler) {
+      bus.on('msg', handler);
+    },
+
+    async ping() {
+      return true;
+    },
+    async close() {
+      bus.removeAllListeners();
+    },
+  };
+}

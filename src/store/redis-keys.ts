@@ -1,0 +1,16 @@
+/**
+ * Redis key names. Everything of one account shares the hash tag `{acct:<id>}` so each Lua script runs
+ * in one Cluster slot (SPEC §4). Key records and shares are single keys and need no tag.
+ */
+export const keyRecord = (hash: string) => `tg:key:${hash}`;
+export const keyIdIndex = (id: string) => `tg:keyid:${id}`;
+export const accountKeys = (acct: string) => `{acct:${acct}}:keys`;
+export const balance = (acct: string) => `{acct:${acct}}:bal`;
+export const ledger = (acct: string) => `{acct:${acct}}:ledger`;
+export const idempotency = (acct: string) => `{acct:${acct}}:idem`;
+export const holds = (acct: string) => `{acct:${acct}}:holds`;
+export const settled = (acct: string, requestId: string) => `{acct:${acct}}:done:${requestId}`;
+/** Global index of open holds by expiry, read by every instance's reaper. */
+export const HOLD_INDEX = 'tg:holds';
+export const share = (slug: string) => `tg:share:${slug}`;
+export const INVALIDATION_CHANNEL = 'tg:inval';

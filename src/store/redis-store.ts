@@ -1,0 +1,210 @@
+/**
+ * The Redis store (production). Money moves only inside Lua scripts (lua/*.lua, registered once with
+ * defineCommand); every key a script touches is passed through KEYS. Any Redis failure surfaces as
+ * 503 `store_unavailable`, and the client is set up to fail fast instead of queueing (NOTES §1).
+ */
+import { readFile } from 'node:fs/promises';
+import { Cluster, Redis } from 'ioredis';
+import { GatewayError } from '../http/errors.ts';
+import * as K from './redis-keys.ts';
+import {
+  decodeInvalidation, encodeInvalidation, type AccountState, type Invalidation, type KeyPatch, type KeyRecord, type LedgerEntry,
+  type ShareRecord, type Store,
+} from './types.ts';
+
+type Client = Redis | Cluster;
+type ScriptFn = (...args: (string | number)[]) => Promise<unknown>;
+
+const SCRIPTS = { tgGrant: ['grant', 3], tgHold: ['hold', 3], tgSettle: ['settle', 4], tgReap: ['reap', 3], tgRevokeShare: ['revoke-share', 1] } as const;
+/** Settled markers outlive any retry of a request by far; a week keeps Redis memory bounded. */
+const SETTLED_TTL_SECONDS = 7 * 24 * 3600;
+const REAP_BATCH = 200;
+
+export interface RedisStoreOptions {
+  url?: string | undefined;
+  clusterNodes?: readonly string[];
+  commandTimeoutMs: number;
+  onError?: (err: Error) => void;
+}
+
+/** Builds the ioredis client the way NOTES §1 recommends for a hot path: fail fast, autopipeline. */
+export function createRedisClient(o: RedisStoreOptions): Client {
+  const common = { lazyConnect: true, maxRetriesPerRequest: 1, commandTimeout: o.commandTimeoutMs, enableAutoPipelining: true } as const;
+  if (o.clusterNodes && o.clusterNodes.length > 0) {
+    const nodes = o.clusterNodes.map((n) => {
+      const u = new URL(n.includes('://') ? n : `redis://${n}`);
+      return { host: u.hostname, port: Number(u.port || 6379) };
+    });
+    return new Cluster(nodes, { lazyConnect: true, enableAutoPipelining: true, redisOptions: { maxRetriesPerRequest: 1, commandTimeout: o.commandTimeoutMs } });
+  }
+  return new Redis(o.url ?? 'redis://127.0.0.1:6379', common);
+}
+
+function unavailable(err: unknown): GatewayError {
+  return new GatewayError('store_unavailable', 'The credit and key store is unavailable; try again shortly.', { cause: err });
+}
+
+/** Wraps a store call so any Redis failure becomes store_unavailable. */
+async function guard<T>(p: Promise<T>): Promise<T> {
+  try {
+    return await p;
+  } catch (e) {
+    throw e instanceof GatewayError ? e : unavailable(e);
+  }
+}
+
+function parseKey(h: Record<string, string>): KeyRecord | null {
+  if (!h.rec) return null;
+  const base = JSON.parse(h.rec) as Omit<KeyRecord, 'name' | 'active' | 'rate_limits' | 'version'>;
+  return { ...base, name: h.name ?? '', active: h.active === '1', rate_limits: h.rl ? JSON.parse(h.rl) : null, version: Number(h.v ?? 0) };
+}
+
+const NUMERIC = new Set(['amount_micros', 'prompt_tokens', 'completion_tokens', 'hold_micros']);
+
+function parseEntry([id, fields]: [string, string[]]): LedgerEntry {
+  const e: Record<string, unknown> = { id };
+  for (let i = 0; i < fields.length; i += 2) e[fields[i]!] = NUMERIC.has(fields[i]!) ? Number(fields[i + 1]) : fields[i + 1];
+  return e as unknown as LedgerEntry;
+}
+
+function parseShare(h: Record<string, string> | string[]): ShareRecord | null {
+  const o: Record<string, string> = {};
+  if (Array.isArray(h)) for (let i = 0; i < h.length; i += 2) o[h[i]!] = h[i + 1]!;
+  else Object.assign(o, h);
+  if (!o.slug) return null;
+  return { slug: o.slug, account: o.account ?? '', created_at: o.created_at ?? '', snapshot: o.snapshot ?? '{}', files: JSON.parse(o.files ?? '[]'), revoked_at: o.revoked_at || null };
+}
+
+/** Connects (or keeps retrying in the background) and returns the Redis-backed store. */
+export async function createRedisStore(o: RedisStoreOptions & { client?: Client }): Promise<Store> {
+  const redis = o.client ?? createRedisClient(o);
+  const onError = o.onError ?? (() => {});
+  redis.on('error', onError);
+  const scripts: Record<string, ScriptFn> = {};
+  for (const [name, [file, numberOfKeys]] of Object.entries(SCRIPTS)) {
+    const lua = await readFile(new URL(`./lua/${file}.lua`, import.meta.url), 'utf8');
+    redis.defineCommand(name, { numberOfKeys, lua });
+    scripts[name] = (...args) => (redis as unknown as Record<string, ScriptFn>)[name]!(...args);
+  }
+  const sub: Client = redis instanceof Cluster ? redis.duplicate() : redis.duplicate();
+  sub.on('error', onError);
+  const handlers: ((m: Invalidation) => void)[] = [];
+  sub.on('message', (_channel: string, message: string) => {
+    const m = decodeInvalidation(message);
+    if (m) for (const h of handlers) h(m);
+  });
+  if (redis.status === 'wait') await redis.connect().catch(onError);
+  if (sub.status === 'wait') await sub.connect().catch(onError);
+  // ioredis re-subscribes by itself after a reconnect.
+  await sub.subscribe(K.INVALIDATION_CHANNEL).catch(onError);
+
+  const s = scripts as Record<keyof typeof SCRIPTS, ScriptFn>;
+  const readAccount = async (acct: string): Promise<AccountState> => {
+    const [bal, held] = await redis.hmget(K.balance(acct), 'balance', 'held');
+    return { id: acct, balance_micros: Number(bal ?? 0), held_micros: Number(held ?? 0) };
+  };
+
+  return {
+    kind: 'redis',
+    redis,
+
+    createKey: (hash, r) => guard((async () => {
+      const { name, active, rate_limits, version, ...rest } = r;
+      await redis.hset(K.keyRecord(hash), { rec: JSON.stringify(rest), name, active: active ? '1' : '0', rl: rate_limits ? JSON.stringify(rate_limits) : '', v: String(version) });
+      await Promise.all([redis.set(K.keyIdIndex(r.id), hash), redis.sadd(K.accountKeys(r.account), r.id)]);
+    })()),
+    getKeyByHash: (hash) => guard(redis.hgetall(K.keyRecord(hash)).then(parseKey)),
+    getKey: (id) => guard((async () => {
+      const hash = await redis.get(K.keyIdIndex(id));
+      const record = hash ? parseKey(await redis.hgetall(K.keyRecord(hash))) : null;
+      return hash && record ? { record, hash } : null;
+    })()),
+    listKeys: (acct) => guard((async () => {
+      const ids = await redis.smembers(K.accountKeys(acct));
+      const found = await Promise.all(ids.map(async (id) => {
+        const hash = await redis.get(K.keyIdIndex(id));
+        return hash ? parseKey(await redis.hgetall(K.keyRecord(hash))) : null;
+      }));
+      return found.filter((r): r is KeyRecord => r !== null).sort((a, b) => a.created_at.localeCompare(b.created_at) || a.id.localeCompare(b.id));
+    })()),
+    updateKey: (id, patch: KeyPatch) => guard((async () => {
+      const hash = await redis.get(K.keyIdIndex(id));
+      if (!hash) return null;
+      const fields: Record<string, string> = {};
+      if (patch.name !== undefined) fields.name = patch.name;
+      if (patch.active !== undefined) fields.active = patch.active ? '1' : '0';
+      if (patch.rate_limits !== undefined) fields.rl = patch.rate_limits ? JSON.stringify(patch.rate_limits) : '';
+      const key = K.keyRecord(hash);
+      const m = redis.multi();
+      if (Object.keys(fields).length > 0) m.hset(key, fields);
+      const res = await m.hincrby(key, 'v', 1).hgetall(key).exec();
+      const all = res?.at(-1);
+      if (!all || all[0]) throw all?.[0] ?? new Error('update failed');
+      const record = parseKey(all[1] as Record<string, string>);
+      return record ? { record, hash } : null;
+    })()),
+
+    grant: (acct, amount, idem, note, ts) => guard((async () => {
+      const [entryId, replayed, bal, held] = await s.tgGrant(K.balance(acct), K.ledger(acct), K.idempotency(acct), amount, idem ?? '', note ?? '', ts) as [string, number, number, number];
+      return { account: acct, balance_micros: bal, held_micros: held, entry_id: entryId, replayed: replayed === 1 };
+    })()),
+    getAccount: (acct) => guard(readAccount(acct)),
+    ledger: (acct, after, limit) => guard((async () => {
+      const rows = await redis.xrange(K.ledger(acct), after ? `(${after}` : '-', '+', 'COUNT', limit);
+      return (rows as [string, string[]][]).map(parseEntry);
+    })()),
+    hold: (acct, requestId, amount, expiresAt) => guard((async () => {
+      // Indexed first, in the same pipeline flush as the script: one round trip, and a process that dies
+      // after the hold always leaves it findable by the reaper. An index entry without a hold is harmless.
+      redis.zadd(K.HOLD_INDEX, expiresAt, JSON.stringify([acct, requestId])).catch(onError);
+      const [ok, bal, held] = await s.tgHold(K.balance(acct), K.holds(acct), K.settled(acct, requestId), requestId, amount, expiresAt) as [number, number, number];
+      return { ok: ok === 1, balance_micros: bal, held_micros: held };
+    })()),
+    settle: (i) => guard((async () => {
+      const [entryId, replayed, bal, held] = await s.tgSettle(
+        K.balance(i.account), K.holds(i.account), K.ledger(i.account), K.settled(i.account, i.requestId),
+        i.requestId, i.costMicros, i.ts, i.keyId, i.model, i.promptTokens, i.completionTokens, i.usageSource, SETTLED_TTL_SECONDS,
+      ) as [string, number, number, number];
+      redis.zrem(K.HOLD_INDEX, JSON.stringify([i.account, i.requestId])).catch(onError);
+      return { entry_id: entryId, replayed: replayed === 1, balance_micros: bal, held_micros: held };
+    })()),
+    reapExpiredHolds: (nowMs, ts) => guard((async () => {
+      let reaped = 0;
+      for (;;) {
+        const due = await redis.zrangebyscore(K.HOLD_INDEX, '-inf', nowMs, 'LIMIT', 0, REAP_BATCH);
+        for (const member of due) {
+          const [acct, requestId] = JSON.parse(member) as [string, string];
+          const r = await s.tgReap(K.balance(acct), K.holds(acct), K.ledger(acct), requestId, nowMs, ts) as number;
+          if (r === 1) reaped++;
+          if (r !== -1) await redis.zrem(K.HOLD_INDEX, member);
+        }
+        if (due.length < REAP_BATCH) return reaped;
+      }
+    })()),
+
+    putShare: (r) => guard(redis.hset(K.share(r.slug), {
+      slug: r.slug, account: r.account, created_at: r.created_at, snapshot: r.snapshot, files: JSON.stringify(r.files), revoked_at: r.revoked_at ?? '',
+    }).then(() => undefined)),
+    getShare: (slug) => guard(redis.hgetall(K.share(slug)).then(parseShare)),
+    revokeShare: (slug, ts) => guard((s.tgRevokeShare(K.share(slug), ts) as Promise<string[] | null>).then((h) => (h ? parseShare(h) : null))),
+
+    publish: (msg) => guard(redis.publish(K.INVALIDATION_CHANNEL, encodeInvalidation(msg)).then(() => undefined)),
+    onInvalidation(handler) {
+      handlers.push(handler);
+    },
+
+    async ping() {
+      try {
+        return (await redis.ping()) === 'PONG';
+      } catch {
+        return false;
+      }
+    },
+    async close() {
+      handlers.length = 0;
+      await Promise.allSettled([sub.quit(), redis.quit()]);
+      sub.disconnect();
+      redis.disconnect();
+    },
+  };
+}
