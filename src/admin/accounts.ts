@@ -1,0 +1,60 @@
+/** Admin routes for credit: grants, balances and the ledger (SPEC §2, §2a, §4). */
+import { readJson } from '../http/body.ts';
+import { invalid } from '../http/errors.ts';
+import { sendJson } from '../http/respond.ts';
+import { Issues, forbidExtra, int, query, queryInt, rootObject, str } from '../http/validate.ts';
+import type { Route } from '../http/router.ts';
+import type { RequestContext } from '../http/context.ts';
+import { ACCOUNT_ID, type Store } from '../store/types.ts';
+
+const ENTRY_ID = /^\d{1,16}-\d{1,16}$/;
+/** Grants are bounded so a typo cannot overflow Redis' int64 or JavaScript's safe integers: 10^15 micros = 10^9 credits. */
+const MAX_GRANT = 1e15;
+
+function accountParam(ctx: RequestContext): string {
+  const id = decodeURIComponent(ctx.params.id!);
+  if (!ACCOUNT_ID.test(id)) {
+    throw invalid(['path', 'id'], 'string_pattern_mismatch', "String should match pattern '^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$'", id, { pattern: '^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$' });
+  }
+  return id;
+}
+
+export function accountRoutes(d: { store: Store; now: () => number; guard: (ctx: RequestContext) => void }): Route[] {
+  async function grant(ctx: RequestContext) {
+    d.guard(ctx);
+    const account = accountParam(ctx);
+    const { value } = await readJson(ctx.req, 64 * 1024);
+    const issues = new Issues();
+    if (!rootObject(value, issues)) return issues.done();
+    forbidExtra(value, ['amount_micros', 'idempotency_key', 'note'], ['body'], issues);
+    const amount = int(value, 'amount_micros', ['body'], issues, { required: true, ge: -MAX_GRANT, le: MAX_GRANT });
+    const idem = str(value, 'idempotency_key', ['body'], issues, { minLength: 1, maxLength: 200 });
+    const note = str(value, 'note', ['body'], issues, { maxLength: 1000 });
+    issues.done();
+    const r = await d.store.grant(account, amount!, idem, note || undefined, new Date(d.now()).toISOString());
+    sendJson(ctx.res, r.replayed ? 200 : 201, { account: r.account, balance_micros: r.balance_micros, held_micros: r.held_micros, entry_id: r.entry_id });
+  }
+
+  async function show(ctx: RequestContext) {
+    d.guard(ctx);
+    sendJson(ctx.res, 200, await d.store.getAccount(accountParam(ctx)));
+  }
+
+  async function ledger(ctx: RequestContext) {
+    d.guard(ctx);
+    const account = accountParam(ctx);
+    const q = query(ctx.req.url!);
+    const issues = new Issues();
+    const after = str(q, 'after', ['query'], issues, { pattern: ENTRY_ID, patternText: ENTRY_ID.source });
+    const limit = queryInt(q, 'limit', issues, { ge: 1, le: 1000, fallback: 100 });
+    issues.done();
+    const entries = await d.store.ledger(account, after, limit);
+    sendJson(ctx.res, 200, { entries, next_after: entries.length === limit ? entries.at(-1)!.id : null });
+  }
+
+  return [
+    { method: 'POST', pattern: '/admin/accounts/{id}/credits', handler: grant },
+    { method: 'GET', pattern: '/admin/accounts/{id}', handler: show },
+    { method: 'GET', pattern: '/admin/accounts/{id}/ledger', handler: ledger },
+  ];
+}

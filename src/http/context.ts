@@ -1,0 +1,25 @@
+/** Per-request state that travels down the route's pipeline and into the request's log line. */
+import type { IncomingMessage, ServerResponse } from 'node:http';
+import type { KeyRecord } from '../store/types.ts';
+
+export interface RequestContext {
+  readonly req: IncomingMessage;
+  readonly res: ServerResponse;
+  readonly requestId: string;
+  /** process.hrtime.bigint() when the request arrived. */
+  readonly start: bigint;
+  /** Route pattern, a bounded metric label (`/v1/shares/{slug}`, never the slug). */
+  route: string;
+  params: Record<string, string>;
+  /** Set by authentication. */
+  key: KeyRecord | undefined;
+  /** Fields added to the request's single log line (tokens, cost, upstream, timings…). */
+  log: Record<string, unknown>;
+  /** Nanoseconds spent waiting on the upstream; subtracted for the overhead histogram. */
+  upstreamNs: bigint;
+  /** Headers every response of this request carries (x-ratelimit-*). */
+  extraHeaders: Record<string, string> | undefined;
+}
+
+/** A route handler; throws GatewayError/ValidationError, which the edge turns into a body. */
+export type Handler = (ctx: RequestContext) => Promise<void>;

@@ -1,0 +1,67 @@
+/**
+ * A route table (SPEC §2a: routing comes first). Patterns are literal segments and `{param}` segments;
+ * unknown paths → 404 `not_found`, known paths with another method → 405 `method_not_allowed` with
+ * `Allow`, whatever the credentials.
+ */
+import { GatewayError } from './errors.ts';
+import type { Handler } from './context.ts';
+
+export interface Route {
+  method: string;
+  pattern: string;
+  handler: Handler;
+}
+
+interface Compiled {
+  pattern: string;
+  segments: string[];
+  methods: Map<string, Handler>;
+}
+
+export interface Match {
+  handler: Handler;
+  pattern: string;
+  params: Record<string, string>;
+}
+
+export interface Router {
+  /** The handler for method + path; throws 404/405 GatewayErrors. `path` excludes the query string. */
+  match(method: string, path: string): Match;
+}
+
+/** Compiles the table once; matching is a split and a segment compare, no regex per request. */
+export function createRouter(routes: readonly Route[]): Router {
+  const compiled: Compiled[] = [];
+  for (const r of routes) {
+    let c = compiled.find((x) => x.pattern === r.pattern);
+    if (!c) compiled.push((c = { pattern: r.pattern, segments: r.pattern.split('/'), methods: new Map() }));
+    c.methods.set(r.method, r.handler);
+  }
+  return {
+    match(method, path) {
+      const parts = path.split('/');
+      for (const c of compiled) {
+        if (c.segments.length !== parts.length) continue;
+        let params: Record<string, string> | undefined;
+        let ok = true;
+        for (let i = 0; i < parts.length; i++) {
+          const seg = c.segments[i]!;
+          if (seg.charCodeAt(0) === 123 /* { */) {
+            (params ??= {})[seg.slice(1, -1)] = parts[i]!;
+          } else if (seg !== parts[i]) {
+            ok = false;
+            break;
+          }
+        }
+        if (!ok) continue;
+        const handler = c.methods.get(method) ?? (method === 'HEAD' ? c.methods.get('GET') : undefined);
+        if (!handler) {
+          const allow = [...c.methods.keys()].join(', ');
+          throw new GatewayError('method_not_allowed', `Method ${method} is not allowed on ${c.pattern}.`, { headers: { allow } });
+        }
+        return { handler, pattern: c.pattern, params: params ?? {} };
+      }
+      throw new GatewayError('not_found', `No route for ${method} ${path}.`);
+    },
+  };
+}

@@ -1,0 +1,130 @@
+/**
+ * The edge: turns a node:http request into a RequestContext, runs the matched handler, and maps any
+ * thrown error to a body in exactly one place (respond.ts). Writes the request's single log line and
+ * its metrics when the response closes. Also owns server timeouts and draining on shutdown.
+ */
+import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import { randomBase58 } from './base58.ts';
+import { GatewayError, ValidationError } from './errors.ts';
+import { sendError } from './respond.ts';
+import type { RequestContext } from './context.ts';
+import type { Router } from './router.ts';
+import type { Logger } from '../obs/logger.ts';
+import type { Metrics } from '../obs/metrics.ts';
+
+export interface EdgeDeps {
+  router: Router;
+  logger: Logger;
+  metrics: Metrics;
+  /** Which listener, for logs. */
+  listener: 'public' | 'admin';
+}
+
+/**
+ * Tollgate always assigns its own request id: it is the ledger's `request_id`, so a client-chosen
+ * value could make two requests indistinguishable. A client's `x-request-id` is logged beside it.
+ */
+export function newRequestId(): string {
+  return `req_${randomBase58(22)}`;
+}
+
+const SANE_CLIENT_ID = /^[\w.:-]{1,128}$/;
+const NS_PER_S = 1e9;
+
+/** The request listener for one server. */
+export function createEdge(d: EdgeDeps): (req: IncomingMessage, res: ServerResponse) => void {
+  return (req, res) => {
+    const requestId = newRequestId();
+    const ctx: RequestContext = {
+      req, res, requestId, start: process.hrtime.bigint(), route: 'unmatched', params: {}, key: undefined, log: {}, upstreamNs: 0n, extraHeaders: undefined,
+    };
+    res.setHeader('x-request-id', requestId);
+    d.metrics.inFlight.inc();
+    res.once('close', () => finish(d, ctx));
+    const q = req.url!.indexOf('?');
+    const path = q < 0 ? req.url! : req.url!.slice(0, q);
+    let match;
+    try {
+      match = d.router.match(req.method!, path);
+    } catch (e) {
+      return fail(ctx, e);
+    }
+    ctx.route = match.pattern;
+    ctx.params = match.params;
+    match.handler(ctx).catch((e) => fail(ctx, e));
+  };
+}
+
+function fail(ctx: RequestContext, err: unknown): void {
+  if (!(err instanceof GatewayError) && !(err instanceof ValidationError)) ctx.log.err = err;
+  else if (err instanceof GatewayError) ctx.log.error_code = err.code;
+  if (ctx.extraHeaders && !ctx.res.headersSent) for (const h in ctx.extraHeaders) ctx.res.setHeader(h, ctx.extraHeaders[h]!);
+  sendError(ctx.res, err);
+}
+
+function finish(d: EdgeDeps, ctx: RequestContext): void {
+  d.metrics.inFlight.dec();
+  const totalNs = process.hrtime.bigint() - ctx.start;
+  const status = ctx.res.headersSent ? ctx.res.statusCode : 499;
+  const model = typeof ctx.log.model === 'string' ? ctx.log.model : '';
+  d.metrics.requests.inc({ route: ctx.route, model, status, env: ctx.key?.env ?? '' });
+  d.metrics.duration.observe({ route: ctx.route }, Number(totalNs) / NS_PER_S);
+  const overheadNs = totalNs - ctx.upstreamNs;
+  if (ctx.upstreamNs > 0n) d.metrics.overhead.observe({ route: ctx.route }, Number(overheadNs) / NS_PER_S);
+  const clientId = ctx.req.headers['x-request-id'];
+  const line: Record<string, unknown> = {
+    listener: d.listener, request_id: ctx.requestId, method: ctx.req.method, route: ctx.route, status,
+    duration_ms: Number(totalNs / 1000n) / 1000, ...ctx.log,
+  };
+  if (typeof clientId === 'string' && SANE_CLIENT_ID.test(clientId)) line.client_request_id = clientId;
+  if (ctx.key) {
+    line.key_id = ctx.key.id;
+    line.account = ctx.key.account;
+  }
+  if (!ctx.res.writableFinished) line.aborted = true;
+  if (status >= 500 && line.err) d.logger.error(line, 'request failed');
+  else d.logger.info(line, 'request');
+}
+
+export interface ListenOptions {
+  host: string;
+  port: number;
+  headersTimeoutMs: number;
+  requestTimeoutMs: number;
+}
+
+/** Starts a server with timeouts against slow clients; resolves once listening. */
+export async function listen(handler: (req: IncomingMessage, res: ServerResponse) => void, o: ListenOptions): Promise<Server> {
+  const server = createServer({ headersTimeout: o.headersTimeoutMs, requestTimeout: o.requestTimeoutMs, keepAliveTimeout: 5_000 }, handler);
+  await new Promise<void>((resolve, reject) => {
+    server.once('error', reject);
+    server.listen(o.port, o.host, () => {
+      server.off('error', reject);
+      resolve();
+    });
+  });
+  return server;
+}
+
+/** The port a listening server got (port 0 → a free one). */
+export function portOf(server: Server): number {
+  return (server.address() as AddressInfo).port;
+}
+
+/**
+ * Stops accepting, lets in-flight requests finish until the deadline, then cuts what is left
+ * (their `finally` still settles). Resolves when every connection is closed.
+ */
+export async function drain(server: Server, deadlineMs: number): Promise<void> {
+  const closed = new Promise<void>((resolve) => server.close(() => resolve()));
+  server.closeIdleConnections();
+  const timer = setTimeout(() => server.closeAllConnections(), deadlineMs);
+  const idle = setInterval(() => server.closeIdleConnections(), 100);
+  try {
+    await closed;
+  } finally {
+    clearTimeout(timer);
+    clearInterval(idle);
+  }
+}

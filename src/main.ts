@@ -1,0 +1,82 @@
+/**
+ * Process entry: environment → config → store → gateway → listeners, and a graceful stop on
+ * SIGTERM/SIGINT (stop accepting, drain in-flight streams until the deadline, settle every hold, close
+ * the store, exit 0). The only module that reads process.env (with config loading).
+ */
+import { pathToFileURL } from 'node:url';
+import { loadConfig } from './config/load.ts';
+import { ConfigError } from './config/errors.ts';
+import type { Config } from './config/schema.ts';
+import { createLogger } from './obs/logger.ts';
+import { createMemoryStore } from './store/memory-store.ts';
+import { createRedisStore } from './store/redis-store.ts';
+import type { Store } from './store/types.ts';
+import { createGateway } from './gateway.ts';
+import type { Logger } from './obs/logger.ts';
+
+/** Opens the store SPEC §5 asks for: Redis when configured, else the embedded one (refused in production). */
+export async function openStore(config: Config, env: NodeJS.ProcessEnv, logger: Logger): Promise<Store> {
+  const { redisUrl, clusterNodes, commandTimeoutMs } = config.store;
+  if (redisUrl || clusterNodes.length > 0) {
+    let lastLogged = 0;
+    return createRedisStore({
+      url: redisUrl, clusterNodes, commandTimeoutMs,
+      onError: (err) => {
+        // ioredis emits an error per reconnect attempt; one line every 5 s is enough to see an outage.
+        if (Date.now() - lastLogged > 5_000) {
+          lastLogged = Date.now();
+          logger.warn({ err: err.message }, 'redis error');
+        }
+      },
+    });
+  }
+  if (env.NODE_ENV === 'production') throw new ConfigError('REDIS_URL', 'NODE_ENV=production requires REDIS_URL (or REDIS_CLUSTER_NODES): the embedded store loses all state on restart');
+  logger.warn('no REDIS_URL: using the embedded in-process store; keys, credit and shares are lost on restart and not shared between instances');
+  return createMemoryStore();
+}
+
+/** Runs the gateway until SIGTERM/SIGINT; resolves with the listening URLs. */
+export async function serve(env: NodeJS.ProcessEnv = process.env): Promise<{ publicUrl: string; adminUrl: string }> {
+  let config: Config;
+  let file: string;
+  try {
+    ({ config, file } = await loadConfig(env));
+  } catch (e) {
+    if (e instanceof ConfigError) {
+      process.stderr.write(`${e.message}\n`);
+      process.exit(1);
+    }
+    throw e;
+  }
+  const logger = createLogger(config.logLevel);
+  let store: Store;
+  try {
+    store = await openStore(config, env, logger);
+  } catch (e) {
+    process.stderr.write(`${(e as Error).message}\n`);
+    process.exit(1);
+  }
+  const gateway = createGateway({ config, store, logger });
+  const urls = await gateway.listen();
+  logger.info({ config: file, store: store.kind, public: urls.publicUrl, admin: urls.adminUrl, models: config.models.map((m) => m.name) }, 'tollgate listening');
+
+  let stopping = false;
+  const stop = async (signal: string) => {
+    if (stopping) return;
+    stopping = true;
+    logger.info({ signal, drain_seconds: config.server.drainSeconds }, 'draining');
+    try {
+      await gateway.close();
+      await store.close();
+      logger.info('stopped');
+    } finally {
+      logger.flush();
+      setImmediate(() => process.exit(0));
+    }
+  };
+  process.once('SIGTERM', () => void stop('SIGTERM'));
+  process.once('SIGINT', () => void stop('SIGINT'));
+  return urls;
+}
+
+if (import.meta.url === pathToFileURL(process.argv[1] ?? '').href) await serve();

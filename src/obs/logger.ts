@@ -1,0 +1,19 @@
+/**
+ * pino with redaction (SPEC §7): authorization headers and key material are censored on every path
+ * where they could appear. Node lower-cases incoming header names; headers we build are lower-case too
+ * (NOTES §7: redaction paths are case-sensitive).
+ */
+import { pino, type DestinationStream, type Logger } from 'pino';
+
+export const REDACT_PATHS = [
+  'req.headers.authorization', 'req.headers["x-api-key"]', 'req.headers.cookie',
+  'headers.authorization', 'upstream.headers.authorization', '*.authorization', '*.api_key', '*.apiKey', 'key', '*.key',
+];
+
+export type { Logger };
+
+/** The process logger; `dest` lets tests capture lines. */
+export function createLogger(level: string, dest?: DestinationStream): Logger {
+  const opts = { level, base: { svc: 'tollgate' }, redact: { paths: REDACT_PATHS, censor: '[REDACTED]' }, timestamp: pino.stdTimeFunctions.isoTime };
+  return dest ? pino(opts, dest) : pino(opts, pino.destination({ dest: 1, sync: false, minLength: 4096 }));
+}

@@ -1,0 +1,19 @@
+/** GET /v1/models (SPEC §1.3): the configured models this key may use, in OpenAI's list shape. */
+import { sendJson } from '../http/respond.ts';
+import type { Route } from '../http/router.ts';
+import type { RequestContext } from '../http/context.ts';
+import type { Authenticator } from '../auth/authenticate.ts';
+import { requireScope } from '../auth/authenticate.ts';
+import type { ModelConfig } from '../config/schema.ts';
+
+export function modelRoutes(d: { auth: Authenticator; models: readonly ModelConfig[]; admit: (ctx: RequestContext) => Promise<void> }): Route[] {
+  const all = d.models.map((m) => ({ id: m.name, object: 'model' as const, created: m.created, owned_by: m.ownedBy }));
+  async function list(ctx: RequestContext) {
+    const key = (ctx.key = await d.auth.authenticate(ctx.req));
+    requireScope(key, 'models');
+    await d.admit(ctx);
+    const data = key.models.length === 0 ? all : all.filter((m) => key.models.includes(m.id));
+    sendJson(ctx.res, 200, { object: 'list', data }, ctx.extraHeaders);
+  }
+  return [{ method: 'GET', pattern: '/v1/models', handler: list }];
+}
