@@ -7,7 +7,8 @@ if not h then return 0 end
 local amount, expires = string.match(h, '^(%d+):(%d+)$')
 if tonumber(expires) > tonumber(ARGV[2]) then return -1 end
 redis.call('HDEL', KEYS[2], ARGV[1])
-redis.call('HINCRBY', KEYS[1], 'held', -tonumber(amount))
+-- `0 - x`, not `-x`: a 0 hold would reach HINCRBY as "-0", which it rejects.
+redis.call('HINCRBY', KEYS[1], 'held', 0 - tonumber(amount))
 redis.call('XADD', KEYS[3], '*', 'kind', 'hold_expired', 'amount_micros', 0, 'ts', ARGV[3],
   'request_id', ARGV[1], 'hold_micros', amount)
 return 1

@@ -9,16 +9,19 @@ if prev then
   local b = redis.call('HMGET', KEYS[1], 'balance', 'held')
   return {prev, 1, tonumber(b[1] or '0'), tonumber(b[2] or '0')}
 end
+-- `0 - x`, never `-x`: Lua's -0 reaches Redis as the string "-0", which HINCRBY rejects ("not an
+-- integer"), so a request costing 0 (or holding 0) could never settle.
+local cost = tonumber(ARGV[2])
 local holdAmount = 0
 local h = redis.call('HGET', KEYS[2], ARGV[1])
 if h then
   holdAmount = tonumber(string.match(h, '^(%d+)'))
   redis.call('HDEL', KEYS[2], ARGV[1])
-  redis.call('HINCRBY', KEYS[1], 'held', -holdAmount)
+  redis.call('HINCRBY', KEYS[1], 'held', 0 - holdAmount)
 end
-local bal = redis.call('HINCRBY', KEYS[1], 'balance', -tonumber(ARGV[2]))
+local bal = redis.call('HINCRBY', KEYS[1], 'balance', 0 - cost)
 local held = tonumber(redis.call('HGET', KEYS[1], 'held') or '0')
-local id = redis.call('XADD', KEYS[3], '*', 'kind', 'debit', 'amount_micros', -tonumber(ARGV[2]), 'ts', ARGV[3],
+local id = redis.call('XADD', KEYS[3], '*', 'kind', 'debit', 'amount_micros', 0 - cost, 'ts', ARGV[3],
   'request_id', ARGV[1], 'key_id', ARGV[4], 'model', ARGV[5], 'prompt_tokens', ARGV[6],
   'completion_tokens', ARGV[7], 'usage_source', ARGV[8], 'hold_micros', holdAmount)
 redis.call('SET', KEYS[4], id, 'EX', ARGV[9])
