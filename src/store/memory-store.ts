@@ -119,6 +119,7 @@ export function createMemoryStore(now: () => number = Date.now): Store {
       return { ok: true, balance_micros: a.balance, held_micros: a.held };
     },
     async settle(i: SettleInput): Promise<SettleResult> {
+      // `0 - cost`, not `-cost`: a free request's entry must read 0, not -0 (which prints as "-0").
       const a = account(i.account);
       const prev = a.settled.get(i.requestId);
       if (prev) return { entry_id: prev, replayed: true, balance_micros: a.balance, held_micros: a.held };
@@ -129,7 +130,7 @@ export function createMemoryStore(now: () => number = Date.now): Store {
       }
       a.balance -= i.costMicros;
       const entryId = append(a, {
-        ts: i.ts, kind: 'debit', amount_micros: -i.costMicros, request_id: i.requestId, key_id: i.keyId, model: i.model,
+        ts: i.ts, kind: 'debit', amount_micros: 0 - i.costMicros, request_id: i.requestId, key_id: i.keyId, model: i.model,
         prompt_tokens: i.promptTokens, completion_tokens: i.completionTokens, usage_source: i.usageSource, hold_micros: h?.amount ?? 0,
       });
       a.settled.set(i.requestId, entryId);
