@@ -170,13 +170,17 @@ export async function createRedisStore(o: RedisStoreOptions & { client?: Client 
     })()),
     reapExpiredHolds: (nowMs, ts) => guard((async () => {
       let reaped = 0;
+      // Members whose hold is not due yet (-1: a replayed hold() re-scored the index with an earlier
+      // expiry) stay in the index; skip past them, or a batch full of them would be re-read forever.
+      let kept = 0;
       for (;;) {
-        const due = await redis.zrangebyscore(K.HOLD_INDEX, '-inf', nowMs, 'LIMIT', 0, REAP_BATCH);
+        const due = await redis.zrangebyscore(K.HOLD_INDEX, '-inf', nowMs, 'LIMIT', kept, REAP_BATCH);
         for (const member of due) {
           const [acct, requestId] = JSON.parse(member) as [string, string];
           const r = await s.tgReap(K.balance(acct), K.holds(acct), K.ledger(acct), requestId, nowMs, ts) as number;
           if (r === 1) reaped++;
           if (r !== -1) await redis.zrem(K.HOLD_INDEX, member);
+          else kept++;
         }
         if (due.length < REAP_BATCH) return reaped;
       }
