@@ -1,0 +1,97 @@
+// Contract cases for records and messages: key records, shares and invalidations (SPEC §1.1, §1.4, §5).
+import type { Test } from 'tap';
+import type { Invalidation, KeyRecord, ShareRecord, Store } from '../../src/store/types.ts';
+import { TS, TS2, uniqueAccount, waitFor, type Harness } from './harness.ts';
+
+type Case = (name: string, fn: (t: Test, h: Harness) => Promise<void>) => void;
+type MakePeer = (t: Test, store: Store) => Promise<Store>;
+
+function keyRecord(id: string, account: string, extra: Partial<KeyRecord> = {}): KeyRecord {
+  return {
+    id, account, env: 'live', name: `name of ${id}`, active: true, scopes: ['chat', 'models', 'shares'], models: [],
+    rate_limits: null, created_at: TS, last4: 'wxyz', version: 1, ...extra,
+  };
+}
+
+const byId = (a: KeyRecord, b: KeyRecord) => a.id.localeCompare(b.id);
+
+/** Registers the key, share and invalidation cases. */
+export function recordCases(test: Case, makePeer: MakePeer): void {
+  test('key records round-trip exactly and are listed per account', async (t, { store }) => {
+    const a = uniqueAccount();
+    const b = uniqueAccount();
+    const k1 = keyRecord('key_AAAAAAAAAAAAAAA1', a, { scopes: ['chat'], models: ['gpt-test', 'llama-3'], env: 'test' });
+    const k2 = keyRecord('key_AAAAAAAAAAAAAAA2', a, { rate_limits: { requests_per_minute: 5, tokens_per_minute: 1000 }, created_at: TS2 });
+    const k3 = keyRecord('key_AAAAAAAAAAAAAAA3', b, { active: false, rate_limits: { tokens_per_minute: 7 }, version: 4 });
+    await store.createKey('hash-1', k1);
+    await store.createKey('hash-2', k2);
+    await store.createKey('hash-3', k3);
+    t.strictSame(await store.getKeyByHash('hash-1'), k1, 'scopes, models and null rate_limits survive');
+    t.strictSame(await store.getKeyByHash('hash-2'), k2, 'an override object survives');
+    t.strictSame(await store.getKeyByHash('hash-3'), k3, 'inactive and version survive');
+    t.strictSame(await store.getKey(k2.id), { record: k2, hash: 'hash-2' });
+    t.equal(await store.getKeyByHash('hash-unknown'), null);
+    t.equal(await store.getKey('key_unknown0000000'), null);
+    t.strictSame((await store.listKeys(a)).sort(byId), [k1, k2]);
+    t.strictSame(await store.listKeys(b), [k3], 'other accounts are not listed');
+    t.strictSame(await store.listKeys(uniqueAccount('nobody')), []);
+    const read = await store.getKeyByHash('hash-1');
+    read?.models.push('mutated');
+    t.strictSame(await store.getKeyByHash('hash-1'), k1, 'a returned record is a copy');
+  });
+
+  test('updateKey applies the patch and bumps the version', async (t, { store }) => {
+    const acct = uniqueAccount();
+    const k = keyRecord('key_BBBBBBBBBBBBBBB1', acct);
+    await store.createKey('hash-b1', k);
+    const renamed = await store.updateKey(k.id, { name: 'renamed' });
+    t.strictSame(renamed, { record: { ...k, name: 'renamed', version: 2 }, hash: 'hash-b1' });
+    const disabled = await store.updateKey(k.id, { active: false, rate_limits: { requests_per_minute: 3 } });
+    t.strictSame(disabled?.record, { ...k, name: 'renamed', active: false, rate_limits: { requests_per_minute: 3 }, version: 3 });
+    const cleared = await store.updateKey(k.id, { active: true, rate_limits: null });
+    t.strictSame(cleared?.record, { ...k, name: 'renamed', version: 4 }, 'rate_limits back to null');
+    t.equal((await store.updateKey(k.id, {}))?.record.version, 5, 'an empty patch still bumps the version');
+    t.strictSame(await store.getKeyByHash('hash-b1'), { ...k, name: 'renamed', version: 5 }, 'the update is stored');
+    t.strictSame(await store.getKey(k.id), { record: { ...k, name: 'renamed', version: 5 }, hash: 'hash-b1' });
+    t.equal(await store.updateKey('key_unknown0000000', { name: 'x' }), null, 'unknown id → null');
+  });
+
+  test('shares round-trip byte-exact; revoke sets revoked_at once', async (t, { store }) => {
+    const snapshot = '{"title": "Ünïcødé 🌍 —\u2028 raw, \\u2028 escaped",\n  "messages":[{"role":"user","content":"日本語 \\"quoted\\" \\u0000"}],"metadata":{}}';
+    const share: ShareRecord = {
+      slug: 'A1b2C3d4E5f6G7h8J9k1m2', account: uniqueAccount(), created_at: TS, snapshot,
+      files: [{ name: 'chart 📈.png', content_type: 'image/png', size: 12345 }, { name: 'notes.txt', content_type: 'text/plain', size: 0 }],
+      revoked_at: null,
+    };
+    const bare: ShareRecord = { ...share, slug: 'Z1b2C3d4E5f6G7h8J9k1m2', snapshot: '{}', files: [] };
+    await store.putShare(share);
+    await store.putShare(bare);
+    const read = await store.getShare(share.slug);
+    t.strictSame(read, share);
+    t.equal(read?.snapshot, snapshot, 'snapshot text is byte-for-byte the same');
+    t.strictSame(await store.getShare(bare.slug), bare, 'empty file list');
+    t.equal(await store.getShare('unknownunknownunknown1'), null);
+    t.strictSame(await store.revokeShare(share.slug, TS2), { ...share, revoked_at: TS2 });
+    t.strictSame(await store.revokeShare(share.slug, '2026-12-01T00:00:00.000Z'), { ...share, revoked_at: TS2 }, 'second revoke keeps the first time');
+    t.strictSame(await store.getShare(share.slug), { ...share, revoked_at: TS2 });
+    t.equal(await store.revokeShare('unknownunknownunknown1', TS2), null);
+    t.equal(await store.getShare('unknownunknownunknown1'), null, 'revoking an unknown slug creates nothing');
+    t.strictSame(await store.getShare(bare.slug), bare, 'other shares untouched');
+  });
+
+  test('invalidations reach every instance, decoded', async (t, { store }) => {
+    const peer = await makePeer(t, store);
+    const atPeer: Invalidation[] = [];
+    const atSelf: Invalidation[] = [];
+    peer.onInvalidation((m) => atPeer.push(m));
+    store.onInvalidation((m) => atSelf.push(m));
+    const sent: Invalidation[] = [
+      { kind: 'key', hash: 'a'.repeat(64), version: 7 },
+      { kind: 'share', slug: 'A1b2C3d4E5f6G7h8J9k1m2' },
+    ];
+    for (const m of sent) await store.publish(m);
+    await waitFor(() => atPeer.length >= 2 && atSelf.length >= 2, 1000, 'both invalidations on both instances');
+    t.strictSame(atPeer, sent, 'the other instance got both, in order');
+    t.strictSame(atSelf, sent, 'the publishing instance hears its own messages too');
+  });
+}

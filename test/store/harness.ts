@@ -1,0 +1,117 @@
+// Shared plumbing for the store contract: a store wrapper that remembers which holds the test took, and
+// the two invariants every case ends on (SPEC §4): balance = Σ ledger amount_micros, held = Σ open holds.
+import type { Test } from 'tap';
+import type { LedgerEntry, Store } from '../../src/store/types.ts';
+
+/** Builds a fresh, empty store for one subtest and closes it at that subtest's teardown. */
+export type MakeStore = (t: Test) => Promise<Store>;
+
+export interface ContractOptions {
+  /**
+   * A second instance sharing `store`'s state (another gateway process on the same Redis). Defaults to
+   * `store` itself, which is the only honest answer for the embedded store.
+   */
+  makePeer?: (t: Test, store: Store) => Promise<Store>;
+}
+
+/** A store plus what the test itself knows about it, so invariants need nothing implementation-specific. */
+export interface Harness {
+  store: Store;
+  /** Every account the case touched through grant/hold/settle. */
+  accounts: Set<string>;
+  /** account → request id → amount of the first successful hold of that request id. */
+  holds: Map<string, Map<string, number>>;
+}
+
+export const TS = '2026-11-22T10:00:00.000Z';
+export const TS2 = '2026-11-22T10:05:00.000Z';
+export const ENTRY_ID = /^\d+-\d+$/;
+
+let counter = 0;
+/** A fresh account id per call, so cases never see each other's state even on a shared server. */
+export function uniqueAccount(prefix = 'acct'): string {
+  counter++;
+  return `${prefix}-${process.pid}-${counter}`;
+}
+
+/** Wraps `store` so every grant/hold/settle is recorded in the harness. */
+export function track(store: Store): Harness {
+  const h: Harness = { store, accounts: new Set(), holds: new Map() };
+  h.store = {
+    ...store,
+    grant: (acct, amount, idem, note, ts) => {
+      h.accounts.add(acct);
+      return store.grant(acct, amount, idem, note, ts);
+    },
+    hold: async (acct, requestId, amount, expiresAt) => {
+      h.accounts.add(acct);
+      const r = await store.hold(acct, requestId, amount, expiresAt);
+      if (r.ok) {
+        const m = h.holds.get(acct) ?? new Map<string, number>();
+        if (!m.has(requestId)) m.set(requestId, amount);
+        h.holds.set(acct, m);
+      }
+      return r;
+    },
+    settle: (i) => {
+      h.accounts.add(i.account);
+      return store.settle(i);
+    },
+  };
+  return h;
+}
+
+/** The whole ledger of an account, read in pages of 1000 through the `after` cursor. */
+export async function allEntries(store: Store, acct: string): Promise<LedgerEntry[]> {
+  const out: LedgerEntry[] = [];
+  for (;;) {
+    const page = await store.ledger(acct, out.at(-1)?.id, 1000);
+    out.push(...page);
+    if (page.length < 1000) return out;
+  }
+}
+
+/** Orders two `<ms>-<seq>` ids numerically (string order breaks at 9 → 10). */
+export function compareIds(a: string, b: string): number {
+  const [am = 0, as = 0] = a.split('-').map(Number);
+  const [bm = 0, bs = 0] = b.split('-').map(Number);
+  return am - bm || as - bs;
+}
+
+/**
+ * Checks SPEC §4's invariants for every account the case touched. A hold is open until the ledger
+ * shows a `debit` or `hold_expired` entry for its request id.
+ */
+export async function checkInvariants(t: Test, h: Harness): Promise<void> {
+  for (const acct of h.accounts) {
+    const entries = await allEntries(h.store, acct);
+    const state = await h.store.getAccount(acct);
+    const sum = entries.reduce((s, e) => s + e.amount_micros, 0);
+    t.equal(state.balance_micros, sum, `${acct}: balance = Σ ledger amount_micros`);
+    const closed = new Set(entries.filter((e) => e.kind !== 'grant').map((e) => e.request_id));
+    let open = 0;
+    for (const [requestId, amount] of h.holds.get(acct) ?? []) if (!closed.has(requestId)) open += amount;
+    t.equal(state.held_micros, open, `${acct}: held = Σ open holds`);
+    t.ok(state.held_micros >= 0, `${acct}: held never negative`);
+    const ordered = entries.every((e, i) => ENTRY_ID.test(e.id) && (i === 0 || compareIds(entries[i - 1]!.id, e.id) < 0));
+    t.ok(ordered, `${acct}: ledger ids are <ms>-<seq> and strictly increasing`);
+  }
+}
+
+/** Resolves once `cond()` holds; rejects after `ms` (a bound that proves delivery, not a speed check). */
+export async function waitFor(cond: () => boolean, ms: number, what: string): Promise<void> {
+  const until = Date.now() + ms;
+  while (!cond()) {
+    if (Date.now() > until) throw new Error(`timed out after ${ms} ms waiting for ${what}`);
+    await new Promise((r) => setTimeout(r, 10));
+  }
+}
+
+/** Rejects if `p` has not settled within `ms`: turns a hang into a readable failure. */
+export function within<T>(p: Promise<T>, ms: number, what: string): Promise<T> {
+  let timer: NodeJS.Timeout | undefined;
+  const timeout = new Promise<never>((_, reject) => {
+    timer = setTimeout(() => reject(new Error(`${what} did not finish within ${ms} ms`)), ms);
+  });
+  return Promise.race([p, timeout]).finally(() => clearTimeout(timer));
+}

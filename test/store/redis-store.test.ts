@@ -1,0 +1,113 @@
+// The Redis store against the store contract, plus what only Redis has: Cluster hash tags and outages.
+import t from 'tap';
+import type { Test } from 'tap';
+import { GatewayError } from '../../src/http/errors.ts';
+import { createRedisStore } from '../../src/store/redis-store.ts';
+import type { Invalidation, Store } from '../../src/store/types.ts';
+import { startRedis } from '../helpers/redis.ts';
+import { runStoreContract } from './contract.ts';
+import { TS } from './harness.ts';
+
+// 300 ms: fail fast like production (NOTES §1), yet far above a loopback round trip (~0.1 ms).
+const COMMAND_TIMEOUT_MS = 300;
+
+async function openStore(t: Test, url: string): Promise<Store> {
+  const store = await createRedisStore({ url, commandTimeoutMs: COMMAND_TIMEOUT_MS });
+  t.teardown(() => store.close());
+  return store;
+}
+
+const redis = await startRedis(t);
+if (redis) {
+  runStoreContract(
+    t,
+    async (t) => {
+      await redis.client.flushdb();
+      return openStore(t, redis.url);
+    },
+    // Another gateway instance: a second store (own connections) on the same server, no flush.
+    { makePeer: (t) => openStore(t, redis.url) },
+  );
+
+  t.test('every key of an account carries the {acct:<id>} hash tag', async (t) => {
+    await redis.client.flushdb();
+    const store = await openStore(t, redis.url);
+    const accounts = ['acme', 'team.b:eu-1_x'];
+    for (const acct of accounts) {
+      await store.createKey(`hash-${acct}`, {
+        id: `key_${acct}`, account: acct, env: 'live', name: 'k', active: true, scopes: ['chat'], models: [], rate_limits: null,
+        created_at: TS, last4: 'abcd', version: 1,
+      });
+      await store.grant(acct, 1000, 'idem-1', 'note', TS);
+      await store.hold(acct, 'req-settled', 100, 5_000);
+      await store.hold(acct, 'req-open', 100, 9_000_000_000_000);
+      await store.hold(acct, 'req-expired', 100, 1_000);
+      await store.settle({
+        account: acct, requestId: 'req-settled', costMicros: 10, keyId: `key_${acct}`, model: 'm', promptTokens: 1,
+        completionTokens: 1, usageSource: 'upstream', ts: TS,
+      });
+    }
+    await store.reapExpiredHolds(2_000, TS);
+    await store.putShare({ slug: 'A1b2C3d4E5f6G7h8J9k1m2', account: 'acme', created_at: TS, snapshot: '{}', files: [], revoked_at: null });
+
+    const keys: string[] = [];
+    let cursor = '0';
+    do {
+      const [next, batch] = await redis.client.scan(cursor, 'COUNT', 1000);
+      cursor = next;
+      keys.push(...batch);
+    } while (cursor !== '0');
+    // Keys that belong to no account: key records (looked up by hash), the id index, shares, the hold index.
+    const global = /^(tg:key:|tg:keyid:|tg:share:)|^tg:holds$/;
+    const stray = keys.filter((k) => !global.test(k) && !accounts.some((a) => k.startsWith(`{acct:${a}}:`)));
+    t.strictSame(stray, [], 'no key outside an account tag except the global ones');
+    for (const acct of accounts) {
+      const mine = keys.filter((k) => k.startsWith(`{acct:${acct}}:`)).map((k) => k.slice(`{acct:${acct}}:`.length)).sort();
+      t.strictSame(mine, ['bal', 'done:req-settled', 'holds', 'idem', 'keys', 'ledger'], `${acct}: balance, ledger, idempotency, holds, settled marker, key set`);
+    }
+  });
+
+  t.test('Redis down: fails fast with store_unavailable, then the same store recovers', async (t) => {
+    const server = await startRedis(t, { restartable: true });
+    if (!server) return;
+    const store = await openStore(t, server.url);
+    const received: Invalidation[] = [];
+    store.onInvalidation((m) => received.push(m));
+    await store.grant('acme', 1000, undefined, undefined, TS);
+
+    await server.stop();
+    const calls: [string, () => Promise<unknown>][] = [
+      ['getAccount', () => store.getAccount('acme')],
+      ['grant (Lua)', () => store.grant('acme', 1, undefined, undefined, TS)],
+      ['hold (Lua)', () => store.hold('acme', 'req-1', 1, 9_000_000_000_000)],
+      ['getKeyByHash', () => store.getKeyByHash('hash-1')],
+    ];
+    for (const [name, call] of calls) {
+      const started = Date.now();
+      const err = await call().then(() => null, (e: unknown) => e);
+      t.ok(err instanceof GatewayError, `${name} rejects with a GatewayError`);
+      t.equal((err as GatewayError | null)?.code, 'store_unavailable', `${name}: store_unavailable`);
+      // A bound that proves "no hang" (ioredis defaults would queue for ~74 s), not a speed check.
+      t.ok(Date.now() - started < 5000, `${name} does not hang`);
+    }
+    t.equal(await store.ping(), false, 'ping reports the outage');
+
+    await server.start();
+    const until = Date.now() + 15_000;
+    while (!(await store.ping()) && Date.now() < until) await new Promise((r) => setTimeout(r, 100));
+    t.equal(await store.ping(), true, 'the same store instance reconnects');
+    // The restarted server is empty (--save ''), and its script cache too: grant must reload grant.lua.
+    const g = await store.grant('acme', 250, 'idem-after', undefined, TS);
+    t.equal(g.balance_micros, 250, 'Lua scripts work again after the restart');
+    t.strictSame(await store.getAccount('acme'), { id: 'acme', balance_micros: 250, held_micros: 0 });
+
+    // The subscriber connection re-subscribes by itself; keep publishing until one message lands.
+    const msg: Invalidation = { kind: 'share', slug: 'A1b2C3d4E5f6G7h8J9k1m2' };
+    const subUntil = Date.now() + 15_000;
+    while (received.length === 0 && Date.now() < subUntil) {
+      await store.publish(msg);
+      await new Promise((r) => setTimeout(r, 100));
+    }
+    t.strictSame(received[0], msg, 'invalidations flow again after the restart');
+  });
+}
