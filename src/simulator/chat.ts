@@ -1,0 +1,90 @@
+/**
+ * `POST /v1/chat/completions`: turns a parsed body and its steering options into what an
+ * OpenAI-compatible server would send, or into the fault it was asked for.
+ */
+import type { Exchange } from './exchange.ts';
+import type { SimOptions } from './steer.ts';
+import { completionBody, DONE_EVENT, errorBody, planCompletion, streamChunks } from './output.ts';
+
+// Node adds no `server` header; we add one so the gateway's header stripping has something to strip.
+const SSE_HEADERS = {
+  'content-type': 'text/event-stream; charset=utf-8',
+  'cache-control': 'no-cache',
+  server: 'tollgate-simulator',
+};
+const JSON_HEADERS = { 'content-type': 'application/json', server: 'tollgate-simulator' };
+
+/** Answers one chat completion request as steered by `opts`. */
+export async function respondChat(x: Exchange, body: unknown, opts: SimOptions): Promise<void> {
+  if (opts.refuse) return x.refuse();
+  await x.sleep(opts.headersDelayMs);
+  if (x.done) return;
+  if (opts.status !== undefined) {
+    const payload = errorBody(opts.status, `simulated upstream error ${opts.status}`);
+    x.res.writeHead(opts.status, { ...JSON_HEADERS, 'content-length': Buffer.byteLength(payload) });
+    return x.end(payload);
+  }
+  const plan = planCompletion(x.rec.id, body, opts);
+  const headers = { ...(isStream(body) ? SSE_HEADERS : JSON_HEADERS), 'x-sim-request-id': String(x.rec.id) };
+  if (isStream(body)) return streamCompletion(x, plan, includeUsage(body), opts, headers);
+
+  // A non-streaming server answers only when generation is over: headers after every token's delay.
+  await x.sleep(opts.delayMs * plan.emit);
+  if (x.done) return;
+  const payload = completionBody(plan);
+  if (opts.cutAfter !== undefined) {
+    // Headers and half of the JSON, then the socket closes: a body broken mid-way.
+    x.res.writeHead(200, headers);
+    x.res.write(payload.slice(0, payload.length >> 1));
+    return x.cut();
+  }
+  x.res.writeHead(200, { ...headers, 'content-length': Buffer.byteLength(payload) });
+  x.rec.completionTokensSent = plan.emit;
+  x.end(payload);
+}
+
+async function streamCompletion(
+  x: Exchange,
+  plan: ReturnType<typeof planCompletion>,
+  withUsage: boolean,
+  opts: SimOptions,
+  headers: Record<string, string>,
+): Promise<void> {
+  const chunks = streamChunks(plan, withUsage);
+  const cutAt = opts.cutAfter ?? Number.POSITIVE_INFINITY;
+  x.res.writeHead(200, headers);
+  // Without delays the whole stream is one synchronous burst: cork it into a single writev
+  // (a 16-token stream is 19 chunks, 19 syscalls uncorked).
+  let corked = opts.delayMs === 0;
+  if (corked) x.res.cork();
+  try {
+    for (let k = 0; k < chunks.count; k++) {
+      if (k >= cutAt) return x.cut();
+      const isToken = k >= 1 && k <= plan.emit;
+      if (isToken && opts.delayMs > 0) await x.sleep(opts.delayMs);
+      if (x.done) return;
+      if (!x.writeChunk(chunks.event(k), isToken ? 1 : 0)) {
+        // A corked socket never drains: flush before waiting (only huge token counts get here).
+        if (corked) x.res.uncork();
+        corked = false;
+        await x.drain();
+        if (x.done) return;
+      }
+    }
+    // A steered cut never sends [DONE], even when the stream had fewer chunks than cut_after.
+    if (opts.cutAfter !== undefined) return x.cut();
+    x.end(DONE_EVENT);
+  } finally {
+    // cut() may have uncorked already; never drive the count below zero.
+    if (corked && x.res.writableCorked > 0) x.res.uncork();
+  }
+}
+
+function isStream(body: unknown): boolean {
+  return typeof body === 'object' && body !== null && (body as { stream?: unknown }).stream === true;
+}
+
+function includeUsage(body: unknown): boolean {
+  const so = (body as { stream_options?: unknown }).stream_options;
+  return typeof so === 'object' && so !== null && (so as { include_usage?: unknown }).include_usage === true;
+}

@@ -1,0 +1,142 @@
+/**
+ * What the simulator says: deterministic token text, usage, and the exact OpenAI/vLLM wire shapes
+ * (SSE chunks, `chat.completion`, error bodies). Strings are assembled from per-request prefixes so a
+ * token chunk costs one template concatenation, not a JSON.stringify.
+ */
+import type { SimOptions } from './steer.ts';
+
+/** Usage as OpenAI reports it. */
+export interface SimUsage {
+  prompt_tokens: number;
+  completion_tokens: number;
+  total_tokens: number;
+}
+
+/** How one completion will come out: tokens emitted, why it stops, and the usage it reports. */
+export interface CompletionPlan {
+  id: string;
+  created: number;
+  model: string;
+  /** Completion tokens emitted. */
+  emit: number;
+  finishReason: 'stop' | 'length';
+  /** Usage to report, or undefined when steered `usage: absent`. */
+  usage: SimUsage | undefined;
+}
+
+/**
+ * Prompt tokens the simulator reports: the UTF-16 length of every message's string content (and of the
+ * `text` of each content part when content is an array), summed, divided by 4, rounded up, at least 1.
+ * Roles, names and tool calls are not counted. A body without messages counts as 1.
+ */
+export function simPromptTokens(body: unknown): number {
+  let chars = 0;
+  const messages = isObject(body) ? body['messages'] : undefined;
+  if (Array.isArray(messages)) {
+    for (const m of messages) {
+      const content = isObject(m) ? m['content'] : undefined;
+      if (typeof content === 'string') chars += content.length;
+      else if (Array.isArray(content)) {
+        for (const part of content) {
+          const text = isObject(part) ? part['text'] : undefined;
+          if (typeof text === 'string') chars += text.length;
+        }
+      }
+    }
+  }
+  return Math.max(1, Math.ceil(chars / 4));
+}
+
+/** The text of completion token `i` (0-based): `tok0 `, `tok1 `, … */
+export function simTokenText(i: number): string {
+  return `tok${i} `;
+}
+
+/** The whole completion text of `n` tokens: `tok0 tok1 … tok{n-1} ` (each word followed by a space). */
+export function simCompletionText(n: number): string {
+  let s = '';
+  for (let i = 0; i < n; i++) s += `tok${i} `;
+  return s;
+}
+
+/**
+ * Completion tokens a request gets: `tokens`, capped by `max_completion_tokens`, else `max_tokens`
+ * (vLLM's order), unless `ignoreMaxTokens`. Returns the count and whether the cap cut it (`length`).
+ */
+export function simCompletionTokens(body: unknown, opts: Pick<SimOptions, 'tokens' | 'ignoreMaxTokens'>): { emit: number; finishReason: 'stop' | 'length' } {
+  const cap = isObject(body) ? positiveInt(body['max_completion_tokens']) ?? positiveInt(body['max_tokens']) : undefined;
+  if (cap === undefined || opts.ignoreMaxTokens || opts.tokens <= cap) return { emit: opts.tokens, finishReason: 'stop' };
+  return { emit: cap, finishReason: 'length' };
+}
+
+/** Plans one completion from the request body and its steering options. */
+export function planCompletion(requestId: number, body: unknown, opts: SimOptions): CompletionPlan {
+  const { emit, finishReason } = simCompletionTokens(body, opts);
+  const model = isObject(body) && typeof body['model'] === 'string' ? body['model'] : 'sim-model';
+  let usage: SimUsage | undefined;
+  if (opts.usage === 'zero') usage = { prompt_tokens: 0, completion_tokens: 0, total_tokens: 0 };
+  else if (opts.usage === 'present') {
+    const prompt = simPromptTokens(body);
+    usage = { prompt_tokens: prompt, completion_tokens: emit, total_tokens: prompt + emit };
+  }
+  return { id: `chatcmpl-sim-${requestId}`, created: Math.floor(Date.now() / 1000), model, emit, finishReason, usage };
+}
+
+/** The SSE events of one streamed completion, built lazily from shared prefixes. */
+export interface ChunkSource {
+  /** JSON chunks in order: role, one per token, finish, then usage when asked for. */
+  count: number;
+  /** The `data: …\n\n` event of chunk `k` (0-based). */
+  event(k: number): string;
+}
+
+/** The terminating SSE event. */
+export const DONE_EVENT = 'data: [DONE]\n\n';
+
+/**
+ * Builds the SSE chunks of a plan. Like OpenAI, when the client set `stream_options.include_usage`
+ * every chunk carries `"usage":null` and a last chunk with `"choices":[]` carries the usage; steered
+ * `usage: absent` drops both, as an upstream that ignores stream_options would.
+ */
+export function streamChunks(plan: CompletionPlan, includeUsage: boolean): ChunkSource {
+  const withUsage = includeUsage && plan.usage !== undefined;
+  const head = `data: {"id":"${plan.id}","object":"chat.completion.chunk","created":${plan.created},"model":${JSON.stringify(plan.model)},"choices":[{"index":0,"delta":`;
+  const tail = withUsage ? ',"usage":null}\n\n' : '}\n\n';
+  const count = plan.emit + 2 + (withUsage ? 1 : 0);
+  return {
+    count,
+    event(k) {
+      if (k === 0) return `${head}{"role":"assistant","content":""},"logprobs":null,"finish_reason":null}]${tail}`;
+      if (k <= plan.emit) return `${head}{"content":"tok${k - 1} "},"logprobs":null,"finish_reason":null}]${tail}`;
+      if (k === plan.emit + 1) return `${head}{},"logprobs":null,"finish_reason":"${plan.finishReason}"}]${tail}`;
+      return `data: {"id":"${plan.id}","object":"chat.completion.chunk","created":${plan.created},"model":${JSON.stringify(plan.model)},"choices":[],"usage":${JSON.stringify(plan.usage)}}\n\n`;
+    },
+  };
+}
+
+/** The non-streaming `chat.completion` body of a plan (no `usage` key when usage is absent). */
+export function completionBody(plan: CompletionPlan): string {
+  const body: Record<string, unknown> = {
+    id: plan.id,
+    object: 'chat.completion',
+    created: plan.created,
+    model: plan.model,
+    choices: [{ index: 0, message: { role: 'assistant', content: simCompletionText(plan.emit) }, logprobs: null, finish_reason: plan.finishReason }],
+  };
+  if (plan.usage !== undefined) body['usage'] = plan.usage;
+  return JSON.stringify(body);
+}
+
+/** An OpenAI error body: `{"error":{"message","type","param":null,"code"}}`. */
+export function errorBody(status: number, message: string): string {
+  const type = status === 429 ? 'rate_limit_error' : status >= 500 ? 'server_error' : 'invalid_request_error';
+  return JSON.stringify({ error: { message, type, param: null, code: `sim_${status}` } });
+}
+
+function positiveInt(v: unknown): number | undefined {
+  return typeof v === 'number' && Number.isSafeInteger(v) && v > 0 ? v : undefined;
+}
+
+function isObject(v: unknown): v is Record<string, unknown> {
+  return typeof v === 'object' && v !== null && !Array.isArray(v);
+}

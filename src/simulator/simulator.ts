@@ -1,0 +1,172 @@
+/**
+ * A deterministic OpenAI-compatible model server for tests, the demo and benchmarks: it stands in for
+ * vLLM/SGLang. Output is `tok0 tok1 …`, usage follows simPromptTokens, and each request can be steered
+ * into delays, errors and broken streams (see steer.ts). Every request is recorded so tests can assert
+ * what the gateway forwarded and when it let go.
+ */
+import { createServer, type IncomingMessage, type ServerResponse } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import { respondChat } from './chat.ts';
+import { createExchange } from './exchange.ts';
+import { errorBody } from './output.ts';
+import { preciseNow, Recorder, type RecordedRequest } from './record.ts';
+import { readSimOptions, SimSteerError } from './steer.ts';
+
+export type { RecordedRequest } from './record.ts';
+export type { SimOptions } from './steer.ts';
+export { simCompletionText, simCompletionTokens, simPromptTokens, simTokenText, type SimUsage } from './output.ts';
+
+/** Options of startSimulator. */
+export interface SimulatorOptions {
+  /** Default 127.0.0.1. */
+  host?: string;
+  /** Default 0 (a free port). */
+  port?: number;
+  /** Ids listed by GET /v1/models (default ['sim-model']); chat accepts any model and echoes it. */
+  modelIds?: string[];
+  /** Keep request records (default true); benchmarks pass false. waitFor still sees live requests. */
+  record?: boolean;
+  /** Records kept before the oldest are dropped (default 10,000). */
+  maxRecords?: number;
+}
+
+/** A running simulator. */
+export interface Simulator {
+  /** Base URL including `/v1`, e.g. `http://127.0.0.1:41234/v1`. */
+  url: string;
+  port: number;
+  /** Recorded requests, oldest first (the same array for the simulator's life). */
+  requests: RecordedRequest[];
+  /** Forgets all records. */
+  clear(): void;
+  /** Stops listening and closes every connection, including streams in flight. */
+  close(): Promise<void>;
+  /** The first request, recorded or future, that satisfies `pred` (re-checked whenever a request changes). */
+  waitFor(pred: (r: RecordedRequest) => boolean, timeoutMs?: number): Promise<RecordedRequest>;
+}
+
+// Bodies above this are refused with 413: far beyond any test, and it bounds memory under abuse.
+const MAX_BODY_BYTES = 32 * 1024 * 1024;
+const JSON_HEADERS = { 'content-type': 'application/json', server: 'tollgate-simulator' };
+
+/** Starts a simulator on host:port (default 127.0.0.1, a free port). */
+export async function startSimulator(opts: SimulatorOptions = {}): Promise<Simulator> {
+  const host = opts.host ?? '127.0.0.1';
+  const recorder = new Recorder(opts.record === false ? 0 : (opts.maxRecords ?? 10_000));
+  const modelsBody = modelsList(opts.modelIds ?? ['sim-model']);
+  let nextId = 1;
+
+  const server = createServer((req, res) => {
+    const rec: RecordedRequest = {
+      id: nextId++,
+      method: req.method ?? 'GET',
+      path: req.url ?? '/',
+      headers: req.headers,
+      body: undefined,
+      aborted: false,
+      finished: false,
+      chunksSent: 0,
+      completionTokensSent: 0,
+      startedAt: preciseNow(),
+    };
+    handle(req, res, rec).catch((err: unknown) => {
+      // A bug in the simulator must not look like a steered fault: answer 500 with the message.
+      if (!res.headersSent) sendJson(res, 500, errorBody(500, `simulator bug: ${String(err)}`));
+      else res.destroy();
+    });
+  });
+
+  async function handle(req: IncomingMessage, res: ServerResponse, rec: RecordedRequest): Promise<void> {
+    const x = createExchange(req, res, rec, recorder);
+    const q = rec.path.indexOf('?');
+    const path = q === -1 ? rec.path : rec.path.slice(0, q);
+    const raw = req.method === 'GET' || req.method === 'HEAD' ? undefined : await readBody(req);
+    if (raw === 'too-large') {
+      recorder.push(rec);
+      return sendJson(res, 413, errorBody(413, 'request body too large for the simulator'));
+    }
+    if (raw !== undefined && raw.length > 0) rec.body = parseJson(raw);
+    recorder.push(rec);
+    if (x.done) return;
+
+    if (path === '/v1/models') {
+      if (req.method !== 'GET') return sendJson(res, 405, errorBody(405, 'method not allowed'));
+      return sendJson(res, 200, modelsBody);
+    }
+    if (path !== '/v1/chat/completions') return sendJson(res, 404, errorBody(404, `no route ${req.method} ${path}`));
+    if (req.method !== 'POST') return sendJson(res, 405, errorBody(405, 'method not allowed'));
+    if (typeof rec.body !== 'object' || rec.body === null || Array.isArray(rec.body)) {
+      return sendJson(res, 400, errorBody(400, 'body must be a JSON object'));
+    }
+    let steer;
+    try {
+      steer = readSimOptions(req.headers, rec.body);
+    } catch (err) {
+      if (err instanceof SimSteerError) return sendJson(res, 400, errorBody(400, err.message));
+      throw err;
+    }
+    await respondChat(x, rec.body, steer);
+  }
+
+  // Longer than any client pool's idle timeout (undici: 4 s; NOTES suggests 30 s), so the client,
+  // not the server, closes idle sockets and a reused socket is never closed under a new request.
+  server.keepAliveTimeout = 65_000;
+  await new Promise<void>((resolve, reject) => {
+    server.once('error', reject);
+    server.listen(opts.port ?? 0, host, () => {
+      server.off('error', reject);
+      resolve();
+    });
+  });
+  const port = (server.address() as AddressInfo).port;
+  const urlHost = host.includes(':') ? `[${host}]` : host;
+
+  return {
+    url: `http://${urlHost}:${port}/v1`,
+    port,
+    requests: recorder.requests,
+    clear: () => recorder.clear(),
+    waitFor: (pred, timeoutMs) => recorder.waitFor(pred, timeoutMs),
+    close: () =>
+      new Promise<void>((resolve, reject) => {
+        server.close((err) => (err ? reject(err) : resolve()));
+        server.closeAllConnections();
+      }),
+  };
+}
+
+function readBody(req: IncomingMessage): Promise<string | 'too-large' | undefined> {
+  return new Promise((resolve) => {
+    const parts: Buffer[] = [];
+    let size = 0;
+    req.on('data', (b: Buffer) => {
+      size += b.length;
+      if (size <= MAX_BODY_BYTES) parts.push(b);
+    });
+    req.once('end', () => resolve(size > MAX_BODY_BYTES ? 'too-large' : Buffer.concat(parts, size).toString('utf8')));
+    // The client went away before its body was complete: nothing to parse; the exchange records the abort.
+    req.once('error', () => resolve(undefined));
+    req.once('close', () => {
+      if (!req.complete) resolve(undefined);
+    });
+  });
+}
+
+function parseJson(raw: string): unknown {
+  try {
+    return JSON.parse(raw);
+  } catch {
+    return raw;
+  }
+}
+
+function sendJson(res: ServerResponse, status: number, payload: string): void {
+  res.writeHead(status, { ...JSON_HEADERS, 'content-length': Buffer.byteLength(payload) });
+  res.end(payload);
+}
+
+function modelsList(ids: string[]): string {
+  // A fixed `created` keeps the listing byte-identical across runs (2024-01-01T00:00:00Z).
+  const data = ids.map((id) => ({ id, object: 'model', created: 1_704_067_200, owned_by: 'tollgate-simulator' }));
+  return JSON.stringify({ object: 'list', data });
+}
