@@ -21,6 +21,11 @@ import { accountRoutes } from './admin/accounts.ts';
 import { opsRoutes } from './admin/ops.ts';
 import { modelRoutes } from './routes/models.ts';
 import { startReaper } from './credit/reaper.ts';
+import { createCredit } from './credit/credit.ts';
+import { unlimited, type Limits } from './limits/limits.ts';
+import { createUpstreams } from './upstream/pool.ts';
+import { createTokenizer, type Tokenizer } from './meter/tokenizer.ts';
+import { chatRoutes } from './routes/chat-completions.ts';
 
 export interface GatewayDeps {
   config: Config;
@@ -29,6 +34,10 @@ export interface GatewayDeps {
   metrics?: Metrics;
   /** The clock (ms since epoch); a seam for tests. */
   now?: () => number;
+  /** Rate limits; defaults to none. */
+  limits?: Limits;
+  /** The fallback token counter; defaults to gpt-tokenizer, loaded on listen(). */
+  tokenizer?: Tokenizer;
 }
 
 export interface Gateway {
@@ -56,10 +65,16 @@ export function createGateway(d: GatewayDeps): Gateway {
   const keyTable = createKeyTable({ store, now });
   const adminGuard = createAdminGuard(config.adminToken);
   const guard = (ctx: RequestContext) => adminGuard(ctx.req);
-  // Rate limiting plugs in here (issue: test-key rate limits); until then every key is admitted.
-  const admit = async (_ctx: RequestContext) => {};
+  const limits = d.limits ?? unlimited;
+  const admit = async (ctx: RequestContext) => void (await limits.admit(ctx));
+  const tokenizer = d.tokenizer ?? createTokenizer();
+  const credit = createCredit({ store, logger });
+  const upstreams = createUpstreams(config.models, config.upstream);
 
-  const publicRoutes: Route[] = [...modelRoutes({ auth, models: config.models, admit })];
+  const publicRoutes: Route[] = [
+    ...chatRoutes({ config, auth, limits, credit, upstreams, tokenizer, metrics, now }),
+    ...modelRoutes({ auth, models: config.models, admit }),
+  ];
   const adminRoutes: Route[] = [...opsRoutes({ metrics, store }), ...keyRoutes({ keys: keyTable, guard }), ...accountRoutes({ store, now, guard })];
   const publicHandler = createEdge({ router: createRouter(publicRoutes), logger, metrics, listener: 'public' });
   const adminHandler = createEdge({ router: createRouter(adminRoutes), logger, metrics, listener: 'admin' });
@@ -72,6 +87,8 @@ export function createGateway(d: GatewayDeps): Gateway {
     publicHandler,
     adminHandler,
     async listen() {
+      // Loaded before the first request: gpt-tokenizer's import takes 100–300 ms (NOTES §8).
+      await tokenizer.load();
       const s = config.server;
       const opts = { headersTimeoutMs: s.headersTimeoutMs, requestTimeoutMs: s.requestTimeoutMs };
       const pub = await listen(publicHandler, { ...opts, host: s.host, port: s.port });
@@ -85,6 +102,9 @@ export function createGateway(d: GatewayDeps): Gateway {
       reaper?.stop();
       await Promise.all(servers.map((srv) => drain(srv, deadlineMs)));
       servers = [];
+      await credit.drain(deadlineMs);
+      await upstreams.close();
+      await limits.close?.();
     },
   };
 }

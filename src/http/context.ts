@@ -15,8 +15,11 @@ export interface RequestContext {
   key: KeyRecord | undefined;
   /** Fields added to the request's single log line (tokens, cost, upstream, timings…). */
   log: Record<string, unknown>;
-  /** Nanoseconds spent waiting on the upstream; subtracted for the overhead histogram. */
-  upstreamNs: bigint;
+  /**
+   * The gateway's own time on a proxied request (SPEC §7): arrival → upstream call, plus time spent on
+   * each chunk and on settling, upstream waiting excluded. Measured by the route; undefined elsewhere.
+   */
+  overheadNs: bigint | undefined;
   /** Headers every response of this request carries (x-ratelimit-*). */
   extraHeaders: Record<string, string> | undefined;
 }

@@ -37,7 +37,7 @@ export function createEdge(d: EdgeDeps): (req: IncomingMessage, res: ServerRespo
   return (req, res) => {
     const requestId = newRequestId();
     const ctx: RequestContext = {
-      req, res, requestId, start: process.hrtime.bigint(), route: 'unmatched', params: {}, key: undefined, log: {}, upstreamNs: 0n, extraHeaders: undefined,
+      req, res, requestId, start: process.hrtime.bigint(), route: 'unmatched', params: {}, key: undefined, log: {}, overheadNs: undefined, extraHeaders: undefined,
     };
     res.setHeader('x-request-id', requestId);
     d.metrics.inFlight.inc();
@@ -70,8 +70,10 @@ function finish(d: EdgeDeps, ctx: RequestContext): void {
   const model = typeof ctx.log.model === 'string' ? ctx.log.model : '';
   d.metrics.requests.inc({ route: ctx.route, model, status, env: ctx.key?.env ?? '' });
   d.metrics.duration.observe({ route: ctx.route }, Number(totalNs) / NS_PER_S);
-  const overheadNs = totalNs - ctx.upstreamNs;
-  if (ctx.upstreamNs > 0n) d.metrics.overhead.observe({ route: ctx.route }, Number(overheadNs) / NS_PER_S);
+  if (ctx.overheadNs !== undefined) {
+    d.metrics.overhead.observe({ route: ctx.route }, Number(ctx.overheadNs) / NS_PER_S);
+    ctx.log.overhead_us = Number(ctx.overheadNs / 1000n);
+  }
   const clientId = ctx.req.headers['x-request-id'];
   const line: Record<string, unknown> = {
     listener: d.listener, request_id: ctx.requestId, method: ctx.req.method, route: ctx.route, status,

@@ -1,0 +1,97 @@
+/**
+ * Relays an answered upstream response to the client while metering it. SSE bytes go through the
+ * incremental meter (whole events, byte-for-byte, the usage-only chunk dropped when the client did not
+ * ask for it); JSON bodies are written through as they arrive and read for usage once, at the end.
+ * Backpressure: a full client pauses the upstream read until it drains. Per chunk: no await, no Redis,
+ * no logging, no JSON parse (except the usage event).
+ */
+import type { ServerResponse } from 'node:http';
+import type { UpstreamCall } from '../upstream/call.ts';
+import { createSseMeter } from './sse-scanner.ts';
+import { readUsageFromJson } from './usage.ts';
+import type { Usage } from './usage.ts';
+
+export interface RelayOutcome {
+  /** The upstream's usage, when it reported one (0 is a real value; absent is null). */
+  usage: Usage | null;
+  /** Produced text not covered by `usage` (all of it when usage is absent); decoded on demand. */
+  text: () => string;
+  /** How the relay ended. */
+  end: 'complete' | 'client_gone' | 'upstream_failed';
+  /** Nanoseconds the gateway spent on chunks. */
+  chunkNs: bigint;
+}
+
+/** A stream that breaks after its first byte ends with this event and no [DONE] (SPEC §2a). */
+const STREAM_ERROR = Buffer.from(`data: ${JSON.stringify({ error: { message: 'The upstream stream failed before completing.', type: 'upstream_error', code: 'upstream_error', param: null } })}\n\n`);
+/** Non-streaming bodies larger than this are relayed but not retained for usage (billed as estimated). */
+const MAX_JSON_RETAINED = 16 * 1024 * 1024;
+
+/** Relays an SSE stream; resolves when the upstream ended, failed, or the client left. */
+export async function relaySse(call: UpstreamCall, res: ServerResponse, dropUsageOnlyChunk: boolean, clientGone: () => boolean): Promise<RelayOutcome> {
+  const meter = createSseMeter({ dropUsageOnlyChunk });
+  let chunkNs = 0n;
+  call.attach({
+    data(chunk, resume) {
+      const t = process.hrtime.bigint();
+      let ok = true;
+      try {
+        const out = meter.push(chunk);
+        if (out) {
+          ok = res.write(out);
+          if (!ok) res.once('drain', resume);
+        }
+      } catch (err) {
+        call.abort(err as Error);
+      }
+      chunkNs += process.hrtime.bigint() - t;
+      return ok;
+    },
+  });
+  let end: RelayOutcome['end'] = 'complete';
+  try {
+    await call.done;
+    const tail = meter.end();
+    if (tail) res.write(tail);
+    res.end();
+  } catch {
+    if (clientGone()) end = 'client_gone';
+    else {
+      end = 'upstream_failed';
+      res.end(STREAM_ERROR);
+    }
+  }
+  return { usage: meter.usage, text: () => meter.completionText(), end, chunkNs };
+}
+
+/** Relays a JSON body unchanged; usage is read from the whole body at the end. */
+export async function relayJson(call: UpstreamCall, res: ServerResponse, clientGone: () => boolean): Promise<RelayOutcome> {
+  const chunks: Buffer[] = [];
+  let size = 0;
+  let chunkNs = 0n;
+  call.attach({
+    data(chunk, resume) {
+      const t = process.hrtime.bigint();
+      size += chunk.length;
+      if (size <= MAX_JSON_RETAINED) chunks.push(chunk);
+      const ok = res.write(chunk);
+      if (!ok) res.once('drain', resume);
+      chunkNs += process.hrtime.bigint() - t;
+      return ok;
+    },
+  });
+  let end: RelayOutcome['end'] = 'complete';
+  try {
+    await call.done;
+    res.end();
+  } catch {
+    end = clientGone() ? 'client_gone' : 'upstream_failed';
+    res.destroy();
+  }
+  if (end !== 'complete' || size > MAX_JSON_RETAINED) return { usage: null, text: () => '', end, chunkNs };
+  const t = process.hrtime.bigint();
+  const parsed = readUsageFromJson(chunks.length === 1 ? chunks[0]! : Buffer.concat(chunks, size));
+  chunkNs += process.hrtime.bigint() - t;
+  // With usage present it covers the whole body; the text is only needed when it is absent.
+  return { usage: parsed.usage, text: parsed.usage ? () => '' : parsed.completionText, end, chunkNs };
+}

@@ -1,0 +1,170 @@
+/**
+ * POST /v1/chat/completions (SPEC §1.2, §2a, §4). The request's path, top to bottom:
+ * authenticate → scope → read + validate → model → rate limit → credit hold → forward (pick upstream,
+ * retry before the first byte) → relay + meter → settle (in a `finally` no abort can skip) → log.
+ */
+import type { ServerResponse } from 'node:http';
+import { GatewayError } from '../http/errors.ts';
+import { readJson } from '../http/body.ts';
+import { sendError } from '../http/respond.ts';
+import type { Route } from '../http/router.ts';
+import type { RequestContext } from '../http/context.ts';
+import { requireModel, requireScope, type Authenticator } from '../auth/authenticate.ts';
+import type { Config, ModelConfig } from '../config/schema.ts';
+import type { Limits } from '../limits/limits.ts';
+import type { Credit } from '../credit/credit.ts';
+import { costMicros } from '../credit/pricing.ts';
+import { estimatePromptTokens } from '../credit/hold-estimate.ts';
+import { clientResponseHeaders, upstreamRequestHeaders } from '../upstream/headers.ts';
+import { ClientGoneError, forward, type Answered } from '../upstream/forward.ts';
+import type { UpstreamCall } from '../upstream/call.ts';
+import type { Upstreams } from '../upstream/pool.ts';
+import { relayJson, relaySse, type RelayOutcome } from '../meter/relay.ts';
+import type { Tokenizer } from '../meter/tokenizer.ts';
+import type { Metrics } from '../obs/metrics.ts';
+import type { UsageSource } from '../store/types.ts';
+import { validateChatBody, type ChatBody } from './chat-validate.ts';
+
+export interface ChatDeps {
+  config: Config;
+  auth: Authenticator;
+  limits: Limits;
+  credit: Credit;
+  upstreams: Upstreams;
+  tokenizer: Tokenizer;
+  metrics: Metrics;
+  now: () => number;
+}
+
+interface Billed {
+  promptTokens: number;
+  completionTokens: number;
+  source: UsageSource;
+}
+
+/** Builds the upstream body: model rewritten, usage forced on streams. Once per request, never per chunk. */
+function upstreamBody(body: ChatBody, model: ModelConfig): Buffer {
+  const out: Record<string, unknown> = { ...body, model: model.upstreamModel };
+  if (body.stream === true) {
+    const so = body.stream_options && typeof body.stream_options === 'object' ? body.stream_options : {};
+    out.stream_options = { ...so, include_usage: true };
+  }
+  return Buffer.from(JSON.stringify(out));
+}
+
+export function chatRoutes(d: ChatDeps): Route[] {
+  const models = new Map(d.config.models.map((m) => [m.name, m]));
+  const up = d.config.upstream;
+  const holdTtlMs = up.totalTimeoutMs + d.config.credit.holdMarginSeconds * 1000;
+
+  /** What to bill (SPEC §1.2): upstream usage when reported, else the tokenizer over what was produced. */
+  function bill(body: ChatBody, answered: boolean, outcome: RelayOutcome | undefined): Billed {
+    // No answer from any upstream (or a refusal): nothing was produced, nothing is billed.
+    if (!answered || !outcome) return { promptTokens: 0, completionTokens: 0, source: 'estimated' };
+    const extra = outcome.text();
+    if (outcome.usage) {
+      const more = extra ? d.tokenizer.countText(extra) : 0;
+      return { promptTokens: outcome.usage.prompt_tokens, completionTokens: outcome.usage.completion_tokens + more, source: more > 0 ? 'estimated' : 'upstream' };
+    }
+    return { promptTokens: d.tokenizer.countPromptTokens(body.messages), completionTokens: extra ? d.tokenizer.countText(extra) : 0, source: 'estimated' };
+  }
+
+  async function handle(ctx: RequestContext): Promise<void> {
+    const key = (ctx.key = await d.auth.authenticate(ctx.req));
+    requireScope(key, 'chat');
+    const { value, raw } = await readJson(ctx.req, d.config.limits.maxBodyBytes);
+    const body = validateChatBody(value);
+    const model = models.get(body.model);
+    if (!model) throw new GatewayError('model_not_found', `The model '${body.model}' does not exist.`, { param: 'model' });
+    requireModel(key, model.name);
+    ctx.log.model = model.name;
+
+    const maxOutput = body.max_completion_tokens ?? body.max_tokens ?? model.maxOutputTokens;
+    const promptEstimate = estimatePromptTokens(body, raw.length);
+    const admission = await d.limits.admit(ctx, promptEstimate + maxOutput);
+    const live = key.env === 'live';
+    if (live) {
+      const hold = costMicros(model.price, promptEstimate, maxOutput);
+      await d.credit.hold(key.account, ctx.requestId, hold, d.now() + holdTtlMs);
+      ctx.log.hold_micros = hold;
+    }
+
+    // From here on, whatever happens, the request is settled exactly once.
+    const aborter = new AbortController();
+    let current: UpstreamCall | undefined;
+    const gone = () => !ctx.res.writableFinished && ctx.res.destroyed;
+    const onClose = () => {
+      if (ctx.res.writableFinished) return;
+      aborter.abort();
+      current?.abort(new ClientGoneError());
+    };
+    ctx.res.once('close', onClose);
+    const total = setTimeout(() => current?.abort(Object.assign(new Error('total upstream timeout'), { code: 'UND_ERR_HEADERS_TIMEOUT' })), up.totalTimeoutMs);
+    const t0 = process.hrtime.bigint();
+    let answered: Answered | undefined;
+    let outcome: RelayOutcome | undefined;
+    try {
+      const payload = upstreamBody(body, model);
+      answered = await forward(d, model, {
+        path: '/chat/completions', body: payload, headersTimeoutMs: up.headersTimeoutMs, idleTimeoutMs: up.idleTimeoutMs,
+        headers: (auth) => upstreamRequestHeaders(ctx.req.headers, ctx.requestId, auth, payload.length),
+      }, aborter.signal, (c) => (current = c));
+      ctx.log.upstream = answered.call.upstream.label;
+      ctx.log.upstream_status = answered.status;
+      d.metrics.upstreamTtfb.observe({ model: model.name }, Number(answered.waitedNs) / 1e9);
+      outcome = await respond(ctx, answered, body);
+    } catch (err) {
+      if (!(err instanceof ClientGoneError)) throw err;
+    } finally {
+      clearTimeout(total);
+      ctx.res.off('close', onClose);
+      const t1 = process.hrtime.bigint();
+      const ok = answered !== undefined && answered.status >= 200 && answered.status < 300;
+      const b = bill(body, ok, outcome);
+      const cost = costMicros(model.price, b.promptTokens, b.completionTokens);
+      admission.settle(b.promptTokens + b.completionTokens);
+      Object.assign(ctx.log, { prompt_tokens: b.promptTokens, completion_tokens: b.completionTokens, usage_source: b.source, cost_micros: cost, relay_end: outcome?.end ?? (gone() ? 'client_gone' : 'none') });
+      if (b.promptTokens > 0) d.metrics.tokens.inc({ model: model.name, kind: 'prompt', source: b.source }, b.promptTokens);
+      if (b.completionTokens > 0) d.metrics.tokens.inc({ model: model.name, kind: 'completion', source: b.source }, b.completionTokens);
+      if (live) {
+        if (cost > 0) d.metrics.creditDebited.inc({ model: model.name }, cost);
+        // Not awaited by the response (already sent), but tracked: shutdown waits for it, failures retry.
+        void d.credit.settle({
+          account: key.account, requestId: ctx.requestId, costMicros: cost, keyId: key.id, model: model.name,
+          promptTokens: b.promptTokens, completionTokens: b.completionTokens, usageSource: b.source, ts: new Date(d.now()).toISOString(),
+        });
+      }
+      // Arrival → upstream call, plus chunk handling, plus settling; upstream waiting excluded.
+      ctx.overheadNs = (t0 - ctx.start) + (outcome?.chunkNs ?? 0n) + (process.hrtime.bigint() - t1);
+    }
+  }
+
+  /** Writes the response for an answered upstream call; returns what the relay metered. */
+  async function respond(ctx: RequestContext, a: Answered, body: ChatBody): Promise<RelayOutcome | undefined> {
+    const res: ServerResponse = ctx.res;
+    const headers = clientResponseHeaders(a.headers);
+    if (ctx.extraHeaders) Object.assign(headers, ctx.extraHeaders);
+    if (a.status >= 500) {
+      // A 500/501 is not retried (only 502/503/504/429 are) and its body may identify the upstream: 502.
+      a.call.abort(new Error('upstream 5xx not relayed'));
+      sendError(res, new GatewayError('upstream_error', `The upstream of model '${body.model}' failed.`));
+      return undefined;
+    }
+    const stream = body.stream === true && a.status < 300;
+    if (!stream && a.headers['content-length'] !== undefined) headers['content-length'] = a.headers['content-length'];
+    res.writeHead(a.status, headers);
+    if (stream) {
+      res.flushHeaders();
+      d.metrics.streams.inc();
+      try {
+        const wantsUsage = (body.stream_options as { include_usage?: unknown } | undefined)?.include_usage === true;
+        return await relaySse(a.call, res, !wantsUsage, () => res.destroyed && !res.writableFinished);
+      } finally {
+        d.metrics.streams.dec();
+      }
+    }
+    return relayJson(a.call, res, () => res.destroyed && !res.writableFinished);
+  }
+
+  return [{ method: 'POST', pattern: '/v1/chat/completions', handler: handle }];
+}

@@ -1,0 +1,92 @@
+/**
+ * One upstream attempt as an undici dispatch handler (NOTES §3: the cheapest way to proxy, and the
+ * meter sees every byte). `started` resolves when the upstream's headers arrive; the route then decides
+ * to retry (abort) or to stream, and attaches a sink. Backpressure is explicit: when the sink says the
+ * client is full, the upstream read is paused until it drains.
+ */
+import type { IncomingHttpHeaders } from 'node:http';
+import type { Dispatcher } from 'undici';
+import type { Upstream } from './pool.ts';
+
+export interface Sink {
+  /** Returns false when the client is full; `resume` is then called by the sink once it drains. */
+  data(chunk: Buffer, resume: () => void): boolean;
+}
+
+export type FailureKind = 'unavailable' | 'timeout' | 'error';
+
+/** Classifies an undici error for retries, metrics and the final status (SPEC §2a). */
+export function classify(err: unknown): { kind: FailureKind; reason: string } {
+  const code = (err as { code?: string }).code ?? '';
+  if (code === 'UND_ERR_HEADERS_TIMEOUT') return { kind: 'timeout', reason: 'headers_timeout' };
+  if (code === 'UND_ERR_BODY_TIMEOUT') return { kind: 'timeout', reason: 'idle_timeout' };
+  if (code === 'UND_ERR_CONNECT_TIMEOUT') return { kind: 'unavailable', reason: 'connect_timeout' };
+  if (code === 'ECONNREFUSED' || code === 'ENOTFOUND' || code === 'EHOSTUNREACH' || code === 'ECONNRESET' || code === 'UND_ERR_SOCKET' || code === 'EAI_AGAIN') {
+    return { kind: 'unavailable', reason: code === 'UND_ERR_SOCKET' ? 'socket' : code.toLowerCase() };
+  }
+  return { kind: 'error', reason: code ? code.toLowerCase() : 'error' };
+}
+
+export class UpstreamCall implements Dispatcher.DispatchHandler {
+  readonly upstream: Upstream;
+  readonly started: Promise<{ status: number; headers: IncomingHttpHeaders }>;
+  readonly done: Promise<void>;
+  private controller: Dispatcher.DispatchController | undefined;
+  private sink: Sink | undefined;
+  private early: Buffer[] = [];
+  private abortReason: Error | undefined;
+  private resolveStart!: (v: { status: number; headers: IncomingHttpHeaders }) => void;
+  private rejectStart!: (e: Error) => void;
+  private resolveDone!: () => void;
+  private rejectDone!: (e: Error) => void;
+  private readonly resume = () => this.controller?.resume();
+
+  constructor(upstream: Upstream) {
+    this.upstream = upstream;
+    this.started = new Promise((res, rej) => ((this.resolveStart = res), (this.rejectStart = rej)));
+    this.done = new Promise((res, rej) => ((this.resolveDone = res), (this.rejectDone = rej)));
+    // Either may be left unobserved when the attempt is abandoned.
+    this.started.catch(() => {});
+    this.done.catch(() => {});
+  }
+
+  /** Aborts the upstream request (client gone, retry, timeout). */
+  abort(reason: Error): void {
+    this.abortReason ??= reason;
+    this.controller?.abort(reason);
+  }
+
+  /** Starts consuming the body into the sink; chunks that arrived before are delivered first. */
+  attach(sink: Sink): void {
+    this.sink = sink;
+    const early = this.early;
+    this.early = [];
+    for (const c of early) if (!sink.data(c, this.resume)) this.controller?.pause();
+  }
+
+  onRequestStart(controller: Dispatcher.DispatchController): void {
+    this.controller = controller;
+    if (this.abortReason) controller.abort(this.abortReason);
+  }
+
+  onResponseStart(_c: Dispatcher.DispatchController, statusCode: number, headers: IncomingHttpHeaders): void {
+    this.resolveStart({ status: statusCode, headers });
+  }
+
+  onResponseData(controller: Dispatcher.DispatchController, chunk: Buffer): void {
+    if (!this.sink) {
+      this.early.push(chunk);
+      return;
+    }
+    if (!this.sink.data(chunk, this.resume)) controller.pause();
+  }
+
+  onResponseEnd(): void {
+    this.resolveDone();
+  }
+
+  onResponseError(_c: Dispatcher.DispatchController, err: Error): void {
+    this.rejectStart(err);
+    this.rejectDone(err);
+  }
+}

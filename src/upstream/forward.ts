@@ -1,0 +1,97 @@
+/**
+ * Sends a request to the model's upstreams until one answers (SPEC §1.2, §2a): least-outstanding pick,
+ * retry on the next upstream for connect errors, timeouts before headers, 429, 502, 503 and 504 — only
+ * ever before the first byte reaches the client, which is guaranteed here because nothing is written
+ * until this resolves. The answered call is returned with its status; the caller streams it.
+ */
+import type { IncomingHttpHeaders } from 'node:http';
+import { GatewayError } from '../http/errors.ts';
+import type { ModelConfig } from '../config/schema.ts';
+import type { Metrics } from '../obs/metrics.ts';
+import { UpstreamCall, classify, type FailureKind } from './call.ts';
+import type { Upstreams } from './pool.ts';
+
+const RETRY_STATUS = new Set([429, 502, 503, 504]);
+
+export interface ForwardRequest {
+  /** Path below the upstream's base path, e.g. `/chat/completions`. */
+  path: string;
+  body: Buffer;
+  headers: (authorization: string | undefined) => Record<string, string>;
+  headersTimeoutMs: number;
+  idleTimeoutMs: number;
+}
+
+export interface Answered {
+  call: UpstreamCall;
+  status: number;
+  headers: IncomingHttpHeaders;
+  /** Nanoseconds from the first dispatch to the answering upstream's headers. */
+  waitedNs: bigint;
+}
+
+/** Thrown when the client left before any upstream answered. */
+export class ClientGoneError extends Error {
+  constructor() {
+    super('client disconnected');
+    this.name = 'ClientGoneError';
+  }
+}
+
+export async function forward(
+  d: { upstreams: Upstreams; metrics: Metrics; now: () => number },
+  model: ModelConfig,
+  r: ForwardRequest,
+  signal: AbortSignal,
+  onCall: (call: UpstreamCall | undefined) => void,
+): Promise<Answered> {
+  const tried = new Set<import('./pool.ts').Upstream>();
+  const failures: FailureKind[] = [];
+  const t0 = process.hrtime.bigint();
+  for (;;) {
+    if (signal.aborted) throw new ClientGoneError();
+    const up = d.upstreams.pick(model, tried, d.now());
+    if (!up) break;
+    tried.add(up);
+    const call = new UpstreamCall(up);
+    onCall(call);
+    up.outstanding++;
+    up.pool.dispatch({
+      path: up.basePath + r.path, method: 'POST', headers: r.headers(up.authorization), body: r.body,
+      headersTimeout: r.headersTimeoutMs, bodyTimeout: r.idleTimeoutMs,
+    }, call);
+    void call.done.then(() => up.outstanding--, () => up.outstanding--);
+    let start;
+    try {
+      start = await call.started;
+    } catch (err) {
+      if (signal.aborted) throw new ClientGoneError();
+      const c = classify(err);
+      d.metrics.upstreamErrors.inc({ upstream: up.label, reason: c.reason });
+      d.upstreams.failed(up, d.now());
+      failures.push(c.kind);
+      continue;
+    }
+    if (RETRY_STATUS.has(start.status)) {
+      call.abort(new Error(`upstream answered ${start.status}; trying the next one`));
+      d.metrics.upstreamErrors.inc({ upstream: up.label, reason: `status_${start.status}` });
+      d.upstreams.failed(up, d.now());
+      failures.push('error');
+      continue;
+    }
+    if (start.status >= 500) {
+      d.metrics.upstreamErrors.inc({ upstream: up.label, reason: `status_${start.status}` });
+      d.upstreams.failed(up, d.now());
+    } else {
+      d.upstreams.succeeded(up);
+    }
+    onCall(call);
+    return { call, status: start.status, headers: start.headers, waitedNs: process.hrtime.bigint() - t0 };
+  }
+  onCall(undefined);
+  if (failures.length === 0 || failures.every((f) => f === 'unavailable')) {
+    throw new GatewayError('upstream_unavailable', `No upstream of model '${model.name}' is reachable.`);
+  }
+  if (failures.at(-1) === 'timeout') throw new GatewayError('upstream_timeout', `The upstream of model '${model.name}' timed out.`);
+  throw new GatewayError('upstream_error', `The upstream of model '${model.name}' failed.`);
+}
