@@ -1,0 +1,193 @@
+import t from 'tap';
+import { setTimeout as sleep } from 'node:timers/promises';
+import { createKeyCache } from '../../src/auth/key-cache.ts';
+import { generateKey, hashKey } from '../../src/auth/keys.ts';
+import { createMemoryStore } from '../../src/store/memory-store.ts';
+import type { KeyRecord, Store } from '../../src/store/types.ts';
+
+function record(over: Partial<KeyRecord> = {}): KeyRecord {
+  return {
+    id: 'key_1111111111111111', account: 'acme', env: 'live', name: 'k', active: true, scopes: ['chat', 'models', 'shares'],
+    models: [], rate_limits: null, created_at: '2026-11-22T10:00:00.000Z', last4: 'abcd', version: 1, ...over,
+  };
+}
+
+interface Counting {
+  store: Store;
+  reads: () => number;
+  /** When set, every getKeyByHash waits for this gate before reading. */
+  gate: { wait: Promise<void> | undefined };
+}
+
+/** The embedded store with getKeyByHash counted and optionally held back. */
+function counting(inner: Store = createMemoryStore()): Counting {
+  let n = 0;
+  const gate: Counting['gate'] = { wait: undefined };
+  const store: Store = {
+    ...inner,
+    async getKeyByHash(hash) {
+      n++;
+      const r = await inner.getKeyByHash(hash);
+      if (gate.wait) await gate.wait;
+      return r;
+    },
+  };
+  return { store, reads: () => n, gate };
+}
+
+function deferred(): { promise: Promise<void>; resolve: () => void } {
+  let resolve!: () => void;
+  const promise = new Promise<void>((r) => (resolve = r));
+  return { promise, resolve };
+}
+
+const opts = { ttlMs: 10_000, negativeTtlMs: 5_000, max: 1000 };
+
+t.test('50 concurrent lookups of an uncached key make one store read', async (t) => {
+  const c = counting();
+  const hash = hashKey(generateKey('live'));
+  await c.store.createKey(hash, record());
+  const cache = createKeyCache({ store: c.store, ...opts });
+  const results = await Promise.all(Array.from({ length: 50 }, () => cache.lookup(hash)));
+  t.equal(c.reads(), 1);
+  for (const r of results) t.equal(r?.id, 'key_1111111111111111');
+  await cache.lookup(hash);
+  t.equal(c.reads(), 1, 'later lookups are served from the cache');
+  t.equal(cache.peek(hash)?.id, 'key_1111111111111111');
+});
+
+t.test('unknown keys are cached negatively (coalesced too) until the negative TTL', async (t) => {
+  const c = counting();
+  const cache = createKeyCache({ store: c.store, ttlMs: 10_000, negativeTtlMs: 150, max: 1000 });
+  const hash = hashKey(generateKey('test'));
+  t.equal(cache.peek(hash), undefined, 'a miss before the first lookup');
+  const rs = await Promise.all(Array.from({ length: 20 }, () => cache.lookup(hash)));
+  t.same(new Set(rs), new Set([null]));
+  t.equal(c.reads(), 1);
+  t.equal(cache.peek(hash), null, 'peek tells a known-unknown key (null) from a miss (undefined)');
+  await cache.lookup(hash);
+  t.equal(c.reads(), 1);
+  await sleep(250);
+  t.equal(cache.peek(hash), undefined, 'the negative entry expired');
+  await cache.lookup(hash);
+  t.equal(c.reads(), 2);
+});
+
+t.test('a key created after a negative lookup is found once the entry is invalidated', async (t) => {
+  const c = counting();
+  const cache = createKeyCache({ store: c.store, ...opts });
+  const hash = hashKey(generateKey('live'));
+  t.equal(await cache.lookup(hash), null);
+  await c.store.createKey(hash, record());
+  cache.invalidate(hash, 1);
+  t.equal((await cache.lookup(hash))?.id, 'key_1111111111111111');
+});
+
+t.test('peek counts hits and misses; it never reads the store', async (t) => {
+  const c = counting();
+  const seen: string[] = [];
+  const cache = createKeyCache({ store: c.store, ...opts, onLookup: (o) => seen.push(o) });
+  const hash = hashKey(generateKey('live'));
+  await c.store.createKey(hash, record());
+  cache.peek(hash);
+  await cache.lookup(hash);
+  cache.peek(hash);
+  t.same(seen, ['miss', 'hit']);
+  t.equal(c.reads(), 1);
+});
+
+t.test('an invalidation from the store (pub/sub) drops the entry; the next lookup reads the new version', async (t) => {
+  const c = counting();
+  const cache = createKeyCache({ store: c.store, ...opts });
+  const hash = hashKey(generateKey('live'));
+  await c.store.createKey(hash, record());
+  t.equal((await cache.lookup(hash))?.active, true);
+  const r = await c.store.updateKey('key_1111111111111111', { active: false });
+  await c.store.publish({ kind: 'key', hash, version: r!.record.version });
+  await sleep(10); // the embedded store delivers on a later tick, like pub/sub
+  t.equal(cache.peek(hash), undefined);
+  const after = await cache.lookup(hash);
+  t.equal(after?.active, false);
+  t.equal(after?.version, 2);
+});
+
+t.test('an invalidation during an in-flight read never caches the old record', async (t) => {
+  const c = counting();
+  const cache = createKeyCache({ store: c.store, ...opts });
+  const hash = hashKey(generateKey('live'));
+  await c.store.createKey(hash, record());
+  const gate = deferred();
+  c.gate.wait = gate.promise;
+  // The read has fetched version 1 (active) and is waiting at the gate...
+  const pending = cache.lookup(hash);
+  await sleep(10);
+  t.equal(c.reads(), 1);
+  // ...when the key is disabled and the invalidation arrives.
+  const r = await c.store.updateKey('key_1111111111111111', { active: false });
+  cache.invalidate(hash, r!.record.version);
+  c.gate.wait = undefined;
+  gate.resolve();
+  let result: KeyRecord | null | undefined;
+  try {
+    result = await pending;
+  } catch {
+    result = undefined; // giving up is acceptable; returning the old record is not
+  }
+  t.not(result?.active, true, 'the racing request does not see the disabled key as active');
+  t.not(cache.peek(hash)?.active, true, 'the old record is not in the cache');
+  const again = await cache.lookup(hash);
+  t.equal(again?.active, false);
+  t.equal(again?.version, 2);
+});
+
+t.test('a stale record older than an invalidation already seen is refused', async (t) => {
+  // A lagging replica (or a read that started before the write) answers version 1 after version 2 was announced.
+  const hash = hashKey(generateKey('live'));
+  let reads = 0;
+  const inner = createMemoryStore();
+  const store: Store = { ...inner, async getKeyByHash() { reads++; return record({ version: 1 }); } };
+  const cache = createKeyCache({ store, ...opts });
+  cache.invalidate(hash, 2);
+  let result: KeyRecord | null | undefined;
+  let failed = false;
+  try {
+    result = await cache.lookup(hash);
+  } catch {
+    failed = true;
+  }
+  t.ok(failed || result === null, 'no stale active record is returned');
+  t.equal(cache.peek(hash), undefined, 'nothing was cached');
+  t.ok(reads >= 1 && reads <= 5, `bounded retries (${reads} reads)`);
+});
+
+t.test('store failures propagate and are not cached', async (t) => {
+  const hash = hashKey(generateKey('live'));
+  let fail = true;
+  const inner = createMemoryStore();
+  await inner.createKey(hash, record());
+  const store: Store = {
+    ...inner,
+    async getKeyByHash(h) {
+      if (fail) throw Object.assign(new Error('down'), { code: 'store_unavailable' });
+      return inner.getKeyByHash(h);
+    },
+  };
+  const cache = createKeyCache({ store, ...opts });
+  await t.rejects(cache.lookup(hash), { code: 'store_unavailable' });
+  t.equal(cache.peek(hash), undefined);
+  fail = false;
+  t.equal((await cache.lookup(hash))?.id, 'key_1111111111111111');
+});
+
+t.test('entries expire after the TTL, bounding staleness when an invalidation is lost', async (t) => {
+  const c = counting();
+  const cache = createKeyCache({ store: c.store, ttlMs: 100, negativeTtlMs: 100, max: 1000 });
+  const hash = hashKey(generateKey('live'));
+  await c.store.createKey(hash, record());
+  await cache.lookup(hash);
+  await c.store.updateKey('key_1111111111111111', { active: false }); // no publish: a lost invalidation
+  t.equal(cache.peek(hash)?.active, true);
+  await sleep(200);
+  t.equal((await cache.lookup(hash))?.active, false);
+  t.equal(c.reads(), 2);
+});

@@ -1,0 +1,103 @@
+import t from 'tap';
+import { PassThrough } from 'node:stream';
+import type { IncomingMessage } from 'node:http';
+import { parseJson, readBody, readJson, requireJson } from '../../src/http/body.ts';
+import { GatewayError, ValidationError } from '../../src/http/errors.ts';
+
+/** A stand-in for IncomingMessage: a readable stream with headers. */
+function fakeReq(headers: Record<string, string>, chunks: (string | Buffer)[] = []): IncomingMessage {
+  const s = new PassThrough() as PassThrough & { headers: Record<string, string> };
+  s.headers = headers;
+  for (const c of chunks) s.write(c);
+  s.end();
+  return s as unknown as IncomingMessage;
+}
+
+async function rejection(p: Promise<unknown>): Promise<unknown> {
+  try {
+    await p;
+  } catch (e) {
+    return e;
+  }
+  throw new Error('expected a rejection');
+}
+
+t.test('requireJson accepts application/json with parameters and any case', async (t) => {
+  for (const ct of ['application/json', 'application/json; charset=utf-8', 'application/json;charset=UTF-8', 'Application/JSON', ' application/json ']) {
+    t.doesNotThrow(() => requireJson(fakeReq({ 'content-type': ct })), ct);
+  }
+});
+
+t.test('requireJson refuses every other media type with 415 unsupported_media_type', async (t) => {
+  for (const ct of ['text/plain', 'application/x-www-form-urlencoded', 'multipart/form-data; boundary=x', 'application/jsonx', 'application/json-patch+json', 'json', '']) {
+    let err: unknown;
+    try {
+      requireJson(fakeReq({ 'content-type': ct }));
+    } catch (e) {
+      err = e;
+    }
+    t.type(err, GatewayError, ct);
+    t.equal((err as GatewayError).code, 'unsupported_media_type', ct);
+    t.equal((err as GatewayError).status, 415, ct);
+  }
+  const none = (() => { try { requireJson(fakeReq({})); } catch (e) { return e as GatewayError; } })();
+  t.equal(none?.code, 'unsupported_media_type', 'missing Content-Type is refused');
+});
+
+t.test('the 415 message quotes a bounded slice of the header', async (t) => {
+  const long = 'text/' + 'x'.repeat(5000);
+  try {
+    requireJson(fakeReq({ 'content-type': long }));
+    t.fail('should throw');
+  } catch (e) {
+    t.ok((e as Error).message.length < 300, 'message stays short');
+  }
+});
+
+t.test('readBody returns the bytes of a body within the limit', async (t) => {
+  const buf = await readBody(fakeReq({}, ['{"a":', Buffer.from('1}')]), 100);
+  t.equal(buf.toString(), '{"a":1}');
+  t.equal((await readBody(fakeReq({}, [Buffer.alloc(100, 'x')]), 100)).length, 100, 'exactly the limit is accepted');
+  t.equal((await readBody(fakeReq({}), 100)).length, 0, 'empty body');
+});
+
+t.test('readBody refuses a declared content-length over the limit before reading', async (t) => {
+  const e = await rejection(readBody(fakeReq({ 'content-length': '101' }), 100));
+  t.type(e, GatewayError);
+  t.equal((e as GatewayError).code, 'request_too_large');
+  t.equal((e as GatewayError).status, 413);
+});
+
+t.test('readBody refuses an undeclared (chunked) body once it passes the limit', async (t) => {
+  const e = await rejection(readBody(fakeReq({}, [Buffer.alloc(60), Buffer.alloc(60)]), 100));
+  t.equal((e as GatewayError).code, 'request_too_large');
+});
+
+t.test('parseJson: valid JSON parses, a syntax error is a 422 json_invalid', async (t) => {
+  t.same(parseJson(Buffer.from('{"x":[1,2]}')), { x: [1, 2] });
+  t.equal(parseJson(Buffer.from('null')), null);
+  for (const bad of ['', '{', '{"a":1,}', 'nope', '{"a":1}x']) {
+    let e: unknown;
+    try {
+      parseJson(Buffer.from(bad));
+    } catch (err) {
+      e = err;
+    }
+    t.type(e, ValidationError, JSON.stringify(bad));
+    const d = (e as ValidationError).detail;
+    t.equal(d.length, 1);
+    t.same(Object.keys(d[0]!).sort(), ['ctx', 'input', 'loc', 'msg', 'type']);
+    t.equal(d[0]!.type, 'json_invalid');
+    t.equal(d[0]!.msg, 'JSON decode error');
+    t.equal(d[0]!.loc[0], 'body');
+  }
+});
+
+t.test('readJson checks media type first, then size, then syntax', async (t) => {
+  t.equal(((await rejection(readJson(fakeReq({ 'content-type': 'text/plain', 'content-length': '999999' }, ['{']), 10))) as GatewayError).code, 'unsupported_media_type');
+  t.equal(((await rejection(readJson(fakeReq({ 'content-type': 'application/json' }, ['{'.repeat(20)]), 10))) as GatewayError).code, 'request_too_large');
+  t.type(await rejection(readJson(fakeReq({ 'content-type': 'application/json' }, ['{']), 10)), ValidationError);
+  const ok = await readJson(fakeReq({ 'content-type': 'application/json' }, ['{"k":"v"}']), 100);
+  t.same(ok.value, { k: 'v' });
+  t.equal(ok.raw.toString(), '{"k":"v"}');
+});
