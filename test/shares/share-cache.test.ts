@@ -1,0 +1,166 @@
+import t from 'tap';
+import { setTimeout as sleep } from 'node:timers/promises';
+import { createShareCache } from '../../src/shares/share-cache.ts';
+import { createMemoryStore } from '../../src/store/memory-store.ts';
+import { GatewayError } from '../../src/http/errors.ts';
+import type { ShareRecord, Store } from '../../src/store/types.ts';
+
+const SLUG = 'AbCdEfGhJkLmNpQrStUvWx';
+
+function share(over: Partial<ShareRecord> = {}): ShareRecord {
+  return { slug: SLUG, account: 'acme', created_at: '2026-11-22T10:00:00.000Z', snapshot: '{"messages":[{}]}', files: [], revoked_at: null, ...over };
+}
+
+interface Counting {
+  store: Store;
+  reads: () => number;
+  /** When set, every getShare reads the store, then waits for this gate before answering. */
+  gate: { wait: Promise<void> | undefined };
+  fail: { next: boolean };
+}
+
+function counting(inner: Store = createMemoryStore()): Counting {
+  let n = 0;
+  const gate: Counting['gate'] = { wait: undefined };
+  const fail = { next: false };
+  const store: Store = {
+    ...inner,
+    async getShare(slug) {
+      n++;
+      if (fail.next) {
+        fail.next = false;
+        throw new GatewayError('store_unavailable', 'down');
+      }
+      const r = await inner.getShare(slug);
+      if (gate.wait) await gate.wait;
+      return r;
+    },
+  };
+  return { store, reads: () => n, gate, fail };
+}
+
+function deferred(): { promise: Promise<void>; resolve: () => void } {
+  let resolve!: () => void;
+  const promise = new Promise<void>((r) => (resolve = r));
+  return { promise, resolve };
+}
+
+const opts = { ttlMs: 10_000, negativeTtlMs: 5_000 };
+
+t.test('50 concurrent lookups of an uncached share make one store read, later ones none', async (t) => {
+  const c = counting();
+  await c.store.putShare(share());
+  const cache = createShareCache({ store: c.store, ...opts });
+  t.equal(cache.peek(SLUG), undefined);
+  const states = await Promise.all(Array.from({ length: 50 }, () => cache.lookup(SLUG)));
+  t.equal(c.reads(), 1);
+  for (const s of states) t.equal(s.status === 'live' && s.record.snapshot, '{"messages":[{}]}');
+  await cache.lookup(SLUG);
+  t.equal(cache.peek(SLUG)?.status, 'live');
+  t.equal(c.reads(), 1);
+});
+
+t.test('unknown slugs are cached negatively, coalesced, until the negative TTL', async (t) => {
+  const c = counting();
+  const cache = createShareCache({ store: c.store, ttlMs: 10_000, negativeTtlMs: 50 });
+  const states = await Promise.all(Array.from({ length: 20 }, () => cache.lookup(SLUG)));
+  t.same(new Set(states.map((s) => s.status)), new Set(['unknown']));
+  t.equal(c.reads(), 1);
+  t.equal(cache.peek(SLUG)?.status, 'unknown');
+  await c.store.putShare(share());
+  await sleep(80);
+  t.equal(cache.peek(SLUG), undefined, 'the negative entry expired');
+  t.equal((await cache.lookup(SLUG)).status, 'live');
+  t.equal(c.reads(), 2);
+});
+
+t.test('peek counts hits and misses', async (t) => {
+  const c = counting();
+  const seen: string[] = [];
+  const cache = createShareCache({ store: c.store, ...opts, onLookup: (o) => seen.push(o) });
+  cache.peek(SLUG);
+  cache.remember(share());
+  cache.peek(SLUG);
+  t.same(seen, ['miss', 'hit']);
+  t.equal(c.reads(), 0, 'remember primes the cache without a read');
+});
+
+t.test('a revocation message replaces a cached live share at once', async (t) => {
+  const c = counting();
+  await c.store.putShare(share());
+  const cache = createShareCache({ store: c.store, ...opts });
+  t.equal((await cache.lookup(SLUG)).status, 'live');
+  await c.store.publish({ kind: 'share', slug: SLUG });
+  await sleep(5);
+  t.equal(cache.peek(SLUG)?.status, 'revoked', 'without a store read: the store still says live here');
+  t.equal(c.reads(), 1);
+});
+
+t.test('a read in flight when the revocation lands never caches the old record', async (t) => {
+  const c = counting();
+  await c.store.putShare(share());
+  const cache = createShareCache({ store: c.store, ...opts });
+  const gate = deferred();
+  c.gate.wait = gate.promise;
+  const pending = cache.lookup(SLUG); // has read "live" from the store, waits at the gate
+  await sleep(5);
+  cache.revoke(SLUG);
+  gate.resolve();
+  t.equal((await pending).status, 'revoked', 'the racing reader sees the revocation');
+  t.equal(cache.peek(SLUG)?.status, 'revoked');
+  for (let i = 0; i < 5; i++) t.equal((await cache.lookup(SLUG)).status, 'revoked');
+});
+
+t.test('the floor wins over a late store read even after the revoked entry is gone', async (t) => {
+  const c = counting();
+  await c.store.putShare(share()); // the store (e.g. a lagging replica) still says live
+  const cache = createShareCache({ store: c.store, ttlMs: 30, negativeTtlMs: 30 });
+  cache.revoke(SLUG);
+  await sleep(50); // the revoked entry expired
+  t.equal(cache.peek(SLUG), undefined);
+  t.equal((await cache.lookup(SLUG)).status, 'revoked');
+  cache.remember(share());
+  t.equal(cache.peek(SLUG)?.status, 'revoked', 'remember never resurrects a revoked slug');
+});
+
+t.test('a record revoked in the store reads as revoked', async (t) => {
+  const c = counting();
+  await c.store.putShare(share({ revoked_at: '2026-11-22T10:00:01.000Z' }));
+  const cache = createShareCache({ store: c.store, ...opts });
+  t.equal((await cache.lookup(SLUG)).status, 'revoked');
+  cache.remember(share({ revoked_at: '2026-11-22T10:00:01.000Z', slug: 'x'.repeat(22) }));
+  t.equal(cache.peek('x'.repeat(22)), undefined, 'a revoked record is not primed as live');
+});
+
+t.test('store failures propagate and are not cached', async (t) => {
+  const c = counting();
+  await c.store.putShare(share());
+  const cache = createShareCache({ store: c.store, ...opts });
+  c.fail.next = true;
+  await t.rejects(cache.lookup(SLUG), { code: 'store_unavailable' });
+  t.equal(cache.peek(SLUG), undefined);
+  t.equal((await cache.lookup(SLUG)).status, 'live');
+});
+
+t.test('live entries expire after the TTL, bounding staleness when a message is lost', async (t) => {
+  const c = counting();
+  await c.store.putShare(share());
+  const cache = createShareCache({ store: c.store, ttlMs: 40, negativeTtlMs: 40 });
+  await cache.lookup(SLUG);
+  await c.store.revokeShare(SLUG, '2026-11-22T10:00:01.000Z'); // no publish: the message is "lost"
+  t.equal(cache.peek(SLUG)?.status, 'live');
+  await sleep(60);
+  t.equal((await cache.lookup(SLUG)).status, 'revoked');
+});
+
+t.test('snapshot bytes are bounded: big records evict older ones', async (t) => {
+  const c = counting();
+  const cache = createShareCache({ store: c.store, ...opts, maxBytes: 100_000 });
+  const big = '{"messages":[{"content":"' + 'x'.repeat(30_000) + '"}]}';
+  const slugs = ['1', '2', '3', '4'].map((d) => d.repeat(22));
+  for (const slug of slugs) cache.remember(share({ slug, snapshot: big }));
+  t.equal(cache.peek(slugs[0]!), undefined, 'the oldest was evicted');
+  t.equal(cache.peek(slugs[3]!)?.status, 'live');
+  cache.remember(share({ slug: '5'.repeat(22), snapshot: 'x'.repeat(60_000) }));
+  t.equal(cache.peek('5'.repeat(22)), undefined, 'larger than the whole cache: not cached');
+});
