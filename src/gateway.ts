@@ -22,7 +22,8 @@ import { opsRoutes } from './admin/ops.ts';
 import { modelRoutes } from './routes/models.ts';
 import { startReaper } from './credit/reaper.ts';
 import { createCredit } from './credit/credit.ts';
-import { unlimited, type Limits } from './limits/limits.ts';
+import type { Limits } from './limits/limits.ts';
+import { createRateLimits } from './limits/rate-limiter.ts';
 import { createUpstreams } from './upstream/pool.ts';
 import { createTokenizer, type Tokenizer } from './meter/tokenizer.ts';
 import { chatRoutes } from './routes/chat-completions.ts';
@@ -34,7 +35,7 @@ export interface GatewayDeps {
   metrics?: Metrics;
   /** The clock (ms since epoch); a seam for tests. */
   now?: () => number;
-  /** Rate limits; defaults to none. */
+  /** Rate limits; defaults to the configured per-key limits on the store's Redis (or in memory). */
   limits?: Limits;
   /** The fallback token counter; defaults to gpt-tokenizer, loaded on listen(). */
   tokenizer?: Tokenizer;
@@ -65,7 +66,7 @@ export function createGateway(d: GatewayDeps): Gateway {
   const keyTable = createKeyTable({ store, now });
   const adminGuard = createAdminGuard(config.adminToken);
   const guard = (ctx: RequestContext) => adminGuard(ctx.req);
-  const limits = d.limits ?? unlimited;
+  const limits = d.limits ?? createRateLimits({ ...config.rateLimits, redis: store.redis, metrics, logger, now });
   const admit = async (ctx: RequestContext) => void (await limits.admit(ctx));
   const tokenizer = d.tokenizer ?? createTokenizer();
   const credit = createCredit({ store, logger });
