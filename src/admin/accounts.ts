@@ -12,7 +12,13 @@ const ENTRY_ID = /^\d{1,16}-\d{1,16}$/;
 const MAX_GRANT = 1e15;
 
 function accountParam(ctx: RequestContext): string {
-  const id = decodeURIComponent(ctx.params.id!);
+  const raw = ctx.params.id!;
+  let id = raw;
+  try {
+    id = decodeURIComponent(raw);
+  } catch {
+    // A malformed escape is the client's fault: it fails the pattern below with the raw segment as input.
+  }
   if (!ACCOUNT_ID.test(id)) {
     throw invalid(['path', 'id'], 'string_pattern_mismatch', "String should match pattern '^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$'", id, { pattern: '^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$' });
   }

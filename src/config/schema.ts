@@ -170,7 +170,7 @@ export function compileConfig(doc: unknown, env: NodeJS.ProcessEnv): Config {
       commandTimeoutMs: num(store.command_timeout_ms, 'store.command_timeout_ms', { fallback: 500, min: 10 }),
     },
     adminToken: env.TOLLGATE_ADMIN_TOKEN || undefined,
-    logLevel: env.LOG_LEVEL ?? str(root.log_level, 'log_level', 'info'),
+    logLevel: logLevel(env.LOG_LEVEL ?? str(root.log_level, 'log_level', 'info'), env.LOG_LEVEL !== undefined ? 'LOG_LEVEL (environment)' : 'log_level'),
     limits: { maxBodyBytes: num(limits.max_body_bytes, 'limits.max_body_bytes', { fallback: 4 * 1024 * 1024, min: 1024, integer: true }) },
     auth: {
       cacheTtlMs: num(auth.cache_ttl_ms, 'auth.cache_ttl_ms', { fallback: 10_000, min: 1, max: 10_000 }),
@@ -213,6 +213,13 @@ export function compileConfig(doc: unknown, env: NodeJS.ProcessEnv): Config {
     models,
   };
   return deepFreeze(config);
+}
+
+const LOG_LEVELS = ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'];
+
+function logLevel(v: string, path: string): string {
+  if (!LOG_LEVELS.includes(v)) throw new ConfigError(path, `must be one of ${LOG_LEVELS.join(', ')}, got ${JSON.stringify(v)}`);
+  return v;
 }
 
 function deepFreeze<T>(o: T): T {

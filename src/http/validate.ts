@@ -163,5 +163,9 @@ export function queryInt(o: Obj, key: string, issues: Issues, opts: IntOpts & { 
     issues.add(['query', key], 'int_parsing', 'Input should be a valid integer, unable to parse string as an integer', v);
     return opts.fallback;
   }
-  return int({ [key]: n }, key, ['query'], issues, opts) ?? opts.fallback;
+  // Range errors echo the value as received (a string), as Pydantic does for query parameters.
+  const sub = new Issues();
+  const out = int({ [key]: n }, key, ['query'], sub, opts);
+  for (const i of sub.list) issues.add(i.loc, i.type, i.msg, v, i.ctx);
+  return out ?? opts.fallback;
 }
