@@ -1,0 +1,71 @@
+/**
+ * `npm run demo`: the upstream simulator + a gateway on the embedded store, one test key and one funded
+ * live key, and ready-to-paste curl and OpenAI SDK snippets. Ctrl-C stops both.
+ */
+import { randomBytes } from 'node:crypto';
+import { readFile } from 'node:fs/promises';
+import { parseConfig } from '../src/config/load.ts';
+import { createGateway } from '../src/gateway.ts';
+import { createLogger } from '../src/obs/logger.ts';
+import { createMemoryStore } from '../src/store/memory-store.ts';
+import { startSimulator } from '../src/simulator/simulator.ts';
+
+const sim = await startSimulator({ record: false });
+const adminToken = process.env.TOLLGATE_ADMIN_TOKEN || randomBytes(18).toString('base64url');
+const env = { ...process.env, SIM_URL: sim.url, TOLLGATE_ADMIN_TOKEN: adminToken };
+const file = env.TOLLGATE_CONFIG || 'config/demo.yaml';
+const config = parseConfig(await readFile(file, 'utf8'), env);
+const logger = createLogger(env.LOG_LEVEL ?? 'warn');
+const store = createMemoryStore();
+const gateway = createGateway({ config, store, logger });
+const { publicUrl, adminUrl } = await gateway.listen();
+
+async function admin(path: string, body: unknown): Promise<Record<string, unknown>> {
+  const res = await fetch(`${adminUrl}${path}`, { method: 'POST', headers: { authorization: `Bearer ${adminToken}`, 'content-type': 'application/json' }, body: JSON.stringify(body) });
+  if (!res.ok) throw new Error(`${path}: ${res.status} ${await res.text()}`);
+  return (await res.json()) as Record<string, unknown>;
+}
+const testKey = await admin('/admin/keys', { account: 'demo', env: 'test', name: 'demo test key' });
+const liveKey = await admin('/admin/keys', { account: 'demo', env: 'live', name: 'demo live key' });
+await admin('/admin/accounts/demo/credits', { amount_micros: 10_000_000, idempotency_key: 'demo-grant', note: 'demo: 10 credits' });
+const model = config.models[0]!.name;
+
+process.stdout.write(`
+Tollgate demo is running (embedded store: state is lost when you stop it).
+
+  public API   ${publicUrl}/v1        upstream simulator: ${sim.url}
+  admin API    ${adminUrl}            TOLLGATE_ADMIN_TOKEN=${adminToken}
+  metrics      ${adminUrl}/metrics
+
+  test key (free, rate-limited)  ${testKey.key}
+  live key (account "demo", 10 credits)  ${liveKey.key}
+
+Try it:
+
+  curl -s ${publicUrl}/v1/chat/completions \\
+    -H "Authorization: Bearer ${liveKey.key}" -H "Content-Type: application/json" \\
+    -d '{"model":"${model}","messages":[{"role":"user","content":"Hello!"}],"max_tokens":20}'
+
+  curl -s ${adminUrl}/admin/accounts/demo/ledger -H "Authorization: Bearer ${adminToken}"
+
+  # OpenAI SDK (npm i openai), streaming:
+  import OpenAI from 'openai';
+  const client = new OpenAI({ apiKey: '${testKey.key}', baseURL: '${publicUrl}/v1' });
+  const stream = await client.chat.completions.create({ model: '${model}', stream: true,
+    messages: [{ role: 'user', content: 'Hello!' }] });
+  for await (const chunk of stream) process.stdout.write(chunk.choices[0]?.delta?.content ?? '');
+
+  # The CLI drives the admin API:
+  TOLLGATE_ADMIN_TOKEN=${adminToken} TOLLGATE_ADMIN_URL=${adminUrl} node bin/tollgate.js credits show demo
+
+Ctrl-C to stop.
+`);
+
+const stop = async () => {
+  await gateway.close(2000);
+  await store.close();
+  await sim.close();
+  process.exit(0);
+};
+process.once('SIGINT', () => void stop());
+process.once('SIGTERM', () => void stop());
