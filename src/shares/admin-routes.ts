@@ -1,0 +1,39 @@
+/**
+ * Admin share routes (SPEC §2): `POST /admin/shares` (the public body plus `account`) and
+ * `DELETE /admin/shares/{slug}` (any account's share; 404 when unknown, 204 again when already revoked).
+ */
+import type { RequestContext } from '../http/context.ts';
+import { sendEmpty, sendJson } from '../http/respond.ts';
+import type { Route } from '../http/router.ts';
+import { readShareBody, type ShareBodyLimits } from './share-body.ts';
+import type { ShareService } from './service.ts';
+import { validateSlug } from './validate.ts';
+
+export interface ShareAdminRouteDeps {
+  guard: (ctx: RequestContext) => void;
+  service: ShareService;
+  limits: ShareBodyLimits;
+}
+
+/** The admin share routes. */
+export function shareAdminRoutes(d: ShareAdminRouteDeps): Route[] {
+  async function create(ctx: RequestContext) {
+    d.guard(ctx);
+    const body = await readShareBody(ctx.req, d.limits, true);
+    const account = body.account!;
+    const created = await d.service.create(account, body);
+    ctx.log.account = account;
+    sendJson(ctx.res, 201, { ...created, account });
+  }
+
+  async function revoke(ctx: RequestContext) {
+    d.guard(ctx);
+    await d.service.revoke(validateSlug(ctx.params.slug!), undefined);
+    sendEmpty(ctx.res, 204);
+  }
+
+  return [
+    { method: 'POST', pattern: '/admin/shares', handler: create },
+    { method: 'DELETE', pattern: '/admin/shares/{slug}', handler: revoke },
+  ];
+}

@@ -1,0 +1,83 @@
+/**
+ * Public share routes (SPEC §1.4): `POST /v1/shares` (scope `shares`), `GET /v1/shares/{slug}` (no key:
+ * the slug is the capability), `DELETE /v1/shares/{slug}` (a key of the owning account).
+ */
+import type { ServerResponse } from 'node:http';
+import { requireScope, type Authenticator } from '../auth/authenticate.ts';
+import type { RequestContext } from '../http/context.ts';
+import { sendEmpty, sendJson } from '../http/respond.ts';
+import type { Route } from '../http/router.ts';
+import type { Metrics } from '../obs/metrics.ts';
+import { readShareBody, type ShareBodyLimits } from './share-body.ts';
+import type { ShareService } from './service.ts';
+import { validateSlug } from './validate.ts';
+
+export interface ShareRouteDeps {
+  auth: Authenticator;
+  /** Rate limiting of authenticated /v1 requests. */
+  admit: (ctx: RequestContext) => Promise<void>;
+  service: ShareService;
+  limits: ShareBodyLimits;
+  metrics: Pick<Metrics, 'shareReads'>;
+}
+
+// Reads are per-render capabilities: no cache may keep a body (or a 404/410: RFC 9111 lets caches
+// store a 404 or 410 heuristically, which would hide a share published or revoked since).
+const NO_STORE = { 'cache-control': 'no-store' };
+
+/** Writes a JSON body that is already text (the read body splices in the stored snapshot). */
+function sendJsonText(res: ServerResponse, text: string, headers: Record<string, string>): void {
+  res.statusCode = 200;
+  for (const h in headers) res.setHeader(h, headers[h]!);
+  res.setHeader('content-type', 'application/json');
+  res.setHeader('content-length', Buffer.byteLength(text));
+  res.end(text);
+}
+
+/** 204 with the request's extra headers (x-ratelimit-*), which sendEmpty does not write. */
+function noContent(ctx: RequestContext): void {
+  if (ctx.extraHeaders) for (const h in ctx.extraHeaders) ctx.res.setHeader(h, ctx.extraHeaders[h]!);
+  sendEmpty(ctx.res, 204);
+}
+
+/** The public share routes. */
+export function shareRoutes(d: ShareRouteDeps): Route[] {
+  async function create(ctx: RequestContext) {
+    const key = (ctx.key = await d.auth.authenticate(ctx.req));
+    requireScope(key, 'shares');
+    await d.admit(ctx);
+    const body = await readShareBody(ctx.req, d.limits, false);
+    const created = await d.service.create(key.account, body);
+    ctx.log.share_files = body.files.length;
+    sendJson(ctx.res, 201, created, ctx.extraHeaders);
+  }
+
+  async function read(ctx: RequestContext) {
+    ctx.extraHeaders = { ...ctx.extraHeaders, ...NO_STORE };
+    let status = 500;
+    try {
+      const text = await d.service.read(validateSlug(ctx.params.slug!));
+      status = 200;
+      sendJsonText(ctx.res, text, ctx.extraHeaders);
+    } catch (e) {
+      status = (e as { status?: number }).status ?? 500;
+      throw e;
+    } finally {
+      d.metrics.shareReads.inc({ status: String(status) });
+    }
+  }
+
+  async function revoke(ctx: RequestContext) {
+    const key = (ctx.key = await d.auth.authenticate(ctx.req));
+    requireScope(key, 'shares');
+    await d.admit(ctx);
+    await d.service.revoke(validateSlug(ctx.params.slug!), key.account);
+    noContent(ctx);
+  }
+
+  return [
+    { method: 'POST', pattern: '/v1/shares', handler: create },
+    { method: 'GET', pattern: '/v1/shares/{slug}', handler: read },
+    { method: 'DELETE', pattern: '/v1/shares/{slug}', handler: revoke },
+  ];
+}
