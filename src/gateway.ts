@@ -27,6 +27,9 @@ import { createRateLimits } from './limits/rate-limiter.ts';
 import { createUpstreams } from './upstream/pool.ts';
 import { createTokenizer, type Tokenizer } from './meter/tokenizer.ts';
 import { chatRoutes } from './routes/chat-completions.ts';
+import { createShares } from './shares/setup.ts';
+import { shareRoutes } from './shares/routes.ts';
+import { shareAdminRoutes } from './shares/admin-routes.ts';
 
 export interface GatewayDeps {
   config: Config;
@@ -71,12 +74,14 @@ export function createGateway(d: GatewayDeps): Gateway {
   const tokenizer = d.tokenizer ?? createTokenizer();
   const credit = createCredit({ store, logger });
   const upstreams = createUpstreams(config.models, config.upstream);
+  const shares = createShares({ config: config.shares, store, now, metrics });
 
   const publicRoutes: Route[] = [
     ...chatRoutes({ config, auth, limits, credit, upstreams, tokenizer, metrics, now }),
     ...modelRoutes({ auth, models: config.models, admit }),
+    ...shareRoutes({ auth, admit, metrics, ...shares }),
   ];
-  const adminRoutes: Route[] = [...opsRoutes({ metrics, store }), ...keyRoutes({ keys: keyTable, guard }), ...accountRoutes({ store, now, guard })];
+  const adminRoutes: Route[] = [...opsRoutes({ metrics, store }), ...keyRoutes({ keys: keyTable, guard }), ...accountRoutes({ store, now, guard }), ...shareAdminRoutes({ guard, ...shares })];
   const publicHandler = createEdge({ router: createRouter(publicRoutes), logger, metrics, listener: 'public' });
   const adminHandler = createEdge({ router: createRouter(adminRoutes), logger, metrics, listener: 'admin' });
 
