@@ -1,0 +1,13 @@
+#!/usr/bin/env node
+// The `tollgate` command (package.json "bin"): hands argv, the environment and stdio to src/cli/main.ts.
+// Node >= 24 runs the TypeScript sources directly by stripping types, but it never strips types in files
+// under node_modules (ERR_UNSUPPORTED_NODE_MODULES_TYPE_STRIPPING), so this command runs from a checkout
+// or the Docker image, not from a package installed into node_modules.
+import { run } from '../src/cli/main.ts';
+
+const io = {
+  out: (text) => process.stdout.write(`${text}\n`),
+  err: (text) => process.stderr.write(`${text}\n`),
+};
+// exitCode rather than exit(): stdout drains first, and `tollgate serve` keeps running on its listeners.
+process.exitCode = await run(process.argv.slice(2), { env: process.env, io, fetch: globalThis.fetch });

@@ -1,0 +1,140 @@
+/** `tollgate credits …`: grant (idempotent), show a balance, read the ledger (SPEC §2, §2a, §4). */
+import { expectPositionals, optPositiveInt, optString, UsageError } from './args.ts';
+import type { CliContext, CommandGroup } from './context.ts';
+import { creditsToMicros, formatCredits, parseMicros } from './money.ts';
+import { cell, fields, json, table } from './output.ts';
+
+const G = 'credits';
+
+interface AccountBody {
+  id?: string;
+  account?: string;
+  balance_micros: number;
+  held_micros: number;
+  entry_id?: string;
+}
+
+interface LedgerEntry {
+  id: string;
+  ts: string;
+  kind: string;
+  amount_micros: number;
+  request_id?: string;
+  key_id?: string;
+  model?: string;
+  prompt_tokens?: number;
+  completion_tokens?: number;
+  usage_source?: string;
+  hold_micros?: number;
+  note?: string;
+}
+
+interface LedgerPage {
+  entries: LedgerEntry[];
+  next_after: string | null;
+}
+
+const money = (micros: number) => `${formatCredits(micros)} credits (${micros} micros)`;
+
+function balanceFields(account: string, a: AccountBody): Array<[string, string]> {
+  return [['account', account], ['balance', money(a.balance_micros)], ['held', money(a.held_micros)], ['available', money(a.balance_micros - a.held_micros)]];
+}
+
+/** The amount of a grant: the positional micro-credits or `--credits`, exactly one of them. */
+function grantAmount(amount: string | undefined, credits: string | undefined): number {
+  if ((amount === undefined) === (credits === undefined)) throw new UsageError('give the amount either as <amount_micros> or as --credits N, not both', G);
+  try {
+    return amount !== undefined ? parseMicros(amount) : creditsToMicros(credits!);
+  } catch (e) {
+    throw new UsageError((e as Error).message, G);
+  }
+}
+
+function ledgerPath(account: string, after: string | undefined, limit: number | undefined): string {
+  const q = new URLSearchParams();
+  if (after !== undefined) q.set('after', after);
+  if (limit !== undefined) q.set('limit', String(limit));
+  const qs = q.toString();
+  return `/admin/accounts/${encodeURIComponent(account)}/ledger${qs ? `?${qs}` : ''}`;
+}
+
+function tokens(e: LedgerEntry): string {
+  if (e.prompt_tokens === undefined && e.completion_tokens === undefined) return '-';
+  return `${e.prompt_tokens ?? '?'}/${e.completion_tokens ?? '?'}${e.usage_source === 'estimated' ? ' (est)' : ''}`;
+}
+
+function printLedger(ctx: CliContext, entries: LedgerEntry[]): void {
+  ctx.io.out(table(['id', 'ts', 'kind', 'amount_micros', 'model', 'tokens_in/out', 'key_id', 'request_id', 'note'],
+    entries.map((e) => [e.id, e.ts, e.kind, String(e.amount_micros), cell(e.model), tokens(e), cell(e.key_id), cell(e.request_id), cell(e.note)])));
+}
+
+/** The `credits` command group. */
+export const creditsGroup: CommandGroup = {
+  name: G,
+  summary: 'credit: grant, show balances, read the ledger',
+  notes: [
+    'Amounts are integer micro-credits (1 credit = 1000000 micros); --credits takes a decimal and converts it exactly.',
+    'A negative amount is a correction: `tollgate credits grant acme -5000` or `--credits=-0.005`.',
+    'Pass --idempotency-key so that re-running a grant (after a timeout, say) cannot credit twice.',
+    '`ledger --all` follows next_after until the end; without it, the next cursor is printed on stderr.',
+  ],
+  commands: {
+    grant: {
+      args: '<account> (<amount_micros> | --credits N) [--idempotency-key K] [--note T]',
+      summary: 'grant credit to an account (negative = correction)',
+      options: { credits: { type: 'string' }, 'idempotency-key': { type: 'string' }, note: { type: 'string' } },
+      async run(ctx, pos) {
+        // The amount is optional as a positional because --credits may give it instead.
+        const [account, amountText] = expectPositionals(pos, pos.length >= 2 ? ['account', 'amount_micros'] : ['account'], G);
+        const amount_micros = grantAmount(amountText, optString(ctx.values, 'credits'));
+        const idem = optString(ctx.values, 'idempotency-key');
+        const note = optString(ctx.values, 'note');
+        const body = { amount_micros, ...(idem !== undefined && { idempotency_key: idem }), ...(note !== undefined && { note }) };
+        const res = await ctx.admin().call('POST', `/admin/accounts/${encodeURIComponent(account!)}/credits`, body);
+        const a = res.body as AccountBody;
+        const replayed = res.status === 200;
+        ctx.io.out(ctx.json ? json(a) : fields([...balanceFields(a.account ?? account!, a), ['entry_id', cell(a.entry_id)], ['replayed', replayed ? 'yes' : 'no']]));
+        if (replayed) ctx.io.err(`note: idempotency key ${JSON.stringify(idem)} was already used: nothing was credited again (original entry ${a.entry_id}).`);
+      },
+    },
+    show: {
+      args: '<account>',
+      summary: "show an account's balance, held and available credit",
+      async run(ctx, pos) {
+        const [account] = expectPositionals(pos, ['account'], G);
+        const { body } = await ctx.admin().call('GET', `/admin/accounts/${encodeURIComponent(account!)}`);
+        ctx.io.out(ctx.json ? json(body) : fields(balanceFields(account!, body as AccountBody)));
+      },
+    },
+    ledger: {
+      args: '<account> [--after ID] [--limit N] [--all]',
+      summary: "read an account's ledger, oldest first",
+      options: { after: { type: 'string' }, limit: { type: 'string' }, all: { type: 'boolean' } },
+      async run(ctx, pos) {
+        const [account] = expectPositionals(pos, ['account'], G);
+        let after = optString(ctx.values, 'after');
+        const limit = optPositiveInt(ctx.values, 'limit', G);
+        const admin = ctx.admin();
+        if (ctx.values.all !== true) {
+          const { body } = await admin.call('GET', ledgerPath(account!, after, limit));
+          const page = body as LedgerPage;
+          if (ctx.json) return ctx.io.out(json(page));
+          printLedger(ctx, page.entries);
+          if (page.next_after) ctx.io.err(`more entries: tollgate credits ledger ${account} --after ${page.next_after} (or --all)`);
+          return;
+        }
+        const entries: LedgerEntry[] = [];
+        for (;;) {
+          const { body } = await admin.call('GET', ledgerPath(account!, after, limit));
+          const page = body as LedgerPage;
+          entries.push(...page.entries);
+          // Stop on a cursor that does not move, so a misbehaving server cannot loop us forever.
+          if (!page.next_after || page.next_after === after) break;
+          after = page.next_after;
+        }
+        if (ctx.json) return ctx.io.out(json({ entries, next_after: null }));
+        printLedger(ctx, entries);
+      },
+    },
+  },
+};

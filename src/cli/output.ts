@@ -1,0 +1,30 @@
+/** Output for the CLI: aligned tables and `key: value` blocks for people, JSON for scripts. */
+
+/** Where the CLI writes; each call prints one or more whole lines (a newline is added). */
+export interface Io {
+  out(text: string): void;
+  err(text: string): void;
+}
+
+/** Pretty JSON, as `--json` prints it: the gateway's response body unchanged. */
+export function json(value: unknown): string {
+  return JSON.stringify(value, null, 2);
+}
+
+/** A table with an upper-case header row; columns padded to their widest cell, the last one not padded. */
+export function table(columns: string[], rows: string[][]): string {
+  const widths = columns.map((c, i) => Math.max(c.length, ...rows.map((r) => (r[i] ?? '').length)));
+  const line = (cells: string[]) => cells.map((c, i) => (i === cells.length - 1 ? c : c.padEnd(widths[i]!))).join('  ').trimEnd();
+  return [line(columns.map((c) => c.toUpperCase())), ...rows.map(line)].join('\n');
+}
+
+/** `key: value` lines with the values aligned. */
+export function fields(pairs: Array<[string, string]>): string {
+  const width = Math.max(0, ...pairs.map(([k]) => k.length)) + 1;
+  return pairs.map(([k, v]) => `${`${k}:`.padEnd(width)}  ${v}`.trimEnd()).join('\n');
+}
+
+/** An optional cell: `-` when there is nothing to show. */
+export function cell(v: unknown): string {
+  return v === undefined || v === null || v === '' ? '-' : String(v);
+}

@@ -1,0 +1,26 @@
+/** `tollgate serve`: runs the gateway itself, exactly as `node src/main.ts` does (config from the environment). */
+import { expectPositionals } from './args.ts';
+import type { CommandGroup } from './context.ts';
+
+/** The `serve` group: a single command without a sub-command word. */
+export const serveGroup: CommandGroup = {
+  name: 'serve',
+  summary: 'run the gateway (config from TOLLGATE_CONFIG or config/tollgate.yaml)',
+  notes: [
+    'Listens on PORT (public) and ADMIN_PORT (admin); stops gracefully on SIGTERM/SIGINT.',
+    'Environment: TOLLGATE_CONFIG, PORT, HOST, ADMIN_PORT, ADMIN_HOST, REDIS_URL, TOLLGATE_ADMIN_TOKEN, LOG_LEVEL.',
+  ],
+  commands: {
+    '': {
+      args: '',
+      summary: 'run the gateway until SIGTERM/SIGINT',
+      async run(ctx, pos) {
+        expectPositionals(pos, [], 'serve');
+        // Imported on demand: the gateway pulls in ioredis, pino, the AWS SDK and the tokenizer, which
+        // admin commands never need and which would slow every `tollgate keys …` call.
+        const { serve } = await import('../main.ts');
+        await serve(ctx.env);
+      },
+    },
+  },
+};
