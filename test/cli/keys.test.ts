@@ -1,0 +1,142 @@
+import t from 'tap';
+import { ADMIN_TOKEN, startGateway } from '../helpers/gateway.ts';
+import { parseFields, runCli } from './run-cli.ts';
+
+const KEY = /^svc-(live|test)-[1-9A-HJ-NP-Za-km-z]{32}$/;
+
+const gw = await startGateway(t);
+const env = { TOLLGATE_ADMIN_TOKEN: ADMIN_TOKEN, TOLLGATE_ADMIN_URL: gw.adminUrl };
+const cli = (...args: string[]) => runCli(args, env);
+const models = (key: string) => fetch(`${gw.url}/v1/models`, { headers: gw.auth(key) }).then(async (r) => ({ status: r.status, body: (await r.json()) as any }));
+
+t.test('keys create prints the full key once, warns on stderr, and the key works', async (t) => {
+  const r = await cli('keys', 'create', '--account', 'acme', '--env', 'live', '--name', 'ci');
+  t.equal(r.code, 0, 'exits 0', { stderr: r.stderr });
+  const f = parseFields(r.stdout);
+  t.match(f.key, KEY);
+  t.match(f.key, /^svc-live-/);
+  t.match(f.id, /^key_/);
+  t.equal(f.account, 'acme');
+  t.equal(f.name, 'ci');
+  t.equal(f.active, 'yes');
+  t.match(r.stderr, /only time the full key is shown/);
+  t.notMatch(r.stderr, f.key!, 'the key itself goes to stdout only');
+  t.equal((await models(f.key!)).status, 200);
+});
+
+t.test('keys create --json prints the raw body: pure JSON on stdout', async (t) => {
+  const r = await cli('keys', 'create', '--account', 'acme', '--env', 'test', '--name', 'json key', '--scopes', 'models,chat', '--models', 'sim-free', '--rpm', '7', '--tpm', '900', '--json');
+  t.equal(r.code, 0, 'exits 0', { stderr: r.stderr });
+  const k = JSON.parse(r.stdout);
+  t.match(k.key, KEY);
+  t.match(k, { env: 'test', name: 'json key', active: true, scopes: ['models', 'chat'], models: ['sim-free'], rate_limits: { requests_per_minute: 7, tokens_per_minute: 900 } });
+  t.equal(k.last4, k.key.slice(-4));
+  t.match(r.stderr, /cannot be shown again/);
+  const m = await models(k.key);
+  t.same(m.body.data.map((x: { id: string }) => x.id), ['sim-free'], 'the --models allow-list reached the gateway');
+});
+
+t.test('keys list and show never print the full key', async (t) => {
+  const created = JSON.parse((await cli('keys', 'create', '--account', 'listco', '--env', 'live', '--name', 'first', '--json')).stdout);
+  await cli('keys', 'create', '--account', 'listco', '--env', 'test', '--name', 'second');
+  const list = await cli('keys', 'list', '--account', 'listco');
+  t.equal(list.code, 0, 'exits 0', { stderr: list.stderr });
+  const lines = list.stdout.trim().split('\n');
+  t.match(lines[0], /^ID\s+ENV\s+ACTIVE\s+KEY/);
+  t.equal(lines.length, 3, 'header and two keys');
+  t.match(list.stdout, created.id);
+  t.match(list.stdout, `svc-live-...${created.last4}`);
+  t.notMatch(list.stdout, created.key);
+  t.match(list.stdout, /second/);
+
+  const json = await cli('keys', 'list', '--account', 'listco', '--json');
+  const body = JSON.parse(json.stdout);
+  t.equal(body.data.length, 2);
+  t.notOk(body.data.some((k: Record<string, unknown>) => 'key' in k));
+
+  const show = await cli('keys', 'show', created.id);
+  t.equal(show.code, 0, 'exits 0', { stderr: show.stderr });
+  t.equal(parseFields(show.stdout).key, `svc-live-...${created.last4}`);
+  t.notMatch(show.stdout, created.key);
+});
+
+t.test('disable makes the gateway refuse the key with 401; enable lets it back in', async (t) => {
+  const k = JSON.parse((await cli('keys', 'create', '--account', 'acme', '--env', 'test', '--name', 'toggle', '--json')).stdout);
+  t.equal((await models(k.key)).status, 200);
+
+  const off = await cli('keys', 'disable', k.id);
+  t.equal(off.code, 0, 'exits 0', { stderr: off.stderr });
+  t.equal(parseFields(off.stdout).active, 'no (disabled)');
+  const denied = await models(k.key);
+  t.equal(denied.status, 401);
+  t.equal(denied.body.error.code, 'invalid_api_key');
+
+  const on = await cli('keys', 'enable', k.id, '--json');
+  t.equal(on.code, 0, 'exits 0', { stderr: on.stderr });
+  t.equal(JSON.parse(on.stdout).active, true);
+  t.equal((await models(k.key)).status, 200);
+});
+
+t.test('rename and limits patch the key', async (t) => {
+  const k = JSON.parse((await cli('keys', 'create', '--account', 'acme', '--env', 'test', '--name', 'old', '--json')).stdout);
+  const r = await cli('keys', 'rename', k.id, 'new name');
+  t.equal(r.code, 0, 'exits 0', { stderr: r.stderr });
+  t.equal(parseFields(r.stdout).name, 'new name');
+  t.equal((await gw.admin(`/admin/keys/${k.id}`)).body.name, 'new name');
+
+  const set = await cli('keys', 'limits', k.id, '--rpm', '30', '--tpm', '5000');
+  t.equal(set.code, 0, 'exits 0', { stderr: set.stderr });
+  t.equal(parseFields(set.stdout).rate_limits, '30 rpm, 5000 tpm');
+  t.same((await gw.admin(`/admin/keys/${k.id}`)).body.rate_limits, { requests_per_minute: 30, tokens_per_minute: 5000 });
+
+  const only = await cli('keys', 'limits', k.id, '--rpm', '12', '--json');
+  t.same(JSON.parse(only.stdout).rate_limits, { requests_per_minute: 12 }, 'the override is replaced, not merged');
+
+  const clear = await cli('keys', 'limits', k.id, '--clear');
+  t.equal(clear.code, 0, 'exits 0', { stderr: clear.stderr });
+  t.equal(parseFields(clear.stdout).rate_limits, 'config defaults');
+  t.equal((await gw.admin(`/admin/keys/${k.id}`)).body.rate_limits, null);
+});
+
+t.test('usage errors exit 2 without calling the gateway', async (t) => {
+  const cases: Array<[string[], RegExp]> = [
+    [['keys', 'create', '--account', 'acme', '--name', 'x'], /--env is required/],
+    [['keys', 'create', '--account', 'acme', '--env', 'prod', '--name', 'x'], /--env must be live or test/],
+    [['keys', 'create', '--account', 'acme', '--env', 'live', '--name', 'x', '--rpm', '0'], /--rpm must be a positive integer/],
+    [['keys', 'create', '--account', 'acme', '--env', 'live', '--name', 'x', '--bogus'], /Unknown option '--bogus'/],
+    [['keys', 'list'], /--account is required/],
+    [['keys', 'show'], /missing <id>/],
+    [['keys', 'rename', 'key_x'], /missing <name>/],
+    [['keys', 'disable', 'key_a', 'key_b'], /unexpected argument "key_b"/],
+    [['keys', 'limits', 'key_x'], /give --rpm and\/or --tpm, or --clear/],
+    [['keys', 'limits', 'key_x', '--clear', '--rpm', '5'], /--clear cannot be combined/],
+    [['keys', 'frobnicate'], /unknown command "tollgate keys frobnicate"/],
+    [['keys'], /missing command after "tollgate keys"/],
+  ];
+  const before = (await gw.store.listKeys('acme')).length;
+  const results = await Promise.all(cases.map(([args]) => cli(...args)));
+  for (const [i, [args, message]] of cases.entries()) {
+    const r = results[i]!;
+    t.equal(r.code, 2, args.join(' '));
+    t.match(r.stderr, message, args.join(' '));
+    t.match(r.stderr, /Usage:\n {2}tollgate keys create/, 'the usage follows the error');
+    t.equal(r.stdout, '');
+  }
+  t.equal((await gw.store.listKeys('acme')).length, before, 'no key was created by a bad invocation');
+});
+
+t.test('API errors exit 1 with the code and message from the body', async (t) => {
+  const missing = await cli('keys', 'show', 'key_doesnotexist');
+  t.equal(missing.code, 1);
+  t.match(missing.stderr, /^error: not_found \(HTTP 404\): No key with id/);
+
+  const bad = await cli('keys', 'create', '--account', 'acme', '--env', 'live', '--name', 'x', '--scopes', 'chat,admin');
+  t.equal(bad.code, 1);
+  t.match(bad.stderr, /^error: validation_error \(HTTP 422\)/);
+  t.match(bad.stderr, /body\.scopes\.1: .*\[literal_error\]/, 'each 422 issue is printed with its location');
+
+  const wrong = await runCli(['keys', 'list', '--account', 'acme'], { ...env, TOLLGATE_ADMIN_TOKEN: 'not-the-token' });
+  t.equal(wrong.code, 1);
+  t.match(wrong.stderr, /^error: invalid_admin_token \(HTTP 401\)/);
+  t.equal(wrong.stdout, '');
+});
