@@ -1,0 +1,160 @@
+// Shared by the credit-* and lifecycle-* e2e tests: chat requests over raw fetch, SSE reading, the whole
+// ledger of an account, the ledger invariants every test ends with (SPEC §4: balance = Σ ledger, one
+// debit per settled request id), and a gateway run as a real child process (`node src/main.ts`) for the
+// SIGKILL / SIGTERM tests.
+import { spawn, type ChildProcess } from 'node:child_process';
+import { once } from 'node:events';
+import { mkdtemp, rm, writeFile } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { setTimeout as sleep } from 'node:timers/promises';
+import { fileURLToPath } from 'node:url';
+import type { Test } from 'tap';
+import { stringify } from 'yaml';
+import { ADMIN_TOKEN, testConfigDoc } from '../helpers/gateway.ts';
+import { freePort } from '../helpers/ports.ts';
+
+interface Teardown {
+  teardown(fn: () => unknown): void;
+}
+
+export interface Entry {
+  id: string;
+  ts: string;
+  kind: 'grant' | 'debit' | 'hold_expired';
+  amount_micros: number;
+  request_id?: string;
+  key_id?: string;
+  model?: string;
+  prompt_tokens?: number;
+  completion_tokens?: number;
+  usage_source?: 'upstream' | 'estimated';
+  hold_micros?: number;
+  note?: string;
+}
+
+type Admin = (path: string) => Promise<{ status: number; body: any }>;
+
+/** POST /v1/chat/completions with a JSON body (a `sim` field steers the simulator). */
+export function chat(baseUrl: string, key: string, body: Record<string, unknown>, signal?: AbortSignal): Promise<Response> {
+  return fetch(`${baseUrl}/v1/chat/completions`, {
+    method: 'POST',
+    headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json' },
+    body: JSON.stringify(body),
+    ...(signal && { signal }),
+  });
+}
+
+/** A streaming request body for the priced model, with the simulator steered by `sim`. */
+export function streamBody(sim: Record<string, unknown>, content = 'hello there', extra: Record<string, unknown> = {}): Record<string, unknown> {
+  return { model: 'sim-small', messages: [{ role: 'user', content }], stream: true, sim, ...extra };
+}
+
+/** The `data:` payloads of an SSE body, in order (`[DONE]` included as the string). */
+export function sseData(text: string): string[] {
+  return text.split('\n\n').filter((e) => e.startsWith('data: ')).map((e) => e.slice(6));
+}
+
+/** Every ledger entry of an account, oldest first, following `next_after` pages. */
+export async function ledgerOf(admin: Admin, account: string): Promise<Entry[]> {
+  const out: Entry[] = [];
+  let after: string | null = null;
+  do {
+    const r = await admin(`/admin/accounts/${account}/ledger?limit=1000${after ? `&after=${after}` : ''}`);
+    if (r.status !== 200) throw new Error(`ledger: ${r.status} ${JSON.stringify(r.body)}`);
+    out.push(...(r.body.entries as Entry[]));
+    after = r.body.next_after;
+  } while (after);
+  return out;
+}
+
+/** `{balance_micros, held_micros}` of an account. */
+export async function accountOf(admin: Admin, account: string): Promise<{ balance_micros: number; held_micros: number }> {
+  const r = await admin(`/admin/accounts/${account}`);
+  if (r.status !== 200) throw new Error(`account: ${r.status} ${JSON.stringify(r.body)}`);
+  return r.body;
+}
+
+/** Polls `probe` every `everyMs` until it returns a truthy value; throws after `timeoutMs`. */
+export async function waitUntil<T>(probe: () => Promise<T | undefined | null | false> | T | undefined | null | false, timeoutMs: number, what: string, everyMs = 20): Promise<T> {
+  const deadline = Date.now() + timeoutMs;
+  for (;;) {
+    const v = await probe();
+    if (v) return v;
+    if (Date.now() > deadline) throw new Error(`timed out after ${timeoutMs} ms waiting for ${what}`);
+    await sleep(everyMs);
+  }
+}
+
+/**
+ * The ledger invariants of SPEC §4 / §2a: balance = Σ entries; no request id debited twice; when
+ * `settled` is given, exactly those request ids have a debit (a refused or never-served request none).
+ */
+export function checkLedger(t: Test, entries: readonly Entry[], account: { balance_micros: number; held_micros: number }, settled?: ReadonlySet<string>): void {
+  const sum = entries.reduce((s, e) => s + e.amount_micros, 0);
+  t.equal(account.balance_micros, sum, 'balance equals the sum of the ledger');
+  const debits = entries.filter((e) => e.kind === 'debit');
+  const ids = debits.map((e) => e.request_id);
+  const dupes = ids.filter((id, i) => ids.indexOf(id) !== i);
+  t.same(dupes, [], 'no request id is debited twice');
+  t.ok(debits.every((e) => e.amount_micros <= 0 && Number.isInteger(e.amount_micros)), 'debits are non-positive integers');
+  if (settled) {
+    const unexpected = ids.filter((id) => !settled.has(id!));
+    const missing = [...settled].filter((id) => !ids.includes(id));
+    t.same(unexpected, [], 'every debit belongs to a request that was served');
+    t.same(missing, [], 'every served request has its debit');
+  }
+}
+
+/** ceil(prompt × input + completion × output) for the `sim-small` test model (1.5 / 2.25 per 1M). */
+export function simSmallCost(prompt: number, completion: number): number {
+  // Exact in integers: prices are quarters, so ×4 first.
+  return Math.ceil((prompt * 6 + completion * 9) / 4);
+}
+
+export interface ChildGateway {
+  url: string;
+  adminUrl: string;
+  child: ChildProcess;
+  /** stdout + stderr so far (pino buffers up to 4 KiB before writing, so lines can arrive late). */
+  output(): string;
+  /** Resolves with the exit code and signal once the process has exited. */
+  exited: Promise<{ code: number | null; signal: NodeJS.Signals | null }>;
+}
+
+const MAIN = fileURLToPath(new URL('../../src/main.ts', import.meta.url));
+
+/**
+ * Runs `node src/main.ts` with a YAML config written to a temp file (the test document of
+ * helpers/gateway.ts merged with `config` at the top level of each section), Redis at `redisUrl`,
+ * free ports, and waits until /healthz answers. Killed with SIGKILL at teardown if still running.
+ */
+export async function spawnGateway(t: Teardown, o: { redisUrl: string; upstreamUrl: string; config?: Record<string, Record<string, unknown>> }): Promise<ChildGateway> {
+  const doc = testConfigDoc(o.upstreamUrl) as Record<string, Record<string, unknown>>;
+  for (const [section, values] of Object.entries(o.config ?? {})) doc[section] = { ...doc[section], ...values };
+  const dir = await mkdtemp(join(tmpdir(), 'tollgate-e2e-'));
+  t.teardown(() => rm(dir, { recursive: true, force: true }));
+  const file = join(dir, 'tollgate.yaml');
+  await writeFile(file, stringify(doc));
+  const [port, adminPort] = [await freePort(), await freePort()];
+  const child = spawn(process.execPath, [MAIN], {
+    env: { PATH: process.env.PATH, TOLLGATE_CONFIG: file, REDIS_URL: o.redisUrl, PORT: String(port), ADMIN_PORT: String(adminPort), TOLLGATE_ADMIN_TOKEN: ADMIN_TOKEN, LOG_LEVEL: 'info' },
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
+  let out = '';
+  child.stdout!.on('data', (b: Buffer) => (out += b.toString('utf8')));
+  child.stderr!.on('data', (b: Buffer) => (out += b.toString('utf8')));
+  const exited = once(child, 'exit').then(([code, signal]) => ({ code: code as number | null, signal: signal as NodeJS.Signals | null }));
+  t.teardown(async () => {
+    if (child.exitCode === null && child.signalCode === null) child.kill('SIGKILL');
+    await exited;
+  });
+  const url = `http://127.0.0.1:${port}`;
+  const adminUrl = `http://127.0.0.1:${adminPort}`;
+  // Boot loads gpt-tokenizer (100–300 ms, NOTES §8) and connects to Redis; 10 s only matters on a starved box.
+  await waitUntil(async () => {
+    if (child.exitCode !== null) throw new Error(`gateway exited with ${child.exitCode} before listening:\n${out}`);
+    return fetch(`${adminUrl}/healthz`).then((r) => r.ok, () => false);
+  }, 10_000, 'the child gateway to listen', 50);
+  return { url, adminUrl, child, output: () => out, exited };
+}
