@@ -69,7 +69,7 @@ export function createShareService(d: ShareServiceDeps): ShareService {
     async read(slug) {
       const state = d.cache.peek(slug) ?? (await d.cache.lookup(slug));
       if (state.status === 'unknown') throw notFound();
-      if (state.status === 'revoked') throw new GatewayError('share_revoked', 'This share has been revoked by its owner.');
+      if (state.status === 'revoked') throw new GatewayError('share_revoked', 'This share has been revoked.');
       const r = state.record;
       const links = r.files.length === 0 ? [] : d.files ? await d.files.downloads(r.slug, r.files) : unsignedLinks(r.files);
       return renderShare(r, links);
