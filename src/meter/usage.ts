@@ -1,0 +1,70 @@
+/**
+ * Reading the upstream's `usage` object. "Reported 0" and "reported nothing" are different cases
+ * (SPEC §1.2): `"usage": null`, a missing key, or an object without both counts is *no* usage; an object
+ * with zeros *is* usage.
+ */
+
+/** Token counts reported by the upstream. */
+export interface Usage {
+  prompt_tokens: number;
+  completion_tokens: number;
+}
+
+function isCount(v: unknown): v is number {
+  return typeof v === 'number' && Number.isSafeInteger(v) && v >= 0;
+}
+
+/** The usage in `value` when it is an object with non-negative integer prompt and completion counts, else null. */
+export function readUsage(value: unknown): Usage | null {
+  if (typeof value !== 'object' || value === null) return null;
+  const { prompt_tokens: p, completion_tokens: c } = value as Record<string, unknown>;
+  return isCount(p) && isCount(c) ? { prompt_tokens: p, completion_tokens: c } : null;
+}
+
+/** What a non-streaming response body tells the meter. */
+export interface JsonUsage {
+  usage: Usage | null;
+  /** Generated text of every choice (content, reasoning, refusal, tool-call arguments), built on first call. */
+  completionText: () => string;
+}
+
+function pushString(out: string[], v: unknown): void {
+  if (typeof v === 'string' && v.length > 0) out.push(v);
+}
+
+function choiceText(choices: unknown): string {
+  if (!Array.isArray(choices)) return '';
+  const out: string[] = [];
+  for (const choice of choices) {
+    const msg = (choice as { message?: unknown } | null)?.message;
+    if (typeof msg !== 'object' || msg === null) continue;
+    const m = msg as Record<string, unknown>;
+    pushString(out, m['reasoning_content']);
+    pushString(out, m['reasoning']);
+    pushString(out, m['content']);
+    pushString(out, m['refusal']);
+    if (Array.isArray(m['tool_calls'])) {
+      for (const call of m['tool_calls']) pushString(out, (call as { function?: { arguments?: unknown } } | null)?.function?.arguments);
+    }
+  }
+  return out.join('');
+}
+
+/**
+ * Usage and completion text of a non-streaming chat completion. The body is bounded by the upstream
+ * response and parsed once; a body that is not JSON yields no usage and empty text.
+ */
+export function readUsageFromJson(body: Buffer): JsonUsage {
+  let parsed: unknown;
+  try {
+    parsed = JSON.parse(body.toString('utf8'));
+  } catch {
+    return { usage: null, completionText: () => '' };
+  }
+  const obj = typeof parsed === 'object' && parsed !== null ? (parsed as Record<string, unknown>) : {};
+  let text: string | undefined;
+  return {
+    usage: readUsage(obj['usage']),
+    completionText: () => (text ??= choiceText(obj['choices'])),
+  };
+}

@@ -1,0 +1,37 @@
+import t from 'tap';
+import { findStringEnd, scanData } from '../../src/meter/data-scan.ts';
+import { TextCollector } from '../../src/meter/text-slices.ts';
+
+function scan(json: string): { usage: boolean; text: string } {
+  const c = new TextCollector();
+  const usage = scanData(Buffer.from(json), c);
+  return { usage, text: c.text() };
+}
+
+t.test('findStringEnd honours backslash escapes', async (t) => {
+  const b = (s: string): Buffer => Buffer.from(s);
+  t.equal(findStringEnd(b('abc"'), 0), 3);
+  t.equal(findStringEnd(b('a\\"b"'), 0), 4, 'escaped quote');
+  t.equal(findStringEnd(b('a\\\\"b"'), 0), 3, 'escaped backslash then real quote');
+  t.equal(findStringEnd(b('a\\\\\\"b"'), 0), 6, 'three backslashes: quote escaped');
+  t.equal(findStringEnd(b('\\"'), 0), -1, 'unterminated');
+});
+
+t.test('collects string values of text keys only', async (t) => {
+  t.same(scan('{"content":"a\\u00e9","id":"content","x":{"content":1},"reasoning_content":"R"}'), { usage: false, text: 'aéR' });
+  t.same(scan('{"reasoning":"r","refusal":"no","function":{"name":"f","arguments":"{\\"a\\":1}"}}'), { usage: false, text: 'rno{"a":1}' });
+  t.same(scan('{"content" : "spaced","logprobs":{"content":[{"token":"t"}]}}'), { usage: false, text: 'spaced' }, 'whitespace; arrays skipped');
+  t.same(scan('{"content":null,"contents":"no","reasoning_contentx":"no"}'), { usage: false, text: '' }, 'null values, longer keys');
+  t.same(scan('{"content":"say \\"content\\":\\"x\\" and \\\\"}'), { usage: false, text: 'say "content":"x" and \\' }, 'key-like text inside a value');
+  t.same(scan('{"k\\"content":"v"}'), { usage: false, text: '' }, 'a key ending in an escaped quote is not "content"');
+  t.same(scan('{"content":"ok"} {"content":"never closed'), { usage: false, text: 'ok' }, 'unterminated string ends the scan');
+  t.same(scan('{"content'), { usage: false, text: '' }, 'truncated key');
+});
+
+t.test('usage: object yes, null no', async (t) => {
+  t.equal(scan('{"choices":[],"usage":{"prompt_tokens":1,"completion_tokens":2}}').usage, true);
+  t.equal(scan('{"choices":[],"usage" :\t{}}').usage, true, 'any object: validity is checked after parsing');
+  t.equal(scan('{"choices":[{"delta":{"content":"x"}}],"usage":null}').usage, false);
+  t.equal(scan('{"content":"\\"usage\\":{"}').usage, false, 'inside a string');
+  t.equal(scan('{"usage_x":{}}').usage, false);
+});

@@ -1,0 +1,263 @@
+import t from 'tap';
+import { createSseMeter, SseEventTooLargeError, type SseMeter, type SseMeterOptions } from '../../src/meter/sse-scanner.ts';
+import { buildStream, event, withoutUsageEvent } from './sse-fixture.ts';
+
+/** Feeds `chunks` and returns everything forwarded, end() included. */
+function feed(meter: SseMeter, chunks: Buffer[]): string {
+  const out: Buffer[] = [];
+  for (const c of chunks) {
+    const o = meter.push(c);
+    if (o !== null) out.push(o);
+  }
+  const tail = meter.end();
+  if (tail !== null) out.push(tail);
+  return Buffer.concat(out).toString('utf8');
+}
+
+function splitAt(buf: Buffer, ...cuts: number[]): Buffer[] {
+  const parts: Buffer[] = [];
+  let prev = 0;
+  for (const c of cuts) {
+    parts.push(buf.subarray(prev, c));
+    prev = c;
+  }
+  parts.push(buf.subarray(prev));
+  return parts;
+}
+
+const drop: SseMeterOptions = { dropUsageOnlyChunk: true };
+const keep: SseMeterOptions = { dropUsageOnlyChunk: false };
+
+t.test('one push: forwards byte-for-byte, records usage and [DONE]', async (t) => {
+  const { sse } = buildStream({ usageNullOnChunks: true });
+  const m = createSseMeter(keep);
+  t.equal(feed(m, [Buffer.from(sse)]), sse);
+  t.same(m.usage, { prompt_tokens: 21, completion_tokens: 10 });
+  t.equal(m.sawDone, true);
+  t.equal(m.events, 14, 'role + 10 pieces + finish + usage + [DONE]');
+});
+
+t.test('drops the usage-only chunk when asked, and only it', async (t) => {
+  for (const eol of ['\n', '\r\n'] as const) {
+    const { sse } = buildStream({ eol, usageNullOnChunks: true });
+    const m = createSseMeter(drop);
+    const out = feed(m, [Buffer.from(sse)]);
+    t.equal(out, withoutUsageEvent(sse, eol), `eol ${JSON.stringify(eol)}`);
+    t.notMatch(out, /"usage":\{/);
+    t.match(out, /"usage":null/, 'usage:null chunks are ordinary chunks');
+    t.same(m.usage, { prompt_tokens: 21, completion_tokens: 10 }, 'usage still metered');
+  }
+});
+
+t.test('split at every byte offset: same output, usage, text; CRLF and LF', async (t) => {
+  for (const eol of ['\n', '\r\n'] as const) {
+    for (const opts of [drop, keep]) {
+      const { sse } = buildStream({ eol, reasoning: ['think "a"'], toolArgs: ['{"city":', '"Paris"}'] });
+      const buf = Buffer.from(sse);
+      const expected = opts.dropUsageOnlyChunk ? withoutUsageEvent(sse, eol) : sse;
+      let bad = 0;
+      for (let i = 0; i <= buf.length; i++) {
+        const m = createSseMeter(opts);
+        const out = feed(m, splitAt(buf, i));
+        if (out !== expected || m.usage?.completion_tokens !== 10 || !m.sawDone || m.events !== 17) bad++;
+      }
+      t.equal(bad, 0, `eol ${JSON.stringify(eol)} drop=${opts.dropUsageOnlyChunk}: ${buf.length + 1} splits`);
+    }
+  }
+});
+
+t.test('split into three at every pair of offsets around the usage event (inside "usage", inside \\r\\n)', async (t) => {
+  const { sse } = buildStream({ eol: '\r\n' });
+  const buf = Buffer.from(sse);
+  const from = sse.indexOf('"choices":[]') - 40;
+  const to = sse.indexOf('[DONE]') + 10;
+  let bad = 0;
+  let runs = 0;
+  for (let i = from; i < to; i++) {
+    for (let j = i; j < to; j++) {
+      const m = createSseMeter(drop);
+      runs++;
+      if (feed(m, splitAt(buf, i, j)) !== withoutUsageEvent(sse, '\r\n') || m.usage?.prompt_tokens !== 21) bad++;
+    }
+  }
+  t.equal(bad, 0, `${runs} three-way splits`);
+});
+
+t.test('one byte at a time, and collected text survives every split', async (t) => {
+  const { sse, text } = buildStream({ usage: null, reasoning: ['r1 ', 'r2 '], toolArgs: ['{"a":', '"\\"q\\""}'] });
+  const buf = Buffer.from(sse);
+  const bytes = [...buf].map((b) => Buffer.from([b]));
+  const m = createSseMeter(drop);
+  t.equal(feed(m, bytes), sse);
+  t.equal(m.completionText(), text);
+  t.equal(m.usage, null);
+  let bad = 0;
+  for (let i = 0; i <= buf.length; i++) {
+    const m2 = createSseMeter(keep);
+    feed(m2, splitAt(buf, i));
+    if (m2.completionText() !== text) bad++;
+  }
+  t.equal(bad, 0);
+});
+
+t.test('holds an incomplete event until its end arrives', async (t) => {
+  const a = event({ choices: [{ delta: { content: 'a' } }] });
+  const b = event({ choices: [{ delta: { content: 'b' } }] });
+  const m = createSseMeter(keep);
+  t.equal(m.push(Buffer.from(a + b.slice(0, 10)))?.toString(), a, 'complete event forwarded, partial held');
+  t.equal(m.push(Buffer.from(b.slice(10, -1))), null, 'still incomplete (one LF missing)');
+  t.equal(m.push(Buffer.from('\n'))?.toString(), b);
+  t.equal(m.events, 2);
+  t.equal(m.end(), null);
+});
+
+t.test('common case forwards a zero-copy view; held bytes are copies', async (t) => {
+  const a = event({ choices: [{ delta: { content: 'a' } }] });
+  const chunk = Buffer.from(a + 'data: {"choices":[{"delta":{"content":"b"}}]}');
+  const m = createSseMeter(keep);
+  const out = m.push(chunk);
+  t.equal(out?.buffer, chunk.buffer, 'no copy of forwarded bytes');
+  chunk.fill(0x78); // the upstream may reuse or free its chunk
+  t.equal(m.push(Buffer.from('\n\n'))?.toString(), 'data: {"choices":[{"delta":{"content":"b"}}]}\n\n');
+  t.equal(m.completionText(), 'ab');
+});
+
+t.test('usage: null is not usage, zeros are, partial objects are not, latest wins', async (t) => {
+  const m = createSseMeter(keep);
+  m.push(Buffer.from(event({ choices: [{ delta: { content: 'x' } }], usage: null })));
+  t.equal(m.usage, null, '"usage":null');
+  m.push(Buffer.from(event({ choices: [], usage: { prompt_tokens: 5 } })));
+  t.equal(m.usage, null, 'no completion_tokens');
+  m.push(Buffer.from(event({ choices: [], usage: { prompt_tokens: -1, completion_tokens: 2 } })));
+  t.equal(m.usage, null, 'negative');
+  m.push(Buffer.from(event({ choices: [], usage: { prompt_tokens: 0, completion_tokens: 0, total_tokens: 0 } })));
+  t.same(m.usage, { prompt_tokens: 0, completion_tokens: 0 }, 'zeros are real usage');
+  m.push(Buffer.from(event({ choices: [{ delta: { content: 'y' } }], usage: { prompt_tokens: 7, completion_tokens: 1 } })));
+  m.push(Buffer.from(event({ choices: [{ delta: { content: 'z' } }], usage: { prompt_tokens: 7, completion_tokens: 2 } })));
+  t.same(m.usage, { prompt_tokens: 7, completion_tokens: 2 }, 'latest cumulative usage wins');
+  m.push(Buffer.from('data: {"choices":[],"usage" : {"prompt_tokens":7,"completion_tokens":3}}\n\n'));
+  t.same(m.usage, { prompt_tokens: 7, completion_tokens: 3 }, 'whitespace around the colon');
+  m.push(Buffer.from('data: {"usage":{"prompt_tokens":9,"completion_tokens":9}, broken\n\n'));
+  t.same(m.usage, { prompt_tokens: 7, completion_tokens: 3 }, 'malformed JSON is not metered');
+});
+
+t.test('completionText covers only text after the latest usage', async (t) => {
+  const m = createSseMeter(drop);
+  m.push(Buffer.from(event({ choices: [{ delta: { content: 'before ' } }] })));
+  t.equal(m.completionText(), 'before ');
+  // vLLM continuous_usage_stats: content and usage in one event; not a usage-only chunk, so forwarded.
+  const both = event({ choices: [{ delta: { content: 'with' } }], usage: { prompt_tokens: 3, completion_tokens: 2 } });
+  t.equal(m.push(Buffer.from(both))?.toString(), both);
+  t.equal(m.completionText(), '', 'text covered by usage is released');
+  m.push(Buffer.from(event({ choices: [{ delta: { content: ' after' } }] })));
+  t.equal(m.completionText(), ' after', 'stream cut after a mid-stream usage: bill usage + this');
+});
+
+t.test('drops a usage-only chunk in the middle of a chunk and keeps both neighbours', async (t) => {
+  const a = event({ choices: [{ delta: {}, finish_reason: 'stop' }] }, '\r\n');
+  const u = event({ choices: [], usage: { prompt_tokens: 1, completion_tokens: 1 } }, '\r\n');
+  const d = 'data: [DONE]\r\n\r\n';
+  const m = createSseMeter(drop);
+  t.equal(m.push(Buffer.from(a + u + d))?.toString(), a + d);
+  const m2 = createSseMeter(drop);
+  t.equal(m2.push(Buffer.from(u)), null, 'only the dropped event: nothing to forward');
+  t.equal(m2.push(Buffer.from(d))?.toString(), d);
+  const m3 = createSseMeter(drop);
+  t.equal(m3.push(Buffer.from(u.slice(0, 30))), null);
+  t.equal(m3.push(Buffer.from(u.slice(30) + d))?.toString(), d, 'dropped event that had held bytes');
+  t.same(m3.usage, { prompt_tokens: 1, completion_tokens: 1 });
+});
+
+t.test('[DONE] detection', async (t) => {
+  const m = createSseMeter(keep);
+  m.push(Buffer.from('data: {"choices":[{"delta":{"content":"[DONE]"}}]}\n\n'));
+  t.equal(m.sawDone, false, '[DONE] inside content is not the terminator');
+  m.push(Buffer.from('data:[DONE]\n\n'));
+  t.equal(m.sawDone, true, 'no space after the colon');
+  const m2 = createSseMeter(keep);
+  t.equal(m2.push(Buffer.from('data: [DONE]\n')), null, 'held: no blank line yet');
+  t.equal(m2.end()?.toString(), 'data: [DONE]\n', 'end() forwards the tail as-is');
+  t.equal(m2.sawDone, true, 'and meters it');
+  t.equal(m2.end(), null, 'end() twice');
+  t.throws(() => m2.push(Buffer.from('x')), /after end/);
+});
+
+t.test('usage in an unterminated tail is metered at end()', async (t) => {
+  const m = createSseMeter(drop);
+  const tail = 'data: {"choices":[],"usage":{"prompt_tokens":4,"completion_tokens":6}}';
+  t.equal(m.push(Buffer.from(tail)), null);
+  t.equal(m.end()?.toString(), tail);
+  t.same(m.usage, { prompt_tokens: 4, completion_tokens: 6 });
+});
+
+t.test('comments, keep-alives, other fields and multi-line data', async (t) => {
+  const m = createSseMeter(drop);
+  const ping = ': ping\n\n';
+  const named = 'event: message\nid: 7\ndata: {"choices":[{"delta":{"content":"hi"}}]}\n\n';
+  t.equal(m.push(Buffer.from(ping + named + '\n'))?.toString(), ping + named + '\n', 'stray blank line forwarded');
+  t.equal(m.events, 1, 'comments and blank lines are not events');
+  t.equal(m.completionText(), 'hi');
+  const multi = 'data: {"choices":[],\ndata: "usage":{"prompt_tokens":2,"completion_tokens":3}}\n\n';
+  t.equal(m.push(Buffer.from(multi)), null, 'multi-line usage-only event dropped');
+  t.same(m.usage, { prompt_tokens: 2, completion_tokens: 3 });
+});
+
+t.test('escaped quotes, backslashes and unicode escapes in content', async (t) => {
+  const raw = 'data: {"choices":[{"delta":{"content":"say \\"hi\\" \\\\ \\u00e9 \\ud83d\\ude00 \\n end"}}]}\n\n';
+  const m = createSseMeter(keep);
+  m.push(Buffer.from(raw));
+  t.equal(m.completionText(), 'say "hi" \\ é 😀 \n end');
+  const m2 = createSseMeter(keep);
+  m2.push(Buffer.from(event({ choices: [{ delta: { content: 'k: \\"content\\":\\"no\\" "content": "x"' } }] })));
+  t.equal(m2.completionText(), 'k: \\"content\\":\\"no\\" "content": "x"', 'keys inside strings are text, not keys');
+  const m3 = createSseMeter(keep);
+  m3.push(Buffer.from('data: {"choices":[{"delta":{"content": "spaced", "reasoning":"r"},"logprobs":{"content":[{"token":"t"}]}}]}\n\n'));
+  t.equal(m3.completionText(), 'spacedr', 'space after colon; logprobs.content array ignored');
+  const m4 = createSseMeter(keep);
+  m4.push(Buffer.from('data: {"choices":[{"delta":{"content":null,"tool_calls":[{"function":{"arguments":"{\\"a\\":1}"}}]}}]}\n\n'));
+  t.equal(m4.completionText(), '{"a":1}', 'content null skipped, arguments kept');
+});
+
+t.test('event too large', async (t) => {
+  const big = event({ choices: [{ delta: { content: 'x'.repeat(200) } }] });
+  const code = { code: 'SSE_EVENT_TOO_LARGE' };
+  t.throws(() => createSseMeter({ dropUsageOnlyChunk: false, maxPendingBytes: 100 }).push(Buffer.from(big)), code, 'complete event');
+  const m = createSseMeter({ dropUsageOnlyChunk: false, maxPendingBytes: 100 });
+  t.equal(m.push(Buffer.from(big.slice(0, 90))), null);
+  t.throws(() => m.push(Buffer.from(big.slice(90, 150))), SseEventTooLargeError, 'held tail grows past the limit');
+  const exact = createSseMeter({ dropUsageOnlyChunk: false, maxPendingBytes: Buffer.byteLength(big) });
+  t.equal(exact.push(Buffer.from(big))?.toString(), big, 'an event of exactly the limit passes');
+  const many = createSseMeter({ dropUsageOnlyChunk: false, maxPendingBytes: Buffer.byteLength(big) });
+  t.equal(many.push(Buffer.from(big + big + big))?.length, 3 * Buffer.byteLength(big), 'the limit is per event, not per chunk');
+  t.throws(() => createSseMeter({ dropUsageOnlyChunk: false, maxPendingBytes: 0 }), RangeError);
+});
+
+t.test('retained text is capped; the overflow is counted', async (t) => {
+  const m = createSseMeter({ dropUsageOnlyChunk: false, maxTextBytes: 10 });
+  m.push(Buffer.from(event({ choices: [{ delta: { content: '12345678' } }] })));
+  m.push(Buffer.from(event({ choices: [{ delta: { content: 'abcdef' } }] })));
+  t.equal(m.completionText(), '12345678');
+  t.equal(m.droppedTextBytes, 6);
+});
+
+t.test('random partitions of a long stream (seeded)', async (t) => {
+  let seed = 0x2f6b1d;
+  const rnd = (n: number): number => {
+    // mulberry32: a fixed seed keeps failures reproducible.
+    seed = (seed + 0x6d2b79f5) | 0;
+    let x = Math.imul(seed ^ (seed >>> 15), 1 | seed);
+    x = (x + Math.imul(x ^ (x >>> 7), 61 | x)) ^ x;
+    return ((x ^ (x >>> 14)) >>> 0) % n;
+  };
+  const pieces = Array.from({ length: 64 }, (_, i) => ['tok', ' "q"', '\\', '\n', 'é', '😀', '漢'][i % 7]! + i);
+  const { sse, text } = buildStream({ eol: '\r\n', pieces, usage: null, done: false });
+  const buf = Buffer.from(sse);
+  let bad = 0;
+  for (let run = 0; run < 500; run++) {
+    const cuts: number[] = [];
+    for (let at = rnd(64); at < buf.length; at += 1 + rnd(run % 2 === 0 ? 16 : 400)) cuts.push(at);
+    const m = createSseMeter(drop);
+    if (feed(m, splitAt(buf, ...cuts)) !== sse || m.completionText() !== text || m.events !== 66 || m.sawDone) bad++;
+  }
+  t.equal(bad, 0);
+});
