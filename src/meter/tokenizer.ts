@@ -1,0 +1,120 @@
+/**
+ * Fallback token counts (SPEC §1.2: used only when the upstream reports no usage), with gpt-tokenizer's
+ * o200k_base encoding. The upstream's own tokenizer is unknown, so these are estimates and are recorded
+ * with `usage_source: "estimated"`.
+ *
+ * Loading costs 126–312 ms and +67 MB RSS (NOTES §8), so the module is imported lazily, once, by
+ * `load()` (call it at boot), and warmed up: the first calls after a cold start run ~10× slower.
+ * Counting is synchronous afterwards. Text containing special-token strings such as `<|endoftext|>` is
+ * counted as ordinary text, never rejected.
+ */
+
+/** The part of gpt-tokenizer we use; injectable so tests can observe loading. */
+export interface TokenizerModule {
+  countTokens(text: string, opts?: { disallowedSpecial?: Set<string> }): number;
+}
+
+export interface TokenizerOptions {
+  /** Defaults to `import('gpt-tokenizer/model/gpt-4o')` (o200k_base). */
+  importModule?: () => Promise<TokenizerModule>;
+}
+
+/** A lazily loaded token counter; counting before `load()` resolves throws (code TOKENIZER_NOT_LOADED). */
+export interface Tokenizer {
+  /** Imports and warms up the encoder; idempotent, concurrent calls share one import. */
+  load(): Promise<void>;
+  readonly loaded: boolean;
+  /** Tokens of plain text (completion text). */
+  countText(text: string): number;
+  /** Prompt tokens of a chat `messages` array, chat-format overhead included (see countMessages). */
+  countPromptTokens(messages: readonly unknown[]): number;
+}
+
+/**
+ * Chat-format overhead, as OpenAI's cookbook and gpt-tokenizer's countChatCompletionTokens count it:
+ * 3 tokens per message (<|im_start|>, separator, <|im_end|>), 1 more when a `name` is present, 3 per
+ * tool call, and 3 to prime the reply. Exported so the credit hold can prove it covers them.
+ */
+export const CHAT_OVERHEAD = { perMessage: 3, perName: 1, perToolCall: 3, perRequest: 3 } as const;
+
+/** Special-token strings in user text are plain text to us: never throw on `<|endoftext|>` (NOTES §8). */
+const AS_TEXT = { disallowedSpecial: new Set<string>() };
+
+/** Warm-up text: prose, code, digits, CJK and emoji, so every regex branch and merge path is compiled. */
+const WARMUP = 'The quick brown fox, 12345 times. function f(x) { return x * 2; }\n\t日本語のテキスト 😀 '.repeat(40);
+
+function defaultImport(): Promise<TokenizerModule> {
+  return import('gpt-tokenizer/model/gpt-4o');
+}
+
+class LazyTokenizer implements Tokenizer {
+  private mod: TokenizerModule | null = null;
+  private loading: Promise<void> | null = null;
+  private readonly importModule: () => Promise<TokenizerModule>;
+
+  constructor(opts: TokenizerOptions) {
+    this.importModule = opts.importModule ?? defaultImport;
+  }
+
+  get loaded(): boolean {
+    return this.mod !== null;
+  }
+
+  load(): Promise<void> {
+    this.loading ??= this.importModule().then(
+      (mod) => {
+        for (let i = 0; i < 20; i++) mod.countTokens(WARMUP, AS_TEXT);
+        this.mod = mod;
+      },
+      (err: unknown) => {
+        this.loading = null; // allow a retry
+        throw err;
+      },
+    );
+    return this.loading;
+  }
+
+  countText(text: string): number {
+    return text.length === 0 ? 0 : this.module().countTokens(text, AS_TEXT);
+  }
+
+  countPromptTokens(messages: readonly unknown[]): number {
+    const mod = this.module();
+    const count = (s: unknown): number => (typeof s === 'string' && s.length > 0 ? mod.countTokens(s, AS_TEXT) : 0);
+    let total = CHAT_OVERHEAD.perRequest;
+    for (const m of messages) {
+      if (typeof m !== 'object' || m === null) continue;
+      const msg = m as Record<string, unknown>;
+      total += CHAT_OVERHEAD.perMessage + count(msg['role']);
+      const content = msg['content'];
+      if (typeof content === 'string') total += count(content);
+      else if (Array.isArray(content)) {
+        // Text parts only: images, audio and files have no text the tokenizer can see.
+        for (const part of content) {
+          const p = part as { type?: unknown; text?: unknown; refusal?: unknown } | null;
+          if (p?.type === 'text') total += count(p.text);
+          else if (p?.type === 'refusal') total += count(p.refusal);
+        }
+      }
+      if (typeof msg['name'] === 'string' && msg['name'].length > 0) total += count(msg['name']) + CHAT_OVERHEAD.perName;
+      const calls = msg['tool_calls'];
+      if (Array.isArray(calls)) {
+        for (const call of calls) {
+          const fn = (call as { function?: { name?: unknown; arguments?: unknown } } | null)?.function;
+          total += CHAT_OVERHEAD.perToolCall + count(fn?.name) + count(fn?.arguments);
+        }
+      }
+    }
+    return total;
+  }
+
+  private module(): TokenizerModule {
+    if (this.mod !== null) return this.mod;
+    throw Object.assign(new Error('tokenizer used before load() resolved'), { code: 'TOKENIZER_NOT_LOADED' });
+  }
+}
+
+/** Creates a tokenizer; nothing is imported until `load()`. */
+export function createTokenizer(opts: TokenizerOptions = {}): Tokenizer {
+  return new LazyTokenizer(opts);
+}

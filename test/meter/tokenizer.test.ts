@@ -1,0 +1,80 @@
+import t from 'tap';
+import { countChatCompletionTokens, countTokens } from 'gpt-tokenizer/model/gpt-4o';
+import { CHAT_OVERHEAD, createTokenizer, type TokenizerModule } from '../../src/meter/tokenizer.ts';
+
+t.test('imports lazily, once, even with concurrent load() calls', async (t) => {
+  let imports = 0;
+  const fake: TokenizerModule = { countTokens: (s) => s.length };
+  const tok = createTokenizer({ importModule: async () => (imports++, fake) });
+  t.equal(imports, 0, 'nothing imported at creation');
+  t.equal(tok.loaded, false);
+  t.throws(() => tok.countText('x'), { code: 'TOKENIZER_NOT_LOADED' });
+  await Promise.all([tok.load(), tok.load()]);
+  await tok.load();
+  t.equal(imports, 1);
+  t.equal(tok.loaded, true);
+  t.equal(tok.countText('abc'), 3);
+});
+
+t.test('a failed import can be retried', async (t) => {
+  let calls = 0;
+  const tok = createTokenizer({
+    importModule: async () => {
+      if (calls++ === 0) throw new Error('boom');
+      return { countTokens: () => 1 };
+    },
+  });
+  await t.rejects(tok.load(), /boom/);
+  t.equal(tok.loaded, false);
+  await tok.load();
+  t.equal(tok.countText('x'), 1);
+});
+
+t.test('with gpt-tokenizer (o200k_base)', async (t) => {
+  const tok = createTokenizer();
+  await tok.load();
+  const chat = [
+    { role: 'system', content: 'You are terse.' },
+    { role: 'user', content: 'What is the capital of France? Answer in one word.' },
+    { role: 'assistant', content: 'Paris.' },
+  ];
+  t.equal(tok.countPromptTokens(chat), countChatCompletionTokens!({ messages: chat as never }), 'matches countChatCompletionTokens');
+  t.equal(tok.countText(''), 0);
+  t.equal(tok.countText('hello world'), countTokens('hello world'));
+
+  const special = 'before <|endoftext|> <|im_start|>after';
+  t.doesNotThrow(() => tok.countText(special), 'special-token text never throws');
+  t.ok(tok.countText(special) > 3, 'counted as text');
+  t.doesNotThrow(() => tok.countPromptTokens([{ role: 'user', content: special }]));
+
+  const asString = tok.countPromptTokens([{ role: 'user', content: 'Describe this picture.' }]);
+  const asParts = tok.countPromptTokens([
+    { role: 'user', content: [{ type: 'text', text: 'Describe this picture.' }, { type: 'image_url', image_url: { url: 'data:image/png;base64,AAAA' } }] },
+  ]);
+  t.equal(asParts, asString, 'text parts count as text; image parts are ignored');
+  t.equal(
+    tok.countPromptTokens([{ role: 'assistant', content: [{ type: 'refusal', refusal: 'I cannot.' }] }]),
+    tok.countPromptTokens([{ role: 'assistant', content: 'I cannot.' }]),
+    'refusal parts count',
+  );
+
+  const args = '{"city":"Paris","unit":"celsius"}';
+  const withCall = tok.countPromptTokens([
+    { role: 'assistant', content: null, tool_calls: [{ id: 'call_1', type: 'function', function: { name: 'get_weather', arguments: args } }] },
+    { role: 'tool', tool_call_id: 'call_1', content: '{"temp":21}' },
+  ]);
+  const expected =
+    CHAT_OVERHEAD.perRequest +
+    2 * CHAT_OVERHEAD.perMessage +
+    countTokens('assistant') +
+    countTokens('tool') +
+    CHAT_OVERHEAD.perToolCall +
+    countTokens('get_weather') +
+    countTokens(args) +
+    countTokens('{"temp":21}');
+  t.equal(withCall, expected, 'tool_calls arguments and names are counted');
+
+  const named = tok.countPromptTokens([{ role: 'user', name: 'alice', content: 'hi' }]);
+  t.equal(named - tok.countPromptTokens([{ role: 'user', content: 'hi' }]), countTokens('alice') + CHAT_OVERHEAD.perName);
+  t.equal(tok.countPromptTokens([null, 'junk', { role: 'user', content: 'hi' }]), tok.countPromptTokens([{ role: 'user', content: 'hi' }]), 'non-objects skipped');
+});
