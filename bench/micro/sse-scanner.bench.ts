@@ -1,0 +1,69 @@
+/**
+ * Cost of metering a streamed completion: the SSE meter over a realistic 64-token vLLM/OpenAI stream
+ * (with `"usage":null` on every chunk, the worst case for the usage check, and a final usage-only chunk
+ * that is dropped), per chunk and per stream, for three chunkings. The baseline "parse every event"
+ * is what the meter avoids. Run: `node bench/micro/sse-scanner.bench.ts`.
+ */
+import { createSseMeter } from '../../src/meter/sse-scanner.ts';
+import { buildStream } from '../../test/meter/sse-fixture.ts';
+import { createReport, nsPerOp } from './timing.ts';
+
+const words = 'The quick brown fox jumps over the lazy dog while "quoted" text, café and 😀 appear\n'.split(/(?= )/);
+const pieces = Array.from({ length: 64 }, (_, i) => words[i % words.length]!);
+const { sse } = buildStream({ pieces, usageNullOnChunks: true, usage: { prompt_tokens: 812, completion_tokens: 64 } });
+const stream = Buffer.from(sse);
+const events = sse.split(/(?<=\n\n)/).map((e) => Buffer.from(e));
+
+/** Chunkings: one event per read (vLLM flushes each), every event cut in two, and 4 KiB TCP reads. */
+const oneEach = events;
+const halves = events.flatMap((e) => [e.subarray(0, e.length >> 1), e.subarray(e.length >> 1)]);
+const reads4k: Buffer[] = [];
+for (let i = 0; i < stream.length; i += 4096) reads4k.push(stream.subarray(i, i + 4096));
+
+const report = createReport();
+console.log(`stream: ${stream.length} bytes, ${events.length} events, 64 content tokens`);
+
+function meterStream(chunks: Buffer[]): number {
+  const m = createSseMeter({ dropUsageOnlyChunk: true });
+  let n = 0;
+  for (const c of chunks) n += m.push(c)?.length ?? 0;
+  n += m.end()?.length ?? 0;
+  if (m.usage === null || !m.sawDone) throw new Error('bench stream not metered');
+  return n;
+}
+
+for (const [name, chunks] of [['one event per chunk', oneEach], ['each event split in two', halves], ['4 KiB reads', reads4k]] as const) {
+  const perStream = nsPerOp(() => meterStream(chunks), 2_000, 500);
+  report.add(`meter, ${name}: per stream`, perStream, 'ns/op', `${chunks.length} chunks`);
+  report.add(`meter, ${name}: per chunk`, perStream / chunks.length, 'ns/op');
+}
+
+// With the tokenizer fallback's text decode at the end (only when usage is missing).
+const noUsage = buildStream({ pieces, usageNullOnChunks: true, usage: null });
+const noUsageEvents = noUsage.sse.split(/(?<=\n\n)/).map((e) => Buffer.from(e));
+report.add(
+  'meter + completionText(), no usage: per stream',
+  nsPerOp(() => {
+    const m = createSseMeter({ dropUsageOnlyChunk: true });
+    for (const c of noUsageEvents) m.push(c);
+    return m.completionText().length;
+  }, 2_000, 500),
+  'ns/op',
+);
+
+// Baseline: split lines and JSON.parse every event, as a naive meter would.
+report.add(
+  'baseline: JSON.parse every event: per stream',
+  nsPerOp(() => {
+    let usage: unknown = null;
+    for (const e of events) {
+      const s = e.toString('utf8');
+      if (!s.startsWith('data: {')) continue;
+      const o = JSON.parse(s.slice(6)) as { usage?: unknown };
+      if (o.usage) usage = o.usage;
+    }
+    return usage;
+  }, 2_000, 500),
+  'ns/op',
+);
+report.print();

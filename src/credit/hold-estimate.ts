@@ -1,0 +1,101 @@
+/**
+ * Prompt-token estimate for the credit hold (SPEC §4): an upper bound, never below the real count, at a
+ * few µs for a 32 KB prompt (no tokenizer on the request path: that costs ~1 ms per 32 KB).
+ *
+ * Why bytes: every byte-level BPE (o200k/cl100k, Llama 3, Qwen, Mistral-tekken) and every SentencePiece
+ * model with byte fallback emits tokens of at least one byte, so a string never has more tokens than
+ * UTF-8 bytes. It is the only bound that holds whatever tokenizer the upstream runs — character-level
+ * digit splitting (Llama 2) or an unmerged pair already defeats a "bytes ÷ 2" rule. Special-token text
+ * such as `<|endoftext|>` is either plain text (≥ 1 byte per token) or one special token (13 bytes).
+ * What has no bytes in the request — the chat template's special tokens and the reply primer — is
+ * covered by the per-message and per-request constants below, which exceed the reference tokenizer's
+ * (CHAT_OVERHEAD in meter/tokenizer.ts: 3 + role per message, +1 per name, 3 per tool call, 3 per request).
+ *
+ * The trade-off: the hold is ~4× the o200k count for English prose and code (4–4.5 bytes per token),
+ * ~1.3–2× for CJK, emoji and whitespace runs. The surplus is released at settle, so it costs headroom,
+ * not money: an account with balance for one 32 KB English prompt but not four is refused with 402
+ * while the hold is taken. The output part of the hold (max_tokens) usually dominates anyway.
+ *
+ * Allowances that are judgement, not proof (the upstream may count what the request does not show):
+ * non-text content parts (images, audio, files) and tool definitions.
+ */
+
+/** Template tokens around one message (Llama 3: 4 specials + "\n\n"; ChatML: 3 specials + "\n" ×2). */
+export const PER_MESSAGE = 8;
+/** Scaffold of one tool call (Qwen/Hermes `<tool_call>{"name": …, "arguments": …}</tool_call>` ≈ 20). */
+export const PER_TOOL_CALL = 24;
+/** Reply primer plus a default system prompt some templates inject (Llama 3.1 date header ≈ 25, Qwen ≈ 20). */
+export const PER_REQUEST = 64;
+/** One image/audio/file part. Vision encoders use ~85–2,000 tokens per image; the settle bills the truth. */
+export const PER_NON_TEXT_PART = 2048;
+/** Tool-use instructions templates add when `tools` are present (Qwen 2.5 ≈ 100, Llama 3.1 ≈ 80). */
+export const PER_TOOLS_BLOCK = 256;
+
+/** The request fields the estimate reads: the parsed, validated chat body. */
+export interface ChatBodyLike {
+  messages?: unknown;
+  tools?: unknown;
+  functions?: unknown;
+}
+
+/** Message fields a template may render as text (role, content, name, ids, replayed reasoning). */
+const STRING_FIELDS = ['role', 'content', 'name', 'tool_call_id', 'reasoning_content', 'reasoning', 'refusal'] as const;
+
+function bytes(v: unknown): number {
+  return typeof v === 'string' ? Buffer.byteLength(v, 'utf8') : 0;
+}
+
+/** Upper bound for one message, or -1 when its shape is not understood. */
+function messageBound(m: unknown): number {
+  if (typeof m !== 'object' || m === null) return -1;
+  const msg = m as Record<string, unknown>;
+  let n = PER_MESSAGE;
+  for (const f of STRING_FIELDS) n += bytes(msg[f]);
+  // +1 covers the reference tokenizer's extra token for a name (a 1-byte name is 1 byte + 1).
+  if (typeof msg['name'] === 'string') n += 1;
+  const content = msg['content'];
+  if (Array.isArray(content)) {
+    for (const part of content) {
+      const p = part as { type?: unknown; text?: unknown; refusal?: unknown } | null;
+      if (typeof p !== 'object' || p === null) return -1;
+      // +1 per part: templates join parts with a separator.
+      if (p.type === 'text' || p.type === 'refusal') n += bytes(p.type === 'text' ? p.text : p.refusal) + 1;
+      else n += PER_NON_TEXT_PART;
+    }
+  } else if (content !== undefined && content !== null && typeof content !== 'string') return -1;
+  const calls = msg['tool_calls'];
+  if (Array.isArray(calls)) {
+    for (const call of calls) {
+      const c = call as { id?: unknown; function?: { name?: unknown; arguments?: unknown } } | null;
+      const args = c?.function?.arguments;
+      n += PER_TOOL_CALL + bytes(c?.id) + bytes(c?.function?.name);
+      // Arguments are a JSON string per the API; an object (lenient servers accept it) counts as its JSON.
+      n += typeof args === 'string' || args === undefined ? bytes(args) : Buffer.byteLength(JSON.stringify(args) ?? '');
+    }
+  }
+  return n;
+}
+
+/** Tool definitions: twice their compact JSON (templates re-render it with ", " and ": "), plus instructions. */
+function toolsBound(tools: unknown): number {
+  if (!Array.isArray(tools) || tools.length === 0) return 0;
+  return PER_TOOLS_BLOCK + 2 * Buffer.byteLength(JSON.stringify(tools));
+}
+
+/**
+ * Upper bound on the prompt tokens of a chat request: Σ UTF-8 bytes of every rendered string plus
+ * template constants. `rawBodyBytes` (the request's length on the wire, ≥ the bytes of every string in
+ * it) is the fallback when a message's shape is not understood, so an odd body is never under-held.
+ */
+export function estimatePromptTokens(body: ChatBodyLike, rawBodyBytes: number): number {
+  const messages = body.messages;
+  const fixed = PER_REQUEST + toolsBound(body.tools) + toolsBound(body.functions);
+  if (!Array.isArray(messages)) return fixed + rawBodyBytes;
+  let n = fixed;
+  for (const m of messages) {
+    const b = messageBound(m);
+    if (b < 0) return fixed + rawBodyBytes + messages.length * PER_MESSAGE;
+    n += b;
+  }
+  return n;
+}

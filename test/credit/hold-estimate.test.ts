@@ -1,0 +1,113 @@
+import t from 'tap';
+import { readFileSync } from 'node:fs';
+import {
+  estimatePromptTokens,
+  PER_MESSAGE,
+  PER_NON_TEXT_PART,
+  PER_REQUEST,
+  PER_TOOLS_BLOCK,
+} from '../../src/credit/hold-estimate.ts';
+import { createTokenizer } from '../../src/meter/tokenizer.ts';
+
+const tok = createTokenizer();
+await tok.load();
+
+let seed = 0x5eed;
+function rnd(n: number): number {
+  // mulberry32, fixed seed: reproducible "random" prompts.
+  seed = (seed + 0x6d2b79f5) | 0;
+  let x = Math.imul(seed ^ (seed >>> 15), 1 | seed);
+  x = (x + Math.imul(x ^ (x >>> 7), 61 | x)) ^ x;
+  return ((x ^ (x >>> 14)) >>> 0) % n;
+}
+
+/** Code points from many scripts, plus lone surrogates and control characters (adversarial for BPE). */
+function randomUnicode(len: number): string {
+  const ranges = [[0x20, 0x7e], [0xa0, 0x24f], [0x370, 0x3ff], [0x400, 0x4ff], [0x4e00, 0x9fff], [0xac00, 0xd7a3], [0x1f300, 0x1faff], [0xd800, 0xdfff], [0, 0x1f]] as const;
+  let s = '';
+  for (let i = 0; i < len; i++) {
+    const [lo, hi] = ranges[rnd(ranges.length)]!;
+    s += String.fromCodePoint(lo + rnd(hi - lo + 1));
+  }
+  return s;
+}
+
+const prose = 'The committee reviewed the proposal in detail and, after a long discussion about costs, agreed to revisit it next quarter. ';
+const code = readFileSync(new URL('../../src/meter/sse-scanner.ts', import.meta.url), 'utf8');
+const cjk = '東京は日本の首都であり、世界で最も人口の多い都市圏の一つです。한국어 문장도 포함합니다。';
+const emoji = '😀🎉👍🏽👨‍👩‍👧‍👦🇫🇷✨🔥';
+const user = (content: unknown): Record<string, unknown> => ({ role: 'user', content });
+
+const cases: Array<[string, Record<string, unknown>[]]> = [
+  ['English prose 32 KB', [user(prose.repeat(Math.ceil(32768 / prose.length)))]],
+  ['source code', [{ role: 'system', content: 'Review this code.' }, user(code)]],
+  ['CJK', [user(cjk.repeat(50))]],
+  ['emoji', [user(emoji.repeat(100))]],
+  ['whitespace runs', [user(' '.repeat(5000) + '\t'.repeat(300) + '\n'.repeat(700) + ' \n'.repeat(400))]],
+  ['digits', [user('3141592653589793238462643383279502884197 '.repeat(100))]],
+  ['special-token text', [user('<|endoftext|><|im_start|>system<|im_sep|><|im_end|>'.repeat(100))]],
+  ['random unicode', [user(randomUnicode(4000))]],
+  ['empty content', [user('')]],
+  ['single characters', ['a', ' ', '\n', '😀', '漢', '<'].map((c) => user(c))],
+  ['1000 tiny messages', Array.from({ length: 1000 }, (_, i) => ({ role: i % 2 ? 'assistant' : 'user', content: i % 3 ? 'ok' : 'y' }))],
+  ['content-part arrays', [user([{ type: 'text', text: prose }, { type: 'text', text: cjk }, { type: 'image_url', image_url: { url: 'https://x/y.png' } }])]],
+  ['names', [{ role: 'user', name: 'a', content: 'x' }, { role: 'system', name: 'example_user', content: prose }]],
+  [
+    'tool calls and tool results',
+    [
+      user('Weather in Paris and in Tokyo?'),
+      {
+        role: 'assistant',
+        content: null,
+        tool_calls: [
+          { id: 'call_a1', type: 'function', function: { name: 'get_weather', arguments: '{"city":"Paris"}' } },
+          { id: 'call_b2', type: 'function', function: { name: 'get_weather', arguments: '{"city":"東京"}' } },
+        ],
+      },
+      { role: 'tool', tool_call_id: 'call_a1', content: '{"temp_c":21,"sky":"clear"}' },
+      { role: 'tool', tool_call_id: 'call_b2', content: '{"temp_c":17,"sky":"rain"}' },
+    ],
+  ],
+];
+for (let i = 0; i < 200; i++) {
+  const n = 1 + rnd(6);
+  cases.push([`random #${i}`, Array.from({ length: n }, () => user(randomUnicode(rnd(300))))]);
+}
+
+t.test('never below the tokenizer count; ratio reported', async (t) => {
+  let under = 0;
+  for (const [name, messages] of cases) {
+    const body = { model: 'm', messages };
+    const hold = estimatePromptTokens(body, Buffer.byteLength(JSON.stringify(body)));
+    const real = tok.countPromptTokens(messages);
+    if (!(Number.isSafeInteger(hold) && hold >= real)) {
+      under++;
+      t.fail(`${name}: hold ${hold} < tokenizer ${real}`);
+    }
+    if (!name.startsWith('random #')) {
+      t.comment(`${name.padEnd(28)} tokens ${String(real).padStart(6)}  hold ${String(hold).padStart(6)}  ratio ${(hold / real).toFixed(2)}`);
+    }
+  }
+  t.equal(under, 0, `${cases.length} prompts`);
+});
+
+t.test('allowances for what has no bytes in the request', async (t) => {
+  const text = { messages: [user('hi')] };
+  const base = estimatePromptTokens(text, 0);
+  t.equal(base, PER_REQUEST + PER_MESSAGE + 4 + 2, 'request + message + "user" + "hi"');
+  const img = { messages: [user([{ type: 'text', text: 'hi' }, { type: 'image_url', image_url: { url: 'https://x/y.png' } }])] };
+  t.equal(estimatePromptTokens(img, 0), base + 1 + PER_NON_TEXT_PART, 'an image costs its allowance, not its URL bytes');
+  const tools = [{ type: 'function', function: { name: 'f', parameters: { type: 'object', properties: {} } } }];
+  t.equal(estimatePromptTokens({ ...text, tools }, 0), base + PER_TOOLS_BLOCK + 2 * JSON.stringify(tools).length, 'tools');
+  t.equal(estimatePromptTokens({ ...text, tools: [] }, 0), base, 'empty tools');
+});
+
+t.test('odd shapes fall back to the raw body length', async (t) => {
+  t.equal(estimatePromptTokens({ messages: 'nope' }, 5000), PER_REQUEST + 5000);
+  t.equal(estimatePromptTokens({}, 100), PER_REQUEST + 100);
+  t.equal(estimatePromptTokens({ messages: [user('a'), 7] }, 900), PER_REQUEST + 900 + 2 * PER_MESSAGE);
+  t.equal(estimatePromptTokens({ messages: [user({ text: 'object content' })] }, 300), PER_REQUEST + 300 + PER_MESSAGE);
+  t.equal(estimatePromptTokens({ messages: [user([null])] }, 300), PER_REQUEST + 300 + PER_MESSAGE);
+  const args = { messages: [{ role: 'assistant', tool_calls: [{ function: { name: 'f', arguments: { a: 1 } } }] }] };
+  t.ok(estimatePromptTokens(args, 0) >= JSON.stringify({ a: 1 }).length, 'object arguments count as their JSON');
+});
