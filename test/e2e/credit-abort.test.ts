@@ -1,0 +1,110 @@
+// Client aborts (SPEC §1.2, §2a) on a real redis-server: the upstream request is aborted within 100 ms
+// (the simulator records when its socket closed), and the ledger bills exactly what was produced before
+// the abort — with the tokenizer, since an aborted stream never carries the upstream's usage.
+import t from 'tap';
+import { startRedis } from '../helpers/redis.ts';
+import { startGateway } from '../helpers/gateway.ts';
+import { simCompletionText, startSimulator, type RecordedRequest } from '../../src/simulator/simulator.ts';
+import { createTokenizer } from '../../src/meter/tokenizer.ts';
+import { accountOf, chat, checkLedger, ledgerOf, simSmallCost, sseData, streamBody, waitUntil, type Entry } from './credit-support.ts';
+
+// SPEC §2a pins 100 ms; the assertion allows 250 ms for a loaded 2-core CI box and the test reports
+// the measured value. The debit must be visible within 1 s of the abort (SPEC §2a).
+const ABORT_BOUND_MS = 250;
+const DEBIT_WITHIN_MS = 1000;
+const now = () => performance.timeOrigin + performance.now();
+
+const redis = await startRedis(t);
+if (redis) {
+  const sim = await startSimulator();
+  t.teardown(() => sim.close());
+  const gw = await startGateway(t, { redisUrl: redis.url, upstreamUrl: sim.url });
+  const { key } = await gw.createKey({ account: 'abort', env: 'live' });
+  await gw.grant('abort', 50_000_000);
+  const tokenizer = createTokenizer();
+  await tokenizer.load();
+  const settled = new Set<string>();
+
+  const debitOf = (id: string) => waitUntil(async () => (await ledgerOf(gw.admin, 'abort')).find((e) => e.kind === 'debit' && e.request_id === id), DEBIT_WITHIN_MS, `the debit of ${id}`);
+
+  t.test('abort after K content chunks: upstream aborted at once, exactly the produced tokens billed', async (t) => {
+    const K = 10;
+    const messages = [{ role: 'user', content: 'Tell me a long story about a lighthouse keeper.' }];
+    const ac = new AbortController();
+    // 100 tokens × 30 ms: a 3 s stream, aborted ~300 ms in.
+    const res = await chat(gw.url, key, { ...streamBody({ tokens: 100, delay_ms: 30 }), messages }, ac.signal);
+    t.equal(res.status, 200);
+    const id = res.headers.get('x-request-id')!;
+    settled.add(id);
+    const reader = res.body!.getReader();
+    const decoder = new TextDecoder();
+    let text = '';
+    let contentChunks = 0;
+    while (contentChunks < K) {
+      const { value, done } = await reader.read();
+      if (done) break;
+      text += decoder.decode(value, { stream: true });
+      contentChunks = sseData(text.slice(0, text.lastIndexOf('\n\n') + 2)).filter((d) => d.includes('"content":"tok')).length;
+    }
+    t.equal(contentChunks, K, `received ${K} content chunks`);
+    const abortedAt = now();
+    ac.abort();
+
+    const rec = await sim.waitFor((r) => r.headers['x-request-id'] === id && r.endedAt !== undefined, 2000);
+    const latency = rec.endedAt! - abortedAt;
+    t.equal(rec.aborted, true, 'the simulator saw its request aborted');
+    t.ok(latency < ABORT_BOUND_MS, `upstream aborted ${latency.toFixed(1)} ms after the client (SPEC: 100 ms)`);
+    t.comment(`measured abort latency (mid-stream): ${latency.toFixed(1)} ms`);
+    t.ok(rec.completionTokensSent < 100, `the simulator stopped producing after ${rec.completionTokensSent} tokens`);
+
+    const entry = await debitOf(id);
+    t.comment(`debit visible ${(now() - abortedAt).toFixed(0)} ms after the abort`);
+    t.equal(entry.usage_source, 'estimated', 'no usage chunk came: tokenizer counts');
+    t.equal(entry.prompt_tokens, tokenizer.countPromptTokens(messages), 'prompt tokens counted over the messages');
+    // The gateway meters what reached it: every token the simulator wrote before its socket closed,
+    // except possibly the last one if it was still in flight when the gateway let go. Both counts are
+    // accepted; with 30 ms between tokens the exact one is what normally happens.
+    const sent = rec.completionTokensSent;
+    const exact = tokenizer.countText(simCompletionText(sent));
+    const oneShort = tokenizer.countText(simCompletionText(sent - 1));
+    t.ok(entry.completion_tokens === exact || entry.completion_tokens === oneShort,
+      `completion tokens ${entry.completion_tokens} = the tokenizer over the ${sent} tokens sent (${exact}) or one chunk fewer (${oneShort})`);
+    t.ok(entry.completion_tokens! >= tokenizer.countText(simCompletionText(K)), 'at least what the client received is billed');
+    t.equal(entry.amount_micros, -simSmallCost(entry.prompt_tokens!, entry.completion_tokens!), 'debit = ceil(prompt × input + completion × output)');
+    t.equal(entry.model, 'sim-small');
+    t.ok(entry.hold_micros! > 0, 'the hold was released by the settle');
+  });
+
+  t.test('abort while waiting for upstream headers: upstream aborted, cost-0 debit', async (t) => {
+    const nonce = `headers-wait-${Math.random().toString(36).slice(2)}`;
+    const ac = new AbortController();
+    const pending = chat(gw.url, key, streamBody({ headers_delay_ms: 2000, tokens: 5 }, nonce), ac.signal);
+    pending.catch(() => {});
+    const rec: RecordedRequest = await sim.waitFor((r) => r.body?.messages?.[0]?.content === nonce, 2000);
+    await new Promise((r) => setTimeout(r, 100));
+    const abortedAt = now();
+    ac.abort();
+    await t.rejects(pending, { name: 'AbortError' });
+    await sim.waitFor((r) => r === rec && r.endedAt !== undefined, 2000);
+    const latency = rec.endedAt! - abortedAt;
+    t.equal(rec.aborted, true, 'the simulator saw its request aborted');
+    t.equal(rec.chunksSent, 0, 'nothing was produced');
+    t.ok(latency < ABORT_BOUND_MS, `upstream aborted ${latency.toFixed(1)} ms after the client (SPEC: 100 ms)`);
+    t.comment(`measured abort latency (before headers): ${latency.toFixed(1)} ms`);
+
+    const id = rec.headers['x-request-id'] as string;
+    t.match(id, /^req_/, 'the gateway sent its request id upstream');
+    settled.add(id);
+    const entry: Entry = await debitOf(id);
+    t.equal(entry.amount_micros, 0, 'nothing produced, nothing billed');
+    t.equal(entry.prompt_tokens, 0);
+    t.equal(entry.completion_tokens, 0);
+    t.ok(entry.hold_micros! > 0, 'the hold was released by the settle');
+  });
+
+  t.test('the ledger after every abort: one debit per request, no hold left', async (t) => {
+    const acct = await accountOf(gw.admin, 'abort');
+    t.equal(acct.held_micros, 0, 'no hold left');
+    checkLedger(t, await ledgerOf(gw.admin, 'abort'), acct, settled);
+  });
+}
