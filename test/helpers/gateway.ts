@@ -1,0 +1,123 @@
+// A whole gateway in a few lines, for e2e tests over real HTTP on loopback.
+//
+//   const gw = await startGateway(t, { upstreamUrl: sim.url });             // embedded store
+//   const gw = await startGateway(t, { redisUrl: redis.url, upstreamUrl });  // real Redis
+//   const { key } = await gw.createKey({ account: 'acme', env: 'live' });
+//   await gw.grant('acme', 1_000_000);
+//   const res = await fetch(`${gw.url}/v1/models`, { headers: gw.auth(key) });
+//
+// `config` is a partial YAML-shaped document merged over the defaults below (ports 0, short timeouts),
+// compiled by the real config compiler. Logs are captured in `gw.logs` (raw JSON lines) so tests can
+// assert what was — and was not — logged.
+import { Writable } from 'node:stream';
+import { compileConfig } from '../../src/config/schema.ts';
+import { createGateway, type Gateway } from '../../src/gateway.ts';
+import { createLogger } from '../../src/obs/logger.ts';
+import { createMetrics } from '../../src/obs/metrics.ts';
+import { createMemoryStore } from '../../src/store/memory-store.ts';
+import { createRedisStore } from '../../src/store/redis-store.ts';
+import type { Store } from '../../src/store/types.ts';
+
+export const ADMIN_TOKEN = 'test-admin-token-0123456789';
+
+interface Teardown {
+  teardown(fn: () => unknown): void;
+}
+
+export interface StartGatewayOptions {
+  /** Share an existing store (two gateways on one embedded store); otherwise one is made. */
+  store?: Store;
+  redisUrl?: string;
+  /** Base URL of the OpenAI-compatible upstream, e.g. the simulator's `http://127.0.0.1:P/v1`. */
+  upstreamUrl?: string;
+  /** YAML-shaped overrides, deep-merged over the defaults. */
+  config?: Record<string, unknown>;
+  env?: NodeJS.ProcessEnv;
+  now?: () => number;
+}
+
+export interface TestGateway {
+  url: string;
+  adminUrl: string;
+  gateway: Gateway;
+  store: Store;
+  logs: string[];
+  auth(key: string): Record<string, string>;
+  admin(path: string, init?: { method?: string; body?: unknown }): Promise<{ status: number; body: any; headers: Headers }>;
+  createKey(k: { account: string; env: 'live' | 'test'; name?: string; scopes?: string[]; models?: string[]; rate_limits?: unknown }): Promise<{ key: string; id: string; [k: string]: unknown }>;
+  grant(account: string, amountMicros: number, idempotencyKey?: string): Promise<any>;
+  close(): Promise<void>;
+}
+
+function merge(a: Record<string, unknown>, b: Record<string, unknown>): Record<string, unknown> {
+  const out = { ...a };
+  for (const [k, v] of Object.entries(b)) {
+    const prev = out[k];
+    out[k] = v && typeof v === 'object' && !Array.isArray(v) && prev && typeof prev === 'object' && !Array.isArray(prev)
+      ? merge(prev as Record<string, unknown>, v as Record<string, unknown>) : v;
+  }
+  return out;
+}
+
+/** The default test document: loopback, free ports, one priced model on the given upstream. */
+export function testConfigDoc(upstreamUrl = 'http://127.0.0.1:9/v1'): Record<string, unknown> {
+  return {
+    server: { host: '127.0.0.1', port: 0, admin_host: '127.0.0.1', admin_port: 0, drain_seconds: 5 },
+    store: { command_timeout_ms: 300 },
+    upstream: { connect_timeout_ms: 1000, headers_timeout_ms: 5000, idle_timeout_ms: 5000, total_timeout_ms: 30000 },
+    credit: { hold_margin_seconds: 5, reaper_interval_ms: 200 },
+    models: [
+      { name: 'sim-small', upstream_model: 'sim/small-1', max_output_tokens: 256, price: { input: 1.5, output: 2.25 }, upstreams: [{ url: upstreamUrl, api_key: 'upstream-secret' }] },
+      { name: 'sim-free', upstream_model: 'sim/free', max_output_tokens: 64, price: { input: 0, output: 0 }, upstreams: [{ url: upstreamUrl }] },
+    ],
+  };
+}
+
+export async function startGateway(t: Teardown, o: StartGatewayOptions = {}): Promise<TestGateway> {
+  const env = { TOLLGATE_ADMIN_TOKEN: ADMIN_TOKEN, ...o.env };
+  const doc = merge(testConfigDoc(o.upstreamUrl), o.config ?? {});
+  const config = compileConfig(doc, env);
+  const logs: string[] = [];
+  const sink = new Writable({ write(chunk, _enc, cb) { logs.push(...String(chunk).split('\n').filter(Boolean)); cb(); } });
+  const logger = createLogger(process.env.TEST_LOG_LEVEL ?? 'info', sink);
+  const ownStore = !o.store;
+  const store = o.store ?? (o.redisUrl ? await createRedisStore({ url: o.redisUrl, commandTimeoutMs: config.store.commandTimeoutMs }) : createMemoryStore(o.now));
+  const gateway = createGateway({ config, store, logger, metrics: createMetrics({ defaults: false }), ...(o.now && { now: o.now }) });
+  const { publicUrl, adminUrl } = await gateway.listen();
+
+  const admin: TestGateway['admin'] = async (path, init = {}) => {
+    const res = await fetch(`${adminUrl}${path}`, {
+      method: init.method ?? (init.body === undefined ? 'GET' : 'POST'),
+      headers: { authorization: `Bearer ${ADMIN_TOKEN}`, ...(init.body !== undefined && { 'content-type': 'application/json' }) },
+      ...(init.body !== undefined && { body: JSON.stringify(init.body) }),
+    });
+    const text = await res.text();
+    return { status: res.status, body: text ? JSON.parse(text) : null, headers: res.headers };
+  };
+
+  let closed = false;
+  const close = async () => {
+    if (closed) return;
+    closed = true;
+    await gateway.close(1000);
+    if (ownStore) await store.close();
+  };
+  t.teardown(close);
+
+  return {
+    url: publicUrl, adminUrl, gateway, store, logs,
+    auth: (key) => ({ authorization: `Bearer ${key}` }),
+    admin,
+    async createKey(k) {
+      const r = await admin('/admin/keys', { body: { name: 'test key', ...k } });
+      if (r.status !== 201) throw new Error(`createKey: ${r.status} ${JSON.stringify(r.body)}`);
+      return r.body;
+    },
+    async grant(account, amountMicros, idempotencyKey) {
+      const r = await admin(`/admin/accounts/${account}/credits`, { body: { amount_micros: amountMicros, ...(idempotencyKey && { idempotency_key: idempotencyKey }) } });
+      if (r.status !== 201 && r.status !== 200) throw new Error(`grant: ${r.status} ${JSON.stringify(r.body)}`);
+      return r.body;
+    },
+    close,
+  };
+}
