@@ -5,7 +5,7 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import { startRedis } from '../helpers/redis.ts';
 import { startGateway } from '../helpers/gateway.ts';
 import { startSimulator } from '../../src/simulator/simulator.ts';
-import { RATE_HEADERS, chat, metric, models, parseDuration, rateHeaders, requestLogs } from './limits-fixture.ts';
+import { RATE_HEADERS, chat, chatBody, metric, models, parseDuration, rateHeaders, requestLogs } from './limits-fixture.ts';
 
 const WINDOW_MS = 2000;
 const redis = await startRedis(t);
@@ -76,6 +76,19 @@ if (redis) {
     t.equal(f.status, 200, 'after retry-after-ms the key passes again');
     t.equal(f.headers.get('x-ratelimit-remaining-requests'), '2', 'a fresh window');
     t.equal(f.headers.get('x-ratelimit-remaining-tokens'), a.headers.get('x-ratelimit-remaining-tokens'), 'the token window started over too (same body, same estimate as chat 1)');
+  });
+
+  t.test('every authenticated /v1 request counts, including ones refused by validation (SPEC §2a)', async (t) => {
+    const { key } = await gw.createKey({ account: 'acme', env: 'test', models: ['sim-free'], rate_limits: { requests_per_minute: 2 } });
+    const refusedByRoute = [
+      await chat(gw, key, chatBody({ model: 'no-such-model' })), // 404 model_not_found
+      await chat(gw, key, { model: 'sim-free' }), // 422: messages missing
+      await chat(gw, key, chatBody({ model: 'sim-small' })), // 403: not in the key's allow-list
+    ];
+    t.same(refusedByRoute.map((r) => r.status), [404, 422, 403], 'authenticated, then refused by the route');
+    const r = await models(gw, key);
+    t.equal(r.status, 429, 'the key made 3 authenticated /v1 requests against a limit of 2: the 4th is refused');
+    t.equal(refusedByRoute[0]!.headers.get('x-ratelimit-limit-requests'), '2', 'a counted request carries the x-ratelimit-* headers');
   });
 
   t.test('tollgate_rate_limited_total counts refusals by env and dimension', async (t) => {
