@@ -1,0 +1,112 @@
+// The settle survives a store outage (SPEC §1.2 "a finally no abort can skip", §4 idempotent settle):
+// a stream whose hold was taken finishes while Redis is unreachable; the gateway logs 'settle failed;
+// retrying' and keeps retrying until the debit lands — exactly once.
+//
+// Two outages, because they test different things:
+//  - CLIENT PAUSE (data kept): the honest one. Redis stops answering for 2 s but loses nothing, so the
+//    debit must land on the real account with its hold released. Each timed-out attempt is still queued
+//    in Redis and runs when the pause ends, so the settle script executes several times for one request:
+//    the ledger must still show one debit.
+//  - stop()/start() (the fixture's redis-server restarts EMPTY): the hold and the balance are gone with
+//    the data, so only "the debit lands on the server that came back" is meaningful; the balance is then
+//    −cost, which is what a ledger replayed on an empty store must say.
+import t from 'tap';
+import { startRedis } from '../helpers/redis.ts';
+import { startGateway } from '../helpers/gateway.ts';
+import { startSimulator } from '../../src/simulator/simulator.ts';
+import { accountOf, chat, checkLedger, ledgerOf, simSmallCost, sseData, streamBody, waitUntil } from './credit-support.ts';
+
+const PAUSE_MS = 2000;
+const TOKENS = 20;
+
+/** Lua script runs (EVAL + EVALSHA) the server has executed so far. */
+async function scriptRuns(client: { info(section: string): Promise<string> }): Promise<number> {
+  const info = await client.info('commandstats');
+  return [...info.matchAll(/^cmdstat_eval(?:sha)?:calls=(\d+)/gm)].reduce((n, m) => n + Number(m[1]), 0);
+}
+
+/** Log lines (parsed) with this message. */
+function logged(logs: string[], msg: string): Record<string, unknown>[] {
+  return logs.map((l) => JSON.parse(l) as Record<string, unknown>).filter((l) => l.msg === msg);
+}
+
+const redis = await startRedis(t, { restartable: true });
+if (redis) {
+  const sim = await startSimulator();
+  t.teardown(() => sim.close());
+
+  t.test('Redis paused while the stream ends: the settle retries and debits exactly once', async (t) => {
+    const gw = await startGateway(t, { redisUrl: redis.url, upstreamUrl: sim.url });
+    const { key } = await gw.createKey({ account: 'paused', env: 'live' });
+    const grant = 1_000_000;
+    await gw.grant('paused', grant);
+
+    // 20 tokens × 25 ms: the stream ends ~500 ms into a 2 s pause.
+    const res = await chat(gw.url, key, streamBody({ tokens: TOKENS, delay_ms: 25 }));
+    t.equal(res.status, 200);
+    const id = res.headers.get('x-request-id')!;
+    const held = await accountOf(gw.admin, 'paused');
+    t.ok(held.held_micros > 0, 'the hold is taken before the upstream answers');
+    const runsBefore = await scriptRuns(redis.client);
+    const pausedAt = Date.now();
+    await redis.client.call('CLIENT', 'PAUSE', String(PAUSE_MS), 'ALL');
+    t.equal(sseData(await res.text()).at(-1), '[DONE]', 'the client gets the whole stream; Redis is not on the chunk path');
+    t.ok(Date.now() - pausedAt < PAUSE_MS, 'the stream ended while Redis was paused');
+
+    // The admin reads answer 503 while Redis is paused: keep polling through them.
+    const entry = await waitUntil(async () => (await ledgerOf(gw.admin, 'paused').catch(() => [])).find((e) => e.kind === 'debit' && e.request_id === id), PAUSE_MS + 5000, 'the debit after the pause');
+    const landedAt = Number(entry.id.split('-')[0]);
+    t.ok(landedAt >= pausedAt + PAUSE_MS - 50, `the debit was written by Redis ${landedAt - pausedAt} ms after the pause began, i.e. after it ended`);
+    t.ok(logged(gw.logs, 'settle failed; retrying').some((l) => l.request_id === id), "the gateway logged 'settle failed; retrying'");
+    const landed = await waitUntil(() => logged(gw.logs, 'settle landed after retries').find((l) => l.request_id === id), 2000, 'the landed log line');
+    t.ok(Number(landed.attempts) >= 2, `it landed on attempt ${String(landed.attempts)}`);
+    const runs = (await scriptRuns(redis.client)) - runsBefore;
+    t.ok(runs >= Number(landed.attempts), `the settle script ran ${runs} times in Redis for this one request (timed-out attempts ran when the pause ended)`);
+    t.comment(`settle landed on attempt ${String(landed.attempts)}; Redis ran the settle script ${runs} times`);
+
+    t.equal(entry.usage_source, 'upstream');
+    t.equal(entry.completion_tokens, TOKENS);
+    t.equal(entry.amount_micros, -simSmallCost(entry.prompt_tokens!, TOKENS), 'debit = the request cost');
+    t.equal(entry.hold_micros, held.held_micros, 'the hold it released is the one taken');
+    const acct = await accountOf(gw.admin, 'paused');
+    t.equal(acct.held_micros, 0, 'the hold is released');
+    t.equal(acct.balance_micros, grant + entry.amount_micros, 'balance = grant − the one debit');
+    checkLedger(t, await ledgerOf(gw.admin, 'paused'), acct, new Set([id]));
+  });
+
+  t.test('Redis stopped while the stream ends, restarted empty: the settle lands on the new server', async (t) => {
+    const gw = await startGateway(t, { redisUrl: redis.url, upstreamUrl: sim.url });
+    const { key } = await gw.createKey({ account: 'restarted', env: 'live' });
+    await gw.grant('restarted', 1_000_000);
+
+    // 20 tokens × 30 ms: the stream is still running when Redis goes away.
+    const res = await chat(gw.url, key, streamBody({ tokens: TOKENS, delay_ms: 30 }));
+    t.equal(res.status, 200);
+    const id = res.headers.get('x-request-id')!;
+    await redis.stop();
+    t.equal(sseData(await res.text()).at(-1), '[DONE]', 'the stream completes with Redis gone');
+    await waitUntil(() => logged(gw.logs, 'settle failed; retrying').some((l) => l.request_id === id), 3000, "'settle failed; retrying' in the log");
+    t.pass("the gateway logged 'settle failed; retrying'");
+    // Let a few retries fail (100, 200, 400 ms back-off) before the server returns.
+    await new Promise((r) => setTimeout(r, 800));
+
+    await redis.start();
+    const restartedAt = Date.now();
+    const entries = await waitUntil(async () => {
+      const all = await ledgerOf(gw.admin, 'restarted').catch(() => []);
+      return all.some((e) => e.request_id === id) && all;
+    }, 10_000, 'the debit on the restarted server');
+    t.comment(`debit landed ${Date.now() - restartedAt} ms after redis-server restarted`);
+    const debits = entries.filter((e) => e.kind === 'debit');
+    t.equal(debits.length, 1, 'one debit');
+    t.equal(entries.length, 1, 'the grant went with the old data; only the debit is there');
+    const entry = debits[0]!;
+    t.equal(entry.completion_tokens, TOKENS);
+    t.equal(entry.usage_source, 'upstream');
+    t.equal(entry.amount_micros, -simSmallCost(entry.prompt_tokens!, TOKENS));
+    t.equal(entry.hold_micros, 0, 'no hold to release: it went with the old data');
+    const acct = await accountOf(gw.admin, 'restarted');
+    t.equal(acct.held_micros, 0);
+    checkLedger(t, entries, acct, new Set([id]));
+  });
+}
