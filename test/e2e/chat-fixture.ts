@@ -1,0 +1,145 @@
+// Shared pieces of the chat completions e2e tests (test/e2e/chat-*.test.ts): a simulator per test, a
+// steering front for failover, raw SSE reading, exact expected costs, the ledger and the metrics text.
+import { createServer, request as httpRequest, type IncomingHttpHeaders } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import OpenAI from 'openai';
+import { startSimulator, type Simulator } from '../../src/simulator/simulator.ts';
+import type { LedgerEntry } from '../../src/store/types.ts';
+import type { TestGateway } from '../helpers/gateway.ts';
+
+interface Teardown {
+  teardown(fn: () => unknown): void;
+}
+
+/** A simulator closed when the test ends. */
+export async function startSim(t: Teardown): Promise<Simulator> {
+  const sim = await startSimulator();
+  t.teardown(() => sim.close());
+  return sim;
+}
+
+/**
+ * An HTTP front that forwards every request to `target` with extra `x-sim-*` headers, so one upstream of
+ * a model misbehaves (e.g. `x-sim-status: 503`) while its sibling, reached directly, does not. The
+ * steering still happens in the simulator, which records the request. Returns the front's `/v1` URL.
+ */
+export async function startSteeredFront(t: Teardown, target: Simulator, inject: Record<string, string>): Promise<string> {
+  const server = createServer((req, res) => {
+    const out = httpRequest({
+      host: '127.0.0.1', port: target.port, method: req.method, path: req.url, headers: { ...req.headers, ...inject },
+    }, (up) => {
+      res.writeHead(up.statusCode ?? 502, up.headers);
+      up.pipe(res);
+    });
+    out.on('error', () => res.destroy());
+    req.pipe(out);
+  });
+  await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
+  t.teardown(() => new Promise<void>((r) => { server.close(() => r()); server.closeAllConnections(); }));
+  return `http://127.0.0.1:${(server.address() as AddressInfo).port}/v1`;
+}
+
+/** A fake upstream that answers every request with a fixed status, headers and body, and counts requests. */
+export async function startFixedUpstream(t: Teardown, status: number, headers: Record<string, string | string[]>, body: string): Promise<{ url: string; seen: IncomingHttpHeaders[] }> {
+  const seen: IncomingHttpHeaders[] = [];
+  const server = createServer((req, res) => {
+    seen.push(req.headers);
+    req.resume();
+    req.on('end', () => {
+      res.writeHead(status, { ...headers, 'content-length': Buffer.byteLength(body) });
+      res.end(body);
+    });
+  });
+  await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
+  t.teardown(() => new Promise<void>((r) => { server.close(() => r()); server.closeAllConnections(); }));
+  return { url: `http://127.0.0.1:${(server.address() as AddressInfo).port}/v1`, seen };
+}
+
+/** Price of a test model in hundredths of a micro-credit per token (1.5 credits/M = 150). */
+export interface CentPrice {
+  input: bigint;
+  output: bigint;
+}
+
+/** `sim-small` in the default test config: input 1.5, output 2.25 credits per million tokens. */
+export const SIM_SMALL: CentPrice = { input: 150n, output: 225n };
+
+/** SPEC §4 cost, exact: ceil(prompt × input + completion × output) micro-credits, in integer arithmetic. */
+export function expectedCost(price: CentPrice, prompt: number, completion: number): number {
+  const hundredths = BigInt(prompt) * price.input + BigInt(completion) * price.output;
+  return Number((hundredths + 99n) / 100n);
+}
+
+/** A chat completions POST with raw fetch. */
+export function postChat(gw: TestGateway, key: string, body: unknown, headers: Record<string, string> = {}): Promise<Response> {
+  return fetch(`${gw.url}/v1/chat/completions`, {
+    method: 'POST',
+    headers: { ...gw.auth(key), 'content-type': 'application/json', ...headers },
+    body: typeof body === 'string' ? body : JSON.stringify(body),
+  });
+}
+
+/** The `data:` payloads of an SSE body, in order (`[DONE]` included as the string). */
+export function sseData(text: string): string[] {
+  return text.split('\n\n').filter((e) => e.trim() !== '').map((e) => {
+    const line = e.split('\n').find((l) => l.startsWith('data:'));
+    return line === undefined ? '' : line.slice(5).trim();
+  });
+}
+
+/** An OpenAI SDK client for the gateway with SDK retries off, so every attempt is ours to count. */
+export function sdk(gw: TestGateway, key: string): OpenAI {
+  return new OpenAI({ apiKey: key, baseURL: `${gw.url}/v1`, maxRetries: 0 });
+}
+
+/** Every ledger entry of the account, oldest first (follows `next_after`). */
+export async function ledger(gw: TestGateway, account: string): Promise<LedgerEntry[]> {
+  const out: LedgerEntry[] = [];
+  let after: string | null = null;
+  do {
+    const r = await gw.admin(`/admin/accounts/${account}/ledger?limit=1000${after ? `&after=${after}` : ''}`);
+    if (r.status !== 200) throw new Error(`ledger: ${r.status} ${JSON.stringify(r.body)}`);
+    out.push(...(r.body.entries as LedgerEntry[]));
+    after = r.body.next_after;
+  } while (after);
+  return out;
+}
+
+/** The debit entry of a request; settles land after the response (SPEC §2a: within 1 s), so poll. */
+export async function waitForDebit(gw: TestGateway, account: string, requestId: string, timeoutMs = 2000): Promise<LedgerEntry> {
+  const until = Date.now() + timeoutMs;
+  for (;;) {
+    const hit = (await ledger(gw, account)).filter((e) => e.kind === 'debit' && e.request_id === requestId);
+    if (hit.length > 1) throw new Error(`request ${requestId} has ${hit.length} debit entries`);
+    if (hit[0]) return hit[0];
+    if (Date.now() > until) throw new Error(`no debit entry for ${requestId} within ${timeoutMs} ms`);
+    await new Promise((r) => setTimeout(r, 20));
+  }
+}
+
+/** Account state and the ledger sum (SPEC §4: balance = Σ grants − Σ debits, at every instant). */
+export async function accountVsLedger(gw: TestGateway, account: string): Promise<{ balance: number; held: number; sum: number; entries: LedgerEntry[] }> {
+  const entries = await ledger(gw, account);
+  const acct = await gw.admin(`/admin/accounts/${account}`);
+  return { balance: acct.body.balance_micros, held: acct.body.held_micros, sum: entries.reduce((s, e) => s + e.amount_micros, 0), entries };
+}
+
+/** The admin listener's Prometheus text. */
+export async function metricsText(gw: TestGateway): Promise<string> {
+  const r = await fetch(`${gw.adminUrl}/metrics`);
+  return r.text();
+}
+
+/** The value of one sample (`name{labels}`), labels matched as a subset; 0 when absent. */
+export function sample(text: string, name: string, labels: Record<string, string> = {}): number {
+  let total = 0;
+  for (const line of text.split('\n')) {
+    if (!line.startsWith(name)) continue;
+    const m = /^([a-zA-Z_:][\w:]*)(?:\{(.*)\})? (\S+)$/.exec(line);
+    if (!m || m[1] !== name) continue;
+    const got: Record<string, string> = {};
+    for (const kv of (m[2] ?? '').matchAll(/(\w+)="((?:[^"\\]|\\.)*)"/g)) got[kv[1]!] = kv[2]!;
+    if (Object.entries(labels).every(([k, v]) => got[k] === v)) total += Number(m[3]);
+  }
+  return total;
+}
