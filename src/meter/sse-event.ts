@@ -17,38 +17,59 @@ function isDataLine(ev: Buffer, start: number, end: number): boolean {
   return end === start + 4 || ev[start + 4] === COLON;
 }
 
+/** Where an event's data is: `buf[start, end)`. A scratch object, reused to keep the hot path allocation-free. */
+export interface DataRange {
+  buf: Buffer;
+  start: number;
+  end: number;
+}
+
+/** A fresh DataRange for eventData to fill. */
+export function dataRange(): DataRange {
+  return { buf: NEWLINE, start: 0, end: 0 };
+}
+
 /**
- * The event's data (data lines joined by LF), or null when the event has no data field (a comment or
- * keep-alive, which the SSE spec does not dispatch). One data line — the only shape OpenAI-compatible
- * servers send — is returned as a zero-copy view of `ev`.
+ * Finds the data of the event `ev[start, end)` (data lines joined by LF) and stores where it is in
+ * `out`. Returns false when the event has no data field (a comment or keep-alive, which the SSE spec
+ * does not dispatch). One data line — the only shape OpenAI-compatible servers send — is located in
+ * place, without copying or allocating; several are joined into a new buffer.
  */
-export function eventData(ev: Buffer): Buffer | null {
-  let first: Buffer | null = null;
+export function eventData(ev: Buffer, start: number, end: number, out: DataRange): boolean {
+  let found = 0;
   let parts: Buffer[] | null = null;
-  let pos = 0;
-  while (pos < ev.length) {
-    const nl = ev.indexOf(LF, pos);
-    const next = nl === -1 ? ev.length : nl + 1;
-    let end = nl === -1 ? ev.length : nl;
-    if (end > pos && ev[end - 1] === CR) end--;
-    if (isDataLine(ev, pos, end)) {
+  let pos = start;
+  while (pos < end) {
+    let nl = ev.indexOf(LF, pos);
+    if (nl === -1 || nl >= end) nl = end;
+    let lineEnd = nl;
+    if (lineEnd > pos && ev[lineEnd - 1] === CR) lineEnd--;
+    if (isDataLine(ev, pos, lineEnd)) {
       // The value starts after "data:" and one optional space (the spec strips exactly one).
-      let v = Math.min(pos + 5, end);
-      if (v < end && ev[v] === SPACE) v++;
-      const value = ev.subarray(v, end);
-      if (first === null) first = value;
-      else (parts ??= [first]).push(value);
+      let v = Math.min(pos + 5, lineEnd);
+      if (v < lineEnd && ev[v] === SPACE) v++;
+      if (found === 0) {
+        out.buf = ev;
+        out.start = v;
+        out.end = lineEnd;
+      } else {
+        (parts ??= [ev.subarray(out.start, out.end)]).push(NEWLINE, ev.subarray(v, lineEnd));
+      }
+      found++;
     }
-    pos = next;
+    pos = nl + 1;
   }
-  if (parts === null) return first;
-  const joined: Buffer[] = [];
-  for (const p of parts) joined.push(p, NEWLINE);
-  joined.pop();
-  return Buffer.concat(joined);
+  if (parts !== null) {
+    out.buf = Buffer.concat(parts);
+    out.start = 0;
+    out.end = out.buf.length;
+  }
+  return found > 0;
 }
 
 /** True for the stream terminator `data: [DONE]`. */
-export function isDone(data: Buffer): boolean {
-  return data.length === DONE.length && data.equals(DONE);
+export function isDone(d: DataRange): boolean {
+  if (d.end - d.start !== DONE.length) return false;
+  for (let i = 0; i < DONE.length; i++) if (d.buf[d.start + i] !== DONE[i]) return false;
+  return true;
 }

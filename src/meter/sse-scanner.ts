@@ -14,7 +14,7 @@
  * Events end at an empty line; lines end in LF or CRLF (see sse-event.ts).
  */
 import { scanData } from './data-scan.ts';
-import { eventData, isDone } from './sse-event.ts';
+import { dataRange, eventData, isDone } from './sse-event.ts';
 import { TextCollector } from './text-slices.ts';
 import { readUsage, type Usage } from './usage.ts';
 
@@ -78,6 +78,8 @@ class Scanner implements SseMeter {
   private last1 = 0;
   private last2 = 0;
   private ended = false;
+  /** Scratch for eventData: where the current event's data is. */
+  private readonly data = dataRange();
 
   constructor(opts: SseMeterOptions) {
     const max = opts.maxPendingBytes ?? 1024 * 1024;
@@ -117,9 +119,9 @@ class Scanner implements SseMeter {
           const ev = Buffer.concat(this.pending, size);
           this.pending = [];
           this.pendingLen = 0;
-          if (this.meter(ev)) (parts ??= []).push(ev);
+          if (this.meter(ev, 0, ev.length)) (parts ??= []).push(ev);
           keepFrom = end;
-        } else if (!this.meter(chunk.subarray(evStart, end))) {
+        } else if (!this.meter(chunk, evStart, end)) {
           if (evStart > keepFrom) (parts ??= []).push(chunk.subarray(keepFrom, evStart));
           keepFrom = end;
         }
@@ -131,8 +133,9 @@ class Scanner implements SseMeter {
     this.last2 = len >= 2 ? chunk[len - 2]! : this.last1;
     this.last1 = chunk[len - 1]!;
     if (evStart > keepFrom) {
-      const run = chunk.subarray(keepFrom, evStart);
-      if (parts === null) return run; // the common case: zero-copy view of the upstream chunk
+      // The common case: the upstream chunk itself (one or more whole events), or a view of it.
+      const run = keepFrom === 0 && evStart === len ? chunk : chunk.subarray(keepFrom, evStart);
+      if (parts === null) return run;
       parts.push(run);
     }
     if (parts === null) return null;
@@ -147,7 +150,7 @@ class Scanner implements SseMeter {
     this.pending = [];
     this.pendingLen = 0;
     // Metered (an upstream may omit the final blank line after usage or [DONE]) but forwarded as-is.
-    this.meter(tail);
+    this.meter(tail, 0, tail.length);
     return tail;
   }
 
@@ -158,20 +161,20 @@ class Scanner implements SseMeter {
     this.pendingLen += n;
   }
 
-  /** Meters one event; returns false when the event must not be forwarded. */
-  private meter(ev: Buffer): boolean {
-    const data = eventData(ev);
-    if (data === null) return true;
+  /** Meters the event `buf[start, end)`; returns false when it must not be forwarded. */
+  private meter(buf: Buffer, start: number, end: number): boolean {
+    const d = this.data;
+    if (!eventData(buf, start, end, d)) return true;
     this.events++;
-    if (isDone(data)) {
+    if (isDone(d)) {
       this.sawDone = true;
       return true;
     }
     // Text is collected first; if this event's usage proves valid, it covers that text and all before.
-    if (scanData(data, this.text)) {
+    if (scanData(d.buf, d.start, d.end, this.text)) {
       let parsed: unknown;
       try {
-        parsed = JSON.parse(data.toString('utf8'));
+        parsed = JSON.parse(d.buf.toString('utf8', d.start, d.end));
       } catch {
         parsed = null; // not JSON: forward untouched, meter only its text
       }

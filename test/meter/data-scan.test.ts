@@ -4,7 +4,9 @@ import { TextCollector } from '../../src/meter/text-slices.ts';
 
 function scan(json: string): { usage: boolean; text: string } {
   const c = new TextCollector();
-  const usage = scanData(Buffer.from(json), c);
+  // Surrounded by bytes that must be ignored: the scan stays inside [start, end).
+  const buf = Buffer.from(`"content":"OUT"${json}"content":"OUT"`);
+  const usage = scanData(buf, 15, buf.length - 15, c);
   return { usage, text: c.text() };
 }
 
@@ -26,6 +28,10 @@ t.test('collects string values of text keys only', async (t) => {
   t.same(scan('{"k\\"content":"v"}'), { usage: false, text: '' }, 'a key ending in an escaped quote is not "content"');
   t.same(scan('{"content":"ok"} {"content":"never closed'), { usage: false, text: 'ok' }, 'unterminated string ends the scan');
   t.same(scan('{"content'), { usage: false, text: '' }, 'truncated key');
+  t.same(scan('{"content":'), { usage: false, text: '' }, 'truncated after the colon');
+  t.same(scan('{"content":"abc'), { usage: false, text: '' }, 'value runs past the end');
+  t.same(scan('\\\\"content":"x"'), { usage: false, text: 'x' }, 'escaped backslash before the quote: a real key');
+  t.same(scan('\\"content":"x"'), { usage: false, text: '' }, 'escaped quote: not a key');
 });
 
 t.test('usage: object yes, null no', async (t) => {
@@ -34,4 +40,5 @@ t.test('usage: object yes, null no', async (t) => {
   t.equal(scan('{"choices":[{"delta":{"content":"x"}}],"usage":null}').usage, false);
   t.equal(scan('{"content":"\\"usage\\":{"}').usage, false, 'inside a string');
   t.equal(scan('{"usage_x":{}}').usage, false);
+  t.equal(scan('{"usage":').usage, false, 'truncated');
 });

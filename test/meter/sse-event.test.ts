@@ -1,7 +1,11 @@
 import t from 'tap';
-import { eventData, isDone } from '../../src/meter/sse-event.ts';
+import { dataRange, eventData, isDone } from '../../src/meter/sse-event.ts';
 
-const data = (s: string): string | null => eventData(Buffer.from(s))?.toString() ?? null;
+function data(s: string): string | null {
+  const d = dataRange();
+  const buf = Buffer.from(s);
+  return eventData(buf, 0, buf.length, d) ? d.buf.toString('utf8', d.start, d.end) : null;
+}
 
 t.test('eventData follows the SSE field rules', async (t) => {
   t.equal(data('data: {"a":1}\n\n'), '{"a":1}', 'one optional space stripped');
@@ -16,8 +20,23 @@ t.test('eventData follows the SSE field rules', async (t) => {
   t.equal(data('\n'), null);
 });
 
+t.test('eventData stays inside [start, end) and reads in place', async (t) => {
+  const buf = Buffer.from('data: one\n\ndata: two\n\n');
+  const d = dataRange();
+  t.equal(eventData(buf, 11, buf.length, d), true);
+  t.equal(d.buf, buf, 'no copy for a single data line');
+  t.equal(d.buf.toString('utf8', d.start, d.end), 'two');
+  t.equal(eventData(buf, 0, 11, d), true);
+  t.equal(d.buf.toString('utf8', d.start, d.end), 'one', 'does not run into the next event');
+});
+
 t.test('isDone', async (t) => {
-  t.equal(isDone(Buffer.from('[DONE]')), true);
-  t.equal(isDone(Buffer.from('[DONE] ')), false);
-  t.equal(isDone(Buffer.from('"[DONE]"')), false);
+  const done = (s: string): boolean => {
+    const buf = Buffer.from(`x${s}y`);
+    return isDone({ buf, start: 1, end: buf.length - 1 });
+  };
+  t.equal(done('[DONE]'), true);
+  t.equal(done('[DONE] '), false);
+  t.equal(done('"[DONE]"'), false);
+  t.equal(done('[DONX]'), false);
 });

@@ -111,7 +111,9 @@ t.test('holds an incomplete event until its end arrives', async (t) => {
   t.equal(m.end(), null);
 });
 
-t.test('common case forwards a zero-copy view; held bytes are copies', async (t) => {
+t.test('common case forwards the chunk itself or a zero-copy view; held bytes are copies', async (t) => {
+  const whole = Buffer.from(event({ choices: [{ delta: { content: 'a' } }] }) + event({ choices: [] }));
+  t.equal(createSseMeter(keep).push(whole), whole, 'a chunk of whole events is returned as is');
   const a = event({ choices: [{ delta: { content: 'a' } }] });
   const chunk = Buffer.from(a + 'data: {"choices":[{"delta":{"content":"b"}}]}');
   const m = createSseMeter(keep);
