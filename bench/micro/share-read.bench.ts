@@ -1,0 +1,51 @@
+/**
+ * Cost of a share read on a cache hit (the path every page render takes): slug check, cache lookup,
+ * GET links from the half-life cache, and the body assembled as text around the stored snapshot, for
+ * a small and a 1 MiB snapshot, against a parse + stringify round trip of the same record. Also the
+ * one-time cost on publish of cutting the snapshot text out of a 1 MiB body. Buffer.byteLength (the
+ * route's content-length) is included: it flattens the concatenated string, as writing it would.
+ * Run: `node bench/micro/share-read.bench.ts`. No network: static S3 credentials sign locally.
+ */
+import { createMemoryStore } from '../../src/store/memory-store.ts';
+import { createShareCache } from '../../src/shares/share-cache.ts';
+import { createShareService } from '../../src/shares/service.ts';
+import { createFileUrls } from '../../src/shares/file-urls.ts';
+import { memberText } from '../../src/shares/snapshot-text.ts';
+import { validateSlug } from '../../src/shares/validate.ts';
+import { createReport, nsPerOp } from './timing.ts';
+
+/** Mean µs per awaited call, best of 3 rounds. */
+async function usPerOp(fn: () => Promise<unknown>, n: number): Promise<number> {
+  for (let i = 0; i < Math.min(n, 2_000); i++) await fn();
+  let best = Infinity;
+  for (let r = 0; r < 3; r++) {
+    const t0 = process.hrtime.bigint();
+    for (let i = 0; i < n; i++) await fn();
+    best = Math.min(best, Number(process.hrtime.bigint() - t0) / 1e3 / n);
+  }
+  return best;
+}
+
+const store = createMemoryStore();
+const cache = createShareCache({ store, ttlMs: 60_000, negativeTtlMs: 60_000 });
+const files = createFileUrls({
+  s3: { endpoint: 'http://127.0.0.1:9', region: 'us-east-1', bucket: 'shares', forcePathStyle: true, accessKeyId: 'AKIDEXAMPLE', secretAccessKey: 'secret' },
+  ttlSeconds: 900, now: Date.now,
+});
+const service = createShareService({ store, cache, files, now: Date.now });
+const report = createReport();
+
+const small = JSON.stringify({ title: 'Trip', messages: Array.from({ length: 8 }, (_, i) => ({ role: i % 2 ? 'assistant' : 'user', content: 'x'.repeat(400) })) });
+const big = JSON.stringify({ messages: Array.from({ length: 256 }, () => ({ role: 'user', content: 'y'.repeat(4_000) })) });
+const twoFiles = [{ name: 'a.png', content_type: 'image/png', size: 1000 }, { name: 'b.txt', content_type: 'text/plain', size: 10 }];
+
+for (const [name, snapshotText, fs] of [['~3.5 KB, no files', small, []], ['~3.5 KB, 2 files', small, twoFiles], ['~1 MiB, no files', big, []]] as const) {
+  const { slug } = await service.create('acme', { snapshotText, files: [...fs] });
+  await service.read(slug);
+  report.add(`read, cache hit, ${name}`, await usPerOp(async () => Buffer.byteLength(await service.read(validateSlug(slug))), name.startsWith('~1') ? 300 : 20_000), 'µs/op', 'validateSlug + cache + links + body text + byteLength');
+}
+const record = { slug: 'x', created_at: 'y', snapshot: JSON.parse(big) as unknown, files: [] };
+report.add('JSON.stringify of the same 1 MiB record', nsPerOp(() => Buffer.byteLength(JSON.stringify(record)), 300, 50, 3) / 1e3, 'µs/op', 'what splicing the stored text avoids');
+const body = `{"snapshot": ${big}, "files": []}`;
+report.add('memberText on a 1 MiB body (publish only)', nsPerOp(() => memberText(body, 'snapshot'), 300, 50, 3) / 1e3, 'µs/op');
+report.print();
