@@ -154,7 +154,13 @@ if (redis) {
     const slug = created.body.slug;
     t.equal((await gw.admin(`/admin/shares/${slug}`, { method: 'DELETE' })).status, 204);
     t.equal((await gw.admin(`/admin/shares/${slug}`, { method: 'DELETE' })).status, 204, 'again: still 204');
-    t.equal((await fetch(`${gw.url}/v1/shares/${slug}`)).status, 410);
+    const gone = await fetch(`${gw.url}/v1/shares/${slug}`);
+    t.equal(gone.status, 410);
+    t.equal(gone.headers.get('cache-control'), 'no-store', 'a 410 must not be cached either (RFC 9111 lets caches keep it)');
+    openAiError(t, await gone.json(), 'share_revoked');
+    const nf = await fetch(`${gw.url}/v1/shares/1111111111111111111111`);
+    t.equal(nf.headers.get('cache-control'), 'no-store');
+    openAiError(t, await nf.json(), 'share_not_found');
     const unknown = await gw.admin('/admin/shares/1111111111111111111111', { method: 'DELETE' });
     t.equal(unknown.status, 404);
     openAiError(t, unknown.body, 'share_not_found');
