@@ -217,3 +217,16 @@ t.test('ejection: after eject_after_failures (2) failures the bad upstream is no
   }
   t.equal(bad.requests.length, 2, 'the 503 upstream got exactly the two requests that ejected it');
 });
+
+t.test('total_timeout_ms bounds the whole request, retries included: no next upstream once it has passed', async (t) => {
+  const a = await startSim(t);
+  const b = await startSim(t);
+  const gw = await startGateway(t, { upstreamUrl: a.url, config: { upstream: { total_timeout_ms: 300, headers_timeout_ms: 5000 }, models: [model('m', [a.url, b.url])] } });
+  const { key } = await gw.createKey({ account: 'fo-j', env: 'test' });
+  // Each upstream answers after 1.5 s, well past the 300 ms total: the request must end as a timeout.
+  const res = await postChat(gw, key, { model: 'm', messages: USER, sim: { headers_delay_ms: 1500 } });
+  const body: any = await res.json();
+  t.equal(res.status, 504, 'the total deadline ends the request');
+  t.match(body, { error: { code: 'upstream_timeout' } });
+  t.equal(a.requests.length + b.requests.length, 1, 'no upstream is tried after the total deadline');
+});

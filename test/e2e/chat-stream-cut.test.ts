@@ -98,6 +98,24 @@ t.test('a non-streaming body cut mid-way: the client sees a broken response, the
   t.ok(e.amount_micros < 0, 'the prompt is billed');
 });
 
+t.test('an upstream idle longer than idle_timeout_ms mid-stream: error event, upstream aborted, nothing retried', async (t) => {
+  const sim = await startSim(t);
+  const gw = await startGateway(t, { upstreamUrl: sim.url, config: { upstream: { idle_timeout_ms: 200 } } });
+  const { key } = await gw.createKey({ account: 'cut-f', env: 'live' });
+  await gw.grant('cut-f', 1_000_000);
+  const messages = [{ role: 'user', content: 'then stall' }];
+  // The role chunk goes out at once, then the simulator waits 5 s before the first token.
+  const res = await postChat(gw, key, { model: 'sim-small', messages, stream: true, sim: { tokens: 3, delay_ms: 5000 } });
+  t.equal(res.status, 200);
+  const data = sseData(await res.text());
+  t.equal(data.length, 2, 'the role chunk, then the error event');
+  t.match(JSON.parse(data[1]!), ERROR_EVENT);
+  await sim.waitFor((r) => r.aborted, 2000);
+  t.equal(sim.requests.length, 1);
+  const e = await waitForDebit(gw, 'cut-f', res.headers.get('x-request-id')!);
+  t.match(e, { usage_source: 'estimated', prompt_tokens: tokenizer.countPromptTokens(messages), completion_tokens: 0 });
+});
+
 t.test('client abort mid-stream: the upstream request is aborted and the produced tokens are billed (estimated)', async (t) => {
   const { gw, key, sims } = await setup(t, 'cut-e');
   const messages = [{ role: 'user', content: 'stream slowly' }];
