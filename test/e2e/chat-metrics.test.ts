@@ -89,3 +89,46 @@ t.test('upstream errors by upstream and reason are bounded labels (host:port, re
   t.equal(sample(m, 'tollgate_upstream_errors_total', { upstream: host, reason: 'status_429' }), 1);
   t.notMatch(m, 'upstream-secret', 'the upstream credential appears nowhere');
 });
+
+t.test('one log line per chat request with tokens, cost, upstream and timings; no key material', async (t) => {
+  const sim = await startSim(t);
+  const gw = await startGateway(t, { upstreamUrl: sim.url });
+  const { key, id } = await gw.createKey({ account: 'acct-log', env: 'live' });
+  await gw.grant('acct-log', 1_000_000);
+  const body = { model: 'sim-small', messages: [{ role: 'user', content: 'log me please' }], stream: true, sim: { tokens: 11 } };
+  const res = await postChat(gw, key, body);
+  await res.arrayBuffer();
+  const rid = res.headers.get('x-request-id')!;
+  await waitForDebit(gw, 'acct-log', rid);
+  const lines = gw.logs.map((l) => JSON.parse(l)).filter((l) => l.request_id === rid);
+  t.equal(lines.length, 1, 'exactly one line for the request');
+  const prompt = simPromptTokens(body);
+  t.match(lines[0], {
+    request_id: rid, key_id: id, account: 'acct-log', model: 'sim-small', status: 200, route: ROUTE,
+    prompt_tokens: prompt, completion_tokens: 11, usage_source: 'upstream', cost_micros: expectedCost(SIM_SMALL, prompt, 11),
+    upstream: new URL(sim.url).host, duration_ms: Number, overhead_us: Number,
+  });
+  t.notOk(gw.logs.some((l) => l.includes(key) || l.includes(key.slice(9))), 'the key appears in no log line');
+  t.notOk(gw.logs.some((l) => l.includes('upstream-secret')), 'nor the upstream credential');
+});
+
+t.test('in-flight stream gauge returns to 0 after complete, cut and abandoned streams', async (t) => {
+  const sim = await startSim(t);
+  const gw = await startGateway(t, { upstreamUrl: sim.url });
+  const { key } = await gw.createKey({ account: 'acct-gauge', env: 'test' });
+  const msg = [{ role: 'user', content: 'x' }];
+  await (await postChat(gw, key, { model: 'sim-small', messages: msg, stream: true })).arrayBuffer();
+  await (await postChat(gw, key, { model: 'sim-small', messages: msg, stream: true, sim: { cut_after: 2 } })).arrayBuffer();
+  const slow = await postChat(gw, key, { model: 'sim-small', messages: msg, stream: true, sim: { tokens: 1000, delay_ms: 10 } });
+  const reader = slow.body!.getReader();
+  await reader.read();
+  t.equal(sample(await metricsText(gw), 'tollgate_in_flight_streams'), 1, 'one stream open');
+  await reader.cancel();
+  await sim.waitFor((r) => r.aborted, 2000);
+  let m = await metricsText(gw);
+  for (let i = 0; i < 50 && sample(m, 'tollgate_in_flight_streams') !== 0; i++) {
+    await new Promise((r) => setTimeout(r, 20));
+    m = await metricsText(gw);
+  }
+  t.equal(sample(m, 'tollgate_in_flight_streams'), 0);
+});
