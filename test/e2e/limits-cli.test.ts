@@ -3,7 +3,7 @@
 import t from 'tap';
 import { ADMIN_TOKEN, startGateway } from '../helpers/gateway.ts';
 import { runCli } from '../cli/run-cli.ts';
-import { models, until } from './limits-fixture.ts';
+import { metric, models, until } from './limits-fixture.ts';
 
 const gw = await startGateway(t, { config: { rate_limits: { window_seconds: 30, test: { requests_per_minute: 4, tokens_per_minute: 5000 } } } });
 const cli = (...args: string[]) => runCli(args, { TOLLGATE_ADMIN_TOKEN: ADMIN_TOKEN, TOLLGATE_ADMIN_URL: gw.adminUrl });
@@ -18,6 +18,7 @@ t.test('keys create --rpm/--tpm sets an override the gateway enforces', async (t
   t.equal(a.headers.get('x-ratelimit-limit-tokens'), '700');
   t.equal((await models(gw, k.key)).status, 200);
   t.equal((await models(gw, k.key)).status, 429);
+  t.equal(await metric(gw, 'tollgate_rate_limiter_fallback'), 0, 'the embedded store limits in memory by design: not a fallback');
 });
 
 t.test('keys limits <id> --rpm replaces the override; --clear falls back to the config defaults', async (t) => {

@@ -71,6 +71,18 @@ if (redis) {
     t.equal((await models(gw, key)).headers.get('x-ratelimit-remaining-tokens'), String(TPM - usedA - usedC), 'x-ratelimit-remaining-tokens on the next request shows the real usage');
   });
 
+  t.test('concurrent chats cannot overshoot the token limit: exactly as many estimates as fit pass', async (t) => {
+    const { key, id } = await gw.createKey({ account: 'acme', env: 'test' });
+    const body = chatBody({ max_tokens: 333 - 81 }); // estimate 333: three fit in 1000, four do not
+    t.equal(estimate(body), 333);
+    // Held 300 ms upstream so none settles (and gives tokens back) while the others are admitted.
+    const replies = await Promise.all(Array.from({ length: 10 }, () => chat(gw, key, body, { 'x-sim-tokens': '1', 'x-sim-headers-delay-ms': '300' })));
+    const statuses = replies.map((r) => r.status).sort();
+    t.same(statuses, [200, 200, 200, 429, 429, 429, 429, 429, 429, 429], '3 pass, 7 refused');
+    await settled(id, 3 * 3);
+    t.pass('the refused estimates were given back and the three settled to 2 prompt + 1 completion each');
+  });
+
   t.test('streams settle with the usage of their last chunk', async (t) => {
     const { key, id } = await gw.createKey({ account: 'acme', env: 'test' });
     const body = chatBody({ max_tokens: 300, stream: true });
