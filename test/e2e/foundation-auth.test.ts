@@ -6,7 +6,8 @@ import { request } from 'node:http';
 import { ERROR_CODES, type ErrorCode } from '../../src/http/errors.ts';
 import { createMemoryStore } from '../../src/store/memory-store.ts';
 import type { Store } from '../../src/store/types.ts';
-import { startGateway } from '../helpers/gateway.ts';
+import { ADMIN_TOKEN, startGateway } from '../helpers/gateway.ts';
+import { startRedis } from '../helpers/redis.ts';
 
 const REQ_ID = /^req_[1-9A-HJ-NP-Za-km-z]{22}$/;
 /** Generous enough that the 401 cases below never meet the failed-auth limiter. */
@@ -178,4 +179,31 @@ t.test('the request log line names the key id and account, never the key', async
   t.equal(line.status, 200);
   t.type(line.duration_ms, 'number');
   t.notOk(gw.logs.join('\n').includes(key));
+});
+
+t.test('Redis down: cached keys keep authenticating; lookups and admin writes fail fast with 503 store_unavailable', async (t) => {
+  const redis = await startRedis(t, { restartable: true });
+  if (!redis) return;
+  const gw = await startGateway(t, { redisUrl: redis.url, config: NO_LIMIT });
+  const cached = await gw.createKey({ account: 'acme', env: 'live' });
+  const uncached = await gw.createKey({ account: 'acme', env: 'test' });
+  t.equal((await models(gw.url, gw.auth(cached.key))).status, 200);
+  await redis.stop();
+
+  t.equal((await models(gw.url, gw.auth(cached.key))).status, 200, 'a cached key works until its TTL (SPEC §5)');
+  const admin = { authorization: `Bearer ${ADMIN_TOKEN}`, 'content-type': 'application/json' };
+  const calls: [string, () => Promise<Response>][] = [
+    ['uncached key', () => models(gw.url, gw.auth(uncached.key))],
+    ['unknown key', () => models(gw.url, gw.auth(`svc-live-${'5'.repeat(32)}`))],
+    ['grant', () => fetch(`${gw.adminUrl}/admin/accounts/acme/credits`, { method: 'POST', headers: admin, body: '{"amount_micros":5}' })],
+    ['create key', () => fetch(`${gw.adminUrl}/admin/keys`, { method: 'POST', headers: admin, body: '{"account":"a","env":"live","name":"n"}' })],
+    ['account', () => fetch(`${gw.adminUrl}/admin/accounts/acme`, { headers: admin })],
+  ];
+  for (const [name, call] of calls) {
+    // Fail fast, never hang: the store's command timeout is 300 ms here; 5 s is a hang.
+    const res = await Promise.race([call(), new Promise<null>((r) => setTimeout(r, 5_000, null).unref())]);
+    t.ok(res, `${name} answered`);
+    if (res) await expectError(t, res, 503, 'store_unavailable', [uncached.key]);
+  }
+  await redis.start();
 });
