@@ -17,7 +17,8 @@ export const serveGroup: CommandGroup = {
       async run(ctx, pos) {
         expectPositionals(pos, [], 'serve');
         // Imported on demand: the gateway pulls in ioredis, pino, the AWS SDK and the tokenizer, which
-        // admin commands never need and which would slow every `tollgate keys …` call.
+        // admin commands never need. Measured on a loaded 2-core machine: importing src/main.ts took
+        // 1.8–2.3 s, the CLI's own modules 0.25–0.37 s.
         const { serve } = await import('../main.ts');
         await serve(ctx.env);
       },
