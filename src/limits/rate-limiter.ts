@@ -40,12 +40,23 @@ const NOTHING: Admission = { settle() {} };
 
 type Dimension = 'requests' | 'tokens';
 
-function limiter(o: RateLimitOptions, prefix: string): RateLimiterAbstract {
-  const base = { points: UNCAPPED, duration: o.windowSeconds };
-  const memory = new RateLimiterMemory({ ...base, keyPrefix: prefix });
-  if (!o.redis) return memory;
-  return new RateLimiterRedis({ ...base, storeClient: o.redis, keyPrefix: prefix, insuranceLimiter: memory, rejectIfRedisNotReady: true });
+/** The in-memory twin; reports each use when it stands in for Redis, so a hung Redis is seen too. */
+class Insurance extends RateLimiterMemory {
+  onUse: () => void = () => {};
+  override consume(key: string | number, points?: number, options?: { [key: string]: unknown }) {
+    this.onUse();
+    return super.consume(key, points, options);
+  }
 }
+
+function limiter(o: RateLimitOptions, prefix: string, onInsurance: () => void): RateLimiterAbstract {
+  const base = { points: UNCAPPED, duration: o.windowSeconds };
+  if (!o.redis) return new RateLimiterMemory({ ...base, keyPrefix: prefix });
+  const insurance = new Insurance({ ...base, keyPrefix: prefix });
+  insurance.onUse = onInsurance;
+  return new RateLimiterRedis({ ...base, storeClient: o.redis, keyPrefix: prefix, insuranceLimiter: insurance, rejectIfRedisNotReady: true });
+}
+
 
 function headersFor(dim: Dimension, limit: number, res: RateLimiterRes, out: Record<string, string>): void {
   out[`x-ratelimit-limit-${dim}`] = String(limit);
@@ -54,18 +65,21 @@ function headersFor(dim: Dimension, limit: number, res: RateLimiterRes, out: Rec
 }
 
 export function createRateLimits(o: RateLimitOptions): Limits {
-  const requests = limiter(o, 'tg:rl:req');
-  const tokens = limiter(o, 'tg:rl:tok');
   const now = o.now ?? Date.now;
   let fallback = false;
+  // Bumped whenever the insurance limiter stands in for Redis (down, or hung past the command timeout).
+  let insuranceUses = 0;
+  const onInsurance = () => void insuranceUses++;
+  const requests = limiter(o, 'tg:rl:req', onInsurance);
+  const tokens = limiter(o, 'tg:rl:tok', onInsurance);
 
   function limitsOf(key: KeyRecord): { rpm: number | undefined; tpm: number | undefined } {
     const d = key.env === 'test' ? o.test : o.live;
     return { rpm: key.rate_limits?.requests_per_minute ?? d.requestsPerMinute, tpm: key.rate_limits?.tokens_per_minute ?? d.tokensPerMinute };
   }
 
-  function watchFallback(): void {
-    const down = o.redis !== undefined && o.redis.status !== 'ready';
+  /** Degraded when the last call was served by the insurance limiter: Redis down, or hung (still "ready"). */
+  function setFallback(down: boolean): void {
     if (down === fallback) return;
     fallback = down;
     o.metrics.limiterFallback.set(down ? 1 : 0);
@@ -87,7 +101,7 @@ export function createRateLimits(o: RateLimitOptions): Limits {
       const key = ctx.key!;
       const { rpm, tpm } = limitsOf(key);
       if (rpm === undefined && tpm === undefined) return NOTHING;
-      watchFallback();
+      const usesBefore = insuranceUses;
       const t0 = process.hrtime.bigint();
       const tokenCost = estimate === undefined ? undefined : Math.max(0, Math.ceil(estimate));
       // Both dimensions in the same tick: one autopipelined round trip.
@@ -96,6 +110,7 @@ export function createRateLimits(o: RateLimitOptions): Limits {
         tpm === undefined ? undefined : tokenCost === undefined ? tokens.get(key.id) : tokens.consume(key.id, tokenCost),
       ]);
       o.metrics.limiterLatency.observe(Number(process.hrtime.bigint() - t0) / 1e9);
+      if (o.redis) setFallback(insuranceUses !== usesBefore);
       const headers: Record<string, string> = {};
       if (r && rpm !== undefined) headersFor('requests', rpm, r, headers);
       if (tpm !== undefined) {

@@ -6,7 +6,6 @@
 import type { ServerResponse } from 'node:http';
 import { GatewayError } from '../http/errors.ts';
 import { readJson } from '../http/body.ts';
-import { sendError } from '../http/respond.ts';
 import type { Route } from '../http/router.ts';
 import type { RequestContext } from '../http/context.ts';
 import { requireModel, requireScope, type Authenticator } from '../auth/authenticate.ts';
@@ -71,12 +70,22 @@ export function chatRoutes(d: ChatDeps): Route[] {
 
   async function handle(ctx: RequestContext): Promise<void> {
     const key = (ctx.key = await d.auth.authenticate(ctx.req));
-    requireScope(key, 'chat');
-    const { value, raw } = await readJson(ctx.req, d.config.limits.maxBodyBytes);
-    const body = validateChatBody(value);
-    const model = models.get(body.model);
-    if (!model) throw new GatewayError('model_not_found', `The model '${body.model}' does not exist.`, { param: 'model' });
-    requireModel(key, model.name);
+    let body: ChatBody, model: ModelConfig, raw: Buffer;
+    try {
+      requireScope(key, 'chat');
+      const read = await readJson(ctx.req, d.config.limits.maxBodyBytes);
+      raw = read.raw;
+      body = validateChatBody(read.value);
+      const m = models.get(body.model);
+      if (!m) throw new GatewayError('model_not_found', `The model '${body.model}' does not exist.`, { param: 'model' });
+      requireModel(key, m.name);
+      model = m;
+    } catch (err) {
+      // Every authenticated request counts against the request limit (SPEC §2a), refused ones too;
+      // past the limit the 429 wins. One limiter call on every path.
+      await d.limits.admit(ctx);
+      throw err;
+    }
     ctx.log.model = model.name;
 
     const maxOutput = body.max_completion_tokens ?? body.max_tokens ?? model.maxOutputTokens;
@@ -99,6 +108,8 @@ export function chatRoutes(d: ChatDeps): Route[] {
       current?.abort(new ClientGoneError());
     };
     ctx.res.once('close', onClose);
+    const deadline = d.now() + up.totalTimeoutMs;
+    // Past the total deadline the current attempt is cut; forward() tries no other upstream after it.
     const total = setTimeout(() => current?.abort(Object.assign(new Error('total upstream timeout'), { code: 'UND_ERR_HEADERS_TIMEOUT' })), up.totalTimeoutMs);
     const t0 = process.hrtime.bigint();
     let answered: Answered | undefined;
@@ -106,7 +117,7 @@ export function chatRoutes(d: ChatDeps): Route[] {
     try {
       const payload = upstreamBody(body, model);
       answered = await forward(d, model, {
-        path: '/chat/completions', body: payload, headersTimeoutMs: up.headersTimeoutMs, idleTimeoutMs: up.idleTimeoutMs,
+        path: '/chat/completions', body: payload, headersTimeoutMs: up.headersTimeoutMs, idleTimeoutMs: up.idleTimeoutMs, deadline,
         headers: (auth) => upstreamRequestHeaders(ctx.req.headers, ctx.requestId, auth, payload.length),
       }, aborter.signal, (c) => (current = c));
       ctx.log.upstream = answered.call.upstream.label;
@@ -147,8 +158,7 @@ export function chatRoutes(d: ChatDeps): Route[] {
     if (a.status >= 500) {
       // A 500/501 is not retried (only 502/503/504/429 are) and its body may identify the upstream: 502.
       a.call.abort(new Error('upstream 5xx not relayed'));
-      sendError(res, new GatewayError('upstream_error', `The upstream of model '${body.model}' failed.`));
-      return undefined;
+      throw new GatewayError('upstream_error', `The upstream of model '${body.model}' failed.`);
     }
     const stream = body.stream === true && a.status < 300;
     if (!stream && a.headers['content-length'] !== undefined) headers['content-length'] = a.headers['content-length'];

@@ -20,6 +20,8 @@ export interface ForwardRequest {
   headers: (authorization: string | undefined) => Record<string, string>;
   headersTimeoutMs: number;
   idleTimeoutMs: number;
+  /** Epoch ms after which no further upstream is tried. */
+  deadline: number;
 }
 
 export interface Answered {
@@ -50,6 +52,8 @@ export async function forward(
   const t0 = process.hrtime.bigint();
   for (;;) {
     if (signal.aborted) throw new ClientGoneError();
+    // The total deadline bounds the whole request, retries included.
+    if (d.now() >= r.deadline) throw new GatewayError('upstream_timeout', `The upstream of model '${model.name}' timed out.`);
     const up = d.upstreams.pick(model, tried, d.now());
     if (!up) break;
     tried.add(up);
@@ -58,7 +62,7 @@ export async function forward(
     up.outstanding++;
     up.pool.dispatch({
       path: up.basePath + r.path, method: 'POST', headers: r.headers(up.authorization), body: r.body,
-      headersTimeout: r.headersTimeoutMs, bodyTimeout: r.idleTimeoutMs,
+      headersTimeout: Math.max(1, Math.min(r.headersTimeoutMs, r.deadline - d.now())), bodyTimeout: r.idleTimeoutMs,
     }, call);
     void call.done.then(() => up.outstanding--, () => up.outstanding--);
     let start;
@@ -92,6 +96,7 @@ export async function forward(
   if (failures.length === 0 || failures.every((f) => f === 'unavailable')) {
     throw new GatewayError('upstream_unavailable', `No upstream of model '${model.name}' is reachable.`);
   }
-  if (failures.at(-1) === 'timeout') throw new GatewayError('upstream_timeout', `The upstream of model '${model.name}' timed out.`);
+  // The same failures give the same status whatever order the upstreams were tried in.
+  if (failures.includes('timeout')) throw new GatewayError('upstream_timeout', `The upstream of model '${model.name}' timed out.`);
   throw new GatewayError('upstream_error', `The upstream of model '${model.name}' failed.`);
 }

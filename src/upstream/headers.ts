@@ -16,12 +16,20 @@ const NOT_CLIENT = new Set([
   'server', 'set-cookie', 'www-authenticate', 'x-powered-by', 'via', 'date', 'x-request-id', 'content-length', 'content-encoding',
 ]);
 
+/** Field names a `Connection` header nominates: hop-by-hop too (RFC 9110 §7.6.1). */
+function nominated(connection: string | string[] | undefined): Set<string> | undefined {
+  if (connection === undefined) return undefined;
+  const names = (Array.isArray(connection) ? connection.join(',') : connection).split(',').map((n) => n.trim().toLowerCase()).filter(Boolean);
+  return names.length > 0 ? new Set(names) : undefined;
+}
+
 /** Headers for the upstream request. */
 export function upstreamRequestHeaders(client: IncomingHttpHeaders, requestId: string, authorization: string | undefined, length: number): Record<string, string> {
   const out: Record<string, string> = {};
+  const hop = nominated(client.connection);
   for (const name in client) {
     const v = client[name];
-    if (v === undefined || NOT_UPSTREAM.has(name)) continue;
+    if (v === undefined || NOT_UPSTREAM.has(name) || hop?.has(name)) continue;
     out[name] = Array.isArray(v) ? v.join(', ') : v;
   }
   out['content-type'] = 'application/json';
@@ -34,9 +42,10 @@ export function upstreamRequestHeaders(client: IncomingHttpHeaders, requestId: s
 /** Headers for the client response (content-length is set by the route when the body is unchanged). */
 export function clientResponseHeaders(upstream: IncomingHttpHeaders): OutgoingHttpHeaders {
   const out: OutgoingHttpHeaders = {};
+  const hop = nominated(upstream.connection);
   for (const name in upstream) {
     const v = upstream[name];
-    if (v !== undefined && !NOT_CLIENT.has(name)) out[name] = v;
+    if (v !== undefined && !NOT_CLIENT.has(name) && !hop?.has(name)) out[name] = v;
   }
   return out;
 }
