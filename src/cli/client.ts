@@ -25,8 +25,10 @@ export interface ApiResponse {
 
 export interface HttpClient {
   readonly baseUrl: string;
-  /** Sends a JSON request; resolves on 2xx, throws ApiError otherwise. */
+  /** Sends `body` as JSON; resolves on 2xx, throws ApiError otherwise. */
   call(method: string, path: string, body?: unknown): Promise<ApiResponse>;
+  /** Like call, with a body already serialised (to keep a snapshot's bytes exactly as the user wrote them). */
+  send(method: string, path: string, jsonText?: string): Promise<ApiResponse>;
 }
 
 export interface HttpClientOptions {
@@ -42,35 +44,37 @@ export interface HttpClientOptions {
 export function createHttpClient(o: HttpClientOptions): HttpClient {
   const baseUrl = o.baseUrl.replace(/\/+$/, '');
   const timeoutMs = o.timeoutMs ?? 30_000;
+  const send: HttpClient['send'] = async (method, path, jsonText) => {
+    const headers: Record<string, string> = { accept: 'application/json' };
+    if (o.token !== undefined) headers.authorization = `Bearer ${o.token}`;
+    if (jsonText !== undefined) headers['content-type'] = 'application/json';
+    let res: Response;
+    let text: string;
+    try {
+      res = await o.fetch(`${baseUrl}${path}`, {
+        method, headers, signal: AbortSignal.timeout(timeoutMs),
+        ...(jsonText !== undefined && { body: jsonText }),
+      });
+      text = await res.text();
+    } catch (e) {
+      throw transportError(e, baseUrl, timeoutMs);
+    }
+    let parsed: unknown = null;
+    if (text !== '') {
+      try {
+        parsed = JSON.parse(text);
+      } catch {
+        if (res.ok) throw new ApiError('invalid_response', `${method} ${path} answered ${res.status} with a body that is not JSON`, res.status);
+        parsed = text;
+      }
+    }
+    if (!res.ok) throw errorFromBody(res.status, parsed);
+    return { status: res.status, body: parsed };
+  };
   return {
     baseUrl,
-    async call(method, path, body) {
-      const headers: Record<string, string> = { accept: 'application/json' };
-      if (o.token !== undefined) headers.authorization = `Bearer ${o.token}`;
-      if (body !== undefined) headers['content-type'] = 'application/json';
-      let res: Response;
-      let text: string;
-      try {
-        res = await o.fetch(`${baseUrl}${path}`, {
-          method, headers, signal: AbortSignal.timeout(timeoutMs),
-          ...(body !== undefined && { body: JSON.stringify(body) }),
-        });
-        text = await res.text();
-      } catch (e) {
-        throw transportError(e, baseUrl, timeoutMs);
-      }
-      let parsed: unknown = null;
-      if (text !== '') {
-        try {
-          parsed = JSON.parse(text);
-        } catch {
-          if (res.ok) throw new ApiError('invalid_response', `${method} ${path} answered ${res.status} with a body that is not JSON`, res.status);
-          parsed = text;
-        }
-      }
-      if (!res.ok) throw errorFromBody(res.status, parsed);
-      return { status: res.status, body: parsed };
-    },
+    send,
+    call: (method, path, body) => send(method, path, body === undefined ? undefined : JSON.stringify(body)),
   };
 }
 

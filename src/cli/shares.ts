@@ -107,25 +107,27 @@ export const sharesGroup: CommandGroup = {
         expectPositionals(pos, [], G);
         const account = needString(ctx.values, 'account', G);
         const file = needString(ctx.values, 'file', G);
-        const text = (await readBytes(file, 'snapshot')).toString('utf8');
-        let snapshot: unknown;
+        // The gateway returns a snapshot byte for byte as published (SPEC §2a), so the file's text is
+        // spliced into the body as written, not re-serialised (which would turn 1.0 into 1, say).
+        const snapshot = (await readBytes(file, 'snapshot')).toString('utf8').replace(/^\uFEFF/, '').trim();
         try {
-          snapshot = JSON.parse(text);
+          JSON.parse(snapshot);
         } catch (e) {
           throw new InputError(`${file} is not valid JSON: ${(e as Error).message}`);
         }
         const locals = await readUploads((ctx.values.upload as string[] | undefined) ?? []);
         const files = locals.map((f) => ({ name: f.name, content_type: f.contentType, size: f.bytes.length }));
         const admin = ctx.admin();
-        const { body } = await admin.call('POST', '/admin/shares', { account, snapshot, ...(files.length && { files }) });
-        const created = body as { slug: string; created_at: string; uploads?: Upload[] };
+        const body = `{"account":${JSON.stringify(account)},"snapshot":${snapshot}${files.length ? `,"files":${JSON.stringify(files)}` : ''}}`;
+        const { body: createdBody } = await admin.send('POST', '/admin/shares', body);
+        const created = createdBody as { slug: string; created_at: string; uploads?: Upload[] };
         for (const f of locals) {
           const u = created.uploads?.find((x) => x.name === f.name);
           if (!u) throw new ApiError('upload_failed', `the gateway returned no upload URL for ${f.name}; share ${created.slug} was created without it`);
           await upload(ctx, f, u, created.slug);
           ctx.io.err(`uploaded ${f.name} (${f.bytes.length} bytes, ${f.contentType})`);
         }
-        ctx.io.out(ctx.json ? json(body) : fields([['slug', created.slug], ['created_at', created.created_at], ['files', locals.length ? locals.map((f) => f.name).join(', ') : '-']]));
+        ctx.io.out(ctx.json ? json(createdBody) : fields([['slug', created.slug], ['created_at', created.created_at], ['files', locals.length ? locals.map((f) => f.name).join(', ') : '-']]));
       },
     },
     revoke: {
