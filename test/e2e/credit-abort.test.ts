@@ -102,6 +102,57 @@ if (redis) {
     t.ok(entry.hold_micros! > 0, 'the hold was released by the settle');
   });
 
+  t.test('client gone while the hold is in flight: upstream aborted at once, what it produced billed, within 1 s', async (t) => {
+    // Own simulator, gateway and account. The 3 s total timeout bounds how long a gateway that keeps an
+    // upstream call paused on a dead client can hold this file's teardown (its Pool waits for the call);
+    // the 1 s command timeout makes sure the stretched hold below lands instead of timing out.
+    const TOTAL_MS = 3000;
+    const sim2 = await startSimulator();
+    const gw2 = await startGateway(t, { redisUrl: redis.url, upstreamUrl: sim2.url, config: { upstream: { total_timeout_ms: TOTAL_MS }, store: { command_timeout_ms: 1000 } } });
+    try {
+      const { key } = await gw2.createKey({ account: 'gone-early', env: 'live' });
+      await gw2.grant('gone-early', 1_000_000);
+      const nonce = `gone-early-${Math.random().toString(36).slice(2)}`;
+      // Scripts (the hold) wait while Redis is paused for writes: the hold lands 250–350 ms later
+      // (Redis ends a pause on its 100 ms cron), after the client has left, 50 ms in.
+      await redis.client.call('CLIENT', 'PAUSE', '250', 'WRITE');
+      const ac = new AbortController();
+      const pending = chat(gw2.url, key, streamBody({ tokens: 50, delay_ms: 20 }, nonce), ac.signal);
+      pending.catch(() => {});
+      await new Promise((r) => setTimeout(r, 50));
+      const abortedAt = now();
+      ac.abort();
+
+      const debitOf2 = (ms: number) => waitUntil(async () => (await ledgerOf(gw2.admin, 'gone-early')).find((e) => e.kind === 'debit'), ms, 'the debit').catch(() => undefined);
+      const rec = await sim2.waitFor((r) => r.body?.messages?.[0]?.content === nonce, 1000).catch(() => undefined);
+      if (rec) {
+        await sim2.waitFor((r) => r === rec && r.endedAt !== undefined, 1000).catch(() => undefined);
+        t.comment(`upstream contacted ${(rec.startedAt - abortedAt).toFixed(0)} ms after the client left; ended: ${rec.endedAt ? `${(rec.endedAt - rec.startedAt).toFixed(0)} ms later` : 'not within 1 s'}, aborted: ${rec.aborted}, ${rec.completionTokensSent} tokens produced`);
+        t.ok(rec.aborted && rec.endedAt !== undefined && rec.endedAt - rec.startedAt < ABORT_BOUND_MS,
+          'an upstream call made for a client already gone is aborted at once (SPEC §2a: within 100 ms)');
+      } else {
+        t.pass('the upstream was never contacted');
+      }
+      // The hold landed ≤ 350 ms after the pause began; the debit is due 1 s after that (SPEC §2a).
+      const onTime = await debitOf2(DEBIT_WITHIN_MS);
+      t.ok(onTime, 'the abandoned request is settled within 1 s (SPEC §2a)');
+      t.equal((await accountOf(gw2.admin, 'gone-early')).held_micros, 0, 'its hold is released by then');
+
+      // However late it comes, the debit must bill every token the upstream produced (SPEC §1.2).
+      const debit = onTime ?? await debitOf2(TOTAL_MS + 1000);
+      t.ok(debit, 'a debit eventually');
+      if (debit && rec) {
+        const sent = rec.completionTokensSent;
+        const counts = [tokenizer.countText(simCompletionText(sent)), tokenizer.countText(simCompletionText(Math.max(0, sent - 1)))];
+        t.ok(counts.includes(debit.completion_tokens!), `billed ${debit.completion_tokens} completion tokens (${debit.usage_source}) for the ${sent} tokens the upstream produced (${counts.join(' / ')})`);
+      }
+      const acct = await accountOf(gw2.admin, 'gone-early');
+      checkLedger(t, await ledgerOf(gw2.admin, 'gone-early'), acct);
+    } finally {
+      await sim2.close();
+    }
+  });
+
   t.test('the ledger after every abort: one debit per request, no hold left', async (t) => {
     const acct = await accountOf(gw.admin, 'abort');
     t.equal(acct.held_micros, 0, 'no hold left');
