@@ -102,4 +102,36 @@ if (redis) {
     t.ok(entries.filter((e) => e.kind === 'debit').every((e) => e.hold_micros === hold && e.usage_source === 'upstream'), 'each debit released its full hold and used upstream usage');
     checkLedger(t, await ledgerOf(gw.admin, 'probe'), await accountOf(gw.admin, 'probe'), new Set([first.headers.get('x-request-id')!]));
   });
+
+  t.test('the one exception: an upstream that ignores max_tokens is debited in full and recorded', async (t) => {
+    const sim = await startSimulator();
+    t.teardown(() => sim.close());
+    const gw = await startGateway(t, { redisUrl: redis.url, upstreamUrl: sim.url });
+    const { key } = await gw.createKey({ account: 'overrun', env: 'live' });
+    // Funded for exactly one hold of a 5-token request; the upstream sends 200 tokens anyway.
+    const body = streamBody({ tokens: 200, ignore_max_tokens: true }, 'hello there', { max_tokens: 5 });
+    await gw.grant('overrun', 1_000_000);
+    const sizing = await chat(gw.url, key, body);
+    await sizing.text();
+    const first = await waitUntil(async () => (await ledgerOf(gw.admin, 'overrun')).find((e) => e.kind === 'debit'), 1000, 'the sizing debit');
+    const hold = first.hold_micros!;
+    const { balance_micros } = await accountOf(gw.admin, 'overrun');
+    await gw.grant('overrun', hold - balance_micros, 'down to one hold');
+
+    const res = await chat(gw.url, key, body);
+    t.equal(res.status, 200);
+    const data = sseData(await res.text());
+    t.equal(data.filter((d) => d.includes('"content":"tok')).length, 200, 'the client got all 200 tokens');
+    const id = res.headers.get('x-request-id')!;
+    const entry = await waitUntil(async () => (await ledgerOf(gw.admin, 'overrun')).find((e) => e.kind === 'debit' && e.request_id === id), 1000, 'the overrun debit');
+    t.equal(entry.completion_tokens, 200, 'the overrun is recorded: 200 completion tokens for max_tokens 5');
+    t.ok(-entry.amount_micros > entry.hold_micros!, `debit ${-entry.amount_micros} > hold ${entry.hold_micros}: the overrun is debited`);
+    const acct = await accountOf(gw.admin, 'overrun');
+    t.equal(acct.balance_micros, hold + entry.amount_micros, 'balance = what was there − the whole cost (below 0: SPEC §4 exception)');
+    t.equal(acct.held_micros, 0);
+    checkLedger(t, await ledgerOf(gw.admin, 'overrun'), acct, new Set([sizing.headers.get('x-request-id')!, id]));
+    const next = await chat(gw.url, key, body);
+    t.equal(next.status, 402, 'the account is refused afterwards');
+    await next.text();
+  });
 }
