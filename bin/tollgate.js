@@ -9,5 +9,10 @@ const io = {
   out: (text) => process.stdout.write(`${text}\n`),
   err: (text) => process.stderr.write(`${text}\n`),
 };
+// `tollgate credits ledger acme --all | head` closes the pipe early: that is the reader's choice, not a crash.
+process.stdout.on('error', (err) => {
+  if (err.code === 'EPIPE') process.exit(0);
+  throw err;
+});
 // exitCode rather than exit(): stdout drains first, and `tollgate serve` keeps running on its listeners.
 process.exitCode = await run(process.argv.slice(2), { env: process.env, io, fetch: globalThis.fetch });

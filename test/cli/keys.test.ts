@@ -67,6 +67,7 @@ t.test('disable makes the gateway refuse the key with 401; enable lets it back i
   const off = await cli('keys', 'disable', k.id);
   t.equal(off.code, 0, 'exits 0', { stderr: off.stderr });
   t.equal(parseFields(off.stdout).active, 'no (disabled)');
+  // The embedded store delivers the invalidation before the admin call answers, so no wait is needed here.
   const denied = await models(k.key);
   t.equal(denied.status, 401);
   t.equal(denied.body.error.code, 'invalid_api_key');
