@@ -59,6 +59,8 @@ export async function serve(env: NodeJS.ProcessEnv = process.env): Promise<{ pub
   const gateway = createGateway({ config, store, logger });
   const urls = await gateway.listen();
   logger.info({ config: file, store: store.kind, public: urls.publicUrl, admin: urls.adminUrl, models: config.models.map((m) => m.name) }, 'tollgate listening');
+  // Request lines are batched (4 KiB writes); boot lines should show at once.
+  logger.flush();
 
   let stopping = false;
   const stop = async (signal: string) => {
