@@ -60,19 +60,24 @@ if (redis) {
 
     await redis.start();
     t.equal(await redis.client.dbsize(), 0, 'the restarted Redis is empty');
-    // The gateway's own client reconnects on its backoff; the first request on a ready client uses Redis.
-    const back = await until('instance 1 admitting from Redis again', async () => {
+    // The gateway's own client reconnects on its backoff; the gauge follows the client's state at the
+    // next admission, so poll with requests until instance 1 says it is back on Redis.
+    const count = async () => Number(await redis.client.get(`tg:rl:req:${id}`));
+    const back = await until('instance 1 back on Redis', async () => {
       const r = await models(gw1, key);
       bounded(r, 'a request during recovery');
-      return (await redis.client.exists(`tg:rl:req:${id}`)) ? r : undefined;
+      return (await gauge(gw1)) === 0 ? r : undefined;
     }, 8000, 200);
-    t.equal(back.status, 200, 'admitted from the fresh shared window');
-    t.equal(await gauge(gw1), 0, 'gauge back to 0 on instance 1');
+    // Increments sent just as Redis went away may be replayed by ioredis on reconnect, so the fresh
+    // window can already hold a few; whatever it holds is what rules.
+    const c = await count();
+    t.ok(c >= 1, `the admission that saw Redis back was counted in Redis (count ${c})`);
+    t.equal(back.status, c <= N ? 200 : 429, 'and its status follows the shared count');
+    t.pass('gauge back to 0 on instance 1');
     t.ok(gw1.logs.some((l) => /Redis back/.test(JSON.parse(l).msg)), 'a log line says the shared counters are back');
 
     // Shared again: instance 2 continues the count instance 1 started in Redis, and every status
     // follows the one shared count (<= N passes, past it 429) whichever instance answers.
-    const count = async () => Number(await redis.client.get(`tg:rl:req:${id}`));
     await until('instance 2 counting in Redis again', async () => {
       const c = await count();
       await models(gw2, key);
@@ -108,10 +113,8 @@ if (redis) {
     t.ok(Date.now() - pausedAt < pauseMs, 'all of them while Redis was still paused');
     t.same(statuses, [200, 200, 200, 429], 'N pass on the in-memory counters, then 429');
     // Redis is connected ("ready") but does not answer: the insurance limiter is in use all the same.
-    t.equal(await metric(gw, 'tollgate_rate_limiter_fallback'), 1, 'the fallback gauge says the limiter runs in memory',
-      { todo: 'bug: watchFallback only looks at the client status, which stays "ready" while Redis hangs (/tmp/limits-bugs.md #3)' });
-    t.ok(gw.logs.some((l) => /rate limiter/.test(JSON.parse(l).msg)), 'a log line says so',
-      { todo: 'bug: no log line while a hung Redis sends every limiter call to the insurance limiter (/tmp/limits-bugs.md #3)' });
+    t.equal(await metric(gw, 'tollgate_rate_limiter_fallback'), 1, 'the fallback gauge says the limiter runs in memory');
+    t.equal(gw.logs.filter((l) => /rate limiter: Redis unreachable/.test(JSON.parse(l).msg)).length, 1, 'one log line says so');
     await until('Redis answering again', async () => ((await redis.client.ping()) === 'PONG' ? true : undefined), pauseMs + 2000, 100);
     // The increments that timed out were already on the wire: Redis runs them when it wakes up, so the
     // hang's requests count in memory and (late) in Redis too. Whatever the count, it is the one that rules.
@@ -122,5 +125,27 @@ if (redis) {
     t.equal(c1, c0 + 1, 'the next request is counted in Redis again');
     t.equal(r.status, c1 <= N ? 200 : 429, 'and its status follows the shared count');
     t.equal(r.headers.get('x-ratelimit-remaining-requests'), String(Math.max(0, N - c1)));
+    t.equal(await metric(gw, 'tollgate_rate_limiter_fallback'), 0, 'gauge back to 0 once Redis answers');
+  });
+
+  t.test('the gauge does not flap back to 0 while Redis is down (a read-only admission is no sign of Redis)', async (t) => {
+    const config = { auth: { cache_ttl_ms: 10_000 }, rate_limits: { window_seconds: WINDOW_S, test: { requests_per_minute: N, tokens_per_minute: 100_000 } } };
+    const gw = await startGateway(t, { redisUrl: redis.url, config });
+    const { key: testKey } = await gw.createKey({ account: 'acme', env: 'test' });
+    // A live key limited on tokens only: /v1/models reads its token window and counts nothing.
+    const { key: tokOnly } = await gw.createKey({ account: 'acme', env: 'live', rate_limits: { tokens_per_minute: 5000 } });
+    t.equal((await models(gw, testKey)).status, 200);
+    t.equal((await models(gw, tokOnly)).status, 200);
+    await redis.stop();
+    t.teardown(() => redis.start());
+    t.equal((await models(gw, testKey)).status, 200);
+    t.equal(await metric(gw, 'tollgate_rate_limiter_fallback'), 1, 'fallback after a counted admission');
+    const r = await models(gw, tokOnly);
+    t.equal(r.status, 200);
+    t.equal(r.headers.get('x-ratelimit-limit-tokens'), '5000');
+    t.ok(r.ms < HANG_MS, 'answered without hanging');
+    t.equal(await metric(gw, 'tollgate_rate_limiter_fallback'), 1, 'still 1: Redis is still down');
+    t.notOk(gw.logs.some((l) => /Redis back/.test(JSON.parse(l).msg)), 'no "Redis back" log line while it is down');
+    await redis.start();
   });
 }

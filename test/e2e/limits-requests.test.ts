@@ -79,16 +79,21 @@ if (redis) {
   });
 
   t.test('every authenticated /v1 request counts, including ones refused by validation (SPEC §2a)', async (t) => {
-    const { key } = await gw.createKey({ account: 'acme', env: 'test', models: ['sim-free'], rate_limits: { requests_per_minute: 2 } });
+    const { key } = await gw.createKey({ account: 'acme', env: 'test', models: ['sim-free'], rate_limits: { requests_per_minute: 3 } });
     const refusedByRoute = [
       await chat(gw, key, chatBody({ model: 'no-such-model' })), // 404 model_not_found
       await chat(gw, key, { model: 'sim-free' }), // 422: messages missing
       await chat(gw, key, chatBody({ model: 'sim-small' })), // 403: not in the key's allow-list
     ];
     t.same(refusedByRoute.map((r) => r.status), [404, 422, 403], 'authenticated, then refused by the route');
+    t.same(refusedByRoute.map((r) => r.headers.get('x-ratelimit-remaining-requests')), ['2', '1', '0'], 'each one counted, with its x-ratelimit-* headers');
     const r = await models(gw, key);
-    t.equal(r.status, 429, 'the key made 3 authenticated /v1 requests against a limit of 2: the 4th is refused');
-    t.equal(refusedByRoute[0]!.headers.get('x-ratelimit-limit-requests'), '2', 'a counted request carries the x-ratelimit-* headers');
+    t.equal(r.status, 429, 'the key made 3 authenticated /v1 requests against a limit of 3: the 4th is refused');
+    const bad = await chat(gw, key, chatBody({ model: 'no-such-model' }));
+    t.equal(bad.status, 429, 'past the limit, a request the route would refuse gets the 429');
+    t.equal(bad.body.error.code, 'rate_limit_exceeded');
+    const unauth = await chat(gw, `svc-test-${'1'.repeat(32)}`);
+    t.equal(unauth.status, 401, 'an unauthenticated request is not the key\'s: 401, not 429');
   });
 
   t.test('tollgate_rate_limited_total counts refusals by env and dimension', async (t) => {
