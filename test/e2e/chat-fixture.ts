@@ -39,20 +39,24 @@ export async function startSteeredFront(t: Teardown, target: Simulator, inject: 
   return `http://127.0.0.1:${(server.address() as AddressInfo).port}/v1`;
 }
 
-/** A fake upstream that answers every request with a fixed status, headers and body, and counts requests. */
-export async function startFixedUpstream(t: Teardown, status: number, headers: Record<string, string | string[]>, body: string): Promise<{ url: string; seen: IncomingHttpHeaders[] }> {
+/** A fake upstream that answers every request with a fixed status, headers and body; records headers and raw bodies. */
+export async function startFixedUpstream(t: Teardown, status: number, headers: Record<string, string | string[]>, body: string): Promise<{ url: string; seen: IncomingHttpHeaders[]; bodies: string[] }> {
   const seen: IncomingHttpHeaders[] = [];
+  const bodies: string[] = [];
   const server = createServer((req, res) => {
     seen.push(req.headers);
-    req.resume();
+    let raw = '';
+    req.setEncoding('utf8');
+    req.on('data', (c: string) => (raw += c));
     req.on('end', () => {
+      bodies.push(raw);
       res.writeHead(status, { ...headers, 'content-length': Buffer.byteLength(body) });
       res.end(body);
     });
   });
   await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
   t.teardown(() => new Promise<void>((r) => { server.close(() => r()); server.closeAllConnections(); }));
-  return { url: `http://127.0.0.1:${(server.address() as AddressInfo).port}/v1`, seen };
+  return { url: `http://127.0.0.1:${(server.address() as AddressInfo).port}/v1`, seen, bodies };
 }
 
 /** Price of a test model in hundredths of a micro-credit per token (1.5 credits/M = 150). */

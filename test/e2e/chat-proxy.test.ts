@@ -135,6 +135,18 @@ t.test('raw fetch: every field the gateway does not act on passes through untouc
   t.same(Object.keys(sim.requests[0]!.body), Object.keys(body), 'same keys, same order');
 });
 
+t.test('numbers pass through exactly: an int64 seed beyond 2^53 is not rounded on the way upstream', async (t) => {
+  const completion = JSON.stringify({ id: 'c', object: 'chat.completion', created: 1, model: 'm', choices: [], usage: { prompt_tokens: 1, completion_tokens: 0, total_tokens: 1 } });
+  const up = await startFixedUpstream(t, 200, { 'content-type': 'application/json' }, completion);
+  const gw = await startGateway(t, { upstreamUrl: up.url });
+  const { key } = await gw.createKey({ account: 'proxy-n', env: 'test' });
+  // OpenAI's seed is an int64; 2^53 + 1 is a valid value that a float64 round trip turns into 2^53.
+  const res = await postChat(gw, key, '{"model":"sim-small","messages":[{"role":"user","content":"x"}],"seed":9007199254740993}');
+  t.equal(res.status, 200);
+  await res.arrayBuffer();
+  t.match(up.bodies[0], /"seed":\s*9007199254740993\b/, 'the seed the client sent, digit for digit (SPEC §1.2: passes through untouched)');
+});
+
 t.test('a model without an api_key sends no authorization upstream at all', async (t) => {
   const sim = await startSim(t);
   const gw = await startGateway(t, { upstreamUrl: sim.url });
