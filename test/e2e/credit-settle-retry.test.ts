@@ -74,6 +74,50 @@ if (redis) {
     checkLedger(t, await ledgerOf(gw.admin, 'paused'), acct, new Set([id]));
   });
 
+  t.test('the hold expires during the outage: settle and reaper race, one debit either way', async (t) => {
+    // Holds expire 800 ms after they are taken (total timeout 800 ms + margin 0). The stream would take
+    // 2 s, so the total timeout cuts it right at the hold's expiry — while Redis is paused (1.5 s from
+    // the first byte). When Redis resumes, the settle retries and the reaper (every 50 ms, its "now"
+    // past the expiry) reach the overdue hold in whatever order they were queued.
+    const gw = await startGateway(t, {
+      redisUrl: redis.url, upstreamUrl: sim.url,
+      config: { upstream: { total_timeout_ms: 800 }, credit: { hold_margin_seconds: 0, reaper_interval_ms: 50 } },
+    });
+    const { key } = await gw.createKey({ account: 'raced', env: 'live' });
+    const grant = 1_000_000;
+    await gw.grant('raced', grant);
+    const res = await chat(gw.url, key, streamBody({ tokens: 100, delay_ms: 20 }));
+    t.equal(res.status, 200);
+    const id = res.headers.get('x-request-id')!;
+    const { held_micros: hold } = await accountOf(gw.admin, 'raced');
+    await redis.client.call('CLIENT', 'PAUSE', '1500', 'ALL');
+    const data = sseData(await res.text());
+    t.match(data.at(-1), /"code":"upstream_error"/, 'the total timeout ended the stream with an SSE error event');
+
+    await waitUntil(async () => (await ledgerOf(gw.admin, 'raced').catch(() => [])).some((e) => e.kind === 'debit'), 6000, 'the debit after the pause');
+    // Give a reap that lost the race time to (wrongly) run after the settle.
+    await new Promise((r) => setTimeout(r, 300));
+    const final = await ledgerOf(gw.admin, 'raced');
+    const debits = final.filter((e) => e.kind === 'debit');
+    const expired = final.filter((e) => e.kind === 'hold_expired');
+    t.equal(debits.length, 1, 'one debit');
+    const debit = debits[0]!;
+    t.comment(`ledger after the pause: ${final.slice(1).map((e) => e.kind).join(', ')}`);
+    if (expired.length > 0) {
+      t.equal(expired.length, 1, 'at most one hold_expired');
+      t.equal(expired[0]!.hold_micros, hold, 'the reaper released the whole hold');
+      t.equal(debit.hold_micros, 0, 'so the settle released nothing');
+    } else {
+      t.equal(debit.hold_micros, hold, 'the settle released the hold; nothing left to reap');
+    }
+    t.ok(debit.completion_tokens! > 0, `the tokens produced before the cut are billed (${debit.completion_tokens})`);
+    t.equal(debit.amount_micros, -simSmallCost(debit.prompt_tokens!, debit.completion_tokens!), 'at the request\'s full cost either way');
+    const acct = await accountOf(gw.admin, 'raced');
+    t.equal(acct.held_micros, 0, 'no hold left');
+    t.equal(acct.balance_micros, grant + debit.amount_micros);
+    checkLedger(t, final, acct, new Set([id]));
+  });
+
   t.test('Redis stopped while the stream ends, restarted empty: the settle lands on the new server', async (t) => {
     const gw = await startGateway(t, { redisUrl: redis.url, upstreamUrl: sim.url });
     const { key } = await gw.createKey({ account: 'restarted', env: 'live' });
