@@ -9,7 +9,7 @@ import { createTokenizer } from '../../src/meter/tokenizer.ts';
 import { estimatePromptTokens } from '../../src/credit/hold-estimate.ts';
 import { startGateway, type TestGateway } from '../helpers/gateway.ts';
 import { startRedis } from '../helpers/redis.ts';
-import { SIM_SMALL, accountVsLedger, expectedCost, ledger, postChat, sdk, waitForDebit, startSim } from './chat-fixture.ts';
+import { SIM_SMALL, accountVsLedger, expectedCost, ledger, postChat, sdk, startFixedUpstream, startSim, waitForDebit } from './chat-fixture.ts';
 
 const tokenizer = createTokenizer();
 await tokenizer.load();
@@ -256,3 +256,30 @@ for (const [kind, redisUrl] of stores) {
     });
   });
 }
+
+t.test('a streaming request answered with a JSON completion (upstream ignored stream): relayed, billed from its usage', async (t) => {
+  const completion = JSON.stringify({ id: 'c', object: 'chat.completion', created: 1, model: 'm', choices: [{ index: 0, message: { role: 'assistant', content: 'hello there friend' }, finish_reason: 'stop' }], usage: { prompt_tokens: 10, completion_tokens: 50, total_tokens: 60 } });
+  const up = await startFixedUpstream(t, 200, { 'content-type': 'application/json' }, completion);
+  const gw = await startGateway(t, { upstreamUrl: up.url });
+  const { key } = await gw.createKey({ account: 'bill-z', env: 'live' });
+  await gw.grant('bill-z', 1_000_000);
+  const res = await postChat(gw, key, { model: 'sim-small', messages: [{ role: 'user', content: 'x' }], stream: true });
+  t.equal(res.status, 200);
+  t.equal(await res.text(), completion, 'the body as the upstream sent it');
+  const e = await waitForDebit(gw, 'bill-z', res.headers.get('x-request-id')!);
+  t.match(e, { usage_source: 'upstream', prompt_tokens: 10, completion_tokens: 50, amount_micros: -expectedCost(SIM_SMALL, 10, 50) }, 'the upstream usage is authoritative (SPEC §1.2)');
+});
+
+t.test('a non-streaming request answered with SSE (upstream forced streaming): relayed, billed from the usage chunk', async (t) => {
+  const sse = 'data: {"id":"c","object":"chat.completion.chunk","choices":[{"index":0,"delta":{"content":"hi"},"finish_reason":null}]}\n\n'
+    + 'data: {"id":"c","object":"chat.completion.chunk","choices":[],"usage":{"prompt_tokens":7,"completion_tokens":30,"total_tokens":37}}\n\ndata: [DONE]\n\n';
+  const up = await startFixedUpstream(t, 200, { 'content-type': 'text/event-stream' }, sse);
+  const gw = await startGateway(t, { upstreamUrl: up.url });
+  const { key } = await gw.createKey({ account: 'bill-y', env: 'live' });
+  await gw.grant('bill-y', 1_000_000);
+  const res = await postChat(gw, key, { model: 'sim-small', messages: [{ role: 'user', content: 'x' }] });
+  t.equal(res.status, 200);
+  await res.arrayBuffer();
+  const e = await waitForDebit(gw, 'bill-y', res.headers.get('x-request-id')!);
+  t.match(e, { usage_source: 'upstream', prompt_tokens: 7, completion_tokens: 30 }, 'the upstream usage is authoritative (SPEC §1.2)');
+});
