@@ -17,7 +17,7 @@ if (redis) {
   t.test('outage: per-instance limits, no hang, gauge and log; recovery to shared counters', async (t) => {
     const sim = await startSimulator();
     t.teardown(() => sim.close());
-    const config = { auth: { cache_ttl_ms: 10_000 }, rate_limits: { window_seconds: WINDOW_S, test: { requests_per_minute: N, tokens_per_minute: 100_000 } } };
+    const config = { store: { command_timeout_ms: 1000 }, auth: { cache_ttl_ms: 10_000 }, rate_limits: { window_seconds: WINDOW_S, test: { requests_per_minute: N, tokens_per_minute: 100_000 } } };
     const gw1 = await startGateway(t, { redisUrl: redis.url, upstreamUrl: sim.url, config });
     const gw2 = await startGateway(t, { redisUrl: redis.url, upstreamUrl: sim.url, config });
     const { key, id } = await gw1.createKey({ account: 'acme', env: 'test' });
@@ -129,7 +129,7 @@ if (redis) {
   });
 
   t.test('the gauge does not flap back to 0 while Redis is down (a read-only admission is no sign of Redis)', async (t) => {
-    const config = { auth: { cache_ttl_ms: 10_000 }, rate_limits: { window_seconds: WINDOW_S, test: { requests_per_minute: N, tokens_per_minute: 100_000 } } };
+    const config = { store: { command_timeout_ms: 1000 }, auth: { cache_ttl_ms: 10_000 }, rate_limits: { window_seconds: WINDOW_S, test: { requests_per_minute: N, tokens_per_minute: 100_000 } } };
     const gw = await startGateway(t, { redisUrl: redis.url, config });
     const { key: testKey } = await gw.createKey({ account: 'acme', env: 'test' });
     // A live key limited on tokens only: /v1/models reads its token window and counts nothing.

@@ -9,14 +9,17 @@ import { startGateway } from '../helpers/gateway.ts';
 import { startSimulator } from '../../src/simulator/simulator.ts';
 import { requestLogs } from './limits-fixture.ts';
 
-const WINDOW_MS = 2000;
+// The harness's 300 ms store timeout turns a loaded CI box into 503s on admin writes; these tests need no outage.
+const STORE_TIMEOUT_MS = 2000;
+
+const WINDOW_MS = 3000;
 const redis = await startRedis(t);
 if (redis) {
   const sim = await startSimulator();
   t.teardown(() => sim.close());
   const gw = await startGateway(t, {
     redisUrl: redis.url, upstreamUrl: sim.url,
-    config: { rate_limits: { window_seconds: WINDOW_MS / 1000, test: { requests_per_minute: 1, tokens_per_minute: 100_000 } } },
+    config: { store: { command_timeout_ms: STORE_TIMEOUT_MS }, rate_limits: { window_seconds: WINDOW_MS / 1000, test: { requests_per_minute: 1, tokens_per_minute: 100_000 } } },
   });
 
   t.test('maxRetries: 2 retries once, after retry-after-ms, and succeeds', async (t) => {
@@ -48,7 +51,7 @@ if (redis) {
     t.equal(retry.retryCount, '1', 'the SDK marks the attempt as its first retry');
     const waited = retry.sentAt - limited.sentAt;
     t.ok(waited >= limited.retryAfterMs! - 5, `the retry waited ${waited.toFixed(0)} ms >= retry-after-ms ${limited.retryAfterMs}`);
-    t.ok(waited <= limited.retryAfterMs! + 800, `... and not much longer (${waited.toFixed(0)} ms)`);
+    t.ok(waited <= limited.retryAfterMs! + 2000, `... once, not a second wait on top (${waited.toFixed(0)} ms; loose bound for loaded CI boxes)`);
 
     const upstream = sim.requests.filter((r) => r.path === '/v1/chat/completions');
     t.equal(upstream.length, 2, 'the upstream saw the two admitted requests only');
@@ -69,7 +72,7 @@ if (redis) {
     t.equal(e.status, 429);
     t.equal(e.code, 'rate_limit_exceeded');
     t.equal(e.type, 'rate_limit_error');
-    t.match(e.message, /1 requests per 2s window/);
+    t.match(e.message, new RegExp(`1 requests per ${WINDOW_MS / 1000}s window`));
     t.ok(Number(e.headers?.get('retry-after-ms')) > 0);
     t.equal(e.headers?.get('x-ratelimit-remaining-requests'), '0');
   });

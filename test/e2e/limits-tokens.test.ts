@@ -9,6 +9,9 @@ import { startSimulator } from '../../src/simulator/simulator.ts';
 import { estimatePromptTokens } from '../../src/credit/hold-estimate.ts';
 import { chat, chatBody, metric, models, requestLogs, until } from './limits-fixture.ts';
 
+// The harness's 300 ms store timeout turns a loaded CI box into 503s on admin writes; these tests need no outage.
+const STORE_TIMEOUT_MS = 2000;
+
 const TPM = 1000;
 const redis = await startRedis(t);
 if (redis) {
@@ -16,7 +19,7 @@ if (redis) {
   t.teardown(() => sim.close());
   const gw = await startGateway(t, {
     redisUrl: redis.url, upstreamUrl: sim.url,
-    config: { rate_limits: { window_seconds: 20, test: { requests_per_minute: 100, tokens_per_minute: TPM } } },
+    config: { store: { command_timeout_ms: STORE_TIMEOUT_MS }, rate_limits: { window_seconds: 20, test: { requests_per_minute: 100, tokens_per_minute: TPM } } },
   });
   const estimate = (body: Record<string, unknown>) => estimatePromptTokens(body as { messages: unknown }, Buffer.byteLength(JSON.stringify(body))) + (body.max_tokens as number);
   const tokens = async (id: string) => Number((await redis.client.get(`tg:rl:tok:${id}`)) ?? 0);
@@ -128,7 +131,7 @@ if (redis) {
 
     const gwNoTok = await startGateway(t, {
       redisUrl: redis.url, upstreamUrl: sim.url,
-      config: { rate_limits: { window_seconds: 20, test: { requests_per_minute: 100 } } },
+      config: { store: { command_timeout_ms: STORE_TIMEOUT_MS }, rate_limits: { window_seconds: 20, test: { requests_per_minute: 100 } } },
     });
     const { key: k2 } = await gwNoTok.createKey({ account: 'acme', env: 'test' });
     const c = await chat(gwNoTok, k2);
