@@ -140,3 +140,28 @@ t.test('client abort mid-stream: the upstream request is aborted and the produce
   t.equal(s.balance, s.sum);
   t.equal(s.held, 0);
 });
+
+t.test('client abort while a non-streaming completion is still generating: upstream aborted, settled at once', async (t) => {
+  const sim = await startSim(t);
+  const gw = await startGateway(t, { upstreamUrl: sim.url });
+  const { key } = await gw.createKey({ account: 'cut-g', env: 'live' });
+  await gw.grant('cut-g', 1_000_000);
+  const ac = new AbortController();
+  // A non-streaming answer comes after every token's delay: 200 × 25 ms = 5 s before headers.
+  const pending = fetch(`${gw.url}/v1/chat/completions`, {
+    method: 'POST', signal: ac.signal, headers: { ...gw.auth(key), 'content-type': 'application/json' },
+    body: JSON.stringify({ model: 'sim-small', messages: [{ role: 'user', content: 'slow' }], sim: { tokens: 200, delay_ms: 25 } }),
+  }).catch((e: unknown) => e);
+  await sim.waitFor(() => true);
+  ac.abort();
+  t.match(await pending, { name: 'AbortError' });
+  const rec = await sim.waitFor((r) => r.aborted, 2000);
+  t.notOk(rec.finished, 'the upstream was cut before it answered');
+  // The edge logs the abandoned request with its id; its debit follows within a second.
+  const line = gw.logs.map((l) => JSON.parse(l)).find((l) => l.route === '/v1/chat/completions' && l.aborted === true);
+  t.ok(line);
+  const e = await waitForDebit(gw, 'cut-g', line.request_id, 1000);
+  t.match(e, { amount_micros: 0, completion_tokens: 0 }, 'nothing was produced, nothing is billed');
+  const s = await accountVsLedger(gw, 'cut-g');
+  t.equal(s.held, 0, 'the hold is released');
+});
