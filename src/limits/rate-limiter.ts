@@ -47,6 +47,10 @@ class Insurance extends RateLimiterMemory {
     this.onUse();
     return super.consume(key, points, options);
   }
+  override get(key: string | number, options?: { [key: string]: unknown }) {
+    this.onUse();
+    return super.get(key, options);
+  }
 }
 
 function limiter(o: RateLimitOptions, prefix: string, onInsurance: () => void): RateLimiterAbstract {
@@ -130,6 +134,13 @@ export function createRateLimits(o: RateLimitOptions): Limits {
       }
       if (t && tpm !== undefined && tokenCost !== undefined && t.consumedPoints > tpm) {
         refundTokens();
+        if (tokenCost > tpm) {
+          // No window will ever admit it: say why, and tell SDKs not to retry.
+          o.metrics.rateLimited.inc({ env: key.env, dimension: 'tokens' });
+          throw new GatewayError('rate_limit_exceeded', `This request may use up to ${tokenCost} tokens (prompt estimate + max output), more than this key's limit of ${tpm} tokens per ${o.windowSeconds}s window. Lower max_tokens or the prompt.`, {
+            headers: { ...headers, 'x-should-retry': 'false' },
+          });
+        }
         refuse(ctx, 'tokens', tpm, t, headers);
       }
       if (!t || tokenCost === undefined) return NOTHING;
