@@ -23,7 +23,10 @@ if (redis) {
   t.test('200 concurrent streams on credit for ~50: no overspend, clean 402s, consistent ledger', async (t) => {
     const sim = await startSimulator();
     t.teardown(() => sim.close());
-    const gw = await startGateway(t, { redisUrl: redis.url, upstreamUrl: sim.url });
+    // A 2 s store command timeout (300 ms in the test default): on a loaded 2-core box a burst of 200
+    // holds can exceed 300 ms, and a hold that times out answers 503 yet still lands in Redis, leaving an
+    // orphaned hold (reported as BUG 2 in the issue's test notes). That is not what this test is about.
+    const gw = await startGateway(t, { redisUrl: redis.url, upstreamUrl: sim.url, config: { store: { command_timeout_ms: 2000 } } });
 
     // The hold of one request, read from its own ledger entry on a separate account.
     const probe = await gw.createKey({ account: 'probe', env: 'live' });
@@ -60,7 +63,8 @@ if (redis) {
 
     const served = results.filter((r) => r.status === 200);
     const refused = results.filter((r) => r.status === 402);
-    t.equal(served.length + refused.length, CROWD, 'every answer is a 200 or a 402');
+    const statuses = JSON.stringify(Object.fromEntries([...new Set(results.map((r) => r.status))].map((s) => [s, results.filter((r) => r.status === s).length])));
+    t.equal(served.length + refused.length, CROWD, `every answer is a 200 or a 402: ${statuses}`);
     t.ok(refused.length > 0, `the grant ran out: ${served.length} served, ${refused.length} refused`);
     // A refusal needs ≥ 49 other holds or settled debits (each debit ≤ its hold), so ≥ 50 get through.
     t.ok(served.length >= FUNDED_FOR, `at least ${FUNDED_FOR} served (${served.length})`);
