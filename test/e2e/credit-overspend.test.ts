@@ -3,6 +3,7 @@
 // goes below zero (polled straight from Redis while the crowd runs); the ledger has exactly one debit per
 // served request and none for refused ones; every hold is released afterwards.
 import t from 'tap';
+import OpenAI from 'openai';
 import { startRedis } from '../helpers/redis.ts';
 import { startGateway } from '../helpers/gateway.ts';
 import { startSimulator } from '../../src/simulator/simulator.ts';
@@ -105,6 +106,26 @@ if (redis) {
     checkLedger(t, entries, acct, settled);
     t.ok(entries.filter((e) => e.kind === 'debit').every((e) => e.hold_micros === hold && e.usage_source === 'upstream'), 'each debit released its full hold and used upstream usage');
     checkLedger(t, await ledgerOf(gw.admin, 'probe'), await accountOf(gw.admin, 'probe'), new Set([first.headers.get('x-request-id')!]));
+  });
+
+  t.test('the OpenAI SDK sees a 402 as insufficient_credit and does not retry it', async (t) => {
+    const sim = await startSimulator();
+    t.teardown(() => sim.close());
+    const gw = await startGateway(t, { redisUrl: redis.url, upstreamUrl: sim.url });
+    const { key } = await gw.createKey({ account: 'broke', env: 'live' });
+    await gw.grant('broke', 10);
+    const client = new OpenAI({ apiKey: key, baseURL: `${gw.url}/v1`, maxRetries: 2 });
+    const err = await client.chat.completions.create({ model: 'sim-small', messages: [{ role: 'user', content: 'hi' }], stream: true })
+      .then(() => undefined, (e: unknown) => e);
+    t.ok(err instanceof OpenAI.APIError, 'an APIError');
+    const e = err as InstanceType<typeof OpenAI.APIError>;
+    t.equal(e.status, 402);
+    t.equal(e.code, 'insufficient_credit');
+    t.match(e.requestID, /^req_/, 'with the request id');
+    const attempts = gw.logs.filter((l) => l.includes('"route":"/v1/chat/completions"')).length;
+    t.equal(attempts, 1, 'one attempt: x-should-retry: false stops the SDK retrying');
+    t.equal(sim.requests.length, 0, 'the upstream was never called');
+    t.same((await ledgerOf(gw.admin, 'broke')).map((x) => x.kind), ['grant'], 'no debit for a refused request');
   });
 
   t.test('the one exception: an upstream that ignores max_tokens is debited in full and recorded', async (t) => {
