@@ -125,7 +125,9 @@ for (const storeKind of ['memory', 'redis'] as const) {
   t.test(`key API on the ${storeKind} store`, async (t) => {
     const redis = storeKind === 'redis' ? await startRedis(t) : undefined;
     if (redis === null) return;
-    const gw = await startGateway(t, redis ? { redisUrl: redis.url } : {});
+    // 2 s per Redis command: on a loaded 2-core machine the helper's 300 ms can pass for an outage.
+    const config = { store: { command_timeout_ms: 2000 } };
+    const gw = await startGateway(t, redis ? { redisUrl: redis.url, config } : { config });
     const before = Date.now();
 
     const created = await gw.admin('/admin/keys', { body: { account: 'acme', env: 'live', name: 'prod backend' } });
