@@ -1,0 +1,90 @@
+import t from 'tap';
+import type { IncomingMessage } from 'node:http';
+import { createAuthenticator, requireModel, requireScope, type AuthFailure } from '../../src/auth/authenticate.ts';
+import { createFailedAuthLimiter } from '../../src/auth/failed-auth-limiter.ts';
+import { createKeyCache } from '../../src/auth/key-cache.ts';
+import { generateKey, hashKey } from '../../src/auth/keys.ts';
+import { GatewayError } from '../../src/http/errors.ts';
+import { createMemoryStore } from '../../src/store/memory-store.ts';
+import type { KeyRecord, Store } from '../../src/store/types.ts';
+
+const record = (over: Partial<KeyRecord> = {}): KeyRecord => ({
+  id: 'key_1111111111111111', account: 'acme', env: 'live', name: 'k', active: true, scopes: ['chat', 'models', 'shares'],
+  models: [], rate_limits: null, created_at: '2026-11-22T10:00:00.000Z', last4: 'abcd', version: 1, ...over,
+});
+const req = (authorization?: string, address = '10.0.0.1') =>
+  ({ headers: authorization === undefined ? {} : { authorization }, socket: { remoteAddress: address } }) as unknown as IncomingMessage;
+
+async function setup(perMinute = 30) {
+  let reads = 0;
+  const inner = createMemoryStore();
+  const store: Store = { ...inner, getKeyByHash: (h) => { reads++; return inner.getKeyByHash(h); } };
+  const failures: AuthFailure[] = [];
+  const keys = createKeyCache({ store, ttlMs: 10_000, negativeTtlMs: 5_000, max: 100 });
+  const auth = createAuthenticator({ keys, failed: createFailedAuthLimiter(perMinute), onFailure: (r) => failures.push(r) });
+  const key = generateKey('live');
+  await store.createKey(hashKey(key), record());
+  return { auth, key, store, reads: () => reads, failures };
+}
+
+async function code(p: Promise<unknown>): Promise<string | undefined> {
+  try {
+    await p;
+    return undefined;
+  } catch (e) {
+    if (!(e instanceof GatewayError)) throw e;
+    return e.code;
+  }
+}
+
+t.test('each failure has its code and its metric reason', async (t) => {
+  const s = await setup();
+  t.equal((await s.auth.authenticate(req(`Bearer ${s.key}`))).id, 'key_1111111111111111');
+  t.equal(await code(s.auth.authenticate(req())), 'missing_api_key');
+  t.equal(await code(s.auth.authenticate(req('Basic abc'))), 'missing_api_key');
+  t.equal(await code(s.auth.authenticate(req('Bearer nope'))), 'invalid_api_key');
+  t.equal(await code(s.auth.authenticate(req(`Bearer ${generateKey('live')}`))), 'invalid_api_key');
+  await s.store.updateKey('key_1111111111111111', { active: false });
+  await s.store.publish({ kind: 'key', hash: hashKey(s.key), version: 2 });
+  await new Promise((r) => setTimeout(r, 10));
+  t.equal(await code(s.auth.authenticate(req(`Bearer ${s.key}`))), 'invalid_api_key');
+  t.same(s.failures, ['missing', 'missing', 'malformed', 'unknown', 'disabled']);
+});
+
+t.test('malformed keys never reach the store', async (t) => {
+  const s = await setup();
+  for (const k of ['nope', `${s.key}x`, s.key.replace('svc-live-', 'svc-prod-')]) await code(s.auth.authenticate(req(`Bearer ${k}`)));
+  t.equal(s.reads(), 0);
+});
+
+t.test('past the limit: refused without a store lookup, except for a key already known valid', async (t) => {
+  const s = await setup(3);
+  await s.auth.authenticate(req(`Bearer ${s.key}`));
+  const readsAfterWarmup = s.reads();
+  for (let i = 0; i < 3; i++) t.equal(await code(s.auth.authenticate(req(`Bearer ${generateKey('test')}`))), 'invalid_api_key');
+  const before = s.reads();
+  t.equal(await code(s.auth.authenticate(req(`Bearer ${generateKey('test')}`))), 'rate_limit_exceeded');
+  t.equal(await code(s.auth.authenticate(req())), 'rate_limit_exceeded');
+  t.equal(s.reads(), before, 'no store lookup once blocked');
+  t.equal((await s.auth.authenticate(req(`Bearer ${s.key}`))).id, 'key_1111111111111111', 'the known valid key passes');
+  t.equal(s.reads(), before);
+  t.equal(await code(s.auth.authenticate(req(undefined, '10.0.0.2'))), 'missing_api_key', 'another address is not blocked');
+  t.ok(readsAfterWarmup >= 1);
+  try {
+    await s.auth.authenticate(req('Bearer x'));
+  } catch (e) {
+    const h = (e as GatewayError).headers!;
+    t.match(h['retry-after'], /^\d+$/);
+    t.ok(Number(h['retry-after']) >= 1 && Number(h['retry-after']) <= 60);
+    t.match(h['retry-after-ms'], /^\d+$/);
+  }
+});
+
+t.test('requireScope and requireModel', async (t) => {
+  const k = record({ scopes: ['chat'], models: ['a'] });
+  t.doesNotThrow(() => requireScope(k, 'chat'));
+  t.throws(() => requireScope(k, 'models'), { code: 'permission_denied' });
+  t.doesNotThrow(() => requireModel(k, 'a'));
+  t.throws(() => requireModel(k, 'b'), { code: 'permission_denied', param: 'model' });
+  t.doesNotThrow(() => requireModel(record(), 'anything'), 'empty allow-list = all models');
+});
