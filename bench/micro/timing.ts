@@ -5,7 +5,7 @@
  */
 
 /** Best mean ns per call of fn over `rounds` rounds of n calls, after `warm` untimed calls. */
-export function nsPerOp(fn: (i: number) => unknown, n: number, warm = Math.min(n, 10_000), rounds = 5): number {
+export function nsPerOp(fn: (i: number) => unknown, n: number, warm = Math.min(n, 10_000), rounds = 7): number {
   let sink: unknown;
   for (let i = 0; i < warm; i++) sink = fn(i);
   let best = Infinity;

@@ -40,6 +40,11 @@ export function eventData(ev: Buffer, start: number, end: number, out: DataRange
   let parts: Buffer[] | null = null;
   let pos = start;
   while (pos < end) {
+    // The blank line that ends every event: skip it without a native indexOf call (~35 ns).
+    if (ev[pos] === LF) {
+      pos++;
+      continue;
+    }
     let nl = ev.indexOf(LF, pos);
     if (nl === -1 || nl >= end) nl = end;
     let lineEnd = nl;

@@ -127,7 +127,9 @@ class Scanner implements SseMeter {
         }
         evStart = end;
       }
-      nl = chunk.indexOf(LF, nl + 1);
+      // Usually the next line is the blank one: check its bytes directly instead of calling indexOf.
+      const b = chunk[nl + 1];
+      nl = b === LF ? nl + 1 : b === CR && chunk[nl + 2] === LF ? nl + 2 : chunk.indexOf(LF, nl + 1);
     }
     if (evStart < len) this.hold(chunk, evStart);
     this.last2 = len >= 2 ? chunk[len - 2]! : this.last1;
