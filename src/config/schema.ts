@@ -117,7 +117,10 @@ function model(v: unknown, path: string): ModelConfig {
 }
 
 /** Validates and compiles a parsed (and interpolated) config document; `env` supplies the SPEC §6 overrides. */
-export function compileConfig(doc: unknown, env: NodeJS.ProcessEnv): Config {
+export function compileConfig(doc: unknown, rawEnv: NodeJS.ProcessEnv): Config {
+  // An override set to the empty string counts as unset, for every variable alike.
+  const env: NodeJS.ProcessEnv = {};
+  for (const [k, v] of Object.entries(rawEnv)) if (v !== '') env[k] = v;
   const root = object(doc ?? {}, '(root)');
   noUnknown(root, '', TOP);
   const server = object(root.server, 'server', true);

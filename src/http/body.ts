@@ -39,10 +39,21 @@ export async function readBody(req: IncomingMessage, maxBytes: number): Promise<
   return chunks.length === 1 ? chunks[0]! : Buffer.concat(chunks, size);
 }
 
+// A run of 16+ digits may be an integer beyond 2^53 (e.g. an int64 `seed`) that a plain parse would round.
+const LONG_DIGITS = /\d{16}/;
+const rawJSON = (JSON as unknown as { rawJSON(text: string): unknown }).rawJSON;
+
+/** Keeps integers beyond 2^53 as their source text, so a re-serialised body passes them on digit for digit. */
+function keepBigIntegers(_key: string, value: unknown, context?: { source?: string }): unknown {
+  return typeof value === 'number' && !Number.isSafeInteger(value) && context?.source && /^-?\d+$/.test(context.source) ? rawJSON(context.source) : value;
+}
+
 /** Parses JSON; a syntax error is a 422 `json_invalid` as FastAPI reports it. */
 export function parseJson(buf: Buffer): unknown {
   try {
-    return JSON.parse(buf.toString('utf8'));
+    const text = buf.toString('utf8');
+    // The reviver (Node's JSON source-text access) costs a call per value, so only bodies that could need it pay.
+    return LONG_DIGITS.test(text) ? JSON.parse(text, keepBigIntegers as (k: string, v: unknown) => unknown) : JSON.parse(text);
   } catch (e) {
     throw invalid(['body'], 'json_invalid', 'JSON decode error', null, { error: (e as Error).message });
   }

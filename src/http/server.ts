@@ -98,7 +98,12 @@ export interface ListenOptions {
 
 /** Starts a server with timeouts against slow clients; resolves once listening. */
 export async function listen(handler: (req: IncomingMessage, res: ServerResponse) => void, o: ListenOptions): Promise<Server> {
-  const server = createServer({ headersTimeout: o.headersTimeoutMs, requestTimeout: o.requestTimeoutMs, keepAliveTimeout: 5_000 }, handler);
+  const server = createServer({
+    headersTimeout: o.headersTimeoutMs, requestTimeout: o.requestTimeoutMs, keepAliveTimeout: 5_000,
+    // Node checks those timeouts only this often (default 30 s): without it a slow client holds its socket ~30 s.
+    connectionsCheckingInterval: Math.max(50, Math.min(1_000, Math.floor(Math.min(o.headersTimeoutMs, o.requestTimeoutMs) / 2))),
+  }, handler);
+  server.on('clientError', answerClientError);
   await new Promise<void>((resolve, reject) => {
     server.once('error', reject);
     server.listen(o.port, o.host, () => {
@@ -107,6 +112,25 @@ export async function listen(handler: (req: IncomingMessage, res: ServerResponse
     });
   });
   return server;
+}
+
+const CLIENT_ERRORS: Record<string, [number, string, string]> = {
+  HPE_HEADER_OVERFLOW: [431, 'Request Header Fields Too Large', 'Request headers are too large.'],
+  ERR_HTTP_REQUEST_TIMEOUT: [408, 'Request Timeout', 'The request was not received in time.'],
+};
+
+/**
+ * Node's own answers to unparsable or too-slow requests (400/408/431) as JSON with an x-request-id, like
+ * every other response (SPEC §2a). Written raw: there is no ServerResponse for a request that never parsed.
+ */
+function answerClientError(err: Error & { code?: string }, socket: import('node:stream').Duplex): void {
+  if (!socket.writable || err.code === 'ECONNRESET') {
+    socket.destroy();
+    return;
+  }
+  const [status, reason, message] = CLIENT_ERRORS[err.code ?? ''] ?? [400, 'Bad Request', 'The request could not be parsed.'];
+  const body = JSON.stringify({ error: { message, type: 'invalid_request_error', code: 'invalid_request', param: null } });
+  socket.end(`HTTP/1.1 ${status} ${reason}\r\ncontent-type: application/json\r\ncontent-length: ${Buffer.byteLength(body)}\r\nx-request-id: ${newRequestId()}\r\nconnection: close\r\n\r\n${body}`);
 }
 
 /** The port a listening server got (port 0 → a free one). */

@@ -33,6 +33,11 @@ export async function relaySse(call: UpstreamCall, res: ServerResponse, dropUsag
   let chunkNs = 0n;
   call.attach({
     data(chunk, resume) {
+      // A destroyed response never drains: stop the upstream instead of pausing forever.
+      if (res.destroyed) {
+        call.abort(new Error('client connection closed'));
+        return true;
+      }
       const t = process.hrtime.bigint();
       let ok = true;
       try {
@@ -71,6 +76,10 @@ export async function relayJson(call: UpstreamCall, res: ServerResponse, clientG
   let chunkNs = 0n;
   call.attach({
     data(chunk, resume) {
+      if (res.destroyed) {
+        call.abort(new Error('client connection closed'));
+        return true;
+      }
       const t = process.hrtime.bigint();
       size += chunk.length;
       if (size <= MAX_JSON_RETAINED) chunks.push(chunk);

@@ -69,6 +69,30 @@ export function chatRoutes(d: ChatDeps): Route[] {
   }
 
   async function handle(ctx: RequestContext): Promise<void> {
+    // Watch for the client leaving from the very start: a client gone during the hold's round trip must
+    // still abort everything after it (otherwise the upstream runs until total_timeout_ms).
+    const aborter = new AbortController();
+    let current: UpstreamCall | undefined;
+    const onClose = () => {
+      if (ctx.res.writableFinished) return;
+      aborter.abort();
+      current?.abort(new ClientGoneError());
+    };
+    ctx.res.once('close', onClose);
+    try {
+      await pipeline(ctx, aborter.signal, (c) => (current = c));
+    } finally {
+      ctx.res.off('close', onClose);
+    }
+  }
+
+  async function pipeline(ctx: RequestContext, signal: AbortSignal, setCurrent: (c: UpstreamCall | undefined) => void): Promise<void> {
+    let current: UpstreamCall | undefined;
+    const track = (c: UpstreamCall | undefined) => {
+      current = c;
+      setCurrent(c);
+      if (c && signal.aborted) c.abort(new ClientGoneError());
+    };
     const key = (ctx.key = await d.auth.authenticate(ctx.req));
     let body: ChatBody, model: ModelConfig, raw: Buffer;
     try {
@@ -94,20 +118,21 @@ export function chatRoutes(d: ChatDeps): Route[] {
     const live = key.env === 'live';
     if (live) {
       const hold = costMicros(model.price, promptEstimate, maxOutput);
-      await d.credit.hold(key.account, ctx.requestId, hold, d.now() + holdTtlMs);
+      try {
+        await d.credit.hold(key.account, ctx.requestId, hold, d.now() + holdTtlMs);
+      } catch (err) {
+        // The hold may have run in Redis after our command timed out: settle at 0 in the background (it lands
+        // behind the hold, is idempotent, and stops a late hold), so the credit is not locked until the reaper.
+        if ((err as GatewayError).code === 'store_unavailable') {
+          void d.credit.settle({ account: key.account, requestId: ctx.requestId, costMicros: 0, keyId: key.id, model: model.name, promptTokens: 0, completionTokens: 0, usageSource: 'estimated', ts: new Date(d.now()).toISOString() });
+        }
+        throw err;
+      }
       ctx.log.hold_micros = hold;
     }
 
     // From here on, whatever happens, the request is settled exactly once.
-    const aborter = new AbortController();
-    let current: UpstreamCall | undefined;
     const gone = () => !ctx.res.writableFinished && ctx.res.destroyed;
-    const onClose = () => {
-      if (ctx.res.writableFinished) return;
-      aborter.abort();
-      current?.abort(new ClientGoneError());
-    };
-    ctx.res.once('close', onClose);
     const deadline = d.now() + up.totalTimeoutMs;
     // Past the total deadline the current attempt is cut; forward() tries no other upstream after it.
     const total = setTimeout(() => current?.abort(Object.assign(new Error('total upstream timeout'), { code: 'UND_ERR_HEADERS_TIMEOUT' })), up.totalTimeoutMs);
@@ -119,16 +144,21 @@ export function chatRoutes(d: ChatDeps): Route[] {
       answered = await forward(d, model, {
         path: '/chat/completions', body: payload, headersTimeoutMs: up.headersTimeoutMs, idleTimeoutMs: up.idleTimeoutMs, deadline,
         headers: (auth) => upstreamRequestHeaders(ctx.req.headers, ctx.requestId, auth, payload.length),
-      }, aborter.signal, (c) => (current = c));
+      }, signal, track);
+      if (signal.aborted) throw new ClientGoneError();
       ctx.log.upstream = answered.call.upstream.label;
       ctx.log.upstream_status = answered.status;
       d.metrics.upstreamTtfb.observe({ model: model.name }, Number(answered.waitedNs) / 1e9);
       outcome = await respond(ctx, answered, body);
+      if (outcome?.end === 'upstream_failed') {
+        // A stream that broke after its first byte counts toward ejecting its upstream too.
+        d.metrics.upstreamErrors.inc({ upstream: answered.call.upstream.label, reason: 'stream_broken' });
+        d.upstreams.failed(answered.call.upstream, d.now());
+      }
     } catch (err) {
       if (!(err instanceof ClientGoneError)) throw err;
     } finally {
       clearTimeout(total);
-      ctx.res.off('close', onClose);
       const t1 = process.hrtime.bigint();
       const ok = answered !== undefined && answered.status >= 200 && answered.status < 300;
       const b = bill(body, ok, outcome);
@@ -160,7 +190,10 @@ export function chatRoutes(d: ChatDeps): Route[] {
       a.call.abort(new Error('upstream 5xx not relayed'));
       throw new GatewayError('upstream_error', `The upstream of model '${body.model}' failed.`);
     }
-    const stream = body.stream === true && a.status < 300;
+    // The relay follows what the upstream sent, not what was asked: an upstream that ignores `stream`
+    // must still be metered from its own format.
+    const ct = a.headers['content-type'];
+    const stream = a.status < 300 && (typeof ct === 'string' ? ct.includes('text/event-stream') : body.stream === true);
     if (!stream && a.headers['content-length'] !== undefined) headers['content-length'] = a.headers['content-length'];
     res.writeHead(a.status, headers);
     if (stream) {

@@ -9,10 +9,10 @@ export const ROLES = ['system', 'developer', 'user', 'assistant', 'tool'] as con
 export interface ChatBody extends Obj {
   model: string;
   messages: Obj[];
-  stream?: boolean;
-  max_tokens?: number;
-  max_completion_tokens?: number;
-  n?: number;
+  stream?: boolean | null;
+  max_tokens?: number | null;
+  max_completion_tokens?: number | null;
+  n?: number | null;
   stream_options?: unknown;
 }
 
@@ -47,10 +47,12 @@ export function validateChatBody(value: unknown): ChatBody {
   str(body, 'model', ['body'], issues, { required: true, minLength: 1 });
   const messages = list(body, 'messages', ['body'], issues, { required: true, minLength: 1 });
   messages?.forEach((m, i) => message(m, i, issues));
-  bool(body, 'stream', ['body'], issues);
-  int(body, 'max_tokens', ['body'], issues, { gt: 0 });
-  int(body, 'max_completion_tokens', ['body'], issues, { gt: 0 });
-  int(body, 'n', ['body'], issues, { gt: 0 });
+  // OpenAI accepts null for these optional fields (= not set); so do we.
+  const opt = (k: string) => (body[k] === null ? {} : body);
+  bool(opt('stream'), 'stream', ['body'], issues);
+  int(opt('max_tokens'), 'max_tokens', ['body'], issues, { gt: 0 });
+  int(opt('max_completion_tokens'), 'max_completion_tokens', ['body'], issues, { gt: 0 });
+  int(opt('n'), 'n', ['body'], issues, { gt: 0 });
   if (body.stream_options !== undefined && body.stream_options !== null && !isObj(body.stream_options)) {
     issues.add(['body', 'stream_options'], 'dict_type', 'Input should be a valid dictionary', body.stream_options);
   }

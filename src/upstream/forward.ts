@@ -76,6 +76,10 @@ export async function forward(
       failures.push(c.kind);
       continue;
     }
+    if (signal.aborted) {
+      call.abort(new ClientGoneError());
+      throw new ClientGoneError();
+    }
     if (RETRY_STATUS.has(start.status)) {
       call.abort(new Error(`upstream answered ${start.status}; trying the next one`));
       d.metrics.upstreamErrors.inc({ upstream: up.label, reason: `status_${start.status}` });

@@ -8,7 +8,7 @@ import type { IncomingHttpHeaders, OutgoingHttpHeaders } from 'node:http';
 
 const NOT_UPSTREAM = new Set([
   'host', 'connection', 'keep-alive', 'transfer-encoding', 'te', 'trailer', 'upgrade', 'expect', 'proxy-authorization',
-  'proxy-connection', 'content-length', 'authorization', 'cookie', 'x-api-key', 'x-request-id', 'accept-encoding',
+  'proxy-connection', 'content-length', 'authorization', 'cookie', 'x-api-key', 'api-key', 'x-request-id', 'accept-encoding',
 ]);
 
 const NOT_CLIENT = new Set([
