@@ -3,11 +3,11 @@
  * thrown error to a body in exactly one place (respond.ts). Writes the request's single log line and
  * its metrics when the response closes. Also owns server timeouts and draining on shutdown.
  */
-import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
+import { STATUS_CODES, createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { randomBase58 } from './base58.ts';
-import { GatewayError, ValidationError } from './errors.ts';
-import { sendError } from './respond.ts';
+import { GatewayError, ValidationError, type ErrorCode } from './errors.ts';
+import { errorBody, sendError } from './respond.ts';
 import type { RequestContext } from './context.ts';
 import type { Router } from './router.ts';
 import type { Logger } from '../obs/logger.ts';
@@ -114,9 +114,9 @@ export async function listen(handler: (req: IncomingMessage, res: ServerResponse
   return server;
 }
 
-const CLIENT_ERRORS: Record<string, [number, string, string]> = {
-  HPE_HEADER_OVERFLOW: [431, 'Request Header Fields Too Large', 'Request headers are too large.'],
-  ERR_HTTP_REQUEST_TIMEOUT: [408, 'Request Timeout', 'The request was not received in time.'],
+const CLIENT_ERRORS: Record<string, [ErrorCode, string]> = {
+  HPE_HEADER_OVERFLOW: ['headers_too_large', 'Request headers are too large.'],
+  ERR_HTTP_REQUEST_TIMEOUT: ['request_timeout', 'The request was not received in time.'],
 };
 
 /**
@@ -128,9 +128,10 @@ function answerClientError(err: Error & { code?: string }, socket: import('node:
     socket.destroy();
     return;
   }
-  const [status, reason, message] = CLIENT_ERRORS[err.code ?? ''] ?? [400, 'Bad Request', 'The request could not be parsed.'];
-  const body = JSON.stringify({ error: { message, type: 'invalid_request_error', code: 'invalid_request', param: null } });
-  socket.end(`HTTP/1.1 ${status} ${reason}\r\ncontent-type: application/json\r\ncontent-length: ${Buffer.byteLength(body)}\r\nx-request-id: ${newRequestId()}\r\nconnection: close\r\n\r\n${body}`);
+  const [code, message] = CLIENT_ERRORS[err.code ?? ''] ?? ['invalid_request', 'The request could not be parsed.'];
+  const e = new GatewayError(code, message);
+  const body = JSON.stringify(errorBody(e));
+  socket.end(`HTTP/1.1 ${e.status} ${STATUS_CODES[e.status]}\r\ncontent-type: application/json\r\ncontent-length: ${Buffer.byteLength(body)}\r\nx-request-id: ${newRequestId()}\r\nconnection: close\r\n\r\n${body}`);
 }
 
 /** The port a listening server got (port 0 → a free one). */
