@@ -5,7 +5,7 @@
  *
  * Why a JS byte loop and not Buffer.indexOf per key: on a ~240-byte chunk event, each indexOf with a
  * Buffer needle costs ~240 ns (native call), and six keys made ~2 µs per event; this loop visits each
- * byte once (~0.5 ns) and looks closer only at a quote followed by a key's first letter.
+ * byte once (~0.6 ns) and looks closer only at a quote followed by a key's first two letters.
  *
  * Why it is sound without tracking string state: inside a JSON string every quote is escaped, so
  * `"content"` with an unescaped closing quote followed by `:` can only be a key. The one way to fake it,
@@ -26,6 +26,12 @@ const REASONING = key('reasoning"');
 const REFUSAL = key('refusal"');
 const ARGUMENTS = key('arguments"');
 const USAGE = key('usage"');
+
+const pair = (s: string): number => (s.charCodeAt(0) << 8) | s.charCodeAt(1);
+const CO = pair('co');
+const RE = pair('re');
+const AR = pair('ar');
+const US = pair('us');
 
 /** JSON insignificant whitespace. */
 function isWs(b: number | undefined): boolean {
@@ -97,16 +103,18 @@ function atQuote(data: Buffer, i: number, start: number, limit: number, text: Te
 /**
  * Scans one event's data, `data[start, end)`: appends text values to `text` and returns true when a
  * `"usage"` key has an object value. Malformed data (an unterminated string) ends the scan quietly: metering never throws.
- * The loop stays tiny (a quote, then one of four letters) so it runs at ~0.5 ns per byte; the rare
- * candidates go to atQuote.
+ * The loop stays tiny (a quote, then one of four letter pairs) so it runs at ~0.6 ns per byte; the
+ * rare candidates go to atQuote.
  */
 export function scanData(data: Buffer, start: number, end: number, text: TextCollector): boolean {
   let usageObject = false;
-  const last = end - 1; // a key candidate needs a byte after its quote
+  const last = end - 2; // a key candidate needs two bytes after its quote
   for (let i = start; i < last; i++) {
     if (data[i] !== QUOTE) continue;
-    const c = data[i + 1];
-    if (c !== 0x63 && c !== 0x72 && c !== 0x61 && c !== 0x75) continue;
+    // The first two letters of the keys: "co", "re", "ar", "us". This skips "created", "choices",
+    // "chatcmpl-…" and the like without a call; only ~2 candidates per chunk event remain.
+    const c2 = (data[i + 1]! << 8) | data[i + 2]!;
+    if (c2 !== CO && c2 !== RE && c2 !== AR && c2 !== US) continue;
     const next = atQuote(data, i, start, end, text);
     if (next === -2) usageObject = true;
     else i = next;
