@@ -60,6 +60,12 @@ export async function relaySse(call: UpstreamCall, res: ServerResponse, dropUsag
     if (tail) res.write(tail);
     res.end();
   } catch {
+    // Meter the held tail too: a usage event cut before its blank line still counts.
+    try {
+      meter.end();
+    } catch {
+      // a meter that already failed (event too large) has nothing more to give
+    }
     if (clientGone()) end = 'client_gone';
     else {
       end = 'upstream_failed';
