@@ -58,6 +58,7 @@ export interface Config {
     readonly totalTimeoutMs: number;
     readonly ejectAfterFailures: number;
     readonly ejectSeconds: number;
+    readonly maxConnections: number;
   };
   readonly credit: { readonly holdMarginSeconds: number; readonly reaperIntervalMs: number };
   readonly rateLimits: { readonly windowSeconds: number; readonly test: LimitSpec; readonly live: LimitSpec };
@@ -132,7 +133,7 @@ export function compileConfig(doc: unknown, rawEnv: NodeJS.ProcessEnv): Config {
   const auth = object(root.auth, 'auth', true);
   noUnknown(auth, 'auth', ['cache_ttl_ms', 'negative_ttl_ms', 'cache_max', 'failed_per_minute']);
   const upstream = object(root.upstream, 'upstream', true);
-  noUnknown(upstream, 'upstream', ['connect_timeout_ms', 'headers_timeout_ms', 'idle_timeout_ms', 'total_timeout_ms', 'eject_after_failures', 'eject_seconds']);
+  noUnknown(upstream, 'upstream', ['connect_timeout_ms', 'headers_timeout_ms', 'idle_timeout_ms', 'total_timeout_ms', 'eject_after_failures', 'eject_seconds', 'max_connections']);
   const credit = object(root.credit, 'credit', true);
   noUnknown(credit, 'credit', ['hold_margin_seconds', 'reaper_interval_ms']);
   const rl = object(root.rate_limits, 'rate_limits', true);
@@ -188,6 +189,7 @@ export function compileConfig(doc: unknown, rawEnv: NodeJS.ProcessEnv): Config {
       totalTimeoutMs: num(upstream.total_timeout_ms, 'upstream.total_timeout_ms', { fallback: 600_000, min: 1 }),
       ejectAfterFailures: num(upstream.eject_after_failures, 'upstream.eject_after_failures', { fallback: 5, min: 1, integer: true }),
       ejectSeconds: num(upstream.eject_seconds, 'upstream.eject_seconds', { fallback: 10, min: 0 }),
+      maxConnections: num(upstream.max_connections, 'upstream.max_connections', { fallback: 0, min: 0, integer: true }),
     },
     credit: {
       holdMarginSeconds: num(credit.hold_margin_seconds, 'credit.hold_margin_seconds', { fallback: 60, min: 0 }),

@@ -19,7 +19,7 @@ const NONE: ReadonlySet<Upstream> = new Set();
 const three = (list: readonly Upstream[]) => list.slice(0, 3) as [Upstream, Upstream, Upstream];
 
 function make(t: { teardown(fn: () => unknown): void }, o: { ejectAfterFailures?: number; ejectSeconds?: number } = {}) {
-  const u = createUpstreams(config.models, { connectTimeoutMs: 100, ejectAfterFailures: o.ejectAfterFailures ?? 3, ejectSeconds: o.ejectSeconds ?? 10 });
+  const u = createUpstreams(config.models, { connectTimeoutMs: 100, ejectAfterFailures: o.ejectAfterFailures ?? 3, ejectSeconds: o.ejectSeconds ?? 10, maxConnections: 0 });
   t.teardown(() => u.close());
   return u;
 }
