@@ -12,7 +12,7 @@ import { startSimulator } from '../src/simulator/simulator.ts';
 
 const sim = await startSimulator({ record: false });
 const adminToken = process.env.TOLLGATE_ADMIN_TOKEN || randomBytes(18).toString('base64url');
-const env = { ...process.env, SIM_URL: sim.url, TOLLGATE_ADMIN_TOKEN: adminToken };
+const env: NodeJS.ProcessEnv = { ...process.env, SIM_URL: sim.url, TOLLGATE_ADMIN_TOKEN: adminToken };
 const file = env.TOLLGATE_CONFIG || 'config/demo.yaml';
 const config = parseConfig(await readFile(file, 'utf8'), env);
 const logger = createLogger(env.LOG_LEVEL ?? 'warn');
