@@ -1,0 +1,45 @@
+/**
+ * One measured run: spawns the scenario's load child against one target and samples the target's
+ * process (CPU, RSS) exactly over the child's measured window (between its `measure` and `end` lines).
+ */
+import { runChild } from './procs.ts';
+import { rssMB, sample, type Usage } from './proc-stats.ts';
+import type { LoadResult } from './load-result.ts';
+import type { Scenario } from './scenarios.ts';
+import type { Target } from './stack.ts';
+
+/** A run's numbers. */
+export interface Measurement {
+  scenario: Scenario['id'];
+  target: Target['name'];
+  round: number;
+  result: LoadResult;
+  /** The target process over the window. */
+  proc: Usage;
+  /** RSS of the target process just before the load started, MB. */
+  rssIdleMB: number;
+  /** CPU of the target process per completed request, µs. */
+  cpuUsPerReq: number;
+}
+
+const CLIENT_FILE = { load: 'bench/load.ts', streams: 'bench/streams.ts', paced: 'bench/paced.ts' } as const;
+
+/** Runs scenario × target once; `ours` are the benchmark's other processes (for foreign CPU). */
+export async function measure(s: Scenario, t: Target, round: number, quick: boolean, ours: readonly number[] = []): Promise<Measurement> {
+  const spec = s.spec(t, quick);
+  const rssIdleMB = rssMB(t.pid);
+  let sampler: ReturnType<typeof sample> | undefined;
+  let proc: Usage | undefined;
+  let result: LoadResult | undefined;
+  await runChild(process.execPath, [CLIENT_FILE[s.client], JSON.stringify(spec)], (line, childPid) => {
+    const msg = JSON.parse(line) as { event: string } & LoadResult;
+    if (msg.event === 'measure') sampler = sample(t.pid, [...ours, childPid, process.pid]);
+    else if (msg.event === 'end') proc = sampler?.end();
+    else if (msg.event === 'result') {
+      const { event: _e, ...r } = msg;
+      result = r;
+    }
+  });
+  if (!result || !proc) throw new Error(`${s.id} → ${t.name}: the load child reported no result`);
+  return { scenario: s.id, target: t.name, round, result, proc, rssIdleMB, cpuUsPerReq: result.requests > 0 ? (proc.cpuMs * 1000) / result.requests : NaN };
+}

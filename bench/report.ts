@@ -1,0 +1,186 @@
+/**
+ * Turns the runs into the report: per scenario and target the median over rounds of each number, and
+ * ratios taken within a round (direct, bare and Tollgate ran back to back, so drift hits all alike)
+ * then the median over rounds. Checks the issue's targets and renders Markdown and JSON.
+ */
+import type { Measurement } from './measure.ts';
+import { SCENARIOS, type ScenarioId } from './scenarios.ts';
+import type { Target } from './stack.ts';
+
+export interface Meta {
+  node: string;
+  cpus: number;
+  cpuModel: string;
+  commit: string;
+  store: 'redis' | 'embedded';
+  mode: 'quick' | 'full';
+  rounds: number;
+  date: string;
+  /** Load average when the run started: other load on the machine skews everything. */
+  loadAvg: number[];
+}
+
+/** One scenario × target, aggregated. */
+export interface Row {
+  scenario: ScenarioId;
+  target: Target['name'];
+  rps: number;
+  vsDirect: number;
+  vsBare: number;
+  p50: number;
+  p99: number;
+  p999: number;
+  cpuPct: number;
+  cpuUsPerReq: number;
+  rssMaxMB: number;
+  /** RSS just before the run, MB. */
+  rssIdleMB: number;
+  /** Read and write syscalls of the target process per completed request. */
+  readsPerReq: number;
+  writesPerReq: number;
+  ttfbP50?: number;
+  ttfbP99?: number;
+  /** TTFB p99 minus the bare proxy's in the same round, ms. */
+  ttfbP99OverBare?: number;
+  /** Streams whose first byte never came within 15 s after the window (summed over rounds). */
+  ttfbCensored?: number;
+  /** (peak RSS − idle RSS) / streams open, KB. */
+  kbPerStream?: number;
+  /** Latency added over direct in the same round, ms. */
+  addedP50?: number;
+  addedP99?: number;
+  errors: number;
+  non2xx: number;
+  /** CPU used by processes outside the benchmark during the window, % of one core (median). */
+  foreignPct: number;
+}
+
+export interface Check {
+  what: string;
+  target: string;
+  got: string;
+  pass: boolean;
+}
+
+export interface Report {
+  meta: Meta;
+  rows: Row[];
+  checks: Check[];
+  measurements: Measurement[];
+}
+
+const TARGETS: Target['name'][] = ['direct', 'bare', 'tollgate/test', 'tollgate/live'];
+
+function median(xs: number[]): number {
+  const v = xs.filter((x) => Number.isFinite(x)).sort((a, b) => a - b);
+  if (v.length === 0) return NaN;
+  const m = v.length >> 1;
+  return v.length % 2 ? v[m]! : (v[m - 1]! + v[m]!) / 2;
+}
+
+/** Aggregates measurements into rows and checks. */
+export function buildReport(meta: Meta, ms: Measurement[]): Report {
+  const rows: Row[] = [];
+  const get = (s: ScenarioId, t: Target['name'], round: number) => ms.find((m) => m.scenario === s && m.target === t && m.round === round);
+  for (const sc of SCENARIOS) {
+    for (const tn of TARGETS) {
+      const mine = ms.filter((m) => m.scenario === sc.id && m.target === tn);
+      if (mine.length === 0) continue;
+      const within = (f: (m: Measurement, ref: Measurement) => number, ref: Target['name']) =>
+        median(mine.map((m) => {
+          const r = get(sc.id, ref, m.round);
+          return r ? f(m, r) : NaN;
+        }));
+      const med = (f: (m: Measurement) => number) => median(mine.map(f));
+      const row: Row = {
+        scenario: sc.id, target: tn,
+        rps: med((m) => m.result.rps),
+        vsDirect: within((m, r) => m.result.rps / r.result.rps, 'direct'),
+        vsBare: within((m, r) => m.result.rps / r.result.rps, 'bare'),
+        p50: med((m) => m.result.latency.p50), p99: med((m) => m.result.latency.p99), p999: med((m) => m.result.latency.p999),
+        cpuPct: med((m) => m.proc.cpuPct), cpuUsPerReq: med((m) => m.cpuUsPerReq), rssMaxMB: med((m) => m.proc.rssMaxMB), rssIdleMB: med((m) => m.rssIdleMB),
+        readsPerReq: med((m) => m.proc.reads / m.result.requests), writesPerReq: med((m) => m.proc.writes / m.result.requests),
+        foreignPct: med((m) => m.proc.foreignPct),
+        errors: mine.reduce((a, m) => a + m.result.errors, 0),
+        non2xx: mine.reduce((a, m) => a + Object.values(m.result.statuses).reduce((x, y) => x + y, 0), 0),
+      };
+      if (sc.id === 'slow1000') {
+        row.ttfbP50 = med((m) => m.result.ttfb?.p50 ?? NaN);
+        row.ttfbP99 = med((m) => m.result.ttfb?.p99 ?? NaN);
+        row.ttfbP99OverBare = within((m, r) => (m.result.ttfb?.p99 ?? NaN) - (r.result.ttfb?.p99 ?? NaN), 'bare');
+        row.ttfbCensored = mine.reduce((a, m) => a + (m.result.ttfbCensored ?? 0), 0);
+        row.kbPerStream = med((m) => ((m.proc.rssMaxMB - m.rssIdleMB) * 1000) / (m.result.maxOpen || NaN));
+      }
+      if (sc.id === 'rate2000') {
+        row.addedP50 = within((m, r) => m.result.latency.p50 - r.result.latency.p50, 'direct');
+        row.addedP99 = within((m, r) => m.result.latency.p99 - r.result.latency.p99, 'direct');
+      }
+      rows.push(row);
+    }
+  }
+  return { meta, rows, checks: checks(rows), measurements: ms };
+}
+
+function checks(rows: Row[]): Check[] {
+  const row = (s: ScenarioId, t: Target['name']) => rows.find((r) => r.scenario === s && r.target === t);
+  const out: Check[] = [];
+  const ratio = (s: ScenarioId, min: number, what: string) => {
+    const r = row(s, 'tollgate/live');
+    if (r) out.push({ what, target: `≥ ${min.toFixed(2)}× bare`, got: `${r.vsBare.toFixed(2)}×`, pass: r.vsBare >= min });
+  };
+  ratio('nonstream', 0.7, 'live key, non-streaming req/s');
+  ratio('stream64', 0.85, 'live key, streaming 64 tokens req/s');
+  ratio('slow1000', 0.95, 'live key, 1,000 slow streams req/s');
+  const slow = row('slow1000', 'tollgate/live');
+  if (slow) {
+    out.push({ what: 'live key, 1,000 slow streams: gateway RSS', target: '≤ 300 MB', got: `${slow.rssMaxMB.toFixed(0)} MB`, pass: slow.rssMaxMB <= 300 });
+    const d = slow.ttfbP99OverBare ?? NaN;
+    out.push({ what: 'live key, 1,000 slow streams: TTFB p99 over bare', target: '≤ 20 ms', got: `${fmt(d, 1)} ms`, pass: d <= 20 });
+  }
+  for (const t of ['tollgate/test', 'tollgate/live'] as const) {
+    const r = row('rate2000', t);
+    if (!r) continue;
+    out.push({ what: `${t.slice(9)} key, 2,000 req/s: added p50 over direct`, target: '≤ 0.5 ms', got: `${fmt(r.addedP50 ?? NaN, 2)} ms`, pass: (r.addedP50 ?? Infinity) <= 0.5 });
+    out.push({ what: `${t.slice(9)} key, 2,000 req/s: added p99 over direct`, target: '≤ 2 ms', got: `${fmt(r.addedP99 ?? NaN, 2)} ms`, pass: (r.addedP99 ?? Infinity) <= 2 });
+  }
+  return out;
+}
+
+function fmt(v: number, d: number): string {
+  return Number.isFinite(v) ? v.toFixed(d) : '–';
+}
+
+/** The Markdown report. */
+export function toMarkdown(r: Report, chartFile?: string): string {
+  const m = r.meta;
+  const L: string[] = [];
+  L.push(`# Tollgate load benchmark (${m.mode})`, '');
+  L.push(`Node ${m.node} · ${m.cpus} CPUs (${m.cpuModel}) · commit \`${m.commit}\` · store: **${m.store === 'redis' ? 'Redis (redis-server, loopback)' : 'embedded (no redis-server on PATH)'}** · ${m.rounds} round(s) · ${m.date} · load average at start ${m.loadAvg.map((x) => x.toFixed(2)).join(' ')}`, '');
+  L.push('Load generator, simulator, Redis, bare proxy and gateway share the same cores. Each number is the median over rounds; ratios are taken within a round (targets run back to back: direct → bare → tollgate/test → tollgate/live), then the median. CPU and RSS are those of the target\'s process (the simulator for direct, the proxy otherwise); CPU % is of one core; syscalls/req are the target process\'s read + write system calls per completed request (/proc/<pid>/io), a large share of a proxy\'s CPU on loopback; "others CPU %" is what processes outside the benchmark used meanwhile (other work on a shared machine: high values make a row untrustworthy).', '');
+  if (chartFile) L.push(`![ratios](${chartFile})`, '');
+  L.push('## Targets (issue 6)', '', '| what | target | got | |', '|---|---|---|---|');
+  for (const c of r.checks) L.push(`| ${c.what} | ${c.target} | ${c.got} | ${c.pass ? 'met' : '**not met**'} |`);
+  L.push('', '## Throughput and latency', '');
+  L.push('| scenario | target | req/s | × direct | × bare | p50 ms | p99 ms | p99.9 ms | CPU % | CPU µs/req | syscalls/req r+w | RSS MB | errors/non-2xx | others CPU % |');
+  L.push('|---|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|');
+  for (const x of r.rows) {
+    const title = SCENARIOS.find((s) => s.id === x.scenario)!.title;
+    L.push(`| ${title} | ${x.target} | ${fmt(x.rps, 0)} | ${fmt(x.vsDirect, 2)} | ${fmt(x.vsBare, 2)} | ${fmt(x.p50, 2)} | ${fmt(x.p99, 2)} | ${fmt(x.p999, 2)} | ${fmt(x.cpuPct, 0)} | ${fmt(x.cpuUsPerReq, 0)} | ${fmt(x.readsPerReq, 1)}+${fmt(x.writesPerReq, 1)} | ${fmt(x.rssMaxMB, 0)} | ${x.errors}/${x.non2xx} | ${fmt(x.foreignPct, 0)} |`);
+  }
+  const slow = r.rows.filter((x) => x.scenario === 'slow1000');
+  if (slow.length) {
+    L.push('', '## 1,000 slow streams: time to first byte and memory', '', 'Stream latency above is the whole stream (64 tokens × 20 ms ≈ 1.3 s). TTFB counts streams started after the first 2 s.', '');
+    L.push('| target | TTFB p50 ms | TTFB p99 ms | TTFB p99 over bare ms | streams without a first byte | RSS before MB | peak RSS MB | RSS growth per open stream KB |', '|---|--:|--:|--:|--:|--:|--:|--:|');
+    for (const x of slow) {
+      L.push(`| ${x.target} | ${fmt(x.ttfbP50 ?? NaN, 2)} | ${fmt(x.ttfbP99 ?? NaN, 2)} | ${x.target === 'bare' ? '0' : fmt(x.ttfbP99OverBare ?? NaN, 2)} | ${x.ttfbCensored ?? 0} | ${fmt(x.rssIdleMB, 0)} | ${fmt(x.rssMaxMB, 0)} | ${x.target === 'direct' ? '–' : fmt(x.kbPerStream ?? NaN, 1)} |`);
+    }
+  }
+  const rate = r.rows.filter((x) => x.scenario === 'rate2000');
+  if (rate.length) {
+    L.push('', '## Fixed 2,000 req/s: latency added over direct', '', 'Open loop: latency runs from each request\'s scheduled start, so stalls are not hidden.', '');
+    L.push('| target | req/s | p50 ms | p99 ms | added p50 ms | added p99 ms |', '|---|--:|--:|--:|--:|--:|');
+    for (const x of rate) L.push(`| ${x.target} | ${fmt(x.rps, 0)} | ${fmt(x.p50, 3)} | ${fmt(x.p99, 3)} | ${x.target === 'direct' ? '0' : fmt(x.addedP50 ?? NaN, 3)} | ${x.target === 'direct' ? '0' : fmt(x.addedP99 ?? NaN, 3)} |`);
+  }
+  L.push('');
+  return L.join('\n');
+}

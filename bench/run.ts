@@ -1,0 +1,102 @@
+/**
+ * `npm run bench` (about 7 min, 3 rounds) and `npm run bench -- --quick` (about 1 min, 1 round).
+ * Starts the simulator, Redis (when redis-server is on PATH), the bare proxy and the gateway as
+ * separate processes; runs every scenario against direct → bare → tollgate/test → tollgate/live, one
+ * after the other, round after round; writes the report to bench/results/.
+ *   --quick            short windows, one round; writes bench/results/quick.{md,json,svg}
+ *   --rounds N         rounds (default 3; quick 1)
+ *   --only a,b         scenarios: nonstream, stream64, slow1000, prompt32k, rate2000
+ *   --embedded         the embedded store even when redis-server exists
+ * A full run writes bench/results/latest.{md,json,svg} (committed); every run also keeps a copy
+ * under bench/results/runs/ (not committed).
+ */
+import { parseArgs } from 'node:util';
+import { execFileSync } from 'node:child_process';
+import { cpus, loadavg } from 'node:os';
+import { mkdirSync, readFileSync, writeFileSync, existsSync } from 'node:fs';
+import { join } from 'node:path';
+import { startStack } from './stack.ts';
+import { measure, type Measurement } from './measure.ts';
+import { SCENARIOS, type ScenarioId } from './scenarios.ts';
+import { buildReport, toMarkdown, type Meta, type Report } from './report.ts';
+import { toSvg } from './chart.ts';
+
+const { values } = parseArgs({
+  options: {
+    quick: { type: 'boolean', default: false },
+    rounds: { type: 'string' },
+    only: { type: 'string' },
+    embedded: { type: 'boolean', default: false },
+  },
+});
+const quick = values.quick;
+const rounds = values.rounds ? Number(values.rounds) : quick ? 1 : 3;
+if (!Number.isInteger(rounds) || rounds < 1 || rounds > 10) throw new Error('--rounds must be 1-10 (each round is ~2 min in full mode)');
+const only = values.only?.split(',').filter(Boolean) as ScenarioId[] | undefined;
+const unknown = only?.filter((id) => !SCENARIOS.some((s) => s.id === id));
+if (unknown?.length) throw new Error(`unknown scenario(s): ${unknown.join(', ')}`);
+const scenarios = SCENARIOS.filter((s) => !only || only.includes(s.id));
+
+function commit(): string {
+  try {
+    const sha = execFileSync('git', ['rev-parse', '--short', 'HEAD'], { encoding: 'utf8' }).trim();
+    // Only uncommitted changes under src/ change what is measured.
+    const dirty = execFileSync('git', ['status', '--porcelain', '--', 'src'], { encoding: 'utf8' }).trim() !== '';
+    return dirty ? `${sha}+dirty-src` : sha;
+  } catch {
+    return 'unknown';
+  }
+}
+
+const t0 = Date.now();
+const log = (s: string) => process.stdout.write(`[${((Date.now() - t0) / 1000).toFixed(0).padStart(3)} s] ${s}\n`);
+const meta0 = { loadAvg: loadavg(), date: new Date().toISOString() };
+const stack = await startStack({ embedded: values.embedded });
+log(`stack up: store=${stack.store}, logs in ${stack.dir}`);
+const ms: Measurement[] = [];
+try {
+  // One unmeasured pass per target so JIT, pools and the key cache are warm before round 1.
+  const warm = SCENARIOS.find((s) => s.id === 'stream64')!;
+  for (const t of stack.targets) await measure({ ...warm, spec: (tt, q) => ({ ...warm.spec(tt, q), warmupS: 0, durationS: 1 }) }, t, 0, true, stack.pids);
+  for (let round = 1; round <= rounds; round++) {
+    for (const s of scenarios) {
+      for (const t of stack.targets) {
+        const m = await measure(s, t, round, quick, stack.pids);
+        ms.push(m);
+        const r = m.result;
+        const extra = r.ttfb ? ` ttfb p99 ${r.ttfb.p99.toFixed(1)} ms, open ${r.maxOpen}` : '';
+        const bad = r.errors + Object.values(r.statuses).reduce((a, b) => a + b, 0);
+        log(`round ${round}/${rounds} ${s.id.padEnd(9)} → ${t.name.padEnd(13)} ${r.rps.toFixed(0).padStart(6)} req/s  p50 ${r.latency.p50.toFixed(2)} p99 ${r.latency.p99.toFixed(2)} ms  cpu ${m.proc.cpuPct.toFixed(0)}% rss ${m.proc.rssMaxMB.toFixed(0)} MB${extra}${m.proc.foreignPct > 10 ? `  (others used ${m.proc.foreignPct.toFixed(0)}% CPU)` : ''}${bad ? `  ${bad} errors/non-2xx` : ''}`);
+        // 1,000 streams cut at the window's end: let the proxies finish tearing them down.
+        if (s.client === 'streams') await new Promise((res) => setTimeout(res, 1000));
+      }
+    }
+  }
+} finally {
+  await stack.stop();
+}
+
+const meta: Meta = {
+  node: process.version, cpus: cpus().length, cpuModel: cpus()[0]?.model.trim() ?? 'unknown', commit: commit(), store: stack.store,
+  mode: quick ? 'quick' : 'full', rounds, ...meta0,
+};
+const report: Report = buildReport(meta, ms);
+const dir = join(import.meta.dirname, 'results');
+mkdirSync(join(dir, 'runs'), { recursive: true });
+const base = quick ? 'quick' : 'latest';
+const previous = existsSync(join(dir, `${base}.json`)) ? (JSON.parse(readFileSync(join(dir, `${base}.json`), 'utf8')) as Report) : undefined;
+const stamp = meta.date.replace(/[:.]/g, '-');
+const md = toMarkdown(report, `${base}.svg`);
+writeFileSync(join(dir, `${base}.md`), md);
+writeFileSync(join(dir, `${base}.json`), `${JSON.stringify(report, null, 1)}\n`);
+writeFileSync(join(dir, `${base}.svg`), toSvg(report));
+writeFileSync(join(dir, 'runs', `${stamp}-${meta.mode}.json`), `${JSON.stringify(report, null, 1)}\n`);
+process.stdout.write(`\n${md}\n`);
+if (previous) {
+  process.stdout.write(`Change of the live key's req/s vs the previous ${base}.json (${previous.meta.commit}):\n`);
+  for (const r of report.rows.filter((x) => x.target === 'tollgate/live')) {
+    const p = previous.rows.find((x) => x.scenario === r.scenario && x.target === r.target);
+    if (p) process.stdout.write(`  ${r.scenario.padEnd(9)} ×bare ${p.vsBare.toFixed(2)} → ${r.vsBare.toFixed(2)}, p99 ${p.p99.toFixed(2)} → ${r.p99.toFixed(2)} ms\n`);
+  }
+}
+log(`wrote bench/results/${base}.{md,json,svg}`);

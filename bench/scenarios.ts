@@ -1,0 +1,59 @@
+/**
+ * The scenarios of issue 6, as load specs per target. Output size and pacing are steered per request
+ * with the simulator's `x-sim-*` headers, which every proxy here passes through unchanged.
+ */
+import type { LoadSpec } from './load-result.ts';
+import { MODEL, type Target } from './stack.ts';
+
+export type ScenarioId = 'nonstream' | 'stream64' | 'slow1000' | 'prompt32k' | 'rate2000';
+
+export interface Scenario {
+  readonly id: ScenarioId;
+  readonly title: string;
+  /** Which load child runs it. */
+  readonly client: 'load' | 'streams' | 'paced';
+  spec(t: Target, quick: boolean): LoadSpec;
+}
+
+const SHORT = 'Say hello in one short sentence.';
+const prose = 'The committee reviewed the proposal in detail and, after a long discussion about costs, agreed to revisit it next quarter. ';
+/** A 32 KB user message (32,768 bytes of content). */
+const LONG = prose.repeat(Math.ceil(32768 / prose.length)).slice(0, 32768);
+
+function body(content: string, stream: boolean): string {
+  return JSON.stringify({ model: MODEL, messages: [{ role: 'user', content }], max_tokens: 64, ...(stream && { stream: true }) });
+}
+
+function headers(t: Target, sim: Record<string, string>): Record<string, string> {
+  return { 'content-type': 'application/json', authorization: t.authorization, ...sim };
+}
+
+/** Closed-loop window lengths: quick keeps the whole pass near one minute on 2 cores. */
+const win = (quick: boolean) => (quick ? { warmupS: 0.5, durationS: 2 } : { warmupS: 1, durationS: 5 });
+
+export const SCENARIOS: readonly Scenario[] = [
+  {
+    id: 'nonstream', title: 'non-streaming, 64 tokens, c=64', client: 'load',
+    spec: (t, q) => ({ url: `${t.base}/chat/completions`, headers: headers(t, { 'x-sim-tokens': '64' }), body: body(SHORT, false), connections: 64, ...win(q) }),
+  },
+  {
+    id: 'stream64', title: 'streaming, 64 tokens, c=64', client: 'load',
+    spec: (t, q) => ({ url: `${t.base}/chat/completions`, headers: headers(t, { 'x-sim-tokens': '64' }), body: body(SHORT, true), connections: 64, ...win(q) }),
+  },
+  {
+    id: 'slow1000', title: '1,000 slow streams, 64 tokens × 20 ms', client: 'streams',
+    // 64 tokens at 20 ms ≈ 1.3 s per stream; TTFB counts only streams started after the first 2 s.
+    spec: (t, q) => ({
+      url: `${t.base}/chat/completions`, headers: headers(t, { 'x-sim-tokens': '64', 'x-sim-delay-ms': '20' }), body: body(SHORT, true),
+      connections: 1000, warmupS: 2, durationS: q ? 3 : 6, rampS: 1,
+    }),
+  },
+  {
+    id: 'prompt32k', title: '32 KB prompt, non-streaming, c=64', client: 'load',
+    spec: (t, q) => ({ url: `${t.base}/chat/completions`, headers: headers(t, { 'x-sim-tokens': '64' }), body: body(LONG, false), connections: 64, ...win(q) }),
+  },
+  {
+    id: 'rate2000', title: 'fixed 2,000 req/s, non-streaming (open loop)', client: 'paced',
+    spec: (t, q) => ({ url: `${t.base}/chat/completions`, headers: headers(t, { 'x-sim-tokens': '64' }), body: body(SHORT, false), connections: 256, rate: 2000, ...win(q) }),
+  },
+];

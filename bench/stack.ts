@@ -1,0 +1,136 @@
+/**
+ * The processes under test, each its own process on loopback: the upstream simulator, Redis (when
+ * `redis-server` is on PATH; the embedded store otherwise), the bare proxy and the gateway, plus one
+ * test key and one funded live key. The gateway runs `src/main.ts` exactly as in production, from a
+ * config file written here.
+ */
+import { randomBytes } from 'node:crypto';
+import { mkdtempSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { execFileSync } from 'node:child_process';
+import { answers, freePort, start, type Proc } from './procs.ts';
+
+export const MODEL = 'bench-model';
+
+/** Where each target is reached and how it authenticates. */
+export interface Target {
+  readonly name: 'direct' | 'bare' | 'tollgate/test' | 'tollgate/live';
+  /** Base URL including `/v1`. */
+  readonly base: string;
+  readonly authorization: string;
+  /** The process whose CPU and RSS are reported (the proxy hop; the simulator for direct). */
+  readonly pid: number;
+}
+
+export interface Stack {
+  readonly targets: Target[];
+  readonly store: 'redis' | 'embedded';
+  readonly procs: Proc[];
+  readonly dir: string;
+  readonly gateway: Proc;
+  /** Every process of the stack (the load child and the runner are added per run). */
+  readonly pids: number[];
+  stop(): Promise<void>;
+}
+
+export interface StackOptions {
+  /** Extra node flags for the gateway (e.g. `--cpu-prof`). */
+  gatewayNodeArgs?: string[];
+  /** Force the embedded store even when redis-server exists. */
+  embedded?: boolean;
+}
+
+function hasRedis(): boolean {
+  try {
+    execFileSync('redis-server', ['--version'], { stdio: 'ignore' });
+    return true;
+  } catch {
+    return false;
+  }
+}
+
+/** Starts everything and creates the keys; `stop()` ends the processes in reverse order. */
+export async function startStack(o: StackOptions = {}): Promise<Stack> {
+  const dir = mkdtempSync(join(tmpdir(), 'tollgate-bench-'));
+  const procs: Proc[] = [];
+  const stop = async () => {
+    for (const p of procs.reverse()) await p.stop();
+  };
+  try {
+    const sim = await start('simulator', process.execPath, ['src/simulator/cli.ts', '--port', '0'], { ready: (l) => l.some((x) => x.startsWith('http')) });
+    procs.push(sim);
+    const simUrl = firstLine(sim);
+
+    const useRedis = !o.embedded && hasRedis();
+    let redisUrl: string | undefined;
+    if (useRedis) {
+      const port = await freePort();
+      const redis = await start('redis', 'redis-server', ['--port', String(port), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no'], {
+        ready: (l) => l.some((x) => x.includes('Ready to accept connections')),
+      });
+      procs.push(redis);
+      redisUrl = `redis://127.0.0.1:${port}`;
+    }
+
+    const bare = await start('bare-proxy', process.execPath, ['bench/bare-proxy.ts', '--port', '0', '--upstream', new URL(simUrl).origin], { ready: (l) => l.some((x) => x.startsWith('http')) });
+    procs.push(bare);
+    const bareUrl = firstLine(bare);
+
+    const [port, adminPort] = [await freePort(), await freePort()];
+    const adminToken = randomBytes(18).toString('base64url');
+    const config = {
+      server: { host: '127.0.0.1', port, admin_host: '127.0.0.1', admin_port: adminPort, drain_seconds: 2 },
+      store: { command_timeout_ms: 500 },
+      log_level: 'info',
+      models: [{ name: MODEL, upstream_model: 'sim/bench-1', max_output_tokens: 256, price: { input: 0.1, output: 0.4 }, upstreams: [{ url: simUrl, api_key: 'upstream-secret' }] }],
+    };
+    const configFile = join(dir, 'tollgate.yaml');
+    writeFileSync(configFile, JSON.stringify(config, null, 2)); // JSON is YAML
+    const env: NodeJS.ProcessEnv = { ...process.env, TOLLGATE_CONFIG: configFile, TOLLGATE_ADMIN_TOKEN: adminToken, NODE_ENV: 'production' };
+    if (redisUrl) env.REDIS_URL = redisUrl;
+    else delete env.NODE_ENV; // production refuses the embedded store
+    const adminUrl = `http://127.0.0.1:${adminPort}`;
+    const gateway = await start('gateway', process.execPath, [...(o.gatewayNodeArgs ?? []), 'src/main.ts'], {
+      env, logFile: join(dir, 'gateway.stderr.log'), ready: () => answers(`${adminUrl}/readyz`), timeoutMs: 20_000,
+    });
+    procs.push(gateway);
+
+    const admin = async (path: string, body: unknown) => {
+      const res = await fetch(`${adminUrl}${path}`, { method: 'POST', headers: { authorization: `Bearer ${adminToken}`, 'content-type': 'application/json' }, body: JSON.stringify(body) });
+      const json = (await res.json()) as Record<string, unknown>;
+      if (!res.ok) throw new Error(`${path}: ${res.status} ${JSON.stringify(json)}`);
+      return json;
+    };
+    // The limiter must run (its cost is what the test key measures) but never refuse.
+    const testKey = await admin('/admin/keys', { account: 'bench', env: 'test', name: 'bench test key', rate_limits: { requests_per_minute: 1_000_000_000, tokens_per_minute: 1_000_000_000_000 } });
+    const liveKey = await admin('/admin/keys', { account: 'bench', env: 'live', name: 'bench live key' });
+    await admin('/admin/accounts/bench/credits', { amount_micros: 1e15, idempotency_key: 'bench-grant' });
+
+    const gw = `http://127.0.0.1:${port}/v1`;
+    const client = 'Bearer sk-bench-not-checked-0123456789abcdef'; // same header size on every target
+    return {
+      targets: [
+        { name: 'direct', base: simUrl, authorization: client, pid: sim.pid },
+        { name: 'bare', base: `${bareUrl}/v1`, authorization: client, pid: bare.pid },
+        { name: 'tollgate/test', base: gw, authorization: `Bearer ${testKey.key as string}`, pid: gateway.pid },
+        { name: 'tollgate/live', base: gw, authorization: `Bearer ${liveKey.key as string}`, pid: gateway.pid },
+      ],
+      store: useRedis ? 'redis' : 'embedded',
+      procs,
+      dir,
+      gateway,
+      pids: procs.map((p) => p.pid),
+      stop,
+    };
+  } catch (e) {
+    await stop();
+    throw e;
+  }
+}
+
+function firstLine(p: Proc): string {
+  const url = p.lines.find((l) => l.startsWith('http'));
+  if (!url) throw new Error(`${p.name}: no URL printed`);
+  return url.trim();
+}
