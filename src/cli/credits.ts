@@ -3,6 +3,7 @@ import { expectPositionals, optPositiveInt, optString, UsageError } from './args
 import type { CliContext, CommandGroup } from './context.ts';
 import { creditsToMicros, formatCredits, parseMicros } from './money.ts';
 import { cell, fields, json, table } from './output.ts';
+import type { LedgerEntry } from '../store/types.ts';
 
 const G = 'credits';
 
@@ -14,20 +15,6 @@ interface AccountBody {
   entry_id?: string;
 }
 
-interface LedgerEntry {
-  id: string;
-  ts: string;
-  kind: string;
-  amount_micros: number;
-  request_id?: string;
-  key_id?: string;
-  model?: string;
-  prompt_tokens?: number;
-  completion_tokens?: number;
-  usage_source?: string;
-  hold_micros?: number;
-  note?: string;
-}
 
 interface LedgerPage {
   entries: LedgerEntry[];

@@ -27,13 +27,14 @@ const STREAM_ERROR = Buffer.from(`data: ${JSON.stringify({ error: { message: 'Th
 /** Non-streaming bodies larger than this are relayed but not retained for usage (billed as estimated). */
 const MAX_JSON_RETAINED = 16 * 1024 * 1024;
 
-/** Relays an SSE stream; resolves when the upstream ended, failed, or the client left. */
-export async function relaySse(call: UpstreamCall, res: ServerResponse, dropUsageOnlyChunk: boolean, clientGone: () => boolean): Promise<RelayOutcome> {
-  const meter = createSseMeter({ dropUsageOnlyChunk });
-  let chunkNs = 0n;
+/**
+ * Feeds the call's body chunks through `transform` to the client; returns the time spent so far.
+ * A full client pauses the upstream until it drains; a destroyed one (it never drains) stops the upstream.
+ */
+function pipe(call: UpstreamCall, res: ServerResponse, transform: (chunk: Buffer) => Buffer | null): () => bigint {
+  let ns = 0n;
   call.attach({
     data(chunk, resume) {
-      // A destroyed response never drains: stop the upstream instead of pausing forever.
       if (res.destroyed) {
         call.abort(new Error('client connection closed'));
         return true;
@@ -41,7 +42,7 @@ export async function relaySse(call: UpstreamCall, res: ServerResponse, dropUsag
       const t = process.hrtime.bigint();
       let ok = true;
       try {
-        const out = meter.push(chunk);
+        const out = transform(chunk);
         if (out) {
           ok = res.write(out);
           if (!ok) res.once('drain', resume);
@@ -49,10 +50,17 @@ export async function relaySse(call: UpstreamCall, res: ServerResponse, dropUsag
       } catch (err) {
         call.abort(err as Error);
       }
-      chunkNs += process.hrtime.bigint() - t;
+      ns += process.hrtime.bigint() - t;
       return ok;
     },
   });
+  return () => ns;
+}
+
+/** Relays an SSE stream; resolves when the upstream ended, failed, or the client left. */
+export async function relaySse(call: UpstreamCall, res: ServerResponse, dropUsageOnlyChunk: boolean, clientGone: () => boolean): Promise<RelayOutcome> {
+  const meter = createSseMeter({ dropUsageOnlyChunk });
+  const spent = pipe(call, res, (chunk) => meter.push(chunk));
   let end: RelayOutcome['end'] = 'complete';
   try {
     await call.done;
@@ -72,28 +80,17 @@ export async function relaySse(call: UpstreamCall, res: ServerResponse, dropUsag
       res.end(STREAM_ERROR);
     }
   }
-  return { usage: meter.usage, text: () => meter.completionText(), end, chunkNs };
+  return { usage: meter.usage, text: () => meter.completionText(), end, chunkNs: spent() };
 }
 
 /** Relays a JSON body unchanged; usage is read from the whole body at the end. */
 export async function relayJson(call: UpstreamCall, res: ServerResponse, clientGone: () => boolean): Promise<RelayOutcome> {
   const chunks: Buffer[] = [];
   let size = 0;
-  let chunkNs = 0n;
-  call.attach({
-    data(chunk, resume) {
-      if (res.destroyed) {
-        call.abort(new Error('client connection closed'));
-        return true;
-      }
-      const t = process.hrtime.bigint();
-      size += chunk.length;
-      if (size <= MAX_JSON_RETAINED) chunks.push(chunk);
-      const ok = res.write(chunk);
-      if (!ok) res.once('drain', resume);
-      chunkNs += process.hrtime.bigint() - t;
-      return ok;
-    },
+  const spent = pipe(call, res, (chunk) => {
+    size += chunk.length;
+    if (size <= MAX_JSON_RETAINED) chunks.push(chunk);
+    return chunk;
   });
   let end: RelayOutcome['end'] = 'complete';
   try {
@@ -103,10 +100,10 @@ export async function relayJson(call: UpstreamCall, res: ServerResponse, clientG
     end = clientGone() ? 'client_gone' : 'upstream_failed';
     res.destroy();
   }
-  if (end !== 'complete' || size > MAX_JSON_RETAINED) return { usage: null, text: () => '', end, chunkNs };
+  if (end !== 'complete' || size > MAX_JSON_RETAINED) return { usage: null, text: () => '', end, chunkNs: spent() };
   const t = process.hrtime.bigint();
   const parsed = readUsageFromJson(chunks.length === 1 ? chunks[0]! : Buffer.concat(chunks, size));
-  chunkNs += process.hrtime.bigint() - t;
+  const chunkNs = spent() + process.hrtime.bigint() - t;
   // With usage present it covers the whole body; the text is only needed when it is absent.
   return { usage: parsed.usage, text: parsed.usage ? () => '' : parsed.completionText, end, chunkNs };
 }
