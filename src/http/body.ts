@@ -19,24 +19,46 @@ function tooLarge(maxBytes: number): GatewayError {
   return new GatewayError('request_too_large', `Request body exceeds the limit of ${maxBytes} bytes.`);
 }
 
-/** Reads the whole body, refusing it once it passes maxBytes. */
-export async function readBody(req: IncomingMessage, maxBytes: number): Promise<Buffer> {
+/**
+ * Reads the whole body, refusing it once it passes maxBytes. Plain 'data'/'end' listeners: an async
+ * iterator costs a promise per chunk plus the stream's iterator machinery, on every request.
+ */
+export function readBody(req: IncomingMessage, maxBytes: number): Promise<Buffer> {
   const declared = Number(req.headers['content-length']);
   if (declared > maxBytes) {
     req.resume(); // let the socket drain so the 413 reaches the client
-    throw tooLarge(maxBytes);
+    return Promise.reject(tooLarge(maxBytes));
   }
-  const chunks: Buffer[] = [];
-  let size = 0;
-  for await (const chunk of req as AsyncIterable<Buffer>) {
-    size += chunk.length;
-    if (size > maxBytes) {
-      req.resume();
-      throw tooLarge(maxBytes);
-    }
-    chunks.push(chunk);
-  }
-  return chunks.length === 1 ? chunks[0]! : Buffer.concat(chunks, size);
+  return new Promise((resolve, reject) => {
+    const chunks: Buffer[] = [];
+    let size = 0;
+    const onData = (chunk: Buffer) => {
+      size += chunk.length;
+      if (size > maxBytes) {
+        cleanup();
+        req.resume();
+        reject(tooLarge(maxBytes));
+        return;
+      }
+      chunks.push(chunk);
+    };
+    const onEnd = () => {
+      cleanup();
+      resolve(chunks.length === 1 ? chunks[0]! : Buffer.concat(chunks, size));
+    };
+    const onError = (err: Error) => {
+      cleanup();
+      reject(err);
+    };
+    // A client gone before its body ended: 'close' without 'end'.
+    const onClose = () => {
+      if (!req.complete) onError(new Error('request body aborted'));
+    };
+    const cleanup = () => {
+      req.off('data', onData).off('end', onEnd).off('error', onError).off('close', onClose);
+    };
+    req.on('data', onData).on('end', onEnd).on('error', onError).on('close', onClose);
+  });
 }
 
 // A run of 16+ digits may be an integer beyond 2^53 (e.g. an int64 `seed`) that a plain parse would round.
