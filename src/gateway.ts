@@ -40,7 +40,7 @@ export interface GatewayDeps {
   now?: () => number;
   /** Rate limits; defaults to the configured per-key limits on the store's Redis (or in memory). */
   limits?: Limits;
-  /** The fallback token counter; defaults to gpt-tokenizer, loaded on listen(). */
+  /** The fallback token counter; defaults to gpt-tokenizer, loaded the first time usage is missing. */
   tokenizer?: Tokenizer;
 }
 
@@ -93,8 +93,6 @@ export function createGateway(d: GatewayDeps): Gateway {
     publicHandler,
     adminHandler,
     async listen() {
-      // Loaded before the first request: gpt-tokenizer's import takes 100–300 ms (NOTES §8).
-      await tokenizer.load();
       const s = config.server;
       const opts = { headersTimeoutMs: s.headersTimeoutMs, requestTimeoutMs: s.requestTimeoutMs };
       const pub = await listen(publicHandler, { ...opts, host: s.host, port: s.port });

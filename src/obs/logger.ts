@@ -5,9 +5,15 @@
  */
 import { pino, type DestinationStream, type Logger } from 'pino';
 
+/**
+ * Explicit paths only: a `*.` wildcard made redaction re-parse and clone on every line (8.1 µs per
+ * request line vs 2.5 µs; bench/micro/log-line.bench.ts). Tollgate's own lines are built from known
+ * fields and never carry headers or keys; these paths guard the places a header object could appear.
+ */
 export const REDACT_PATHS = [
-  'req.headers.authorization', 'req.headers["x-api-key"]', 'req.headers.cookie',
-  'headers.authorization', 'upstream.headers.authorization', '*.authorization', '*.api_key', '*.apiKey', 'key', '*.key',
+  'req.headers.authorization', 'req.headers["x-api-key"]', 'req.headers["api-key"]', 'req.headers.cookie',
+  'headers.authorization', 'headers["x-api-key"]', 'headers["api-key"]', 'headers.cookie',
+  'upstream.headers.authorization', 'err.headers.authorization', 'authorization', 'api_key', 'apiKey', 'key',
 ];
 
 export type { Logger };

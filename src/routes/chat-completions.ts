@@ -57,15 +57,20 @@ export function chatRoutes(d: ChatDeps): Route[] {
   const holdTtlMs = up.totalTimeoutMs + d.config.credit.holdMarginSeconds * 1000;
 
   /** What to bill (SPEC §1.2): upstream usage when reported, else the tokenizer over what was produced. */
-  function bill(body: ChatBody, answered: boolean, outcome: RelayOutcome | undefined): Billed {
+  async function bill(body: ChatBody, rawLength: number, answered: boolean, outcome: RelayOutcome | undefined): Promise<Billed> {
     // No answer from any upstream (or a refusal): nothing was produced, nothing is billed.
     if (!answered || !outcome) return { promptTokens: 0, completionTokens: 0, source: 'estimated' };
     const extra = outcome.text();
+    // The tokenizer (+58 MB, 150–250 ms to load) is only needed when usage is missing: loaded on first need.
+    // If it cannot load, bytes bound the tokens from above: over-billed at worst, never unbilled.
+    if ((!outcome.usage || extra) && !d.tokenizer.loaded) await d.tokenizer.load().catch(() => {});
+    const countText = (s: string) => (d.tokenizer.loaded ? d.tokenizer.countText(s) : Buffer.byteLength(s));
     if (outcome.usage) {
-      const more = extra ? d.tokenizer.countText(extra) : 0;
+      const more = extra ? countText(extra) : 0;
       return { promptTokens: outcome.usage.prompt_tokens, completionTokens: outcome.usage.completion_tokens + more, source: more > 0 ? 'estimated' : 'upstream' };
     }
-    return { promptTokens: d.tokenizer.countPromptTokens(body.messages), completionTokens: extra ? d.tokenizer.countText(extra) : 0, source: 'estimated' };
+    const prompt = d.tokenizer.loaded ? d.tokenizer.countPromptTokens(body.messages) : estimatePromptTokens(body, rawLength);
+    return { promptTokens: prompt, completionTokens: extra ? countText(extra) : 0, source: 'estimated' };
   }
 
   async function handle(ctx: RequestContext): Promise<void> {
@@ -161,7 +166,7 @@ export function chatRoutes(d: ChatDeps): Route[] {
       clearTimeout(total);
       const t1 = process.hrtime.bigint();
       const ok = answered !== undefined && answered.status >= 200 && answered.status < 300;
-      const b = bill(body, ok, outcome);
+      const b = await bill(body, raw.length, ok, outcome);
       const cost = costMicros(model.price, b.promptTokens, b.completionTokens);
       admission.settle(b.promptTokens + b.completionTokens);
       Object.assign(ctx.log, { prompt_tokens: b.promptTokens, completion_tokens: b.completionTokens, usage_source: b.source, cost_micros: cost, relay_end: outcome?.end ?? (gone() ? 'client_gone' : 'none') });
@@ -197,7 +202,9 @@ export function chatRoutes(d: ChatDeps): Route[] {
     if (!stream && a.headers['content-length'] !== undefined) headers['content-length'] = a.headers['content-length'];
     res.writeHead(a.status, headers);
     if (stream) {
-      res.flushHeaders();
+      // Headers go out with the first chunk when it already arrived (one write instead of two); otherwise
+      // now, so the client sees the stream open before the first token.
+      if (!a.call.hasEarlyData) res.flushHeaders();
       d.metrics.streams.inc();
       try {
         const wantsUsage = (body.stream_options as { include_usage?: unknown } | undefined)?.include_usage === true;

@@ -50,6 +50,11 @@ export class UpstreamCall implements Dispatcher.DispatchHandler {
     this.done.catch(() => {});
   }
 
+  /** True when body bytes arrived with the headers (before attach): the first write can carry both. */
+  get hasEarlyData(): boolean {
+    return this.early.length > 0;
+  }
+
   /** Aborts the upstream request (client gone, retry, timeout). */
   abort(reason: Error): void {
     this.abortReason ??= reason;

@@ -1,9 +1,10 @@
 -- Settle a request: debit the actual cost, release its hold, append one debit entry. Idempotent per
 -- request id through the settled marker (kept 7 days). A hold already reaped is simply not released
 -- twice; the debit is still recorded, so nothing the upstream produced goes unbilled.
--- KEYS: 1 balance hash, 2 holds hash, 3 ledger stream, 4 settled marker (all {acct:<id>})
+-- KEYS: 1 balance hash, 2 holds hash, 3 ledger stream, 4 settled marker (all {acct:<id>}),
+--       5 (single node only) the global hold index
 -- ARGV: 1 request id, 2 cost_micros, 3 ts, 4 key id, 5 model, 6 prompt tokens, 7 completion tokens,
---       8 usage source, 9 marker ttl seconds
+--       8 usage source, 9 marker ttl seconds, 10 index member
 local prev = redis.call('GET', KEYS[4])
 if prev then
   local b = redis.call('HMGET', KEYS[1], 'balance', 'held')
@@ -25,4 +26,5 @@ local id = redis.call('XADD', KEYS[3], '*', 'kind', 'debit', 'amount_micros', 0 
   'request_id', ARGV[1], 'key_id', ARGV[4], 'model', ARGV[5], 'prompt_tokens', ARGV[6],
   'completion_tokens', ARGV[7], 'usage_source', ARGV[8], 'hold_micros', holdAmount)
 redis.call('SET', KEYS[4], id, 'EX', ARGV[9])
+if KEYS[5] then redis.call('ZREM', KEYS[5], ARGV[10]) end
 return {id, 0, bal, held}
