@@ -46,15 +46,21 @@ export interface Summary {
 
 const ROOT = pathToFileURL(process.cwd()).href + '/';
 
+/** Repo-relative path: also for a gateway run from an exported ref (`/tmp/…/ref/src/…`). */
+function relative(url: string): string {
+  if (url.startsWith(ROOT)) return url.slice(ROOT.length);
+  const m = /^file:\/\/.*?\/((?:src|node_modules|bench|test)\/.*)$/.exec(url);
+  return m ? m[1]! : url;
+}
+
 function where(cf: CallFrame): string {
   if (!cf.url) return '(native)';
-  const u = cf.url.startsWith(ROOT) ? cf.url.slice(ROOT.length) : cf.url.replace(/^node:/, 'node:');
-  return `${u}:${cf.lineNumber + 1}`;
+  return `${relative(cf.url)}:${cf.lineNumber + 1}`;
 }
 
 function fileOf(cf: CallFrame): string {
   if (!cf.url) return '(native / VM)';
-  const u = cf.url.startsWith(ROOT) ? cf.url.slice(ROOT.length) : cf.url;
+  const u = relative(cf.url);
   // Group dependencies by package: node_modules/undici/lib/... → node_modules/undici
   const m = /^node_modules\/((?:@[^/]+\/)?[^/]+)/.exec(u);
   return m ? `node_modules/${m[1]}` : u;

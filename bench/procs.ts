@@ -39,6 +39,7 @@ export interface StartOptions {
   /** Resolves when the child is ready; receives its stdout lines so far (for a printed URL). */
   ready: (lines: string[]) => Promise<boolean> | boolean;
   env?: NodeJS.ProcessEnv;
+  cwd?: string;
   /**
    * Send stdout to /dev/null and stderr to this file (the gateway: pino still formats and writes its
    * line per request, as in production, without filling a disk or a pipe reader's CPU).
@@ -50,7 +51,7 @@ export interface StartOptions {
 /** Spawns `cmd args` and waits until `ready` says so; the child's output is kept only until then. */
 export async function start(name: string, cmd: string, args: string[], o: StartOptions): Promise<Proc> {
   const stdio: SpawnOptions['stdio'] = o.logFile ? ['ignore', 'ignore', openSync(o.logFile, 'a')] : ['ignore', 'pipe', 'pipe'];
-  const child = spawn(cmd, args, { stdio, env: o.env ?? process.env });
+  const child = spawn(cmd, args, { stdio, env: o.env ?? process.env, ...(o.cwd && { cwd: o.cwd }) });
   live.add(child);
   child.once('exit', () => live.delete(child));
   const lines: string[] = [];

@@ -2,7 +2,7 @@
  * Profiles the live-key path under load: for each scenario (non-streaming, streaming 64 tokens) a
  * fresh stack with the gateway under `node --cpu-prof`, load on the live key only, then SIGTERM (the
  * profile is written at exit) and a summary of where the gateway's CPU went.
- *   node bench/profile.ts [--seconds 8] [--only nonstream,stream64]
+ *   node bench/profile.ts [--seconds 8] [--only nonstream,stream64] [--ref <git ref>]
  * Writes bench/results/profile.md; raw profiles stay in bench/results/profiles/ (not committed; open
  * them in Chrome DevTools → Performance, or summarise with bench/cpuprofile.ts).
  */
@@ -14,7 +14,7 @@ import { measure } from './measure.ts';
 import { SCENARIOS, type ScenarioId } from './scenarios.ts';
 import { summarise, summaryMarkdown } from './cpuprofile.ts';
 
-const { values } = parseArgs({ options: { seconds: { type: 'string', default: '8' }, only: { type: 'string', default: 'nonstream,stream64' }, top: { type: 'string', default: '30' } } });
+const { values } = parseArgs({ options: { seconds: { type: 'string', default: '8' }, only: { type: 'string', default: 'nonstream,stream64' }, top: { type: 'string', default: '30' }, ref: { type: 'string' } } });
 const seconds = Number(values.seconds);
 if (!(seconds > 0 && seconds <= 60)) throw new Error('--seconds must be in (0, 60]');
 const ids = values.only.split(',') as ScenarioId[];
@@ -22,14 +22,14 @@ const results = join(import.meta.dirname, 'results');
 const raw = join(results, 'profiles');
 mkdirSync(raw, { recursive: true });
 
-const L: string[] = ['# CPU profile of the live-key path', '', `Gateway under \`node --cpu-prof --cpu-prof-interval 500\`, live key only, ${seconds} s of load after 1 s of warm-up; load generator, simulator and Redis share the cores. Node ${process.version}. Regenerate with \`node bench/profile.ts\`.`, ''];
+const L: string[] = ['# CPU profile of the live-key path', '', `Gateway under \`node --cpu-prof --cpu-prof-interval 500\`, live key only, ${seconds} s of load after 1 s of warm-up; load generator, simulator and Redis share the cores. Node ${process.version}. Gateway code: ${values.ref ? `git ref ${values.ref}` : 'the working tree'}. Regenerate with \`node bench/profile.ts\`.`, ''];
 for (const id of ids) {
   const s = SCENARIOS.find((x) => x.id === id);
   if (!s) throw new Error(`unknown scenario ${id}`);
   const tmp = join(raw, `tmp-${id}`);
   rmSync(tmp, { recursive: true, force: true });
   mkdirSync(tmp);
-  const stack = await startStack({ gatewayNodeArgs: ['--cpu-prof', '--cpu-prof-dir', tmp, '--cpu-prof-interval', '500'] });
+  const stack = await startStack({ gatewayNodeArgs: ['--cpu-prof', '--cpu-prof-dir', tmp, '--cpu-prof-interval', '500'], ...(values.ref && { ref: values.ref }) });
   let line = '';
   try {
     const live = stack.targets.find((t) => t.name === 'tollgate/live')!;

@@ -18,6 +18,8 @@ export interface Meta {
   date: string;
   /** Load average when the run started: other load on the machine skews everything. */
   loadAvg: number[];
+  /** Extra node flags the gateway ran with. */
+  gatewayNodeArgs: string[];
 }
 
 /** One scenario × target, aggregated. */
@@ -109,7 +111,9 @@ export function buildReport(meta: Meta, ms: Measurement[]): Report {
         row.ttfbP99 = med((m) => m.result.ttfb?.p99 ?? NaN);
         row.ttfbP99OverBare = within((m, r) => (m.result.ttfb?.p99 ?? NaN) - (r.result.ttfb?.p99 ?? NaN), 'bare');
         row.ttfbCensored = mine.reduce((a, m) => a + (m.result.ttfbCensored ?? 0), 0);
-        row.kbPerStream = med((m) => ((m.proc.rssMaxMB - m.rssIdleMB) * 1000) / (m.result.maxOpen || NaN));
+        // Approximate: V8 keeps (and sometimes returns) heap from the previous run, so the baseline is the
+        // lower of the RSS before the client started and at the window's start.
+        row.kbPerStream = med((m) => ((m.proc.rssMaxMB - Math.min(m.rssIdleMB, m.proc.rssStartMB)) * 1000) / (m.result.maxOpen || NaN));
       }
       if (sc.id === 'rate2000') {
         row.addedP50 = within((m, r) => m.result.latency.p50 - r.result.latency.p50, 'direct');
@@ -155,7 +159,7 @@ export function toMarkdown(r: Report, chartFile?: string): string {
   const m = r.meta;
   const L: string[] = [];
   L.push(`# Tollgate load benchmark (${m.mode})`, '');
-  L.push(`Node ${m.node} · ${m.cpus} CPUs (${m.cpuModel}) · commit \`${m.commit}\` · store: **${m.store === 'redis' ? 'Redis (redis-server, loopback)' : 'embedded (no redis-server on PATH)'}** · ${m.rounds} round(s) · ${m.date} · load average at start ${m.loadAvg.map((x) => x.toFixed(2)).join(' ')}`, '');
+  L.push(`Node ${m.node} · ${m.cpus} CPUs (${m.cpuModel}) · commit \`${m.commit}\` · store: **${m.store === 'redis' ? 'Redis (redis-server, loopback)' : 'embedded (no redis-server on PATH)'}** · ${m.rounds} round(s) · ${m.date} · load average at start ${m.loadAvg.map((x) => x.toFixed(2)).join(' ')}${m.gatewayNodeArgs.length ? ` · gateway node flags \`${m.gatewayNodeArgs.join(' ')}\`` : ''}`, '');
   L.push('Load generator, simulator, Redis, bare proxy and gateway share the same cores. Each number is the median over rounds; ratios are taken within a round (targets run back to back: direct → bare → tollgate/test → tollgate/live), then the median. CPU and RSS are those of the target\'s process (the simulator for direct, the proxy otherwise); CPU % is of one core; syscalls/req are the target process\'s read + write system calls per completed request (/proc/<pid>/io), a large share of a proxy\'s CPU on loopback; "others CPU %" is what processes outside the benchmark used meanwhile (other work on a shared machine: high values make a row untrustworthy).', '');
   if (chartFile) L.push(`![ratios](${chartFile})`, '');
   L.push('## Targets (issue 6)', '', '| what | target | got | |', '|---|---|---|---|');

@@ -1,5 +1,5 @@
 /**
- * `npm run bench` (about 7 min, 3 rounds) and `npm run bench -- --quick` (about 1 min, 1 round).
+ * `npm run bench` (about 7 min, 3 rounds) and `npm run bench -- --quick` (about 65 s, 1 round).
  * Starts the simulator, Redis (when redis-server is on PATH), the bare proxy and the gateway as
  * separate processes; runs every scenario against direct → bare → tollgate/test → tollgate/live, one
  * after the other, round after round; writes the report to bench/results/.
@@ -7,6 +7,8 @@
  *   --rounds N         rounds (default 3; quick 1)
  *   --only a,b         scenarios: nonstream, stream64, slow1000, prompt32k, rate2000
  *   --embedded         the embedded store even when redis-server exists
+ *   --ref <git ref>    run the gateway from that commit's src/ (default: the working tree)
+ *   --node-args="…"    extra node flags for the gateway (e.g. --node-args="--max-semi-space-size=32")
  * A full run writes bench/results/latest.{md,json,svg} (committed); every run also keeps a copy
  * under bench/results/runs/ (not committed).
  */
@@ -27,8 +29,11 @@ const { values } = parseArgs({
     rounds: { type: 'string' },
     only: { type: 'string' },
     embedded: { type: 'boolean', default: false },
+    ref: { type: 'string' },
+    'node-args': { type: 'string' },
   },
 });
+const gatewayNodeArgs = values['node-args']?.split(' ').filter(Boolean) ?? [];
 const quick = values.quick;
 const rounds = values.rounds ? Number(values.rounds) : quick ? 1 : 3;
 if (!Number.isInteger(rounds) || rounds < 1 || rounds > 10) throw new Error('--rounds must be 1-10 (each round is ~2 min in full mode)');
@@ -39,6 +44,7 @@ const scenarios = SCENARIOS.filter((s) => !only || only.includes(s.id));
 
 function commit(): string {
   try {
+    if (values.ref) return execFileSync('git', ['rev-parse', '--short', values.ref], { encoding: 'utf8' }).trim();
     const sha = execFileSync('git', ['rev-parse', '--short', 'HEAD'], { encoding: 'utf8' }).trim();
     // Only uncommitted changes under src/ change what is measured.
     const dirty = execFileSync('git', ['status', '--porcelain', '--', 'src'], { encoding: 'utf8' }).trim() !== '';
@@ -51,13 +57,13 @@ function commit(): string {
 const t0 = Date.now();
 const log = (s: string) => process.stdout.write(`[${((Date.now() - t0) / 1000).toFixed(0).padStart(3)} s] ${s}\n`);
 const meta0 = { loadAvg: loadavg(), date: new Date().toISOString() };
-const stack = await startStack({ embedded: values.embedded });
-log(`stack up: store=${stack.store}, logs in ${stack.dir}`);
+const stack = await startStack({ embedded: values.embedded, gatewayNodeArgs, ...(values.ref && { ref: values.ref }) });
+log(`stack up: store=${stack.store}, logs in ${stack.dir}${gatewayNodeArgs.length ? `, gateway node flags: ${gatewayNodeArgs.join(' ')}` : ''}`);
 const ms: Measurement[] = [];
 try {
   // One unmeasured pass per target so JIT, pools and the key cache are warm before round 1.
   const warm = SCENARIOS.find((s) => s.id === 'stream64')!;
-  for (const t of stack.targets) await measure({ ...warm, spec: (tt, q) => ({ ...warm.spec(tt, q), warmupS: 0, durationS: 1 }) }, t, 0, true, stack.pids);
+  for (const t of stack.targets) await measure({ ...warm, spec: (tt, q) => ({ ...warm.spec(tt, q), warmupS: 0, durationS: quick ? 0.5 : 1 }) }, t, 0, true, stack.pids);
   for (let round = 1; round <= rounds; round++) {
     for (const s of scenarios) {
       for (const t of stack.targets) {
@@ -78,7 +84,7 @@ try {
 
 const meta: Meta = {
   node: process.version, cpus: cpus().length, cpuModel: cpus()[0]?.model.trim() ?? 'unknown', commit: commit(), store: stack.store,
-  mode: quick ? 'quick' : 'full', rounds, ...meta0,
+  mode: quick ? 'quick' : 'full', rounds, gatewayNodeArgs, ...meta0,
 };
 const report: Report = buildReport(meta, ms);
 const dir = join(import.meta.dirname, 'results');
@@ -92,6 +98,18 @@ writeFileSync(join(dir, `${base}.json`), `${JSON.stringify(report, null, 1)}\n`)
 writeFileSync(join(dir, `${base}.svg`), toSvg(report));
 writeFileSync(join(dir, 'runs', `${stamp}-${meta.mode}.json`), `${JSON.stringify(report, null, 1)}\n`);
 process.stdout.write(`\n${md}\n`);
+// A full run also refreshes the results section of bench/README.md (between the two markers).
+const readme = join(import.meta.dirname, 'README.md');
+if (!quick && existsSync(readme)) {
+  const text = readFileSync(readme, 'utf8');
+  const [a, b] = ['<!-- latest:start -->', '<!-- latest:end -->'];
+  const i = text.indexOf(a);
+  const j = text.indexOf(b);
+  if (i >= 0 && j > i) {
+    const body = md.replace(/^# .*\n/, '').replace(/^## /gm, '### ').replace('](latest.svg)', '](results/latest.svg)');
+    writeFileSync(readme, `${text.slice(0, i + a.length)}\n${body}\n${text.slice(j)}`);
+  }
+}
 if (previous) {
   process.stdout.write(`Change of the live key's req/s vs the previous ${base}.json (${previous.meta.commit}):\n`);
   for (const r of report.rows.filter((x) => x.target === 'tollgate/live')) {

@@ -29,7 +29,7 @@ function headers(t: Target, sim: Record<string, string>): Record<string, string>
 }
 
 /** Closed-loop window lengths: quick keeps the whole pass near one minute on 2 cores. */
-const win = (quick: boolean) => (quick ? { warmupS: 0.5, durationS: 2 } : { warmupS: 1, durationS: 5 });
+const win = (quick: boolean) => (quick ? { warmupS: 0.5, durationS: 1.5 } : { warmupS: 1, durationS: 5 });
 
 export const SCENARIOS: readonly Scenario[] = [
   {
@@ -45,7 +45,7 @@ export const SCENARIOS: readonly Scenario[] = [
     // 64 tokens at 20 ms ≈ 1.3 s per stream; TTFB counts only streams started after the first 2 s.
     spec: (t, q) => ({
       url: `${t.base}/chat/completions`, headers: headers(t, { 'x-sim-tokens': '64', 'x-sim-delay-ms': '20' }), body: body(SHORT, true),
-      connections: 1000, warmupS: 2, durationS: q ? 3 : 6, rampS: 1,
+      connections: 1000, warmupS: 2, durationS: q ? 2 : 6, rampS: 1,
     }),
   },
   {

@@ -5,7 +5,7 @@
  * config file written here.
  */
 import { randomBytes } from 'node:crypto';
-import { mkdtempSync, writeFileSync } from 'node:fs';
+import { mkdirSync, mkdtempSync, symlinkSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { execFileSync } from 'node:child_process';
@@ -39,6 +39,20 @@ export interface StackOptions {
   gatewayNodeArgs?: string[];
   /** Force the embedded store even when redis-server exists. */
   embedded?: boolean;
+  /**
+   * Run the gateway from this git ref's src/ (exported with `git archive` into a temp dir, sharing
+   * node_modules) instead of the working tree: compare commits, or measure HEAD while others edit.
+   */
+  ref?: string;
+}
+
+/** Exports src/ and package.json of a git ref into dir; returns the gateway's working directory. */
+function exportRef(ref: string, dir: string): string {
+  const root = join(dir, 'ref');
+  mkdirSync(root);
+  execFileSync('sh', ['-c', 'git archive --format=tar "$1" src package.json | tar -x -C "$2"', 'sh', ref, root], { stdio: ['ignore', 'ignore', 'pipe'] });
+  symlinkSync(join(process.cwd(), 'node_modules'), join(root, 'node_modules'));
+  return root;
 }
 
 function hasRedis(): boolean {
@@ -92,7 +106,7 @@ export async function startStack(o: StackOptions = {}): Promise<Stack> {
     else delete env.NODE_ENV; // production refuses the embedded store
     const adminUrl = `http://127.0.0.1:${adminPort}`;
     const gateway = await start('gateway', process.execPath, [...(o.gatewayNodeArgs ?? []), 'src/main.ts'], {
-      env, logFile: join(dir, 'gateway.stderr.log'), ready: () => answers(`${adminUrl}/readyz`), timeoutMs: 20_000,
+      env, ...(o.ref && { cwd: exportRef(o.ref, dir) }), logFile: join(dir, 'gateway.stderr.log'), ready: () => answers(`${adminUrl}/readyz`), timeoutMs: 20_000,
     });
     procs.push(gateway);
 
