@@ -3,7 +3,7 @@
  * process (CPU, RSS) exactly over the child's measured window (between its `measure` and `end` lines).
  */
 import { runChild } from './procs.ts';
-import { rssMB, sample, type Usage } from './proc-stats.ts';
+import { cpuMs, rssMB, sample, type Usage } from './proc-stats.ts';
 import type { LoadResult } from './load-result.ts';
 import type { Scenario } from './scenarios.ts';
 import type { Target } from './stack.ts';
@@ -20,6 +20,8 @@ export interface Measurement {
   rssIdleMB: number;
   /** CPU of the target process per completed request, µs. */
   cpuUsPerReq: number;
+  /** CPU of redis-server per completed request, µs (tollgate targets on the Redis store). */
+  redisUsPerReq?: number;
 }
 
 const CLIENT_FILE = { load: 'bench/load.ts', streams: 'bench/streams.ts', paced: 'bench/paced.ts' } as const;
@@ -31,15 +33,23 @@ export async function measure(s: Scenario, t: Target, round: number, quick: bool
   let sampler: ReturnType<typeof sample> | undefined;
   let proc: Usage | undefined;
   let result: LoadResult | undefined;
+  let redis0 = 0;
+  let redisMs: number | undefined;
   await runChild(process.execPath, [CLIENT_FILE[s.client], JSON.stringify(spec)], (line, childPid) => {
     const msg = JSON.parse(line) as { event: string } & LoadResult;
-    if (msg.event === 'measure') sampler = sample(t.pid, [...ours, childPid, process.pid]);
-    else if (msg.event === 'end') proc = sampler?.end();
+    if (msg.event === 'measure') {
+      sampler = sample(t.pid, [...ours, childPid, process.pid]);
+      if (t.redisPid) redis0 = cpuMs(t.redisPid);
+    } else if (msg.event === 'end') {
+      proc = sampler?.end();
+      if (t.redisPid) redisMs = cpuMs(t.redisPid) - redis0;
+    }
     else if (msg.event === 'result') {
       const { event: _e, ...r } = msg;
       result = r;
     }
   });
   if (!result || !proc) throw new Error(`${s.id} → ${t.name}: the load child reported no result`);
-  return { scenario: s.id, target: t.name, round, result, proc, rssIdleMB, cpuUsPerReq: result.requests > 0 ? (proc.cpuMs * 1000) / result.requests : NaN };
+  const perReq = (ms: number) => (result!.requests > 0 ? (ms * 1000) / result!.requests : NaN);
+  return { scenario: s.id, target: t.name, round, result, proc, rssIdleMB, cpuUsPerReq: perReq(proc.cpuMs), ...(redisMs !== undefined && { redisUsPerReq: perReq(redisMs) }) };
 }

@@ -34,6 +34,8 @@ export interface Row {
   p999: number;
   cpuPct: number;
   cpuUsPerReq: number;
+  /** redis-server CPU per request, µs (tollgate targets on Redis). */
+  redisUsPerReq?: number;
   rssMaxMB: number;
   /** RSS just before the run, MB. */
   rssIdleMB: number;
@@ -100,7 +102,8 @@ export function buildReport(meta: Meta, ms: Measurement[]): Report {
         vsDirect: within((m, r) => m.result.rps / r.result.rps, 'direct'),
         vsBare: within((m, r) => m.result.rps / r.result.rps, 'bare'),
         p50: med((m) => m.result.latency.p50), p99: med((m) => m.result.latency.p99), p999: med((m) => m.result.latency.p999),
-        cpuPct: med((m) => m.proc.cpuPct), cpuUsPerReq: med((m) => m.cpuUsPerReq), rssMaxMB: med((m) => m.proc.rssMaxMB), rssIdleMB: med((m) => m.rssIdleMB),
+        cpuPct: med((m) => m.proc.cpuPct), cpuUsPerReq: med((m) => m.cpuUsPerReq), ...(mine.some((m) => m.redisUsPerReq !== undefined) && { redisUsPerReq: med((m) => m.redisUsPerReq ?? NaN) }),
+        rssMaxMB: med((m) => m.proc.rssMaxMB), rssIdleMB: med((m) => m.rssIdleMB),
         readsPerReq: med((m) => m.proc.reads / m.result.requests), writesPerReq: med((m) => m.proc.writes / m.result.requests),
         foreignPct: med((m) => m.proc.foreignPct),
         errors: mine.reduce((a, m) => a + m.result.errors, 0),
@@ -159,17 +162,21 @@ export function toMarkdown(r: Report, chartFile?: string): string {
   const m = r.meta;
   const L: string[] = [];
   L.push(`# Tollgate load benchmark (${m.mode})`, '');
-  L.push(`Node ${m.node} · ${m.cpus} CPUs (${m.cpuModel}) · commit \`${m.commit}\` · store: **${m.store === 'redis' ? 'Redis (redis-server, loopback)' : 'embedded (no redis-server on PATH)'}** · ${m.rounds} round(s) · ${m.date} · load average at start ${m.loadAvg.map((x) => x.toFixed(2)).join(' ')}${m.gatewayNodeArgs.length ? ` · gateway node flags \`${m.gatewayNodeArgs.join(' ')}\`` : ''}`, '');
-  L.push('Load generator, simulator, Redis, bare proxy and gateway share the same cores. Each number is the median over rounds; ratios are taken within a round (targets run back to back: direct → bare → tollgate/test → tollgate/live), then the median. CPU and RSS are those of the target\'s process (the simulator for direct, the proxy otherwise); CPU % is of one core; syscalls/req are the target process\'s read + write system calls per completed request (/proc/<pid>/io), a large share of a proxy\'s CPU on loopback; "others CPU %" is what processes outside the benchmark used meanwhile (other work on a shared machine: high values make a row untrustworthy).', '');
+  L.push(`Node ${m.node} · ${m.cpus} CPUs (${m.cpuModel}) · commit \`${m.commit}\` · store: **${m.store === 'redis' ? 'Redis (redis-server, loopback)' : 'embedded (in the gateway process: --embedded, or no redis-server on PATH)'}** · ${m.rounds} round(s) · ${m.date} · load average at start ${m.loadAvg.map((x) => x.toFixed(2)).join(' ')}${m.gatewayNodeArgs.length ? ` · gateway node flags \`${m.gatewayNodeArgs.join(' ')}\`` : ''}`, '');
+  L.push('Load generator, simulator, Redis, bare proxy and gateway share the same cores. Each number is the median over rounds; ratios are taken within a round (targets run back to back: direct → bare → tollgate/test → tollgate/live), then the median. CPU and RSS are those of the target\'s process (the simulator for direct, the proxy otherwise); CPU % is of one core; "Redis µs/req" is redis-server\'s CPU per request, on the same cores; syscalls/req are the target process\'s read + write system calls per completed request (/proc/<pid>/io), a large share of a proxy\'s CPU on loopback; "others CPU %" is what processes outside the benchmark used meanwhile (other work on a shared machine: high values make a row untrustworthy).', '');
+  const all = r.measurements;
+  if (all.length) {
+    L.push(`Across all ${all.length} runs: median CPU used by other processes ${median(all.map((x) => x.proc.foreignPct)).toFixed(0)} % (max ${Math.max(...all.map((x) => x.proc.foreignPct)).toFixed(0)} %), median CPU stolen by the hypervisor ${median(all.map((x) => x.proc.stealPct)).toFixed(1)} % (of one core).`, '');
+  }
   if (chartFile) L.push(`![ratios](${chartFile})`, '');
   L.push('## Targets (issue 6)', '', '| what | target | got | |', '|---|---|---|---|');
   for (const c of r.checks) L.push(`| ${c.what} | ${c.target} | ${c.got} | ${c.pass ? 'met' : '**not met**'} |`);
   L.push('', '## Throughput and latency', '');
-  L.push('| scenario | target | req/s | × direct | × bare | p50 ms | p99 ms | p99.9 ms | CPU % | CPU µs/req | syscalls/req r+w | RSS MB | errors/non-2xx | others CPU % |');
-  L.push('|---|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|');
+  L.push('| scenario | target | req/s | × direct | × bare | p50 ms | p99 ms | p99.9 ms | CPU % | CPU µs/req | Redis µs/req | syscalls/req r+w | RSS MB | errors/non-2xx | others CPU % |');
+  L.push('|---|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|');
   for (const x of r.rows) {
     const title = SCENARIOS.find((s) => s.id === x.scenario)!.title;
-    L.push(`| ${title} | ${x.target} | ${fmt(x.rps, 0)} | ${fmt(x.vsDirect, 2)} | ${fmt(x.vsBare, 2)} | ${fmt(x.p50, 2)} | ${fmt(x.p99, 2)} | ${fmt(x.p999, 2)} | ${fmt(x.cpuPct, 0)} | ${fmt(x.cpuUsPerReq, 0)} | ${fmt(x.readsPerReq, 1)}+${fmt(x.writesPerReq, 1)} | ${fmt(x.rssMaxMB, 0)} | ${x.errors}/${x.non2xx} | ${fmt(x.foreignPct, 0)} |`);
+    L.push(`| ${title} | ${x.target} | ${fmt(x.rps, 0)} | ${fmt(x.vsDirect, 2)} | ${fmt(x.vsBare, 2)} | ${fmt(x.p50, 2)} | ${fmt(x.p99, 2)} | ${fmt(x.p999, 2)} | ${fmt(x.cpuPct, 0)} | ${fmt(x.cpuUsPerReq, 0)} | ${x.redisUsPerReq === undefined ? '–' : fmt(x.redisUsPerReq, 0)} | ${fmt(x.readsPerReq, 1)}+${fmt(x.writesPerReq, 1)} | ${fmt(x.rssMaxMB, 0)} | ${x.errors}/${x.non2xx} | ${fmt(x.foreignPct, 0)} |`);
   }
   const slow = r.rows.filter((x) => x.scenario === 'slow1000');
   if (slow.length) {

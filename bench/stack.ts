@@ -21,6 +21,8 @@ export interface Target {
   readonly authorization: string;
   /** The process whose CPU and RSS are reported (the proxy hop; the simulator for direct). */
   readonly pid: number;
+  /** redis-server, when this target uses it (tollgate/* on the Redis store): its CPU is reported too. */
+  readonly redisPid?: number;
 }
 
 export interface Stack {
@@ -78,12 +80,14 @@ export async function startStack(o: StackOptions = {}): Promise<Stack> {
 
     const useRedis = !o.embedded && hasRedis();
     let redisUrl: string | undefined;
+    let redisPid: number | undefined;
     if (useRedis) {
       const port = await freePort();
       const redis = await start('redis', 'redis-server', ['--port', String(port), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no'], {
         ready: (l) => l.some((x) => x.includes('Ready to accept connections')),
       });
       procs.push(redis);
+      redisPid = redis.pid;
       redisUrl = `redis://127.0.0.1:${port}`;
     }
 
@@ -127,8 +131,8 @@ export async function startStack(o: StackOptions = {}): Promise<Stack> {
       targets: [
         { name: 'direct', base: simUrl, authorization: client, pid: sim.pid },
         { name: 'bare', base: `${bareUrl}/v1`, authorization: client, pid: bare.pid },
-        { name: 'tollgate/test', base: gw, authorization: `Bearer ${testKey.key as string}`, pid: gateway.pid },
-        { name: 'tollgate/live', base: gw, authorization: `Bearer ${liveKey.key as string}`, pid: gateway.pid },
+        { name: 'tollgate/test', base: gw, authorization: `Bearer ${testKey.key as string}`, pid: gateway.pid, ...(redisPid && { redisPid }) },
+        { name: 'tollgate/live', base: gw, authorization: `Bearer ${liveKey.key as string}`, pid: gateway.pid, ...(redisPid && { redisPid }) },
       ],
       store: useRedis ? 'redis' : 'embedded',
       procs,
