@@ -2,7 +2,7 @@
  * Profiles the live-key path under load: for each scenario (non-streaming, streaming 64 tokens) a
  * fresh stack with the gateway under `node --cpu-prof`, load on the live key only, then SIGTERM (the
  * profile is written at exit) and a summary of where the gateway's CPU went.
- *   node bench/profile.ts [--seconds 8] [--only nonstream,stream64] [--ref <git ref>]
+ *   node bench/profile.ts [--seconds 8] [--only nonstream,stream64] [--ref <git ref>] [--embedded]
  * Writes bench/results/profile.md; raw profiles stay in bench/results/profiles/ (not committed; open
  * them in Chrome DevTools → Performance, or summarise with bench/cpuprofile.ts).
  */
@@ -14,7 +14,7 @@ import { measure } from './measure.ts';
 import { SCENARIOS, type ScenarioId } from './scenarios.ts';
 import { summarise, summaryMarkdown } from './cpuprofile.ts';
 
-const { values } = parseArgs({ options: { seconds: { type: 'string', default: '8' }, only: { type: 'string', default: 'nonstream,stream64' }, top: { type: 'string', default: '30' }, ref: { type: 'string' } } });
+const { values } = parseArgs({ options: { seconds: { type: 'string', default: '8' }, only: { type: 'string', default: 'nonstream,stream64' }, top: { type: 'string', default: '30' }, ref: { type: 'string' }, embedded: { type: 'boolean', default: false } } });
 const seconds = Number(values.seconds);
 if (!(seconds > 0 && seconds <= 60)) throw new Error('--seconds must be in (0, 60]');
 const ids = values.only.split(',') as ScenarioId[];
@@ -29,7 +29,7 @@ for (const id of ids) {
   const tmp = join(raw, `tmp-${id}`);
   rmSync(tmp, { recursive: true, force: true });
   mkdirSync(tmp);
-  const stack = await startStack({ gatewayNodeArgs: ['--cpu-prof', '--cpu-prof-dir', tmp, '--cpu-prof-interval', '500'], ...(values.ref && { ref: values.ref }) });
+  const stack = await startStack({ gatewayNodeArgs: ['--cpu-prof', '--cpu-prof-dir', tmp, '--cpu-prof-interval', '500'], embedded: values.embedded, ...(values.ref && { ref: values.ref }) });
   let line = '';
   try {
     const live = stack.targets.find((t) => t.name === 'tollgate/live')!;
