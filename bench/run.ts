@@ -1,14 +1,15 @@
 /**
- * `npm run bench` (about 7 min, 3 rounds) and `npm run bench -- --quick` (about 65 s, 1 round).
+ * `npm run bench` (about 8.5 min, 5 rounds) and `npm run bench -- --quick` (about 65 s, 1 round).
  * Starts the simulator, Redis (when redis-server is on PATH), the bare proxy and the gateway as
  * separate processes; runs every scenario against direct → bare → tollgate/test → tollgate/live, one
  * after the other, round after round; writes the report to bench/results/.
  *   --quick            short windows, one round; writes bench/results/quick.{md,json,svg}
- *   --rounds N         rounds (default 3; quick 1)
+ *   --rounds N         rounds (default 5; quick 1)
  *   --only a,b         scenarios: nonstream, stream64, slow1000, prompt32k, rate2000
  *   --embedded         the embedded store even when redis-server exists
  *   --ref <git ref>    run the gateway from that commit's src/ (default: the working tree)
  *   --node-args="…"    extra node flags for the gateway (e.g. --node-args="--max-semi-space-size=32")
+ *   --render <file>    no load: rebuild the Markdown/SVG (and README section) from a saved report JSON
  * A full run writes bench/results/latest.{md,json,svg} (committed); every run also keeps a copy
  * under bench/results/runs/ (not committed).
  */
@@ -31,20 +32,24 @@ const { values } = parseArgs({
     embedded: { type: 'boolean', default: false },
     ref: { type: 'string' },
     'node-args': { type: 'string' },
+    render: { type: 'string' },
   },
 });
 const gatewayNodeArgs = values['node-args']?.split(' ').filter(Boolean) ?? [];
 const quick = values.quick;
-const rounds = values.rounds ? Number(values.rounds) : quick ? 1 : 3;
-if (!Number.isInteger(rounds) || rounds < 1 || rounds > 10) throw new Error('--rounds must be 1-10 (each round is ~2 min in full mode)');
+const rounds = values.rounds ? Number(values.rounds) : quick ? 1 : 5;
+if (!Number.isInteger(rounds) || rounds < 1 || rounds > 10) throw new Error('--rounds must be 1-10 (each round is ~100 s in full mode)');
 const only = values.only?.split(',').filter(Boolean) as ScenarioId[] | undefined;
 const unknown = only?.filter((id) => !SCENARIOS.some((s) => s.id === id));
 if (unknown?.length) throw new Error(`unknown scenario(s): ${unknown.join(', ')}`);
 const scenarios = SCENARIOS.filter((s) => !only || only.includes(s.id));
 
+// A ref is resolved once, before anything runs: HEAD may move while a run is under way.
+const ref = values.ref ? execFileSync('git', ['rev-parse', '--short', `${values.ref}^{commit}`], { encoding: 'utf8' }).trim() : undefined;
+
 function commit(): string {
   try {
-    if (values.ref) return execFileSync('git', ['rev-parse', '--short', values.ref], { encoding: 'utf8' }).trim();
+    if (ref) return ref;
     const sha = execFileSync('git', ['rev-parse', '--short', 'HEAD'], { encoding: 'utf8' }).trim();
     // Only uncommitted changes under src/ change what is measured.
     const dirty = execFileSync('git', ['status', '--porcelain', '--', 'src'], { encoding: 'utf8' }).trim() !== '';
@@ -54,53 +59,61 @@ function commit(): string {
   }
 }
 
-const t0 = Date.now();
-const log = (s: string) => process.stdout.write(`[${((Date.now() - t0) / 1000).toFixed(0).padStart(3)} s] ${s}\n`);
-const meta0 = { loadAvg: loadavg(), date: new Date().toISOString() };
-const stack = await startStack({ embedded: values.embedded, gatewayNodeArgs, ...(values.ref && { ref: values.ref }) });
-log(`stack up: store=${stack.store}, logs in ${stack.dir}${gatewayNodeArgs.length ? `, gateway node flags: ${gatewayNodeArgs.join(' ')}` : ''}`);
-const ms: Measurement[] = [];
-try {
-  // One unmeasured pass per target so JIT, pools and the key cache are warm before round 1.
-  const warm = SCENARIOS.find((s) => s.id === 'stream64')!;
-  for (const t of stack.targets) await measure({ ...warm, spec: (tt, q) => ({ ...warm.spec(tt, q), warmupS: 0, durationS: quick ? 0.5 : 1 }) }, t, 0, true, stack.pids);
-  for (let round = 1; round <= rounds; round++) {
-    for (const s of scenarios) {
-      for (const t of stack.targets) {
-        const m = await measure(s, t, round, quick, stack.pids);
-        ms.push(m);
-        const r = m.result;
-        const extra = r.ttfb ? ` ttfb p99 ${r.ttfb.p99.toFixed(1)} ms, open ${r.maxOpen}` : '';
-        const bad = r.errors + Object.values(r.statuses).reduce((a, b) => a + b, 0);
-        log(`round ${round}/${rounds} ${s.id.padEnd(9)} → ${t.name.padEnd(13)} ${r.rps.toFixed(0).padStart(6)} req/s  p50 ${r.latency.p50.toFixed(2)} p99 ${r.latency.p99.toFixed(2)} ms  cpu ${m.proc.cpuPct.toFixed(0)}% rss ${m.proc.rssMaxMB.toFixed(0)} MB${extra}${m.proc.foreignPct > 10 ? `  (others used ${m.proc.foreignPct.toFixed(0)}% CPU)` : ''}${bad ? `  ${bad} errors/non-2xx` : ''}`);
-        // 1,000 streams cut at the window's end: let the proxies finish tearing them down.
-        if (s.client === 'streams') await new Promise((res) => setTimeout(res, 1000));
+/** Starts the stack, runs every scenario × target × round, stops the stack; returns the report. */
+async function runAll(): Promise<Report> {
+  const t0 = Date.now();
+  const log = (s: string) => process.stdout.write(`[${((Date.now() - t0) / 1000).toFixed(0).padStart(3)} s] ${s}\n`);
+  const meta0 = { loadAvg: loadavg(), date: new Date().toISOString() };
+  const commitLabel = commit();
+  const stack = await startStack({ embedded: values.embedded, gatewayNodeArgs, ...(ref && { ref }) });
+  log(`stack up: store=${stack.store}, logs in ${stack.dir}${gatewayNodeArgs.length ? `, gateway node flags: ${gatewayNodeArgs.join(' ')}` : ''}`);
+  const ms: Measurement[] = [];
+  try {
+    // One unmeasured pass per target so JIT, pools and the key cache are warm before round 1.
+    const warm = SCENARIOS.find((s) => s.id === 'stream64')!;
+    for (const t of stack.targets) await measure({ ...warm, spec: (tt, q) => ({ ...warm.spec(tt, q), warmupS: 0, durationS: quick ? 0.5 : 1 }) }, t, 0, true, stack.pids);
+    for (let round = 1; round <= rounds; round++) {
+      for (const s of scenarios) {
+        for (const t of stack.targets) {
+          const m = await measure(s, t, round, quick, stack.pids);
+          ms.push(m);
+          const r = m.result;
+          const extra = r.ttfb ? ` ttfb p99 ${r.ttfb.p99.toFixed(1)} ms, open ${r.maxOpen}` : '';
+          const bad = r.errors + Object.values(r.statuses).reduce((a, b) => a + b, 0);
+          log(`round ${round}/${rounds} ${s.id.padEnd(9)} → ${t.name.padEnd(13)} ${r.rps.toFixed(0).padStart(6)} req/s  p50 ${r.latency.p50.toFixed(2)} p99 ${r.latency.p99.toFixed(2)} ms  cpu ${m.proc.cpuPct.toFixed(0)}% rss ${m.proc.rssMaxMB.toFixed(0)} MB${extra}${m.proc.foreignPct > 10 ? `  (others used ${m.proc.foreignPct.toFixed(0)}% CPU)` : ''}${bad ? `  ${bad} errors/non-2xx` : ''}`);
+          // 1,000 streams cut at the window's end: let the proxies finish tearing them down.
+          if (s.client === 'streams') await new Promise((res) => setTimeout(res, 1000));
+        }
       }
     }
+  } finally {
+    await stack.stop();
   }
-} finally {
-  await stack.stop();
+
+  const meta: Meta = {
+    node: process.version, cpus: cpus().length, cpuModel: cpus()[0]?.model.trim() ?? 'unknown', commit: commitLabel, store: stack.store,
+    mode: quick ? 'quick' : 'full', rounds, gatewayNodeArgs, ...meta0,
+  };
+  return buildReport(meta, ms);
 }
 
-const meta: Meta = {
-  node: process.version, cpus: cpus().length, cpuModel: cpus()[0]?.model.trim() ?? 'unknown', commit: commit(), store: stack.store,
-  mode: quick ? 'quick' : 'full', rounds, gatewayNodeArgs, ...meta0,
-};
-const report: Report = buildReport(meta, ms);
+const report: Report = values.render ? (JSON.parse(readFileSync(values.render, 'utf8')) as Report) : await runAll();
+// Re-rendering rebuilds rows and checks from the raw measurements, so report changes apply to old runs.
+if (values.render) Object.assign(report, buildReport(report.meta, report.measurements));
+const meta = report.meta;
 const dir = join(import.meta.dirname, 'results');
 mkdirSync(join(dir, 'runs'), { recursive: true });
-const base = quick ? 'quick' : 'latest';
-const previous = existsSync(join(dir, `${base}.json`)) ? (JSON.parse(readFileSync(join(dir, `${base}.json`), 'utf8')) as Report) : undefined;
-const stamp = meta.date.replace(/[:.]/g, '-');
+const base = meta.mode === 'quick' ? 'quick' : 'latest';
+const previous = !values.render && existsSync(join(dir, `${base}.json`)) ? (JSON.parse(readFileSync(join(dir, `${base}.json`), 'utf8')) as Report) : undefined;
 const md = toMarkdown(report, `${base}.svg`);
 writeFileSync(join(dir, `${base}.md`), md);
 writeFileSync(join(dir, `${base}.json`), `${JSON.stringify(report, null, 1)}\n`);
 writeFileSync(join(dir, `${base}.svg`), toSvg(report));
-writeFileSync(join(dir, 'runs', `${stamp}-${meta.mode}.json`), `${JSON.stringify(report, null, 1)}\n`);
+if (!values.render) writeFileSync(join(dir, 'runs', `${meta.date.replace(/[:.]/g, '-')}-${meta.mode}.json`), `${JSON.stringify(report, null, 1)}\n`);
 process.stdout.write(`\n${md}\n`);
 // A full run also refreshes the results section of bench/README.md (between the two markers).
 const readme = join(import.meta.dirname, 'README.md');
-if (!quick && existsSync(readme)) {
+if (base === 'latest' && existsSync(readme)) {
   const text = readFileSync(readme, 'utf8');
   const [a, b] = ['<!-- latest:start -->', '<!-- latest:end -->'];
   const i = text.indexOf(a);
@@ -117,4 +130,4 @@ if (previous) {
     if (p) process.stdout.write(`  ${r.scenario.padEnd(9)} ×bare ${p.vsBare.toFixed(2)} → ${r.vsBare.toFixed(2)}, p99 ${p.p99.toFixed(2)} → ${r.p99.toFixed(2)} ms\n`);
   }
 }
-log(`wrote bench/results/${base}.{md,json,svg}`);
+process.stdout.write(`wrote bench/results/${base}.{md,json,svg}\n`);
