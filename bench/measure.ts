@@ -3,7 +3,7 @@
  * process (CPU, RSS) exactly over the child's measured window (between its `measure` and `end` lines).
  */
 import { runChild } from './procs.ts';
-import { cpuMs, rssMB, sample, type Usage } from './proc-stats.ts';
+import { cpuMs, listenOverflows, rssMB, sample, type Usage } from './proc-stats.ts';
 import type { LoadResult } from './load-result.ts';
 import type { Scenario } from './scenarios.ts';
 import type { Target } from './stack.ts';
@@ -22,6 +22,8 @@ export interface Measurement {
   cpuUsPerReq: number;
   /** CPU of redis-server per completed request, µs (tollgate targets on the Redis store). */
   redisUsPerReq?: number;
+  /** SYNs dropped on full listen queues during the whole run, warm-up included (machine-wide). */
+  listenOverflows: number;
 }
 
 const CLIENT_FILE = { load: 'bench/load.ts', streams: 'bench/streams.ts', paced: 'bench/paced.ts' } as const;
@@ -30,6 +32,7 @@ const CLIENT_FILE = { load: 'bench/load.ts', streams: 'bench/streams.ts', paced:
 export async function measure(s: Scenario, t: Target, round: number, quick: boolean, ours: readonly number[] = []): Promise<Measurement> {
   const spec = s.spec(t, quick);
   const rssIdleMB = rssMB(t.pid);
+  const overflows0 = listenOverflows();
   let sampler: ReturnType<typeof sample> | undefined;
   let proc: Usage | undefined;
   let result: LoadResult | undefined;
@@ -50,6 +53,7 @@ export async function measure(s: Scenario, t: Target, round: number, quick: bool
     }
   });
   if (!result || !proc) throw new Error(`${s.id} → ${t.name}: the load child reported no result`);
+  const overflows = listenOverflows() - overflows0;
   const perReq = (ms: number) => (result!.requests > 0 ? (ms * 1000) / result!.requests : NaN);
-  return { scenario: s.id, target: t.name, round, result, proc, rssIdleMB, cpuUsPerReq: perReq(proc.cpuMs), ...(redisMs !== undefined && { redisUsPerReq: perReq(redisMs) }) };
+  return { scenario: s.id, target: t.name, round, result, proc, rssIdleMB, cpuUsPerReq: perReq(proc.cpuMs), listenOverflows: overflows, ...(redisMs !== undefined && { redisUsPerReq: perReq(redisMs) }) };
 }

@@ -45,6 +45,23 @@ export function machineMs(): { busy: number; steal: number } {
   return { busy: (user + nice + system + irq + softirq) * TICK_MS, steal: steal * TICK_MS };
 }
 
+/**
+ * SYNs dropped because a listen queue was full, machine-wide so far (TcpExt ListenOverflows). A proxy
+ * whose event loop accepts too slowly during a burst of new connections makes clients retry the SYN
+ * after 1 s, 3 s, …: seconds of time to first byte that no application timer shows.
+ */
+export function listenOverflows(): number {
+  const lines = readFileSync('/proc/net/netstat', 'utf8').split('\n');
+  for (let i = 0; i + 1 < lines.length; i++) {
+    if (!lines[i]!.startsWith('TcpExt:')) continue;
+    const names = lines[i]!.split(' ');
+    const values = lines[i + 1]!.split(' ');
+    const k = names.indexOf('ListenOverflows');
+    return k < 0 ? NaN : Number(values[k]);
+  }
+  return NaN;
+}
+
 /** What a window of sampling saw. */
 export interface Usage {
   /** CPU time over the window, ms. */

@@ -23,8 +23,11 @@ let completed = 0;
 let open = 0;
 let maxOpen = 0;
 let running = true;
-/** Streams started in the window still waiting for their first byte, by start time. */
-const waiting = new Set<number>();
+/** Streams started in the window still waiting for their first byte: id → start time. */
+const waiting = new Map<number, number>();
+let nextId = 0;
+/** Streams started in the window that have not ended yet. */
+let countedOpen = 0;
 let censored = 0;
 
 const w = window(spec, () => {
@@ -35,28 +38,33 @@ function loop(): void {
   if (!running) return;
   const counted = w.measuring();
   const t0 = performance.now();
+  const id = nextId++;
   open++;
   if (counted) {
     maxOpen = Math.max(maxOpen, open);
-    waiting.add(t0);
+    waiting.set(id, t0);
+    countedOpen++;
   }
   timedRequest(pool, opts, t0, (t: Timing) => {
     open--;
-    waiting.delete(t0);
-    // A stream counts for throughput when it ended in the window.
+    waiting.delete(id);
+    // A stream counts for throughput when it ended in the window, for its duration when it started
+    // in it (like TTFB: streams of the connection ramp are not mixed in).
     if (w.measuring()) {
       if (t.error) errors++;
-      else if (t.status === 200) {
-        completed++;
-        totals.push(t.totalMs);
-      } else statuses[t.status] = (statuses[t.status] ?? 0) + 1;
+      else if (t.status === 200) completed++;
+      else statuses[t.status] = (statuses[t.status] ?? 0) + 1;
+    }
+    if (counted) {
+      countedOpen--;
+      if (!t.error && t.status === 200) totals.push(t.totalMs);
     }
     // Never recurse synchronously: undici reports some errors from inside dispatch().
     if (t.error) setTimeout(loop, 10);
     else setImmediate(loop);
   }, (ms, status) => {
     // ... and for TTFB when it started in the window (its first byte may come after the window).
-    if (counted && waiting.delete(t0) && status === 200) ttfbs.push(ms);
+    if (counted && waiting.delete(id) && status === 200) ttfbs.push(ms);
   });
 }
 
@@ -65,14 +73,14 @@ const rampMs = (spec.rampS ?? 1) * 1000;
 for (let i = 0; i < spec.connections; i++) setTimeout(loop, (i * rampMs) / spec.connections);
 
 // After the window no stream starts, but streams started in it (queued in a proxy, say) are given up
-// to 15 s for their first byte; any still waiting then enter TTFB at their wait so far (a lower bound).
+// to 15 s to end; any still waiting for a first byte then enter TTFB at their wait so far (a lower bound).
 const CENSOR_AFTER_MS = 15_000;
 const done = setInterval(() => {
   if (running) return;
   const now = performance.now();
-  if (waiting.size > 0 && now - (w.startedAt() + spec.durationS * 1000) < CENSOR_AFTER_MS) return;
+  if (countedOpen > 0 && now - (w.startedAt() + spec.durationS * 1000) < CENSOR_AFTER_MS) return;
   clearInterval(done);
-  for (const t0 of waiting) ttfbs.push(now - t0);
+  for (const t0 of waiting.values()) ttfbs.push(now - t0);
   censored = waiting.size;
   emit('result', { requests: completed, seconds: spec.durationS, rps: completed / spec.durationS, latency: percentiles(totals), ttfb: percentiles(ttfbs), ttfbCensored: censored, statuses, errors, maxOpen });
   // Streams still open are cut: the window is over and the runner moves on.
