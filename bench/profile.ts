@@ -7,7 +7,7 @@
  * them in Chrome DevTools → Performance, or summarise with bench/cpuprofile.ts).
  */
 import { parseArgs } from 'node:util';
-import { execFileSync } from 'node:child_process';
+import { describeRef } from './git.ts';
 import { mkdirSync, readdirSync, readFileSync, renameSync, writeFileSync, rmSync } from 'node:fs';
 import { join } from 'node:path';
 import { startStack } from './stack.ts';
@@ -19,13 +19,12 @@ const { values } = parseArgs({ options: { seconds: { type: 'string', default: '8
 const seconds = Number(values.seconds);
 if (!(seconds > 0 && seconds <= 60)) throw new Error('--seconds must be in (0, 60]');
 const ids = values.only.split(',') as ScenarioId[];
-// Resolved once: HEAD may move while the profiles run.
-const ref = values.ref ? execFileSync('git', ['rev-parse', '--short', `${values.ref}^{commit}`], { encoding: 'utf8' }).trim() : undefined;
+const { sha: ref, label } = describeRef(values.ref);
 const results = join(import.meta.dirname, 'results');
 const raw = join(results, 'profiles');
 mkdirSync(raw, { recursive: true });
 
-const L: string[] = ['# CPU profile of the live-key path', '', `Gateway under \`node --cpu-prof --cpu-prof-interval 500\`, live key only, ${seconds} s of load after 1 s of warm-up; load generator, simulator and Redis share the cores. Node ${process.version}. Gateway code: ${ref ? `commit ${ref}` : 'the working tree'}. Regenerate with \`node bench/profile.ts\`.`, ''];
+const L: string[] = ['# CPU profile of the live-key path', '', `Gateway under \`node --cpu-prof --cpu-prof-interval 500\`, live key only, ${seconds} s of load after 1 s of warm-up; load generator, simulator and Redis share the cores. Node ${process.version}. Gateway code: ${label}. Regenerate with \`node bench/profile.ts\`.`, ''];
 for (const id of ids) {
   const s = SCENARIOS.find((x) => x.id === id);
   if (!s) throw new Error(`unknown scenario ${id}`);

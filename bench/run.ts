@@ -14,7 +14,6 @@
  * under bench/results/runs/ (not committed).
  */
 import { parseArgs } from 'node:util';
-import { execFileSync } from 'node:child_process';
 import { cpus, loadavg } from 'node:os';
 import { mkdirSync, readFileSync, writeFileSync, existsSync } from 'node:fs';
 import { join } from 'node:path';
@@ -23,6 +22,7 @@ import { measure, type Measurement } from './measure.ts';
 import { SCENARIOS, type ScenarioId } from './scenarios.ts';
 import { buildReport, toMarkdown, type Meta, type Report } from './report.ts';
 import { toSvg } from './chart.ts';
+import { describeRef } from './git.ts';
 
 const { values } = parseArgs({
   options: {
@@ -44,27 +44,13 @@ const unknown = only?.filter((id) => !SCENARIOS.some((s) => s.id === id));
 if (unknown?.length) throw new Error(`unknown scenario(s): ${unknown.join(', ')}`);
 const scenarios = SCENARIOS.filter((s) => !only || only.includes(s.id));
 
-// A ref is resolved once, before anything runs: HEAD may move while a run is under way.
-const ref = values.ref ? execFileSync('git', ['rev-parse', '--short', `${values.ref}^{commit}`], { encoding: 'utf8' }).trim() : undefined;
-
-function commit(): string {
-  try {
-    if (ref) return ref;
-    const sha = execFileSync('git', ['rev-parse', '--short', 'HEAD'], { encoding: 'utf8' }).trim();
-    // Only uncommitted changes under src/ change what is measured.
-    const dirty = execFileSync('git', ['status', '--porcelain', '--', 'src'], { encoding: 'utf8' }).trim() !== '';
-    return dirty ? `${sha}+dirty-src` : sha;
-  } catch {
-    return 'unknown';
-  }
-}
+const { sha: ref, label: commitLabel } = describeRef(values.ref);
 
 /** Starts the stack, runs every scenario × target × round, stops the stack; returns the report. */
 async function runAll(): Promise<Report> {
   const t0 = Date.now();
   const log = (s: string) => process.stdout.write(`[${((Date.now() - t0) / 1000).toFixed(0).padStart(3)} s] ${s}\n`);
   const meta0 = { loadAvg: loadavg(), date: new Date().toISOString() };
-  const commitLabel = commit();
   const stack = await startStack({ embedded: values.embedded, gatewayNodeArgs, ...(ref && { ref }) });
   log(`stack up: store=${stack.store}, logs in ${stack.dir}${gatewayNodeArgs.length ? `, gateway node flags: ${gatewayNodeArgs.join(' ')}` : ''}`);
   const ms: Measurement[] = [];
