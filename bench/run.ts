@@ -3,7 +3,7 @@
  * Starts the simulator, Redis (when redis-server is on PATH), the bare proxy and the gateway as
  * separate processes; runs every scenario against direct → bare → tollgate/test → tollgate/live, one
  * after the other, round after round; writes the report to bench/results/.
- *   --quick            short windows, one round; writes bench/results/quick.{md,json,svg}
+ *   --quick            1.2 s windows (1.5 s for slow streams), one round; writes bench/results/quick.{md,json,svg}
  *   --rounds N         rounds (default 5; quick 1)
  *   --only a,b         scenarios: nonstream, stream64, slow1000, prompt32k, rate2000
  *   --embedded         the embedded store even when redis-server exists
@@ -68,7 +68,7 @@ async function runAll(): Promise<Report> {
           const bad = r.errors + Object.values(r.statuses).reduce((a, b) => a + b, 0);
           log(`round ${round}/${rounds} ${s.id.padEnd(9)} → ${t.name.padEnd(13)} ${r.rps.toFixed(0).padStart(6)} req/s  p50 ${r.latency.p50.toFixed(2)} p99 ${r.latency.p99.toFixed(2)} ms  cpu ${m.proc.cpuPct.toFixed(0)}% rss ${m.proc.rssMaxMB.toFixed(0)} MB${extra}${m.proc.foreignPct > 10 ? `  (others used ${m.proc.foreignPct.toFixed(0)}% CPU)` : ''}${bad ? `  ${bad} errors/non-2xx` : ''}`);
           // 1,000 streams cut at the window's end: let the proxies finish tearing them down.
-          if (s.client === 'streams') await new Promise((res) => setTimeout(res, 1000));
+          if (s.client === 'streams') await new Promise((res) => setTimeout(res, quick ? 300 : 1000));
         }
       }
     }

@@ -31,7 +31,7 @@ function headers(t: Target, sim: Record<string, string>): Record<string, string>
 /** Closed-loop window lengths: quick keeps the whole pass near one minute on 2 cores. */
 // Full mode: 5 rounds of short windows beat 3 rounds of long ones here: the noise is run-to-run
 // (a round's ×bare ratio moved 0.35–0.53 with 5 s windows), and a median of 5 absorbs outliers.
-const win = (quick: boolean) => (quick ? { warmupS: 0.5, durationS: 1.5 } : { warmupS: 1, durationS: 3 });
+const win = (quick: boolean) => (quick ? { warmupS: 0.4, durationS: 1.2 } : { warmupS: 1, durationS: 3 });
 
 export const SCENARIOS: readonly Scenario[] = [
   {
@@ -47,7 +47,7 @@ export const SCENARIOS: readonly Scenario[] = [
     // 64 tokens at 20 ms ≈ 1.3 s per stream; TTFB counts only streams started after the first 2 s.
     spec: (t, q) => ({
       url: `${t.base}/chat/completions`, headers: headers(t, { 'x-sim-tokens': '64', 'x-sim-delay-ms': '20' }), body: body(SHORT, true),
-      connections: 1000, warmupS: 2, durationS: q ? 2 : 4, rampS: 1,
+      connections: 1000, warmupS: 2, durationS: q ? 1.5 : 4, rampS: 1,
     }),
   },
   {
