@@ -52,7 +52,7 @@ async function runAll(): Promise<Report> {
   const log = (s: string) => process.stdout.write(`[${((Date.now() - t0) / 1000).toFixed(0).padStart(3)} s] ${s}\n`);
   const meta0 = { loadAvg: loadavg(), date: new Date().toISOString() };
   const stack = await startStack({ embedded: values.embedded, gatewayNodeArgs, ...(ref && { ref }) });
-  log(`stack up: store=${stack.store}, logs in ${stack.dir}${gatewayNodeArgs.length ? `, gateway node flags: ${gatewayNodeArgs.join(' ')}` : ''}`);
+  log(`stack up: store=${stack.store}, gateway stderr in ${stack.dir} (removed at the end)${gatewayNodeArgs.length ? `, gateway node flags: ${gatewayNodeArgs.join(' ')}` : ''}`);
   const ms: Measurement[] = [];
   try {
     // One unmeasured pass per target so JIT, pools and the key cache are warm before round 1.

@@ -5,7 +5,7 @@
  * config file written here.
  */
 import { randomBytes } from 'node:crypto';
-import { mkdirSync, mkdtempSync, symlinkSync, writeFileSync } from 'node:fs';
+import { mkdirSync, mkdtempSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { execFileSync } from 'node:child_process';
@@ -70,8 +70,10 @@ function hasRedis(): boolean {
 export async function startStack(o: StackOptions = {}): Promise<Stack> {
   const dir = mkdtempSync(join(tmpdir(), 'tollgate-bench-'));
   const procs: Proc[] = [];
+  // The temp dir (config, gateway stderr, exported ref) goes with the stack: a run leaves nothing behind.
   const stop = async () => {
     for (const p of procs.reverse()) await p.stop();
+    rmSync(dir, { recursive: true, force: true });
   };
   try {
     const sim = await start('simulator', process.execPath, ['src/simulator/cli.ts', '--port', '0'], { ready: (l) => l.some((x) => x.startsWith('http')) });
