@@ -4,6 +4,7 @@ import { createKeyCache } from '../../src/auth/key-cache.ts';
 import { generateKey, hashKey } from '../../src/auth/keys.ts';
 import { createMemoryStore } from '../../src/store/memory-store.ts';
 import type { KeyRecord, Store } from '../../src/store/types.ts';
+import { waitFor } from '../helpers/wait.ts';
 
 function record(over: Partial<KeyRecord> = {}): KeyRecord {
   return {
@@ -104,7 +105,8 @@ t.test('an invalidation from the store (pub/sub) drops the entry; the next looku
   t.equal((await cache.lookup(hash))?.active, true);
   const r = await c.store.updateKey('key_1111111111111111', { active: false });
   await c.store.publish({ kind: 'key', hash, version: r!.record.version });
-  await sleep(10); // the embedded store delivers on a later tick, like pub/sub
+  // The embedded store delivers on a later tick, like pub/sub.
+  await waitFor(() => cache.peek(hash) === undefined);
   t.equal(cache.peek(hash), undefined);
   const after = await cache.lookup(hash);
   t.equal(after?.active, false);
@@ -120,7 +122,7 @@ t.test('an invalidation during an in-flight read never caches the old record', a
   c.gate.wait = gate.promise;
   // The read has fetched version 1 (active) and is waiting at the gate...
   const pending = cache.lookup(hash);
-  await sleep(10);
+  await waitFor(() => c.reads() === 1);
   t.equal(c.reads(), 1);
   // ...when the key is disabled and the invalidation arrives.
   const r = await c.store.updateKey('key_1111111111111111', { active: false });

@@ -1,11 +1,11 @@
 import t from 'tap';
-import { setTimeout as sleep } from 'node:timers/promises';
 import { GatewayError } from '../../src/http/errors.ts';
 import { createShareCache } from '../../src/shares/share-cache.ts';
 import { createShareService, renderShare } from '../../src/shares/service.ts';
 import type { FileLink, FileUrls, Upload } from '../../src/shares/file-urls.ts';
 import { createMemoryStore } from '../../src/store/memory-store.ts';
 import type { ShareFile, Store } from '../../src/store/types.ts';
+import { waitFor } from '../helpers/wait.ts';
 
 const NOW = Date.parse('2026-11-22T10:00:00.000Z');
 const SLUG = 'AbCdEfGhJkLmNpQrStUvWx';
@@ -114,7 +114,8 @@ t.test('revoke publishes an invalidation that other caches on the store apply', 
   await a.service.create('acme', { snapshotText: '{}', files: [] });
   await b.service.read(SLUG); // cached as live on B
   await a.service.revoke(SLUG, 'acme');
-  await sleep(5);
+  // Delivery is asynchronous (a setImmediate in the embedded store; a loaded loop can run a short timer first).
+  await waitFor(() => b.cache.peek(SLUG)?.status === 'revoked');
   t.equal(b.cache.peek(SLUG)?.status, 'revoked');
 });
 

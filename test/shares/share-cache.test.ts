@@ -4,6 +4,7 @@ import { createShareCache } from '../../src/shares/share-cache.ts';
 import { createMemoryStore } from '../../src/store/memory-store.ts';
 import { GatewayError } from '../../src/http/errors.ts';
 import type { ShareRecord, Store } from '../../src/store/types.ts';
+import { waitFor } from '../helpers/wait.ts';
 
 const SLUG = 'AbCdEfGhJkLmNpQrStUvWx';
 
@@ -91,7 +92,7 @@ t.test('a revocation message replaces a cached live share at once', async (t) =>
   const cache = createShareCache({ store: c.store, ...opts });
   t.equal((await cache.lookup(SLUG)).status, 'live');
   await c.store.publish({ kind: 'share', slug: SLUG });
-  await sleep(5);
+  await waitFor(() => cache.peek(SLUG)?.status === 'revoked');
   t.equal(cache.peek(SLUG)?.status, 'revoked', 'without a store read: the store still says live here');
   t.equal(c.reads(), 1);
 });
@@ -103,7 +104,7 @@ t.test('a read in flight when the revocation lands never caches the old record',
   const gate = deferred();
   c.gate.wait = gate.promise;
   const pending = cache.lookup(SLUG); // has read "live" from the store, waits at the gate
-  await sleep(5);
+  await waitFor(() => c.reads() === 1);
   cache.revoke(SLUG);
   gate.resolve();
   t.equal((await pending).status, 'revoked', 'the racing reader sees the revocation');
