@@ -41,6 +41,8 @@ interface Billed {
   source: UsageSource;
 }
 
+const NOTHING_PRODUCED: Billed = { promptTokens: 0, completionTokens: 0, source: 'estimated' };
+
 /** Builds the upstream body: model rewritten, usage forced on streams. Once per request, never per chunk. */
 function upstreamBody(body: ChatBody, model: ModelConfig): Buffer {
   const out: Record<string, unknown> = { ...body, model: model.upstreamModel };
@@ -59,7 +61,7 @@ export function chatRoutes(d: ChatDeps): Route[] {
   /** What to bill (SPEC §1.2): upstream usage when reported, else the tokenizer over what was produced. */
   async function bill(body: ChatBody, rawLength: number, answered: boolean, outcome: RelayOutcome | undefined): Promise<Billed> {
     // No answer from any upstream (or a refusal): nothing was produced, nothing is billed.
-    if (!answered || !outcome) return { promptTokens: 0, completionTokens: 0, source: 'estimated' };
+    if (!answered || !outcome) return NOTHING_PRODUCED;
     const extra = outcome.text();
     // The tokenizer (+58 MB, 150–250 ms to load) is only needed when usage is missing: loaded on first need.
     // If it cannot load, bytes bound the tokens from above: over-billed at worst, never unbilled.
@@ -77,25 +79,23 @@ export function chatRoutes(d: ChatDeps): Route[] {
     // Watch for the client leaving from the very start: a client gone during the hold's round trip must
     // still abort everything after it (otherwise the upstream runs until total_timeout_ms).
     const aborter = new AbortController();
-    let current: UpstreamCall | undefined;
     const onClose = () => {
-      if (ctx.res.writableFinished) return;
-      aborter.abort();
-      current?.abort(new ClientGoneError());
+      if (!ctx.res.writableFinished) aborter.abort();
     };
     ctx.res.once('close', onClose);
     try {
-      await pipeline(ctx, aborter.signal, (c) => (current = c));
+      await pipeline(ctx, aborter.signal);
     } finally {
       ctx.res.off('close', onClose);
     }
   }
 
-  async function pipeline(ctx: RequestContext, signal: AbortSignal, setCurrent: (c: UpstreamCall | undefined) => void): Promise<void> {
+  async function pipeline(ctx: RequestContext, signal: AbortSignal): Promise<void> {
+    // The upstream attempt in flight; the client leaving aborts it, whenever that happens.
     let current: UpstreamCall | undefined;
+    signal.addEventListener('abort', () => current?.abort(new ClientGoneError()), { once: true });
     const track = (c: UpstreamCall | undefined) => {
       current = c;
-      setCurrent(c);
       if (c && signal.aborted) c.abort(new ClientGoneError());
     };
     const key = (ctx.key = await d.auth.authenticate(ctx.req));
@@ -121,6 +121,11 @@ export function chatRoutes(d: ChatDeps): Route[] {
     const promptEstimate = estimatePromptTokens(body, raw.length);
     const admission = await d.limits.admit(ctx, promptEstimate + maxOutput);
     const live = key.env === 'live';
+    /** The request's one settle (SPEC §4): not awaited by the response, tracked for shutdown, retried until it lands. */
+    const settle = (b: Billed, costMicros: number) => void d.credit.settle({
+      account: key.account, requestId: ctx.requestId, costMicros, keyId: key.id, model: model.name,
+      promptTokens: b.promptTokens, completionTokens: b.completionTokens, usageSource: b.source, ts: new Date(d.now()).toISOString(),
+    });
     if (live) {
       const hold = costMicros(model.price, promptEstimate, maxOutput);
       try {
@@ -129,7 +134,7 @@ export function chatRoutes(d: ChatDeps): Route[] {
         // The hold may have run in Redis after our command timed out: settle at 0 in the background (it lands
         // behind the hold, is idempotent, and stops a late hold), so the credit is not locked until the reaper.
         if ((err as GatewayError).code === 'store_unavailable') {
-          void d.credit.settle({ account: key.account, requestId: ctx.requestId, costMicros: 0, keyId: key.id, model: model.name, promptTokens: 0, completionTokens: 0, usageSource: 'estimated', ts: new Date(d.now()).toISOString() });
+          settle(NOTHING_PRODUCED, 0);
         }
         throw err;
       }
@@ -174,11 +179,7 @@ export function chatRoutes(d: ChatDeps): Route[] {
       if (b.completionTokens > 0) d.metrics.tokens.inc({ model: model.name, kind: 'completion', source: b.source }, b.completionTokens);
       if (live) {
         if (cost > 0) d.metrics.creditDebited.inc({ model: model.name }, cost);
-        // Not awaited by the response (already sent), but tracked: shutdown waits for it, failures retry.
-        void d.credit.settle({
-          account: key.account, requestId: ctx.requestId, costMicros: cost, keyId: key.id, model: model.name,
-          promptTokens: b.promptTokens, completionTokens: b.completionTokens, usageSource: b.source, ts: new Date(d.now()).toISOString(),
-        });
+        settle(b, cost);
       }
       // Arrival → upstream call, plus chunk handling, plus settling; upstream waiting excluded.
       ctx.overheadNs = (t0 - ctx.start) + (outcome?.chunkNs ?? 0n) + (process.hrtime.bigint() - t1);
