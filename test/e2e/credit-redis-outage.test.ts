@@ -18,7 +18,7 @@ if (redis) {
   t.test('Redis down: live 503 store_unavailable, no upstream call; test keys work; recovery without restart', async (t) => {
     const sim = await startSimulator();
     t.teardown(() => sim.close());
-    const gw = await startGateway(t, { redisUrl: redis.url, upstreamUrl: sim.url });
+    const gw = await startGateway(t, { redisUrl: redis.url, upstreamUrl: sim.url, config: { store: { command_timeout_ms: 300 } } }); // outage: fail fast
     const live = await gw.createKey({ account: 'acme', env: 'live' });
     const unseen = await gw.createKey({ account: 'acme', env: 'live', name: 'never used before the outage' });
     const test = await gw.createKey({ account: 'acme', env: 'test' });

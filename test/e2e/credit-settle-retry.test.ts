@@ -36,7 +36,7 @@ if (redis) {
   t.teardown(() => sim.close());
 
   t.test('Redis paused while the stream ends: the settle retries and debits exactly once', async (t) => {
-    const gw = await startGateway(t, { redisUrl: redis.url, upstreamUrl: sim.url });
+    const gw = await startGateway(t, { redisUrl: redis.url, upstreamUrl: sim.url, config: { store: { command_timeout_ms: 300 } } }); // outage: fail fast
     const { key } = await gw.createKey({ account: 'paused', env: 'live' });
     const grant = 1_000_000;
     await gw.grant('paused', grant);
@@ -81,7 +81,7 @@ if (redis) {
     // past the expiry) reach the overdue hold in whatever order they were queued.
     const gw = await startGateway(t, {
       redisUrl: redis.url, upstreamUrl: sim.url,
-      config: { upstream: { total_timeout_ms: 800 }, credit: { hold_margin_seconds: 0, reaper_interval_ms: 50 } },
+      config: { store: { command_timeout_ms: 300 }, upstream: { total_timeout_ms: 800 }, credit: { hold_margin_seconds: 0, reaper_interval_ms: 50 } },
     });
     const { key } = await gw.createKey({ account: 'raced', env: 'live' });
     const grant = 1_000_000;
@@ -119,7 +119,7 @@ if (redis) {
   });
 
   t.test('Redis stopped while the stream ends, restarted empty: the settle lands on the new server', async (t) => {
-    const gw = await startGateway(t, { redisUrl: redis.url, upstreamUrl: sim.url });
+    const gw = await startGateway(t, { redisUrl: redis.url, upstreamUrl: sim.url, config: { store: { command_timeout_ms: 300 } } }); // outage: fail fast
     const { key } = await gw.createKey({ account: 'restarted', env: 'live' });
     await gw.grant('restarted', 1_000_000);
 

@@ -184,7 +184,7 @@ t.test('the request log line names the key id and account, never the key', async
 t.test('Redis down: cached keys keep authenticating; lookups and admin writes fail fast with 503 store_unavailable', async (t) => {
   const redis = await startRedis(t, { restartable: true });
   if (!redis) return;
-  const gw = await startGateway(t, { redisUrl: redis.url, config: NO_LIMIT });
+  const gw = await startGateway(t, { redisUrl: redis.url, config: { ...NO_LIMIT, store: { command_timeout_ms: 300 } } }); // outage: fail fast
   const cached = await gw.createKey({ account: 'acme', env: 'live' });
   const uncached = await gw.createKey({ account: 'acme', env: 'test' });
   t.equal((await models(gw.url, gw.auth(cached.key))).status, 200);

@@ -63,7 +63,8 @@ function merge(a: Record<string, unknown>, b: Record<string, unknown>): Record<s
 export function testConfigDoc(upstreamUrl = 'http://127.0.0.1:9/v1'): Record<string, unknown> {
   return {
     server: { host: '127.0.0.1', port: 0, admin_host: '127.0.0.1', admin_port: 0, drain_seconds: 5 },
-    store: { command_timeout_ms: 300 },
+    // Long enough for a saturated CI box; outage tests ask for a short timeout themselves.
+    store: { command_timeout_ms: 2000 },
     upstream: { connect_timeout_ms: 1000, headers_timeout_ms: 5000, idle_timeout_ms: 5000, total_timeout_ms: 30000 },
     credit: { hold_margin_seconds: 5, reaper_interval_ms: 200 },
     models: [
