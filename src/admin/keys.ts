@@ -2,12 +2,11 @@
 import { GatewayError } from '../http/errors.ts';
 import { readJson } from '../http/body.ts';
 import { sendJson } from '../http/respond.ts';
-import { Issues, bool, forbidExtra, isObj, list, literal, query, rootObject, str, type Obj } from '../http/validate.ts';
+import { Issues, bool, forbidExtra, int, isObj, list, literal, query, rootObject, str, type Obj } from '../http/validate.ts';
 import type { Route } from '../http/router.ts';
 import type { RequestContext } from '../http/context.ts';
 import { publicKey, type KeyTable } from '../auth/key-table.ts';
 import { ACCOUNT_ID, SCOPES, type RateLimitOverride, type Scope } from '../store/types.ts';
-import { int } from '../http/validate.ts';
 
 const ACCOUNT_PATTERN = '^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$';
 const MAX_ADMIN_BODY = 64 * 1024;

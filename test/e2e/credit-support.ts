@@ -13,25 +13,14 @@ import type { Test } from 'tap';
 import { stringify } from 'yaml';
 import { ADMIN_TOKEN, testConfigDoc } from '../helpers/gateway.ts';
 import { freePort } from '../helpers/ports.ts';
+import type { LedgerEntry } from '../../src/store/types.ts';
 
 interface Teardown {
   teardown(fn: () => unknown): void;
 }
 
-export interface Entry {
-  id: string;
-  ts: string;
-  kind: 'grant' | 'debit' | 'hold_expired';
-  amount_micros: number;
-  request_id?: string;
-  key_id?: string;
-  model?: string;
-  prompt_tokens?: number;
-  completion_tokens?: number;
-  usage_source?: 'upstream' | 'estimated';
-  hold_micros?: number;
-  note?: string;
-}
+/** A ledger entry as the admin API returns it. */
+export type Entry = LedgerEntry;
 
 type Admin = (path: string) => Promise<{ status: number; body: any }>;
 
