@@ -7,6 +7,7 @@ import { readFile } from 'node:fs/promises';
 import { Cluster, Redis } from 'ioredis';
 import { GatewayError } from '../http/errors.ts';
 import * as K from './redis-keys.ts';
+import { createScriptPipe, luaScript, type LuaScript, type PipeTarget, type ScriptPipe } from './script-pipe.ts';
 import {
   decodeInvalidation, encodeInvalidation, type AccountState, type Invalidation, type KeyPatch, type KeyRecord, type LedgerEntry,
   type ShareRecord, type Store,
@@ -34,6 +35,8 @@ export interface RedisStoreOptions {
   clusterNodes?: readonly string[];
   commandTimeoutMs: number;
   onError?: (err: Error) => void;
+  /** Hold and settle through the script pipe on a single node (default); false keeps them on ioredis. */
+  scriptPipe?: boolean;
 }
 
 /** Builds the ioredis client the way NOTES §1 recommends for a hot path: fail fast, autopipeline. */
@@ -53,6 +56,18 @@ export function createRedisClient(o: RedisStoreOptions): Client {
 
 function unavailable(err: unknown): GatewayError {
   return new GatewayError('store_unavailable', 'The credit and key store is unavailable; try again shortly.', { cause: err });
+}
+
+/**
+ * The script pipe for a single-node client, connected exactly like it (same options); none for Cluster
+ * or Sentinel, which keep ioredis' routing.
+ */
+function pipeFor(redis: Client, commandTimeoutMs: number, onError: (e: Error) => void): ScriptPipe | undefined {
+  if (redis instanceof Cluster) return undefined;
+  const opts = redis.options as PipeTarget & { sentinels?: unknown[] | null };
+  if (opts.sentinels && opts.sentinels.length > 0) return undefined;
+  const { host, port, path, family, tls, username, password, db } = opts;
+  return createScriptPipe({ target: { host, port, path, family, tls, username, password, db }, commandTimeoutMs, onError });
 }
 
 /** Wraps a store call so any Redis failure becomes store_unavailable. */
@@ -92,11 +107,15 @@ export async function createRedisStore(o: RedisStoreOptions & { client?: Client 
   const onError = o.onError ?? (() => {});
   redis.on('error', onError);
   const scripts: Record<string, ScriptFn> = {};
+  const lua: Record<string, LuaScript> = {};
   for (const [name, [file, numberOfKeys]] of Object.entries(SCRIPTS)) {
-    const lua = await readFile(new URL(`./lua/${file}.lua`, import.meta.url), 'utf8');
-    redis.defineCommand(name, { numberOfKeys, lua });
+    lua[file] ??= luaScript(await readFile(new URL(`./lua/${file}.lua`, import.meta.url), 'utf8'));
+    redis.defineCommand(name, { numberOfKeys, lua: lua[file]!.lua });
     scripts[name] = (...args) => (redis as unknown as Record<string, ScriptFn>)[name]!(...args);
   }
+  // Single node: hold and settle, the two scripts of every live request, take the lean pipe (script-pipe.ts).
+  const pipe = o.scriptPipe === false ? undefined : pipeFor(redis, o.commandTimeoutMs, onError);
+  if (pipe) await pipe.ready.catch(onError);
   const sub: Client = redis instanceof Cluster ? redis.duplicate() : redis.duplicate();
   sub.on('error', onError);
   const handlers: ((m: Invalidation) => void)[] = [];
@@ -169,7 +188,9 @@ export async function createRedisStore(o: RedisStoreOptions & { client?: Client 
       const member = JSON.stringify([acct, requestId]);
       const keys = [K.balance(acct), K.holds(acct), K.settled(acct, requestId)];
       let reply: Promise<unknown>;
-      if (cluster) {
+      if (pipe) {
+        reply = pipe.run(lua.hold!, [...keys, K.HOLD_INDEX], [requestId, amount, expiresAt, member]);
+      } else if (cluster) {
         // Indexed first, in the same pipeline flush as the script: one round trip, and a process that dies
         // after the hold always leaves it findable by the reaper. An index entry without a hold is harmless.
         redis.zadd(K.HOLD_INDEX, expiresAt, member).catch(onError);
@@ -184,7 +205,8 @@ export async function createRedisStore(o: RedisStoreOptions & { client?: Client 
       const member = JSON.stringify([i.account, i.requestId]);
       const keys = [K.balance(i.account), K.holds(i.account), K.ledger(i.account), K.settled(i.account, i.requestId)];
       const args = [i.requestId, i.costMicros, i.ts, i.keyId, i.model, i.promptTokens, i.completionTokens, i.usageSource, SETTLED_TTL_SECONDS, member];
-      const [entryId, replayed, bal, held] = await (cluster ? s.tgSettle(...keys, ...args) : s.tgSettleIndexed(...keys, K.HOLD_INDEX, ...args)) as [string, number, number, number];
+      const [entryId, replayed, bal, held] = await (pipe ? pipe.run(lua.settle!, [...keys, K.HOLD_INDEX], args)
+        : cluster ? s.tgSettle(...keys, ...args) : s.tgSettleIndexed(...keys, K.HOLD_INDEX, ...args)) as [string, number, number, number];
       if (cluster) redis.zrem(K.HOLD_INDEX, member).catch(onError);
       return { entry_id: entryId, replayed: replayed === 1, balance_micros: bal, held_micros: held };
     })()),
@@ -219,13 +241,15 @@ export async function createRedisStore(o: RedisStoreOptions & { client?: Client 
 
     async ping() {
       try {
-        return (await redis.ping()) === 'PONG';
+        // Ready means a live request can be served: the pipe carries its hold and settle.
+        return (await redis.ping()) === 'PONG' && (!pipe || pipe.connected);
       } catch {
         return false;
       }
     },
     async close() {
       handlers.length = 0;
+      pipe?.close();
       await Promise.allSettled([sub.quit(), redis.quit()]);
       sub.disconnect();
       redis.disconnect();

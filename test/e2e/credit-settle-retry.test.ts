@@ -4,9 +4,9 @@
 //
 // Two outages, because they test different things:
 //  - CLIENT PAUSE (data kept): the honest one. Redis stops answering for 2 s but loses nothing, so the
-//    debit must land on the real account with its hold released. Each timed-out attempt is still queued
-//    in Redis and runs when the pause ends, so the settle script executes several times for one request:
-//    the ledger must still show one debit.
+//    debit must land on the real account with its hold released. A timed-out attempt may still run when
+//    the pause ends (if Redis read it before its connection was dropped): the ledger must still show one
+//    debit.
 //  - stop()/start() (the fixture's redis-server restarts EMPTY): the hold and the balance are gone with
 //    the data, so only "the debit lands on the server that came back" is meaningful; the balance is then
 //    −cost, which is what a ledger replayed on an empty store must say.
@@ -61,7 +61,9 @@ if (redis) {
     const landed = await waitUntil(() => logged(gw.logs, 'settle landed after retries').find((l) => l.request_id === id), 2000, 'the landed log line');
     t.ok(Number(landed.attempts) >= 2, `it landed on attempt ${String(landed.attempts)}`);
     const runs = (await scriptRuns(redis.client)) - runsBefore;
-    t.ok(runs >= Number(landed.attempts), `the settle script ran ${runs} times in Redis for this one request (timed-out attempts ran when the pause ended)`);
+    // The script pipe drops a connection whose command timed out, and Redis discards what a closed
+    // client left unread, so a timed-out attempt usually never runs; one that does is a replay (below).
+    t.ok(runs >= 1 && runs <= Number(landed.attempts), `the settle script ran ${runs} time(s) in Redis for ${String(landed.attempts)} attempts`);
     t.comment(`settle landed on attempt ${String(landed.attempts)}; Redis ran the settle script ${runs} times`);
 
     t.equal(entry.usage_source, 'upstream');

@@ -227,13 +227,20 @@ t.test('AUTH: password, user and password, wrong password, none', async (t) => {
   // A long command timeout: a rejection well before it is the handshake failing, not the watchdog.
   const errors: Error[] = [];
   const wrong = openPipe(t, { target: { host, port: server.port, password: 'wrong' }, commandTimeoutMs: 10_000, onError: (e) => errors.push(e) });
-  await wrong.ready;
+  const readyErr = await wrong.ready.then(() => undefined, (e: unknown) => e as Error);
+  t.match(readyErr?.message, /handshake failed: WRONGPASS/, 'with a wrong password `ready` rejects with the handshake failure');
+  t.ok(readyErr instanceof PipeError, 'as a PipeError');
+  t.ok(errors.some((e) => /handshake failed: WRONGPASS/.test(e.message)), 'and onError hears of it (the store logs it)');
   const { err, ms } = await rejection(wrong.run(ECHO, ['k'], [1]));
-  t.match(err.message, /handshake failed: WRONGPASS/, 'with a wrong password the call rejects with the handshake failure');
-  t.ok(err instanceof PipeError, 'as a PipeError');
+  t.match(err.message, /handshake failed|not connected/, 'a call rejects (handshake failure, or refused between attempts)');
   t.ok(ms < 1000, `and at once, not after the command timeout (${ms.toFixed(0)} ms)`);
-  const later = await rejection(wrong.run(ECHO, ['k'], [1]));
-  t.ok(later.ms < 1000, 'a later call rejects too, without hanging');
+  // A failed handshake does not count as a good connection: the retries back off (50 ms doubling to
+  // 500 ms) instead of reconnecting every 50 ms.
+  const connections = async () => Number(/total_connections_received:(\d+)/.exec(String(await admin.call('INFO', 'stats')))![1]);
+  const before = await connections();
+  await new Promise((r) => setTimeout(r, 2000));
+  const attempts = (await connections()) - before;
+  t.ok(attempts >= 2 && attempts <= 8, `the pipe keeps retrying, backing off: ${attempts} connections in 2 s (every 50 ms would be ~40)`);
 
   const none = openPipe(t, { target: { host, port: server.port }, commandTimeoutMs: 10_000 });
   await none.ready;
@@ -339,6 +346,14 @@ async function inChild(t: Test, body: string, boundMs: number): Promise<{ code: 
   if (code !== 0) t.comment(`child stderr: ${stderr}`);
   return { code, stdout };
 }
+
+t.test('close() before the connection opened: ready rejects instead of hanging', async (t) => {
+  const port = await freePort();
+  const pipe = createScriptPipe({ target: { host: '127.0.0.1', port }, commandTimeoutMs: 2000 });
+  pipe.close();
+  const err = await pipe.ready.then(() => undefined, (e: unknown) => e as Error);
+  t.match(err?.message, /closed/, '`ready` rejects with the close');
+});
 
 t.test('close(): nothing the pipe made keeps the process alive', async (t) => {
   const redis = await startRedis(t);

@@ -1,0 +1,250 @@
+/**
+ * The credit scripts' own Redis connection (single node only): every live request runs two scripts,
+ * hold and settle, and on ioredis each cost ~14 µs of gateway CPU (Command + Script + autopipeline
+ * Pipeline objects, a timer per command, promise chains), a quarter of the live path's CPU. This pipe
+ * does the same with one string per command, one write per event-loop turn, one reply reader and one
+ * timer for the whole connection (`bench/micro/redis-client.bench.ts` compares both). Everything else
+ * (admin, keys, shares, limits, pub/sub, Cluster) stays on ioredis.
+ *
+ * Semantics, kept equal to the ioredis client it stands beside:
+ * - fail fast: while disconnected a call rejects at once (503 upstream of here), and the pipe
+ *   reconnects in the background (50 ms doubling to 500 ms); `ping()` of the store is false meanwhile;
+ * - a command unanswered after `commandTimeoutMs` fails; replies come in order, so every command
+ *   behind it is stuck too: the connection is dropped (all in flight fail) and a new one is made.
+ *   A failed command may still have run: callers treat it like an ioredis timeout (holds are
+ *   settled at 0, settles retried; both scripts are idempotent);
+ * - EVALSHA, and on NOSCRIPT (Redis restarted or flushed) the same call once as EVAL, which also
+ *   caches the script again;
+ * - the connection settings (host/port or socket path, TLS, user, password, db) are the ioredis
+ *   client's own options, so both reach the same server and database.
+ */
+import { createHash } from 'node:crypto';
+import { connect as netConnect, type Socket } from 'node:net';
+import { connect as tlsConnect, type ConnectionOptions } from 'node:tls';
+import { encodeCommand, RespReader, type Reply } from './resp-reader.ts';
+
+export interface LuaScript {
+  readonly lua: string;
+  readonly sha: string;
+}
+
+export function luaScript(lua: string): LuaScript {
+  return { lua, sha: createHash('sha1').update(lua).digest('hex') };
+}
+
+/** The subset of ioredis' options the pipe connects with. */
+export interface PipeTarget {
+  host?: string | undefined;
+  port?: number | undefined;
+  path?: string | undefined;
+  family?: number | undefined;
+  tls?: ConnectionOptions | undefined;
+  username?: string | undefined;
+  password?: string | undefined;
+  db?: number | undefined;
+}
+
+export interface ScriptPipeOptions {
+  target: PipeTarget;
+  commandTimeoutMs: number;
+  onError?: (err: Error) => void;
+}
+
+export interface ScriptPipe {
+  /** Runs the script; rejects on any Redis error, a timeout, or while disconnected. */
+  run(script: LuaScript, keys: readonly string[], args: readonly (string | number)[]): Promise<Reply>;
+  /** Resolves once connected and authenticated (rejects on the first failed attempt; retries continue). */
+  readonly ready: Promise<void>;
+  /** Connected now (a call would be sent, not refused). */
+  readonly connected: boolean;
+  close(): void;
+}
+
+interface Waiter {
+  resolve(r: Reply): void;
+  reject(e: Error): void;
+  /** When the command was queued (ms, monotonic). */
+  at: number;
+}
+
+const FIRST_RECONNECT_MS = 50;
+const MAX_RECONNECT_MS = 500;
+const CONNECT_TIMEOUT_MS = 10_000;
+
+export class PipeError extends Error {
+  override name = 'PipeError';
+}
+
+export function createScriptPipe(o: ScriptPipeOptions): ScriptPipe {
+  const onError = o.onError ?? (() => {});
+  let socket: Socket | undefined;
+  let connected = false;
+  let closed = false;
+  let backoff = FIRST_RECONNECT_MS;
+  let reconnectTimer: NodeJS.Timeout | undefined;
+  /** In-flight commands, oldest first (Redis answers in order). */
+  let waiting: Waiter[] = [];
+  /** Prelude replies (AUTH, SELECT) still to come on the current connection: not the callers'. */
+  let prelude = 0;
+  let out: string[] = [];
+  let flushScheduled = false;
+
+  const reader = new RespReader((r) => {
+    if (prelude > 0) {
+      prelude--;
+      if (r instanceof Error) {
+        const err = new PipeError(`redis handshake failed: ${r.message}`);
+        onError(err);
+        settleFirst(err);
+        drop(err);
+      } else if (prelude === 0) handshaken();
+      return;
+    }
+    const w = waiting.shift();
+    if (!w) return drop(new PipeError('redis sent a reply nobody asked for'));
+    if (r instanceof Error) w.reject(r);
+    else w.resolve(r);
+  });
+
+  function flush(): void {
+    flushScheduled = false;
+    if (!socket || out.length === 0) return;
+    socket.write(out.length === 1 ? out[0]! : out.join(''));
+    out = [];
+  }
+
+  /** Ends the current connection: everything in flight fails; a new connection follows. */
+  function drop(err: Error): void {
+    const s = socket;
+    socket = undefined;
+    connected = false;
+    prelude = 0;
+    out = [];
+    reader.reset();
+    const failed = waiting;
+    waiting = [];
+    for (const w of failed) w.reject(err);
+    if (s) {
+      s.removeAllListeners();
+      s.on('error', () => {});
+      s.destroy();
+    }
+    if (!closed) scheduleReconnect();
+  }
+
+  function scheduleReconnect(): void {
+    if (reconnectTimer) return;
+    reconnectTimer = setTimeout(() => {
+      reconnectTimer = undefined;
+      open();
+    }, backoff);
+    reconnectTimer.unref();
+    backoff = Math.min(backoff * 2, MAX_RECONNECT_MS);
+  }
+
+  let firstAttempt: { resolve(): void; reject(e: Error): void } | undefined;
+  const ready = new Promise<void>((resolve, reject) => (firstAttempt = { resolve, reject }));
+  ready.catch(() => {});
+  /** Settles `ready` once: resolved by the first good handshake, rejected by the first failure. */
+  function settleFirst(err?: Error): void {
+    if (err) firstAttempt?.reject(err);
+    else firstAttempt?.resolve();
+    firstAttempt = undefined;
+  }
+  /** The handshake succeeded: the connection counts as good (backoff restarts from its minimum). */
+  function handshaken(): void {
+    backoff = FIRST_RECONNECT_MS;
+    settleFirst();
+  }
+
+  function open(): void {
+    const t = o.target;
+    const s: Socket = t.tls
+      ? tlsConnect({ ...t.tls, ...(t.path ? { path: t.path } : { host: t.host ?? 'localhost', port: t.port ?? 6379 }) })
+      : t.path ? netConnect(t.path) : netConnect({ host: t.host ?? 'localhost', port: t.port ?? 6379, ...(t.family ? { family: t.family } : {}) });
+    socket = s;
+    s.setNoDelay(true);
+    // A host that never answers (dropped SYNs) would otherwise hold the attempt for the OS's ~2 min.
+    s.setTimeout(CONNECT_TIMEOUT_MS, () => s.destroy(new PipeError(`redis connect timed out after ${CONNECT_TIMEOUT_MS} ms`)));
+    s.on(t.tls ? 'secureConnect' : 'connect', () => {
+      if (socket !== s) return;
+      s.setTimeout(0);
+      connected = true;
+      // Handshake commands go first on the wire; the server answers them before anything queued behind.
+      let hello = '';
+      if (t.password) {
+        hello += encodeCommand(t.username ? ['AUTH', t.username, t.password] : ['AUTH', t.password]);
+        prelude++;
+      }
+      if (t.db) {
+        hello += encodeCommand(['SELECT', t.db]);
+        prelude++;
+      }
+      if (hello) s.write(hello);
+      else handshaken();
+    });
+    s.on('data', (chunk: Buffer) => {
+      try {
+        reader.feed(chunk);
+      } catch (err) {
+        drop(err as Error);
+      }
+    });
+    s.on('error', (err) => {
+      onError(err);
+      settleFirst(err);
+      if (socket === s) drop(err);
+    });
+    s.on('close', () => {
+      if (socket === s) drop(new PipeError('redis connection closed'));
+    });
+  }
+
+  // One timer for the connection: the oldest command in flight decides.
+  const watchdog = setInterval(() => {
+    const oldest = waiting[0];
+    if (oldest && performance.now() - oldest.at > o.commandTimeoutMs) {
+      const err = new PipeError(`redis command timed out after ${o.commandTimeoutMs} ms`);
+      onError(err);
+      drop(err);
+    }
+  }, Math.max(5, Math.min(100, Math.floor(o.commandTimeoutMs / 5))));
+  watchdog.unref();
+
+  function send(args: readonly (string | number)[]): Promise<Reply> {
+    if (!connected || !socket) return Promise.reject(new PipeError('redis not connected'));
+    out.push(encodeCommand(args));
+    if (!flushScheduled) {
+      flushScheduled = true;
+      // setImmediate, not nextTick: commands queued by every I/O callback of this loop turn share one write.
+      setImmediate(flush);
+    }
+    return new Promise<Reply>((resolve, reject) => waiting.push({ resolve, reject, at: performance.now() }));
+  }
+
+  open();
+
+  return {
+    ready,
+    get connected() {
+      return connected;
+    },
+    async run(script, keys, args) {
+      try {
+        return await send(['EVALSHA', script.sha, keys.length, ...keys, ...args]);
+      } catch (err) {
+        if (!(err instanceof Error) || !err.message.startsWith('NOSCRIPT')) throw err;
+        // Not run (the server does not know the script): send the body once, which caches it again.
+        return send(['EVAL', script.lua, keys.length, ...keys, ...args]);
+      }
+    },
+    close() {
+      closed = true;
+      clearInterval(watchdog);
+      if (reconnectTimer) clearTimeout(reconnectTimer);
+      const err = new PipeError('redis pipe closed');
+      settleFirst(err);
+      drop(err);
+    },
+  };
+}
