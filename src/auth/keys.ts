@@ -3,7 +3,7 @@
  * (≈ 187 bits), stored only as its SHA-256. The full key exists in memory only while it is created
  * and while a request is authenticated; nothing here logs or stores it.
  */
-import { createHash } from 'node:crypto';
+import { hash } from 'node:crypto';
 import { randomBase58 } from '../http/base58.ts';
 import type { KeyEnv } from '../store/types.ts';
 
@@ -21,7 +21,8 @@ export function generateKeyId(): string {
 
 /** SHA-256 hex of the full key: the only form in which a key is stored or used as a cache key. */
 export function hashKey(key: string): string {
-  return createHash('sha256').update(key).digest('hex');
+  // One-shot crypto.hash: no Hash object per request (authentication runs on every call).
+  return hash('sha256', key, 'hex');
 }
 
 /** True when the string has the shape of a Tollgate key (no lookup needed to refuse it otherwise). */

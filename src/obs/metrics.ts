@@ -12,6 +12,24 @@ const UPSTREAM_BUCKETS = [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10,
 
 export type Metrics = ReturnType<typeof createMetrics>;
 
+/**
+ * Pre-bound children for the hot path: `bound(m)` returns `(…labelValues) => child`, each child made once
+ * by prom-client's `labels()` (which hashes and validates the labels) and reused, so a request's
+ * inc/observe is a Map lookup and an add. Label values are bounded (routes, models, statuses, envs).
+ */
+export function bound<C>(metric: { labels(...values: string[]): C }): (...values: (string | number)[]) => C {
+  const children = new Map<string, C>();
+  return (...values) => {
+    const id = values.length === 1 ? String(values[0]) : values.join('\u0001');
+    let c = children.get(id);
+    if (c === undefined) {
+      c = metric.labels(...values.map(String));
+      children.set(id, c);
+    }
+    return c;
+  };
+}
+
 /** Creates the registry and every metric; `defaults` adds process metrics (off in most tests). */
 export function createMetrics(opts: { defaults?: boolean } = {}) {
   const registry = new Registry();

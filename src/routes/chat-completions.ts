@@ -20,7 +20,7 @@ import type { UpstreamCall } from '../upstream/call.ts';
 import type { Upstreams } from '../upstream/pool.ts';
 import { relayJson, relaySse, type RelayOutcome } from '../meter/relay.ts';
 import type { Tokenizer } from '../meter/tokenizer.ts';
-import type { Metrics } from '../obs/metrics.ts';
+import { bound, type Metrics } from '../obs/metrics.ts';
 import type { UsageSource } from '../store/types.ts';
 import { validateChatBody, type ChatBody } from './chat-validate.ts';
 
@@ -57,6 +57,10 @@ export function chatRoutes(d: ChatDeps): Route[] {
   const models = new Map(d.config.models.map((m) => [m.name, m]));
   const up = d.config.upstream;
   const holdTtlMs = up.totalTimeoutMs + d.config.credit.holdMarginSeconds * 1000;
+  // Metric children bound once (labels: model / model, kind, source).
+  const ttfb = bound(d.metrics.upstreamTtfb);
+  const tokens = bound(d.metrics.tokens);
+  const debited = bound(d.metrics.creditDebited);
 
   /** What to bill (SPEC §1.2): upstream usage when reported, else the tokenizer over what was produced. */
   async function bill(body: ChatBody, rawLength: number, answered: boolean, outcome: RelayOutcome | undefined): Promise<Billed> {
@@ -158,7 +162,7 @@ export function chatRoutes(d: ChatDeps): Route[] {
       if (signal.aborted) throw new ClientGoneError();
       ctx.log.upstream = answered.call.upstream.label;
       ctx.log.upstream_status = answered.status;
-      d.metrics.upstreamTtfb.observe({ model: model.name }, Number(answered.waitedNs) / 1e9);
+      ttfb(model.name).observe(Number(answered.waitedNs) / 1e9);
       outcome = await respond(ctx, answered, body);
       if (outcome?.end === 'upstream_failed') {
         // A stream that broke after its first byte counts toward ejecting its upstream too.
@@ -175,10 +179,10 @@ export function chatRoutes(d: ChatDeps): Route[] {
       const cost = costMicros(model.price, b.promptTokens, b.completionTokens);
       admission.settle(b.promptTokens + b.completionTokens);
       Object.assign(ctx.log, { prompt_tokens: b.promptTokens, completion_tokens: b.completionTokens, usage_source: b.source, cost_micros: cost, relay_end: outcome?.end ?? (gone() ? 'client_gone' : 'none') });
-      if (b.promptTokens > 0) d.metrics.tokens.inc({ model: model.name, kind: 'prompt', source: b.source }, b.promptTokens);
-      if (b.completionTokens > 0) d.metrics.tokens.inc({ model: model.name, kind: 'completion', source: b.source }, b.completionTokens);
+      if (b.promptTokens > 0) tokens(model.name, 'prompt', b.source).inc(b.promptTokens);
+      if (b.completionTokens > 0) tokens(model.name, 'completion', b.source).inc(b.completionTokens);
       if (live) {
-        if (cost > 0) d.metrics.creditDebited.inc({ model: model.name }, cost);
+        if (cost > 0) debited(model.name).inc(cost);
         settle(b, cost);
       }
       // Arrival → upstream call, plus chunk handling, plus settling; upstream waiting excluded.
