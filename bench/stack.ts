@@ -12,6 +12,8 @@ import { execFileSync } from 'node:child_process';
 import { answers, freePort, start, type Proc } from './procs.ts';
 
 export const MODEL = 'bench-model';
+/** The gateway's node flags in production (Dockerfile NODE_OPTIONS, `npm start`); later flags override. */
+export const PRODUCTION_NODE_ARGS = ['--max-old-space-size=256'];
 
 /** Where each target is reached and how it authenticates. */
 export interface Target {
@@ -111,7 +113,7 @@ export async function startStack(o: StackOptions = {}): Promise<Stack> {
     if (redisUrl) env.REDIS_URL = redisUrl;
     else delete env.NODE_ENV; // production refuses the embedded store
     const adminUrl = `http://127.0.0.1:${adminPort}`;
-    const gateway = await start('gateway', process.execPath, [...(o.gatewayNodeArgs ?? []), 'src/main.ts'], {
+    const gateway = await start('gateway', process.execPath, [...PRODUCTION_NODE_ARGS, ...(o.gatewayNodeArgs ?? []), 'src/main.ts'], {
       env, ...(o.ref && { cwd: exportRef(o.ref, dir) }), logFile: join(dir, 'gateway.stderr.log'), ready: () => answers(`${adminUrl}/readyz`), timeoutMs: 20_000,
     });
     procs.push(gateway);

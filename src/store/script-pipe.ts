@@ -1,7 +1,8 @@
 /**
  * The credit scripts' own Redis connection (single node only): every live request runs two scripts,
- * hold and settle, and on ioredis each cost ~14 µs of gateway CPU (Command + Script + autopipeline
- * Pipeline objects, a timer per command, promise chains), a quarter of the live path's CPU. This pipe
+ * hold and settle, and on ioredis the pair costs 21–24 µs of client CPU (Command + Script + autopipeline
+ * Pipeline objects, a timer per command, promise chains) against 12 µs here; under load the live key's
+ * gateway CPU went from 208 to 186 µs per request with this pipe alone. This pipe
  * does the same with one string per command, one write per event-loop turn, one reply reader and one
  * timer for the whole connection (`bench/micro/redis-client.bench.ts` compares both). Everything else
  * (admin, keys, shares, limits, pub/sub, Cluster) stays on ioredis.
