@@ -14,7 +14,12 @@ export interface Credit {
   hold(account: string, requestId: string, amountMicros: number, expiresAtMs: number): Promise<void>;
   /** Settles now, or keeps retrying in the background; resolves with the result once it landed. */
   settle(input: SettleInput): Promise<SettleResult | undefined>;
-  /** Settles still being retried. */
+  /**
+   * Marks a settle still to come (a hold was taken; billing may first await the tokenizer): drain()
+   * waits for it too. Call the returned function once the settle was handed to settle(), or given up.
+   */
+  expect(): () => void;
+  /** Settles (and expected settles) not yet landed. */
   readonly pending: number;
   /** Waits (up to the deadline) for pending settles. */
   drain(deadlineMs: number): Promise<void>;
@@ -58,14 +63,26 @@ export function createCredit(d: { store: Store; logger: Logger }): Credit {
       void p.finally(() => inFlight.delete(p));
       return p;
     },
+    expect() {
+      let done!: () => void;
+      const p = new Promise<void>((r) => (done = r));
+      inFlight.add(p);
+      void p.finally(() => inFlight.delete(p));
+      return done;
+    },
     get pending() {
       return inFlight.size;
     },
     async drain(deadlineMs) {
-      if (inFlight.size === 0) return;
-      let timer: NodeJS.Timeout | undefined;
-      await Promise.race([Promise.allSettled([...inFlight]), new Promise((r) => (timer = setTimeout(r, deadlineMs)))]);
-      clearTimeout(timer);
+      // Rounds: an expected settle resolves when its settle starts, which is then waited for in turn.
+      const deadline = Date.now() + deadlineMs;
+      while (inFlight.size > 0 && Date.now() < deadline) {
+        let timer: NodeJS.Timeout | undefined;
+        const late = new Promise<boolean>((r) => (timer = setTimeout(r, deadline - Date.now(), true)));
+        const timedOut = await Promise.race([Promise.allSettled([...inFlight]).then(() => false), late]);
+        clearTimeout(timer);
+        if (timedOut) break;
+      }
       if (inFlight.size > 0) d.logger.error({ pending: inFlight.size }, 'shutdown with settles still pending: their holds will be reaped and the ledger must be reconciled from these logs');
     },
   };

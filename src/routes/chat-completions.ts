@@ -144,6 +144,8 @@ export function chatRoutes(d: ChatDeps): Route[] {
       }
       ctx.log.hold_micros = hold;
     }
+    // Shutdown waits for this request's settle even while billing still awaits the tokenizer.
+    const settleStarted = live ? d.credit.expect() : undefined;
 
     // From here on, whatever happens, the request is settled exactly once.
     const gone = () => !ctx.res.writableFinished && ctx.res.destroyed;
@@ -184,6 +186,7 @@ export function chatRoutes(d: ChatDeps): Route[] {
       if (live) {
         if (cost > 0) debited(model.name).inc(cost);
         settle(b, cost);
+        settleStarted?.(); // the settle itself is tracked from here on
       }
       // Arrival → upstream call, plus chunk handling, plus settling; upstream waiting excluded.
       ctx.overheadNs = (t0 - ctx.start) + (outcome?.chunkNs ?? 0n) + (process.hrtime.bigint() - t1);
