@@ -49,7 +49,7 @@ if (redis) {
     await sub.psubscribe('*');
     t.teardown(() => sub.disconnect());
 
-    const gw = await startGateway(t, { redisUrl: redis.url, config: { auth: { failed_per_minute: 100_000 }, store: { command_timeout_ms: 2000 } } });
+    const gw = await startGateway(t, { redisUrl: redis.url, config: { auth: { failed_per_minute: 100_000 } } });
     const responses: { path: string; text: string }[] = [];
     const adminCall = async (path: string, method = 'GET', body?: unknown) => {
       const res = await fetch(gw.adminUrl + path, {

@@ -1,8 +1,21 @@
 // Shared pieces of the rate-limit e2e tests (test/e2e/limits-*.test.ts): chat and models calls that
 // return status, headers and body; OpenAI's duration format parsed back to ms; a metric read from the
-// admin /metrics text; the request log lines of a gateway; polling with a deadline.
+// admin /metrics text; the request log lines of a gateway; polling with a deadline; the usual stack.
 import { setTimeout as sleep } from 'node:timers/promises';
-import type { TestGateway } from '../helpers/gateway.ts';
+import type { Test } from 'tap';
+import { startGateway, type TestGateway } from '../helpers/gateway.ts';
+import { startRedis, type RedisFixture } from '../helpers/redis.ts';
+import { startSimulator, type Simulator } from '../../src/simulator/simulator.ts';
+
+/** A real Redis, the simulator and one gateway with these `rate_limits`; null when Redis is missing. */
+export async function startLimitsStack(t: Test, rateLimits: Record<string, unknown>): Promise<{ redis: RedisFixture; sim: Simulator; gw: TestGateway } | null> {
+  const redis = await startRedis(t);
+  if (!redis) return null;
+  const sim = await startSimulator();
+  t.teardown(() => sim.close());
+  const gw = await startGateway(t, { redisUrl: redis.url, upstreamUrl: sim.url, config: { rate_limits: rateLimits } });
+  return { redis, sim, gw };
+}
 
 export interface Reply {
   status: number;

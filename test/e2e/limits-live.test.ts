@@ -7,17 +7,14 @@ import { startGateway } from '../helpers/gateway.ts';
 import { startSimulator } from '../../src/simulator/simulator.ts';
 import { chat, metric, models, rateHeaders, until } from './limits-fixture.ts';
 
-// The harness's 300 ms store timeout turns a loaded CI box into 503s on admin writes; these tests need no outage.
-const STORE_TIMEOUT_MS = 2000;
-
 const redis = await startRedis(t);
 if (redis) {
   const sim = await startSimulator();
   t.teardown(() => sim.close());
   const base = { window_seconds: 20, test: { requests_per_minute: 3, tokens_per_minute: 5000 } };
   // No `live` section: live keys are unlimited unless overridden.
-  const gw = await startGateway(t, { redisUrl: redis.url, upstreamUrl: sim.url, config: { store: { command_timeout_ms: STORE_TIMEOUT_MS }, rate_limits: base } });
-  const gw2 = await startGateway(t, { redisUrl: redis.url, upstreamUrl: sim.url, config: { store: { command_timeout_ms: STORE_TIMEOUT_MS }, rate_limits: base } });
+  const gw = await startGateway(t, { redisUrl: redis.url, upstreamUrl: sim.url, config: { rate_limits: base } });
+  const gw2 = await startGateway(t, { redisUrl: redis.url, upstreamUrl: sim.url, config: { rate_limits: base } });
 
   t.test('a live key without limits is never limited and gets no x-ratelimit headers', async (t) => {
     const { key, id } = await gw.createKey({ account: 'bigco', env: 'live' });
@@ -58,7 +55,7 @@ if (redis) {
   t.test('config rate_limits.live applies to live keys; an override replaces one dimension', async (t) => {
     const gwLive = await startGateway(t, {
       redisUrl: redis.url, upstreamUrl: sim.url,
-      config: { store: { command_timeout_ms: STORE_TIMEOUT_MS }, rate_limits: { ...base, live: { requests_per_minute: 2, tokens_per_minute: 2000 } } },
+      config: { rate_limits: { ...base, live: { requests_per_minute: 2, tokens_per_minute: 2000 } } },
     });
     const { key } = await gwLive.createKey({ account: 'bigco', env: 'live' });
     const a = await chat(gwLive, key);

@@ -2,23 +2,12 @@
 // x-ratelimit-* headers, N+1.. get 429 rate_limit_exceeded with retry-after(-ms), the window frees them.
 import t from 'tap';
 import { setTimeout as sleep } from 'node:timers/promises';
-import { startRedis } from '../helpers/redis.ts';
-import { startGateway } from '../helpers/gateway.ts';
-import { startSimulator } from '../../src/simulator/simulator.ts';
-import { RATE_HEADERS, chat, chatBody, metric, models, parseDuration, rateHeaders, requestLogs } from './limits-fixture.ts';
-
-// The harness's 300 ms store timeout turns a loaded CI box into 503s on admin writes; these tests need no outage.
-const STORE_TIMEOUT_MS = 2000;
+import { RATE_HEADERS, chat, chatBody, metric, models, parseDuration, rateHeaders, requestLogs, startLimitsStack } from './limits-fixture.ts';
 
 const WINDOW_MS = 3000;
-const redis = await startRedis(t);
-if (redis) {
-  const sim = await startSimulator();
-  t.teardown(() => sim.close());
-  const gw = await startGateway(t, {
-    redisUrl: redis.url, upstreamUrl: sim.url,
-    config: { store: { command_timeout_ms: STORE_TIMEOUT_MS }, rate_limits: { window_seconds: WINDOW_MS / 1000, test: { requests_per_minute: 3, tokens_per_minute: 5000 } } },
-  });
+const stack = await startLimitsStack(t, { window_seconds: WINDOW_MS / 1000, test: { requests_per_minute: 3, tokens_per_minute: 5000 } });
+if (stack) {
+  const { redis, sim, gw } = stack;
 
   t.test('N requests pass with headers (chat and models); N+1.. get 429 with the OpenAI envelope; the window frees them', async (t) => {
     const { key, id } = await gw.createKey({ account: 'acme', env: 'test' });

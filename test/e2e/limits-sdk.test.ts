@@ -4,23 +4,12 @@
 // simulator's records and the gateway's request log lines.
 import t from 'tap';
 import OpenAI from 'openai';
-import { startRedis } from '../helpers/redis.ts';
-import { startGateway } from '../helpers/gateway.ts';
-import { startSimulator } from '../../src/simulator/simulator.ts';
-import { requestLogs } from './limits-fixture.ts';
-
-// The harness's 300 ms store timeout turns a loaded CI box into 503s on admin writes; these tests need no outage.
-const STORE_TIMEOUT_MS = 2000;
+import { requestLogs, startLimitsStack } from './limits-fixture.ts';
 
 const WINDOW_MS = 3000;
-const redis = await startRedis(t);
-if (redis) {
-  const sim = await startSimulator();
-  t.teardown(() => sim.close());
-  const gw = await startGateway(t, {
-    redisUrl: redis.url, upstreamUrl: sim.url,
-    config: { store: { command_timeout_ms: STORE_TIMEOUT_MS }, rate_limits: { window_seconds: WINDOW_MS / 1000, test: { requests_per_minute: 1, tokens_per_minute: 100_000 } } },
-  });
+const stack = await startLimitsStack(t, { window_seconds: WINDOW_MS / 1000, test: { requests_per_minute: 1, tokens_per_minute: 100_000 } });
+if (stack) {
+  const { sim, gw } = stack;
 
   t.test('maxRetries: 2 retries once, after retry-after-ms, and succeeds', async (t) => {
     const { key, id } = await gw.createKey({ account: 'acme', env: 'test' });

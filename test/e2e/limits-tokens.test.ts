@@ -3,24 +3,14 @@
 // counted), and corrected to the real usage at settle. Expected numbers come from the estimator the
 // gateway uses and from the usage the simulator reports.
 import t from 'tap';
-import { startRedis } from '../helpers/redis.ts';
 import { startGateway } from '../helpers/gateway.ts';
-import { startSimulator } from '../../src/simulator/simulator.ts';
 import { estimatePromptTokens } from '../../src/credit/hold-estimate.ts';
-import { chat, chatBody, metric, models, requestLogs, until } from './limits-fixture.ts';
-
-// The harness's 300 ms store timeout turns a loaded CI box into 503s on admin writes; these tests need no outage.
-const STORE_TIMEOUT_MS = 2000;
+import { chat, chatBody, metric, models, requestLogs, until, startLimitsStack } from './limits-fixture.ts';
 
 const TPM = 1000;
-const redis = await startRedis(t);
-if (redis) {
-  const sim = await startSimulator();
-  t.teardown(() => sim.close());
-  const gw = await startGateway(t, {
-    redisUrl: redis.url, upstreamUrl: sim.url,
-    config: { store: { command_timeout_ms: STORE_TIMEOUT_MS }, rate_limits: { window_seconds: 20, test: { requests_per_minute: 100, tokens_per_minute: TPM } } },
-  });
+const stack = await startLimitsStack(t, { window_seconds: 20, test: { requests_per_minute: 100, tokens_per_minute: TPM } });
+if (stack) {
+  const { redis, sim, gw } = stack;
   const estimate = (body: Record<string, unknown>) => estimatePromptTokens(body as { messages: unknown }, Buffer.byteLength(JSON.stringify(body))) + (body.max_tokens as number);
   const tokens = async (id: string) => Number((await redis.client.get(`tg:rl:tok:${id}`)) ?? 0);
   const settled = (id: string, want: number) => until(`tg:rl:tok:${id} = ${want}`, async () => ((await tokens(id)) === want ? true : undefined));
@@ -131,7 +121,7 @@ if (redis) {
 
     const gwNoTok = await startGateway(t, {
       redisUrl: redis.url, upstreamUrl: sim.url,
-      config: { store: { command_timeout_ms: STORE_TIMEOUT_MS }, rate_limits: { window_seconds: 20, test: { requests_per_minute: 100 } } },
+      config: { rate_limits: { window_seconds: 20, test: { requests_per_minute: 100 } } },
     });
     const { key: k2 } = await gwNoTok.createKey({ account: 'acme', env: 'test' });
     const c = await chat(gwNoTok, k2);

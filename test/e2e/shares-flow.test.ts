@@ -29,8 +29,8 @@ function openAiError(t: Test, body: any, code: string) {
   t.type(body.error.message, 'string');
 }
 
-// The helper's 300 ms Redis command timeout fails whole files when a shared CI box is saturated (load
-// average 14 on 2 cores seen here); these tests are about shares, not about timeouts.
+// Above the helper's 2 s Redis command timeout: a saturated shared CI box (load average 14 on 2 cores
+// seen here) must not look like an outage; these tests are about shares, not about timeouts.
 const LOADED_MACHINE_TIMEOUT_MS = 3_000;
 const redis = await startRedis(t);
 if (redis) {

@@ -8,8 +8,8 @@ import type { Redis } from 'ioredis';
 import { startGateway, type TestGateway } from '../helpers/gateway.ts';
 import { startRedis } from '../helpers/redis.ts';
 
-// The helper's 300 ms Redis command timeout fails whole files when a shared CI box is saturated (load
-// average 14 on 2 cores seen here); these tests are about shares, not about timeouts.
+// Above the helper's 2 s Redis command timeout: a saturated shared CI box (load average 14 on 2 cores
+// seen here) must not look like an outage; these tests are about shares, not about timeouts.
 const LOADED_MACHINE_TIMEOUT_MS = 3_000;
 const config = { store: { command_timeout_ms: LOADED_MACHINE_TIMEOUT_MS }, shares: { cache_ttl_ms: 60_000, negative_ttl_ms: 60_000 } };
 
