@@ -31,6 +31,12 @@ const MAX_RETRY_MS = 5_000;
 
 export function createCredit(d: { store: Store; logger: Logger }): Credit {
   const inFlight = new Set<Promise<unknown>>();
+  /** Counts `p` as pending (drain waits for it) until it settles. */
+  function track<T>(p: Promise<T>): Promise<T> {
+    inFlight.add(p);
+    void p.finally(() => inFlight.delete(p));
+    return p;
+  }
 
   async function settleWithRetry(input: SettleInput): Promise<SettleResult | undefined> {
     for (let wait = FIRST_RETRY_MS, attempt = 1; ; attempt++, wait = Math.min(wait * 2, MAX_RETRY_MS)) {
@@ -58,16 +64,11 @@ export function createCredit(d: { store: Store; logger: Logger }): Credit {
       }
     },
     settle(input) {
-      const p = settleWithRetry(input);
-      inFlight.add(p);
-      void p.finally(() => inFlight.delete(p));
-      return p;
+      return track(settleWithRetry(input));
     },
     expect() {
       let done!: () => void;
-      const p = new Promise<void>((r) => (done = r));
-      inFlight.add(p);
-      void p.finally(() => inFlight.delete(p));
+      track(new Promise<void>((r) => (done = r)));
       return done;
     },
     get pending() {

@@ -113,12 +113,14 @@ export function createScriptPipe(o: ScriptPipeOptions): ScriptPipe {
     else w.resolve(r);
   });
 
+  function cancelLazyFlush(): void {
+    if (lazyTimer) clearTimeout(lazyTimer);
+    lazyTimer = undefined;
+  }
+
   function flush(): void {
     flushScheduled = false;
-    if (lazyTimer) {
-      clearTimeout(lazyTimer);
-      lazyTimer = undefined;
-    }
+    cancelLazyFlush();
     if (!socket || out.length === 0) return;
     socket.write(out.length === 1 ? out[0]! : out.join(''));
     out = [];
@@ -131,10 +133,7 @@ export function createScriptPipe(o: ScriptPipeOptions): ScriptPipe {
     connected = false;
     prelude = 0;
     out = [];
-    if (lazyTimer) {
-      clearTimeout(lazyTimer);
-      lazyTimer = undefined;
-    }
+    cancelLazyFlush();
     reader.reset();
     const failed = waiting;
     waiting = [];
