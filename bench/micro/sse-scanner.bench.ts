@@ -26,7 +26,11 @@ console.log(`stream: ${stream.length} bytes, ${events.length} events, 64 content
 function meterStream(chunks: Buffer[]): number {
   const m = createSseMeter({ dropUsageOnlyChunk: true });
   let n = 0;
-  for (const c of chunks) n += m.push(c)?.length ?? 0;
+  for (const c of chunks) {
+    const out = m.push(c);
+    if (Buffer.isBuffer(out)) n += out.length;
+    else if (out !== null) for (const b of out) n += b.length;
+  }
   n += m.end()?.length ?? 0;
   if (m.usage === null || !m.sawDone) throw new Error('bench stream not metered');
   return n;

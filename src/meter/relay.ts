@@ -7,7 +7,7 @@
  */
 import type { ServerResponse } from 'node:http';
 import type { UpstreamCall } from '../upstream/call.ts';
-import { createSseMeter } from './sse-scanner.ts';
+import { createSseMeter, type SseOutput } from './sse-scanner.ts';
 import { readUsageFromJson } from './usage.ts';
 import type { Usage } from './usage.ts';
 
@@ -27,11 +27,21 @@ const STREAM_ERROR = Buffer.from(`data: ${JSON.stringify({ error: { message: 'Th
 /** Non-streaming bodies larger than this are relayed but not retained for usage (billed as estimated). */
 const MAX_JSON_RETAINED = 16 * 1024 * 1024;
 
+/** Writes one buffer, or several as one socket write; false when the client is full. */
+function write(res: ServerResponse, out: SseOutput): boolean {
+  if (Buffer.isBuffer(out)) return res.write(out);
+  let ok = true;
+  res.cork();
+  for (const b of out) ok = res.write(b);
+  res.uncork();
+  return ok;
+}
+
 /**
  * Feeds the call's body chunks through `transform` to the client; returns the time spent so far.
  * A full client pauses the upstream until it drains; a destroyed one (it never drains) stops the upstream.
  */
-function pipe(call: UpstreamCall, res: ServerResponse, transform: (chunk: Buffer) => Buffer | null): () => bigint {
+function pipe(call: UpstreamCall, res: ServerResponse, transform: (chunk: Buffer) => SseOutput | null): () => bigint {
   let ns = 0n;
   call.attach({
     data(chunk, resume) {
@@ -44,7 +54,7 @@ function pipe(call: UpstreamCall, res: ServerResponse, transform: (chunk: Buffer
       try {
         const out = transform(chunk);
         if (out) {
-          ok = res.write(out);
+          ok = write(res, out);
           if (!ok) res.once('drain', resume);
         }
       } catch (err) {

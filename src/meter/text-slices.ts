@@ -60,7 +60,7 @@ export class TextCollector {
     }
     if (this.buf === null || this.buf.length - this.len < n) {
       // Doubling keeps appends amortised O(1); start at 4 KiB (~1000 tokens) so short answers allocate once.
-      const size = Math.min(this.maxBytes, Math.max(4096, (this.len + n) * 2));
+      const size = Math.min(this.maxBytes, Math.max(256, (this.len + n) * 2));
       const next = Buffer.allocUnsafe(size);
       if (this.buf !== null) this.buf.copy(next, 0, 0, this.len);
       this.buf = next;
