@@ -27,14 +27,18 @@ const STREAM_ERROR = Buffer.from(`data: ${JSON.stringify({ error: { message: 'Th
 /** Non-streaming bodies larger than this are relayed but not retained for usage (billed as estimated). */
 const MAX_JSON_RETAINED = 16 * 1024 * 1024;
 
-/** Writes one buffer, or several as one socket write; false when the client is full. */
-function write(res: ServerResponse, out: SseOutput): boolean {
+/**
+ * Writes one buffer, or several as one chunk and one socket write; false only when a 'drain' is still
+ * to come. Node's uncork() may flush everything and emit 'drain' itself, before the caller could
+ * listen: a false from the corked writes alone would then wait for a drain that never comes.
+ */
+export function writeOut(res: ServerResponse, out: SseOutput): boolean {
   if (Buffer.isBuffer(out)) return res.write(out);
   let ok = true;
   res.cork();
   for (const b of out) ok = res.write(b);
   res.uncork();
-  return ok;
+  return ok || !res.writableNeedDrain;
 }
 
 /**
@@ -54,7 +58,7 @@ function pipe(call: UpstreamCall, res: ServerResponse, transform: (chunk: Buffer
       try {
         const out = transform(chunk);
         if (out) {
-          ok = write(res, out);
+          ok = writeOut(res, out);
           if (!ok) res.once('drain', resume);
         }
       } catch (err) {
