@@ -63,7 +63,7 @@ export function chatRoutes(d: ChatDeps): Route[] {
   const debited = bound(d.metrics.creditDebited);
 
   /** What to bill (SPEC §1.2): upstream usage when reported, else the tokenizer over what was produced. */
-  async function bill(body: ChatBody, rawLength: number, answered: boolean, outcome: RelayOutcome | undefined): Promise<Billed> {
+  async function bill(body: ChatBody, bodyBytes: number, answered: boolean, outcome: RelayOutcome | undefined): Promise<Billed> {
     // No answer from any upstream (or a refusal): nothing was produced, nothing is billed.
     if (!answered || !outcome) return NOTHING_PRODUCED;
     const extra = outcome.text();
@@ -75,7 +75,7 @@ export function chatRoutes(d: ChatDeps): Route[] {
       const more = extra ? countText(extra) : 0;
       return { promptTokens: outcome.usage.prompt_tokens, completionTokens: outcome.usage.completion_tokens + more, source: more > 0 ? 'estimated' : 'upstream' };
     }
-    const prompt = d.tokenizer.loaded ? d.tokenizer.countPromptTokens(body.messages) : estimatePromptTokens(body, rawLength);
+    const prompt = d.tokenizer.loaded ? d.tokenizer.countPromptTokens(body.messages) : estimatePromptTokens(body, bodyBytes);
     return { promptTokens: prompt, completionTokens: extra ? countText(extra) : 0, source: 'estimated' };
   }
 
@@ -103,11 +103,11 @@ export function chatRoutes(d: ChatDeps): Route[] {
       if (c && signal.aborted) c.abort(new ClientGoneError());
     };
     const key = (ctx.key = await d.auth.authenticate(ctx.req));
-    let body: ChatBody, model: ModelConfig, raw: Buffer;
+    let body: ChatBody, model: ModelConfig, bodyBytes: number;
     try {
       requireScope(key, 'chat');
       const read = await readJson(ctx.req, d.config.limits.maxBodyBytes);
-      raw = read.raw;
+      bodyBytes = read.bytes;
       body = validateChatBody(read.value);
       const m = models.get(body.model);
       if (!m) throw new GatewayError('model_not_found', `The model '${body.model}' does not exist.`, { param: 'model' });
@@ -122,7 +122,7 @@ export function chatRoutes(d: ChatDeps): Route[] {
     ctx.log.model = model.name;
 
     const maxOutput = body.max_completion_tokens ?? body.max_tokens ?? model.maxOutputTokens;
-    const promptEstimate = estimatePromptTokens(body, raw.length);
+    const promptEstimate = estimatePromptTokens(body, bodyBytes);
     const admission = await d.limits.admit(ctx, promptEstimate + maxOutput);
     const live = key.env === 'live';
     /** The request's one settle (SPEC §4): not awaited by the response, tracked for shutdown, retried until it lands. */
@@ -177,7 +177,7 @@ export function chatRoutes(d: ChatDeps): Route[] {
       clearTimeout(total);
       const t1 = process.hrtime.bigint();
       const ok = answered !== undefined && answered.status >= 200 && answered.status < 300;
-      const b = await bill(body, raw.length, ok, outcome);
+      const b = await bill(body, bodyBytes, ok, outcome);
       const cost = costMicros(model.price, b.promptTokens, b.completionTokens);
       admission.settle(b.promptTokens + b.completionTokens);
       Object.assign(ctx.log, { prompt_tokens: b.promptTokens, completion_tokens: b.completionTokens, usage_source: b.source, cost_micros: cost, relay_end: outcome?.end ?? (gone() ? 'client_gone' : 'none') });

@@ -42,11 +42,11 @@ export function maxShareBodyBytes(l: Pick<ShareBodyLimits, 'maxSnapshotBytes' | 
 }
 
 /** Checks an already-read body; `requireAccount` for the admin variant (account validated as in /admin/keys). */
-export function parseShareBody(raw: Buffer, l: ShareBodyLimits, requireAccount: boolean): ShareBody {
-  const value = parseJson(raw);
+export function parseShareBody(text: string, l: ShareBodyLimits, requireAccount: boolean): ShareBody {
+  const value = parseJson(text);
   let snapshotText: string | undefined;
   if (isObj(value) && 'snapshot' in value) {
-    snapshotText = memberText(raw.toString('utf8'), 'snapshot');
+    snapshotText = memberText(text, 'snapshot');
     const bytes = snapshotText === undefined ? 0 : Buffer.byteLength(snapshotText);
     if (bytes > l.maxSnapshotBytes) {
       throw new GatewayError('request_too_large', `The snapshot is ${bytes} bytes of JSON; the limit is ${l.maxSnapshotBytes} bytes.`, { param: 'snapshot' });
@@ -78,6 +78,6 @@ export function parseShareBody(raw: Buffer, l: ShareBodyLimits, requireAccount: 
 /** 415 / 413 / 422 checks, then the validated body. */
 export async function readShareBody(req: IncomingMessage, l: ShareBodyLimits, requireAccount: boolean): Promise<ShareBody> {
   requireJson(req);
-  const raw = await readBody(req, maxShareBodyBytes(l));
-  return parseShareBody(raw, l, requireAccount);
+  const { text } = await readBody(req, maxShareBodyBytes(l));
+  return parseShareBody(text, l, requireAccount);
 }

@@ -3,7 +3,7 @@ import { GatewayError, ValidationError } from '../../src/http/errors.ts';
 import { maxShareBodyBytes, parseShareBody } from '../../src/shares/share-body.ts';
 
 const limits = { maxSnapshotBytes: 2048, maxFiles: 3, filesEnabled: true };
-const buf = (s: string) => Buffer.from(s, 'utf8');
+const buf = (s: string) => s; // the body as readBody decodes it
 
 function detail(fn: () => unknown): unknown {
   try {
