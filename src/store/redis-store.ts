@@ -62,12 +62,12 @@ function unavailable(err: unknown): GatewayError {
  * The script pipe for a single-node client, connected exactly like it (same options); none for Cluster
  * or Sentinel, which keep ioredis' routing.
  */
-function pipeFor(redis: Client, commandTimeoutMs: number, onError: (e: Error) => void): ScriptPipe | undefined {
+function pipeFor(redis: Client, commandTimeoutMs: number, onError: (e: Error) => void, scripts: readonly LuaScript[]): ScriptPipe | undefined {
   if (redis instanceof Cluster) return undefined;
   const opts = redis.options as PipeTarget & { sentinels?: unknown[] | null };
   if (opts.sentinels && opts.sentinels.length > 0) return undefined;
   const { host, port, path, family, tls, username, password, db } = opts;
-  return createScriptPipe({ target: { host, port, path, family, tls, username, password, db }, commandTimeoutMs, onError });
+  return createScriptPipe({ target: { host, port, path, family, tls, username, password, db }, commandTimeoutMs, onError, scripts });
 }
 
 /** Wraps a store call so any Redis failure becomes store_unavailable. */
@@ -114,7 +114,7 @@ export async function createRedisStore(o: RedisStoreOptions & { client?: Client 
     scripts[name] = (...args) => (redis as unknown as Record<string, ScriptFn>)[name]!(...args);
   }
   // Single node: hold and settle, the two scripts of every live request, take the lean pipe (script-pipe.ts).
-  const pipe = o.scriptPipe === false ? undefined : pipeFor(redis, o.commandTimeoutMs, onError);
+  const pipe = o.scriptPipe === false ? undefined : pipeFor(redis, o.commandTimeoutMs, onError, [lua.hold!, lua.settle!]);
   if (pipe) await pipe.ready.catch(onError);
   const sub: Client = redis instanceof Cluster ? redis.duplicate() : redis.duplicate();
   sub.on('error', onError);

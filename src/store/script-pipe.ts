@@ -14,8 +14,10 @@
  *   behind it is stuck too: the connection is dropped (all in flight fail) and a new one is made.
  *   A failed command may still have run: callers treat it like an ioredis timeout (holds are
  *   settled at 0, settles retried; both scripts are idempotent);
- * - EVALSHA, and on NOSCRIPT (Redis restarted or flushed) the same call once as EVAL, which also
- *   caches the script again;
+ * - EVALSHA, and on NOSCRIPT (scripts flushed) the same call once as EVAL, which also caches the
+ *   script again. `scripts` are loaded (SCRIPT LOAD) in every connection's handshake, so after a Redis
+ *   restart the first burst of calls does not each fall back to EVAL with the script's body; a load
+ *   the server refuses (an ACL user without SCRIPT) is not fatal, the fallback still covers it;
  * - the connection settings (host/port or socket path, TLS, user, password, db) are the ioredis
  *   client's own options, so both reach the same server and database.
  */
@@ -49,6 +51,8 @@ export interface ScriptPipeOptions {
   target: PipeTarget;
   commandTimeoutMs: number;
   onError?: (err: Error) => void;
+  /** Loaded on every connection, before any call is answered. */
+  scripts?: readonly LuaScript[];
 }
 
 export interface ScriptPipe {
@@ -89,22 +93,25 @@ export function createScriptPipe(o: ScriptPipeOptions): ScriptPipe {
   let reconnectTimer: NodeJS.Timeout | undefined;
   /** In-flight commands, oldest first (Redis answers in order). */
   let waiting: Waiter[] = [];
-  /** Prelude replies (AUTH, SELECT) still to come on the current connection: not the callers'. */
-  let prelude = 0;
+  /** Prelude replies still to come on the current connection, not the callers': must it succeed (AUTH, SELECT) or not (SCRIPT LOAD)? */
+  let prelude: boolean[] = [];
   let out: string[] = [];
   let flushScheduled = false;
   /** Pending flush for deferrable commands only (settles), unless an urgent one flushes them first. */
   let lazyTimer: NodeJS.Timeout | undefined;
 
   const reader = new RespReader((r) => {
-    if (prelude > 0) {
-      prelude--;
-      if (r instanceof Error) {
+    if (prelude.length > 0) {
+      const required = prelude.shift();
+      if (r instanceof Error && required) {
         const err = new PipeError(`redis handshake failed: ${r.message}`);
         onError(err);
         settleFirst(err);
         drop(err);
-      } else if (prelude === 0) handshaken();
+        return;
+      }
+      if (r instanceof Error) onError(new PipeError(`redis refused SCRIPT LOAD (EVAL will be used on NOSCRIPT): ${r.message}`));
+      if (prelude.length === 0) handshaken();
       return;
     }
     const w = waiting.shift();
@@ -131,7 +138,7 @@ export function createScriptPipe(o: ScriptPipeOptions): ScriptPipe {
     const s = socket;
     socket = undefined;
     connected = false;
-    prelude = 0;
+    prelude = [];
     out = [];
     cancelLazyFlush();
     reader.reset();
@@ -188,11 +195,15 @@ export function createScriptPipe(o: ScriptPipeOptions): ScriptPipe {
       let hello = '';
       if (t.password) {
         hello += encodeCommand(t.username ? ['AUTH', t.username, t.password] : ['AUTH', t.password]);
-        prelude++;
+        prelude.push(true);
       }
       if (t.db) {
         hello += encodeCommand(['SELECT', t.db]);
-        prelude++;
+        prelude.push(true);
+      }
+      for (const script of o.scripts ?? []) {
+        hello += encodeCommand(['SCRIPT', 'LOAD', script.lua]);
+        prelude.push(false);
       }
       if (hello) s.write(hello);
       else handshaken();

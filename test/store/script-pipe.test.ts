@@ -190,6 +190,35 @@ t.test('NOSCRIPT: after SCRIPT FLUSH the call falls back to EVAL once, which cac
   t.equal((await calls(redis.client, 'evalsha')) - evalsha1, 1, 'by EVALSHA');
 });
 
+t.test('scripts: loaded in every handshake, so a restarted Redis sees no EVAL storm', async (t) => {
+  const redis = await startRedis(t, { restartable: true });
+  if (!redis) return;
+  const pipe = openPipe(t, { target: { host: '127.0.0.1', port: redis.port }, scripts: [ECHO, SET] });
+  await pipe.ready;
+  t.same(await redis.client.script('EXISTS', ECHO.sha, SET.sha), [1, 1], 'both scripts are cached before any call');
+
+  await redis.stop();
+  await redis.start();
+  t.ok(await waitFor(() => pipe.connected, 3000), 'the pipe reconnects to the restarted, empty server');
+  const burst = await Promise.all(Array.from({ length: 50 }, (_, i) => pipe.run(ECHO, [`k${i}`], [i])));
+  t.same(burst.filter((r, i) => JSON.stringify(r) !== JSON.stringify([1, i, `k${i}`])), [], 'a burst of 50 calls right after: each gets its own reply');
+  t.equal(await calls(redis.client, 'eval'), 0, 'none of them fell back to EVAL');
+  t.equal(await calls(redis.client, 'evalsha'), 50, 'all by EVALSHA');
+});
+
+t.test('scripts: a SCRIPT LOAD the server refuses is reported, not fatal; NOSCRIPT falls back to EVAL', async (t) => {
+  if (!requireRedis(t, process.env, true)) return;
+  const server = await startAuthServer(t, 'secret');
+  const admin = await server.client();
+  await admin.call('ACL', 'SETUSER', 'noscript', 'on', '>pw', '~*', '+@all', '-script');
+  const errors: Error[] = [];
+  const pipe = openPipe(t, { target: { host: '127.0.0.1', port: server.port, username: 'noscript', password: 'pw' }, scripts: [ECHO], onError: (e) => errors.push(e) });
+  await pipe.ready;
+  t.match(errors.map((e) => e.message), [/refused SCRIPT LOAD .*NOPERM/], 'the refusal reaches onError');
+  t.ok(pipe.connected, 'the connection stays up');
+  t.same(await pipe.run(ECHO, ['n'], [7]), [1, 7, 'n'], 'calls work, through the EVAL fallback');
+});
+
 t.test('db selection: the pipe writes to its own DB', async (t) => {
   const redis = await startRedis(t, { restartable: true }); // own server: DB 3 is ours
   if (!redis) return;
