@@ -45,13 +45,27 @@ export function writeOut(res: ServerResponse, out: SseOutput): boolean {
  * Feeds the call's body chunks through `transform` to the client; returns the time spent so far.
  * A full client pauses the upstream until it drains; a destroyed one (it never drains) stops the upstream.
  */
-function pipe(call: UpstreamCall, res: ServerResponse, transform: (chunk: Buffer) => SseOutput | null): () => bigint {
+function pipe(call: UpstreamCall, res: ServerResponse, transform: (chunk: Buffer) => SseOutput | null, end: () => void): () => bigint {
   let ns = 0n;
+  // Writes of one tick share a socket write, the response's end included (it comes in the tick of the
+  // last chunk): Node's ServerResponse no longer corks per tick by itself, and the end of a chunked
+  // response was a write (and a receiver wake-up) of its own.
+  let corked = false;
+  const uncork = () => {
+    corked = false;
+    res.uncork();
+  };
   call.attach({
+    end,
     data(chunk, resume) {
       if (res.destroyed) {
         call.abort(new Error('client connection closed'));
         return true;
+      }
+      if (!corked) {
+        corked = true;
+        res.cork();
+        process.nextTick(uncork);
       }
       const t = process.hrtime.bigint();
       let ok = true;
@@ -74,13 +88,23 @@ function pipe(call: UpstreamCall, res: ServerResponse, transform: (chunk: Buffer
 /** Relays an SSE stream; resolves when the upstream ended, failed, or the client left. */
 export async function relaySse(call: UpstreamCall, res: ServerResponse, dropUsageOnlyChunk: boolean, clientGone: () => boolean): Promise<RelayOutcome> {
   const meter = createSseMeter({ dropUsageOnlyChunk });
-  const spent = pipe(call, res, (chunk) => meter.push(chunk));
+  let finished = false;
+  /** The upstream body is complete: the held tail (if any) and the response's end go out with the last chunk. */
+  const finish = () => {
+    if (finished) return;
+    finished = true;
+    try {
+      const tail = meter.end();
+      if (tail) res.write(tail);
+    } finally {
+      res.end();
+    }
+  };
+  const spent = pipe(call, res, (chunk) => meter.push(chunk), finish);
   let end: RelayOutcome['end'] = 'complete';
   try {
     await call.done;
-    const tail = meter.end();
-    if (tail) res.write(tail);
-    res.end();
+    finish(); // when the body ended before the relay attached
   } catch {
     // Meter the held tail too: a usage event cut before its blank line still counts.
     try {
@@ -105,11 +129,11 @@ export async function relayJson(call: UpstreamCall, res: ServerResponse, clientG
     size += chunk.length;
     if (size <= MAX_JSON_RETAINED) chunks.push(chunk);
     return chunk;
-  });
+  }, () => res.end());
   let end: RelayOutcome['end'] = 'complete';
   try {
     await call.done;
-    res.end();
+    if (!res.writableEnded) res.end(); // when the body ended before the relay attached
   } catch {
     end = clientGone() ? 'client_gone' : 'upstream_failed';
     res.destroy();

@@ -11,6 +11,12 @@ import type { Upstream } from './pool.ts';
 export interface Sink {
   /** Returns false when the client is full; `resume` is then called by the sink once it drains. */
   data(chunk: Buffer, resume: () => void): boolean;
+  /**
+   * The body ended: called in the same tick as the last `data`, before `done` resolves, so the client
+   * response can end in the same socket write as its last bytes (after an `await` the end of a chunked
+   * response is a write of its own). Not called when the body ended before `attach`. Must not throw.
+   */
+  end?(): void;
 }
 
 export type FailureKind = 'unavailable' | 'timeout' | 'error';
@@ -87,6 +93,7 @@ export class UpstreamCall implements Dispatcher.DispatchHandler {
   }
 
   onResponseEnd(): void {
+    this.sink?.end?.();
     this.resolveDone();
   }
 
