@@ -57,6 +57,31 @@ t.test('headers resolve started; bytes before attach are delivered first, in ord
   t.pass('done resolves at the end');
 });
 
+t.test("the sink's end() runs in the tick of the upstream's end, before done resolves", async (t) => {
+  const call = new UpstreamCall(UP);
+  const { c } = fakeController();
+  call.onRequestStart(c);
+  call.onResponseStart(c, 200, {});
+  const log: string[] = [];
+  call.attach({ data: (b) => (log.push(`data ${b}`), true), end: () => log.push('end') });
+  void call.done.then(() => log.push('done'));
+  call.onResponseData(c, Buffer.from('x'));
+  call.onResponseEnd();
+  t.same(log, ['data x', 'end'], 'synchronously, right after the last data');
+  await call.done;
+  t.same(log, ['data x', 'end', 'done']);
+
+  const early = new UpstreamCall(UP);
+  early.onRequestStart(c);
+  early.onResponseStart(c, 200, {});
+  early.onResponseData(c, Buffer.from('y'));
+  early.onResponseEnd();
+  let ended = false;
+  early.attach({ data: () => true, end: () => (ended = true) });
+  await early.done;
+  t.notOk(ended, 'a body that ended before attach does not call end(): the relay ends it after done');
+});
+
 t.test('a full sink pauses the upstream; its resume callback resumes it', async (t) => {
   const call = new UpstreamCall(UP);
   const { c, log } = fakeController();
