@@ -53,7 +53,8 @@ function pipe(call: UpstreamCall, res: ServerResponse, transform: (chunk: Buffer
   let corked = false;
   const uncork = () => {
     corked = false;
-    res.uncork();
+    // end() already flushed and reset the response's cork count; uncorking again would take it below zero.
+    if (!res.writableEnded) res.uncork();
   };
   call.attach({
     end,
