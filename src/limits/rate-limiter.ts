@@ -11,6 +11,7 @@
  */
 import { RateLimiterMemory, RateLimiterRedis, type RateLimiterAbstract, type RateLimiterRes } from 'rate-limiter-flexible';
 import type { Cluster, Redis } from 'ioredis';
+import type { LimiterClient } from '../store/limiter-client.ts';
 import { GatewayError } from '../http/errors.ts';
 import type { RequestContext } from '../http/context.ts';
 import type { Logger } from '../obs/logger.ts';
@@ -24,8 +25,8 @@ export interface RateLimitOptions {
   windowSeconds: number;
   test: LimitSpec;
   live: LimitSpec;
-  /** The Redis client for shared counters; undefined → in-memory only (embedded store). */
-  redis: Redis | Cluster | undefined;
+  /** The Redis client for shared counters (Store.redis); undefined → in-memory only (embedded store). */
+  redis: Redis | Cluster | LimiterClient | undefined;
   metrics: Metrics;
   logger: Logger;
   now?: () => number;

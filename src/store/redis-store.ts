@@ -7,6 +7,7 @@ import { readFile } from 'node:fs/promises';
 import { Cluster, Redis } from 'ioredis';
 import { GatewayError } from '../http/errors.ts';
 import * as K from './redis-keys.ts';
+import { limiterClient } from './limiter-client.ts';
 import { createScriptPipe, luaScript, type LuaScript, type PipeTarget, type ScriptPipe } from './script-pipe.ts';
 import {
   decodeInvalidation, encodeInvalidation, type AccountState, type Invalidation, type KeyPatch, type KeyRecord, type LedgerEntry,
@@ -137,7 +138,7 @@ export async function createRedisStore(o: RedisStoreOptions & { client?: Client 
 
   return {
     kind: 'redis',
-    redis,
+    redis: pipe && redis instanceof Redis ? limiterClient(redis, pipe) : redis,
 
     createKey: (hash, r) => guard((async () => {
       const { name, active, rate_limits, version, ...rest } = r;

@@ -4,6 +4,7 @@
  * test suite runs against both. All amounts are integer micro-credits.
  */
 import type { Cluster, Redis } from 'ioredis';
+import type { LimiterClient } from './limiter-client.ts';
 
 export type KeyEnv = 'live' | 'test';
 export type Scope = 'chat' | 'models' | 'shares';
@@ -117,8 +118,11 @@ export type Invalidation = { kind: 'key'; hash: string; version: number } | { ki
 
 export interface Store {
   readonly kind: 'redis' | 'memory';
-  /** The ioredis client for rate-limiter-flexible; undefined for the embedded store. */
-  readonly redis: Redis | Cluster | undefined;
+  /**
+   * The client rate-limiter-flexible counts with: on a single node its script goes through the script
+   * pipe (limiter-client.ts), on Cluster/Sentinel through ioredis; undefined for the embedded store.
+   */
+  readonly redis: Redis | Cluster | LimiterClient | undefined;
 
   createKey(hash: string, record: KeyRecord): Promise<void>;
   getKeyByHash(hash: string): Promise<KeyRecord | null>;

@@ -1,0 +1,58 @@
+// rate-limiter-flexible on the script pipe: its counter script through the pipe, the rest on ioredis,
+// readiness from the pipe (so an outage falls back to the insurance limiter as it did on ioredis).
+import t from 'tap';
+import { Redis } from 'ioredis';
+import { RateLimiterMemory, RateLimiterRedis } from 'rate-limiter-flexible';
+import { limiterClient } from '../../src/store/limiter-client.ts';
+import { createScriptPipe, type ScriptPipe } from '../../src/store/script-pipe.ts';
+import { startRedis } from '../helpers/redis.ts';
+
+t.test('consume, reward and penalty run through the pipe; get() through ioredis; counts land in Redis', async (t) => {
+  const redis = await startRedis(t);
+  if (!redis) return;
+  const u = new URL(redis.url);
+  const pipe = createScriptPipe({ target: { host: u.hostname, port: Number(u.port), db: Number(u.pathname.slice(1) || 0) }, commandTimeoutMs: 2000 });
+  t.teardown(() => pipe.close());
+  await pipe.ready;
+  let runs = 0;
+  const counted: ScriptPipe = { ...pipe, get connected() { return pipe.connected; }, ready: pipe.ready, close: () => pipe.close(), run: (...a) => (runs++, pipe.run(...a)) };
+  const io = new Redis(redis.url, { lazyConnect: true });
+  t.teardown(() => io.disconnect());
+  await io.connect();
+  const limiter = new RateLimiterRedis({ storeClient: limiterClient(io, counted), keyPrefix: 'lc', points: 100, duration: 60, rejectIfRedisNotReady: true });
+
+  t.equal((await limiter.consume('k', 3)).consumedPoints, 3);
+  t.equal((await limiter.consume('k', 4)).consumedPoints, 7);
+  await limiter.penalty('k', 5);
+  await limiter.reward('k', 2);
+  t.equal(runs, 4, 'two consumes, a penalty and a reward: four script runs on the pipe');
+  t.equal(await redis.client.get('lc:k'), '10', 'the counter is in Redis: 3 + 4 + 5 - 2');
+  const ttl = await redis.client.pttl('lc:k');
+  t.ok(ttl > 0 && ttl <= 60_000, `with the window's expiry (${ttl} ms)`);
+  const got = await limiter.get('k');
+  t.equal(got?.consumedPoints, 10, 'get() reads it back (multi on ioredis)');
+  t.equal(runs, 4, 'without the pipe');
+});
+
+t.test("readiness is the pipe's: while it is down, calls go to the insurance limiter", async (t) => {
+  const redis = await startRedis(t, { restartable: true });
+  if (!redis) return;
+  const pipe = createScriptPipe({ target: { host: '127.0.0.1', port: redis.port }, commandTimeoutMs: 2000 });
+  t.teardown(() => pipe.close());
+  await pipe.ready;
+  const io = new Redis({ host: '127.0.0.1', port: redis.port, lazyConnect: true, maxRetriesPerRequest: 1 });
+  io.on('error', () => {});
+  t.teardown(() => io.disconnect());
+  await io.connect();
+  const client = limiterClient(io, pipe);
+  const insurance = new RateLimiterMemory({ keyPrefix: 'lc', points: 100, duration: 60 });
+  const limiter = new RateLimiterRedis({ storeClient: client, keyPrefix: 'lc', points: 100, duration: 60, rejectIfRedisNotReady: true, insuranceLimiter: insurance });
+  t.equal(client.status, 'ready');
+  t.equal((await limiter.consume('k', 1)).consumedPoints, 1, 'counted in Redis');
+
+  await redis.stop();
+  await new Promise((r) => setTimeout(r, 100));
+  t.equal(client.status, 'reconnecting', 'not ready once the pipe lost its connection');
+  t.equal((await limiter.consume('k', 5)).consumedPoints, 5, 'the call is served by the insurance limiter, from zero');
+  t.equal((await insurance.get('k'))?.consumedPoints, 5, 'which holds the count');
+});
