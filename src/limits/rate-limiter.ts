@@ -5,8 +5,8 @@
  * authenticated /v1 request; the token limit admits chat requests on their estimate (prompt estimate +
  * max output) and is corrected with the real usage at settle, so a window's total is what was used.
  *
- * Counters live in Redis (shared by every instance: one Lua script per dimension, both in one
- * autopipelined round trip). While Redis is unreachable each instance enforces the same limits in
+ * Counters live in Redis (shared by every instance: one Lua script per dimension, both in one round
+ * trip, on the script pipe on a single node: store/limiter-client.ts). While Redis is unreachable each instance enforces the same limits in
  * memory (rate-limiter-flexible's insurance limiter), with a gauge and a log line saying so.
  */
 import { RateLimiterMemory, RateLimiterRedis, type RateLimiterAbstract, type RateLimiterRes } from 'rate-limiter-flexible';
@@ -109,7 +109,7 @@ export function createRateLimits(o: RateLimitOptions): Limits {
       const usesBefore = insuranceUses;
       const t0 = process.hrtime.bigint();
       const tokenCost = estimate === undefined ? undefined : Math.max(0, Math.ceil(estimate));
-      // Both dimensions in the same tick: one autopipelined round trip.
+      // Both dimensions in the same tick: one round trip (one write on the script pipe, or one ioredis autopipeline batch).
       const [r, t] = await Promise.all([
         rpm === undefined ? undefined : requests.consume(key.id, 1),
         tpm === undefined ? undefined : tokenCost === undefined ? tokens.get(key.id) : tokens.consume(key.id, tokenCost),

@@ -2,9 +2,10 @@
  * The Redis client handed to rate-limiter-flexible on a single node. Every consume, reward and penalty
  * of RateLimiterRedis runs one script, `rlflxIncr` (its own Lua, registered through `defineCommand`);
  * a test-key chat request runs it three times. Through ioredis each run costs a Command, a timeout timer
- * and an autopipeline batch (~5 µs more client CPU than the script pipe, `bench/micro/redis-client.bench.ts`),
- * so the script goes through the pipe, sharing its writes with holds and settles. The rest of what the
- * library may ask for (`multi` for get() and forced expiries, `del`) is rare and stays on ioredis.
+ * and an autopipeline batch; through the pipe the test key's gateway CPU went from ~230 to ~130 µs per
+ * request (alternating runs, `bench/README.md`), and the script shares the pipe's writes with holds and
+ * settles. The rest of what the library may ask for (`multi` for get() and forced expiries, `del`) is
+ * rare and stays on ioredis.
  *
  * `status` is the pipe's: RateLimiterRedis (with rejectIfRedisNotReady) sends calls to its in-memory
  * insurance limiter while it is not 'ready', as it did with ioredis' own status. A pipe timeout or
