@@ -28,20 +28,6 @@ const STREAM_ERROR = Buffer.from(`data: ${JSON.stringify({ error: { message: 'Th
 const MAX_JSON_RETAINED = 16 * 1024 * 1024;
 
 /**
- * Writes one buffer, or several as one chunk and one socket write; false only when a 'drain' is still
- * to come. Node's uncork() may flush everything and emit 'drain' itself, before the caller could
- * listen: a false from the corked writes alone would then wait for a drain that never comes.
- */
-export function writeOut(res: ServerResponse, out: SseOutput): boolean {
-  if (Buffer.isBuffer(out)) return res.write(out);
-  let ok = true;
-  res.cork();
-  for (const b of out) ok = res.write(b);
-  res.uncork();
-  return ok || !res.writableNeedDrain;
-}
-
-/**
  * Feeds the call's body chunks through `transform` to the client; returns the time spent so far.
  * A full client pauses the upstream until it drains; a destroyed one (it never drains) stops the upstream.
  */
@@ -73,7 +59,10 @@ function pipe(call: UpstreamCall, res: ServerResponse, transform: (chunk: Buffer
       try {
         const out = transform(chunk);
         if (out) {
-          ok = writeOut(res, out);
+          // Corked for this tick (above): several buffers still go out as one socket write.
+          if (Buffer.isBuffer(out)) ok = res.write(out);
+          else for (const b of out) ok = res.write(b);
+          // Registered before the tick's uncork, which may flush everything and emit 'drain' at once.
           if (!ok) res.once('drain', resume);
         }
       } catch (err) {
