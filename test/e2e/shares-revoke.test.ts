@@ -6,7 +6,7 @@ import t from 'tap';
 import { setTimeout as sleep } from 'node:timers/promises';
 import type { Redis } from 'ioredis';
 import { startGateway, type TestGateway } from '../helpers/gateway.ts';
-import { startRedis } from '../helpers/redis.ts';
+import { monitorRedis, startRedis } from '../helpers/redis.ts';
 
 // Above the helper's 2 s Redis command timeout: a saturated shared CI box (load average 14 on 2 cores
 // seen here) must not look like an outage; these tests are about shares, not about timeouts.
@@ -104,10 +104,9 @@ if (redis) {
   t.test('the read path makes no Redis call on a cache hit', async (t) => {
     const slug = await publish(a, key);
     const d = await startGateway(t, { redisUrl: redis.url, config }); // a cold instance
-    const seen: string[] = [];
-    const monitor = await redis.client.monitor();
-    t.teardown(() => monitor.disconnect());
-    monitor.on('monitor', (_time: string, args: string[]) => seen.push(args.join(' ')));
+    const monitor = await monitorRedis(redis.url);
+    t.teardown(() => monitor.close());
+    const seen = monitor.seen;
 
     const before = await commandCalls(redis.client);
     const cold = await Promise.all(Array.from({ length: 20 }, () => read(d, slug)));

@@ -7,7 +7,8 @@ import { join } from 'node:path';
 import { Redis } from 'ioredis';
 import type { ChildProcess } from 'node:child_process';
 import { freePort } from './ports.ts';
-import { MISSING_REDIS, redisSource, requireRedis, startRedis } from './redis.ts';
+import { waitFor } from './wait.ts';
+import { MISSING_REDIS, monitorArgs, monitorRedis, redisSource, requireRedis, startRedis } from './redis.ts';
 import type { FixtureHost } from './redis.ts';
 
 /** Whether a TCP connect to 127.0.0.1:port is refused. */
@@ -45,6 +46,25 @@ t.test('startRedis serves a real Redis with a working url', async t => {
   await other.connect();
   t.equal(await other.get('fixture:k'), 'v');
   other.disconnect();
+});
+
+t.test('monitorRedis sees every command after it resolves, even with traffic during its handshake', async t => {
+  const redis = await startRedis(t);
+  if (!redis) return;
+  // Traffic on another connection while MONITOR starts: the case where ioredis' monitor() loses its
+  // command queue (MONITOR's OK and the first monitored line in one read).
+  let busy = true;
+  const traffic = (async () => { while (busy) await redis.client.ping(); })();
+  for (let i = 0; i < 20; i++) {
+    const m = await monitorRedis(redis.url);
+    await redis.client.set(`mon:${i}`, 'a "quoted"\nvalue');
+    const seen = await waitFor(() => m.seen.includes(`set mon:${i} a "quoted"\nvalue`));
+    m.close();
+    t.ok(seen, `round ${i}: the SET after the handshake was seen, arguments unescaped`);
+  }
+  busy = false;
+  await traffic;
+  t.same(monitorArgs(String.raw`1.5 [0 127.0.0.1:1] "get" "\x01\"" "\xe2"`), ['get', '\x01"', '\xe2'], 'sdscatrepr escapes decoded');
 });
 
 t.test('stop() is a real outage; start() brings an empty server back on the same port', async t => {

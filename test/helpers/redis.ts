@@ -26,10 +26,12 @@ import { spawn } from 'node:child_process';
 import type { ChildProcess } from 'node:child_process';
 import { once } from 'node:events';
 import { accessSync, constants } from 'node:fs';
+import { connect } from 'node:net';
 import { delimiter, join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { Redis } from 'ioredis';
 import type { RedisOptions } from 'ioredis';
+import { RespReader } from '../../src/store/resp-reader.ts';
 import { freePort } from './ports.ts';
 
 /** What a test gets back from startRedis. */
@@ -339,4 +341,57 @@ async function claimExternal(t: FixtureHost, baseUrl: string, clientOptions: Cli
     stop: cannotRestart,
     start: cannotRestart,
   };
+}
+
+/** A MONITOR connection: every command the server runs, as `name arg arg …` lines, in order. */
+export interface Monitor {
+  readonly seen: string[];
+  close(): void;
+}
+
+/**
+ * Open a MONITOR connection to the server behind `url` and resolve once the server has said OK, so
+ * every command after that is in `seen`.
+ *
+ * Not ioredis' `monitor()`: it switches its status to "monitoring" in a microtask after MONITOR's OK,
+ * so when OK and the first monitored command arrive in one socket read (a gateway's background sweep
+ * makes that likely) the second reply finds an empty command queue and ioredis fails the connection
+ * with "Command queue state error" (seen in CI on shares-revoke).
+ */
+export async function monitorRedis(url: string): Promise<Monitor> {
+  const u = new URL(url);
+  const socket = connect({ host: u.hostname, port: Number(u.port || 6379) });
+  const seen: string[] = [];
+  const auth = u.password ? `AUTH ${u.username ? `${decodeURIComponent(u.username)} ` : ''}${decodeURIComponent(u.password)}\r\n` : '';
+  let ready!: () => void;
+  let failed!: (e: Error) => void;
+  const okPromise = new Promise<void>((res, rej) => { ready = res; failed = rej; });
+  let oks = 0;
+  const wantOks = auth ? 2 : 1;
+  const reader = new RespReader((r) => {
+    if (r instanceof Error) return failed(r);
+    if (typeof r !== 'string') return;
+    if (oks < wantOks && r === 'OK') {
+      if (++oks === wantOks) ready();
+      return;
+    }
+    seen.push(monitorArgs(r).join(' '));
+  });
+  socket.on('data', (chunk: Buffer) => reader.feed(chunk));
+  socket.on('error', (e) => failed(e));
+  await once(socket, 'connect');
+  socket.write(`${auth}MONITOR\r\n`);
+  await okPromise;
+  return { seen, close: () => socket.destroy() };
+}
+
+/** The command of one MONITOR line: `1700000000.123456 [0 127.0.0.1:5000] "get" "k"` → ['get', 'k']. */
+export function monitorArgs(line: string): string[] {
+  const out: string[] = [];
+  // Redis quotes each argument with sdscatrepr: \" \\ \n \r \t \a \b and \xHH for other bytes.
+  const esc: Record<string, string> = { n: '\n', r: '\r', t: '\t', a: '\x07', b: '\b' };
+  for (const m of line.matchAll(/"((?:[^"\\]|\\.)*)"/g)) {
+    out.push(m[1]!.replace(/\\x([0-9a-f]{2})|\\(.)/g, (_, hex: string | undefined, c: string) => (hex ? String.fromCharCode(parseInt(hex, 16)) : esc[c] ?? c)));
+  }
+  return out;
 }
