@@ -18,8 +18,16 @@ export const REDACT_PATHS = [
 
 export type { Logger };
 
+/**
+ * stdout is written in batches of at least 4 KiB (one write per ~10 request lines instead of one each),
+ * and at least once a second: without the periodic flush a quiet gateway would hold its last lines
+ * until ten more requests came.
+ */
+export const LOG_BATCH_BYTES = 4096;
+export const LOG_FLUSH_MS = 1000;
+
 /** The process logger; `dest` lets tests capture lines. */
 export function createLogger(level: string, dest?: DestinationStream): Logger {
   const opts = { level, base: { svc: 'tollgate' }, redact: { paths: REDACT_PATHS, censor: '[REDACTED]' }, timestamp: pino.stdTimeFunctions.isoTime };
-  return dest ? pino(opts, dest) : pino(opts, pino.destination({ dest: 1, sync: false, minLength: 4096 }));
+  return dest ? pino(opts, dest) : pino(opts, pino.destination({ dest: 1, sync: false, minLength: LOG_BATCH_BYTES, periodicFlush: LOG_FLUSH_MS }));
 }

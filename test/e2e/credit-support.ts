@@ -105,7 +105,7 @@ export interface ChildGateway {
   url: string;
   adminUrl: string;
   child: ChildProcess;
-  /** stdout + stderr so far (pino buffers up to 4 KiB before writing, so lines can arrive late). */
+  /** stdout + stderr so far (pino batches request lines: they arrive up to ~1 s late). */
   output(): string;
   /** Resolves with the exit code and signal once the process has exited. */
   exited: Promise<{ code: number | null; signal: NodeJS.Signals | null }>;
