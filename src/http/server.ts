@@ -1,7 +1,8 @@
 /**
  * The edge: turns a node:http request into a RequestContext, runs the matched handler, and maps any
  * thrown error to a body in exactly one place (respond.ts). Writes the request's single log line and
- * its metrics when the response closes. Also owns server timeouts and draining on shutdown.
+ * its metrics once the response has closed and the handler has returned. Also owns server timeouts
+ * and draining on shutdown.
  */
 import { STATUS_CODES, createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
@@ -42,18 +43,40 @@ export function createEdge(d: EdgeDeps): (req: IncomingMessage, res: ServerRespo
     };
     res.setHeader('x-request-id', requestId);
     d.metrics.inFlight.inc();
-    res.once('close', () => finish(d, m, ctx));
+    // The line is written once both the response has closed and the handler has returned: a client that
+    // leaves mid-stream closes the response before the handler has billed what was produced, and the
+    // line must carry those tokens. Its duration is the response's (arrival → close).
+    let closedNs = 0n;
+    let open = 2;
+    const done = () => {
+      if (--open === 0) finish(d, m, ctx, closedNs);
+    };
+    res.once('close', () => {
+      closedNs = process.hrtime.bigint();
+      done();
+    });
     const q = req.url!.indexOf('?');
     const path = q < 0 ? req.url! : req.url!.slice(0, q);
     let match;
     try {
       match = d.router.match(req.method!, path);
     } catch (e) {
-      return fail(ctx, e);
+      try {
+        fail(ctx, e);
+      } finally {
+        done();
+      }
+      return;
     }
     ctx.route = match.pattern;
     ctx.params = match.params;
-    match.handler(ctx).catch((e) => fail(ctx, e));
+    match.handler(ctx).then(done, (e) => {
+      try {
+        fail(ctx, e);
+      } finally {
+        done();
+      }
+    });
   };
 }
 
@@ -70,9 +93,9 @@ function edgeMetrics(metrics: Metrics) {
 }
 type EdgeMetrics = ReturnType<typeof edgeMetrics>;
 
-function finish(d: EdgeDeps, m: EdgeMetrics, ctx: RequestContext): void {
+function finish(d: EdgeDeps, m: EdgeMetrics, ctx: RequestContext, closedNs: bigint): void {
   d.metrics.inFlight.dec();
-  const totalNs = process.hrtime.bigint() - ctx.start;
+  const totalNs = closedNs - ctx.start;
   const status = ctx.res.headersSent ? ctx.res.statusCode : 499;
   const model = typeof ctx.log.model === 'string' ? ctx.log.model : '';
   // Label order as declared in metrics.ts.

@@ -73,6 +73,17 @@ if (redis) {
     t.equal(entry.amount_micros, -simSmallCost(entry.prompt_tokens!, entry.completion_tokens!), 'debit = ceil(prompt × input + completion × output)');
     t.equal(entry.model, 'sim-small');
     t.ok(entry.hold_micros! > 0, 'the hold was released by the settle');
+
+    // The request's log line is written after the billing, although the response closed before it: it
+    // carries what the ledger shows (SPEC §7: one line per request with its tokens and cost).
+    const line = await waitUntil(() => gw.logs.map((l) => JSON.parse(l) as Record<string, unknown>).find((l) => l.request_id === id && l.msg === 'request'), 1000, 'the request line');
+    t.match(line, {
+      status: 200, aborted: true, relay_end: 'client_gone', usage_source: 'estimated',
+      prompt_tokens: entry.prompt_tokens, completion_tokens: entry.completion_tokens, cost_micros: -entry.amount_micros!,
+    }, 'the log line has the billed tokens and cost');
+    // Arrival → close: at least the K chunks 30 ms apart the client read before leaving (a duration taken
+    // from an unset close time would be negative).
+    t.ok((line.duration_ms as number) >= (K - 1) * 30, `duration_ms ${line.duration_ms} covers the ${K} chunks read`);
   });
 
   t.test('abort while waiting for upstream headers: upstream aborted, cost-0 debit', async (t) => {
