@@ -55,28 +55,24 @@ export function createEdge(d: EdgeDeps): (req: IncomingMessage, res: ServerRespo
       closedNs = process.hrtime.bigint();
       done();
     });
+    const failed = (e: unknown) => {
+      try {
+        fail(ctx, e);
+      } finally {
+        done();
+      }
+    };
     const q = req.url!.indexOf('?');
     const path = q < 0 ? req.url! : req.url!.slice(0, q);
     let match;
     try {
       match = d.router.match(req.method!, path);
     } catch (e) {
-      try {
-        fail(ctx, e);
-      } finally {
-        done();
-      }
-      return;
+      return failed(e);
     }
     ctx.route = match.pattern;
     ctx.params = match.params;
-    match.handler(ctx).then(done, (e) => {
-      try {
-        fail(ctx, e);
-      } finally {
-        done();
-      }
-    });
+    match.handler(ctx).then(done, failed);
   };
 }
 

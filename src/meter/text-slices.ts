@@ -59,7 +59,8 @@ export class TextCollector {
       return;
     }
     if (this.buf === null || this.buf.length - this.len < n) {
-      // Doubling keeps appends amortised O(1); start at 4 KiB (~1000 tokens) so short answers allocate once.
+      // Doubling keeps appends amortised O(1). The first 256 bytes come from Node's shared Buffer pool (an
+      // allocation of its own per stream was external memory that counted towards major GCs).
       const size = Math.min(this.maxBytes, Math.max(256, (this.len + n) * 2));
       const next = Buffer.allocUnsafe(size);
       if (this.buf !== null) this.buf.copy(next, 0, 0, this.len);

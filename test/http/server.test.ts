@@ -56,6 +56,32 @@ t.test('a foreign error becomes a 500 internal_error whose message is not shown;
   t.equal(logs.find((l) => l.status === 410)?.error_code, 'share_revoked');
 });
 
+t.test('the line waits for the handler: fields set after the client left are logged; unmatched routes are logged too', async (t) => {
+  let release!: () => void;
+  const released = new Promise<void>((r) => (release = r));
+  const { url, logs } = await serve(t, [{
+    method: 'GET', pattern: '/late', handler: async (ctx) => {
+      ctx.res.writeHead(200);
+      ctx.res.write('x');
+      await released; // still working (billing) after the client is gone
+      ctx.log.completion_tokens = 7;
+    },
+  }]);
+  const ac = new AbortController();
+  const res = await fetch(`${url}/late`, { signal: ac.signal });
+  const id = res.headers.get('x-request-id');
+  ac.abort();
+  await new Promise((r) => setTimeout(r, 50));
+  t.equal(logs.filter((l) => l.request_id === id).length, 0, 'no line while the handler runs, though the response closed');
+  release();
+  await new Promise((r) => setTimeout(r, 20));
+  t.match(logs.find((l) => l.request_id === id), { status: 200, aborted: true, completion_tokens: 7 });
+  const missing = await fetch(`${url}/nowhere`);
+  t.equal(missing.status, 404);
+  await new Promise((r) => setTimeout(r, 20));
+  t.match(logs.find((l) => l.request_id === missing.headers.get('x-request-id')), { status: 404, route: 'unmatched' });
+});
+
 t.test('an error after the headers were sent cuts the connection instead of writing a second response', async (t) => {
   const { url } = await serve(t, [{
     method: 'GET', pattern: '/half', handler: async (ctx) => {
