@@ -117,7 +117,10 @@ export async function createRedisStore(o: RedisStoreOptions & { client?: Client 
   // Single node: hold and settle, the two scripts of every live request, take the lean pipe (script-pipe.ts).
   const pipe = o.scriptPipe === false ? undefined : pipeFor(redis, o.commandTimeoutMs, onError, [lua.hold!, lua.settle!]);
   if (pipe) await pipe.ready.catch(onError);
-  const sub: Client = redis instanceof Cluster ? redis.duplicate() : redis.duplicate();
+  // Not ioredis' autoResubscribe: it re-subscribes after a reconnect without a handler on the reply, so a
+  // close (or another drop) before that reply arrives is an unhandled rejection, "Connection is closed."
+  // (CI, limits-outage). The 'ready' listener below does the same with the error handled.
+  const sub: Client = redis instanceof Cluster ? redis.duplicate() : redis.duplicate({ autoResubscribe: false });
   sub.on('error', onError);
   const handlers: ((m: Invalidation) => void)[] = [];
   sub.on('message', (_channel: string, message: string) => {
@@ -126,8 +129,9 @@ export async function createRedisStore(o: RedisStoreOptions & { client?: Client 
   });
   if (redis.status === 'wait') await redis.connect().catch(onError);
   if (sub.status === 'wait') await sub.connect().catch(onError);
-  // ioredis re-subscribes by itself after a reconnect.
   await sub.subscribe(K.INVALIDATION_CHANNEL).catch(onError);
+  // After a reconnect (or a first connect that failed above); subscribing twice is harmless.
+  if (!(sub instanceof Cluster)) sub.on('ready', () => void sub.subscribe(K.INVALIDATION_CHANNEL).catch(onError));
 
   const s = scripts as Record<keyof typeof SCRIPTS, ScriptFn>;
   const cluster = redis instanceof Cluster;

@@ -1,4 +1,7 @@
 // The Redis store against the store contract, plus what only Redis has: Cluster hash tags and outages.
+import { createConnection, createServer, type Socket } from 'node:net';
+import type { AddressInfo } from 'node:net';
+import { setTimeout as sleep } from 'node:timers/promises';
 import t from 'tap';
 import type { Test } from 'tap';
 import { GatewayError } from '../../src/http/errors.ts';
@@ -6,7 +9,43 @@ import { createRedisStore } from '../../src/store/redis-store.ts';
 import type { Invalidation, Store } from '../../src/store/types.ts';
 import { startRedis } from '../helpers/redis.ts';
 import { runStoreContract } from './contract.ts';
-import { TS } from './harness.ts';
+import { TS, waitFor } from './harness.ts';
+
+/**
+ * A TCP relay in front of Redis. `cut()` drops every connection (the clients reconnect); after it, on
+ * each new connection the replies stop at the first subscribe confirmation, which is held back for good.
+ */
+async function startHoldingRelay(t: Test, port: number): Promise<{ url: string; held: () => number; cut(): void }> {
+  const open = new Set<Socket>();
+  let holding = false;
+  let held = 0;
+  const server = createServer((client) => {
+    const upstream = createConnection(port, '127.0.0.1');
+    open.add(client).add(upstream);
+    let stopped = false;
+    const holdHere = holding;
+    upstream.on('data', (chunk: Buffer) => {
+      // RESP2 array or RESP3 push: the reply to SUBSCRIBE starts with the bulk string "subscribe".
+      if (holdHere && !stopped && chunk.includes('$9\r\nsubscribe\r\n')) (stopped = true), held++;
+      if (!stopped) client.write(chunk);
+    });
+    client.on('data', (chunk: Buffer) => upstream.write(chunk));
+    for (const [a, b] of [[client, upstream], [upstream, client]] as const) {
+      a.on('error', () => b.destroy());
+      a.on('close', () => { open.delete(a); b.destroy(); });
+    }
+  });
+  await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
+  t.teardown(() => { server.close(); for (const s of open) s.destroy(); });
+  return {
+    url: `redis://127.0.0.1:${(server.address() as AddressInfo).port}`,
+    held: () => held,
+    cut() {
+      holding = true;
+      for (const s of open) s.destroy();
+    },
+  };
+}
 
 // 300 ms: fail fast like production (NOTES §1), yet far above a loopback round trip (~0.1 ms).
 const COMMAND_TIMEOUT_MS = 300;
@@ -109,5 +148,22 @@ if (redis) {
       await new Promise((r) => setTimeout(r, 100));
     }
     t.strictSame(received[0], msg, 'invalidations flow again after the restart');
+  });
+
+  t.test('closing while the subscriber re-subscribes after a reconnect leaves no unhandled rejection', async (t) => {
+    const rejections: unknown[] = [];
+    const onRejection = (e: unknown) => void rejections.push(e);
+    process.on('unhandledRejection', onRejection);
+    t.teardown(() => void process.off('unhandledRejection', onRejection));
+    const relay = await startHoldingRelay(t, redis.port);
+    const errors: Error[] = [];
+    const store = await createRedisStore({ url: relay.url, commandTimeoutMs: COMMAND_TIMEOUT_MS, onError: (e) => errors.push(e) });
+    relay.cut();
+    await waitFor(() => relay.held() > 0, 5000, 'the SUBSCRIBE sent after the reconnect');
+    // Its reply never comes: close now, as a shutdown may at any moment.
+    await store.close();
+    await sleep(50);
+    t.same(rejections.map(String), [], 'the pending SUBSCRIBE failed into the store\'s error handler, not unhandled');
+    t.ok(errors.some((e) => /Connection is closed|timed out/.test(e.message)), 'the store\'s error handler saw it');
   });
 }
