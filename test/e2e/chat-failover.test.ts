@@ -65,7 +65,10 @@ t.test('first upstream answers 503, 429 or 502 before any byte: retried on the n
   }
   t.equal(good.requests.length, 8);
   t.ok(bad.requests.length >= 4, 'each misbehaving upstream was tried');
-  await new Promise((r) => setTimeout(r, 100));
+  // Each stream is settled after its last byte: wait for the eighth debit (bounded), then compare.
+  for (const until = Date.now() + 3000; Date.now() < until; await new Promise((r) => setTimeout(r, 20))) {
+    if ((await accountVsLedger(gw, 'fo-b')).entries.filter((e) => e.kind === 'debit').length >= 8) break;
+  }
   const s = await accountVsLedger(gw, 'fo-b');
   t.equal(s.entries.filter((e) => e.kind === 'debit').length, 8, 'one debit per client request, none per attempt');
   t.equal(s.balance, s.sum);

@@ -8,6 +8,7 @@ import { createMemoryStore } from '../../src/store/memory-store.ts';
 import type { Store } from '../../src/store/types.ts';
 import { ADMIN_TOKEN, startGateway } from '../helpers/gateway.ts';
 import { startRedis } from '../helpers/redis.ts';
+import { waitFor } from '../helpers/wait.ts';
 
 const REQ_ID = /^req_[1-9A-HJ-NP-Za-km-z]{22}$/;
 /** Generous enough that the 401 cases below never meet the failed-auth limiter. */
@@ -170,7 +171,7 @@ t.test('the request log line names the key id and account, never the key', async
   const res = await models(gw.url, gw.auth(key));
   await res.arrayBuffer();
   const rid = res.headers.get('x-request-id');
-  await new Promise((r) => setTimeout(r, 50));
+  await waitFor(() => gw.logs.some((l) => l.includes(`"${rid}"`)), 3000);
   const line = gw.logs.map((l) => JSON.parse(l)).find((l) => l.request_id === rid);
   t.ok(line);
   t.equal(line.key_id, id);

@@ -5,6 +5,7 @@ import t from 'tap';
 import type { Test } from 'tap';
 import { ERROR_CODES, type ErrorCode } from '../../src/http/errors.ts';
 import { ADMIN_TOKEN, startGateway } from '../helpers/gateway.ts';
+import { waitFor } from '../helpers/wait.ts';
 
 const REQ_ID = /^req_[1-9A-HJ-NP-Za-km-z]{22}$/;
 const ADMIN = { authorization: `Bearer ${ADMIN_TOKEN}` };
@@ -124,8 +125,10 @@ t.test('every response carries a fresh x-request-id, and the request log line ca
     ids.add(id!);
   }
   t.equal(ids.size, requests.length, 'ids are unique');
-  await new Promise((r) => setTimeout(r, 50));
-  const logged = new Set(gw.logs.map((l) => JSON.parse(l)).filter((l) => l.msg === 'request' || l.msg === 'request failed').map((l) => l.request_id));
+  // A request's line is written once its response has closed: wait for all of them, bounded.
+  const loggedIds = () => new Set(gw.logs.map((l) => JSON.parse(l)).filter((l) => l.msg === 'request' || l.msg === 'request failed').map((l) => l.request_id));
+  await waitFor(() => [...ids].every((id) => loggedIds().has(id)), 3000);
+  const logged = loggedIds();
   for (const id of ids) t.ok(logged.has(id), `log line for ${id}`);
 });
 

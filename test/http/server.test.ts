@@ -11,6 +11,7 @@ import { readJson } from '../../src/http/body.ts';
 import { createLogger } from '../../src/obs/logger.ts';
 import { createMetrics } from '../../src/obs/metrics.ts';
 import type { Handler } from '../../src/http/context.ts';
+import { waitFor } from '../helpers/wait.ts';
 
 const REQ_ID = /^req_[1-9A-HJ-NP-Za-km-z]{22}$/;
 
@@ -48,7 +49,8 @@ t.test('a foreign error becomes a 500 internal_error whose message is not shown;
   const gone = await fetch(`${url}/teapot`);
   t.equal(gone.status, 410);
   t.same(await gone.json(), { error: { message: 'gone', type: 'invalid_request_error', code: 'share_revoked', param: null } });
-  await new Promise((r) => setTimeout(r, 50));
+  // The line follows the response's close: wait for it rather than guess how long that takes.
+  await waitFor(() => logs.some((l) => l.msg === 'request failed') && logs.some((l) => l.status === 410), 3000);
   const failed = logs.find((l) => l.msg === 'request failed');
   t.ok(failed, 'the 500 is logged at error level');
   t.equal(failed?.status, 500);
@@ -74,11 +76,11 @@ t.test('the line waits for the handler: fields set after the client left are log
   await new Promise((r) => setTimeout(r, 50));
   t.equal(logs.filter((l) => l.request_id === id).length, 0, 'no line while the handler runs, though the response closed');
   release();
-  await new Promise((r) => setTimeout(r, 20));
+  await waitFor(() => logs.some((l) => l.request_id === id), 3000);
   t.match(logs.find((l) => l.request_id === id), { status: 200, aborted: true, completion_tokens: 7 });
   const missing = await fetch(`${url}/nowhere`);
   t.equal(missing.status, 404);
-  await new Promise((r) => setTimeout(r, 20));
+  await waitFor(() => logs.some((l) => l.request_id === missing.headers.get('x-request-id')), 3000);
   t.match(logs.find((l) => l.request_id === missing.headers.get('x-request-id')), { status: 404, route: 'unmatched' });
 });
 

@@ -6,6 +6,7 @@ import { RateLimiterMemory, RateLimiterRedis } from 'rate-limiter-flexible';
 import { limiterClient } from '../../src/store/limiter-client.ts';
 import { createScriptPipe, type ScriptPipe } from '../../src/store/script-pipe.ts';
 import { startRedis } from '../helpers/redis.ts';
+import { waitFor } from '../helpers/wait.ts';
 
 t.test('consume, reward and penalty run through the pipe; get() through ioredis; counts land in Redis', async (t) => {
   const redis = await startRedis(t);
@@ -51,7 +52,7 @@ t.test("readiness is the pipe's: while it is down, calls go to the insurance lim
   t.equal((await limiter.consume('k', 1)).consumedPoints, 1, 'counted in Redis');
 
   await redis.stop();
-  await new Promise((r) => setTimeout(r, 100));
+  await waitFor(() => client.status !== 'ready', 3000);
   t.equal(client.status, 'reconnecting', 'not ready once the pipe lost its connection');
   t.equal((await limiter.consume('k', 5)).consumedPoints, 5, 'the call is served by the insurance limiter, from zero');
   t.equal((await insurance.get('k'))?.consumedPoints, 5, 'which holds the count');
