@@ -6,8 +6,9 @@
  * max output) and is corrected with the real usage at settle, so a window's total is what was used.
  *
  * Counters live in Redis (shared by every instance: one Lua script per dimension, both in one round
- * trip, on the script pipe on a single node: store/limiter-client.ts). While Redis is unreachable each instance enforces the same limits in
- * memory (rate-limiter-flexible's insurance limiter), with a gauge and a log line saying so.
+ * trip, on the script pipe on a single node: store/limiter-client.ts). While Redis is unreachable each
+ * instance enforces the same limits in memory (rate-limiter-flexible's insurance limiter), with a gauge
+ * and a log line saying so.
  */
 import { RateLimiterMemory, RateLimiterRedis, type RateLimiterAbstract, type RateLimiterRes } from 'rate-limiter-flexible';
 import type { Cluster, Redis } from 'ioredis';

@@ -120,7 +120,8 @@ export async function createRedisStore(o: RedisStoreOptions & { client?: Client 
   // Not ioredis' autoResubscribe: it re-subscribes after a reconnect without a handler on the reply, so a
   // close (or another drop) before that reply arrives is an unhandled rejection, "Connection is closed."
   // (CI, limits-outage). The 'ready' listener below does the same with the error handled.
-  const sub: Client = redis instanceof Cluster ? redis.duplicate() : redis.duplicate({ autoResubscribe: false });
+  const cluster = redis instanceof Cluster;
+  const sub: Client = cluster ? redis.duplicate() : redis.duplicate({ autoResubscribe: false });
   sub.on('error', onError);
   const handlers: ((m: Invalidation) => void)[] = [];
   sub.on('message', (_channel: string, message: string) => {
@@ -131,10 +132,9 @@ export async function createRedisStore(o: RedisStoreOptions & { client?: Client 
   if (sub.status === 'wait') await sub.connect().catch(onError);
   await sub.subscribe(K.INVALIDATION_CHANNEL).catch(onError);
   // After a reconnect (or a first connect that failed above); subscribing twice is harmless.
-  if (!(sub instanceof Cluster)) sub.on('ready', () => void sub.subscribe(K.INVALIDATION_CHANNEL).catch(onError));
+  if (!cluster) sub.on('ready', () => void sub.subscribe(K.INVALIDATION_CHANNEL).catch(onError));
 
   const s = scripts as Record<keyof typeof SCRIPTS, ScriptFn>;
-  const cluster = redis instanceof Cluster;
   const readAccount = async (acct: string): Promise<AccountState> => {
     const [bal, held] = await redis.hmget(K.balance(acct), 'balance', 'held');
     return { id: acct, balance_micros: Number(bal ?? 0), held_micros: Number(held ?? 0) };

@@ -150,33 +150,35 @@ if (redis) {
     t.strictSame(received[0], msg, 'invalidations flow again after the restart');
   });
 
-  t.test('closing while the subscriber re-subscribes after a reconnect leaves no unhandled rejection', async (t) => {
+  /**
+   * A store behind a holding relay, its subscriber just reconnected with the SUBSCRIBE reply held back;
+   * collects the process's unhandled rejections and what reached the store's error handler.
+   */
+  async function subscribePending(t: Test): Promise<{ store: Store; errors: Error[]; rejections: unknown[] }> {
     const rejections: unknown[] = [];
     const onRejection = (e: unknown) => void rejections.push(e);
     process.on('unhandledRejection', onRejection);
     t.teardown(() => void process.off('unhandledRejection', onRejection));
-    const relay = await startHoldingRelay(t, redis.port);
+    const relay = await startHoldingRelay(t, redis!.port);
     const errors: Error[] = [];
     const store = await createRedisStore({ url: relay.url, commandTimeoutMs: COMMAND_TIMEOUT_MS, onError: (e) => errors.push(e) });
     relay.cut();
     await waitFor(() => relay.held() > 0, 5000, 'the SUBSCRIBE sent after the reconnect');
+    return { store, errors, rejections };
+  }
+
+  t.test('closing while the subscriber re-subscribes after a reconnect leaves no unhandled rejection', async (t) => {
+    const { store, errors, rejections } = await subscribePending(t);
     // Its reply never comes: close now, as a shutdown may at any moment.
     await store.close();
     await sleep(50);
     t.same(rejections.map(String), [], 'the pending SUBSCRIBE failed into the store\'s error handler, not unhandled');
     t.ok(errors.some((e) => /Connection is closed|timed out/.test(e.message)), 'the store\'s error handler saw it');
   });
+
   t.test('a re-subscribe whose reply is late fails into the error handler (unhandled, Node would exit)', async (t) => {
-    const rejections: unknown[] = [];
-    const onRejection = (e: unknown) => void rejections.push(e);
-    process.on('unhandledRejection', onRejection);
-    t.teardown(() => void process.off('unhandledRejection', onRejection));
-    const relay = await startHoldingRelay(t, redis.port);
-    const errors: Error[] = [];
-    const store = await createRedisStore({ url: relay.url, commandTimeoutMs: COMMAND_TIMEOUT_MS, onError: (e) => errors.push(e) });
+    const { store, errors, rejections } = await subscribePending(t);
     t.teardown(() => store.close());
-    relay.cut();
-    await waitFor(() => relay.held() > 0, 5000, 'the SUBSCRIBE sent after the reconnect');
     // A Redis slow to answer after a restart: the command times out while the store stays open.
     await waitFor(() => errors.some((e) => /timed out/.test(e.message)), 5000, 'the timeout reported to onError');
     await sleep(50);
