@@ -7,6 +7,7 @@ import { pathToFileURL } from 'node:url';
 import { loadConfig } from './config/load.ts';
 import { ConfigError } from './config/errors.ts';
 import type { Config } from './config/schema.ts';
+import { settledMarkerTtlSeconds } from './credit/credit.ts';
 import { createLogger } from './obs/logger.ts';
 import { createMemoryStore } from './store/memory-store.ts';
 import { createRedisStore } from './store/redis-store.ts';
@@ -20,7 +21,7 @@ export async function openStore(config: Config, env: NodeJS.ProcessEnv, logger: 
   if (redisUrl || clusterNodes.length > 0) {
     let lastLogged = 0;
     return createRedisStore({
-      url: redisUrl, clusterNodes, commandTimeoutMs,
+      url: redisUrl, clusterNodes, commandTimeoutMs, settledTtlSeconds: settledMarkerTtlSeconds(config),
       onError: (err) => {
         // ioredis emits an error per reconnect attempt; one line every 5 s is enough to see an outage.
         if (Date.now() - lastLogged > 5_000) {

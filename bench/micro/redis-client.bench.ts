@@ -54,7 +54,7 @@ for (const [name, client, scriptPipe] of [
   ['ioredis, RESP3 (protocol: 3, ioredis 6 default)', new Redis(url, { ...opts, protocol: 3 }), false],
   ['script pipe (as the gateway builds it)', createRedisClient({ url, commandTimeoutMs: 500 }), true],
 ] as const) {
-  const store = await createRedisStore({ client, commandTimeoutMs: 500, scriptPipe });
+  const store = await createRedisStore({ client, commandTimeoutMs: 500, settledTtlSeconds: 3600, scriptPipe });
   await store.grant('bench', 1e15, `grant-${name}`, undefined, new Date().toISOString());
   cases.push([name, store]);
 }

@@ -4,7 +4,11 @@
  * fails (store briefly down) is retried in the background until it lands: the settle is idempotent, and
  * a settle after the reaper released the hold still debits, so a blip never leaves a completion
  * unbilled. Shutdown waits for pending settles.
+ *
+ * Idempotency has a window: the store keeps a request's settled marker for `settledMarkerTtlSeconds`,
+ * and retries stop well inside it (SETTLE_RETRY_WINDOW_MS), so a retry can never debit twice.
  */
+import type { Config } from '../config/schema.ts';
 import { GatewayError } from '../http/errors.ts';
 import type { Logger } from '../obs/logger.ts';
 import type { SettleInput, SettleResult, Store } from '../store/types.ts';
@@ -25,11 +29,43 @@ export interface Credit {
   drain(deadlineMs: number): Promise<void>;
 }
 
-/** Retry back-off for a failed settle: 100 ms doubling to 5 s, for as long as the process lives. */
+/** Retry back-off for a failed settle: 100 ms doubling to 5 s. */
 const FIRST_RETRY_MS = 100;
 const MAX_RETRY_MS = 5_000;
+/**
+ * No settle attempt starts later than this after the first one. Past it the settle is abandoned with an
+ * error line that carries everything needed to reconcile, as at shutdown: the hold is reaped
+ * (`hold_expired`). An hour of Redis being unreachable is an outage in which every live request fails anyway.
+ */
+export const SETTLE_RETRY_WINDOW_MS = 3_600_000;
 
-export function createCredit(d: { store: Store; logger: Logger }): Credit {
+/** How long a hold may stay before the reaper releases it: the whole upstream deadline plus the margin. */
+export function holdTtlMs(config: Pick<Config, 'upstream' | 'credit'>): number {
+  return config.upstream.totalTimeoutMs + config.credit.holdMarginSeconds * 1000;
+}
+
+/**
+ * How long the store keeps a request's settled marker, the idempotency of its settle. It must outlive
+ * every later attempt of the same settle (all start within the retry window of the first) and any hold of
+ * the same request reaching Redis late (a hold is useless once expired). Markers are ~180 bytes of Redis
+ * memory per request; a week's worth was ~11 GB at 100 req/s, this is ~75 MB with the default config.
+ */
+export function settledMarkerTtlSeconds(config: Pick<Config, 'upstream' | 'credit'>): number {
+  return Math.ceil((holdTtlMs(config) + SETTLE_RETRY_WINDOW_MS) / 1000);
+}
+
+export interface CreditDeps {
+  store: Store;
+  logger: Logger;
+  /** Clock for the retry window (tests shorten time with it). */
+  now?: () => number;
+  /** Defaults to SETTLE_RETRY_WINDOW_MS; must stay below the store's settled-marker lifetime. */
+  retryWindowMs?: number;
+}
+
+export function createCredit(d: CreditDeps): Credit {
+  const now = d.now ?? Date.now;
+  const retryWindowMs = d.retryWindowMs ?? SETTLE_RETRY_WINDOW_MS;
   const inFlight = new Set<Promise<unknown>>();
   /** Counts `p` as pending (drain waits for it) until it settles. */
   function track<T>(p: Promise<T>): Promise<T> {
@@ -39,12 +75,19 @@ export function createCredit(d: { store: Store; logger: Logger }): Credit {
   }
 
   async function settleWithRetry(input: SettleInput): Promise<SettleResult | undefined> {
+    const giveUpAt = now() + retryWindowMs;
     for (let wait = FIRST_RETRY_MS, attempt = 1; ; attempt++, wait = Math.min(wait * 2, MAX_RETRY_MS)) {
       try {
         const r = await d.store.settle(input);
         if (attempt > 1) d.logger.warn({ request_id: input.requestId, attempts: attempt }, 'settle landed after retries');
         return r;
       } catch (err) {
+        const last = now() + wait > giveUpAt;
+        if (last) {
+          // Every field of the ledger entry that did not land, so it can be entered by hand.
+          d.logger.error({ err: (err as Error).message, settle: input, attempts: attempt }, 'settle abandoned after its retry window: the hold will be reaped; reconcile the ledger from this line');
+          return undefined;
+        }
         if (attempt === 1 || attempt % 10 === 0) {
           d.logger.error({ err: (err as Error).message, request_id: input.requestId, account: input.account, cost_micros: input.costMicros, attempt }, 'settle failed; retrying');
         }

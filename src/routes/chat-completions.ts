@@ -11,7 +11,7 @@ import type { RequestContext } from '../http/context.ts';
 import { requireModel, requireScope, type Authenticator } from '../auth/authenticate.ts';
 import type { Config, ModelConfig } from '../config/schema.ts';
 import type { Limits } from '../limits/limits.ts';
-import type { Credit } from '../credit/credit.ts';
+import { holdTtlMs as holdTtlOf, type Credit } from '../credit/credit.ts';
 import { costMicros } from '../credit/pricing.ts';
 import { estimatePromptTokens } from '../credit/hold-estimate.ts';
 import { clientResponseHeaders, upstreamRequestHeaders } from '../upstream/headers.ts';
@@ -56,7 +56,7 @@ function upstreamBody(body: ChatBody, model: ModelConfig): Buffer {
 export function chatRoutes(d: ChatDeps): Route[] {
   const models = new Map(d.config.models.map((m) => [m.name, m]));
   const up = d.config.upstream;
-  const holdTtlMs = up.totalTimeoutMs + d.config.credit.holdMarginSeconds * 1000;
+  const holdTtlMs = holdTtlOf(d.config);
   // Metric children bound once (labels: model / model, kind, source).
   const ttfb = bound(d.metrics.upstreamTtfb);
   const tokens = bound(d.metrics.tokens);

@@ -27,21 +27,24 @@ const SCRIPTS = {
   tgGrant: ['grant', 3], tgHold: ['hold', 3], tgHoldIndexed: ['hold', 4], tgSettle: ['settle', 4], tgSettleIndexed: ['settle', 5],
   tgReap: ['reap', 3], tgRevokeShare: ['revoke-share', 1],
 } as const;
-/** Settled markers outlive any retry of a request by far; a week keeps Redis memory bounded. */
-const SETTLED_TTL_SECONDS = 7 * 24 * 3600;
 const REAP_BATCH = 200;
 
 export interface RedisStoreOptions {
   url?: string | undefined;
   clusterNodes?: readonly string[];
   commandTimeoutMs: number;
+  /**
+   * Lifetime of a request's settled marker, the settle's idempotency (credit.ts settledMarkerTtlSeconds):
+   * one key per settled live request, so this bounds that share of Redis memory.
+   */
+  settledTtlSeconds: number;
   onError?: (err: Error) => void;
   /** Hold and settle through the script pipe on a single node (default); false keeps them on ioredis. */
   scriptPipe?: boolean;
 }
 
 /** Builds the ioredis client the way NOTES §1 recommends for a hot path: fail fast, autopipeline. */
-export function createRedisClient(o: RedisStoreOptions): Client {
+export function createRedisClient(o: Pick<RedisStoreOptions, 'url' | 'clusterNodes' | 'commandTimeoutMs'>): Client {
   // ioredis 6's default protocol (RESP3). RESP2 measured the same client CPU per hold + settle when the
   // cases are interleaved (28.9 vs 28.2 µs, bench/micro/redis-client.bench.ts), so nothing is gained by it.
   const common = { lazyConnect: true, maxRetriesPerRequest: 1, commandTimeout: o.commandTimeoutMs, enableAutoPipelining: true } as const;
@@ -209,7 +212,7 @@ export async function createRedisStore(o: RedisStoreOptions & { client?: Client 
     settle: (i) => guard((async () => {
       const member = JSON.stringify([i.account, i.requestId]);
       const keys = [K.balance(i.account), K.holds(i.account), K.ledger(i.account), K.settled(i.account, i.requestId)];
-      const args = [i.requestId, i.costMicros, i.ts, i.keyId, i.model, i.promptTokens, i.completionTokens, i.usageSource, SETTLED_TTL_SECONDS, member];
+      const args = [i.requestId, i.costMicros, i.ts, i.keyId, i.model, i.promptTokens, i.completionTokens, i.usageSource, o.settledTtlSeconds, member];
       const [entryId, replayed, bal, held] = await (pipe ? pipe.run(lua.settle!, [...keys, K.HOLD_INDEX], args, true)
         : cluster ? s.tgSettle(...keys, ...args) : s.tgSettleIndexed(...keys, K.HOLD_INDEX, ...args)) as [string, number, number, number];
       if (cluster) redis.zrem(K.HOLD_INDEX, member).catch(onError);

@@ -11,6 +11,7 @@
 //    the data, so only "the debit lands on the server that came back" is meaningful; the balance is then
 //    −cost, which is what a ledger replayed on an empty store must say.
 import t from 'tap';
+import * as K from '../../src/store/redis-keys.ts';
 import { startRedis } from '../helpers/redis.ts';
 import { startGateway } from '../helpers/gateway.ts';
 import { startSimulator } from '../../src/simulator/simulator.ts';
@@ -36,7 +37,9 @@ if (redis) {
   t.teardown(() => sim.close());
 
   t.test('Redis paused while the stream ends: the settle retries and debits exactly once', async (t) => {
-    const gw = await startGateway(t, { redisUrl: redis.url, upstreamUrl: sim.url, config: { store: { command_timeout_ms: 300 } } }); // outage: fail fast
+    // Command timeout 300 ms: the outage fails fast. Hold TTL 40 s + 20 s: checked on the settled marker below.
+    const config = { store: { command_timeout_ms: 300 }, upstream: { total_timeout_ms: 40_000 }, credit: { hold_margin_seconds: 20 } };
+    const gw = await startGateway(t, { redisUrl: redis.url, upstreamUrl: sim.url, config });
     const { key } = await gw.createKey({ account: 'paused', env: 'live' });
     const grant = 1_000_000;
     await gw.grant('paused', grant);
@@ -74,6 +77,10 @@ if (redis) {
     t.equal(acct.held_micros, 0, 'the hold is released');
     t.equal(acct.balance_micros, grant + entry.amount_micros, 'balance = grant − the one debit');
     checkLedger(t, await ledgerOf(gw.admin, 'paused'), acct, new Set([id]));
+    // The idempotency marker lives as long as the config says (40 s total timeout + 20 s margin + the 1 h
+    // retry window), not for a fixed week: one key per request is the largest per-request Redis cost.
+    const ttlMs = await redis.client.pttl(K.settled('paused', id));
+    t.ok(ttlMs > (3660 - 10) * 1000 && ttlMs <= 3660 * 1000, `the settled marker expires in ${Math.round(ttlMs / 1000)} s (3660 s)`);
   });
 
   t.test('the hold expires during the outage: settle and reaper race, one debit either way', async (t) => {

@@ -12,10 +12,10 @@
 import { Writable } from 'node:stream';
 import { compileConfig } from '../../src/config/schema.ts';
 import { createGateway, type Gateway } from '../../src/gateway.ts';
+import { openStore } from '../../src/main.ts';
 import { createLogger } from '../../src/obs/logger.ts';
 import { createMetrics } from '../../src/obs/metrics.ts';
 import { createMemoryStore } from '../../src/store/memory-store.ts';
-import { createRedisStore } from '../../src/store/redis-store.ts';
 import type { Store } from '../../src/store/types.ts';
 
 export const ADMIN_TOKEN = 'test-admin-token-0123456789';
@@ -82,7 +82,8 @@ export async function startGateway(t: Teardown, o: StartGatewayOptions = {}): Pr
   const sink = new Writable({ write(chunk, _enc, cb) { logs.push(...String(chunk).split('\n').filter(Boolean)); cb(); } });
   const logger = createLogger(process.env.TEST_LOG_LEVEL ?? 'info', sink);
   const ownStore = !o.store;
-  const store = o.store ?? (o.redisUrl ? await createRedisStore({ url: o.redisUrl, commandTimeoutMs: config.store.commandTimeoutMs }) : createMemoryStore(o.now));
+  // Redis as production opens it (main.ts openStore): the config decides the command timeout and marker TTL.
+  const store = o.store ?? (o.redisUrl ? await openStore({ ...config, store: { ...config.store, redisUrl: o.redisUrl } }, env, logger) : createMemoryStore(o.now));
   const gateway = createGateway({ config, store, logger, metrics: createMetrics({ defaults: false }), ...(o.now && { now: o.now }) });
   const { publicUrl, adminUrl } = await gateway.listen();
 

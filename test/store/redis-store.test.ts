@@ -49,9 +49,11 @@ async function startHoldingRelay(t: Test, port: number): Promise<{ url: string; 
 
 // 300 ms: fail fast like production (NOTES §1), yet far above a loopback round trip (~0.1 ms).
 const COMMAND_TIMEOUT_MS = 300;
+// The settled marker's lifetime (production derives it from the config: credit.ts settledMarkerTtlSeconds).
+const SETTLED_TTL_S = 4260;
 
 async function openStore(t: Test, url: string): Promise<Store> {
-  const store = await createRedisStore({ url, commandTimeoutMs: COMMAND_TIMEOUT_MS });
+  const store = await createRedisStore({ url, commandTimeoutMs: COMMAND_TIMEOUT_MS, settledTtlSeconds: SETTLED_TTL_S });
   t.teardown(() => store.close());
   return store;
 }
@@ -103,6 +105,23 @@ if (redis) {
     for (const acct of accounts) {
       const mine = keys.filter((k) => k.startsWith(`{acct:${acct}}:`)).map((k) => k.slice(`{acct:${acct}}:`.length)).sort();
       t.strictSame(mine, ['bal', 'done:req-settled', 'holds', 'idem', 'keys', 'ledger'], `${acct}: balance, ledger, idempotency, holds, settled marker, key set`);
+    }
+  });
+
+  t.test('the settled marker lives for the configured TTL, and is the only per-request key left behind', async (t) => {
+    await redis.client.flushdb();
+    const store = await openStore(t, redis.url);
+    await store.grant('acme', 1000, undefined, undefined, TS);
+    const before = await redis.client.dbsize();
+    for (const id of ['req-1', 'req-2']) {
+      await store.hold('acme', id, 100, 9_000_000_000_000);
+      await store.settle({ account: 'acme', requestId: id, costMicros: 10, keyId: 'key_a', model: 'm', promptTokens: 1, completionTokens: 1, usageSource: 'upstream', ts: TS });
+    }
+    // Two settled requests: their two markers (holds hash and index emptied, so deleted); nothing else grew.
+    t.equal(await redis.client.dbsize(), before + 2, 'one key per settled request');
+    for (const id of ['req-1', 'req-2']) {
+      const ttl = await redis.client.pttl(`{acct:acme}:done:${id}`);
+      t.ok(ttl > (SETTLED_TTL_S - 5) * 1000 && ttl <= SETTLED_TTL_S * 1000, `${id}: marker TTL ${ttl} ms is the configured ${SETTLED_TTL_S} s`);
     }
   });
 
@@ -161,7 +180,7 @@ if (redis) {
     t.teardown(() => void process.off('unhandledRejection', onRejection));
     const relay = await startHoldingRelay(t, redis!.port);
     const errors: Error[] = [];
-    const store = await createRedisStore({ url: relay.url, commandTimeoutMs: COMMAND_TIMEOUT_MS, onError: (e) => errors.push(e) });
+    const store = await createRedisStore({ url: relay.url, commandTimeoutMs: COMMAND_TIMEOUT_MS, settledTtlSeconds: SETTLED_TTL_S, onError: (e) => errors.push(e) });
     relay.cut();
     await waitFor(() => relay.held() > 0, 5000, 'the SUBSCRIBE sent after the reconnect');
     return { store, errors, rejections };
