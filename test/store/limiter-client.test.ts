@@ -1,5 +1,5 @@
-// rate-limiter-flexible on the script pipe: its counter script through the pipe, the rest on ioredis,
-// readiness from the pipe (so an outage falls back to the insurance limiter as it did on ioredis).
+// rate-limiter-flexible on the script pipe: its counter script and get() through the pipe, the rest on
+// ioredis, readiness from the pipe (so an outage falls back to the insurance limiter as it did on ioredis).
 import t from 'tap';
 import { Redis } from 'ioredis';
 import { RateLimiterMemory, RateLimiterRedis } from 'rate-limiter-flexible';
@@ -8,7 +8,7 @@ import { createScriptPipe, type ScriptPipe } from '../../src/store/script-pipe.t
 import { startRedis } from '../helpers/redis.ts';
 import { waitFor } from '../helpers/wait.ts';
 
-t.test('consume, reward and penalty run through the pipe; get() through ioredis; counts land in Redis', async (t) => {
+t.test('consume, reward, penalty and get run through the pipe; forced expiries through ioredis; counts land in Redis', async (t) => {
   const redis = await startRedis(t);
   if (!redis) return;
   const u = new URL(redis.url);
@@ -31,8 +31,23 @@ t.test('consume, reward and penalty run through the pipe; get() through ioredis;
   const ttl = await redis.client.pttl('lc:k');
   t.ok(ttl > 0 && ttl <= 60_000, `with the window's expiry (${ttl} ms)`);
   const got = await limiter.get('k');
-  t.equal(got?.consumedPoints, 10, 'get() reads it back (multi on ioredis)');
-  t.equal(runs, 4, 'without the pipe');
+  t.equal(got?.consumedPoints, 10, 'get() reads it back');
+  t.ok(got!.msBeforeNext > 0 && got!.msBeforeNext <= ttl, `with the time left in the window (${got!.msBeforeNext} ms)`);
+  t.equal(runs, 5, 'in one script run on the pipe');
+  t.equal(await limiter.get('never-used'), null, 'a key never counted reads as null, not as 0 points');
+  t.equal(runs, 6);
+
+  // Forced expiries (set) are not on the pipe: replayed on an ioredis MULTI.
+  await limiter.set('forced', 7, 30);
+  t.equal(runs, 6, 'set() does not use the pipe');
+  t.equal(await redis.client.get('lc:forced'), '7', 'set() wrote the counter through ioredis');
+  const forcedTtl = await redis.client.pttl('lc:forced');
+  t.ok(forcedTtl > 25_000 && forcedTtl <= 30_000, `with its forced expiry (${forcedTtl} ms)`);
+
+  // get() no longer needs ioredis at all: with it gone, the read still answers at once (before, it waited
+  // in ioredis' offline queue while the pipe, and so the limiter's readiness, said "ready").
+  io.disconnect();
+  t.equal((await limiter.get('k'))?.consumedPoints, 10, 'get() answers with ioredis disconnected');
 });
 
 t.test("readiness is the pipe's: while it is down, calls go to the insurance limiter", async (t) => {
