@@ -7,13 +7,13 @@
  * by the tokenizer fallback.
  *
  * Hot-path budget (SPEC §1.2, STYLE "Per-chunk hot path"): O(bytes) scanning — Buffer.indexOf for line
- * feeds, one JS pass over each event's data (data-scan.ts); no JSON.parse except for an event whose
+ * feeds, one compiled-regex pass over each chunk's data (data-scan.ts); no JSON.parse except for an event whose
  * data holds a `"usage":{` object (one per stream, normally the last); no re-serialisation; the only
  * buffers are the held tail (≤ maxPendingBytes) and the retained text (see TextCollector).
  *
  * Events end at an empty line; lines end in LF or CRLF (see sse-event.ts).
  */
-import { scanData } from './data-scan.ts';
+import { KeyFinder, scanData } from './data-scan.ts';
 import { dataRange, eventData, isDone } from './sse-event.ts';
 import { TextCollector } from './text-slices.ts';
 import { readUsage, type Usage } from './usage.ts';
@@ -86,6 +86,8 @@ class Scanner implements SseMeter {
   private ended = false;
   /** Scratch for eventData: where the current event's data is. */
   private readonly data = dataRange();
+  /** Key search over the chunk being pushed, shared by its events; released when push() returns. */
+  private readonly keys = new KeyFinder();
 
   constructor(opts: SseMeterOptions) {
     const max = opts.maxPendingBytes ?? 1024 * 1024;
@@ -137,6 +139,7 @@ class Scanner implements SseMeter {
       const b = chunk[nl + 1];
       nl = b === LF ? nl + 1 : b === CR && chunk[nl + 2] === LF ? nl + 2 : chunk.indexOf(LF, nl + 1);
     }
+    this.keys.release(); // the chunk is the upstream's: its copy must not outlive this call
     if (evStart < len) this.hold(chunk, evStart);
     this.last2 = len >= 2 ? chunk[len - 2]! : this.last1;
     this.last1 = chunk[len - 1]!;
@@ -161,6 +164,7 @@ class Scanner implements SseMeter {
     this.pendingLen = 0;
     // Metered (an upstream may omit the final blank line after usage or [DONE]) but forwarded as-is.
     this.meter(tail, 0, tail.length);
+    this.keys.release();
     return tail;
   }
 
@@ -181,7 +185,7 @@ class Scanner implements SseMeter {
       return true;
     }
     // Text is collected first; if this event's usage proves valid, it covers that text and all before.
-    if (scanData(d.buf, d.start, d.end, this.text)) {
+    if (scanData(d.buf, d.start, d.end, this.text, this.keys)) {
       let parsed: unknown;
       try {
         parsed = JSON.parse(d.buf.toString('utf8', d.start, d.end));

@@ -1,5 +1,5 @@
 import t from 'tap';
-import { findStringEnd, scanData } from '../../src/meter/data-scan.ts';
+import { findStringEnd, KeyFinder, scanData } from '../../src/meter/data-scan.ts';
 import { TextCollector } from '../../src/meter/text-slices.ts';
 
 function scan(json: string): { usage: boolean; text: string } {
@@ -41,4 +41,55 @@ t.test('usage: object yes, null no', async (t) => {
   t.equal(scan('{"content":"\\"usage\\":{"}').usage, false, 'inside a string');
   t.equal(scan('{"usage_x":{}}').usage, false);
   t.equal(scan('{"usage":').usage, false, 'truncated');
+});
+
+t.test('one KeyFinder shared by the events of a buffer gives what a fresh one per event gives', async (t) => {
+  const events = [
+    '{"id":"a","choices":[{"delta":{"role":"assistant","content":""}}],"usage":null}',
+    '{"id":"a","choices":[{"delta":{}}],"usage":null}', // no candidate: the search runs into the next event
+    '{"id":"a","choices":[{"delta":{"content":"x\\"y"}}],"usage":null}',
+    '{"id":"a","choices":[],"usage":{"prompt_tokens":1,"completion_tokens":2}}',
+    '{"id":"a","choices":[{"delta":{"reasoning":"r","content":"z"}}]}',
+  ];
+  const buf = Buffer.from(events.join('\n\n'));
+  const ranges: [number, number][] = [];
+  let at = 0;
+  for (const e of events) {
+    ranges.push([at, at + Buffer.byteLength(e)]);
+    at += Buffer.byteLength(e) + 2;
+  }
+  const shared = new KeyFinder();
+  const got = ranges.map(([a, b]) => {
+    const c = new TextCollector();
+    return { usage: scanData(buf, a, b, c, shared), text: c.text() };
+  });
+  const fresh = ranges.map(([a, b]) => {
+    const c = new TextCollector();
+    return { usage: scanData(buf, a, b, c), text: c.text() };
+  });
+  t.same(got, fresh);
+  t.same(got.map((g) => g.text), ['', '', 'x"y', '', 'rz']);
+  t.same(got.map((g) => g.usage), [false, false, false, true, false]);
+});
+
+t.test('a key cut by the end of its range is found in neither range', async (t) => {
+  const buf = Buffer.from('{"a":1,"content":"x"}');
+  const cut = buf.indexOf(':"x"');
+  const f = new KeyFinder();
+  const a = new TextCollector();
+  const b = new TextCollector();
+  t.equal(scanData(buf, 0, cut, a, f), false);
+  t.equal(scanData(buf, cut, buf.length, b, f), false);
+  t.same([a.text(), b.text()], ['', ''], 'the key lies in the first range, its value in the second');
+});
+
+t.test('release() forgets the copy: a buffer rewritten in place is read again', async (t) => {
+  const buf = Buffer.from('{"content":"aaaa"}');
+  const f = new KeyFinder();
+  const c = new TextCollector();
+  scanData(buf, 0, buf.length, c, f);
+  f.release();
+  buf.write('{"refusal":"bbb"}', 'latin1');
+  scanData(buf, 0, buf.length, c, f);
+  t.equal(c.text(), 'aaaabbb');
 });
