@@ -104,6 +104,22 @@ t.test('parseJson: valid JSON parses, a syntax error is a 422 json_invalid', asy
   }
 });
 
+t.test('parseJson keeps integers beyond 2^53 digit for digit, anywhere in the body, and nothing else changes', async (t) => {
+  const text = '{"seed":9007199254740993,"a":[1,{"b":-18446744073709551615}],"f":0.5,"e":1e3,"s":"12345678901234567890"}';
+  t.equal(JSON.stringify(parseJson(text)), '{"seed":9007199254740993,"a":[1,{"b":-18446744073709551615}],"f":0.5,"e":1000,"s":"12345678901234567890"}');
+  const safe = parseJson('{"n":9007199254740991,"m":1234567890123456}') as Record<string, unknown>;
+  t.same(safe, { n: 9007199254740991, m: 1234567890123456 }, 'safe 16-digit integers stay plain numbers');
+  t.equal(typeof safe['n'], 'number');
+  t.equal(JSON.stringify(parseJson('[9007199254740992.5]')), '[9007199254740992]', 'a non-integer literal is a float, as JSON.parse reads it');
+});
+
+t.test('parseJson survives nesting deeper than the call stack', async (t) => {
+  const deep = '{"x":' + '['.repeat(100_000) + ']'.repeat(100_000) + '}';
+  t.type(parseJson(deep), 'object');
+  // Source-text access (the reviver) recurses: a big integer that deep is refused as invalid JSON, not a crash.
+  t.throws(() => parseJson('[' + '['.repeat(100_000) + '9007199254740993' + ']'.repeat(100_001)), ValidationError);
+});
+
 t.test('readJson checks media type first, then size, then syntax', async (t) => {
   t.equal(((await rejection(readJson(fakeReq({ 'content-type': 'text/plain', 'content-length': '999999' }, ['{']), 10))) as GatewayError).code, 'unsupported_media_type');
   t.equal(((await rejection(readJson(fakeReq({ 'content-type': 'application/json' }, ['{'.repeat(20)]), 10))) as GatewayError).code, 'request_too_large');
