@@ -6,9 +6,10 @@
  * Why a regular expression over a latin1 copy of the chunk: a JS byte loop that stops at every quote
  * costs ~1.4 ns per byte on a realistic stream (a chunk event has ~30 quotes, and each is a
  * mispredicted branch plus a two-letter check), ~23 µs for a 64-token stream. V8 compiles the pattern
- * below to machine code and returns only at a key followed by a string or object value, ~2 per event;
- * with one latin1 copy per upstream chunk (~0.05 ns per byte, byte offsets unchanged) the same stream
- * costs ~9 µs (`node bench/micro/sse-scanner.bench.ts`).
+ * below to machine code (~0.55 ns per byte) and returns only at a key followed by a string or object
+ * value, ~2 per event; with one latin1 copy per upstream chunk (~0.05 ns per byte, byte offsets
+ * unchanged) the scan of that stream costs ~12 µs, and the whole meter 30 → 20–24 µs
+ * (`node bench/micro/sse-scanner.bench.ts`; other approaches measured: bench/README.md).
  *
  * Why it is sound without tracking string state: inside a JSON string every quote is escaped, so
  * `"content"` with an unescaped closing quote followed by `:` can only be a key. The one way to fake it,
