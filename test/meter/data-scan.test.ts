@@ -81,6 +81,8 @@ t.test('a key cut by the end of its range is found in neither range', async (t) 
   t.equal(scanData(buf, 0, cut, a, f), false);
   t.equal(scanData(buf, cut, buf.length, b, f), false);
   t.same([a.text(), b.text()], ['', ''], 'the key lies in the first range, its value in the second');
+  const u = Buffer.from('{"usage":{"prompt_tokens":1}}');
+  t.equal(scanData(u, 0, u.indexOf('{', 2), new TextCollector(), f), false, 'a usage object that starts past the end is not seen');
 });
 
 t.test('release() forgets the copy: a buffer rewritten in place is read again', async (t) => {

@@ -125,6 +125,18 @@ t.test('common case forwards the chunk itself or a zero-copy view; held bytes ar
   t.equal(m.completionText(), 'ab');
 });
 
+t.test('an upstream that reuses its chunk buffer for new bytes is read anew on every push', async (t) => {
+  // Same length, the key at another offset: a stale copy of the old bytes would look in the wrong place.
+  const a = Buffer.from(event({ choices: [{ delta: { content: 'aaaa' } }], id: 'x1' }));
+  const b = event({ id: 'x1', choices: [{ delta: { content: 'bbbb' } }] });
+  t.equal(a.length, Buffer.byteLength(b));
+  const m = createSseMeter(keep);
+  m.push(a);
+  a.write(b, 'utf8'); // same Buffer object, new event
+  m.push(a);
+  t.equal(m.completionText(), 'aaaabbbb');
+});
+
 t.test('usage: null is not usage, zeros are, partial objects are not, latest wins', async (t) => {
   const m = createSseMeter(keep);
   m.push(Buffer.from(event({ choices: [{ delta: { content: 'x' } }], usage: null })));
