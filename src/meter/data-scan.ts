@@ -8,7 +8,7 @@
  * mispredicted branch plus a two-letter check), ~23 µs for a 64-token stream. V8 compiles the pattern
  * below to machine code (~0.55 ns per byte) and returns only at a key followed by a string or object
  * value, ~2 per event; with one latin1 copy per upstream chunk (~0.05 ns per byte, byte offsets
- * unchanged) the scan of that stream costs ~12 µs, and the whole meter 30 → 20–24 µs
+ * unchanged) the scan of that stream costs ~12 µs, and the whole meter 30 → 20–26 µs
  * (`node bench/micro/sse-scanner.bench.ts`; other approaches measured: bench/README.md).
  *
  * Why it is sound without tracking string state: inside a JSON string every quote is escaped, so
@@ -38,9 +38,10 @@ const CANDIDATE = /"(?:content|reasoning_content|reasoning|refusal|arguments|usa
 export class KeyFinder {
   private buf: Buffer | null = null;
   private str = '';
-  /** Cached answer: the first candidate at or after `from` is at `at` (-1: none), its value byte at `value`. */
+  /** Cached answer: the first candidate at or after `from` is at `at` (-1: none, -2: no answer cached),
+   * the first byte of its value at `value`. */
   private from = 0;
-  private at = -2; // -2: nothing cached
+  private at = -2;
   private value = 0;
 
   /** Index of the first candidate at or after `pos` in `buf` (its opening quote), or -1. */

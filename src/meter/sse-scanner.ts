@@ -7,9 +7,10 @@
  * by the tokenizer fallback.
  *
  * Hot-path budget (SPEC §1.2, STYLE "Per-chunk hot path"): O(bytes) scanning — Buffer.indexOf for line
- * feeds, one compiled-regex pass over each chunk's data (data-scan.ts); no JSON.parse except for an event whose
- * data holds a `"usage":{` object (one per stream, normally the last); no re-serialisation; the only
- * buffers are the held tail (≤ maxPendingBytes) and the retained text (see TextCollector).
+ * feeds, one compiled-regex pass over each chunk's event data (data-scan.ts); no JSON.parse except for
+ * an event whose data holds a `"usage":{` object (one per stream, normally the last); no
+ * re-serialisation; the only buffers are the held tail (≤ maxPendingBytes), the retained text (see
+ * TextCollector) and, during push(), a latin1 copy of the chunk for the key search.
  *
  * Events end at an empty line; lines end in LF or CRLF (see sse-event.ts).
  */
