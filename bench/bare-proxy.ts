@@ -4,14 +4,20 @@
  * `pool.stream()` into the ServerResponse (NOTES §3: the cheapest variant measured there next to
  * dispatch()), hop-by-hop headers stripped, the upstream aborted when the client leaves. No auth, no
  * body parsing, no metering, no logging.
- *   node bench/bare-proxy.ts --port 8081 --upstream http://127.0.0.1:8000
+ *
+ * With `--redis <url>` it is the "bare+redis" reference target (`npm run bench -- --reference`): the
+ * same passthrough plus the two autopipelined Redis round trips of issue 6's reference point, one
+ * INCRBY awaited before the upstream call and one sent when the response has ended. It tells how much
+ * of a gap to the bare proxy two round trips alone explain on this machine.
+ *   node bench/bare-proxy.ts --port 8081 --upstream http://127.0.0.1:8000 [--redis redis://127.0.0.1:6379]
  * Prints its base URL once listening; exits on SIGTERM/SIGINT.
  */
-import { createServer, type IncomingHttpHeaders, type ServerResponse } from 'node:http';
+import { createServer, type IncomingHttpHeaders, type IncomingMessage, type ServerResponse } from 'node:http';
 import { parseArgs } from 'node:util';
 import { Pool, type Dispatcher } from 'undici';
+import { Redis } from 'ioredis';
 
-const { values } = parseArgs({ options: { port: { type: 'string', default: '0' }, upstream: { type: 'string' } } });
+const { values } = parseArgs({ options: { port: { type: 'string', default: '0' }, upstream: { type: 'string' }, redis: { type: 'string' } } });
 if (!values.upstream) {
   process.stderr.write('bare-proxy: --upstream http://host:port is required\n');
   process.exit(2);
@@ -31,7 +37,22 @@ function strip(h: IncomingHttpHeaders): Record<string, string | string[]> {
 // Unlimited connections (undici's default), like a proxy sized for 1,000+ open streams.
 const pool = new Pool(new URL(values.upstream).origin, { keepAliveTimeout: 30_000, headersTimeout: 120_000, bodyTimeout: 60_000, allowH2: false });
 
+const redis = values.redis ? new Redis(values.redis, { enableAutoPipelining: true, maxRetriesPerRequest: 1 }) : undefined;
+const COUNTER = 'bench:bare-redis';
+
 const server = createServer({ keepAliveTimeout: 5_000 }, (req, res) => {
+  if (!redis) return proxy(req, res);
+  redis.incrby(COUNTER, 1).then(() => proxy(req, res), () => fail(res, 503));
+});
+
+function fail(res: ServerResponse, status: number): void {
+  if (!res.headersSent) {
+    res.writeHead(status);
+    res.end();
+  } else res.destroy();
+}
+
+function proxy(req: IncomingMessage, res: ServerResponse): void {
   const ac = new AbortController();
   res.on('close', () => {
     if (!res.writableFinished) ac.abort(new Error('client gone'));
@@ -47,13 +68,11 @@ const server = createServer({ keepAliveTimeout: 5_000 }, (req, res) => {
         return out;
       },
     )
-    .catch((err: { code?: string }) => {
-      if (!res.headersSent) {
-        res.writeHead(err.code === 'UND_ERR_HEADERS_TIMEOUT' ? 504 : 502);
-        res.end();
-      } else res.destroy();
-    });
-});
+    .then(
+      () => void redis?.incrby(COUNTER, -1).catch(() => {}),
+      (err: { code?: string }) => fail(res, err.code === 'UND_ERR_HEADERS_TIMEOUT' ? 504 : 502),
+    );
+}
 
 server.listen(Number(values.port), '127.0.0.1', () => {
   const { port } = server.address() as { port: number };
@@ -63,6 +82,7 @@ server.listen(Number(values.port), '127.0.0.1', () => {
 const stop = (): void => {
   server.close();
   server.closeAllConnections();
+  redis?.disconnect();
   void pool.close().finally(() => process.exit(0));
 };
 process.once('SIGTERM', stop);

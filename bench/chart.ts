@@ -5,7 +5,7 @@
 import type { Report, Row } from './report.ts';
 import { SCENARIOS, type ScenarioId } from './scenarios.ts';
 
-const COLORS: Record<string, string> = { bare: '#9a9a9a', 'tollgate/test': '#4e79a7', 'tollgate/live': '#e8731a' };
+const COLORS: Record<string, string> = { bare: '#9a9a9a', 'bare+redis': '#c9b27c', 'tollgate/test': '#4e79a7', 'tollgate/live': '#e8731a' };
 /** The issue's req/s targets for the live key, relative to the bare proxy. */
 const LIVE_TARGET: Partial<Record<ScenarioId, number>> = { nonstream: 0.7, stream64: 0.85, slow1000: 0.95 };
 const THROUGHPUT: ScenarioId[] = ['nonstream', 'stream64', 'slow1000', 'prompt32k'];
@@ -56,10 +56,11 @@ function panel(rows: Row[], y0: number, title: string, key: 'vsDirect' | 'vsBare
 /** The SVG document. */
 export function toSvg(r: Report): string {
   const out: string[] = [];
-  let y = panel(r.rows, 0, 'req/s relative to direct (the simulator alone)', 'vsDirect', ['bare', 'tollgate/test', 'tollgate/live'], out);
-  y = panel(r.rows, y + 6, 'req/s relative to the bare proxy (red tick: the issue\'s target for the live key)', 'vsBare', ['tollgate/test', 'tollgate/live'], out);
+  let y = panel(r.rows, 0, 'req/s relative to direct (the simulator alone)', 'vsDirect', ['bare', 'bare+redis', 'tollgate/test', 'tollgate/live'], out);
+  y = panel(r.rows, y + 6, 'req/s relative to the bare proxy (red tick: the issue\'s target for the live key)', 'vsBare', ['bare+redis', 'tollgate/test', 'tollgate/live'], out);
   let lx = 10;
   for (const [name, color] of Object.entries(COLORS)) {
+    if (!r.rows.some((x) => x.target === name)) continue;
     out.push(`<rect x="${lx}" y="${y + 4}" width="12" height="12" fill="${color}"/><text x="${lx + 16}" y="${y + 14}" font-size="12">${esc(name)}</text>`);
     lx += 130;
   }

@@ -8,6 +8,7 @@
  *   --only a,b         scenarios: nonstream, stream64, slow1000, prompt32k, rate2000
  *   --embedded         the embedded store even when redis-server exists
  *   --ref <git ref>    run the gateway from that commit's src/ (default: the working tree)
+ *   --reference        add the bare+redis target (bare proxy + two autopipelined Redis round trips)
  *   --node-args="…"    extra node flags for the gateway (e.g. --node-args="--max-semi-space-size=32")
  *   --render <file>    no load: rebuild the Markdown/SVG (and README section) from a saved report JSON
  * A full run writes bench/results/latest.{md,json,svg} (committed); every run also keeps a copy
@@ -31,6 +32,7 @@ const { values } = parseArgs({
     only: { type: 'string' },
     embedded: { type: 'boolean', default: false },
     ref: { type: 'string' },
+    reference: { type: 'boolean', default: false },
     'node-args': { type: 'string' },
     render: { type: 'string' },
   },
@@ -51,7 +53,7 @@ async function runAll(): Promise<Report> {
   const t0 = Date.now();
   const log = (s: string) => process.stdout.write(`[${((Date.now() - t0) / 1000).toFixed(0).padStart(3)} s] ${s}\n`);
   const meta0 = { loadAvg: loadavg(), date: new Date().toISOString() };
-  const stack = await startStack({ embedded: values.embedded, gatewayNodeArgs, ...(ref && { ref }) });
+  const stack = await startStack({ embedded: values.embedded, reference: values.reference, gatewayNodeArgs, ...(ref && { ref }) });
   log(`stack up: store=${stack.store}, gateway stderr in ${stack.dir} (removed at the end)${gatewayNodeArgs.length ? `, gateway node flags: ${gatewayNodeArgs.join(' ')}` : ''}`);
   const ms: Measurement[] = [];
   try {

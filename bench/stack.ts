@@ -17,13 +17,13 @@ export const PRODUCTION_NODE_ARGS = ['--max-old-space-size=256'];
 
 /** Where each target is reached and how it authenticates. */
 export interface Target {
-  readonly name: 'direct' | 'bare' | 'tollgate/test' | 'tollgate/live';
+  readonly name: 'direct' | 'bare' | 'bare+redis' | 'tollgate/test' | 'tollgate/live';
   /** Base URL including `/v1`. */
   readonly base: string;
   readonly authorization: string;
   /** The process whose CPU and RSS are reported (the proxy hop; the simulator for direct). */
   readonly pid: number;
-  /** redis-server, when this target uses it (tollgate/* on the Redis store): its CPU is reported too. */
+  /** redis-server, when this target uses it (bare+redis, tollgate/* on the Redis store): its CPU is reported too. */
   readonly redisPid?: number;
 }
 
@@ -48,6 +48,11 @@ export interface StackOptions {
    * node_modules) instead of the working tree: compare commits, or measure HEAD while others edit.
    */
   ref?: string;
+  /**
+   * Add the "bare+redis" target: the bare proxy plus two autopipelined Redis round trips (issue 6's
+   * reference point), on the same redis-server as the gateway. Needs redis-server.
+   */
+  reference?: boolean;
 }
 
 /** Exports src/ and package.json of a git ref into dir; returns the gateway's working directory. */
@@ -98,6 +103,12 @@ export async function startStack(o: StackOptions = {}): Promise<Stack> {
     const bare = await start('bare-proxy', process.execPath, ['bench/bare-proxy.ts', '--port', '0', '--upstream', new URL(simUrl).origin], { ready: (l) => l.some((x) => x.startsWith('http')) });
     procs.push(bare);
     const bareUrl = firstLine(bare);
+    let bareRedis: Proc | undefined;
+    if (o.reference) {
+      if (!redisUrl) throw new Error('--reference needs redis-server on PATH (and no --embedded)');
+      bareRedis = await start('bare-redis-proxy', process.execPath, ['bench/bare-proxy.ts', '--port', '0', '--upstream', new URL(simUrl).origin, '--redis', redisUrl], { ready: (l) => l.some((x) => x.startsWith('http')) });
+      procs.push(bareRedis);
+    }
 
     const [port, adminPort] = [await freePort(), await freePort()];
     const adminToken = randomBytes(18).toString('base64url');
@@ -135,6 +146,7 @@ export async function startStack(o: StackOptions = {}): Promise<Stack> {
       targets: [
         { name: 'direct', base: simUrl, authorization: client, pid: sim.pid },
         { name: 'bare', base: `${bareUrl}/v1`, authorization: client, pid: bare.pid },
+        ...(bareRedis ? [{ name: 'bare+redis', base: `${firstLine(bareRedis)}/v1`, authorization: client, pid: bareRedis.pid, ...(redisPid && { redisPid }) } as const] : []),
         { name: 'tollgate/test', base: gw, authorization: `Bearer ${testKey.key as string}`, pid: gateway.pid, ...(redisPid && { redisPid }) },
         { name: 'tollgate/live', base: gw, authorization: `Bearer ${liveKey.key as string}`, pid: gateway.pid, ...(redisPid && { redisPid }) },
       ],
