@@ -134,7 +134,7 @@ export function buildReport(meta: Meta, ms: Measurement[]): Report {
         // lower of the RSS before the client started and at the window's start.
         row.kbPerStream = med((m) => ((m.proc.rssMaxMB - Math.min(m.rssIdleMB, m.proc.rssStartMB)) * 1000) / (m.result.maxOpen || NaN));
       }
-      if (sc.id === 'rate2000') {
+      if (sc.id === 'rate2000' || sc.id === 'serial') {
         row.addedP50 = within((m, r) => m.result.latency.p50 - r.result.latency.p50, 'direct');
         row.addedP99 = within((m, r) => m.result.latency.p99 - r.result.latency.p99, 'direct');
       }
@@ -214,6 +214,13 @@ export function toMarkdown(r: Report, chartFile?: string): string {
     L.push('', '## Fixed 2,000 req/s: latency added over direct', '', 'Open loop: latency runs from each request\'s scheduled start, so stalls are not hidden.', '');
     L.push('| target | req/s | p50 ms | p99 ms | added p50 ms | added p99 ms |', '|---|--:|--:|--:|--:|--:|');
     for (const x of rate) L.push(`| ${x.target} | ${fmt(x.rps, 0)} | ${fmt(x.p50, 3)} | ${fmt(x.p99, 3)} | ${x.target === 'direct' ? '0' : fmt(x.addedP50 ?? NaN, 3)} | ${x.target === 'direct' ? '0' : fmt(x.addedP99 ?? NaN, 3)} |`);
+  }
+  const serial = r.rows.filter((x) => x.scenario === 'serial');
+  if (serial.length) {
+    L.push('', '## One request at a time: the critical path', '', 'Closed loop with one connection (`--only serial`): no queueing, so each target\'s latency is the work on its request\'s path plus its waits (upstream, Redis, process wake-ups).', '');
+    const bareP50 = serial.find((x) => x.target === 'bare')?.p50 ?? NaN;
+    L.push('| target | req/s | p50 ms | p99 ms | added p50 over direct ms | p50 over bare ms |', '|---|--:|--:|--:|--:|--:|');
+    for (const x of serial) L.push(`| ${x.target} | ${fmt(x.rps, 0)} | ${fmt(x.p50, 3)} | ${fmt(x.p99, 3)} | ${x.target === 'direct' ? '0' : fmt(x.addedP50 ?? NaN, 3)} | ${x.target === 'direct' ? '–' : fmt(x.p50 - bareP50, 3)} |`);
   }
   L.push('');
   return L.join('\n');

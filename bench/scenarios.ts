@@ -5,13 +5,15 @@
 import type { LoadSpec } from './load-result.ts';
 import { MODEL, type Target } from './stack.ts';
 
-export type ScenarioId = 'nonstream' | 'stream64' | 'slow1000' | 'prompt32k' | 'rate2000';
+export type ScenarioId = 'nonstream' | 'stream64' | 'slow1000' | 'prompt32k' | 'rate2000' | 'serial';
 
 export interface Scenario {
   readonly id: ScenarioId;
   readonly title: string;
   /** Which load child runs it. */
   readonly client: 'load' | 'streams' | 'paced';
+  /** Runs only when named in `--only` (a diagnostic, not one of the issue's scenarios). */
+  readonly optIn?: boolean;
   spec(t: Target, quick: boolean): LoadSpec;
 }
 
@@ -57,5 +59,11 @@ export const SCENARIOS: readonly Scenario[] = [
   {
     id: 'rate2000', title: 'fixed 2,000 req/s, non-streaming (open loop)', client: 'paced',
     spec: (t, q) => ({ url: `${t.base}/chat/completions`, headers: headers(t, { 'x-sim-tokens': '64' }), body: body(SHORT, false), connections: 256, rate: 2000, ...win(q) }),
+  },
+  {
+    // No queueing at all: each target's latency is its critical path (the proxy's work between the
+    // waits, plus the waits: Redis and upstream round trips, process wake-ups).
+    id: 'serial', title: 'non-streaming, one request at a time (c=1)', client: 'load', optIn: true,
+    spec: (t, q) => ({ url: `${t.base}/chat/completions`, headers: headers(t, { 'x-sim-tokens': '64' }), body: body(SHORT, false), connections: 1, ...win(q) }),
   },
 ];
