@@ -213,7 +213,7 @@ export async function createRedisStore(o: RedisStoreOptions & { client?: Client 
       const member = JSON.stringify([i.account, i.requestId]);
       const keys = [K.balance(i.account), K.holds(i.account), K.ledger(i.account), K.settled(i.account, i.requestId)];
       const args = [i.requestId, i.costMicros, i.ts, i.keyId, i.model, i.promptTokens, i.completionTokens, i.usageSource, o.settledTtlSeconds, member];
-      const [entryId, replayed, bal, held] = await (pipe ? pipe.run(lua.settle!, [...keys, K.HOLD_INDEX], args, true)
+      const [entryId, replayed, bal, held] = await (pipe ? pipe.run(lua.settle!, [...keys, K.HOLD_INDEX], args)
         : cluster ? s.tgSettle(...keys, ...args) : s.tgSettleIndexed(...keys, K.HOLD_INDEX, ...args)) as [string, number, number, number];
       if (cluster) redis.zrem(K.HOLD_INDEX, member).catch(onError);
       return { entry_id: entryId, replayed: replayed === 1, balance_micros: bal, held_micros: held };

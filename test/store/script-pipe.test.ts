@@ -454,6 +454,25 @@ t.test('calls made in one tick go out in one write', async (t) => {
   t.equal(chunks[0]!.split('*5\r\n$7\r\nEVALSHA\r\n').length - 1, 20, 'holding all 20 commands');
 });
 
+t.test('a call is written in its own loop turn, never held back for a later call', async (t) => {
+  // A settle once waited up to 1 ms to share the next hold's write; Redis then ran it before that hold
+  // and the hold's reply came later. Every call now goes out in the turn it was made in.
+  const chunks: string[] = [];
+  const server = await fakeServer(t, (s, chunk) => {
+    chunks.push(chunk);
+    s.write(':1\r\n'.repeat(chunk.split('EVALSHA').length - 1));
+  });
+  const pipe = openPipe(t, { target: { host: '127.0.0.1', port: server.port } });
+  await pipe.ready;
+  const first = pipe.run(SET, ['settled'], ['x']);
+  await new Promise<void>((resolve) => setImmediate(resolve));
+  const second = pipe.run(ECHO, ['hold'], [1]);
+  t.same(await Promise.all([first, second]), [1, 1], 'both answered');
+  t.equal(chunks.length, 2, 'two writes, one per turn');
+  t.match(chunks[0]!, /settled/, 'the first call went out alone, before the second was made');
+  t.notMatch(chunks[0]!, /hold/);
+});
+
 t.test('a reply the pipe cannot read drops the connection, and it reconnects', async (t) => {
   const server = await fakeServer(t, (s, _chunk, conn) => {
     s.write(conn === 1 ? '?garbage\r\n' : ':5\r\n');
