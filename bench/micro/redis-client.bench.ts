@@ -3,8 +3,7 @@
  * Redis store), 64 requests in flight as under load: through ioredis (the store with
  * `scriptPipe: false`: defineCommand scripts, autopipelining, a timer per command), RESP2 and RESP3,
  * and through the script pipe the gateway uses on a single node (src/store/script-pipe.ts). Gateway
- * CPU, not latency: it is what limits req/s on a saturated core. The pipe defers settles by up to
- * 1 ms, which this closed loop pays in wall time but not in CPU.
+ * CPU, not latency: it is what limits req/s on a saturated core.
  * Needs redis-server on PATH (skipped otherwise); spawns its own on a free port.
  * Run: `node bench/micro/redis-client.bench.ts`.
  */
