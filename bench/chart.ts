@@ -65,7 +65,8 @@ export function toSvg(r: Report): string {
     lx += 130;
   }
   const m = r.meta;
-  out.push(`<text x="${lx + 10}" y="${y + 14}" font-size="11" fill="#555">${esc(`Node ${m.node}, ${m.cpus} CPUs, ${m.store}, ${m.commit}, ${m.mode}`)}</text>`);
-  const h = y + 28;
+  // Its own line: beside a legend of four targets it ran past the chart's width.
+  out.push(`<text x="10" y="${y + 34}" font-size="11" fill="#555">${esc(`Node ${m.node}, ${m.cpus} CPUs, ${m.store}, ${m.commit}, ${m.mode}`)}</text>`);
+  const h = y + 46;
   return `<svg xmlns="http://www.w3.org/2000/svg" width="${W}" height="${h}" viewBox="0 0 ${W} ${h}" font-family="sans-serif">\n<rect width="100%" height="100%" fill="#fff"/>\n${out.join('\n')}\n</svg>\n`;
 }
