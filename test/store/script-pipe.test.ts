@@ -440,7 +440,8 @@ async function fakeServer(t: Test, onData: (s: Socket, chunk: string, conn: numb
   return state;
 }
 
-t.test('calls made in one tick go out in one write', async (t) => {
+/** A ready pipe to a fake server that answers every EVALSHA with 1 and keeps each chunk it read. */
+async function recordedPipe(t: Test): Promise<{ pipe: ScriptPipe; chunks: string[] }> {
   const chunks: string[] = [];
   const server = await fakeServer(t, (s, chunk) => {
     chunks.push(chunk);
@@ -448,6 +449,11 @@ t.test('calls made in one tick go out in one write', async (t) => {
   });
   const pipe = openPipe(t, { target: { host: '127.0.0.1', port: server.port } });
   await pipe.ready;
+  return { pipe, chunks };
+}
+
+t.test('calls made in one tick go out in one write', async (t) => {
+  const { pipe, chunks } = await recordedPipe(t);
   const replies = await Promise.all(Array.from({ length: 20 }, (_, i) => pipe.run(ECHO, [`k${i}`], [i])));
   t.same(replies, Array(20).fill(1), 'each call got a reply');
   t.equal(chunks.length, 1, 'the server received one chunk');
@@ -457,13 +463,7 @@ t.test('calls made in one tick go out in one write', async (t) => {
 t.test('a call is written in its own loop turn, never held back for a later call', async (t) => {
   // A settle once waited up to 1 ms to share the next hold's write; Redis then ran it before that hold
   // and the hold's reply came later. Every call now goes out in the turn it was made in.
-  const chunks: string[] = [];
-  const server = await fakeServer(t, (s, chunk) => {
-    chunks.push(chunk);
-    s.write(':1\r\n'.repeat(chunk.split('EVALSHA').length - 1));
-  });
-  const pipe = openPipe(t, { target: { host: '127.0.0.1', port: server.port } });
-  await pipe.ready;
+  const { pipe, chunks } = await recordedPipe(t);
   const first = pipe.run(SET, ['settled'], ['x']);
   await new Promise<void>((resolve) => setImmediate(resolve));
   const second = pipe.run(ECHO, ['hold'], [1]);
