@@ -159,7 +159,7 @@ function checks(rows: Row[]): Check[] {
   ratio('slow1000', 0.95, 'live key, 1,000 slow streams req/s');
   for (const [s, ref] of Object.entries(REFERENCE) as [ScenarioId, number][]) {
     const r = row(s, 'bare+redis');
-    if (r) out.push({ what: `reference: bare + 2 Redis round trips, ${s === 'nonstream' ? 'non-streaming' : 'streaming 64 tokens'}`, target: `${ref.toFixed(2)}× bare on the issue's machine`, got: `${r.vsBare.toFixed(2)}×`, pass: null });
+    if (r) out.push({ what: `reference: bare + 2 Redis round trips, ${SCENARIOS.find((x) => x.id === s)!.title}`, target: `${ref.toFixed(2)}× bare on the issue's machine`, got: `${r.vsBare.toFixed(2)}×`, pass: null });
   }
   const slow = row('slow1000', 'tollgate/live');
   if (slow) {
