@@ -2,6 +2,7 @@
  * Compiles the parsed YAML into Tollgate's runtime config: validated once at boot, defaults filled,
  * prices turned into exact integers, the whole tree frozen. A bad value stops the boot, never a request.
  */
+import { isIP } from 'node:net';
 import { ConfigError } from './errors.ts';
 import { at, bool, list, noUnknown, num, object, str, type Obj } from './fields.ts';
 import { parsePrice, type Price } from '../credit/pricing.ts';
@@ -45,12 +46,31 @@ export interface Config {
     readonly headersTimeoutMs: number;
     readonly requestTimeoutMs: number;
     readonly drainSeconds: number;
+    /** A listener of its own for `/metrics` (SPEC §12), on adminHost; undefined → the admin listener serves it. */
+    readonly metricsPort: number | undefined;
+    /** CIDRs whose `x-forwarded-for` / `forwarded` are believed for the client address (SPEC §12). */
+    readonly trustedProxies: readonly string[];
   };
   readonly store: { readonly redisUrl: string | undefined; readonly clusterNodes: readonly string[]; readonly commandTimeoutMs: number };
   readonly adminToken: string | undefined;
   readonly logLevel: string;
-  readonly limits: { readonly maxBodyBytes: number };
-  readonly auth: { readonly cacheTtlMs: number; readonly negativeTtlMs: number; readonly cacheMax: number; readonly failedPerMinute: number };
+  readonly limits: {
+    readonly maxBodyBytes: number;
+    /** Largest `n` a chat request may ask for (else 422); `n` multiplies the output part of the hold. */
+    readonly maxN: number;
+    /** Request bodies being read or held across the process; past it → 503 `overloaded`. */
+    readonly maxInflightBodyBytes: number;
+    /** Requests in flight per key; past it → 429 `concurrency_limit_exceeded`. */
+    readonly maxConcurrentPerKey: number;
+  };
+  readonly auth: {
+    readonly cacheTtlMs: number;
+    readonly negativeTtlMs: number;
+    readonly cacheMax: number;
+    readonly failedPerMinute: number;
+    /** Failed admin-token attempts per client address a minute; past it → 429. */
+    readonly adminFailedPerMinute: number;
+  };
   readonly upstream: {
     readonly connectTimeoutMs: number;
     readonly headersTimeoutMs: number;
@@ -59,6 +79,10 @@ export interface Config {
     readonly ejectAfterFailures: number;
     readonly ejectSeconds: number;
     readonly maxConnections: number;
+    /** Client request headers forwarded beside the built-in allowlist (lower-case). */
+    readonly forwardHeaders: readonly string[];
+    /** Upstream response headers returned beside the built-in allowlist (lower-case). */
+    readonly returnHeaders: readonly string[];
   };
   readonly credit: { readonly holdMarginSeconds: number; readonly reaperIntervalMs: number };
   readonly rateLimits: { readonly windowSeconds: number; readonly test: LimitSpec; readonly live: LimitSpec };
@@ -68,6 +92,14 @@ export interface Config {
     readonly maxFiles: number;
     readonly cacheTtlMs: number;
     readonly negativeTtlMs: number;
+    /** Quotas (SPEC §12): live shares and their snapshot + file bytes per account, creations per key a minute. */
+    readonly maxPerAccount: number;
+    readonly maxBytesPerAccount: number;
+    readonly createPerMinute: number;
+    /** File types served inline; every other type gets `content-disposition: attachment`. */
+    readonly inlineTypes: readonly string[];
+    /** Failed share reads (404/410/422) per client address a minute; past it → 429. */
+    readonly failedReadsPerMinute: number;
     readonly s3: S3Config;
   };
   readonly models: readonly ModelConfig[];
@@ -125,21 +157,21 @@ export function compileConfig(doc: unknown, rawEnv: NodeJS.ProcessEnv): Config {
   const root = object(doc ?? {}, '(root)');
   noUnknown(root, '', TOP);
   const server = object(root.server, 'server', true);
-  noUnknown(server, 'server', ['host', 'port', 'admin_host', 'admin_port', 'headers_timeout_ms', 'request_timeout_ms', 'drain_seconds']);
+  noUnknown(server, 'server', ['host', 'port', 'admin_host', 'admin_port', 'metrics_port', 'trusted_proxies', 'headers_timeout_ms', 'request_timeout_ms', 'drain_seconds']);
   const store = object(root.store, 'store', true);
   noUnknown(store, 'store', ['redis_url', 'cluster_nodes', 'command_timeout_ms']);
   const limits = object(root.limits, 'limits', true);
-  noUnknown(limits, 'limits', ['max_body_bytes']);
+  noUnknown(limits, 'limits', ['max_body_bytes', 'max_n', 'max_inflight_body_bytes', 'max_concurrent_per_key']);
   const auth = object(root.auth, 'auth', true);
-  noUnknown(auth, 'auth', ['cache_ttl_ms', 'negative_ttl_ms', 'cache_max', 'failed_per_minute']);
+  noUnknown(auth, 'auth', ['cache_ttl_ms', 'negative_ttl_ms', 'cache_max', 'failed_per_minute', 'admin_failed_per_minute']);
   const upstream = object(root.upstream, 'upstream', true);
-  noUnknown(upstream, 'upstream', ['connect_timeout_ms', 'headers_timeout_ms', 'idle_timeout_ms', 'total_timeout_ms', 'eject_after_failures', 'eject_seconds', 'max_connections']);
+  noUnknown(upstream, 'upstream', ['connect_timeout_ms', 'headers_timeout_ms', 'idle_timeout_ms', 'total_timeout_ms', 'eject_after_failures', 'eject_seconds', 'max_connections', 'forward_headers', 'return_headers']);
   const credit = object(root.credit, 'credit', true);
   noUnknown(credit, 'credit', ['hold_margin_seconds', 'reaper_interval_ms']);
   const rl = object(root.rate_limits, 'rate_limits', true);
   noUnknown(rl, 'rate_limits', ['window_seconds', 'test', 'live']);
   const shares = object(root.shares, 'shares', true);
-  noUnknown(shares, 'shares', ['url_ttl_seconds', 'max_snapshot_bytes', 'max_files', 'cache_ttl_ms', 'negative_ttl_ms', 's3']);
+  noUnknown(shares, 'shares', ['url_ttl_seconds', 'max_snapshot_bytes', 'max_files', 'cache_ttl_ms', 'negative_ttl_ms', 'max_per_account', 'max_bytes_per_account', 'create_per_minute', 'inline_types', 'failed_reads_per_minute', 's3']);
   const s3 = object(shares.s3, 'shares.s3', true);
   noUnknown(s3, 'shares.s3', ['endpoint', 'region', 'bucket', 'force_path_style', 'access_key_id', 'secret_access_key']);
 
@@ -156,6 +188,11 @@ export function compileConfig(doc: unknown, rawEnv: NodeJS.ProcessEnv): Config {
     ? env.REDIS_CLUSTER_NODES.split(',').map((s) => s.trim()).filter(Boolean)
     : list(store.cluster_nodes, 'store.cluster_nodes', true).map((n, i) => str(n, at('store.cluster_nodes', i)));
   const optional = (v: unknown, path: string) => str(v, path, '') || undefined;
+  const headerNames = (v: unknown, path: string) => list(v, path, true).map((h, i) => {
+    const name = str(h, at(path, i)).toLowerCase();
+    if (!/^[!#$%&'*+.^_`|~0-9a-z-]+$/.test(name)) throw new ConfigError(at(path, i), `is not a header name: ${JSON.stringify(h)}`);
+    return name;
+  });
   const urlTtl = num(shares.url_ttl_seconds, 'shares.url_ttl_seconds', { fallback: 900, min: 2, max: 604_800, integer: true });
 
   const config: Config = {
@@ -164,6 +201,8 @@ export function compileConfig(doc: unknown, rawEnv: NodeJS.ProcessEnv): Config {
       port: port('PORT', server.port, 'server.port', 8080),
       adminHost: env.ADMIN_HOST ?? str(server.admin_host, 'server.admin_host', '127.0.0.1'),
       adminPort: port('ADMIN_PORT', server.admin_port, 'server.admin_port', 9090),
+      metricsPort: env.METRICS_PORT === undefined && server.metrics_port === undefined ? undefined : port('METRICS_PORT', server.metrics_port, 'server.metrics_port', 0),
+      trustedProxies: list(server.trusted_proxies, 'server.trusted_proxies', true).map((c, i) => cidr(str(c, at('server.trusted_proxies', i)), at('server.trusted_proxies', i))),
       headersTimeoutMs: num(server.headers_timeout_ms, 'server.headers_timeout_ms', { fallback: 10_000, min: 100 }),
       requestTimeoutMs: num(server.request_timeout_ms, 'server.request_timeout_ms', { fallback: 30_000, min: 100 }),
       drainSeconds: num(server.drain_seconds, 'server.drain_seconds', { fallback: 30, min: 0 }),
@@ -175,12 +214,18 @@ export function compileConfig(doc: unknown, rawEnv: NodeJS.ProcessEnv): Config {
     },
     adminToken: env.TOLLGATE_ADMIN_TOKEN || undefined,
     logLevel: logLevel(env.LOG_LEVEL ?? str(root.log_level, 'log_level', 'info'), env.LOG_LEVEL !== undefined ? 'LOG_LEVEL (environment)' : 'log_level'),
-    limits: { maxBodyBytes: num(limits.max_body_bytes, 'limits.max_body_bytes', { fallback: 4 * 1024 * 1024, min: 1024, integer: true }) },
+    limits: {
+      maxBodyBytes: num(limits.max_body_bytes, 'limits.max_body_bytes', { fallback: 4 * 1024 * 1024, min: 1024, integer: true }),
+      maxN: num(limits.max_n, 'limits.max_n', { fallback: 8, min: 1, max: 128, integer: true }),
+      maxInflightBodyBytes: num(limits.max_inflight_body_bytes, 'limits.max_inflight_body_bytes', { fallback: 64 * 1024 * 1024, min: 1024, integer: true }),
+      maxConcurrentPerKey: num(limits.max_concurrent_per_key, 'limits.max_concurrent_per_key', { fallback: 64, min: 1, integer: true }),
+    },
     auth: {
       cacheTtlMs: num(auth.cache_ttl_ms, 'auth.cache_ttl_ms', { fallback: 10_000, min: 1, max: 10_000 }),
       negativeTtlMs: num(auth.negative_ttl_ms, 'auth.negative_ttl_ms', { fallback: 5_000, min: 1, max: 10_000 }),
       cacheMax: num(auth.cache_max, 'auth.cache_max', { fallback: 100_000, min: 1, integer: true }),
       failedPerMinute: num(auth.failed_per_minute, 'auth.failed_per_minute', { fallback: 30, min: 1, integer: true }),
+      adminFailedPerMinute: num(auth.admin_failed_per_minute, 'auth.admin_failed_per_minute', { fallback: 10, min: 1, integer: true }),
     },
     upstream: {
       connectTimeoutMs: num(upstream.connect_timeout_ms, 'upstream.connect_timeout_ms', { fallback: 5_000, min: 1 }),
@@ -190,6 +235,8 @@ export function compileConfig(doc: unknown, rawEnv: NodeJS.ProcessEnv): Config {
       ejectAfterFailures: num(upstream.eject_after_failures, 'upstream.eject_after_failures', { fallback: 5, min: 1, integer: true }),
       ejectSeconds: num(upstream.eject_seconds, 'upstream.eject_seconds', { fallback: 10, min: 0 }),
       maxConnections: num(upstream.max_connections, 'upstream.max_connections', { fallback: 0, min: 0, integer: true }),
+      forwardHeaders: headerNames(upstream.forward_headers, 'upstream.forward_headers'),
+      returnHeaders: headerNames(upstream.return_headers, 'upstream.return_headers'),
     },
     credit: {
       holdMarginSeconds: num(credit.hold_margin_seconds, 'credit.hold_margin_seconds', { fallback: 60, min: 0 }),
@@ -206,6 +253,11 @@ export function compileConfig(doc: unknown, rawEnv: NodeJS.ProcessEnv): Config {
       maxFiles: num(shares.max_files, 'shares.max_files', { fallback: 20, min: 0, integer: true }),
       cacheTtlMs: num(shares.cache_ttl_ms, 'shares.cache_ttl_ms', { fallback: 10_000, min: 1, max: 60_000 }),
       negativeTtlMs: num(shares.negative_ttl_ms, 'shares.negative_ttl_ms', { fallback: 2_000, min: 1, max: 60_000 }),
+      maxPerAccount: num(shares.max_per_account, 'shares.max_per_account', { fallback: 10_000, min: 1, integer: true }),
+      maxBytesPerAccount: num(shares.max_bytes_per_account, 'shares.max_bytes_per_account', { fallback: 1024 ** 3, min: 1024, integer: true }),
+      createPerMinute: num(shares.create_per_minute, 'shares.create_per_minute', { fallback: 60, min: 1, integer: true }),
+      inlineTypes: list(shares.inline_types ?? DEFAULT_INLINE_TYPES, 'shares.inline_types').map((v, i) => str(v, at('shares.inline_types', i)).toLowerCase()),
+      failedReadsPerMinute: num(shares.failed_reads_per_minute, 'shares.failed_reads_per_minute', { fallback: 120, min: 1, integer: true }),
       s3: {
         endpoint: optional(s3.endpoint, 'shares.s3.endpoint'),
         region: str(s3.region, 'shares.s3.region', env.AWS_REGION || 'us-east-1'),
@@ -218,6 +270,20 @@ export function compileConfig(doc: unknown, rawEnv: NodeJS.ProcessEnv): Config {
     models,
   };
   return deepFreeze(config);
+}
+
+/** Share file types a browser may render inline from the S3 origin: raster images only, never HTML or SVG. */
+const DEFAULT_INLINE_TYPES = ['image/png', 'image/jpeg', 'image/gif', 'image/webp'];
+
+/** A CIDR (`10.0.0.0/8`, `::1/128`) or a bare address, checked with node:net so the runtime accepts it too. */
+function cidr(v: string, path: string): string {
+  const [addr, bits, extra] = v.trim().split('/');
+  const family = isIP(addr ?? '');
+  const prefix = bits === undefined ? (family === 6 ? 128 : 32) : Number(bits);
+  if (family === 0 || extra !== undefined || !Number.isInteger(prefix) || prefix < 0 || prefix > (family === 6 ? 128 : 32)) {
+    throw new ConfigError(path, `is not an IP address or CIDR: ${JSON.stringify(v)}`);
+  }
+  return `${addr}/${prefix}`;
 }
 
 const LOG_LEVELS = ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'];

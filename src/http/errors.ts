@@ -21,11 +21,14 @@ export const ERROR_CODES = {
   request_too_large: { status: 413, type: 'invalid_request_error' },
   unsupported_media_type: { status: 415, type: 'invalid_request_error' },
   rate_limit_exceeded: { status: 429, type: 'rate_limit_error' },
+  concurrency_limit_exceeded: { status: 429, type: 'rate_limit_error' },
+  share_quota_exceeded: { status: 429, type: 'rate_limit_error' },
   headers_too_large: { status: 431, type: 'invalid_request_error' },
   internal_error: { status: 500, type: 'server_error' },
   upstream_error: { status: 502, type: 'upstream_error' },
   upstream_unavailable: { status: 503, type: 'upstream_error' },
   store_unavailable: { status: 503, type: 'server_error' },
+  overloaded: { status: 503, type: 'server_error' },
   upstream_timeout: { status: 504, type: 'upstream_error' },
 } as const satisfies Record<string, { status: number; type: string }>;
 
