@@ -3,7 +3,11 @@
 // Node >= 24 runs the TypeScript sources directly by stripping types, but it never strips types in files
 // under node_modules (ERR_UNSUPPORTED_NODE_MODULES_TYPE_STRIPPING), so this command runs from a checkout
 // or the Docker image, not from a package installed into node_modules.
-import { run } from '../src/cli/main.ts';
+import { requireNode } from '../scripts/node-check.mjs';
+
+// Before any .ts import (a static one would be loaded before this line runs, and fail on an old Node).
+requireNode();
+const { run } = await import('../src/cli/main.ts');
 
 const io = {
   out: (text) => process.stdout.write(`${text}\n`),
