@@ -1,6 +1,7 @@
 /**
- * `npm run demo`: the upstream simulator + a gateway on the embedded store, one test key and one funded
- * live key, and ready-to-paste curl and OpenAI SDK snippets. Ctrl-C stops both.
+ * `npm run demo`: the upstream simulator, a local S3 server (share file uploads) and a gateway on the
+ * embedded store, one test key and one funded live key, and ready-to-paste curl and OpenAI SDK
+ * snippets. Ctrl-C stops all three.
  */
 import { randomBytes } from 'node:crypto';
 import { readFile } from 'node:fs/promises';
@@ -9,16 +10,34 @@ import { createGateway } from '../src/gateway.ts';
 import { createLogger } from '../src/obs/logger.ts';
 import { createMemoryStore } from '../src/store/memory-store.ts';
 import { startSimulator } from '../src/simulator/simulator.ts';
+import { bootWarnings, listenErrorMessage } from '../src/obs/boot-report.ts';
+import { startLocalS3 } from './local-s3.ts';
 
 const sim = await startSimulator({ record: false });
-const adminToken = process.env.TOLLGATE_ADMIN_TOKEN || randomBytes(18).toString('base64url');
-const env: NodeJS.ProcessEnv = { ...process.env, SIM_URL: sim.url, TOLLGATE_ADMIN_TOKEN: adminToken };
+const s3 = await startLocalS3('shares');
+// 24 random bytes → 32 base64url characters, the admin token's minimum length.
+const adminToken = process.env.TOLLGATE_ADMIN_TOKEN || randomBytes(24).toString('base64url');
+const env: NodeJS.ProcessEnv = {
+  ...process.env, SIM_URL: sim.url, TOLLGATE_ADMIN_TOKEN: adminToken,
+  S3_ENDPOINT: s3.endpoint, AWS_ACCESS_KEY_ID: s3.accessKeyId, AWS_SECRET_ACCESS_KEY: s3.secretAccessKey,
+};
 const file = env.TOLLGATE_CONFIG || 'config/demo.yaml';
 const config = parseConfig(await readFile(file, 'utf8'), env);
 const logger = createLogger(env.LOG_LEVEL ?? 'warn');
+for (const w of bootWarnings(config)) logger.warn(w);
 const store = createMemoryStore();
 const gateway = createGateway({ config, store, logger });
-const { publicUrl, adminUrl } = await gateway.listen();
+let urls;
+try {
+  urls = await gateway.listen();
+} catch (e) {
+  const line = listenErrorMessage(e, config);
+  if (!line) throw e;
+  process.stderr.write(`${line}\n`);
+  await Promise.all([sim.close(), s3.close()]);
+  process.exit(1);
+}
+const { publicUrl, adminUrl } = urls;
 
 async function admin(path: string, body: unknown): Promise<Record<string, unknown>> {
   const res = await fetch(`${adminUrl}${path}`, { method: 'POST', headers: { authorization: `Bearer ${adminToken}`, 'content-type': 'application/json' }, body: JSON.stringify(body) });
@@ -34,6 +53,7 @@ process.stdout.write(`
 Tollgate demo is running (embedded store: state is lost when you stop it).
 
   public API   ${publicUrl}/v1        upstream simulator: ${sim.url}
+  S3 (shares)  ${s3.endpoint}/${s3.bucket}   AWS_ACCESS_KEY_ID=${s3.accessKeyId} AWS_SECRET_ACCESS_KEY=${s3.secretAccessKey}
   admin API    ${adminUrl}            TOLLGATE_ADMIN_TOKEN=${adminToken}
   metrics      ${adminUrl}/metrics
 
@@ -65,6 +85,7 @@ const stop = async () => {
   await gateway.close(2000);
   await store.close();
   await sim.close();
+  await s3.close();
   process.exit(0);
 };
 process.once('SIGINT', () => void stop());

@@ -81,7 +81,7 @@ export function createGateway(d: GatewayDeps): Gateway {
     ...modelRoutes({ auth, models: config.models, admit }),
     ...shareRoutes({ auth, admit, metrics, ...shares }),
   ];
-  const adminRoutes: Route[] = [...opsRoutes({ metrics, store }), ...keyRoutes({ keys: keyTable, guard }), ...accountRoutes({ store, now, guard }), ...shareAdminRoutes({ guard, ...shares })];
+  const adminRoutes: Route[] = [...opsRoutes({ metrics, store }), ...keyRoutes({ keys: keyTable, guard, models: config.models.map((m) => m.name) }), ...accountRoutes({ store, now, guard }), ...shareAdminRoutes({ guard, ...shares })];
   const publicHandler = createEdge({ router: createRouter(publicRoutes), logger, metrics, listener: 'public' });
   const adminHandler = createEdge({ router: createRouter(adminRoutes), logger, metrics, listener: 'admin' });
 

@@ -14,6 +14,7 @@ import { createRedisStore } from './store/redis-store.ts';
 import type { Store } from './store/types.ts';
 import { createGateway } from './gateway.ts';
 import type { Logger } from './obs/logger.ts';
+import { bootSummary, bootWarnings, listenErrorMessage } from './obs/boot-report.ts';
 
 /** Opens the store SPEC §5 asks for: Redis when configured, else the embedded one (refused in production). */
 export async function openStore(config: Config, env: NodeJS.ProcessEnv, logger: Logger): Promise<Store> {
@@ -58,8 +59,18 @@ export async function serve(env: NodeJS.ProcessEnv = process.env): Promise<{ pub
     process.exit(1);
   }
   const gateway = createGateway({ config, store, logger });
-  const urls = await gateway.listen();
-  logger.info({ config: file, store: store.kind, public: urls.publicUrl, admin: urls.adminUrl, models: config.models.map((m) => m.name) }, 'tollgate listening');
+  for (const w of bootWarnings(config)) logger.warn(w);
+  let urls: { publicUrl: string; adminUrl: string };
+  try {
+    urls = await gateway.listen();
+  } catch (e) {
+    const line = listenErrorMessage(e, config);
+    if (!line) throw e;
+    logger.flush();
+    process.stderr.write(`${line}\n`);
+    process.exit(1);
+  }
+  logger.info({ config: file, ...bootSummary(config, store.kind, urls) }, 'tollgate listening');
   // Request lines are batched (4 KiB writes); boot lines should show at once.
   logger.flush();
 

@@ -41,7 +41,8 @@ function stringList(o: Obj, key: string, issues: Issues, allowed?: readonly stri
   return [...new Set(l as string[])];
 }
 
-export function keyRoutes(d: { keys: KeyTable; guard: (ctx: RequestContext) => void }): Route[] {
+/** `models` is the configured model names: a key naming any other model could never use it, so it is refused. */
+export function keyRoutes(d: { keys: KeyTable; guard: (ctx: RequestContext) => void; models: readonly string[] }): Route[] {
   async function create(ctx: RequestContext) {
     d.guard(ctx);
     const { value } = await readJson(ctx.req, MAX_ADMIN_BODY);
@@ -52,7 +53,7 @@ export function keyRoutes(d: { keys: KeyTable; guard: (ctx: RequestContext) => v
     const env = literal(value, 'env', ['live', 'test'] as const, ['body'], issues, true);
     const name = str(value, 'name', ['body'], issues, { required: true, minLength: 1, maxLength: 200 });
     const scopes = stringList(value, 'scopes', issues, SCOPES) as Scope[] | undefined;
-    const models = stringList(value, 'models', issues);
+    const models = stringList(value, 'models', issues, d.models);
     const rate_limits = rateLimitsField(value, issues);
     issues.done();
     const { key, record } = await d.keys.create({ account: account!, env: env!, name: name!, scopes, models, rate_limits });

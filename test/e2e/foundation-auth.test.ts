@@ -4,6 +4,7 @@ import t from 'tap';
 import type { Test } from 'tap';
 import { request } from 'node:http';
 import { ERROR_CODES, type ErrorCode } from '../../src/http/errors.ts';
+import { createKeyTable } from '../../src/auth/key-table.ts';
 import { createMemoryStore } from '../../src/store/memory-store.ts';
 import type { Store } from '../../src/store/types.ts';
 import { ADMIN_TOKEN, startGateway } from '../helpers/gateway.ts';
@@ -96,7 +97,12 @@ t.test('/v1/models: OpenAI list shape, filtered by the key\'s model allow-list',
 
   const one = await gw.createKey({ account: 'acme', env: 'test', models: ['sim-small'] });
   t.same(((await (await models(gw.url, gw.auth(one.key))).json()) as ModelList).data.map((m: { id: string }) => m.id), ['sim-small']);
-  const none = await gw.createKey({ account: 'acme', env: 'test', models: ['not-configured'] });
+  // A key naming a model the gateway does not serve could never be used: the create is refused.
+  const refused = await gw.admin('/admin/keys', { body: { account: 'acme', env: 'test', name: 'n', models: ['sim-small', 'not-configured'] } });
+  t.equal(refused.status, 422);
+  t.match(refused.body.detail, [{ loc: ['body', 'models', '1'], type: 'literal_error', input: 'not-configured' }]);
+  // A key whose model was removed from the config since (written straight to the store) lists none.
+  const none = await createKeyTable({ store: gw.store, now: Date.now }).create({ account: 'acme', env: 'test', name: 'old', models: ['removed-model'] });
   t.same(await (await models(gw.url, gw.auth(none.key))).json(), { object: 'list', data: [] });
 });
 

@@ -1,0 +1,47 @@
+/**
+ * What an operator should read at boot (issue "first ten minutes"): one summary line, a warning for each
+ * setting that is valid but almost certainly a mistake, and a listen error that names the variable to
+ * change instead of a stack trace. Pure functions of the compiled config; main.ts and the demo log them.
+ */
+import type { Config } from '../config/schema.ts';
+
+/** The one-line summary's fields: models → upstreams, store, admin API on/off. */
+export function bootSummary(config: Config, store: string, urls: { publicUrl: string; adminUrl: string }): Record<string, unknown> {
+  return {
+    public: urls.publicUrl,
+    admin: urls.adminUrl,
+    store,
+    admin_api: config.adminToken ? 'on' : 'off (set TOLLGATE_ADMIN_TOKEN to enable /admin/)',
+    models: Object.fromEntries(config.models.map((m) => [m.name, m.upstreams.map((u) => u.url)])),
+  };
+}
+
+/** A path like `/v1`, `/v1beta`, `/api/v2`: OpenAI-compatible servers serve `/chat/completions` below one. */
+const VERSION_PATH = /\/v\d+[a-z0-9]*(\/|$)/i;
+
+/** Settings that are valid but probably wrong, one sentence each. */
+export function bootWarnings(config: Config): string[] {
+  const out: string[] = [];
+  config.models.forEach((m, i) => m.upstreams.forEach((u, j) => {
+    if (!VERSION_PATH.test(new URL(u.url).pathname)) {
+      out.push(`models[${i}].upstreams[${j}].url ${JSON.stringify(u.url)} has no version path: Tollgate calls <url>/chat/completions, so vLLM, SGLang, TGI, llama.cpp and Ollama usually need ".../v1"`);
+    }
+  }));
+  return out;
+}
+
+/** The environment variable that moves each listener. */
+const PORT_VARIABLE = { public: 'PORT', admin: 'ADMIN_PORT', metrics: 'METRICS_PORT' } as const;
+
+/** One line for a listen failure (EADDRINUSE, EACCES, EADDRNOTAVAIL); undefined for any other error. */
+export function listenErrorMessage(err: unknown, config: Config): string | undefined {
+  const e = err as { code?: string; port?: number; address?: string };
+  if (e.code !== 'EADDRINUSE' && e.code !== 'EACCES' && e.code !== 'EADDRNOTAVAIL') return undefined;
+  const s = config.server;
+  const which = e.port === s.port ? 'public' : e.port === s.adminPort ? 'admin' : e.port === s.metricsPort ? 'metrics' : undefined;
+  const where = `${e.address ?? '?'}:${e.port ?? '?'}`;
+  const what = e.code === 'EADDRINUSE' ? 'is already in use (another Tollgate, or `npm run demo`, may be running)'
+    : e.code === 'EACCES' ? 'may not be bound by this user (ports below 1024 need privileges)' : 'is not an address of this machine';
+  const fix = which ? ` Set ${PORT_VARIABLE[which]}=<port> (or server.${which === 'public' ? 'port' : `${which}_port`} in the config) to move the ${which} listener.` : '';
+  return `cannot listen on ${where}: the address ${what}.${fix}`;
+}
