@@ -8,7 +8,7 @@ import { loadConfig } from './config/load.ts';
 import { ConfigError } from './config/errors.ts';
 import type { Config } from './config/schema.ts';
 import { settledMarkerTtlSeconds } from './credit/credit.ts';
-import { createLogger } from './obs/logger.ts';
+import { createLogger, prettyDestination } from './obs/logger.ts';
 import { createMemoryStore } from './store/memory-store.ts';
 import { createRedisStore } from './store/redis-store.ts';
 import type { Store } from './store/types.ts';
@@ -50,7 +50,7 @@ export async function serve(env: NodeJS.ProcessEnv = process.env): Promise<{ pub
     }
     throw e;
   }
-  const logger = createLogger(config.logLevel);
+  const logger = createLogger(config.logLevel, config.logFormat === 'pretty' ? await prettyDestination() : undefined);
   let store: Store;
   try {
     store = await openStore(config, env, logger);

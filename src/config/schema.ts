@@ -54,6 +54,8 @@ export interface Config {
   readonly store: { readonly redisUrl: string | undefined; readonly clusterNodes: readonly string[]; readonly commandTimeoutMs: number };
   readonly adminToken: string | undefined;
   readonly logLevel: string;
+  /** `json` (one line per event, for collectors) or `pretty` (colourised, for a terminal). */
+  readonly logFormat: 'json' | 'pretty';
   readonly limits: {
     readonly maxBodyBytes: number;
     /** Largest `n` a chat request may ask for (else 422); `n` multiplies the output part of the hold. */
@@ -105,7 +107,7 @@ export interface Config {
   readonly models: readonly ModelConfig[];
 }
 
-const TOP = ['server', 'store', 'limits', 'auth', 'upstream', 'credit', 'rate_limits', 'shares', 'models', 'log_level'] as const;
+const TOP = ['server', 'store', 'limits', 'auth', 'upstream', 'credit', 'rate_limits', 'shares', 'models', 'log_level', 'log_format'] as const;
 
 function limitSpec(v: unknown, path: string, fallback: LimitSpec): LimitSpec {
   const o = object(v, path, true);
@@ -213,6 +215,7 @@ export function compileConfig(doc: unknown, rawEnv: NodeJS.ProcessEnv): Config {
       commandTimeoutMs: num(store.command_timeout_ms, 'store.command_timeout_ms', { fallback: 500, min: 10 }),
     },
     adminToken: env.TOLLGATE_ADMIN_TOKEN || undefined,
+    logFormat: oneOf(env.LOG_FORMAT ?? str(root.log_format, 'log_format', 'json'), ['json', 'pretty'] as const, env.LOG_FORMAT !== undefined ? 'LOG_FORMAT (environment)' : 'log_format'),
     logLevel: logLevel(env.LOG_LEVEL ?? str(root.log_level, 'log_level', 'info'), env.LOG_LEVEL !== undefined ? 'LOG_LEVEL (environment)' : 'log_level'),
     limits: {
       maxBodyBytes: num(limits.max_body_bytes, 'limits.max_body_bytes', { fallback: 4 * 1024 * 1024, min: 1024, integer: true }),
@@ -287,6 +290,11 @@ function cidr(v: string, path: string): string {
 }
 
 const LOG_LEVELS = ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'];
+
+function oneOf<T extends string>(v: string, allowed: readonly T[], path: string): T {
+  if (!(allowed as readonly string[]).includes(v)) throw new ConfigError(path, `must be one of ${allowed.join(', ')}, got ${JSON.stringify(v)}`);
+  return v as T;
+}
 
 function logLevel(v: string, path: string): string {
   if (!LOG_LEVELS.includes(v)) throw new ConfigError(path, `must be one of ${LOG_LEVELS.join(', ')}, got ${JSON.stringify(v)}`);

@@ -26,6 +26,16 @@ export type { Logger };
 export const LOG_BATCH_BYTES = 4096;
 export const LOG_FLUSH_MS = 1000;
 
+/**
+ * A colourised, human-readable destination for a terminal (LOG_FORMAT=pretty). pino-pretty is imported
+ * only in that mode: JSON logging, the production default, never loads it. It formats on the main
+ * thread, so it is for reading a terminal, not for load.
+ */
+export async function prettyDestination(): Promise<DestinationStream> {
+  const { default: pretty } = await import('pino-pretty');
+  return pretty({ colorize: process.stdout.isTTY === true, translateTime: 'SYS:HH:MM:ss.l', ignore: 'pid,hostname,svc', singleLine: true, sync: true });
+}
+
 /** The process logger; `dest` lets tests capture lines. */
 export function createLogger(level: string, dest?: DestinationStream): Logger {
   const opts = { level, base: { svc: 'tollgate' }, redact: { paths: REDACT_PATHS, censor: '[REDACTED]' }, timestamp: pino.stdTimeFunctions.isoTime };
