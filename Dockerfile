@@ -1,7 +1,13 @@
 # Tollgate image. Node runs the TypeScript sources directly (type stripping), so there is no build
 # stage: one stage installs production dependencies, the final stage adds the sources.
 #   docker build -t tollgate .
-#   docker run -p 8080:8080 -e REDIS_URL=redis://redis:6379 -e TOLLGATE_ADMIN_TOKEN=... tollgate
+#   docker run -p 8080:8080 \
+#     -e REDIS_URL=redis://redis:6379 -e TOLLGATE_ADMIN_TOKEN="$(openssl rand -base64 32)" \
+#     -e VLLM_URL_1=http://vllm-1:8000/v1 -e VLLM_URL_2=http://vllm-2:8000/v1 -e VLLM_API_KEY=... \
+#     -e S3_ENDPOINT=https://s3.example.com -e S3_BUCKET=shares -e AWS_REGION=us-east-1 \
+#     -e AWS_ACCESS_KEY_ID=... -e AWS_SECRET_ACCESS_KEY=... tollgate
+# The baked config is config/tollgate.yaml: every value above is one of its ${VAR}s (README, "Running
+# it in a container", lists them all). Mount another file and set TOLLGATE_CONFIG to replace it.
 # NODE_ENV=production refuses to start without REDIS_URL (SPEC §5). SIGTERM drains in-flight streams
 # (SPEC §8): give `docker stop --time` more than the configured drain deadline (Docker's default is 10 s).
 
@@ -27,10 +33,10 @@ COPY package.json ./
 COPY src ./src
 COPY config ./config
 COPY bin ./bin
+COPY scripts/healthcheck.ts ./scripts/healthcheck.ts
 USER node
 EXPOSE 8080 9090
-# Slim images have no curl; Node 26 has fetch. 127.0.0.1 reaches the admin listener on its default
-# ADMIN_HOST and on 0.0.0.0.
-HEALTHCHECK --interval=15s --timeout=3s --start-period=10s --retries=3 \
-  CMD node -e "fetch('http://127.0.0.1:'+(process.env.ADMIN_PORT||9090)+'/healthz').then(r=>process.exit(r.ok?0:1),()=>process.exit(1))"
+# The check resolves the admin listener from the same config and environment as the gateway (an
+# admin_port set in YAML included), then GETs /healthz with Node's fetch (slim images have no curl).
+HEALTHCHECK --interval=15s --timeout=3s --start-period=10s --retries=3 CMD ["node", "scripts/healthcheck.ts"]
 CMD ["node", "src/main.ts"]
