@@ -83,12 +83,14 @@ export function postChat(gw: TestGateway, key: string, body: unknown, headers: R
   });
 }
 
-/** The `data:` payloads of an SSE body, in order (`[DONE]` included as the string). */
+/** The `data:` payloads of an SSE body, in order (`[DONE]` included as the string); events without data are skipped. */
 export function sseData(text: string): string[] {
-  return text.split('\n\n').filter((e) => e.trim() !== '').map((e) => {
+  const out: string[] = [];
+  for (const e of text.split('\n\n')) {
     const line = e.split('\n').find((l) => l.startsWith('data:'));
-    return line === undefined ? '' : line.slice(5).trim();
-  });
+    if (line !== undefined) out.push(line.slice(5).trim());
+  }
+  return out;
 }
 
 /** An OpenAI SDK client for the gateway with SDK retries off, so every attempt is ours to count. */

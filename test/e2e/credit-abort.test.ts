@@ -6,7 +6,9 @@ import { startRedis } from '../helpers/redis.ts';
 import { startGateway } from '../helpers/gateway.ts';
 import { simCompletionText, startSimulator, type RecordedRequest } from '../../src/simulator/simulator.ts';
 import { createTokenizer } from '../../src/meter/tokenizer.ts';
-import { accountOf, chat, checkLedger, ledgerOf, simSmallCost, sseData, streamBody, waitUntil, type Entry } from './credit-support.ts';
+import { accountOf, chat, checkLedger, ledgerOf, streamBody, type Entry } from './credit-support.ts';
+import { sseData, SIM_SMALL, expectedCost } from './chat-fixture.ts';
+import { waitFor } from '../helpers/wait.ts';
 
 // SPEC §2a pins 100 ms; the assertion allows 250 ms for a loaded 2-core CI box and the test reports
 // the measured value. The debit must be visible within 1 s of the abort (SPEC §2a).
@@ -25,7 +27,7 @@ if (redis) {
   await tokenizer.load();
   const settled = new Set<string>();
 
-  const debitOf = (id: string) => waitUntil(async () => (await ledgerOf(gw.admin, 'abort')).find((e) => e.kind === 'debit' && e.request_id === id), DEBIT_WITHIN_MS, `the debit of ${id}`);
+  const debitOf = (id: string) => waitFor(async () => (await ledgerOf(gw.admin, 'abort')).find((e) => e.kind === 'debit' && e.request_id === id), DEBIT_WITHIN_MS, `the debit of ${id}`);
 
   t.test('abort after K content chunks: upstream aborted at once, exactly the produced tokens billed', async (t) => {
     const K = 10;
@@ -70,13 +72,13 @@ if (redis) {
     t.ok(entry.completion_tokens === exact || entry.completion_tokens === oneShort,
       `completion tokens ${entry.completion_tokens} = the tokenizer over the ${sent} tokens sent (${exact}) or one chunk fewer (${oneShort})`);
     t.ok(entry.completion_tokens! >= tokenizer.countText(simCompletionText(K)), 'at least what the client received is billed');
-    t.equal(entry.amount_micros, -simSmallCost(entry.prompt_tokens!, entry.completion_tokens!), 'debit = ceil(prompt × input + completion × output)');
+    t.equal(entry.amount_micros, -expectedCost(SIM_SMALL, entry.prompt_tokens!, entry.completion_tokens!), 'debit = ceil(prompt × input + completion × output)');
     t.equal(entry.model, 'sim-small');
     t.ok(entry.hold_micros! > 0, 'the hold was released by the settle');
 
     // The request's log line is written after the billing, although the response closed before it: it
     // carries what the ledger shows (SPEC §7: one line per request with its tokens and cost).
-    const line = await waitUntil(() => gw.logs.map((l) => JSON.parse(l) as Record<string, unknown>).find((l) => l.request_id === id && l.msg === 'request'), 1000, 'the request line');
+    const line = await waitFor(() => gw.logs.map((l) => JSON.parse(l) as Record<string, unknown>).find((l) => l.request_id === id && l.msg === 'request'), 1000, 'the request line');
     t.match(line, {
       status: 200, aborted: true, relay_end: 'client_gone', usage_source: 'estimated',
       prompt_tokens: entry.prompt_tokens, completion_tokens: entry.completion_tokens, cost_micros: -entry.amount_micros!,
@@ -134,7 +136,7 @@ if (redis) {
       const abortedAt = now();
       ac.abort();
 
-      const debitOf2 = (ms: number) => waitUntil(async () => (await ledgerOf(gw2.admin, 'gone-early')).find((e) => e.kind === 'debit'), ms, 'the debit').catch(() => undefined);
+      const debitOf2 = (ms: number) => waitFor(async () => (await ledgerOf(gw2.admin, 'gone-early')).find((e) => e.kind === 'debit'), ms, 'the debit').catch(() => undefined);
       const rec = await sim2.waitFor((r) => r.body?.messages?.[0]?.content === nonce, 1000).catch(() => undefined);
       if (rec) {
         await sim2.waitFor((r) => r === rec && r.endedAt !== undefined, 1000).catch(() => undefined);

@@ -8,7 +8,9 @@ import { startRedis } from '../helpers/redis.ts';
 import { startGateway } from '../helpers/gateway.ts';
 import { startSimulator } from '../../src/simulator/simulator.ts';
 import * as K from '../../src/store/redis-keys.ts';
-import { accountOf, chat, checkLedger, ledgerOf, sseData, streamBody, waitUntil } from './credit-support.ts';
+import { accountOf, chat, checkLedger, ledgerOf, streamBody } from './credit-support.ts';
+import { sseData } from './chat-fixture.ts';
+import { waitFor } from '../helpers/wait.ts';
 
 const CROWD = 200;
 const FUNDED_FOR = 50;
@@ -35,7 +37,7 @@ if (redis) {
     const first = await chat(gw.url, probe.key, BODY);
     t.equal(first.status, 200);
     await first.text();
-    const probeEntry = await waitUntil(async () => (await ledgerOf(gw.admin, 'probe')).find((e) => e.kind === 'debit'), 1000, 'the probe debit');
+    const probeEntry = await waitFor(async () => (await ledgerOf(gw.admin, 'probe')).find((e) => e.kind === 'debit'), 1000, 'the probe debit');
     const hold = probeEntry.hold_micros!;
     const cost = -probeEntry.amount_micros;
     t.ok(hold > 0 && cost > 0 && cost <= hold, `one request holds ${hold} and costs ${cost} micro-credits`);
@@ -86,7 +88,7 @@ if (redis) {
     t.equal(sim.requests.length - simBefore, served.length, 'refused requests never reached the upstream');
 
     const settled = new Set(served.map((r) => r.id));
-    const entries = await waitUntil(async () => {
+    const entries = await waitFor(async () => {
       const all = await ledgerOf(gw.admin, 'crowd');
       return all.filter((e) => e.kind === 'debit').length >= settled.size && all;
     }, 2000, 'one debit per served request');
@@ -138,7 +140,7 @@ if (redis) {
     await gw.grant('overrun', 1_000_000);
     const sizing = await chat(gw.url, key, body);
     await sizing.text();
-    const first = await waitUntil(async () => (await ledgerOf(gw.admin, 'overrun')).find((e) => e.kind === 'debit'), 1000, 'the sizing debit');
+    const first = await waitFor(async () => (await ledgerOf(gw.admin, 'overrun')).find((e) => e.kind === 'debit'), 1000, 'the sizing debit');
     const hold = first.hold_micros!;
     const { balance_micros } = await accountOf(gw.admin, 'overrun');
     await gw.grant('overrun', hold - balance_micros, 'down to one hold');
@@ -148,7 +150,7 @@ if (redis) {
     const data = sseData(await res.text());
     t.equal(data.filter((d) => d.includes('"content":"tok')).length, 200, 'the client got all 200 tokens');
     const id = res.headers.get('x-request-id')!;
-    const entry = await waitUntil(async () => (await ledgerOf(gw.admin, 'overrun')).find((e) => e.kind === 'debit' && e.request_id === id), 1000, 'the overrun debit');
+    const entry = await waitFor(async () => (await ledgerOf(gw.admin, 'overrun')).find((e) => e.kind === 'debit' && e.request_id === id), 1000, 'the overrun debit');
     t.equal(entry.completion_tokens, 200, 'the overrun is recorded: 200 completion tokens for max_tokens 5');
     t.ok(-entry.amount_micros > entry.hold_micros!, `debit ${-entry.amount_micros} > hold ${entry.hold_micros}: the overrun is debited`);
     const acct = await accountOf(gw.admin, 'overrun');

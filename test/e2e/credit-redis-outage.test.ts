@@ -7,7 +7,9 @@ import t from 'tap';
 import { startRedis } from '../helpers/redis.ts';
 import { startGateway } from '../helpers/gateway.ts';
 import { startSimulator } from '../../src/simulator/simulator.ts';
-import { accountOf, chat, checkLedger, ledgerOf, sseData, streamBody, waitUntil } from './credit-support.ts';
+import { accountOf, chat, checkLedger, ledgerOf, streamBody } from './credit-support.ts';
+import { sseData } from './chat-fixture.ts';
+import { waitFor } from '../helpers/wait.ts';
 
 // "Quickly" is the store's command timeout (300 ms in the test config) plus ioredis' one retry; 3 s is
 // a no-hang bound, not a speed target.
@@ -60,7 +62,7 @@ if (redis) {
 
     await redis.start();
     const restartedAt = Date.now();
-    await waitUntil(async () => (await fetch(`${gw.adminUrl}/readyz`).then((r) => r.status)) === 200, 10_000, 'the gateway to reconnect', 50);
+    await waitFor(async () => (await fetch(`${gw.adminUrl}/readyz`).then((r) => r.status)) === 200, 10_000, 'the gateway to reconnect', 50);
     t.comment(`gateway ready again ${Date.now() - restartedAt} ms after redis-server restarted`);
 
     // The restarted server is empty: a new key and a new grant, through the same running gateway.
@@ -70,7 +72,7 @@ if (redis) {
     t.equal(res.status, 200, 'a live request is served again');
     t.equal(sseData(await res.text()).at(-1), '[DONE]');
     const id = res.headers.get('x-request-id')!;
-    const entries = await waitUntil(async () => {
+    const entries = await waitFor(async () => {
       const all = await ledgerOf(gw.admin, 'after');
       return all.some((e) => e.kind === 'debit') && all;
     }, 1000, 'the debit after the restart');

@@ -15,7 +15,9 @@ import * as K from '../../src/store/redis-keys.ts';
 import { startRedis } from '../helpers/redis.ts';
 import { startGateway } from '../helpers/gateway.ts';
 import { startSimulator } from '../../src/simulator/simulator.ts';
-import { accountOf, chat, checkLedger, ledgerOf, simSmallCost, sseData, streamBody, waitUntil } from './credit-support.ts';
+import { accountOf, chat, checkLedger, ledgerOf, streamBody } from './credit-support.ts';
+import { sseData, SIM_SMALL, expectedCost } from './chat-fixture.ts';
+import { waitFor } from '../helpers/wait.ts';
 
 const PAUSE_MS = 2000;
 const TOKENS = 20;
@@ -57,11 +59,11 @@ if (redis) {
     t.ok(Date.now() - pausedAt < PAUSE_MS, 'the stream ended while Redis was paused');
 
     // The admin reads answer 503 while Redis is paused: keep polling through them.
-    const entry = await waitUntil(async () => (await ledgerOf(gw.admin, 'paused').catch(() => [])).find((e) => e.kind === 'debit' && e.request_id === id), PAUSE_MS + 5000, 'the debit after the pause');
+    const entry = await waitFor(async () => (await ledgerOf(gw.admin, 'paused').catch(() => [])).find((e) => e.kind === 'debit' && e.request_id === id), PAUSE_MS + 5000, 'the debit after the pause');
     const landedAt = Number(entry.id.split('-')[0]);
     t.ok(landedAt >= pausedAt + PAUSE_MS - 50, `the debit was written by Redis ${landedAt - pausedAt} ms after the pause began, i.e. after it ended`);
     t.ok(logged(gw.logs, 'settle failed; retrying').some((l) => l.request_id === id), "the gateway logged 'settle failed; retrying'");
-    const landed = await waitUntil(() => logged(gw.logs, 'settle landed after retries').find((l) => l.request_id === id), 2000, 'the landed log line');
+    const landed = await waitFor(() => logged(gw.logs, 'settle landed after retries').find((l) => l.request_id === id), 2000, 'the landed log line');
     t.ok(Number(landed.attempts) >= 2, `it landed on attempt ${String(landed.attempts)}`);
     const runs = (await scriptRuns(redis.client)) - runsBefore;
     // The script pipe drops a connection whose command timed out, and Redis discards what a closed
@@ -71,7 +73,7 @@ if (redis) {
 
     t.equal(entry.usage_source, 'upstream');
     t.equal(entry.completion_tokens, TOKENS);
-    t.equal(entry.amount_micros, -simSmallCost(entry.prompt_tokens!, TOKENS), 'debit = the request cost');
+    t.equal(entry.amount_micros, -expectedCost(SIM_SMALL, entry.prompt_tokens!, TOKENS), 'debit = the request cost');
     t.equal(entry.hold_micros, held.held_micros, 'the hold it released is the one taken');
     const acct = await accountOf(gw.admin, 'paused');
     t.equal(acct.held_micros, 0, 'the hold is released');
@@ -103,7 +105,7 @@ if (redis) {
     const data = sseData(await res.text());
     t.match(data.at(-1), /"code":"upstream_error"/, 'the total timeout ended the stream with an SSE error event');
 
-    await waitUntil(async () => (await ledgerOf(gw.admin, 'raced').catch(() => [])).some((e) => e.kind === 'debit'), 6000, 'the debit after the pause');
+    await waitFor(async () => (await ledgerOf(gw.admin, 'raced').catch(() => [])).some((e) => e.kind === 'debit'), 6000, 'the debit after the pause');
     // Give a reap that lost the race time to (wrongly) run after the settle.
     await new Promise((r) => setTimeout(r, 300));
     const final = await ledgerOf(gw.admin, 'raced');
@@ -120,7 +122,7 @@ if (redis) {
       t.equal(debit.hold_micros, hold, 'the settle released the hold; nothing left to reap');
     }
     t.ok(debit.completion_tokens! > 0, `the tokens produced before the cut are billed (${debit.completion_tokens})`);
-    t.equal(debit.amount_micros, -simSmallCost(debit.prompt_tokens!, debit.completion_tokens!), 'at the request\'s full cost either way');
+    t.equal(debit.amount_micros, -expectedCost(SIM_SMALL, debit.prompt_tokens!, debit.completion_tokens!), 'at the request\'s full cost either way');
     const acct = await accountOf(gw.admin, 'raced');
     t.equal(acct.held_micros, 0, 'no hold left');
     t.equal(acct.balance_micros, grant + debit.amount_micros);
@@ -138,14 +140,14 @@ if (redis) {
     const id = res.headers.get('x-request-id')!;
     await redis.stop();
     t.equal(sseData(await res.text()).at(-1), '[DONE]', 'the stream completes with Redis gone');
-    await waitUntil(() => logged(gw.logs, 'settle failed; retrying').some((l) => l.request_id === id), 3000, "'settle failed; retrying' in the log");
+    await waitFor(() => logged(gw.logs, 'settle failed; retrying').some((l) => l.request_id === id), 3000, "'settle failed; retrying' in the log");
     t.pass("the gateway logged 'settle failed; retrying'");
     // Let a few retries fail (100, 200, 400 ms back-off) before the server returns.
     await new Promise((r) => setTimeout(r, 800));
 
     await redis.start();
     const restartedAt = Date.now();
-    const entries = await waitUntil(async () => {
+    const entries = await waitFor(async () => {
       const all = await ledgerOf(gw.admin, 'restarted').catch(() => []);
       return all.some((e) => e.request_id === id) && all;
     }, 10_000, 'the debit on the restarted server');
@@ -156,7 +158,7 @@ if (redis) {
     const entry = debits[0]!;
     t.equal(entry.completion_tokens, TOKENS);
     t.equal(entry.usage_source, 'upstream');
-    t.equal(entry.amount_micros, -simSmallCost(entry.prompt_tokens!, TOKENS));
+    t.equal(entry.amount_micros, -expectedCost(SIM_SMALL, entry.prompt_tokens!, TOKENS));
     t.equal(entry.hold_micros, 0, 'no hold to release: it went with the old data');
     const acct = await accountOf(gw.admin, 'restarted');
     t.equal(acct.held_micros, 0);

@@ -13,6 +13,7 @@ import type { Test } from 'tap';
 import { stringify } from 'yaml';
 import { ADMIN_TOKEN, testConfigDoc } from '../helpers/gateway.ts';
 import { freePort } from '../helpers/ports.ts';
+import { waitFor } from '../helpers/wait.ts';
 import type { LedgerEntry } from '../../src/store/types.ts';
 
 interface Teardown {
@@ -39,10 +40,6 @@ export function streamBody(sim: Record<string, unknown>, content = 'hello there'
   return { model: 'sim-small', messages: [{ role: 'user', content }], stream: true, sim, ...extra };
 }
 
-/** The `data:` payloads of an SSE body, in order (`[DONE]` included as the string). */
-export function sseData(text: string): string[] {
-  return text.split('\n\n').filter((e) => e.startsWith('data: ')).map((e) => e.slice(6));
-}
 
 /** Every ledger entry of an account, oldest first, following `next_after` pages. */
 export async function ledgerOf(admin: Admin, account: string): Promise<Entry[]> {
@@ -64,16 +61,6 @@ export async function accountOf(admin: Admin, account: string): Promise<{ balanc
   return r.body;
 }
 
-/** Polls `probe` every `everyMs` until it returns a truthy value; throws after `timeoutMs`. */
-export async function waitUntil<T>(probe: () => Promise<T | undefined | null | false> | T | undefined | null | false, timeoutMs: number, what: string, everyMs = 20): Promise<T> {
-  const deadline = Date.now() + timeoutMs;
-  for (;;) {
-    const v = await probe();
-    if (v) return v;
-    if (Date.now() > deadline) throw new Error(`timed out after ${timeoutMs} ms waiting for ${what}`);
-    await sleep(everyMs);
-  }
-}
 
 /**
  * The ledger invariants of SPEC §4 / §2a: balance = Σ entries; no request id debited twice; when
@@ -95,11 +82,6 @@ export function checkLedger(t: Test, entries: readonly Entry[], account: { balan
   }
 }
 
-/** ceil(prompt × input + completion × output) for the `sim-small` test model (1.5 / 2.25 per 1M). */
-export function simSmallCost(prompt: number, completion: number): number {
-  // Exact in integers: prices are quarters, so ×4 first.
-  return Math.ceil((prompt * 6 + completion * 9) / 4);
-}
 
 export interface ChildGateway {
   url: string;
@@ -141,7 +123,7 @@ export async function spawnGateway(t: Teardown, o: { redisUrl: string; upstreamU
   const url = `http://127.0.0.1:${port}`;
   const adminUrl = `http://127.0.0.1:${adminPort}`;
   // Boot loads gpt-tokenizer (100–300 ms, NOTES §8) and connects to Redis; 10 s only matters on a starved box.
-  await waitUntil(async () => {
+  await waitFor(async () => {
     if (child.exitCode !== null) throw new Error(`gateway exited with ${child.exitCode} before listening:\n${out}`);
     return fetch(`${adminUrl}/healthz`).then((r) => r.ok, () => false);
   }, 10_000, 'the child gateway to listen', 50);

@@ -6,7 +6,9 @@ import t from 'tap';
 import { startRedis } from '../helpers/redis.ts';
 import { startGateway } from '../helpers/gateway.ts';
 import { startSimulator } from '../../src/simulator/simulator.ts';
-import { accountOf, chat, checkLedger, ledgerOf, spawnGateway, sseData, streamBody, waitUntil } from './credit-support.ts';
+import { accountOf, chat, checkLedger, ledgerOf, spawnGateway, streamBody } from './credit-support.ts';
+import { sseData } from './chat-fixture.ts';
+import { waitFor } from '../helpers/wait.ts';
 
 // Holds of the child expire total_timeout + margin = 1.5 s + 1 s after they are taken.
 const TOTAL_TIMEOUT_MS = 1500;
@@ -36,7 +38,7 @@ if (redis) {
     const id = res.headers.get('x-request-id')!;
     const body = res.text();
     body.catch(() => {});
-    const { held_micros: hold } = await waitUntil(async () => {
+    const { held_micros: hold } = await waitFor(async () => {
       const a = await accountOf(survivor.admin, 'killed');
       return a.held_micros > 0 && a;
     }, 1000, 'the hold to be visible');
@@ -54,7 +56,7 @@ if (redis) {
     t.equal(orphaned.held_micros, hold, 'right after the kill the hold is still there (not expired yet)');
     t.equal(orphaned.balance_micros - orphaned.held_micros, grant - hold, 'and it still reduces the available credit');
 
-    const entries = await waitUntil(async () => {
+    const entries = await waitFor(async () => {
       const all = await ledgerOf(survivor.admin, 'killed');
       return all.some((e) => e.kind === 'hold_expired') && all;
     }, HOLD_TTL_MS + 3000, 'the hold_expired entry');
@@ -78,7 +80,7 @@ if (redis) {
     t.equal(after.status, 200);
     await after.text();
     const afterId = after.headers.get('x-request-id')!;
-    const final = await waitUntil(async () => {
+    const final = await waitFor(async () => {
       const all = await ledgerOf(survivor.admin, 'killed');
       return all.some((e) => e.kind === 'debit') && all;
     }, 1000, 'the survivor debit');

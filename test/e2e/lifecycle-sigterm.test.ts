@@ -7,7 +7,9 @@ import { startRedis } from '../helpers/redis.ts';
 import { startGateway } from '../helpers/gateway.ts';
 import { simCompletionText, startSimulator } from '../../src/simulator/simulator.ts';
 import { createTokenizer } from '../../src/meter/tokenizer.ts';
-import { accountOf, chat, checkLedger, ledgerOf, simSmallCost, spawnGateway, sseData, streamBody, waitUntil } from './credit-support.ts';
+import { accountOf, chat, checkLedger, ledgerOf, spawnGateway, streamBody } from './credit-support.ts';
+import { sseData, SIM_SMALL, expectedCost } from './chat-fixture.ts';
+import { waitFor } from '../helpers/wait.ts';
 
 /** Resolves true when a new TCP connection to `url` is refused, false when it connects. */
 function refused(url: string): Promise<boolean> {
@@ -58,7 +60,7 @@ if (redis) {
     const id = res.headers.get('x-request-id')!;
     const { rest } = await readContent(res, 5);
     gw.child.kill('SIGTERM');
-    await waitUntil(() => refused(gw.url), 1000, 'the listener to close', 20);
+    await waitFor(() => refused(gw.url), 1000, 'the listener to close', 20);
     t.pass('new connections are refused while the stream drains');
     const rec = sim.requests.find((r) => r.headers['x-request-id'] === id);
     t.notOk(rec?.endedAt, 'the stream was still running at that point');
@@ -74,7 +76,7 @@ if (redis) {
     t.ok(debit, 'the debit was written before the process exited');
     t.equal(debit?.usage_source, 'upstream');
     t.equal(debit?.completion_tokens, 60);
-    t.equal(debit?.amount_micros, -simSmallCost(debit?.prompt_tokens ?? 0, 60));
+    t.equal(debit?.amount_micros, -expectedCost(SIM_SMALL, debit?.prompt_tokens ?? 0, 60));
     const acct = await accountOf(admin.admin, 'drain');
     t.equal(acct.held_micros, 0, 'no hold left behind');
     checkLedger(t, entries, acct, new Set([id]));
@@ -112,7 +114,7 @@ if (redis) {
       const counts = [tokenizer.countText(simCompletionText(sent)), tokenizer.countText(simCompletionText(sent - 1))];
       t.ok(counts.includes(debit.completion_tokens!), `completion tokens ${debit.completion_tokens} = the tokenizer over the ${sent} tokens sent (or one fewer): ${counts.join(' / ')}`);
       t.equal(debit.prompt_tokens, tokenizer.countPromptTokens(messages));
-      t.equal(debit.amount_micros, -simSmallCost(debit.prompt_tokens!, debit.completion_tokens!));
+      t.equal(debit.amount_micros, -expectedCost(SIM_SMALL, debit.prompt_tokens!, debit.completion_tokens!));
     }
     const acct = await accountOf(admin.admin, 'deadline');
     t.equal(acct.held_micros, 0, 'no hold left behind');

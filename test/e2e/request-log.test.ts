@@ -5,7 +5,8 @@ import t from 'tap';
 import { startRedis } from '../helpers/redis.ts';
 import { startSimulator } from '../../src/simulator/simulator.ts';
 import { LOG_FLUSH_MS } from '../../src/obs/logger.ts';
-import { spawnGateway, waitUntil } from './credit-support.ts';
+import { spawnGateway } from './credit-support.ts';
+import { waitFor } from '../helpers/wait.ts';
 
 const redis = await startRedis(t);
 if (redis) {
@@ -22,7 +23,7 @@ if (redis) {
     t.match(requestId, /^req_/);
     // Far below the 4 KiB batch: only the periodic flush can bring it out (waitUntil fails the test after
     // the flush interval plus scheduling slack).
-    const line = await waitUntil(() => gw.output().split('\n').find((l) => l.includes(requestId)), LOG_FLUSH_MS * 3, 'the request line on stdout');
+    const line = await waitFor(() => gw.output().split('\n').find((l) => l.includes(requestId)), LOG_FLUSH_MS * 3, 'the request line on stdout');
     const entry = JSON.parse(line) as Record<string, unknown>;
     t.match(entry, { msg: 'request', request_id: requestId, status: 401, route: '/v1/models', error_code: 'invalid_api_key' });
     t.notOk(gw.output().includes(key), 'the presented key is nowhere in the output');

@@ -2,6 +2,7 @@
 // the two invariants every case ends on (SPEC §4): balance = Σ ledger amount_micros, held = Σ open holds.
 import type { Test } from 'tap';
 import type { LedgerEntry, Store } from '../../src/store/types.ts';
+export { waitFor } from '../helpers/wait.ts';
 
 /** Builds a fresh, empty store for one subtest and closes it at that subtest's teardown. */
 export type MakeStore = (t: Test) => Promise<Store>;
@@ -95,15 +96,6 @@ export async function checkInvariants(t: Test, h: Harness): Promise<void> {
     t.ok(state.held_micros >= 0, `${acct}: held never negative`);
     const ordered = entries.every((e, i) => ENTRY_ID.test(e.id) && (i === 0 || compareIds(entries[i - 1]!.id, e.id) < 0));
     t.ok(ordered, `${acct}: ledger ids are <ms>-<seq> and strictly increasing`);
-  }
-}
-
-/** Resolves once `cond()` holds; rejects after `ms` (a bound that proves delivery, not a speed check). */
-export async function waitFor(cond: () => boolean, ms: number, what: string): Promise<void> {
-  const until = Date.now() + ms;
-  while (!cond()) {
-    if (Date.now() > until) throw new Error(`timed out after ${ms} ms waiting for ${what}`);
-    await new Promise((r) => setTimeout(r, 10));
   }
 }
 

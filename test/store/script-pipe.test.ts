@@ -69,7 +69,7 @@ async function startAuthServer(t: Test, password: string): Promise<{ port: numbe
     let log = '';
     c.stdout.on('data', (b: Buffer) => (log = (log + b.toString()).slice(-8192)));
     c.stderr.on('data', (b: Buffer) => (log = (log + b.toString()).slice(-8192)));
-    const ready = await waitFor(() => log.includes('Ready to accept connections') || c.exitCode !== null, 10_000);
+    const ready = await waitFor(() => log.includes('Ready to accept connections') || c.exitCode !== null, 10_000).catch(() => false);
     if (ready && c.exitCode === null) {
       child = c;
     } else {
