@@ -5,7 +5,7 @@ import { sendJson } from '../http/respond.ts';
 import { Issues, forbidExtra, int, query, queryInt, rootObject, str } from '../http/validate.ts';
 import type { Route } from '../http/router.ts';
 import type { RequestContext } from '../http/context.ts';
-import { ACCOUNT_ID, type Store } from '../store/types.ts';
+import { ACCOUNT_ID, ACCOUNT_ID_PATTERN, type Store } from '../store/types.ts';
 
 const ENTRY_ID = /^\d{1,16}-\d{1,16}$/;
 /** Grants are bounded so a typo cannot overflow Redis' int64 or JavaScript's safe integers: 10^15 micros = 10^9 credits. */
@@ -20,7 +20,7 @@ function accountParam(ctx: RequestContext): string {
     // A malformed escape is the client's fault: it fails the pattern below with the raw segment as input.
   }
   if (!ACCOUNT_ID.test(id)) {
-    throw invalid(['path', 'id'], 'string_pattern_mismatch', "String should match pattern '^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$'", id, { pattern: '^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$' });
+    throw invalid(['path', 'id'], 'string_pattern_mismatch', `String should match pattern '${ACCOUNT_ID_PATTERN}'`, id, { pattern: ACCOUNT_ID_PATTERN });
   }
   return id;
 }

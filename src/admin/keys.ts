@@ -6,14 +6,13 @@ import { Issues, bool, forbidExtra, int, isObj, list, literal, query, rootObject
 import type { Route } from '../http/router.ts';
 import type { RequestContext } from '../http/context.ts';
 import { publicKey, type KeyTable } from '../auth/key-table.ts';
-import { ACCOUNT_ID, SCOPES, type RateLimitOverride, type Scope } from '../store/types.ts';
+import { ACCOUNT_ID, ACCOUNT_ID_PATTERN, SCOPES, type RateLimitOverride, type Scope } from '../store/types.ts';
 
-const ACCOUNT_PATTERN = '^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$';
 const MAX_ADMIN_BODY = 64 * 1024;
 
 /** Validates an account id (it becomes part of Redis keys). */
 export function accountField(o: Obj, key: string, loc: string[], issues: Issues, required = true): string | undefined {
-  return str(o, key, loc, issues, { required, minLength: 1, maxLength: 128, pattern: ACCOUNT_ID, patternText: ACCOUNT_PATTERN });
+  return str(o, key, loc, issues, { required, minLength: 1, maxLength: 128, pattern: ACCOUNT_ID, patternText: ACCOUNT_ID_PATTERN });
 }
 
 /** `rate_limits` override: null or {requests_per_minute?, tokens_per_minute?} positive integers. */

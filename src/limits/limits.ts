@@ -15,8 +15,3 @@ export interface Limits {
   admit(ctx: RequestContext, estimatedTokens?: number): Promise<Admission>;
   close?(): Promise<void>;
 }
-
-const NOTHING: Admission = { settle() {} };
-
-/** Admits everything: keys without limits, and gateways built without a limiter. */
-export const unlimited: Limits = { admit: async () => NOTHING };

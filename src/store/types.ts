@@ -157,7 +157,9 @@ export interface Store {
 }
 
 /** Account ids become part of Redis keys inside a `{acct:<id>}` hash tag, so `{`/`}` must never appear. */
-export const ACCOUNT_ID = /^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$/;
+/** An account id's pattern as 422 bodies quote it; ids become part of Redis keys. */
+export const ACCOUNT_ID_PATTERN = '^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$';
+export const ACCOUNT_ID = new RegExp(ACCOUNT_ID_PATTERN);
 
 export function encodeInvalidation(m: Invalidation): string {
   return m.kind === 'key' ? `key ${m.hash} ${m.version}` : `share ${m.slug}`;
