@@ -1,6 +1,6 @@
 /**
  * What a load child is asked to do and what it reports, shared by the runner and the three load
- * clients (autocannon, paced, streams). A child prints one JSON line per event on stdout:
+ * clients (wrk, paced, streams). A child prints one JSON line per event on stdout:
  * `{"event":"measure"}` when its warm-up ends, `{"event":"end"}` when the measured window closes
  * (the runner brackets its CPU/RSS sampling with those two), then `{"event":"result", ...}`.
  */
@@ -11,7 +11,7 @@ export interface LoadSpec {
   url: string;
   headers: Record<string, string>;
   body: string;
-  /** Concurrent connections (autocannon) or concurrent streams (streams client). */
+  /** Concurrent connections (wrk) or concurrent streams (streams client). */
   connections: number;
   /** Not measured: lets JIT, pools and keep-alive connections settle (TTFB: the first 2 s). */
   warmupS: number;

@@ -26,7 +26,7 @@ export interface Measurement {
   listenOverflows: number;
 }
 
-const CLIENT_FILE = { load: 'bench/load.ts', streams: 'bench/streams.ts', paced: 'bench/paced.ts' } as const;
+const CLIENT_FILE = { wrk: 'bench/wrk.ts', streams: 'bench/streams.ts', paced: 'bench/paced.ts' } as const;
 
 /** Runs scenario × target once; `ours` are the benchmark's other processes (for foreign CPU). */
 export async function measure(s: Scenario, t: Target, round: number, quick: boolean, ours: readonly number[] = []): Promise<Measurement> {

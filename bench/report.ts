@@ -29,6 +29,10 @@ export interface Row {
   rps: number;
   vsDirect: number;
   vsBare: number;
+  /** req/s over bare+redis's in the same round (the bare proxy plus two Redis round trips). */
+  vsBareRedis?: number;
+  /** CPU per request over bare+redis's in the same round. */
+  cpuVsBareRedis?: number;
   /** Lowest and highest per-round ratio to the bare proxy (how much to trust vsBare). */
   vsBareRange: [number, number];
   p50: number;
@@ -80,10 +84,11 @@ export interface Report {
 
 const TARGETS: Target['name'][] = ['direct', 'bare', 'bare+redis', 'tollgate/test', 'tollgate/live'];
 /**
- * Issue 6's reference point: on its 2-core machine the bare passthrough plus two autopipelined Redis
- * round trips reached these shares of the bare proxy's req/s (from which the live-key targets follow).
+ * The hot-path issue's reference point: on its 2-core machine, under wrk, the bare passthrough plus two
+ * autopipelined Redis round trips reached these shares of the bare proxy's req/s (11,900 / 21,800 and
+ * 7,900 / 10,500); the live-key targets are set against that target in the same run.
  */
-const REFERENCE: Partial<Record<ScenarioId, number>> = { nonstream: 0.81, stream64: 0.9 };
+const REFERENCE: Partial<Record<ScenarioId, number>> = { nonstream: 0.55, stream64: 0.75 };
 
 function median(xs: number[]): number {
   const v = xs.filter((x) => Number.isFinite(x)).sort((a, b) => a - b);
@@ -116,6 +121,10 @@ export function buildReport(meta: Meta, ms: Measurement[]): Report {
         vsDirect: within((m, r) => m.result.rps / r.result.rps, 'direct'),
         vsBare: within((m, r) => m.result.rps / r.result.rps, 'bare'),
         vsBareRange: [Math.min(...perRoundVsBare), Math.max(...perRoundVsBare)],
+        ...(ms.some((m) => m.target === 'bare+redis' && m.scenario === sc.id) && {
+          vsBareRedis: within((m, r) => m.result.rps / r.result.rps, 'bare+redis'),
+          cpuVsBareRedis: within((m, r) => m.cpuUsPerReq / r.cpuUsPerReq, 'bare+redis'),
+        }),
         p50: med((m) => m.result.latency.p50), p99: med((m) => m.result.latency.p99), p999: med((m) => m.result.latency.p999),
         cpuPct: med((m) => m.proc.cpuPct), cpuUsPerReq: med((m) => m.cpuUsPerReq), ...(mine.some((m) => m.redisUsPerReq !== undefined) && { redisUsPerReq: med((m) => m.redisUsPerReq ?? NaN) }),
         rssMaxMB: med((m) => m.proc.rssMaxMB), rssIdleMB: med((m) => m.rssIdleMB),
@@ -144,25 +153,31 @@ export function buildReport(meta: Meta, ms: Measurement[]): Report {
   return { meta, rows, checks: checks(rows), measurements: ms };
 }
 
+/** The hot-path issue's targets (wrk, same run, this 2-core machine), each met or not. */
 function checks(rows: Row[]): Check[] {
   const row = (s: ScenarioId, t: Target['name']) => rows.find((r) => r.scenario === s && r.target === t);
   const out: Check[] = [];
-  const ratio = (s: ScenarioId, min: number, what: string) => {
-    const r = row(s, 'tollgate/live');
-    if (r) {
-      const [lo, hi] = r.vsBareRange;
-      out.push({ what, target: `≥ ${min.toFixed(2)}× bare`, got: `${r.vsBare.toFixed(2)}×${hi - lo >= 0.005 ? ` (rounds ${lo.toFixed(2)}–${hi.toFixed(2)})` : ''}`, pass: r.vsBare >= min });
-    }
+  const live = (s: ScenarioId) => row(s, 'tollgate/live');
+  const vsRef = (s: ScenarioId, min: number, what: string) => {
+    const r = live(s);
+    if (r?.vsBareRedis !== undefined) out.push({ what, target: `≥ ${min.toFixed(2)}× bare+redis`, got: `${fmt(r.vsBareRedis, 2)}× (${fmt(r.vsBare, 2)}× bare)`, pass: r.vsBareRedis >= min });
   };
-  ratio('nonstream', 0.7, 'live key, non-streaming req/s');
-  ratio('stream64', 0.85, 'live key, streaming 64 tokens req/s');
-  ratio('slow1000', 0.95, 'live key, 1,000 slow streams req/s');
+  vsRef('nonstream', 0.85, 'live key, non-streaming req/s');
+  const ns = live('nonstream');
+  if (ns?.cpuVsBareRedis !== undefined) out.push({ what: 'live key, non-streaming CPU per request', target: '≤ 1.30× bare+redis', got: `${fmt(ns.cpuVsBareRedis, 2)}× (${fmt(ns.cpuUsPerReq, 0)} µs)`, pass: ns.cpuVsBareRedis <= 1.3 });
+  vsRef('stream64', 0.9, 'live key, streaming 64 tokens req/s');
+  for (const s of ['nonstream', 'stream64'] as const) {
+    const [t, l] = [row(s, 'tollgate/test'), live(s)];
+    if (t && l) out.push({ what: `test key CPU per request, ${SCENARIOS.find((x) => x.id === s)!.title}`, target: '≤ the live key\'s', got: `${fmt(t.cpuUsPerReq, 0)} vs ${fmt(l.cpuUsPerReq, 0)} µs`, pass: t.cpuUsPerReq <= l.cpuUsPerReq });
+  }
   for (const [s, ref] of Object.entries(REFERENCE) as [ScenarioId, number][]) {
     const r = row(s, 'bare+redis');
-    if (r) out.push({ what: `reference: bare + 2 Redis round trips, ${SCENARIOS.find((x) => x.id === s)!.title}`, target: `${ref.toFixed(2)}× bare on the issue's machine`, got: `${r.vsBare.toFixed(2)}×`, pass: null });
+    if (r) out.push({ what: `calibration: bare + 2 Redis round trips, ${SCENARIOS.find((x) => x.id === s)!.title}`, target: `${ref.toFixed(2)}× bare on the issue's machine`, got: `${r.vsBare.toFixed(2)}×`, pass: null });
   }
-  const slow = row('slow1000', 'tollgate/live');
+  const slow = live('slow1000');
   if (slow) {
+    const [lo, hi] = slow.vsBareRange;
+    out.push({ what: 'live key, 1,000 slow streams req/s', target: '≥ 0.95× bare', got: `${fmt(slow.vsBare, 2)}×${hi - lo >= 0.005 ? ` (rounds ${fmt(lo, 2)}–${fmt(hi, 2)})` : ''}`, pass: slow.vsBare >= 0.95 });
     out.push({ what: 'live key, 1,000 slow streams: gateway RSS', target: '≤ 300 MB', got: `${slow.rssMaxMB.toFixed(0)} MB`, pass: slow.rssMaxMB <= 300 });
     const d = slow.ttfbP99OverBare ?? NaN;
     out.push({ what: 'live key, 1,000 slow streams: TTFB p99 over bare', target: '≤ 20 ms', got: `${fmt(d, 1)} ms`, pass: d <= 20 });
@@ -170,8 +185,8 @@ function checks(rows: Row[]): Check[] {
   for (const t of ['tollgate/test', 'tollgate/live'] as const) {
     const r = row('rate2000', t);
     if (!r) continue;
-    out.push({ what: `${t.slice(9)} key, 2,000 req/s: added p50 over direct`, target: '≤ 0.5 ms', got: `${fmt(r.addedP50 ?? NaN, 2)} ms`, pass: (r.addedP50 ?? Infinity) <= 0.5 });
-    out.push({ what: `${t.slice(9)} key, 2,000 req/s: added p99 over direct`, target: '≤ 2 ms', got: `${fmt(r.addedP99 ?? NaN, 2)} ms`, pass: (r.addedP99 ?? Infinity) <= 2 });
+    out.push({ what: `${t.slice(9)} key, 2,000 req/s: added p50 over direct`, target: '≤ 0.3 ms', got: `${fmt(r.addedP50 ?? NaN, 2)} ms`, pass: (r.addedP50 ?? Infinity) <= 0.3 });
+    out.push({ what: `${t.slice(9)} key, 2,000 req/s: added p99 over direct`, target: '≤ 1.5 ms', got: `${fmt(r.addedP99 ?? NaN, 2)} ms`, pass: (r.addedP99 ?? Infinity) <= 1.5 });
   }
   return out;
 }
@@ -186,20 +201,20 @@ export function toMarkdown(r: Report, chartFile?: string): string {
   const L: string[] = [];
   L.push(`# Tollgate load benchmark (${m.mode})`, '');
   L.push(`Node ${m.node} · ${m.cpus} CPUs (${m.cpuModel}) · commit \`${m.commit}\` · store: **${m.store === 'redis' ? 'Redis (redis-server, loopback)' : 'embedded (in the gateway process: --embedded, or no redis-server on PATH)'}** · ${m.rounds} round(s) · ${m.date} · load average at start ${m.loadAvg.map((x) => x.toFixed(2)).join(' ')}${m.gatewayNodeArgs.length ? ` · gateway node flags \`${m.gatewayNodeArgs.join(' ')}\`` : ''}`, '');
-  L.push('Load generator, simulator, Redis, bare proxy and gateway share the same cores. Each number is the median over rounds (the × bare column also shows the lowest–highest round); ratios are taken within a round (targets run back to back: direct → bare → ' + (r.rows.some((x) => x.target === 'bare+redis') ? 'bare+redis (the bare proxy plus two autopipelined Redis round trips, `--reference`) → ' : '') + 'tollgate/test → tollgate/live), then the median. CPU and RSS are those of the target\'s process (the simulator for direct, the proxy otherwise); CPU % is of one core; "Redis µs/req" is redis-server\'s CPU per request, on the same cores; syscalls/req are the target process\'s read + write system calls per completed request (/proc/<pid>/io), a large share of a proxy\'s CPU on loopback; "others CPU %" is what processes outside the benchmark used meanwhile (other work on a shared machine: high values make a row untrustworthy).', '');
+  L.push('Load generator (wrk for closed loops), simulator, Redis, bare proxy and gateway share the same cores. Each number is the median over rounds (the × bare column also shows the lowest–highest round); ratios are taken within a round (targets run back to back: direct → bare → ' + (r.rows.some((x) => x.target === 'bare+redis') ? 'bare+redis (the bare proxy plus two autopipelined Redis round trips) → ' : '') + 'tollgate/test → tollgate/live), then the median. CPU and RSS are those of the target\'s process (the simulator for direct, the proxy otherwise); CPU % is of one core; "Redis µs/req" is redis-server\'s CPU per request, on the same cores; syscalls/req are the target process\'s read + write system calls per completed request (/proc/<pid>/io), a large share of a proxy\'s CPU on loopback; "others CPU %" is what processes outside the benchmark used meanwhile (other work on a shared machine: high values make a row untrustworthy).', '');
   const all = r.measurements;
   if (all.length) {
     L.push(`Across all ${all.length} runs: median CPU used by other processes ${median(all.map((x) => x.proc.foreignPct)).toFixed(0)} % (max ${Math.max(...all.map((x) => x.proc.foreignPct)).toFixed(0)} %), median CPU stolen by the hypervisor ${median(all.map((x) => x.proc.stealPct)).toFixed(1)} % (of one core).`, '');
   }
   if (chartFile) L.push(`![ratios](${chartFile})`, '');
-  L.push('## Targets (issue 6)', '', '| what | target | got | |', '|---|---|---|---|');
+  L.push('## Targets (wrk, this run)', '', '| what | target | got | |', '|---|---|---|---|');
   for (const c of r.checks) L.push(`| ${c.what} | ${c.target} | ${c.got} | ${c.pass === null ? 'calibration' : c.pass ? 'met' : '**not met**'} |`);
   L.push('', '## Throughput and latency', '');
-  L.push('| scenario | target | req/s | × direct | × bare | p50 ms | p99 ms | p99.9 ms | CPU % | CPU µs/req | Redis µs/req | syscalls/req r+w | RSS MB | errors/non-2xx | others CPU % |');
-  L.push('|---|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|');
+  L.push('| scenario | target | req/s | × direct | × bare | × bare+redis | p50 ms | p99 ms | p99.9 ms | CPU % | CPU µs/req | Redis µs/req | syscalls/req r+w | RSS MB | errors/non-2xx | others CPU % |');
+  L.push('|---|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|');
   for (const x of r.rows) {
     const title = SCENARIOS.find((s) => s.id === x.scenario)!.title;
-    L.push(`| ${title} | ${x.target} | ${fmt(x.rps, 0)} | ${fmt(x.vsDirect, 2)} | ${fmt(x.vsBare, 2)}${x.vsBareRange[1] - x.vsBareRange[0] >= 0.005 ? ` (${fmt(x.vsBareRange[0], 2)}–${fmt(x.vsBareRange[1], 2)})` : ''} | ${fmt(x.p50, 2)} | ${fmt(x.p99, 2)} | ${fmt(x.p999, 2)} | ${fmt(x.cpuPct, 0)} | ${fmt(x.cpuUsPerReq, 0)} | ${x.redisUsPerReq === undefined ? '–' : fmt(x.redisUsPerReq, 0)} | ${fmt(x.readsPerReq, 1)}+${fmt(x.writesPerReq, 1)} | ${fmt(x.rssMaxMB, 0)} | ${x.errors}/${x.non2xx} | ${fmt(x.foreignPct, 0)} |`);
+    L.push(`| ${title} | ${x.target} | ${fmt(x.rps, 0)} | ${fmt(x.vsDirect, 2)} | ${fmt(x.vsBare, 2)}${x.vsBareRange[1] - x.vsBareRange[0] >= 0.005 ? ` (${fmt(x.vsBareRange[0], 2)}–${fmt(x.vsBareRange[1], 2)})` : ''} | ${x.vsBareRedis === undefined ? '–' : fmt(x.vsBareRedis, 2)} | ${fmt(x.p50, 2)} | ${fmt(x.p99, 2)} | ${fmt(x.p999, 2)} | ${fmt(x.cpuPct, 0)} | ${fmt(x.cpuUsPerReq, 0)} | ${x.redisUsPerReq === undefined ? '–' : fmt(x.redisUsPerReq, 0)} | ${fmt(x.readsPerReq, 1)}+${fmt(x.writesPerReq, 1)} | ${fmt(x.rssMaxMB, 0)} | ${x.errors}/${x.non2xx} | ${fmt(x.foreignPct, 0)} |`);
   }
   const slow = r.rows.filter((x) => x.scenario === 'slow1000');
   if (slow.length) {

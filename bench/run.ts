@@ -8,7 +8,7 @@
  *   --only a,b         scenarios: nonstream, stream64, slow1000, prompt32k, rate2000; serial (c=1) only when named
  *   --embedded         the embedded store even when redis-server exists
  *   --ref <git ref>    run the gateway from that commit's src/ (default: the working tree)
- *   --reference        add the bare+redis target (bare proxy + two autopipelined Redis round trips)
+ *   --no-reference     leave out the bare+redis target (bare proxy + two autopipelined Redis round trips; on by default)
  *   --node-args="…"    extra node flags for the gateway (e.g. --node-args="--max-semi-space-size=32")
  *   --render <file>    no load: rebuild the Markdown/SVG (and README section) from a saved report JSON
  * A full run writes bench/results/latest.{md,json,svg} (committed); every run also keeps a copy
@@ -26,13 +26,14 @@ import { toSvg } from './chart.ts';
 import { describeRef } from './git.ts';
 
 const { values } = parseArgs({
+  allowNegative: true,
   options: {
     quick: { type: 'boolean', default: false },
     rounds: { type: 'string' },
     only: { type: 'string' },
     embedded: { type: 'boolean', default: false },
     ref: { type: 'string' },
-    reference: { type: 'boolean', default: false },
+    reference: { type: 'boolean', default: true },
     'node-args': { type: 'string' },
     render: { type: 'string' },
   },
@@ -53,7 +54,7 @@ async function runAll(): Promise<Report> {
   const t0 = Date.now();
   const log = (s: string) => process.stdout.write(`[${((Date.now() - t0) / 1000).toFixed(0).padStart(3)} s] ${s}\n`);
   const meta0 = { loadAvg: loadavg(), date: new Date().toISOString() };
-  const stack = await startStack({ embedded: values.embedded, reference: values.reference, gatewayNodeArgs, ...(ref && { ref }) });
+  const stack = await startStack({ embedded: values.embedded, reference: values.reference && !values.embedded, gatewayNodeArgs, ...(ref && { ref }) });
   log(`stack up: store=${stack.store}, gateway stderr in ${stack.dir} (removed at the end)${gatewayNodeArgs.length ? `, gateway node flags: ${gatewayNodeArgs.join(' ')}` : ''}`);
   const ms: Measurement[] = [];
   try {

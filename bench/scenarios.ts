@@ -1,6 +1,9 @@
 /**
- * The scenarios of issue 6, as load specs per target. Output size and pacing are steered per request
- * with the simulator's `x-sim-*` headers, which every proxy here passes through unchanged.
+ * The benchmark scenarios, as load specs per target. Output size and pacing are steered per request
+ * with the simulator's `sim` body field, which every proxy here passes through unchanged (Tollgate
+ * forwards only allowlisted headers, so `x-sim-*` headers would not reach the simulator through it).
+ * Closed-loop scenarios run on wrk; slow streams and the fixed rate need our own clients (wrk has no
+ * open-loop pacing, and wrk2 is not packaged here).
  */
 import type { LoadSpec } from './load-result.ts';
 import { MODEL, type Target } from './stack.ts';
@@ -11,7 +14,7 @@ export interface Scenario {
   readonly id: ScenarioId;
   readonly title: string;
   /** Which load child runs it. */
-  readonly client: 'load' | 'streams' | 'paced';
+  readonly client: 'wrk' | 'streams' | 'paced';
   /** Runs only when named in `--only` (a diagnostic, not one of the issue's scenarios). */
   readonly optIn?: boolean;
   spec(t: Target, quick: boolean): LoadSpec;
@@ -22,12 +25,12 @@ const prose = 'The committee reviewed the proposal in detail and, after a long d
 /** A 32 KB user message (32,768 bytes of content). */
 const LONG = prose.repeat(Math.ceil(32768 / prose.length)).slice(0, 32768);
 
-function body(content: string, stream: boolean): string {
-  return JSON.stringify({ model: MODEL, messages: [{ role: 'user', content }], max_tokens: 64, ...(stream && { stream: true }) });
+function body(content: string, stream: boolean, sim: Record<string, number> = { tokens: 64 }): string {
+  return JSON.stringify({ model: MODEL, messages: [{ role: 'user', content }], max_tokens: 64, ...(stream && { stream: true }), sim });
 }
 
-function headers(t: Target, sim: Record<string, string>): Record<string, string> {
-  return { 'content-type': 'application/json', authorization: t.authorization, ...sim };
+function headers(t: Target): Record<string, string> {
+  return { 'content-type': 'application/json', authorization: t.authorization };
 }
 
 /** Closed-loop window lengths: quick keeps the whole pass near one minute on 2 cores. */
@@ -37,33 +40,33 @@ const win = (quick: boolean) => (quick ? { warmupS: 0.4, durationS: 1.2 } : { wa
 
 export const SCENARIOS: readonly Scenario[] = [
   {
-    id: 'nonstream', title: 'non-streaming, 64 tokens, c=64', client: 'load',
-    spec: (t, q) => ({ url: `${t.base}/chat/completions`, headers: headers(t, { 'x-sim-tokens': '64' }), body: body(SHORT, false), connections: 64, ...win(q) }),
+    id: 'nonstream', title: 'non-streaming, 64 tokens, c=64', client: 'wrk',
+    spec: (t, q) => ({ url: `${t.base}/chat/completions`, headers: headers(t), body: body(SHORT, false), connections: 64, ...win(q) }),
   },
   {
-    id: 'stream64', title: 'streaming, 64 tokens, c=64', client: 'load',
-    spec: (t, q) => ({ url: `${t.base}/chat/completions`, headers: headers(t, { 'x-sim-tokens': '64' }), body: body(SHORT, true), connections: 64, ...win(q) }),
+    id: 'stream64', title: 'streaming, 64 tokens, c=64', client: 'wrk',
+    spec: (t, q) => ({ url: `${t.base}/chat/completions`, headers: headers(t), body: body(SHORT, true), connections: 64, ...win(q) }),
   },
   {
     id: 'slow1000', title: '1,000 slow streams, 64 tokens × 20 ms', client: 'streams',
     // 64 tokens at 20 ms ≈ 1.3 s per stream; TTFB counts only streams started after the first 2 s.
     spec: (t, q) => ({
-      url: `${t.base}/chat/completions`, headers: headers(t, { 'x-sim-tokens': '64', 'x-sim-delay-ms': '20' }), body: body(SHORT, true),
+      url: `${t.base}/chat/completions`, headers: headers(t), body: body(SHORT, true, { tokens: 64, delay_ms: 20 }),
       connections: 1000, warmupS: 2, durationS: q ? 1.5 : 4, rampS: 1,
     }),
   },
   {
-    id: 'prompt32k', title: '32 KB prompt, non-streaming, c=64', client: 'load',
-    spec: (t, q) => ({ url: `${t.base}/chat/completions`, headers: headers(t, { 'x-sim-tokens': '64' }), body: body(LONG, false), connections: 64, ...win(q) }),
+    id: 'prompt32k', title: '32 KB prompt, non-streaming, c=64', client: 'wrk',
+    spec: (t, q) => ({ url: `${t.base}/chat/completions`, headers: headers(t), body: body(LONG, false), connections: 64, ...win(q) }),
   },
   {
     id: 'rate2000', title: 'fixed 2,000 req/s, non-streaming (open loop)', client: 'paced',
-    spec: (t, q) => ({ url: `${t.base}/chat/completions`, headers: headers(t, { 'x-sim-tokens': '64' }), body: body(SHORT, false), connections: 256, rate: 2000, ...win(q) }),
+    spec: (t, q) => ({ url: `${t.base}/chat/completions`, headers: headers(t), body: body(SHORT, false), connections: 256, rate: 2000, ...win(q) }),
   },
   {
     // No queueing at all: each target's latency is its critical path (the proxy's work between the
     // waits, plus the waits: Redis and upstream round trips, process wake-ups).
-    id: 'serial', title: 'non-streaming, one request at a time (c=1)', client: 'load', optIn: true,
-    spec: (t, q) => ({ url: `${t.base}/chat/completions`, headers: headers(t, { 'x-sim-tokens': '64' }), body: body(SHORT, false), connections: 1, ...win(q) }),
+    id: 'serial', title: 'non-streaming, one request at a time (c=1)', client: 'wrk', optIn: true,
+    spec: (t, q) => ({ url: `${t.base}/chat/completions`, headers: headers(t), body: body(SHORT, false), connections: 1, ...win(q) }),
   },
 ];

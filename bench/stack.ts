@@ -111,7 +111,7 @@ export async function startStack(o: StackOptions = {}): Promise<Stack> {
     }
 
     const [port, adminPort] = [await freePort(), await freePort()];
-    const adminToken = randomBytes(18).toString('base64url');
+    const adminToken = randomBytes(24).toString('base64url'); // 32 characters, the admin token's minimum
     const config = {
       server: { host: '127.0.0.1', port, admin_host: '127.0.0.1', admin_port: adminPort, drain_seconds: 2 },
       store: { command_timeout_ms: 500 },
