@@ -30,6 +30,7 @@ import { chatRoutes } from './routes/chat-completions.ts';
 import { createShares } from './shares/setup.ts';
 import { shareRoutes } from './shares/routes.ts';
 import { shareAdminRoutes } from './shares/admin-routes.ts';
+import type { ClusterLink } from './cluster/worker-link.ts';
 
 export interface GatewayDeps {
   config: Config;
@@ -42,6 +43,8 @@ export interface GatewayDeps {
   limits?: Limits;
   /** The fallback token counter; defaults to gpt-tokenizer, loaded the first time usage is missing. */
   tokenizer?: Tokenizer;
+  /** Set in a worker of `server.workers > 1`: cluster-wide metrics and readiness come from the primary. */
+  cluster?: ClusterLink;
 }
 
 export interface Gateway {
@@ -81,7 +84,7 @@ export function createGateway(d: GatewayDeps): Gateway {
     ...modelRoutes({ auth, models: config.models, admit }),
     ...shareRoutes({ auth, admit, metrics, ...shares }),
   ];
-  const adminRoutes: Route[] = [...opsRoutes({ metrics, store }), ...keyRoutes({ keys: keyTable, guard, models: config.models.map((m) => m.name) }), ...accountRoutes({ store, now, guard }), ...shareAdminRoutes({ guard, ...shares })];
+  const adminRoutes: Route[] = [...opsRoutes({ metrics, store, cluster: d.cluster }), ...keyRoutes({ keys: keyTable, guard, models: config.models.map((m) => m.name) }), ...accountRoutes({ store, now, guard }), ...shareAdminRoutes({ guard, ...shares })];
   const publicHandler = createEdge({ router: createRouter(publicRoutes), logger, metrics, listener: 'public' });
   const adminHandler = createEdge({ router: createRouter(adminRoutes), logger, metrics, listener: 'admin' });
 

@@ -3,6 +3,7 @@
  * SIGTERM/SIGINT (stop accepting, drain in-flight streams until the deadline, settle every hold, close
  * the store, exit 0). The only module that reads process.env (with config loading).
  */
+import cluster from 'node:cluster';
 import { pathToFileURL } from 'node:url';
 import { loadConfig } from './config/load.ts';
 import { ConfigError } from './config/errors.ts';
@@ -13,6 +14,9 @@ import { createMemoryStore } from './store/memory-store.ts';
 import { createRedisStore } from './store/redis-store.ts';
 import type { Store } from './store/types.ts';
 import { createGateway } from './gateway.ts';
+import { createMetrics } from './obs/metrics.ts';
+import { runPrimary } from './cluster/primary.ts';
+import { linkWorker } from './cluster/worker-link.ts';
 import type { Logger } from './obs/logger.ts';
 import { bootSummary, bootWarnings, listenErrorMessage } from './obs/boot-report.ts';
 
@@ -37,8 +41,12 @@ export async function openStore(config: Config, env: NodeJS.ProcessEnv, logger: 
   return createMemoryStore();
 }
 
-/** Runs the gateway until SIGTERM/SIGINT; resolves with the listening URLs. */
-export async function serve(env: NodeJS.ProcessEnv = process.env): Promise<{ publicUrl: string; adminUrl: string }> {
+/**
+ * Runs the gateway until SIGTERM/SIGINT; resolves with the listening URLs. With `server.workers > 1`
+ * the first process becomes the primary (src/cluster/primary.ts: it forks the workers and resolves
+ * with undefined) and each worker, re-running this entry point, serves both ports.
+ */
+export async function serve(env: NodeJS.ProcessEnv = process.env): Promise<{ publicUrl: string; adminUrl: string } | undefined> {
   let config: Config;
   let file: string;
   try {
@@ -51,15 +59,24 @@ export async function serve(env: NodeJS.ProcessEnv = process.env): Promise<{ pub
     throw e;
   }
   const logger = createLogger(config.logLevel, config.logFormat === 'pretty' ? await prettyDestination() : undefined);
+  const workers = config.server.workers;
+  if (workers > 1 && cluster.isPrimary) {
+    for (const w of bootWarnings(config)) logger.warn(w);
+    runPrimary({ workers, logger });
+    return undefined;
+  }
+  const log = cluster.isWorker ? logger.child({ worker: cluster.worker!.id }) : logger;
   let store: Store;
   try {
-    store = await openStore(config, env, logger);
+    store = await openStore(config, env, log);
   } catch (e) {
     process.stderr.write(`${(e as Error).message}\n`);
     process.exit(1);
   }
-  const gateway = createGateway({ config, store, logger });
-  for (const w of bootWarnings(config)) logger.warn(w);
+  const metrics = createMetrics();
+  const link = cluster.isWorker ? linkWorker(metrics.registry) : undefined;
+  const gateway = createGateway({ config, store, logger: log, metrics, ...(link && { cluster: link }) });
+  if (!link) for (const w of bootWarnings(config)) logger.warn(w);
   let urls: { publicUrl: string; adminUrl: string };
   try {
     urls = await gateway.listen();
@@ -70,7 +87,8 @@ export async function serve(env: NodeJS.ProcessEnv = process.env): Promise<{ pub
     process.stderr.write(`${line}\n`);
     process.exit(1);
   }
-  logger.info({ config: file, ...bootSummary(config, store.kind, urls) }, 'tollgate listening');
+  log.info({ config: file, ...bootSummary(config, store.kind, urls) }, 'tollgate listening');
+  link?.listening();
   // Request lines are batched (4 KiB writes); boot lines should show at once.
   logger.flush();
 
@@ -78,11 +96,11 @@ export async function serve(env: NodeJS.ProcessEnv = process.env): Promise<{ pub
   const stop = async (signal: string) => {
     if (stopping) return;
     stopping = true;
-    logger.info({ signal, drain_seconds: config.server.drainSeconds }, 'draining');
+    log.info({ signal, drain_seconds: config.server.drainSeconds }, 'draining');
     try {
       await gateway.close();
       await store.close();
-      logger.info('stopped');
+      log.info('stopped');
     } finally {
       logger.flush();
       setImmediate(() => process.exit(0));

@@ -1,15 +1,19 @@
-/** Unauthenticated operator endpoints on the admin listener: /metrics, /healthz, /readyz (SPEC §2). */
+/**
+ * Unauthenticated operator endpoints on the admin listener: /metrics, /healthz, /readyz (SPEC §2). With
+ * workers (`cluster`), /metrics is every worker's summed and /readyz is ready only when every worker is.
+ */
 import { sendJson } from '../http/respond.ts';
 import type { Route } from '../http/router.ts';
 import type { RequestContext } from '../http/context.ts';
 import type { Metrics } from '../obs/metrics.ts';
 import type { Store } from '../store/types.ts';
+import type { ClusterLink } from '../cluster/worker-link.ts';
 
-export function opsRoutes(d: { metrics: Metrics; store: Store }): Route[] {
+export function opsRoutes(d: { metrics: Metrics; store: Store; cluster?: ClusterLink | undefined }): Route[] {
   return [
     {
       method: 'GET', pattern: '/metrics', handler: async (ctx: RequestContext) => {
-        const text = await d.metrics.registry.metrics();
+        const text = d.cluster ? await d.cluster.metrics() : await d.metrics.registry.metrics();
         ctx.res.writeHead(200, { 'content-type': d.metrics.registry.contentType, 'content-length': Buffer.byteLength(text) });
         ctx.res.end(text);
       },
@@ -18,7 +22,12 @@ export function opsRoutes(d: { metrics: Metrics; store: Store }): Route[] {
     {
       method: 'GET', pattern: '/readyz', handler: async (ctx) => {
         const store = await d.store.ping();
-        sendJson(ctx.res, store ? 200 : 503, { status: store ? 'ready' : 'not_ready', store: store ? 'ok' : 'unreachable', store_kind: d.store.kind, config: 'loaded' });
+        const workers = d.cluster ? await d.cluster.ready().catch(() => false) : true;
+        const ready = store && workers;
+        sendJson(ctx.res, ready ? 200 : 503, {
+          status: ready ? 'ready' : 'not_ready', store: store ? 'ok' : 'unreachable', store_kind: d.store.kind, config: 'loaded',
+          ...(d.cluster && { workers: workers ? 'all listening' : 'not all listening' }),
+        });
       },
     },
   ];

@@ -3,6 +3,7 @@
  * prices turned into exact integers, the whole tree frozen. A bad value stops the boot, never a request.
  */
 import { isIP } from 'node:net';
+import { availableParallelism } from 'node:os';
 import { ConfigError } from './errors.ts';
 import { at, bool, list, noUnknown, num, object, str, type Obj } from './fields.ts';
 import { parsePrice, type Price } from '../credit/pricing.ts';
@@ -46,6 +47,8 @@ export interface Config {
     readonly headersTimeoutMs: number;
     readonly requestTimeoutMs: number;
     readonly drainSeconds: number;
+    /** Processes serving the public port (node:cluster); 1 = no cluster. `auto` compiles to the cores available. */
+    readonly workers: number;
     /** A listener of its own for `/metrics` (SPEC §12), on adminHost; undefined → the admin listener serves it. */
     readonly metricsPort: number | undefined;
     /** CIDRs whose `x-forwarded-for` / `forwarded` are believed for the client address (SPEC §12). */
@@ -159,7 +162,7 @@ export function compileConfig(doc: unknown, rawEnv: NodeJS.ProcessEnv): Config {
   const root = object(doc ?? {}, '(root)');
   noUnknown(root, '', TOP);
   const server = object(root.server, 'server', true);
-  noUnknown(server, 'server', ['host', 'port', 'admin_host', 'admin_port', 'metrics_port', 'trusted_proxies', 'headers_timeout_ms', 'request_timeout_ms', 'drain_seconds']);
+  noUnknown(server, 'server', ['host', 'port', 'admin_host', 'admin_port', 'metrics_port', 'trusted_proxies', 'headers_timeout_ms', 'request_timeout_ms', 'drain_seconds', 'workers']);
   const store = object(root.store, 'store', true);
   noUnknown(store, 'store', ['redis_url', 'cluster_nodes', 'command_timeout_ms']);
   const limits = object(root.limits, 'limits', true);
@@ -208,6 +211,7 @@ export function compileConfig(doc: unknown, rawEnv: NodeJS.ProcessEnv): Config {
       headersTimeoutMs: num(server.headers_timeout_ms, 'server.headers_timeout_ms', { fallback: 10_000, min: 100 }),
       requestTimeoutMs: num(server.request_timeout_ms, 'server.request_timeout_ms', { fallback: 30_000, min: 100 }),
       drainSeconds: num(server.drain_seconds, 'server.drain_seconds', { fallback: 30, min: 0 }),
+      workers: workerCount(env.TOLLGATE_WORKERS ?? server.workers, env.TOLLGATE_WORKERS !== undefined ? 'TOLLGATE_WORKERS (environment)' : 'server.workers'),
     },
     store: {
       redisUrl: env.REDIS_URL || optional(store.redis_url, 'store.redis_url'),
@@ -272,7 +276,16 @@ export function compileConfig(doc: unknown, rawEnv: NodeJS.ProcessEnv): Config {
     },
     models,
   };
+  if (config.server.workers > 1 && !config.store.redisUrl && config.store.clusterNodes.length === 0) {
+    throw new ConfigError('server.workers', `is ${config.server.workers}, but the embedded store lives inside one process: workers > 1 need REDIS_URL (or REDIS_CLUSTER_NODES)`);
+  }
   return deepFreeze(config);
+}
+
+/** `server.workers`: a whole number ≥ 1, or `auto` (the cores this process may use). */
+function workerCount(v: unknown, path: string): number {
+  if (v === 'auto') return availableParallelism();
+  return num(v, path, { fallback: 1, min: 1, max: 1024, integer: true });
 }
 
 /** Share file types a browser may render inline from the S3 origin: raster images only, never HTML or SVG. */
