@@ -8,7 +8,8 @@
 import type { ServerResponse } from 'node:http';
 import type { UpstreamCall } from '../upstream/call.ts';
 import { createSseMeter, type SseOutput } from './sse-scanner.ts';
-import { readUsageFromJson } from './usage.ts';
+import { readUsage, readUsageFromJson } from './usage.ts';
+import { JsonUsageScanner } from './json-usage.ts';
 import type { Usage } from './usage.ts';
 
 export interface RelayOutcome {
@@ -20,12 +21,18 @@ export interface RelayOutcome {
   end: 'complete' | 'client_gone' | 'upstream_failed';
   /** Nanoseconds the gateway spent on chunks. */
   chunkNs: bigint;
+  /** A non-streaming body too large to keep whole, without a usage object: its text could not be counted. */
+  uncounted?: boolean;
 }
 
 /** A stream that breaks after its first byte ends with this event and no [DONE] (SPEC §2a). */
 const STREAM_ERROR = Buffer.from(`data: ${JSON.stringify({ error: { message: 'The upstream stream failed before completing.', type: 'upstream_error', code: 'upstream_error', param: null } })}\n\n`);
-/** Non-streaming bodies larger than this are relayed but not retained for usage (billed as estimated). */
-const MAX_JSON_RETAINED = 16 * 1024 * 1024;
+/**
+ * Non-streaming bodies up to this size are kept whole and parsed once at the end (usage and, without
+ * usage, the text to count). A larger one (logprobs can make a 16 MiB answer) is relayed as it comes and
+ * only scanned for its top-level usage (json-usage.ts), so a request's memory never grows with its answer.
+ */
+const MAX_JSON_RETAINED = 1024 * 1024;
 
 /**
  * Feeds the call's body chunks through `transform` to the client; returns the time spent so far.
@@ -111,13 +118,22 @@ export async function relaySse(call: UpstreamCall, res: ServerResponse, dropUsag
   return { usage: meter.usage, text: () => meter.completionText(), end, chunkNs: spent() };
 }
 
-/** Relays a JSON body unchanged; usage is read from the whole body at the end. */
+/** Relays a JSON body unchanged; usage is read from the whole body at the end, or by a scan when it is large. */
 export async function relayJson(call: UpstreamCall, res: ServerResponse, clientGone: () => boolean): Promise<RelayOutcome> {
-  const chunks: Buffer[] = [];
+  let chunks: Buffer[] = [];
   let size = 0;
+  let scanner: JsonUsageScanner | undefined;
   const spent = pipe(call, res, (chunk) => {
     size += chunk.length;
-    if (size <= MAX_JSON_RETAINED) chunks.push(chunk);
+    if (scanner) scanner.push(chunk);
+    else if (size <= MAX_JSON_RETAINED) chunks.push(chunk);
+    else {
+      // Past the limit: scan what was kept, let it go, and scan the rest as it comes.
+      scanner = new JsonUsageScanner();
+      for (const c of chunks) scanner.push(c);
+      scanner.push(chunk);
+      chunks = [];
+    }
     return chunk;
   }, () => res.end());
   let end: RelayOutcome['end'] = 'complete';
@@ -128,8 +144,17 @@ export async function relayJson(call: UpstreamCall, res: ServerResponse, clientG
     end = clientGone() ? 'client_gone' : 'upstream_failed';
     res.destroy();
   }
-  if (end !== 'complete' || size > MAX_JSON_RETAINED) return { usage: null, text: () => '', end, chunkNs: spent() };
+  if (end !== 'complete') return { usage: null, text: () => '', end, chunkNs: spent() };
   const t = process.hrtime.bigint();
+  if (scanner) {
+    let usage = null;
+    try {
+      usage = scanner.result === null ? null : readUsage(JSON.parse(scanner.result));
+    } catch {
+      // not JSON after all: no usage
+    }
+    return { usage, text: () => '', end, chunkNs: spent() + process.hrtime.bigint() - t, ...(usage === null && { uncounted: true }) };
+  }
   const parsed = readUsageFromJson(chunks.length === 1 ? chunks[0]! : Buffer.concat(chunks, size));
   const chunkNs = spent() + process.hrtime.bigint() - t;
   // With usage present it covers the whole body; the text is only needed when it is absent.

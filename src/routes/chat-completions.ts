@@ -43,9 +43,26 @@ interface Billed {
 
 const NOTHING_PRODUCED: Billed = { promptTokens: 0, completionTokens: 0, source: 'estimated' };
 
-/** Builds the upstream body: model rewritten, usage forced on streams. Once per request, never per chunk. */
-function upstreamBody(body: ChatBody, model: ModelConfig): Buffer {
-  const out: Record<string, unknown> = { ...body, model: model.upstreamModel };
+/**
+ * The output a request may produce, and so what its hold covers (SPEC §12): the requested maximum
+ * (`max_completion_tokens`, else `max_tokens`) clamped to the model's cap, the cap when none was asked,
+ * times `n` choices. A larger request is clamped, never refused.
+ */
+export function outputBound(body: ChatBody, model: ModelConfig): { perChoice: number; total: number } {
+  const requested = body.max_completion_tokens ?? body.max_tokens ?? model.maxOutputTokens;
+  const perChoice = Math.min(requested, model.maxOutputTokens);
+  return { perChoice, total: perChoice * (body.n ?? 1) };
+}
+
+/**
+ * Builds the upstream body: model rewritten, output capped by what was held, usage forced on streams.
+ * Once per request, never per chunk. `max_tokens` is always sent (every OpenAI-compatible server reads
+ * it), and `max_completion_tokens` too when the client sent that one, both the clamped value: without
+ * them an upstream generates up to its own limit, past the hold.
+ */
+function upstreamBody(body: ChatBody, model: ModelConfig, perChoice: number): Buffer {
+  const out: Record<string, unknown> = { ...body, model: model.upstreamModel, max_tokens: perChoice };
+  if (body.max_completion_tokens !== undefined && body.max_completion_tokens !== null) out.max_completion_tokens = perChoice;
   if (body.stream === true) {
     const so = body.stream_options && typeof body.stream_options === 'object' ? body.stream_options : {};
     out.stream_options = { ...so, include_usage: true };
@@ -61,11 +78,15 @@ export function chatRoutes(d: ChatDeps): Route[] {
   const ttfb = bound(d.metrics.upstreamTtfb);
   const tokens = bound(d.metrics.tokens);
   const debited = bound(d.metrics.creditDebited);
+  const overruns = bound(d.metrics.upstreamOverruns);
 
   /** What to bill (SPEC §1.2): upstream usage when reported, else the tokenizer over what was produced. */
-  async function bill(body: ChatBody, bodyBytes: number, answered: boolean, outcome: RelayOutcome | undefined): Promise<Billed> {
+  async function bill(body: ChatBody, bodyBytes: number, answered: boolean, outcome: RelayOutcome | undefined, maxOutput: number): Promise<Billed> {
     // No answer from any upstream (or a refusal): nothing was produced, nothing is billed.
     if (!answered || !outcome) return NOTHING_PRODUCED;
+    // A body too large to keep, without usage: its text was relayed, not kept. Bill what the request was
+    // allowed to produce (the clamped max_tokens × n it was held for), never 0 for want of a buffer.
+    if (!outcome.usage && outcome.uncounted) return { promptTokens: estimatePromptTokens(body, bodyBytes), completionTokens: maxOutput, source: 'estimated' };
     const extra = outcome.text();
     // The tokenizer (+58 MB, 150–250 ms to load) is only needed when usage is missing: loaded on first need.
     // If it cannot load, bytes bound the tokens from above: over-billed at worst, never unbilled.
@@ -108,7 +129,7 @@ export function chatRoutes(d: ChatDeps): Route[] {
       requireScope(key, 'chat');
       const read = await readJson(ctx.req, d.config.limits.maxBodyBytes);
       bodyBytes = read.bytes;
-      body = validateChatBody(read.value);
+      body = validateChatBody(read.value, d.config.limits.maxN);
       const m = models.get(body.model);
       if (!m) throw new GatewayError('model_not_found', `The model '${body.model}' does not exist.`, { param: 'model' });
       requireModel(key, m.name);
@@ -121,9 +142,9 @@ export function chatRoutes(d: ChatDeps): Route[] {
     }
     ctx.log.model = model.name;
 
-    const maxOutput = body.max_completion_tokens ?? body.max_tokens ?? model.maxOutputTokens;
+    const output = outputBound(body, model);
     const promptEstimate = estimatePromptTokens(body, bodyBytes);
-    const admission = await d.limits.admit(ctx, promptEstimate + maxOutput);
+    const admission = await d.limits.admit(ctx, promptEstimate + output.total);
     const live = key.env === 'live';
     /** The request's one settle (SPEC §4): not awaited by the response, tracked for shutdown, retried until it lands. */
     const settle = (b: Billed, costMicros: number) => void d.credit.settle({
@@ -131,7 +152,7 @@ export function chatRoutes(d: ChatDeps): Route[] {
       promptTokens: b.promptTokens, completionTokens: b.completionTokens, usageSource: b.source, ts: new Date(d.now()).toISOString(),
     });
     if (live) {
-      const hold = costMicros(model.price, promptEstimate, maxOutput);
+      const hold = costMicros(model.price, promptEstimate, output.total);
       try {
         await d.credit.hold(key.account, ctx.requestId, hold, d.now() + holdTtlMs);
       } catch (err) {
@@ -156,7 +177,7 @@ export function chatRoutes(d: ChatDeps): Route[] {
     let answered: Answered | undefined;
     let outcome: RelayOutcome | undefined;
     try {
-      const payload = upstreamBody(body, model);
+      const payload = upstreamBody(body, model, output.perChoice);
       answered = await forward(d, model, {
         path: '/chat/completions', body: payload, headersTimeoutMs: up.headersTimeoutMs, idleTimeoutMs: up.idleTimeoutMs, deadline,
         headers: (auth) => upstreamRequestHeaders(ctx.req.headers, ctx.requestId, auth, payload.length),
@@ -177,10 +198,15 @@ export function chatRoutes(d: ChatDeps): Route[] {
       clearTimeout(total);
       const t1 = process.hrtime.bigint();
       const ok = answered !== undefined && answered.status >= 200 && answered.status < 300;
-      const b = await bill(body, bodyBytes, ok, outcome);
+      const b = await bill(body, bodyBytes, ok, outcome, output.total);
       const cost = costMicros(model.price, b.promptTokens, b.completionTokens);
       admission.settle(b.promptTokens + b.completionTokens);
       Object.assign(ctx.log, { prompt_tokens: b.promptTokens, completion_tokens: b.completionTokens, usage_source: b.source, cost_micros: cost, relay_end: outcome?.end ?? (gone() ? 'client_gone' : 'none') });
+      if (b.completionTokens > output.total) {
+        // An upstream that ignored max_tokens: debited in full (SPEC §4's only overspend), counted, logged.
+        overruns(model.name).inc();
+        ctx.log.overrun_tokens = b.completionTokens - output.total;
+      }
       if (b.promptTokens > 0) tokens(model.name, 'prompt', b.source).inc(b.promptTokens);
       if (b.completionTokens > 0) tokens(model.name, 'completion', b.source).inc(b.completionTokens);
       if (live) {

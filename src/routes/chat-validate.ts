@@ -37,8 +37,8 @@ function message(m: unknown, i: number, issues: Issues): void {
   });
 }
 
-/** The validated body, or a ValidationError listing every problem. */
-export function validateChatBody(value: unknown): ChatBody {
+/** The validated body, or a ValidationError listing every problem. `maxN` bounds `n` (limits.max_n, SPEC §12). */
+export function validateChatBody(value: unknown, maxN: number): ChatBody {
   const issues = new Issues();
   if (!rootObject(value, issues)) {
     issues.done();
@@ -52,7 +52,7 @@ export function validateChatBody(value: unknown): ChatBody {
   bool(opt('stream'), 'stream', ['body'], issues);
   int(opt('max_tokens'), 'max_tokens', ['body'], issues, { gt: 0 });
   int(opt('max_completion_tokens'), 'max_completion_tokens', ['body'], issues, { gt: 0 });
-  int(opt('n'), 'n', ['body'], issues, { gt: 0 });
+  int(opt('n'), 'n', ['body'], issues, { gt: 0, le: maxN });
   if (body.stream_options !== undefined && body.stream_options !== null && !isObj(body.stream_options)) {
     issues.add(['body', 'stream_options'], 'dict_type', 'Input should be a valid dictionary', body.stream_options);
   }

@@ -11,7 +11,7 @@ t.test('backpressure: a client that stops reading stops the upstream; nothing is
   const { key } = await gw.createKey({ account: 'flow-a', env: 'live' });
   await gw.grant('flow-a', 1e12);
   const TOKENS = 100_000; // ~21 MB of SSE: far more than the socket buffers between the three processes
-  const body = JSON.stringify({ model: 'sim-small', messages: [{ role: 'user', content: 'x' }], stream: true, max_tokens: TOKENS, sim: { tokens: TOKENS } });
+  const body = JSON.stringify({ model: 'sim-small', messages: [{ role: 'user', content: 'x' }], stream: true, max_tokens: TOKENS, sim: { tokens: TOKENS, ignore_max_tokens: true } });
   const res = await new Promise<import('node:http').IncomingMessage>((resolve, reject) => {
     const req = request(`${gw.url}/v1/chat/completions`, { method: 'POST', headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json' } }, resolve);
     req.on('error', reject);

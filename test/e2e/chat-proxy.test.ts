@@ -131,8 +131,9 @@ t.test('raw fetch: every field the gateway does not act on passes through untouc
   const res = await postChat(gw, key, body);
   t.equal(res.status, 200);
   await res.json();
-  t.same(sim.requests[0]!.body, { ...body, model: 'sim/small-1' }, 'identical but for model');
-  t.same(Object.keys(sim.requests[0]!.body), Object.keys(body), 'same keys, same order');
+  // max_tokens is added (SPEC §12: the upstream always gets the cap the hold covers; 12 is under it).
+  t.same(sim.requests[0]!.body, { ...body, model: 'sim/small-1', max_tokens: 12 }, 'identical but for model and the added max_tokens');
+  t.same(Object.keys(sim.requests[0]!.body), [...Object.keys(body), 'max_tokens'], 'same keys, same order, max_tokens last');
 });
 
 t.test('numbers pass through exactly: an int64 seed beyond 2^53 is not rounded on the way upstream', async (t) => {

@@ -3,7 +3,7 @@
 // admin /metrics text; the request log lines of a gateway; polling with a deadline; the usual stack.
 import { setTimeout as sleep } from 'node:timers/promises';
 import type { Test } from 'tap';
-import { startGateway, type TestGateway } from '../helpers/gateway.ts';
+import { startGateway, testConfigDoc, type TestGateway } from '../helpers/gateway.ts';
 import { startRedis, type RedisFixture } from '../helpers/redis.ts';
 import { startSimulator, type Simulator } from '../../src/simulator/simulator.ts';
 
@@ -13,7 +13,9 @@ export async function startLimitsStack(t: Test, rateLimits: Record<string, unkno
   if (!redis) return null;
   const sim = await startSimulator();
   t.teardown(() => sim.close());
-  const gw = await startGateway(t, { redisUrl: redis.url, upstreamUrl: sim.url, config: { rate_limits: rateLimits } });
+  // Token-limit tests ask for up to 900 output tokens: a model cap above that keeps max_tokens unclamped.
+  const models = (testConfigDoc(sim.url).models as Record<string, unknown>[]).map((m) => ({ ...m, max_output_tokens: 4096 }));
+  const gw = await startGateway(t, { redisUrl: redis.url, upstreamUrl: sim.url, config: { rate_limits: rateLimits, models } });
   return { redis, sim, gw };
 }
 

@@ -11,7 +11,7 @@ const ROLES = "'system', 'developer', 'user', 'assistant' or 'tool'";
 /** The detail list the body fails with, or null when it passes. */
 function detail(body: unknown): unknown[] | null {
   try {
-    validateChatBody(body);
+    validateChatBody(body, 8);
     return null;
   } catch (e) {
     if (!(e instanceof ValidationError)) throw e;
@@ -41,9 +41,15 @@ t.test('valid bodies pass and come back as the same object', async (t) => {
   ];
   for (const [name, body] of ok) {
     const copy = structuredClone(body);
-    t.equal(validateChatBody(body), body, name);
+    t.equal(validateChatBody(body, 8), body, name);
     t.same(body, copy, `${name}: not modified`);
   }
+});
+
+t.test('n is bounded by limits.max_n (SPEC §12): past it, 422 less_than_equal', async (t) => {
+  t.equal(detail(base({ n: 8 })), null, 'n = max_n passes');
+  t.same(detail(base({ n: 100 })), [issue(['body', 'n'], 'less_than_equal', 'Input should be less than or equal to 8', 100, { le: 8 })]);
+  t.same(detail(base({ n: 2 ** 53 + 2 })), [issue(['body', 'n'], 'int_parsing_size', 'Unable to parse input string as an integer, exceeded maximum size', 2 ** 53 + 2)]);
 });
 
 t.test('invalid bodies: Pydantic type, msg, loc, input and ctx', async (t) => {
