@@ -16,6 +16,8 @@ import { createFailedAuthLimiter } from './auth/failed-auth-limiter.ts';
 import { createAuthenticator } from './auth/authenticate.ts';
 import { createKeyTable } from './auth/key-table.ts';
 import { createAdminGuard } from './admin/token.ts';
+import { createClientAddress } from './http/client-address.ts';
+import { createFailureWindow } from './auth/failure-window.ts';
 import { keyRoutes } from './admin/keys.ts';
 import { accountRoutes } from './admin/accounts.ts';
 import { opsRoutes } from './admin/ops.ts';
@@ -51,8 +53,8 @@ export interface Gateway {
   readonly metrics: Metrics;
   readonly publicHandler: (req: IncomingMessage, res: ServerResponse) => void;
   readonly adminHandler: (req: IncomingMessage, res: ServerResponse) => void;
-  /** Listens on the configured hosts/ports (0 = any free port). */
-  listen(): Promise<{ publicUrl: string; adminUrl: string }>;
+  /** Listens on the configured hosts/ports (0 = any free port); metricsUrl when server.metrics_port is set. */
+  listen(): Promise<{ publicUrl: string; adminUrl: string; metricsUrl?: string }>;
   /** Stops accepting, drains in-flight requests up to the deadline, stops background jobs. The store stays open. */
   close(deadlineMs?: number): Promise<void>;
 }
@@ -66,11 +68,12 @@ export function createGateway(d: GatewayDeps): Gateway {
     store, ttlMs: config.auth.cacheTtlMs, negativeTtlMs: config.auth.negativeTtlMs, max: config.auth.cacheMax,
     onLookup: (o) => keyCacheCounter[o].inc(),
   });
+  const clientAddress = createClientAddress(config.server.trustedProxies);
   const auth = createAuthenticator({
-    keys, failed: createFailedAuthLimiter(config.auth.failedPerMinute), onFailure: (reason) => metrics.authFailures.inc({ reason }),
+    keys, failed: createFailedAuthLimiter(config.auth.failedPerMinute), clientAddress, onFailure: (reason) => metrics.authFailures.inc({ reason }),
   });
   const keyTable = createKeyTable({ store, now });
-  const adminGuard = createAdminGuard(config.adminToken);
+  const adminGuard = createAdminGuard(config.adminToken, { failures: createFailureWindow({ perWindow: config.auth.adminFailedPerMinute, now }), clientAddress });
   const guard = (ctx: RequestContext) => adminGuard(ctx.req);
   const limits = d.limits ?? createRateLimits({ ...config.rateLimits, redis: store.redis, metrics, logger, now });
   const admit = async (ctx: RequestContext) => void (await limits.admit(ctx));
@@ -87,8 +90,13 @@ export function createGateway(d: GatewayDeps): Gateway {
   const adminRoutes: Route[] = [...opsRoutes({ metrics, store, cluster: d.cluster }), ...keyRoutes({ keys: keyTable, guard, models: config.models.map((m) => m.name) }), ...accountRoutes({ store, now, guard }), ...shareAdminRoutes({ guard, ...shares })];
   const publicHandler = createEdge({ router: createRouter(publicRoutes), logger, metrics, listener: 'public' });
   const adminHandler = createEdge({ router: createRouter(adminRoutes), logger, metrics, listener: 'admin' });
+  // server.metrics_port: /metrics alone on a listener of its own, so Prometheus can reach it without /admin/.
+  const metricsRoutes = opsRoutes({ metrics, store, cluster: d.cluster }).filter((r) => r.pattern === '/metrics');
+  const metricsHandler = createEdge({ router: createRouter(metricsRoutes), logger, metrics, listener: 'metrics' });
 
   let servers: Server[] = [];
+  let metricsUrl: string | undefined;
+  const url = (host: string, srv: Server) => `http://${host === '0.0.0.0' || host === '::' ? '127.0.0.1' : host}:${portOf(srv)}`;
   let reaper: { stop(): void } | undefined;
 
   return {
@@ -101,9 +109,13 @@ export function createGateway(d: GatewayDeps): Gateway {
       const pub = await listen(publicHandler, { ...opts, host: s.host, port: s.port });
       const adm = await listen(adminHandler, { ...opts, host: s.adminHost, port: s.adminPort });
       servers = [pub, adm];
+      if (s.metricsPort !== undefined) {
+        const met = await listen(metricsHandler, { ...opts, host: s.adminHost, port: s.metricsPort });
+        servers.push(met);
+        metricsUrl = url(s.adminHost, met);
+      }
       reaper = startReaper({ store, now, intervalMs: config.credit.reaperIntervalMs, logger, onReaped: (n) => metrics.holdsReaped.inc(n) });
-      const url = (host: string, srv: Server) => `http://${host === '0.0.0.0' || host === '::' ? '127.0.0.1' : host}:${portOf(srv)}`;
-      return { publicUrl: url(s.host, pub), adminUrl: url(s.adminHost, adm) };
+      return { publicUrl: url(s.host, pub), adminUrl: url(s.adminHost, adm), ...(metricsUrl && { metricsUrl }) };
     },
     async close(deadlineMs = config.server.drainSeconds * 1000) {
       reaper?.stop();

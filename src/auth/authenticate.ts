@@ -1,12 +1,17 @@
 /**
- * Bearer-key authentication (SPEC §1.1, §2a). Order: header shape → key shape → cache → (failed-auth
- * limiter) → store. A key already known valid is never refused by the failed-auth limiter; known-bad
- * attempts past the limit get 429 without a store lookup. The full key never leaves this function:
- * only its hash is used, and errors never echo it.
+ * Bearer-key authentication (SPEC §1.1, §2a, §12). Order: header shape → key shape → cache → store.
+ * The failed-auth limiter throttles malformed, unknown and disabled keys only: a valid key is never
+ * refused, whatever its address has sent (behind a NAT one guesser would otherwise lock every client
+ * out). So a well-formed key this instance does not know yet is always looked up (misses coalesced,
+ * unknown keys negatively cached for auth.negative_ttl_ms); malformed and known-bad keys from a
+ * throttled address get 429 without a lookup. What that leaves an attacker: one store GET per fresh
+ * random key (a hash lookup, ~1 µs of Redis CPU), answered 429; guessing a 187-bit key stays hopeless.
+ * The full key never leaves this function: only its hash is used, and errors never echo it.
  */
 import type { IncomingMessage } from 'node:http';
 import { GatewayError } from '../http/errors.ts';
 import type { FailedAuthLimiter } from './failed-auth-limiter.ts';
+import type { ClientAddress } from '../http/client-address.ts';
 import type { KeyCache } from './key-cache.ts';
 import { hashKey, isWellFormedKey } from './keys.ts';
 import type { KeyRecord, Scope } from '../store/types.ts';
@@ -32,7 +37,8 @@ export function requireModel(key: KeyRecord, model: string): void {
   }
 }
 
-export function createAuthenticator(d: { keys: KeyCache; failed: FailedAuthLimiter; onFailure?: (reason: AuthFailure) => void }): Authenticator {
+export function createAuthenticator(d: { keys: KeyCache; failed: FailedAuthLimiter; clientAddress?: ClientAddress; onFailure?: (reason: AuthFailure) => void }): Authenticator {
+  const addressOf: ClientAddress = d.clientAddress ?? ((req) => req.socket.remoteAddress ?? 'unknown');
   async function refuse(address: string, reason: AuthFailure): Promise<never> {
     d.onFailure?.(reason);
     const wait = await d.failed.fail(address);
@@ -43,24 +49,26 @@ export function createAuthenticator(d: { keys: KeyCache; failed: FailedAuthLimit
 
   return {
     async authenticate(req) {
-      const address = req.socket.remoteAddress ?? 'unknown';
       const m = BEARER.exec(req.headers.authorization ?? '');
-      if (!m) return refuse(address, 'missing');
+      if (!m) return refuse(addressOf(req), 'missing');
       const key = m[1]!;
       const hash = isWellFormedKey(key) ? hashKey(key) : undefined;
       const cached = hash === undefined ? undefined : d.keys.peek(hash);
       if (cached?.active) return cached;
-      // Known-bad and unknown keys pass the failed-auth limiter first: past the limit, no store lookup.
+      if (hash !== undefined && cached === undefined) {
+        // Not known here yet: looked up whatever the address sent, so a valid key is never refused.
+        const record = await d.keys.lookup(hash);
+        if (record?.active) return record;
+        return refuse(addressOf(req), record ? 'disabled' : 'unknown');
+      }
+      // Malformed or known bad: past the limit, 429 without a store lookup.
+      const address = addressOf(req);
       const wait = await d.failed.blockedFor(address);
       if (wait > 0) {
         d.onFailure?.('throttled');
         throw throttled(wait);
       }
-      if (hash === undefined) return refuse(address, 'malformed');
-      const record = cached === undefined ? await d.keys.lookup(hash) : cached;
-      if (!record) return refuse(address, 'unknown');
-      if (!record.active) return refuse(address, 'disabled');
-      return record;
+      return refuse(address, hash === undefined ? 'malformed' : cached === null ? 'unknown' : 'disabled');
     },
   };
 }

@@ -276,6 +276,10 @@ export function compileConfig(doc: unknown, rawEnv: NodeJS.ProcessEnv): Config {
     },
     models,
   };
+  if (config.adminToken !== undefined && config.adminToken.length < MIN_ADMIN_TOKEN) {
+    // Never echo the token: its length says enough.
+    throw new ConfigError('TOLLGATE_ADMIN_TOKEN (environment)', `must be at least ${MIN_ADMIN_TOKEN} characters (got ${config.adminToken.length}); e.g. openssl rand -base64 32`);
+  }
   if (config.server.workers > 1 && !config.store.redisUrl && config.store.clusterNodes.length === 0) {
     throw new ConfigError('server.workers', `is ${config.server.workers}, but the embedded store lives inside one process: workers > 1 need REDIS_URL (or REDIS_CLUSTER_NODES)`);
   }
@@ -287,6 +291,9 @@ function workerCount(v: unknown, path: string): number {
   if (v === 'auto') return availableParallelism();
   return num(v, path, { fallback: 1, min: 1, max: 1024, integer: true });
 }
+
+/** The admin token's minimum length (SPEC §12): 32 random base64 characters are 192 bits. */
+const MIN_ADMIN_TOKEN = 32;
 
 /** Share file types a browser may render inline from the S3 origin: raster images only, never HTML or SVG. */
 const DEFAULT_INLINE_TYPES = ['image/png', 'image/jpeg', 'image/gif', 'image/webp'];

@@ -19,7 +19,7 @@ export interface EdgeDeps {
   logger: Logger;
   metrics: Metrics;
   /** Which listener, for logs. */
-  listener: 'public' | 'admin';
+  listener: 'public' | 'admin' | 'metrics';
 }
 
 /**

@@ -14,7 +14,7 @@ import type { Limits } from '../limits/limits.ts';
 import { holdTtlMs as holdTtlOf, type Credit } from '../credit/credit.ts';
 import { costMicros } from '../credit/pricing.ts';
 import { estimatePromptTokens } from '../credit/hold-estimate.ts';
-import { clientResponseHeaders, upstreamRequestHeaders } from '../upstream/headers.ts';
+import { createHeaderPolicy } from '../upstream/headers.ts';
 import { ClientGoneError, forward, type Answered } from '../upstream/forward.ts';
 import type { UpstreamCall } from '../upstream/call.ts';
 import type { Upstreams } from '../upstream/pool.ts';
@@ -79,6 +79,7 @@ export function chatRoutes(d: ChatDeps): Route[] {
   const tokens = bound(d.metrics.tokens);
   const debited = bound(d.metrics.creditDebited);
   const overruns = bound(d.metrics.upstreamOverruns);
+  const headerPolicy = createHeaderPolicy({ forward: up.forwardHeaders, return: up.returnHeaders });
 
   /** What to bill (SPEC §1.2): upstream usage when reported, else the tokenizer over what was produced. */
   async function bill(body: ChatBody, bodyBytes: number, answered: boolean, outcome: RelayOutcome | undefined, maxOutput: number): Promise<Billed> {
@@ -180,7 +181,7 @@ export function chatRoutes(d: ChatDeps): Route[] {
       const payload = upstreamBody(body, model, output.perChoice);
       answered = await forward(d, model, {
         path: '/chat/completions', body: payload, headersTimeoutMs: up.headersTimeoutMs, idleTimeoutMs: up.idleTimeoutMs, deadline,
-        headers: (auth) => upstreamRequestHeaders(ctx.req.headers, ctx.requestId, auth, payload.length),
+        headers: (auth) => headerPolicy.upstreamRequest(ctx.req.headers, ctx.requestId, auth, payload.length),
       }, signal, track);
       if (signal.aborted) throw new ClientGoneError();
       ctx.log.upstream = answered.call.upstream.label;
@@ -222,7 +223,7 @@ export function chatRoutes(d: ChatDeps): Route[] {
   /** Writes the response for an answered upstream call; returns what the relay metered. */
   async function respond(ctx: RequestContext, a: Answered, body: ChatBody): Promise<RelayOutcome | undefined> {
     const res: ServerResponse = ctx.res;
-    const headers = clientResponseHeaders(a.headers);
+    const headers = headerPolicy.clientResponse(a.headers);
     if (ctx.extraHeaders) Object.assign(headers, ctx.extraHeaders);
     if (a.status >= 500) {
       // A 500/501 is not retried (only 502/503/504/429 are) and its body may identify the upstream: 502.

@@ -1,51 +1,55 @@
 /**
- * Header hygiene (SPEC §1.2). Toward the upstream: the client's credential, cookies and hop-by-hop
- * headers never pass; the upstream's own key and our request id are added; accept-encoding is dropped
- * so the meter always sees plain bytes. Toward the client: hop-by-hop and upstream-identifying headers
- * (`server`, `set-cookie`, auth challenges) are dropped.
+ * Header hygiene both ways, by allowlist (SPEC §12, §1.2). Toward the upstream only `accept`,
+ * `user-agent`, `traceparent`, `tracestate`, `baggage` and `upstream.forward_headers` pass, then
+ * Tollgate's own content-type, content-length, x-request-id and the upstream's own credential: a key
+ * holder cannot pick the operator's OpenAI organisation or project, spoof its address to the upstream
+ * (x-forwarded-for, forwarded) or steer a routing proxy (helicone-target-url). Toward the client only
+ * `content-type`, `cache-control` and `upstream.return_headers` pass: upstream rate-limit, organisation
+ * and host headers stay inside. A denylist fails open on every header nobody thought of; this fails
+ * closed. Both sets are built once, at boot; per request it is one Set lookup per header.
  */
 import type { IncomingHttpHeaders, OutgoingHttpHeaders } from 'node:http';
 
-const NOT_UPSTREAM = new Set([
-  'host', 'connection', 'keep-alive', 'transfer-encoding', 'te', 'trailer', 'upgrade', 'expect', 'proxy-authorization',
-  'proxy-connection', 'content-length', 'authorization', 'cookie', 'x-api-key', 'api-key', 'x-request-id', 'accept-encoding',
-]);
+/** Client request headers every upstream may see (W3C trace context and the client's format wishes). */
+export const FORWARDED_ALWAYS = ['accept', 'user-agent', 'traceparent', 'tracestate', 'baggage'] as const;
+/** Upstream response headers every client may see. */
+export const RETURNED_ALWAYS = ['content-type', 'cache-control'] as const;
+/** Never forwarded whatever the config says: credentials, cookies and what Tollgate sets itself. */
+const NEVER_UPSTREAM = new Set(['authorization', 'proxy-authorization', 'cookie', 'x-api-key', 'api-key', 'content-length', 'content-type', 'x-request-id', 'host', 'connection', 'transfer-encoding', 'keep-alive', 'upgrade', 'te', 'trailer', 'expect', 'accept-encoding']);
+/** Never returned whatever the config says: Tollgate's own, framing and cookie headers. */
+const NEVER_CLIENT = new Set(['set-cookie', 'content-length', 'content-encoding', 'transfer-encoding', 'connection', 'keep-alive', 'x-request-id', 'upgrade', 'te', 'trailer']);
 
-const NOT_CLIENT = new Set([
-  'connection', 'keep-alive', 'transfer-encoding', 'te', 'trailer', 'upgrade', 'proxy-authenticate', 'proxy-connection',
-  'server', 'set-cookie', 'www-authenticate', 'x-powered-by', 'via', 'date', 'x-request-id', 'content-length', 'content-encoding',
-]);
-
-/** Field names a `Connection` header nominates: hop-by-hop too (RFC 9110 §7.6.1). */
-function nominated(connection: string | string[] | undefined): Set<string> | undefined {
-  if (connection === undefined) return undefined;
-  const names = (Array.isArray(connection) ? connection.join(',') : connection).split(',').map((n) => n.trim().toLowerCase()).filter(Boolean);
-  return names.length > 0 ? new Set(names) : undefined;
+export interface HeaderPolicy {
+  /** Headers for the upstream request. */
+  upstreamRequest(client: IncomingHttpHeaders, requestId: string, authorization: string | undefined, length: number): Record<string, string>;
+  /** Headers for the client response (content-length is set by the route when the body is unchanged). */
+  clientResponse(upstream: IncomingHttpHeaders): OutgoingHttpHeaders;
 }
 
-/** Headers for the upstream request. */
-export function upstreamRequestHeaders(client: IncomingHttpHeaders, requestId: string, authorization: string | undefined, length: number): Record<string, string> {
-  const out: Record<string, string> = {};
-  const hop = nominated(client.connection);
-  for (const name in client) {
-    const v = client[name];
-    if (v === undefined || NOT_UPSTREAM.has(name) || hop?.has(name)) continue;
-    out[name] = Array.isArray(v) ? v.join(', ') : v;
-  }
-  out['content-type'] = 'application/json';
-  out['content-length'] = String(length);
-  out['x-request-id'] = requestId;
-  if (authorization) out.authorization = authorization;
-  return out;
-}
-
-/** Headers for the client response (content-length is set by the route when the body is unchanged). */
-export function clientResponseHeaders(upstream: IncomingHttpHeaders): OutgoingHttpHeaders {
-  const out: OutgoingHttpHeaders = {};
-  const hop = nominated(upstream.connection);
-  for (const name in upstream) {
-    const v = upstream[name];
-    if (v !== undefined && !NOT_CLIENT.has(name) && !hop?.has(name)) out[name] = v;
-  }
-  return out;
+/** The policy for the configured extra names (lower-case; validated at boot). */
+export function createHeaderPolicy(extra: { forward: readonly string[]; return: readonly string[] } = { forward: [], return: [] }): HeaderPolicy {
+  const forward = [...new Set([...FORWARDED_ALWAYS, ...extra.forward])].filter((h) => !NEVER_UPSTREAM.has(h));
+  const back = [...new Set([...RETURNED_ALWAYS, ...extra.return])].filter((h) => !NEVER_CLIENT.has(h));
+  return {
+    upstreamRequest(client, requestId, authorization, length) {
+      const out: Record<string, string> = {};
+      for (const name of forward) {
+        const v = client[name];
+        if (v !== undefined) out[name] = Array.isArray(v) ? v.join(', ') : v;
+      }
+      out['content-type'] = 'application/json';
+      out['content-length'] = String(length);
+      out['x-request-id'] = requestId;
+      if (authorization) out.authorization = authorization;
+      return out;
+    },
+    clientResponse(upstream) {
+      const out: OutgoingHttpHeaders = {};
+      for (const name of back) {
+        const v = upstream[name];
+        if (v !== undefined) out[name] = v;
+      }
+      return out;
+    },
+  };
 }

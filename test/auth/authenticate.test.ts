@@ -57,19 +57,22 @@ t.test('malformed keys never reach the store', async (t) => {
   t.equal(s.reads(), 0);
 });
 
-t.test('past the limit: refused without a store lookup, except for a key already known valid', async (t) => {
+t.test('past the limit: malformed and known-bad keys refused without a lookup; a valid key is never refused', async (t) => {
   const s = await setup(3);
-  await s.auth.authenticate(req(`Bearer ${s.key}`));
-  const readsAfterWarmup = s.reads();
-  for (let i = 0; i < 3; i++) t.equal(await code(s.auth.authenticate(req(`Bearer ${generateKey('test')}`))), 'invalid_api_key');
+  const bad = generateKey('test');
+  for (let i = 0; i < 3; i++) t.equal(await code(s.auth.authenticate(req(`Bearer ${i === 0 ? bad : generateKey('test')}`))), 'invalid_api_key');
   const before = s.reads();
-  t.equal(await code(s.auth.authenticate(req(`Bearer ${generateKey('test')}`))), 'rate_limit_exceeded');
-  t.equal(await code(s.auth.authenticate(req())), 'rate_limit_exceeded');
-  t.equal(s.reads(), before, 'no store lookup once blocked');
-  t.equal((await s.auth.authenticate(req(`Bearer ${s.key}`))).id, 'key_1111111111111111', 'the known valid key passes');
-  t.equal(s.reads(), before);
+  t.equal(await code(s.auth.authenticate(req('Bearer garbage'))), 'rate_limit_exceeded', 'malformed: 429');
+  t.equal(await code(s.auth.authenticate(req())), 'rate_limit_exceeded', 'missing: 429');
+  t.equal(await code(s.auth.authenticate(req(`Bearer ${bad}`))), 'rate_limit_exceeded', 'negatively cached unknown key: 429');
+  t.equal(s.reads(), before, 'none of them reached the store');
+  // The NAT case: a valid key this instance has never seen, from the same (throttled) address.
+  t.equal((await s.auth.authenticate(req(`Bearer ${s.key}`))).id, 'key_1111111111111111', 'a fresh valid key passes');
+  t.equal(s.reads(), before + 1, 'one lookup to learn it is valid');
+  t.equal((await s.auth.authenticate(req(`Bearer ${s.key}`))).id, 'key_1111111111111111', 'and again, from the cache');
+  t.equal(s.reads(), before + 1);
+  t.equal(await code(s.auth.authenticate(req(`Bearer ${generateKey('test')}`))), 'rate_limit_exceeded', 'a fresh unknown key: looked up, then 429');
   t.equal(await code(s.auth.authenticate(req(undefined, '10.0.0.2'))), 'missing_api_key', 'another address is not blocked');
-  t.ok(readsAfterWarmup >= 1);
   try {
     await s.auth.authenticate(req('Bearer x'));
   } catch (e) {
@@ -87,4 +90,14 @@ t.test('requireScope and requireModel', async (t) => {
   t.doesNotThrow(() => requireModel(k, 'a'));
   t.throws(() => requireModel(k, 'b'), { code: 'permission_denied', param: 'model' });
   t.doesNotThrow(() => requireModel(record(), 'anything'), 'empty allow-list = all models');
+});
+
+t.test('behind a trusted proxy the limiter counts the forwarded client, not the proxy', async (t) => {
+  const { createClientAddress } = await import('../../src/http/client-address.ts');
+  const keys = createKeyCache({ store: createMemoryStore(), ttlMs: 10_000, negativeTtlMs: 5_000, max: 100 });
+  const auth = createAuthenticator({ keys, failed: createFailedAuthLimiter(2), clientAddress: createClientAddress(['10.0.0.0/8']) });
+  const via = (client: string) => ({ headers: { 'x-forwarded-for': client }, socket: { remoteAddress: '10.0.0.1' } }) as unknown as IncomingMessage;
+  for (let i = 0; i < 2; i++) t.equal(await code(auth.authenticate(via('198.51.100.1'))), 'missing_api_key');
+  t.equal(await code(auth.authenticate(via('198.51.100.1'))), 'rate_limit_exceeded', 'that client is throttled');
+  t.equal(await code(auth.authenticate(via('198.51.100.2'))), 'missing_api_key', 'another client behind the same proxy is not');
 });

@@ -4,6 +4,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { loadConfig, parseConfig } from '../../src/config/load.ts';
 import { ConfigError } from '../../src/config/errors.ts';
+import { compileConfig } from '../../src/config/schema.ts';
 import type { Test } from 'tap';
 
 const MODEL = `
@@ -182,7 +183,7 @@ t.test('environment overrides win over the file (SPEC §6)', async (t) => {
   const plain = parseConfig(file, {});
   t.same([plain.server.host, plain.server.port, plain.server.adminHost, plain.server.adminPort, plain.store.redisUrl, plain.logLevel],
     ['10.0.0.1', 1000, '10.0.0.2', 2000, 'redis://file:6379', 'warn']);
-  const env = { PORT: '3000', HOST: '0.0.0.0', ADMIN_PORT: '4000', ADMIN_HOST: '::1', REDIS_URL: 'redis://env:6380/2', LOG_LEVEL: 'debug', TOLLGATE_ADMIN_TOKEN: 'tok' };
+  const env = { PORT: '3000', HOST: '0.0.0.0', ADMIN_PORT: '4000', ADMIN_HOST: '::1', REDIS_URL: 'redis://env:6380/2', LOG_LEVEL: 'debug', TOLLGATE_ADMIN_TOKEN: 'tok-0123456789-0123456789-0123456789' };
   const c = parseConfig(file, env);
   t.equal(c.server.port, 3000);
   t.equal(c.server.host, '0.0.0.0');
@@ -190,7 +191,7 @@ t.test('environment overrides win over the file (SPEC §6)', async (t) => {
   t.equal(c.server.adminHost, '::1');
   t.equal(c.store.redisUrl, 'redis://env:6380/2');
   t.equal(c.logLevel, 'debug');
-  t.equal(c.adminToken, 'tok');
+  t.equal(c.adminToken, 'tok-0123456789-0123456789-0123456789');
   t.equal(parseConfig(VALID, { PORT: '0' }).server.port, 0, 'port 0 (any free port) is allowed');
 });
 
@@ -223,4 +224,20 @@ t.test('loadConfig reads TOLLGATE_CONFIG, and a missing file is a ConfigError na
   }
   t.type(err, ConfigError);
   t.match((err as Error).message, missing);
+});
+
+t.test('TOLLGATE_ADMIN_TOKEN shorter than 32 characters stops the boot, without echoing it (SPEC §12)', async (t) => {
+  const doc = { models: [{ name: 'm', price: { input: 1, output: 1 }, upstreams: [{ url: 'http://x/v1' }] }] };
+  const short = 'short-secret-token-0123456789';
+  const err = (() => {
+    try {
+      compileConfig(doc, { TOLLGATE_ADMIN_TOKEN: short });
+    } catch (e) {
+      return e as Error;
+    }
+  })();
+  t.match(err?.message, /TOLLGATE_ADMIN_TOKEN \(environment\): must be at least 32 characters \(got 29\)/);
+  t.notMatch(err?.message, short);
+  t.equal(compileConfig(doc, { TOLLGATE_ADMIN_TOKEN: 'x'.repeat(32) }).adminToken, 'x'.repeat(32));
+  t.equal(compileConfig(doc, {}).adminToken, undefined, 'unset: the admin API is off, the boot goes on');
 });

@@ -160,51 +160,64 @@ t.test('a model without an api_key sends no authorization upstream at all', asyn
   t.same(leaksKey(sim.requests[0]!.headers, key), []);
 });
 
-t.test('request header hygiene: client credentials, cookies, its x-request-id and hop-by-hop headers never reach the upstream', async (t) => {
+t.test('request headers by allowlist: credentials, org/project choice, spoofed addresses and routing hints never reach the upstream', async (t) => {
   const sim = await startSim(t);
-  const gw = await startGateway(t, { upstreamUrl: sim.url });
+  const gw = await startGateway(t, { upstreamUrl: sim.url, config: { upstream: { forward_headers: ['x-custom-client'] } } });
   const { key } = await gw.createKey({ account: 'proxy-g', env: 'test' });
   const res = await postChat(gw, key, { model: 'sim-small', messages: [{ role: 'user', content: 'x' }] }, {
     cookie: 'session=abc', 'x-api-key': key, 'x-request-id': 'client-chosen-id', 'proxy-authorization': 'Basic Zm9vOmJhcg==',
-    'x-custom-client': 'kept', 'accept-encoding': 'gzip, br',
+    'x-custom-client': 'kept', 'accept-encoding': 'gzip, br', 'openai-organization': 'org-attacker', 'openai-project': 'proj-attacker',
+    'x-forwarded-for': '10.9.9.9', forwarded: 'for=10.9.9.9', 'helicone-target-url': 'http://evil.example', 'x-unlisted': 'dropped',
+    traceparent: '00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01',
   });
   t.equal(res.status, 200);
   await res.arrayBuffer();
   const h = sim.requests[0]!.headers;
-  for (const name of ['cookie', 'x-api-key', 'proxy-authorization', 'accept-encoding']) t.notOk(name in h, `${name} not forwarded`);
+  for (const name of ['cookie', 'x-api-key', 'proxy-authorization', 'accept-encoding', 'openai-organization', 'openai-project', 'x-forwarded-for', 'forwarded', 'helicone-target-url', 'x-unlisted']) {
+    t.notOk(name in h, `${name} not forwarded`);
+  }
   t.equal(h['x-request-id'], res.headers.get('x-request-id'), 'our request id replaces the client one');
   t.not(h['x-request-id'], 'client-chosen-id');
-  t.equal(h['x-custom-client'], 'kept', 'ordinary headers pass');
+  t.equal(h['x-custom-client'], 'kept', 'a header named in upstream.forward_headers passes');
+  t.equal(h.traceparent, '00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01', 'trace context passes');
   t.equal(h['content-type'], 'application/json');
   t.equal(Number(h['content-length']), Buffer.byteLength(JSON.stringify(sim.requests[0]!.body)), 'content-length matches the rewritten body');
   t.same(leaksKey(h, key), []);
 });
 
-t.test('response header hygiene: server (simulator) and set-cookie, www-authenticate, via, x-powered-by (fake upstream) are dropped', async (t) => {
+t.test('response headers by allowlist: server, cookies, challenges, upstream rate limits and org headers never reach the client', async (t) => {
   const sim = await startSim(t);
-  const gw = await startGateway(t, { upstreamUrl: sim.url });
+  const gw = await startGateway(t, { upstreamUrl: sim.url, config: { upstream: { return_headers: ['x-sim-request-id'] } } });
   const { key } = await gw.createKey({ account: 'proxy-h', env: 'test' });
   for (const stream of [false, true]) {
     const res = await postChat(gw, key, { model: 'sim-small', messages: [{ role: 'user', content: 'x' }], stream });
     await res.arrayBuffer();
     t.equal(res.headers.get('server'), null, `simulator's server header dropped (stream ${stream})`);
-    t.equal(res.headers.get('x-sim-request-id'), sim.requests.at(-1)!.id.toString(), 'ordinary upstream headers pass');
+    t.equal(res.headers.get('x-sim-request-id'), sim.requests.at(-1)!.id.toString(), 'a header named in upstream.return_headers passes');
     t.match(res.headers.get('x-request-id'), REQ_ID);
   }
 
   // The simulator cannot emit set-cookie or auth challenges: a fixed fake upstream does.
   const completion = JSON.stringify({ id: 'c1', object: 'chat.completion', created: 1, model: 'm', choices: [{ index: 0, message: { role: 'assistant', content: 'hi' }, finish_reason: 'stop' }], usage: { prompt_tokens: 1, completion_tokens: 1, total_tokens: 2 } });
-  const ident = { 'content-type': 'application/json', server: 'vllm/1.2.3', 'set-cookie': ['a=1; Path=/', 'b=2'], 'www-authenticate': 'Bearer realm="up"', via: '1.1 upstream-lb', 'x-powered-by': 'Python', 'x-upstream-extra': 'kept', 'x-request-id': 'upstream-own-id' };
+  const ident = {
+    'content-type': 'application/json', server: 'vllm/1.2.3', 'set-cookie': ['a=1; Path=/', 'b=2'], 'www-authenticate': 'Bearer realm="up"', via: '1.1 upstream-lb',
+    'x-powered-by': 'Python', 'x-upstream-extra': 'kept', 'x-request-id': 'upstream-own-id', 'openai-organization': 'org-operator',
+    'x-ratelimit-remaining-tokens': '12', 'x-internal-host': 'gpu-7.internal',
+  };
   const ok = await startFixedUpstream(t, 200, ident, completion);
   const denied = await startFixedUpstream(t, 401, ident, '{"error":{"message":"bad upstream key"}}');
   for (const [up, status, body] of [[ok, 200, completion], [denied, 401, '{"error":{"message":"bad upstream key"}}']] as const) {
-    const gw2 = await startGateway(t, { upstreamUrl: up.url });
+    const gw2 = await startGateway(t, { upstreamUrl: up.url, config: { upstream: { return_headers: ['x-upstream-extra'] } } });
     const k2 = await gw2.createKey({ account: 'proxy-h2', env: 'test' });
     const res = await postChat(gw2, k2.key, { model: 'sim-small', messages: [{ role: 'user', content: 'x' }] });
     t.equal(res.status, status);
     t.equal(await res.text(), body, `body of ${status} passes through unchanged`);
-    for (const name of ['server', 'set-cookie', 'www-authenticate', 'via', 'x-powered-by']) t.equal(res.headers.get(name), null, `${name} dropped (${status})`);
-    t.equal(res.headers.get('x-upstream-extra'), 'kept');
+    for (const name of ['server', 'set-cookie', 'www-authenticate', 'via', 'x-powered-by', 'openai-organization', 'x-internal-host']) {
+      t.equal(res.headers.get(name), null, `${name} dropped (${status})`);
+    }
+    // The test key's own limits ride as x-ratelimit-*: the upstream's (12 left) must not replace them.
+    t.not(res.headers.get('x-ratelimit-remaining-tokens'), '12', `the upstream's rate-limit headers dropped (${status})`);
+    t.equal(res.headers.get('x-upstream-extra'), 'kept', 'a header named in upstream.return_headers passes');
     t.match(res.headers.get('x-request-id'), REQ_ID, 'ours, not the upstream one');
   }
 });

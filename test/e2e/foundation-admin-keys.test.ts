@@ -55,7 +55,8 @@ t.test('without TOLLGATE_ADMIN_TOKEN, /admin/ answers 404; ops endpoints still w
 });
 
 t.test('a missing or wrong admin token is 401 invalid_admin_token on every admin route', async (t) => {
-  const gw = await startGateway(t);
+  // Many failures from one address on purpose: the failed-admin limiter gets out of the way here.
+  const gw = await startGateway(t, { config: { auth: { admin_failed_per_minute: 100_000 } } });
   for (const c of ADMIN_CALLS) {
     for (const auth of [undefined, '', 'Bearer', `Bearer ${ADMIN_TOKEN}x`, `Bearer ${ADMIN_TOKEN.slice(0, -1)}`, `Basic ${ADMIN_TOKEN}`, ADMIN_TOKEN]) {
       await expectError(t, await call(gw, c, auth), 401, 'invalid_admin_token');
@@ -63,6 +64,18 @@ t.test('a missing or wrong admin token is 401 invalid_admin_token on every admin
   }
   t.same((await gw.admin('/admin/accounts/acme')).body, { id: 'acme', balance_micros: 0, held_micros: 0 }, 'refused grants credited nothing');
   t.same((await gw.admin('/admin/keys?account=acme')).body.data, [], 'refused creates created nothing');
+});
+
+t.test('failed admin authentications are limited per address: past the limit even the right token waits (SPEC §12)', async (t) => {
+  const gw = await startGateway(t, { config: { auth: { admin_failed_per_minute: 5 } } });
+  const c = ADMIN_CALLS[0]!;
+  for (let i = 0; i < 5; i++) await expectError(t, await call(gw, c, `Bearer guess-${i}-${'x'.repeat(32)}`), 401, 'invalid_admin_token');
+  const sixth = await call(gw, c, 'Bearer guess-6');
+  await expectError(t, sixth, 429, 'rate_limit_exceeded');
+  const retry = Number(sixth.headers.get('retry-after'));
+  t.ok(retry >= 1 && retry <= 60, `retry-after ${retry}`);
+  await expectError(t, await call(gw, c, `Bearer ${ADMIN_TOKEN}`), 429, 'rate_limit_exceeded');
+  t.equal((await fetch(`${gw.adminUrl}/healthz`)).status, 200, 'ops endpoints are not behind the guard');
 });
 
 t.test('/metrics, /healthz and /readyz need no token', async (t) => {
@@ -195,3 +208,17 @@ for (const storeKind of ['memory', 'redis'] as const) {
     t.same(d.map((x: { loc: string[]; type: string }) => [x.loc, x.type]), [[['query', 'account'], 'missing']]);
   });
 }
+
+t.test('server.metrics_port serves /metrics alone; the admin listener keeps it too', async (t) => {
+  const gw = await startGateway(t, { config: { server: { metrics_port: 0 } } });
+  t.ok(gw.metricsUrl, 'a metrics listener');
+  const m = await fetch(`${gw.metricsUrl}/metrics`);
+  t.equal(m.status, 200);
+  t.match(await m.text(), /tollgate_requests_total|# HELP tollgate_/);
+  for (const path of ['/admin/keys?account=a', '/healthz', '/readyz']) {
+    const r = await fetch(`${gw.metricsUrl}${path}`, { headers: { authorization: `Bearer ${ADMIN_TOKEN}` } });
+    t.equal(r.status, 404, `${path} is not on the metrics listener`);
+    await r.arrayBuffer();
+  }
+  t.equal((await fetch(`${gw.adminUrl}/metrics`)).status, 200);
+});

@@ -4,7 +4,7 @@ import t from 'tap';
 import { Redis } from 'ioredis';
 import { hashKey } from '../../src/auth/keys.ts';
 import { keyRecord } from '../../src/store/redis-keys.ts';
-import { startGateway } from '../helpers/gateway.ts';
+import { ADMIN_TOKEN, startGateway } from '../helpers/gateway.ts';
 import { startRedis } from '../helpers/redis.ts';
 
 // Capture every level, so a debug line that leaked a key would be caught too.
@@ -53,7 +53,7 @@ if (redis) {
     const responses: { path: string; text: string }[] = [];
     const adminCall = async (path: string, method = 'GET', body?: unknown) => {
       const res = await fetch(gw.adminUrl + path, {
-        method, headers: { authorization: `Bearer test-admin-token-0123456789`, ...(body !== undefined && { 'content-type': 'application/json' }) },
+        method, headers: { authorization: `Bearer ${ADMIN_TOKEN}`, ...(body !== undefined && { 'content-type': 'application/json' }) },
         ...(body !== undefined && { body: JSON.stringify(body) }),
       });
       const text = await res.text();

@@ -11,7 +11,7 @@ import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { freePort } from '../helpers/ports.ts';
 
-const TOKEN = 'shutdown-test-admin-token';
+const TOKEN = 'shutdown-test-admin-token-0123456789';
 const CONFIG = `
 server: { host: 127.0.0.1, admin_host: 127.0.0.1, drain_seconds: 20 }
 models:

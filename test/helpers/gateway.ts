@@ -18,7 +18,7 @@ import { createMetrics } from '../../src/obs/metrics.ts';
 import { createMemoryStore } from '../../src/store/memory-store.ts';
 import type { Store } from '../../src/store/types.ts';
 
-export const ADMIN_TOKEN = 'test-admin-token-0123456789';
+export const ADMIN_TOKEN = 'test-admin-token-0123456789-abcdefghij';
 
 interface Teardown {
   teardown(fn: () => unknown): void;
@@ -39,6 +39,8 @@ export interface StartGatewayOptions {
 export interface TestGateway {
   url: string;
   adminUrl: string;
+  /** Set when the config has server.metrics_port. */
+  metricsUrl: string | undefined;
   gateway: Gateway;
   store: Store;
   logs: string[];
@@ -59,13 +61,18 @@ function merge(a: Record<string, unknown>, b: Record<string, unknown>): Record<s
   return out;
 }
 
+/** Every steering header of the simulator (src/simulator/steer.ts), in both spellings the tests use. */
+export const SIM_HEADERS = ['tokens', 'delay-ms', 'headers-delay-ms', 'usage', 'status', 'refuse', 'cut-after', 'ignore-max-tokens', 'request-id'].map((n) => `x-sim-${n}`);
+
 /** The default test document: loopback, free ports, one priced model on the given upstream. */
 export function testConfigDoc(upstreamUrl = 'http://127.0.0.1:9/v1'): Record<string, unknown> {
   return {
     server: { host: '127.0.0.1', port: 0, admin_host: '127.0.0.1', admin_port: 0, drain_seconds: 5 },
     // Long enough for a saturated CI box; outage tests ask for a short timeout themselves.
     store: { command_timeout_ms: 2000 },
-    upstream: { connect_timeout_ms: 1000, headers_timeout_ms: 5000, idle_timeout_ms: 5000, total_timeout_ms: 30000 },
+    // The simulator's steering headers are forwarded (upstream.forward_headers): tests steer it through
+    // the gateway with them as well as with the body's sim field. x-sim-request-id is its recorder's key.
+    upstream: { connect_timeout_ms: 1000, headers_timeout_ms: 5000, idle_timeout_ms: 5000, total_timeout_ms: 30000, forward_headers: SIM_HEADERS },
     credit: { hold_margin_seconds: 5, reaper_interval_ms: 200 },
     models: [
       { name: 'sim-small', upstream_model: 'sim/small-1', max_output_tokens: 256, price: { input: 1.5, output: 2.25 }, upstreams: [{ url: upstreamUrl, api_key: 'upstream-secret' }] },
@@ -85,7 +92,7 @@ export async function startGateway(t: Teardown, o: StartGatewayOptions = {}): Pr
   // Redis as production opens it (main.ts openStore): the config decides the command timeout and marker TTL.
   const store = o.store ?? (o.redisUrl ? await openStore({ ...config, store: { ...config.store, redisUrl: o.redisUrl } }, env, logger) : createMemoryStore(o.now));
   const gateway = createGateway({ config, store, logger, metrics: createMetrics({ defaults: false }), ...(o.now && { now: o.now }) });
-  const { publicUrl, adminUrl } = await gateway.listen();
+  const { publicUrl, adminUrl, metricsUrl } = await gateway.listen();
 
   const admin: TestGateway['admin'] = async (path, init = {}) => {
     const res = await fetch(`${adminUrl}${path}`, {
@@ -107,7 +114,7 @@ export async function startGateway(t: Teardown, o: StartGatewayOptions = {}): Pr
   t.teardown(close);
 
   return {
-    url: publicUrl, adminUrl, gateway, store, logs,
+    url: publicUrl, adminUrl, metricsUrl, gateway, store, logs,
     auth: (key) => ({ authorization: `Bearer ${key}` }),
     admin,
     async createKey(k) {
