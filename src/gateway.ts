@@ -26,6 +26,8 @@ import { startReaper } from './credit/reaper.ts';
 import { createCredit } from './credit/credit.ts';
 import type { Limits } from './limits/limits.ts';
 import { createRateLimits } from './limits/rate-limiter.ts';
+import { createConcurrency } from './limits/concurrency.ts';
+import { createBodyBudget } from './limits/body-budget.ts';
 import { createUpstreams } from './upstream/pool.ts';
 import { createTokenizer, type Tokenizer } from './meter/tokenizer.ts';
 import { chatRoutes } from './routes/chat-completions.ts';
@@ -81,11 +83,14 @@ export function createGateway(d: GatewayDeps): Gateway {
   const credit = createCredit({ store, logger });
   const upstreams = createUpstreams(config.models, config.upstream);
   const shares = createShares({ config: config.shares, store, now, metrics });
+  // Per process (per worker with server.workers): SPEC §12's bounds on what one key or the whole mix can hold.
+  const concurrency = createConcurrency(config.limits.maxConcurrentPerKey);
+  const bodyBudget = createBodyBudget(config.limits.maxInflightBodyBytes, (used) => metrics.inflightBodyBytes.set(used));
 
   const publicRoutes: Route[] = [
-    ...chatRoutes({ config, auth, limits, credit, upstreams, tokenizer, metrics, now }),
-    ...modelRoutes({ auth, models: config.models, admit }),
-    ...shareRoutes({ auth, admit, metrics, ...shares }),
+    ...chatRoutes({ config, auth, limits, credit, upstreams, tokenizer, metrics, now, concurrency, bodyBudget }),
+    ...modelRoutes({ auth, models: config.models, admit, concurrency }),
+    ...shareRoutes({ auth, admit, metrics, concurrency, bodyBudget, ...shares }),
   ];
   const adminRoutes: Route[] = [...opsRoutes({ metrics, store, cluster: d.cluster }), ...keyRoutes({ keys: keyTable, guard, models: config.models.map((m) => m.name) }), ...accountRoutes({ store, now, guard }), ...shareAdminRoutes({ guard, ...shares })];
   const publicHandler = createEdge({ router: createRouter(publicRoutes), logger, metrics, listener: 'public' });

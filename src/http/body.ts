@@ -6,6 +6,7 @@
 import type { IncomingMessage } from 'node:http';
 import { StringDecoder } from 'node:string_decoder';
 import { GatewayError, invalid } from './errors.ts';
+import type { BodyBudget } from '../limits/body-budget.ts';
 
 /** Throws 415 unless the request declares a JSON body (`application/json`, parameters allowed). */
 export function requireJson(req: IncomingMessage): void {
@@ -31,35 +32,71 @@ function decode(chunks: Buffer[]): string {
   return text + decoder.end();
 }
 
+/** A body read under a budget: `release()` gives its bytes back (idempotent). */
+export interface BodyText {
+  text: string;
+  bytes: number;
+  release(): void;
+}
+
+const NO_RELEASE = () => {};
+
 /**
  * Reads the whole body as UTF-8 text, refusing it once it passes maxBytes. Plain 'data'/'end'
  * listeners: an async iterator costs a promise per chunk plus the stream's iterator machinery, on every request.
+ * With a `budget`, the body's bytes are reserved as they arrive (503 overloaded past it) and held until
+ * `release()`; a failed read releases them itself.
  */
-export function readBody(req: IncomingMessage, maxBytes: number): Promise<{ text: string; bytes: number }> {
+export function readBody(req: IncomingMessage, maxBytes: number, budget?: BodyBudget): Promise<BodyText> {
   const declared = Number(req.headers['content-length']);
   if (declared > maxBytes) {
     req.resume(); // let the socket drain so the 413 reaches the client
     return Promise.reject(tooLarge(maxBytes));
   }
+  let reserved = 0;
+  const giveBack = () => {
+    budget?.release(reserved);
+    reserved = 0;
+  };
+  try {
+    // The declared length up front: no byte of a body that cannot fit is buffered.
+    if (budget && declared > 0) {
+      budget.reserve(declared);
+      reserved = declared;
+    }
+  } catch (e) {
+    req.resume();
+    return Promise.reject(e);
+  }
   return new Promise((resolve, reject) => {
     const chunks: Buffer[] = [];
     let size = 0;
+    const fail = (e: unknown) => {
+      cleanup();
+      giveBack();
+      req.resume();
+      reject(e);
+    };
     const onData = (chunk: Buffer) => {
       size += chunk.length;
-      if (size > maxBytes) {
-        cleanup();
-        req.resume();
-        reject(tooLarge(maxBytes));
-        return;
+      if (size > maxBytes) return fail(tooLarge(maxBytes));
+      if (budget && size > reserved) {
+        try {
+          budget.reserve(size - reserved);
+          reserved = size;
+        } catch (e) {
+          return fail(e);
+        }
       }
       chunks.push(chunk);
     };
     const onEnd = () => {
       cleanup();
-      resolve({ text: decode(chunks), bytes: size });
+      resolve({ text: decode(chunks), bytes: size, release: budget ? giveBack : NO_RELEASE });
     };
     const onError = (err: Error) => {
       cleanup();
+      giveBack();
       reject(err);
     };
     // A client gone before its body ended: 'close' without 'end'.
@@ -114,9 +151,14 @@ export function parseJson(text: string): unknown {
   }
 }
 
-/** 415/413/422 checks, then the parsed JSON value and the body's size in bytes. */
-export async function readJson(req: IncomingMessage, maxBytes: number): Promise<{ value: unknown; bytes: number }> {
+/** 415/413/422 checks, then the parsed JSON value, the body's size in bytes and its budget release. */
+export async function readJson(req: IncomingMessage, maxBytes: number, budget?: BodyBudget): Promise<{ value: unknown; bytes: number; release(): void }> {
   requireJson(req);
-  const { text, bytes } = await readBody(req, maxBytes);
-  return { value: parseJson(text), bytes };
+  const { text, bytes, release } = await readBody(req, maxBytes, budget);
+  try {
+    return { value: parseJson(text), bytes, release };
+  } catch (e) {
+    release();
+    throw e;
+  }
 }

@@ -24,11 +24,34 @@ export interface Tokenizer {
   /** Imports and warms up the encoder; idempotent, concurrent calls share one import. */
   load(): Promise<void>;
   readonly loaded: boolean;
-  /** Tokens of plain text (completion text). */
+  /** Tokens of plain text (completion text). Synchronous: for short texts (tests, benchmarks). */
   countText(text: string): number;
   /** Prompt tokens of a chat `messages` array, chat-format overhead included (see countMessages). */
   countPromptTokens(messages: readonly unknown[]): number;
+  /**
+   * The same counts for the request path (SPEC §12: no request blocks the event loop): text is counted
+   * in slices of SLICE_CHARS with the event loop served between them, runs of non-space longer than
+   * MAX_RUN are cut (BPE is quadratic in one pre-token's length: a 200 k-character word took 28 s whole),
+   * and past `budgetMs` of wall time the rest is counted as its UTF-8 bytes, an upper bound.
+   */
+  countTextBounded(text: string, budget?: Budget): Promise<number>;
+  countPromptTokensBounded(messages: readonly unknown[], budget?: Budget): Promise<number>;
 }
+
+/** A wall-clock deadline shared by the counts of one request. */
+export interface Budget {
+  deadline: number;
+}
+
+/** Characters counted between two turns of the event loop: ~3 ms for random symbols, ~0.2 ms for prose (1 MB measured). */
+export const SLICE_CHARS = 4096;
+/** Longest run of non-space characters counted as one piece. */
+export const MAX_RUN = 200;
+/** Wall time one request's fallback counting may take before the byte bound takes over. */
+export const COUNT_BUDGET_MS = 2000;
+
+const LONG_RUN = new RegExp(`\\S{${MAX_RUN + 1}}`);
+const yieldToLoop = () => new Promise<void>((resolve) => setImmediate(resolve));
 
 /**
  * Chat-format overhead, as OpenAI's cookbook and gpt-tokenizer's countChatCompletionTokens count it:
@@ -102,6 +125,51 @@ class LazyTokenizer implements Tokenizer {
         for (const call of calls) {
           const fn = (call as { function?: { name?: unknown; arguments?: unknown } } | null)?.function;
           total += CHAT_OVERHEAD.perToolCall + count(fn?.name) + count(fn?.arguments);
+        }
+      }
+    }
+    return total;
+  }
+
+  async countTextBounded(text: string, budget: Budget = { deadline: Date.now() + COUNT_BUDGET_MS }): Promise<number> {
+    if (text.length === 0) return 0;
+    const mod = this.module();
+    let total = 0;
+    for (let i = 0; i < text.length; i += SLICE_CHARS) {
+      if (i > 0) await yieldToLoop();
+      const slice = text.slice(i, i + SLICE_CHARS);
+      if (Date.now() > budget.deadline) {
+        total += Buffer.byteLength(text.slice(i));
+        break;
+      }
+      if (!LONG_RUN.test(slice)) total += mod.countTokens(slice, AS_TEXT);
+      else for (let j = 0; j < slice.length; j += MAX_RUN) total += mod.countTokens(slice.slice(j, j + MAX_RUN), AS_TEXT);
+    }
+    return total;
+  }
+
+  async countPromptTokensBounded(messages: readonly unknown[], budget: Budget = { deadline: Date.now() + COUNT_BUDGET_MS }): Promise<number> {
+    const count = (s: unknown) => (typeof s === 'string' && s.length > 0 ? this.countTextBounded(s, budget) : Promise.resolve(0));
+    let total = CHAT_OVERHEAD.perRequest;
+    for (const m of messages) {
+      if (typeof m !== 'object' || m === null) continue;
+      const msg = m as Record<string, unknown>;
+      total += CHAT_OVERHEAD.perMessage + (await count(msg['role']));
+      const content = msg['content'];
+      if (typeof content === 'string') total += await count(content);
+      else if (Array.isArray(content)) {
+        for (const part of content) {
+          const p = part as { type?: unknown; text?: unknown; refusal?: unknown } | null;
+          if (p?.type === 'text') total += await count(p.text);
+          else if (p?.type === 'refusal') total += await count(p.refusal);
+        }
+      }
+      if (typeof msg['name'] === 'string' && msg['name'].length > 0) total += (await count(msg['name'])) + CHAT_OVERHEAD.perName;
+      const calls = msg['tool_calls'];
+      if (Array.isArray(calls)) {
+        for (const call of calls) {
+          const fn = (call as { function?: { name?: unknown; arguments?: unknown } } | null)?.function;
+          total += CHAT_OVERHEAD.perToolCall + (await count(fn?.name)) + (await count(fn?.arguments));
         }
       }
     }

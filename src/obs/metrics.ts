@@ -52,6 +52,7 @@ export function createMetrics(opts: { defaults?: boolean } = {}) {
     inFlight: new Gauge({ name: 'tollgate_in_flight_requests', help: 'Requests in flight', registers: r }),
     streams: new Gauge({ name: 'tollgate_in_flight_streams', help: 'Streams open to clients', registers: r }),
     upstreamOverruns: new Counter({ name: 'tollgate_upstream_overruns_total', help: 'Responses with more completion tokens than the request\'s capped max_tokens × n (debited in full)', labelNames: ['model'], registers: r }),
+    inflightBodyBytes: new Gauge({ name: 'tollgate_inflight_body_bytes', help: 'Request body bytes being read or held (limits.max_inflight_body_bytes)', registers: r }),
     holdsReaped: new Counter({ name: 'tollgate_holds_reaped_total', help: 'Expired credit holds released by the reaper', registers: r }),
     shareReads: new Counter({ name: 'tollgate_share_reads_total', help: 'Share reads by outcome', labelNames: ['status'], registers: r }),
     presign: new Histogram({ name: 'tollgate_presign_seconds', help: 'Time to presign one S3 URL', labelNames: ['method'], buckets: OVERHEAD_BUCKETS, registers: r }),

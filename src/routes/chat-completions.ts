@@ -11,6 +11,8 @@ import type { RequestContext } from '../http/context.ts';
 import { requireModel, requireScope, type Authenticator } from '../auth/authenticate.ts';
 import type { Config, ModelConfig } from '../config/schema.ts';
 import type { Limits } from '../limits/limits.ts';
+import type { Concurrency } from '../limits/concurrency.ts';
+import type { BodyBudget } from '../limits/body-budget.ts';
 import { holdTtlMs as holdTtlOf, type Credit } from '../credit/credit.ts';
 import { costMicros } from '../credit/pricing.ts';
 import { estimatePromptTokens } from '../credit/hold-estimate.ts';
@@ -19,13 +21,17 @@ import { ClientGoneError, forward, type Answered } from '../upstream/forward.ts'
 import type { UpstreamCall } from '../upstream/call.ts';
 import type { Upstreams } from '../upstream/pool.ts';
 import { relayJson, relaySse, type RelayOutcome } from '../meter/relay.ts';
-import type { Tokenizer } from '../meter/tokenizer.ts';
+import { COUNT_BUDGET_MS, type Tokenizer } from '../meter/tokenizer.ts';
 import { bound, type Metrics } from '../obs/metrics.ts';
 import type { UsageSource } from '../store/types.ts';
 import { validateChatBody, type ChatBody } from './chat-validate.ts';
 
 export interface ChatDeps {
   config: Config;
+  /** Requests in flight per key (limits.max_concurrent_per_key). */
+  concurrency: Concurrency;
+  /** Request body bytes held across the process (limits.max_inflight_body_bytes). */
+  bodyBudget: BodyBudget;
   auth: Authenticator;
   limits: Limits;
   credit: Credit;
@@ -82,23 +88,29 @@ export function chatRoutes(d: ChatDeps): Route[] {
   const headerPolicy = createHeaderPolicy({ forward: up.forwardHeaders, return: up.returnHeaders });
 
   /** What to bill (SPEC §1.2): upstream usage when reported, else the tokenizer over what was produced. */
-  async function bill(body: ChatBody, bodyBytes: number, answered: boolean, outcome: RelayOutcome | undefined, maxOutput: number): Promise<Billed> {
+  /**
+   * `promptEstimate` is the hold's byte bound; `messages()` re-reads the prompt from the upstream payload
+   * (the parsed body is not kept: SPEC §12), only on the rare path where the upstream reported no usage.
+   */
+  async function bill(messages: () => unknown[], promptEstimate: number, answered: boolean, outcome: RelayOutcome | undefined, maxOutput: number): Promise<Billed> {
     // No answer from any upstream (or a refusal): nothing was produced, nothing is billed.
     if (!answered || !outcome) return NOTHING_PRODUCED;
     // A body too large to keep, without usage: its text was relayed, not kept. Bill what the request was
     // allowed to produce (the clamped max_tokens × n it was held for), never 0 for want of a buffer.
-    if (!outcome.usage && outcome.uncounted) return { promptTokens: estimatePromptTokens(body, bodyBytes), completionTokens: maxOutput, source: 'estimated' };
+    if (!outcome.usage && outcome.uncounted) return { promptTokens: promptEstimate, completionTokens: maxOutput, source: 'estimated' };
     const extra = outcome.text();
     // The tokenizer (+58 MB, 150–250 ms to load) is only needed when usage is missing: loaded on first need.
     // If it cannot load, bytes bound the tokens from above: over-billed at worst, never unbilled.
     if ((!outcome.usage || extra) && !d.tokenizer.loaded) await d.tokenizer.load().catch(() => {});
-    const countText = (s: string) => (d.tokenizer.loaded ? d.tokenizer.countText(s) : Buffer.byteLength(s));
+    // Counted in bounded slices with the event loop served between them (SPEC §12), one deadline per request.
+    const budget = { deadline: Date.now() + COUNT_BUDGET_MS }; // wall time on this CPU, not the business clock
+    const countText = (s: string) => (d.tokenizer.loaded ? d.tokenizer.countTextBounded(s, budget) : Promise.resolve(Buffer.byteLength(s)));
     if (outcome.usage) {
-      const more = extra ? countText(extra) : 0;
+      const more = extra ? await countText(extra) : 0;
       return { promptTokens: outcome.usage.prompt_tokens, completionTokens: outcome.usage.completion_tokens + more, source: more > 0 ? 'estimated' : 'upstream' };
     }
-    const prompt = d.tokenizer.loaded ? d.tokenizer.countPromptTokens(body.messages) : estimatePromptTokens(body, bodyBytes);
-    return { promptTokens: prompt, completionTokens: extra ? countText(extra) : 0, source: 'estimated' };
+    const prompt = d.tokenizer.loaded ? await d.tokenizer.countPromptTokensBounded(messages(), budget) : promptEstimate;
+    return { promptTokens: prompt, completionTokens: extra ? await countText(extra) : 0, source: 'estimated' };
   }
 
   async function handle(ctx: RequestContext): Promise<void> {
@@ -128,7 +140,10 @@ export function chatRoutes(d: ChatDeps): Route[] {
     let body: ChatBody, model: ModelConfig, bodyBytes: number;
     try {
       requireScope(key, 'chat');
-      const read = await readJson(ctx.req, d.config.limits.maxBodyBytes);
+      d.concurrency.enter(key.id, ctx.res);
+      const read = await readJson(ctx.req, d.config.limits.maxBodyBytes, d.bodyBudget);
+      // The body's bytes stay reserved until the request ends: its upstream payload lives that long.
+      ctx.res.once('close', read.release);
       bodyBytes = read.bytes;
       body = validateChatBody(read.value, d.config.limits.maxN);
       const m = models.get(body.model);
@@ -177,17 +192,24 @@ export function chatRoutes(d: ChatDeps): Route[] {
     const t0 = process.hrtime.bigint();
     let answered: Answered | undefined;
     let outcome: RelayOutcome | undefined;
+    let payload: Buffer | undefined;
+    // What the response needs of the body, so the parsed body itself can go (SPEC §12).
+    const reply = { model: body.model, stream: body.stream === true, wantsUsage: (body.stream_options as { include_usage?: unknown } | undefined)?.include_usage === true };
     try {
-      const payload = upstreamBody(body, model, output.perChoice);
+      payload = upstreamBody(body, model, output.perChoice);
+      // The parsed body (text, objects: 2–3× its bytes) is not kept past here; billing re-reads the prompt
+      // from the payload in the rare case it must count it.
+      body = undefined as unknown as ChatBody;
+      const sent = payload;
       answered = await forward(d, model, {
-        path: '/chat/completions', body: payload, headersTimeoutMs: up.headersTimeoutMs, idleTimeoutMs: up.idleTimeoutMs, deadline,
-        headers: (auth) => headerPolicy.upstreamRequest(ctx.req.headers, ctx.requestId, auth, payload.length),
+        path: '/chat/completions', body: sent, headersTimeoutMs: up.headersTimeoutMs, idleTimeoutMs: up.idleTimeoutMs, deadline,
+        headers: (auth) => headerPolicy.upstreamRequest(ctx.req.headers, ctx.requestId, auth, sent.length),
       }, signal, track);
       if (signal.aborted) throw new ClientGoneError();
       ctx.log.upstream = answered.call.upstream.label;
       ctx.log.upstream_status = answered.status;
       ttfb(model.name).observe(Number(answered.waitedNs) / 1e9);
-      outcome = await respond(ctx, answered, body);
+      outcome = await respond(ctx, answered, reply);
       if (outcome?.end === 'upstream_failed') {
         // A stream that broke after its first byte counts toward ejecting its upstream too.
         d.metrics.upstreamErrors.inc({ upstream: answered.call.upstream.label, reason: 'stream_broken' });
@@ -199,7 +221,9 @@ export function chatRoutes(d: ChatDeps): Route[] {
       clearTimeout(total);
       const t1 = process.hrtime.bigint();
       const ok = answered !== undefined && answered.status >= 200 && answered.status < 300;
-      const b = await bill(body, bodyBytes, ok, outcome, output.total);
+      const prompt = payload;
+      const messages = () => (prompt ? (JSON.parse(prompt.toString('utf8')) as { messages: unknown[] }).messages : []);
+      const b = await bill(messages, promptEstimate, ok, outcome, output.total);
       const cost = costMicros(model.price, b.promptTokens, b.completionTokens);
       admission.settle(b.promptTokens + b.completionTokens);
       Object.assign(ctx.log, { prompt_tokens: b.promptTokens, completion_tokens: b.completionTokens, usage_source: b.source, cost_micros: cost, relay_end: outcome?.end ?? (gone() ? 'client_gone' : 'none') });
@@ -221,7 +245,7 @@ export function chatRoutes(d: ChatDeps): Route[] {
   }
 
   /** Writes the response for an answered upstream call; returns what the relay metered. */
-  async function respond(ctx: RequestContext, a: Answered, body: ChatBody): Promise<RelayOutcome | undefined> {
+  async function respond(ctx: RequestContext, a: Answered, body: { model: string; stream: boolean; wantsUsage: boolean }): Promise<RelayOutcome | undefined> {
     const res: ServerResponse = ctx.res;
     const headers = headerPolicy.clientResponse(a.headers);
     if (ctx.extraHeaders) Object.assign(headers, ctx.extraHeaders);
@@ -233,7 +257,7 @@ export function chatRoutes(d: ChatDeps): Route[] {
     // The relay follows what the upstream sent, not what was asked: an upstream that ignores `stream`
     // must still be metered from its own format.
     const ct = a.headers['content-type'];
-    const stream = a.status < 300 && (typeof ct === 'string' ? ct.includes('text/event-stream') : body.stream === true);
+    const stream = a.status < 300 && (typeof ct === 'string' ? ct.includes('text/event-stream') : body.stream);
     if (!stream && a.headers['content-length'] !== undefined) headers['content-length'] = a.headers['content-length'];
     res.writeHead(a.status, headers);
     if (stream) {
@@ -242,8 +266,7 @@ export function chatRoutes(d: ChatDeps): Route[] {
       if (!a.call.hasEarlyData) res.flushHeaders();
       d.metrics.streams.inc();
       try {
-        const wantsUsage = (body.stream_options as { include_usage?: unknown } | undefined)?.include_usage === true;
-        return await relaySse(a.call, res, !wantsUsage, () => res.destroyed && !res.writableFinished);
+        return await relaySse(a.call, res, !body.wantsUsage, () => res.destroyed && !res.writableFinished);
       } finally {
         d.metrics.streams.dec();
       }

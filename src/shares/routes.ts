@@ -8,6 +8,8 @@ import type { RequestContext } from '../http/context.ts';
 import { sendEmpty, sendJson } from '../http/respond.ts';
 import type { Route } from '../http/router.ts';
 import type { Metrics } from '../obs/metrics.ts';
+import type { Concurrency } from '../limits/concurrency.ts';
+import type { BodyBudget } from '../limits/body-budget.ts';
 import { readShareBody, type ShareBodyLimits } from './share-body.ts';
 import type { ShareService } from './service.ts';
 import { validateSlug } from './validate.ts';
@@ -18,6 +20,8 @@ export interface ShareRouteDeps {
   admit: (ctx: RequestContext) => Promise<void>;
   service: ShareService;
   limits: ShareBodyLimits;
+  concurrency: Concurrency;
+  bodyBudget: BodyBudget;
   metrics: Pick<Metrics, 'shareReads'>;
 }
 
@@ -45,8 +49,9 @@ export function shareRoutes(d: ShareRouteDeps): Route[] {
   async function create(ctx: RequestContext) {
     const key = (ctx.key = await d.auth.authenticate(ctx.req));
     requireScope(key, 'shares');
+    d.concurrency.enter(key.id, ctx.res);
     await d.admit(ctx);
-    const body = await readShareBody(ctx.req, d.limits, false);
+    const body = await readShareBody(ctx.req, d.limits, false, d.bodyBudget);
     const created = await d.service.create(key.account, body);
     ctx.log.share_files = body.files.length;
     sendJson(ctx.res, 201, created, ctx.extraHeaders);
@@ -70,6 +75,7 @@ export function shareRoutes(d: ShareRouteDeps): Route[] {
   async function revoke(ctx: RequestContext) {
     const key = (ctx.key = await d.auth.authenticate(ctx.req));
     requireScope(key, 'shares');
+    d.concurrency.enter(key.id, ctx.res);
     await d.admit(ctx);
     await d.service.revoke(validateSlug(ctx.params.slug!), key.account);
     noContent(ctx);

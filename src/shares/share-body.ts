@@ -7,6 +7,7 @@
  * counts exactly the bytes a read returns, whitespace included.
  */
 import type { IncomingMessage } from 'node:http';
+import type { BodyBudget } from '../limits/body-budget.ts';
 import { GatewayError, ValidationError, invalid, type ValidationIssue } from '../http/errors.ts';
 import { parseJson, readBody, requireJson } from '../http/body.ts';
 import { Issues, isObj } from '../http/validate.ts';
@@ -75,9 +76,13 @@ export function parseShareBody(text: string, l: ShareBodyLimits, requireAccount:
   return { account, snapshotText: snapshotText!, files };
 }
 
-/** 415 / 413 / 422 checks, then the validated body. */
-export async function readShareBody(req: IncomingMessage, l: ShareBodyLimits, requireAccount: boolean): Promise<ShareBody> {
+/** 415 / 413 / 422 checks, then the validated body; under `budget` its bytes are held only while parsing. */
+export async function readShareBody(req: IncomingMessage, l: ShareBodyLimits, requireAccount: boolean, budget?: BodyBudget): Promise<ShareBody> {
   requireJson(req);
-  const { text } = await readBody(req, maxShareBodyBytes(l));
-  return parseShareBody(text, l, requireAccount);
+  const { text, release } = await readBody(req, maxShareBodyBytes(l), budget);
+  try {
+    return parseShareBody(text, l, requireAccount);
+  } finally {
+    release();
+  }
 }

@@ -100,7 +100,7 @@ const MAIN = fileURLToPath(new URL('../../src/main.ts', import.meta.url));
  * helpers/gateway.ts merged with `config` at the top level of each section), Redis at `redisUrl`,
  * free ports, and waits until /healthz answers. Killed with SIGKILL at teardown if still running.
  */
-export async function spawnGateway(t: Teardown, o: { redisUrl: string; upstreamUrl: string; config?: Record<string, Record<string, unknown>> }): Promise<ChildGateway> {
+export async function spawnGateway(t: Teardown, o: { redisUrl?: string; upstreamUrl: string; config?: Record<string, Record<string, unknown>>; nodeArgs?: string[] }): Promise<ChildGateway> {
   const doc = testConfigDoc(o.upstreamUrl) as Record<string, Record<string, unknown>>;
   for (const [section, values] of Object.entries(o.config ?? {})) doc[section] = { ...doc[section], ...values };
   const dir = await mkdtemp(join(tmpdir(), 'tollgate-e2e-'));
@@ -108,8 +108,8 @@ export async function spawnGateway(t: Teardown, o: { redisUrl: string; upstreamU
   const file = join(dir, 'tollgate.yaml');
   await writeFile(file, stringify(doc));
   const [port, adminPort] = [await freePort(), await freePort()];
-  const child = spawn(process.execPath, [MAIN], {
-    env: { PATH: process.env.PATH, TOLLGATE_CONFIG: file, REDIS_URL: o.redisUrl, PORT: String(port), ADMIN_PORT: String(adminPort), TOLLGATE_ADMIN_TOKEN: ADMIN_TOKEN, LOG_LEVEL: 'info' },
+  const child = spawn(process.execPath, [...(o.nodeArgs ?? []), MAIN], {
+    env: { PATH: process.env.PATH, TOLLGATE_CONFIG: file, ...(o.redisUrl && { REDIS_URL: o.redisUrl }), PORT: String(port), ADMIN_PORT: String(adminPort), TOLLGATE_ADMIN_TOKEN: ADMIN_TOKEN, LOG_LEVEL: 'info' },
     stdio: ['ignore', 'pipe', 'pipe'],
   });
   let out = '';

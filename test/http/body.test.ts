@@ -55,9 +55,9 @@ t.test('the 415 message quotes a bounded slice of the header', async (t) => {
 });
 
 t.test('readBody returns the text and byte count of a body within the limit', async (t) => {
-  t.same(await readBody(fakeReq({}, ['{"a":', Buffer.from('1}')]), 100), { text: '{"a":1}', bytes: 7 });
+  t.match(await readBody(fakeReq({}, ['{"a":', Buffer.from('1}')]), 100), { text: '{"a":1}', bytes: 7 });
   t.equal((await readBody(fakeReq({}, [Buffer.alloc(100, 'x')]), 100)).bytes, 100, 'exactly the limit is accepted');
-  t.same(await readBody(fakeReq({}), 100), { text: '', bytes: 0 }, 'empty body');
+  t.match(await readBody(fakeReq({}), 100), { text: '', bytes: 0 }, 'empty body');
 });
 
 t.test('readBody decodes a character split across chunks, and counts bytes, not characters', async (t) => {
@@ -127,4 +127,20 @@ t.test('readJson checks media type first, then size, then syntax', async (t) => 
   const ok = await readJson(fakeReq({ 'content-type': 'application/json' }, ['{"k":"v"}']), 100);
   t.same(ok.value, { k: 'v' });
   t.equal(ok.bytes, 9);
+});
+
+t.test('under a budget: reserved as read, refused past it (503 overloaded) without buffering, released once', async (t) => {
+  const { createBodyBudget } = await import('../../src/limits/body-budget.ts');
+  const budget = createBodyBudget(1000);
+  const a = await readBody(fakeReq({}, [Buffer.alloc(300, 'a'), Buffer.alloc(300, 'b')]), 10_000, budget);
+  t.equal(budget.used, 600, 'held while the request needs it');
+  await t.rejects(readBody(fakeReq({ 'content-length': '500' }, [Buffer.alloc(500)]), 10_000, budget), { code: 'overloaded', status: 503 }, 'a declared length that cannot fit: refused up front');
+  t.equal(budget.used, 600, 'the refused body reserved nothing');
+  await t.rejects(readBody(fakeReq({}, [Buffer.alloc(300), Buffer.alloc(300)]), 10_000, budget), { code: 'overloaded' }, 'an undeclared body: refused once it passes');
+  t.equal(budget.used, 600, 'and gave back what it had reserved');
+  a.release();
+  a.release();
+  t.equal(budget.used, 0, 'release is idempotent');
+  await t.rejects(readBody(fakeReq({}, [Buffer.alloc(600)]), 500, budget), { code: 'request_too_large' });
+  t.equal(budget.used, 0, 'a 413 gives its bytes back too');
 });

@@ -78,3 +78,34 @@ t.test('with gpt-tokenizer (o200k_base)', async (t) => {
   t.equal(named - tok.countPromptTokens([{ role: 'user', content: 'hi' }]), countTokens('alice') + CHAT_OVERHEAD.perName);
   t.equal(tok.countPromptTokens([null, 'junk', { role: 'user', content: 'hi' }]), tok.countPromptTokens([{ role: 'user', content: 'hi' }]), 'non-objects skipped');
 });
+
+t.test('bounded counting: same count for prose, long runs cut, the loop served between slices, bytes past the budget', async (t) => {
+  const { createTokenizer, SLICE_CHARS } = await import('../../src/meter/tokenizer.ts');
+  const tk = createTokenizer();
+  await tk.load();
+  const prose = 'The committee reviewed the proposal in detail. '.repeat(50);
+  t.equal(await tk.countTextBounded(prose), tk.countText(prose), 'short prose: the plain count');
+  const big = 'The quick brown fox jumps over the lazy dog. '.repeat(2000);
+  const whole = tk.countText(big);
+  const bounded = await tk.countTextBounded(big);
+  t.ok(bounded >= whole && bounded <= whole * 1.01, `slices at ${SLICE_CHARS} chars cost at most 1 % (${bounded} vs ${whole})`);
+
+  // A 1 MB one-word prompt: counted in pieces, never more than a few ms at a time.
+  const word = 'abcdefghij'.repeat(100_000);
+  let maxGap = 0;
+  let last = performance.now();
+  const ticker = setInterval(() => {
+    const now = performance.now();
+    maxGap = Math.max(maxGap, now - last);
+    last = now;
+  }, 1);
+  const t0 = performance.now();
+  const n = await tk.countTextBounded(word);
+  clearInterval(ticker);
+  t.ok(n > 0 && n <= Buffer.byteLength(word), `${n} tokens, at most the byte bound`);
+  t.ok(performance.now() - t0 < 3000, 'finished (budget 2 s)');
+  t.ok(maxGap < 50, `the event loop was never blocked long (longest gap ${maxGap.toFixed(1)} ms)`);
+
+  // Past the budget the rest is its byte count: an upper bound, at once.
+  t.equal(await tk.countTextBounded(word, { deadline: 0 }), Buffer.byteLength(word));
+});
