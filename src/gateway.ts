@@ -90,7 +90,7 @@ export function createGateway(d: GatewayDeps): Gateway {
   const publicRoutes: Route[] = [
     ...chatRoutes({ config, auth, limits, credit, upstreams, tokenizer, metrics, now, concurrency, bodyBudget }),
     ...modelRoutes({ auth, models: config.models, admit, concurrency }),
-    ...shareRoutes({ auth, admit, metrics, concurrency, bodyBudget, ...shares }),
+    ...shareRoutes({ auth, admit, metrics, concurrency, bodyBudget, clientAddress, failedReads: createFailureWindow({ perWindow: config.shares.failedReadsPerMinute, now }), ...shares }),
   ];
   const adminRoutes: Route[] = [...opsRoutes({ metrics, store, cluster: d.cluster }), ...keyRoutes({ keys: keyTable, guard, models: config.models.map((m) => m.name) }), ...accountRoutes({ store, now, guard }), ...shareAdminRoutes({ guard, ...shares })];
   const publicHandler = createEdge({ router: createRouter(publicRoutes), logger, metrics, listener: 'public' });

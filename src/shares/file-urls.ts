@@ -36,6 +36,19 @@ export interface FileUrlsOptions {
   now: () => number;
   /** Seconds one signing took, by method. */
   observe?: (method: 'PUT' | 'GET', seconds: number) => void;
+  /** Content types S3 may serve inline; every other file is served as an attachment (SPEC §12). */
+  inlineTypes?: readonly string[];
+}
+
+/**
+ * `attachment` with the file's name, for every type not allowed inline: the S3 origin must not render a
+ * share's HTML or SVG (stored XSS on a shared origin). The name is reduced to printable ASCII without
+ * quotes, backslashes, `%`, `;` or `*` (each becomes `_`): RFC 6266's `filename*=` form carries `'` and
+ * `*`, which S3-compatible servers canonicalise differently in a signed query (the signature-checking
+ * test server refused it), and a download name needs no more than this.
+ */
+export function attachmentDisposition(name: string): string {
+  return `attachment; filename="${name.replace(/[^\x20-\x7e]|["\\%;*']/g, '_')}"`;
 }
 
 /**
@@ -60,7 +73,7 @@ function timed(p: Presigner, observe: FileUrlsOptions['observe']): Presigner {
   };
   return {
     presignPut: (key, type, size, ttl) => time('PUT', () => p.presignPut(key, type, size, ttl)),
-    presignGet: (key, ttl) => time('GET', () => p.presignGet(key, ttl)),
+    presignGet: (key, ttl, disposition) => time('GET', () => p.presignGet(key, ttl, disposition)),
   };
 }
 
@@ -79,6 +92,8 @@ export function createFileUrls(o: FileUrlsOptions): FileUrls | undefined {
     ...(s3.secretAccessKey !== undefined && { secretAccessKey: s3.secretAccessKey }),
   }, o.now), o.observe);
   const gets = createGetUrlCache(presigner, o.now, o.ttlSeconds);
+  const inline = new Set((o.inlineTypes ?? []).map((t) => t.toLowerCase()));
+  const dispositionOf = (f: ShareFile) => (inline.has(f.content_type.split(';', 1)[0]!.trim().toLowerCase()) ? undefined : attachmentDisposition(f.name));
 
   return {
     async uploads(slug, files) {
@@ -91,7 +106,7 @@ export function createFileUrls(o: FileUrlsOptions): FileUrls | undefined {
     async downloads(slug, files) {
       try {
         return await Promise.all(files.map(async (f) => {
-          const g = await gets.get(objectKey(slug, f.name));
+          const g = await gets.get(objectKey(slug, f.name), dispositionOf(f));
           return { name: f.name, content_type: f.content_type, size: f.size, url: g.url, expires_at: g.expires_at };
         }));
       } catch (e) {

@@ -34,8 +34,11 @@ export interface PresignedGet {
 export interface Presigner {
   /** A presigned PUT for one object of exactly `size` bytes of `contentType`. */
   presignPut(key: string, contentType: string, size: number, ttlSeconds: number): Promise<PresignedPut>;
-  /** A presigned GET for one object. */
-  presignGet(key: string, ttlSeconds: number): Promise<PresignedGet>;
+  /**
+   * A presigned GET for one object. `disposition` is signed into the URL as
+   * `response-content-disposition`, so S3 serves the object with that header (e.g. `attachment`).
+   */
+  presignGet(key: string, ttlSeconds: number, disposition?: string): Promise<PresignedGet>;
 }
 
 /** SigV4 refuses presigned URLs valid for more than 7 days (604800 s). */
@@ -97,10 +100,11 @@ export function createPresigner(cfg: PresignerConfig, clock: () => number): Pres
         expires_at: new Date(at + ttlSeconds * 1000).toISOString(),
       };
     },
-    async presignGet(key, ttlSeconds) {
+    async presignGet(key, ttlSeconds, disposition) {
       checkTtl(ttlSeconds);
       const at = signingSecond(clock);
-      const url = await getSignedUrl(s3, new GetObjectCommand({ Bucket: bucket, Key: key }), { expiresIn: ttlSeconds, signingDate: new Date(at) });
+      const cmd = new GetObjectCommand({ Bucket: bucket, Key: key, ...(disposition !== undefined && { ResponseContentDisposition: disposition }) });
+      const url = await getSignedUrl(s3, cmd, { expiresIn: ttlSeconds, signingDate: new Date(at) });
       return { url, expires_at: new Date(at + ttlSeconds * 1000).toISOString() };
     },
   };
@@ -119,7 +123,7 @@ export function objectKey(slug: string, fileName: string): string {
 /** Presigned GET URLs reused across reads of the same object. */
 export interface GetUrlCache {
   /** A GET URL for `key` with at least half of `ttlSeconds` left: cached when still fresh, else newly signed. */
-  get(key: string): Promise<PresignedGet>;
+  get(key: string, disposition?: string): Promise<PresignedGet>;
   /** Forgets `key` (e.g. when its share is revoked). */
   delete(key: string): void;
   /** Number of cached URLs. */
@@ -146,9 +150,9 @@ export function createGetUrlCache(presigner: Presigner, clock: () => number, ttl
   const halfLifeMs = (ttlSeconds * 1000) / 2;
 
   // A delete() during a signing drops that signing's result: the in-flight entry no longer matches.
-  function sign(key: string): Promise<PresignedGet> {
+  function sign(key: string, disposition: string | undefined): Promise<PresignedGet> {
     const p: Promise<PresignedGet> = presigner
-      .presignGet(key, ttlSeconds)
+      .presignGet(key, ttlSeconds, disposition)
       .then((value) => {
         // Count from the signing second (expires_at - ttl), not from now: X-Amz-Date is truncated.
         const signedAt = Date.parse(value.expires_at) - ttlSeconds * 1000;
@@ -163,10 +167,12 @@ export function createGetUrlCache(presigner: Presigner, clock: () => number, ttl
   }
 
   return {
-    get(key) {
+    // A file's disposition follows from its stored content type, which never changes: the key alone
+    // identifies the URL.
+    get(key, disposition) {
       const hit = lru.get(key);
       if (hit && clock() < hit.staleAt) return Promise.resolve(hit.value);
-      return inflight.get(key) ?? sign(key);
+      return inflight.get(key) ?? sign(key, disposition);
     },
     delete(key) {
       lru.delete(key);

@@ -10,6 +10,9 @@ import type { Route } from '../http/router.ts';
 import type { Metrics } from '../obs/metrics.ts';
 import type { Concurrency } from '../limits/concurrency.ts';
 import type { BodyBudget } from '../limits/body-budget.ts';
+import type { FailureWindow } from '../auth/failure-window.ts';
+import type { ClientAddress } from '../http/client-address.ts';
+import { GatewayError } from '../http/errors.ts';
 import { readShareBody, type ShareBodyLimits } from './share-body.ts';
 import type { ShareService } from './service.ts';
 import { validateSlug } from './validate.ts';
@@ -23,6 +26,16 @@ export interface ShareRouteDeps {
   concurrency: Concurrency;
   bodyBudget: BodyBudget;
   metrics: Pick<Metrics, 'shareReads'>;
+  /** Failed share reads per client address (shares.failed_reads_per_minute). */
+  failedReads: FailureWindow;
+  clientAddress: ClientAddress;
+}
+
+function throttledReads(ms: number): GatewayError {
+  const s = Math.max(1, Math.ceil(ms / 1000));
+  return new GatewayError('rate_limit_exceeded', `Too many failed share reads from this address; retry in ${s}s.`, {
+    headers: { 'retry-after': String(s), 'retry-after-ms': String(Math.ceil(ms)) },
+  });
 }
 
 // Reads are per-render capabilities: no cache may keep a body (or a 404/410: RFC 9111 lets caches
@@ -52,7 +65,7 @@ export function shareRoutes(d: ShareRouteDeps): Route[] {
     d.concurrency.enter(key.id, ctx.res);
     await d.admit(ctx);
     const body = await readShareBody(ctx.req, d.limits, false, d.bodyBudget);
-    const created = await d.service.create(key.account, body);
+    const created = await d.service.create(key.account, body, key.id);
     ctx.log.share_files = body.files.length;
     sendJson(ctx.res, 201, created, ctx.extraHeaders);
   }
@@ -60,12 +73,18 @@ export function shareRoutes(d: ShareRouteDeps): Route[] {
   async function read(ctx: RequestContext) {
     ctx.extraHeaders = { ...ctx.extraHeaders, ...NO_STORE };
     let status = 500;
+    // Slugs are unguessable (128.9 bits), but each probe costs a store read: failed reads (404, 410,
+    // 422) are limited per address, and a throttled address is refused before the lookup.
+    const address = d.clientAddress(ctx.req);
     try {
+      const wait = d.failedReads.blockedFor(address);
+      if (wait > 0) throw throttledReads(wait);
       const text = await d.service.read(validateSlug(ctx.params.slug!));
       status = 200;
       sendJsonText(ctx.res, text, ctx.extraHeaders);
     } catch (e) {
       status = (e as { status?: number }).status ?? 500;
+      if (status === 404 || status === 410 || status === 422) d.failedReads.fail(address);
       throw e;
     } finally {
       d.metrics.shareReads.inc({ status: String(status) });

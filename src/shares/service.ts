@@ -15,6 +15,7 @@ import { newSlug } from './slug.ts';
 import type { ShareCache } from './share-cache.ts';
 import { unsignedLinks, type FileUrls, type Upload } from './file-urls.ts';
 import type { ShareBody } from './share-body.ts';
+import type { FailureWindow } from '../auth/failure-window.ts';
 
 /** The 201 body of a create. */
 export interface CreatedShare {
@@ -24,8 +25,11 @@ export interface CreatedShare {
 }
 
 export interface ShareService {
-  /** Stores a new share for `account`; returns its slug and one upload instruction per file. */
-  create(account: string, body: Pick<ShareBody, 'snapshotText' | 'files'>): Promise<CreatedShare>;
+  /**
+   * Stores a new share for `account`; returns its slug and one upload instruction per file. `keyId` (a
+   * key's create, not the operator's) counts against shares.create_per_minute.
+   */
+  create(account: string, body: Pick<ShareBody, 'snapshotText' | 'files'>, keyId?: string): Promise<CreatedShare>;
   /** The 200 body (JSON text) of a live share; throws 404 share_not_found / 410 share_revoked. */
   read(slug: string): Promise<string>;
   /** Revokes (idempotent). `account` set = only that account's shares (else 404); undefined = admin. */
@@ -40,6 +44,14 @@ export interface ShareServiceDeps {
   now: () => number;
   /** Slug source; a seam for tests. */
   slug?: () => string;
+  /** Per account: live shares and their bytes (SPEC §12). Absent: unlimited (unit tests). */
+  quota?: { maxCount: number; maxBytes: number };
+  /** Creations per key in a fixed minute (a counter per key id; the operator's creates are not counted). */
+  createsPerKey?: FailureWindow;
+}
+
+function quotaExceeded(message: string, headers?: Record<string, string>): GatewayError {
+  return new GatewayError('share_quota_exceeded', message, { ...(headers && { headers: { ...headers, 'x-should-retry': 'false' } }) });
 }
 
 function notFound(): GatewayError {
@@ -55,15 +67,37 @@ export function renderShare(r: ShareRecord, files: unknown[]): string {
 export function createShareService(d: ShareServiceDeps): ShareService {
   const slugOf = d.slug ?? newSlug;
   return {
-    async create(account, body) {
+    async create(account, body, keyId) {
+      if (keyId !== undefined && d.createsPerKey) {
+        const wait = d.createsPerKey.fail(keyId);
+        if (wait > 0) {
+          const s = Math.max(1, Math.ceil(wait / 1000));
+          throw new GatewayError('share_quota_exceeded', `This API key has created its shares for this minute; retry in ${s}s.`, {
+            headers: { 'retry-after': String(s), 'retry-after-ms': String(Math.ceil(wait)) },
+          });
+        }
+      }
       const slug = slugOf();
       const created_at = new Date(d.now()).toISOString();
       const files = body.files.map((f) => ({ name: f.name, content_type: f.content_type, size: f.size }));
-      const uploads = files.length > 0 && d.files ? await d.files.uploads(slug, files) : [];
-      const record: ShareRecord = { slug, account, created_at, snapshot: body.snapshotText, files, revoked_at: null };
-      await d.store.putShare(record);
-      d.cache.remember(record);
-      return { slug, created_at, uploads };
+      // What the share costs its account: the stored snapshot plus the bytes its uploads may put in S3.
+      const bytes = Buffer.byteLength(body.snapshotText) + files.reduce((n, f) => n + f.size, 0);
+      if (d.quota) {
+        const r = await d.store.reserveShareQuota(account, slug, bytes, d.quota);
+        if (r === 'count') throw quotaExceeded(`This account has ${d.quota.maxCount} live shares, its limit; revoke some first.`);
+        if (r === 'bytes') throw quotaExceeded(`This share (${bytes} bytes) would take the account past its ${d.quota.maxBytes} bytes of shares; revoke some first.`);
+      }
+      try {
+        const uploads = files.length > 0 && d.files ? await d.files.uploads(slug, files) : [];
+        const record: ShareRecord = { slug, account, created_at, snapshot: body.snapshotText, files, revoked_at: null };
+        await d.store.putShare(record);
+        d.cache.remember(record);
+        return { slug, created_at, uploads };
+      } catch (e) {
+        // Not stored: give the quota back (best effort; a store that is down now keeps the count until revoke).
+        if (d.quota) await d.store.releaseShareQuota(account, slug).catch(() => {});
+        throw e;
+      }
     },
 
     async read(slug) {
@@ -79,6 +113,8 @@ export function createShareService(d: ShareServiceDeps): ShareService {
       const r = await d.store.getShare(slug);
       if (!r || (account !== undefined && r.account !== account)) throw notFound();
       if (r.revoked_at === null) await d.store.revokeShare(slug, new Date(d.now()).toISOString());
+      // Idempotent per share: a repeated or concurrent revoke gives the quota back once.
+      await d.store.releaseShareQuota(r.account, slug);
       d.cache.revoke(slug);
       d.files?.forget(slug, r.files);
       // Published again on a repeated revoke too: a retry after a failed publish still reaches everyone.

@@ -26,6 +26,8 @@ export function createMemoryStore(now: () => number = Date.now): Store {
   const hashById = new Map<string, string>();
   const accounts = new Map<string, Account>();
   const shares = new Map<string, ShareRecord>();
+  // Per account: the bytes of each live share counted against its quota.
+  const quotas = new Map<string, Map<string, number>>();
   const bus = new EventEmitter();
   let lastMs = 0;
   let seq = 0;
@@ -148,6 +150,20 @@ export function createMemoryStore(now: () => number = Date.now): Store {
         }
       }
       return n;
+    },
+
+    async reserveShareQuota(account, slug, bytes, limits) {
+      let q = quotas.get(account);
+      if (!q) quotas.set(account, (q = new Map()));
+      let total = 0;
+      for (const b of q.values()) total += b;
+      if (q.size + 1 > limits.maxCount) return 'count';
+      if (total + bytes > limits.maxBytes) return 'bytes';
+      q.set(slug, bytes);
+      return 'ok';
+    },
+    async releaseShareQuota(account, slug) {
+      quotas.get(account)?.delete(slug);
     },
 
     async putShare(record) {

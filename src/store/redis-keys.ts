@@ -13,4 +13,6 @@ export const settled = (acct: string, requestId: string) => `{acct:${acct}}:done
 /** Global index of open holds by expiry, read by every instance's reaper. */
 export const HOLD_INDEX = 'tg:holds';
 export const share = (slug: string) => `tg:share:${slug}`;
+/** An account's live shares and their bytes (SPEC §12 quotas), in the account's slot. */
+export const shareQuota = (acct: string) => `{acct:${acct}}:shares`;
 export const INVALIDATION_CHANNEL = 'tg:inval';

@@ -25,7 +25,7 @@ type ScriptFn = (...args: (string | number)[]) => Promise<unknown>;
  */
 const SCRIPTS = {
   tgGrant: ['grant', 3], tgHold: ['hold', 3], tgHoldIndexed: ['hold', 4], tgSettle: ['settle', 4], tgSettleIndexed: ['settle', 5],
-  tgReap: ['reap', 3], tgRevokeShare: ['revoke-share', 1],
+  tgReap: ['reap', 3], tgRevokeShare: ['revoke-share', 1], tgShareQuota: ['share-quota', 1],
 } as const;
 const REAP_BATCH = 200;
 
@@ -240,6 +240,8 @@ export async function createRedisStore(o: RedisStoreOptions & { client?: Client 
       slug: r.slug, account: r.account, created_at: r.created_at, snapshot: r.snapshot, files: JSON.stringify(r.files), revoked_at: r.revoked_at ?? '',
     }).then(() => undefined)),
     getShare: (slug) => guard(redis.hgetall(K.share(slug)).then(parseShare)),
+    reserveShareQuota: (account, slug, bytes, l) => guard((s.tgShareQuota(K.shareQuota(account), 'reserve', slug, bytes, l.maxCount, l.maxBytes) as Promise<'ok' | 'count' | 'bytes'>)),
+    releaseShareQuota: (account, slug) => guard((s.tgShareQuota(K.shareQuota(account), 'release', slug, 0, 0, 0) as Promise<number>).then(() => undefined)),
     revokeShare: (slug, ts) => guard((s.tgRevokeShare(K.share(slug), ts) as Promise<string[] | null>).then((h) => (h ? parseShare(h) : null))),
 
     publish: (msg) => guard(redis.publish(K.INVALIDATION_CHANNEL, encodeInvalidation(msg)).then(() => undefined)),

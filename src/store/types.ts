@@ -143,6 +143,13 @@ export interface Store {
   reapExpiredHolds(nowMs: number, ts: string): Promise<number>;
 
   putShare(record: ShareRecord): Promise<void>;
+  /**
+   * Counts a new share against its account's quota, atomically: 'ok', or which limit it would pass
+   * (SPEC §12: shares.max_per_account / max_bytes_per_account).
+   */
+  reserveShareQuota(account: string, slug: string, bytes: number, limits: { maxCount: number; maxBytes: number }): Promise<'ok' | 'count' | 'bytes'>;
+  /** Gives a share's count and bytes back (revoked, or never stored); idempotent per share. */
+  releaseShareQuota(account: string, slug: string): Promise<void>;
   getShare(slug: string): Promise<ShareRecord | null>;
   /** Marks the share revoked (idempotent); null when unknown. */
   revokeShare(slug: string, ts: string): Promise<ShareRecord | null>;

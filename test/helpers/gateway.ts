@@ -74,6 +74,9 @@ export function testConfigDoc(upstreamUrl = 'http://127.0.0.1:9/v1'): Record<str
     // the gateway with them as well as with the body's sim field. x-sim-request-id is its recorder's key.
     upstream: { connect_timeout_ms: 1000, headers_timeout_ms: 5000, idle_timeout_ms: 5000, total_timeout_ms: 30000, forward_headers: SIM_HEADERS },
     credit: { hold_margin_seconds: 5, reaper_interval_ms: 200 },
+    // Share tests read unknown, revoked and malformed slugs by the thousand from one address: the
+    // failed-read limiter is tested on its own (test/e2e/hostile-shares.test.ts) and kept out of the way here.
+    shares: { failed_reads_per_minute: 1_000_000 },
     models: [
       { name: 'sim-small', upstream_model: 'sim/small-1', max_output_tokens: 256, price: { input: 1.5, output: 2.25 }, upstreams: [{ url: upstreamUrl, api_key: 'upstream-secret' }] },
       { name: 'sim-free', upstream_model: 'sim/free', max_output_tokens: 64, price: { input: 0, output: 0 }, upstreams: [{ url: upstreamUrl }] },
