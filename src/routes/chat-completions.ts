@@ -23,7 +23,7 @@ import type { Upstreams } from '../upstream/pool.ts';
 import { relayJson, relaySse, type RelayOutcome } from '../meter/relay.ts';
 import { COUNT_BUDGET_MS, type Tokenizer } from '../meter/tokenizer.ts';
 import { bound, type Metrics } from '../obs/metrics.ts';
-import type { UsageSource } from '../store/types.ts';
+import type { KeyRecord, UsageSource } from '../store/types.ts';
 import { validateChatBody, type ChatBody } from './chat-validate.ts';
 
 export interface ChatDeps {
@@ -45,6 +45,15 @@ interface Billed {
   promptTokens: number;
   completionTokens: number;
   source: UsageSource;
+}
+
+/** What a request carries past its body (see prepare). */
+interface Prepared {
+  model: ModelConfig;
+  output: { perChoice: number; total: number };
+  promptEstimate: number;
+  payload: Buffer;
+  reply: { model: string; stream: boolean; wantsUsage: boolean };
 }
 
 const NOTHING_PRODUCED: Billed = { promptTokens: 0, completionTokens: 0, source: 'estimated' };
@@ -137,29 +146,8 @@ export function chatRoutes(d: ChatDeps): Route[] {
       if (c && signal.aborted) c.abort(new ClientGoneError());
     };
     const key = (ctx.key = await d.auth.authenticate(ctx.req));
-    let body: ChatBody, model: ModelConfig, bodyBytes: number;
-    try {
-      requireScope(key, 'chat');
-      d.concurrency.enter(key.id, ctx.res);
-      const read = await readJson(ctx.req, d.config.limits.maxBodyBytes, d.bodyBudget);
-      // The body's bytes stay reserved until the request ends: its upstream payload lives that long.
-      ctx.res.once('close', read.release);
-      bodyBytes = read.bytes;
-      body = validateChatBody(read.value, d.config.limits.maxN);
-      const m = models.get(body.model);
-      if (!m) throw new GatewayError('model_not_found', `The model '${body.model}' does not exist.`, { param: 'model' });
-      requireModel(key, m.name);
-      model = m;
-    } catch (err) {
-      // Every authenticated request counts against the request limit (SPEC §2a), refused ones too;
-      // past the limit the 429 wins. One limiter call on every path.
-      await d.limits.admit(ctx);
-      throw err;
-    }
+    const { model, output, promptEstimate, payload, reply } = await prepare(ctx, key);
     ctx.log.model = model.name;
-
-    const output = outputBound(body, model);
-    const promptEstimate = estimatePromptTokens(body, bodyBytes);
     const admission = await d.limits.admit(ctx, promptEstimate + output.total);
     const live = key.env === 'live';
     /** The request's one settle (SPEC §4): not awaited by the response, tracked for shutdown, retried until it lands. */
@@ -192,18 +180,10 @@ export function chatRoutes(d: ChatDeps): Route[] {
     const t0 = process.hrtime.bigint();
     let answered: Answered | undefined;
     let outcome: RelayOutcome | undefined;
-    let payload: Buffer | undefined;
-    // What the response needs of the body, so the parsed body itself can go (SPEC §12).
-    const reply = { model: body.model, stream: body.stream === true, wantsUsage: (body.stream_options as { include_usage?: unknown } | undefined)?.include_usage === true };
     try {
-      payload = upstreamBody(body, model, output.perChoice);
-      // The parsed body (text, objects: 2–3× its bytes) is not kept past here; billing re-reads the prompt
-      // from the payload in the rare case it must count it.
-      body = undefined as unknown as ChatBody;
-      const sent = payload;
       answered = await forward(d, model, {
-        path: '/chat/completions', body: sent, headersTimeoutMs: up.headersTimeoutMs, idleTimeoutMs: up.idleTimeoutMs, deadline,
-        headers: (auth) => headerPolicy.upstreamRequest(ctx.req.headers, ctx.requestId, auth, sent.length),
+        path: '/chat/completions', body: payload, headersTimeoutMs: up.headersTimeoutMs, idleTimeoutMs: up.idleTimeoutMs, deadline,
+        headers: (auth) => headerPolicy.upstreamRequest(ctx.req.headers, ctx.requestId, auth, payload.length),
       }, signal, track);
       if (signal.aborted) throw new ClientGoneError();
       ctx.log.upstream = answered.call.upstream.label;
@@ -221,8 +201,7 @@ export function chatRoutes(d: ChatDeps): Route[] {
       clearTimeout(total);
       const t1 = process.hrtime.bigint();
       const ok = answered !== undefined && answered.status >= 200 && answered.status < 300;
-      const prompt = payload;
-      const messages = () => (prompt ? (JSON.parse(prompt.toString('utf8')) as { messages: unknown[] }).messages : []);
+      const messages = () => (JSON.parse(payload.toString('utf8')) as { messages: unknown[] }).messages;
       const b = await bill(messages, promptEstimate, ok, outcome, output.total);
       const cost = costMicros(model.price, b.promptTokens, b.completionTokens);
       admission.settle(b.promptTokens + b.completionTokens);
@@ -244,8 +223,41 @@ export function chatRoutes(d: ChatDeps): Route[] {
     }
   }
 
+  /**
+   * Reads and validates the body and turns it into what the rest of the request needs: the model, the
+   * output bound, the prompt's hold estimate, the upstream payload and the few facts the response needs.
+   * The parsed body (its text and objects, 2–3× its bytes) dies with this call (SPEC §12); billing
+   * re-reads the prompt from the payload in the rare case it must count it.
+   */
+  async function prepare(ctx: RequestContext, key: KeyRecord): Promise<Prepared> {
+    let body: ChatBody, model: ModelConfig, bodyBytes: number;
+    try {
+      requireScope(key, 'chat');
+      d.concurrency.enter(key.id, ctx.res);
+      const read = await readJson(ctx.req, d.config.limits.maxBodyBytes, d.bodyBudget);
+      // The body's bytes stay reserved until the request ends: its upstream payload lives that long.
+      ctx.res.once('close', read.release);
+      bodyBytes = read.bytes;
+      body = validateChatBody(read.value, d.config.limits.maxN);
+      const m = models.get(body.model);
+      if (!m) throw new GatewayError('model_not_found', `The model '${body.model}' does not exist.`, { param: 'model' });
+      requireModel(key, m.name);
+      model = m;
+    } catch (err) {
+      // Every authenticated request counts against the request limit (SPEC §2a), refused ones too;
+      // past the limit the 429 wins. One limiter call on every path.
+      await d.limits.admit(ctx);
+      throw err;
+    }
+    const output = outputBound(body, model);
+    return {
+      model, output, promptEstimate: estimatePromptTokens(body, bodyBytes), payload: upstreamBody(body, model, output.perChoice),
+      reply: { model: body.model, stream: body.stream === true, wantsUsage: (body.stream_options as { include_usage?: unknown } | undefined)?.include_usage === true },
+    };
+  }
+
   /** Writes the response for an answered upstream call; returns what the relay metered. */
-  async function respond(ctx: RequestContext, a: Answered, body: { model: string; stream: boolean; wantsUsage: boolean }): Promise<RelayOutcome | undefined> {
+  async function respond(ctx: RequestContext, a: Answered, body: Prepared['reply']): Promise<RelayOutcome | undefined> {
     const res: ServerResponse = ctx.res;
     const headers = headerPolicy.clientResponse(a.headers);
     if (ctx.extraHeaders) Object.assign(headers, ctx.extraHeaders);
