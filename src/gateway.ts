@@ -35,6 +35,11 @@ import { createShares } from './shares/setup.ts';
 import { shareRoutes } from './shares/routes.ts';
 import { shareAdminRoutes } from './shares/admin-routes.ts';
 import type { ClusterLink } from './cluster/worker-link.ts';
+import { openApiDocument } from './http/openapi.ts';
+import { createRequire } from 'node:module';
+
+/** The package version, for the OpenAPI document (read once at load). */
+const VERSION = (createRequire(import.meta.url)('../package.json') as { version: string }).version;
 
 export interface GatewayDeps {
   config: Config;
@@ -53,6 +58,8 @@ export interface GatewayDeps {
 
 export interface Gateway {
   readonly metrics: Metrics;
+  /** The route tables of the two listeners (the OpenAPI document is generated from them). */
+  readonly routes: { readonly public: readonly Route[]; readonly admin: readonly Route[] };
   readonly publicHandler: (req: IncomingMessage, res: ServerResponse) => void;
   readonly adminHandler: (req: IncomingMessage, res: ServerResponse) => void;
   /** Listens on the configured hosts/ports (0 = any free port); metricsUrl when server.metrics_port is set. */
@@ -92,7 +99,10 @@ export function createGateway(d: GatewayDeps): Gateway {
     ...modelRoutes({ auth, models: config.models, admit, concurrency }),
     ...shareRoutes({ auth, admit, metrics, concurrency, bodyBudget, clientAddress, failedReads: createFailureWindow({ perWindow: config.shares.failedReadsPerMinute, now }), ...shares }),
   ];
-  const adminRoutes: Route[] = [...opsRoutes({ metrics, store, cluster: d.cluster }), ...keyRoutes({ keys: keyTable, guard, models: config.models.map((m) => m.name) }), ...accountRoutes({ store, now, guard }), ...shareAdminRoutes({ guard, ...shares })];
+  // Built on first request from the final route tables (every route describes itself: http/openapi.ts).
+  let openapi: Record<string, unknown> | undefined;
+  const describe = () => (openapi ??= openApiDocument({ version: VERSION, publicRoutes, adminRoutes }));
+  const adminRoutes: Route[] = [...opsRoutes({ metrics, store, cluster: d.cluster, openapi: describe }), ...keyRoutes({ keys: keyTable, guard, models: config.models.map((m) => m.name) }), ...accountRoutes({ store, now, guard }), ...shareAdminRoutes({ guard, ...shares })];
   const publicHandler = createEdge({ router: createRouter(publicRoutes), logger, metrics, listener: 'public' });
   const adminHandler = createEdge({ router: createRouter(adminRoutes), logger, metrics, listener: 'admin' });
   // server.metrics_port: /metrics alone on a listener of its own, so Prometheus can reach it without /admin/.
@@ -106,6 +116,7 @@ export function createGateway(d: GatewayDeps): Gateway {
 
   return {
     metrics,
+    routes: { public: publicRoutes, admin: adminRoutes },
     publicHandler,
     adminHandler,
     async listen() {

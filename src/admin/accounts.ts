@@ -6,6 +6,7 @@ import { Issues, forbidExtra, int, query, queryInt, rootObject, str } from '../h
 import type { Route } from '../http/router.ts';
 import type { RequestContext } from '../http/context.ts';
 import { ACCOUNT_ID, ACCOUNT_ID_PATTERN, type Store } from '../store/types.ts';
+import { ADMIN_ERRORS } from './keys.ts';
 
 const ENTRY_ID = /^\d{1,16}-\d{1,16}$/;
 /** Grants are bounded so a typo cannot overflow Redis' int64 or JavaScript's safe integers: 10^15 micros = 10^9 credits. */
@@ -24,6 +25,8 @@ function accountParam(ctx: RequestContext): string {
   }
   return id;
 }
+
+const GRANT_SCHEMA = { type: 'object', properties: { account: { type: 'string' }, balance_micros: { type: 'integer' }, held_micros: { type: 'integer' }, entry_id: { type: 'string' } } };
 
 export function accountRoutes(d: { store: Store; now: () => number; guard: (ctx: RequestContext) => void }): Route[] {
   async function grant(ctx: RequestContext) {
@@ -59,8 +62,18 @@ export function accountRoutes(d: { store: Store; now: () => number; guard: (ctx:
   }
 
   return [
-    { method: 'POST', pattern: '/admin/accounts/{id}/credits', handler: grant },
-    { method: 'GET', pattern: '/admin/accounts/{id}', handler: show },
-    { method: 'GET', pattern: '/admin/accounts/{id}/ledger', handler: ledger },
+    {
+      method: 'POST', pattern: '/admin/accounts/{id}/credits', handler: grant,
+      doc: {
+        auth: 'admin', summary: 'Grant credit (negative: a correction); idempotent per idempotency_key',
+        body: { type: 'object', required: ['amount_micros'], additionalProperties: false, properties: { amount_micros: { type: 'integer', minimum: -MAX_GRANT, maximum: MAX_GRANT }, idempotency_key: { type: 'string', minLength: 1, maxLength: 200 }, note: { type: 'string', maxLength: 1000 } } },
+        responses: { 201: { description: 'Granted', schema: GRANT_SCHEMA }, 200: { description: 'A replay of the same idempotency_key: nothing credited again', schema: GRANT_SCHEMA }, ...ADMIN_ERRORS },
+      },
+    },
+    { method: 'GET', pattern: '/admin/accounts/{id}', handler: show, doc: { auth: 'admin', summary: 'Balance and held credit (zeros for an account never granted)', responses: { 200: { description: 'The account', schema: { type: 'object', properties: { id: { type: 'string' }, balance_micros: { type: 'integer' }, held_micros: { type: 'integer' } } } }, ...ADMIN_ERRORS } } },
+    {
+      method: 'GET', pattern: '/admin/accounts/{id}/ledger', handler: ledger,
+      doc: { auth: 'admin', summary: 'Ledger entries, oldest first', query: { after: { type: 'string' }, limit: { type: 'integer', minimum: 1, maximum: 1000 } }, responses: { 200: { description: 'A page of entries', schema: { type: 'object', properties: { entries: { type: 'array', items: { type: 'object' } }, next_after: { type: ['string', 'null'] } } } }, ...ADMIN_ERRORS } },
+    },
   ];
 }

@@ -5,11 +5,14 @@
  */
 import { GatewayError } from './errors.ts';
 import type { Handler } from './context.ts';
+import type { RouteDoc } from './openapi.ts';
 
 export interface Route {
   method: string;
   pattern: string;
   handler: Handler;
+  /** The route's OpenAPI description (openapi.ts); every gateway route has one (a test checks). */
+  doc?: RouteDoc;
 }
 
 interface Compiled {

@@ -7,6 +7,7 @@ import type { ServerResponse } from 'node:http';
 import { GatewayError } from '../http/errors.ts';
 import { readJson } from '../http/body.ts';
 import type { Route } from '../http/router.ts';
+import type { RouteDoc } from '../http/openapi.ts';
 import type { RequestContext } from '../http/context.ts';
 import { requireModel, requireScope, type Authenticator } from '../auth/authenticate.ts';
 import type { Config, ModelConfig } from '../config/schema.ts';
@@ -46,6 +47,28 @@ interface Billed {
   completionTokens: number;
   source: UsageSource;
 }
+
+/** The route's OpenAPI description: the fields validateChatBody checks; every other field passes through. */
+const CHAT_DOC: RouteDoc = {
+  summary: 'Create a chat completion (streamed with stream: true), metered and billed', auth: 'key', scope: 'chat',
+  body: {
+    type: 'object', required: ['model', 'messages'], additionalProperties: true,
+    properties: {
+      model: { type: 'string', minLength: 1 },
+      messages: { type: 'array', minItems: 1, items: { type: 'object', required: ['role'], properties: { role: { enum: ['system', 'developer', 'user', 'assistant', 'tool'] }, content: { type: ['string', 'array', 'null'] } } } },
+      stream: { type: ['boolean', 'null'] }, stream_options: { type: ['object', 'null'] },
+      max_tokens: { type: ['integer', 'null'], exclusiveMinimum: 0, description: 'clamped to the model\'s max_output_tokens' },
+      max_completion_tokens: { type: ['integer', 'null'], exclusiveMinimum: 0 },
+      n: { type: ['integer', 'null'], exclusiveMinimum: 0, description: 'at most limits.max_n' },
+    },
+  },
+  responses: {
+    200: { description: 'The upstream\'s completion (JSON), or its stream (text/event-stream)', schema: { type: 'object' } },
+    401: 'Missing or invalid key', 402: 'Not enough credit for the hold', 403: 'Key lacks the chat scope or the model', 404: 'Unknown model',
+    413: 'Body over limits.max_body_bytes', 415: 'Not application/json', 422: 'Invalid body', 429: 'Rate, concurrency or failed-auth limit',
+    502: 'Upstream failed', 503: 'Upstream unavailable, store unavailable or overloaded', 504: 'Upstream timed out',
+  },
+};
 
 /** What a request carries past its body (see prepare). */
 interface Prepared {
@@ -286,5 +309,5 @@ export function chatRoutes(d: ChatDeps): Route[] {
     return relayJson(a.call, res, () => res.destroyed && !res.writableFinished);
   }
 
-  return [{ method: 'POST', pattern: '/v1/chat/completions', handler: handle }];
+  return [{ method: 'POST', pattern: '/v1/chat/completions', handler: handle, doc: CHAT_DOC }];
 }

@@ -5,6 +5,8 @@
 import type { RequestContext } from '../http/context.ts';
 import { sendEmpty, sendJson } from '../http/respond.ts';
 import type { Route } from '../http/router.ts';
+import { SHARE_BODY_SCHEMA } from './routes.ts';
+import { ADMIN_ERRORS } from '../admin/keys.ts';
 import { readShareBody, type ShareBodyLimits } from './share-body.ts';
 import type { ShareService } from './service.ts';
 import { validateSlug } from './validate.ts';
@@ -33,7 +35,10 @@ export function shareAdminRoutes(d: ShareAdminRouteDeps): Route[] {
   }
 
   return [
-    { method: 'POST', pattern: '/admin/shares', handler: create },
-    { method: 'DELETE', pattern: '/admin/shares/{slug}', handler: revoke },
+    {
+      method: 'POST', pattern: '/admin/shares', handler: create,
+      doc: { auth: 'admin', summary: "Publish a share for an account (counts against the account's quota)", body: { ...SHARE_BODY_SCHEMA, required: ['account', 'snapshot'], properties: { account: { type: 'string' }, ...(SHARE_BODY_SCHEMA.properties as object) } }, responses: { 201: { description: 'Created', schema: { type: 'object' } }, ...ADMIN_ERRORS, 503: 'File storage unavailable' } },
+    },
+    { method: 'DELETE', pattern: '/admin/shares/{slug}', handler: revoke, doc: { auth: 'admin', summary: 'Revoke any share', responses: { 204: 'Revoked', ...ADMIN_ERRORS } } },
   ];
 }
