@@ -17,7 +17,9 @@ import { parseArgs } from 'node:util';
 import { Pool, type Dispatcher } from 'undici';
 import { Redis } from 'ioredis';
 
-const { values } = parseArgs({ options: { port: { type: 'string', default: '0' }, upstream: { type: 'string' }, redis: { type: 'string' } } });
+const { values } = parseArgs({
+  options: { port: { type: 'string', default: '0' }, upstream: { type: 'string' }, redis: { type: 'string' } },
+});
 if (!values.upstream) {
   process.stderr.write('bare-proxy: --upstream http://host:port is required\n');
   process.exit(2);
@@ -35,14 +37,22 @@ function strip(h: IncomingHttpHeaders): Record<string, string | string[]> {
 }
 
 // Unlimited connections (undici's default), like a proxy sized for 1,000+ open streams.
-const pool = new Pool(new URL(values.upstream).origin, { keepAliveTimeout: 30_000, headersTimeout: 120_000, bodyTimeout: 60_000, allowH2: false });
+const pool = new Pool(new URL(values.upstream).origin, {
+  keepAliveTimeout: 30_000,
+  headersTimeout: 120_000,
+  bodyTimeout: 60_000,
+  allowH2: false,
+});
 
 const redis = values.redis ? new Redis(values.redis, { enableAutoPipelining: true, maxRetriesPerRequest: 1 }) : undefined;
 const COUNTER = 'bench:bare-redis';
 
 const server = createServer({ keepAliveTimeout: 5_000 }, (req, res) => {
   if (!redis) return proxy(req, res);
-  redis.incrby(COUNTER, 1).then(() => proxy(req, res), () => fail(res, 503));
+  redis.incrby(COUNTER, 1).then(
+    () => proxy(req, res),
+    () => fail(res, 503),
+  );
 });
 
 function fail(res: ServerResponse, status: number): void {
@@ -60,7 +70,14 @@ function proxy(req: IncomingMessage, res: ServerResponse): void {
   const hasBody = req.method !== 'GET' && req.method !== 'HEAD';
   pool
     .stream(
-      { path: req.url!, method: req.method as Dispatcher.HttpMethod, headers: strip(req.headers), body: hasBody ? req : null, signal: ac.signal, opaque: res },
+      {
+        path: req.url!,
+        method: req.method as Dispatcher.HttpMethod,
+        headers: strip(req.headers),
+        body: hasBody ? req : null,
+        signal: ac.signal,
+        opaque: res,
+      },
       ({ statusCode, headers, opaque }) => {
         const out = opaque as ServerResponse;
         out.writeHead(statusCode, strip(headers));

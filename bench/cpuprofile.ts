@@ -105,20 +105,34 @@ export function summarise(p: Profile): Summary {
     }
   }
   const pct = (ms: number) => (100 * ms) / (all || 1);
-  const functions = [...self.entries()].map(([k, ms]) => {
-    const [name, w] = k.split('\t') as [string, string];
-    const cs = [...(callers.get(k) ?? new Map<string, number>()).entries()].sort((a, b) => b[1] - a[1]).slice(0, 3);
-    return { name, where: w, selfPct: pct(ms), totalPct: pct(total.get(k) ?? 0), selfMs: ms, callers: cs.map(([c, t]) => ({ where: c, pct: (100 * t) / (ms || 1) })) };
-  }).sort((a, b) => b.selfMs - a.selfMs);
+  const functions = [...self.entries()]
+    .map(([k, ms]) => {
+      const [name, w] = k.split('\t') as [string, string];
+      const cs = [...(callers.get(k) ?? new Map<string, number>()).entries()].sort((a, b) => b[1] - a[1]).slice(0, 3);
+      return {
+        name,
+        where: w,
+        selfPct: pct(ms),
+        totalPct: pct(total.get(k) ?? 0),
+        selfMs: ms,
+        callers: cs.map(([c, t]) => ({ where: c, pct: (100 * t) / (ms || 1) })),
+      };
+    })
+    .sort((a, b) => b.selfMs - a.selfMs);
   const fileList = [...files.entries()].map(([w, ms]) => ({ where: w, selfPct: pct(ms) })).sort((a, b) => b.selfPct - a.selfPct);
   return { totalMs: all, samples: p.samples.length, functions, files: fileList };
 }
 
 /** Markdown tables of the top functions and files. */
 export function summaryMarkdown(s: Summary, top = 30): string {
-  const L = [`${s.samples} samples, ${(s.totalMs / 1000).toFixed(1)} s sampled.`, '', '| self % | total % | function | where |', '|--:|--:|---|---|'];
+  const L = [
+    `${s.samples} samples, ${(s.totalMs / 1000).toFixed(1)} s sampled.`,
+    '',
+    '| self % | total % | function | where |',
+    '|--:|--:|---|---|',
+  ];
   for (const f of s.functions.slice(0, top)) L.push(`| ${f.selfPct.toFixed(1)} | ${f.totalPct.toFixed(1)} | \`${f.name}\` | ${f.where} |`);
-  L.push('', 'Nearest callers in src/ or node_modules/ of the top native / VM entries (share of that entry\'s self time):', '');
+  L.push('', "Nearest callers in src/ or node_modules/ of the top native / VM entries (share of that entry's self time):", '');
   for (const f of s.functions.slice(0, 12).filter((x) => x.where === '(native)' && !x.name.startsWith('('))) {
     L.push(`- \`${f.name}\` (${f.selfPct.toFixed(1)} %): ${f.callers.map((c) => `${c.where} ${c.pct.toFixed(0)} %`).join('; ')}`);
   }
@@ -128,7 +142,10 @@ export function summaryMarkdown(s: Summary, top = 30): string {
 }
 
 if (import.meta.url === pathToFileURL(process.argv[1] ?? '').href) {
-  const { values, positionals } = parseArgs({ allowPositionals: true, options: { top: { type: 'string', default: '30' }, md: { type: 'boolean', default: false } } });
+  const { values, positionals } = parseArgs({
+    allowPositionals: true,
+    options: { top: { type: 'string', default: '30' }, md: { type: 'boolean', default: false } },
+  });
   if (!positionals[0]) throw new Error('usage: node bench/cpuprofile.ts <file.cpuprofile> [--top N] [--md]');
   const s = summarise(JSON.parse(readFileSync(positionals[0], 'utf8')) as Profile);
   const top = Number(values.top);

@@ -19,7 +19,10 @@ export function describeRef(ref: string | undefined): { sha: string | undefined;
     const src = git('log', '-1', '--format=%h', 'HEAD', '--', 'src');
     // Only uncommitted changes under src/ change what is measured.
     const dirty = git('status', '--porcelain', '--', 'src') !== '';
-    return { sha: undefined, label: `working tree at ${head}${src && src !== head ? ` (src/ as of ${src})` : ''}${dirty ? ' + uncommitted src/ changes' : ''}` };
+    return {
+      sha: undefined,
+      label: `working tree at ${head}${src && src !== head ? ` (src/ as of ${src})` : ''}${dirty ? ' + uncommitted src/ changes' : ''}`,
+    };
   } catch {
     return { sha: ref, label: ref ?? 'unknown' };
   }

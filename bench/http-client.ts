@@ -19,7 +19,13 @@ export interface Timing {
  * Sends one request; `done` is called exactly once, `firstByte` (optional) when the first body byte
  * arrives. `t0` is when the request counts as started.
  */
-export function timedRequest(d: Dispatcher, opts: Dispatcher.DispatchOptions, t0: number, done: (t: Timing) => void, firstByte?: (ms: number, status: number) => void): void {
+export function timedRequest(
+  d: Dispatcher,
+  opts: Dispatcher.DispatchOptions,
+  t0: number,
+  done: (t: Timing) => void,
+  firstByte?: (ms: number, status: number) => void,
+): void {
   let status = 0;
   let ttfb = -1;
   let bytes = 0;
@@ -50,5 +56,11 @@ export function timedRequest(d: Dispatcher, opts: Dispatcher.DispatchOptions, t0
 /** Dispatch options for a POST of spec-like inputs. */
 export function postOptions(url: URL, headers: Record<string, string>, body: string): Dispatcher.DispatchOptions {
   const buf = Buffer.from(body); // encoded once, not per request
-  return { origin: url.origin, path: url.pathname + url.search, method: 'POST', headers: { ...headers, 'content-length': String(buf.length) }, body: buf };
+  return {
+    origin: url.origin,
+    path: url.pathname + url.search,
+    method: 'POST',
+    headers: { ...headers, 'content-length': String(buf.length) },
+    body: buf,
+  };
 }

@@ -46,8 +46,7 @@ export async function measure(s: Scenario, t: Target, round: number, quick: bool
     } else if (msg.event === 'end') {
       proc = sampler?.end();
       if (t.redisPid) redisMs = cpuMs(t.redisPid) - redis0;
-    }
-    else if (msg.event === 'result') {
+    } else if (msg.event === 'result') {
       const { event: _e, ...r } = msg;
       result = r;
     }
@@ -55,5 +54,15 @@ export async function measure(s: Scenario, t: Target, round: number, quick: bool
   if (!result || !proc) throw new Error(`${s.id} → ${t.name}: the load child reported no result`);
   const overflows = listenOverflows() - overflows0;
   const perReq = (ms: number) => (result!.requests > 0 ? (ms * 1000) / result!.requests : NaN);
-  return { scenario: s.id, target: t.name, round, result, proc, rssIdleMB, cpuUsPerReq: perReq(proc.cpuMs), listenOverflows: overflows, ...(redisMs !== undefined && { redisUsPerReq: perReq(redisMs) }) };
+  return {
+    scenario: s.id,
+    target: t.name,
+    round,
+    result,
+    proc,
+    rssIdleMB,
+    cpuUsPerReq: perReq(proc.cpuMs),
+    listenOverflows: overflows,
+    ...(redisMs !== undefined && { redisUsPerReq: perReq(redisMs) }),
+  };
 }

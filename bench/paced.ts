@@ -57,6 +57,14 @@ const waitEnd = setInterval(() => {
   if (settled < scheduledInWindow && performance.now() - w.startedAt() < (spec.durationS + 10) * 1000) return;
   clearInterval(waitEnd);
   const requests = latencies.length;
-  emit('result', { requests, seconds: spec.durationS, rps: requests / spec.durationS, latency: percentiles(latencies), statuses, errors, scheduled: scheduledInWindow });
+  emit('result', {
+    requests,
+    seconds: spec.durationS,
+    rps: requests / spec.durationS,
+    latency: percentiles(latencies),
+    statuses,
+    errors,
+    scheduled: scheduledInWindow,
+  });
   void pool.close().finally(() => process.exit(0));
 }, 20);

@@ -124,9 +124,16 @@ export function sample(pid: number, ours: readonly number[], everyMs = 200): { e
       const m1 = machineMs();
       const foreign = Math.max(0, m1.busy - m0.busy - (sumCpu(ours) - o0));
       return {
-        foreignPct: (100 * foreign) / wallMs, stealPct: (100 * (m1.steal - m0.steal)) / wallMs,
-        cpuMs: used, wallMs, cpuPct: (100 * used) / wallMs, rssStartMB: rssStart, rssMaxMB: Math.max(rssMax, rssEnd), rssEndMB: rssEnd,
-        reads: io.reads - io0.reads, writes: io.writes - io0.writes,
+        foreignPct: (100 * foreign) / wallMs,
+        stealPct: (100 * (m1.steal - m0.steal)) / wallMs,
+        cpuMs: used,
+        wallMs,
+        cpuPct: (100 * used) / wallMs,
+        rssStartMB: rssStart,
+        rssMaxMB: Math.max(rssMax, rssEnd),
+        rssEndMB: rssEnd,
+        reads: io.reads - io0.reads,
+        writes: io.writes - io0.writes,
       };
     },
   };

@@ -64,8 +64,14 @@ export async function start(name: string, cmd: string, args: string[], o: StartO
   });
   const deadline = Date.now() + (o.timeoutMs ?? 15_000);
   for (;;) {
-    if (child.exitCode !== null || child.signalCode !== null) throw new Error(`${name} exited early (${child.exitCode ?? child.signalCode}): ${errText || lines.join('\n')}`);
-    if (await Promise.resolve().then(() => o.ready(lines)).catch(() => false)) break;
+    if (child.exitCode !== null || child.signalCode !== null)
+      throw new Error(`${name} exited early (${child.exitCode ?? child.signalCode}): ${errText || lines.join('\n')}`);
+    if (
+      await Promise.resolve()
+        .then(() => o.ready(lines))
+        .catch(() => false)
+    )
+      break;
     if (Date.now() > deadline) {
       child.kill('SIGKILL');
       throw new Error(`${name} not ready after ${o.timeoutMs ?? 15_000} ms: ${errText || lines.join('\n')}`);

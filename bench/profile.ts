@@ -15,7 +15,16 @@ import { measure } from './measure.ts';
 import { SCENARIOS, type ScenarioId } from './scenarios.ts';
 import { summarise, summaryMarkdown } from './cpuprofile.ts';
 
-const { values } = parseArgs({ options: { seconds: { type: 'string', default: '8' }, only: { type: 'string', default: 'nonstream,stream64' }, top: { type: 'string', default: '30' }, ref: { type: 'string' }, embedded: { type: 'boolean', default: false }, key: { type: 'string', default: 'live' } } });
+const { values } = parseArgs({
+  options: {
+    seconds: { type: 'string', default: '8' },
+    only: { type: 'string', default: 'nonstream,stream64' },
+    top: { type: 'string', default: '30' },
+    ref: { type: 'string' },
+    embedded: { type: 'boolean', default: false },
+    key: { type: 'string', default: 'live' },
+  },
+});
 if (values.key !== 'live' && values.key !== 'test') throw new Error('--key must be live or test');
 const seconds = Number(values.seconds);
 if (!(seconds > 0 && seconds <= 60)) throw new Error('--seconds must be in (0, 60]');
@@ -25,14 +34,23 @@ const results = join(import.meta.dirname, 'results');
 const raw = join(results, 'profiles');
 mkdirSync(raw, { recursive: true });
 
-const L: string[] = [`# CPU profile of the ${values.key}-key path`, '', `Gateway under \`node --cpu-prof --cpu-prof-interval 500\`, ${values.key} key only, ${seconds} s of load after 1 s of warm-up; load generator, simulator and Redis share the cores. Node ${process.version}. Gateway code: ${label}. Regenerate with \`node bench/profile.ts\`.`, ''];
+const L: string[] = [
+  `# CPU profile of the ${values.key}-key path`,
+  '',
+  `Gateway under \`node --cpu-prof --cpu-prof-interval 500\`, ${values.key} key only, ${seconds} s of load after 1 s of warm-up; load generator, simulator and Redis share the cores. Node ${process.version}. Gateway code: ${label}. Regenerate with \`node bench/profile.ts\`.`,
+  '',
+];
 for (const id of ids) {
   const s = SCENARIOS.find((x) => x.id === id);
   if (!s) throw new Error(`unknown scenario ${id}`);
   const tmp = join(raw, `tmp-${id}`);
   rmSync(tmp, { recursive: true, force: true });
   mkdirSync(tmp);
-  const stack = await startStack({ gatewayNodeArgs: ['--cpu-prof', '--cpu-prof-dir', tmp, '--cpu-prof-interval', '500'], embedded: values.embedded, ...(ref && { ref }) });
+  const stack = await startStack({
+    gatewayNodeArgs: ['--cpu-prof', '--cpu-prof-dir', tmp, '--cpu-prof-interval', '500'],
+    embedded: values.embedded,
+    ...(ref && { ref }),
+  });
   let line = '';
   try {
     const target = stack.targets.find((t) => t.name === `tollgate/${values.key}`)!;

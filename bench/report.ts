@@ -106,17 +106,22 @@ export function buildReport(meta: Meta, ms: Measurement[]): Report {
       const mine = ms.filter((m) => m.scenario === sc.id && m.target === tn);
       if (mine.length === 0) continue;
       const within = (f: (m: Measurement, ref: Measurement) => number, ref: Target['name']) =>
-        median(mine.map((m) => {
-          const r = get(sc.id, ref, m.round);
-          return r ? f(m, r) : NaN;
-        }));
+        median(
+          mine.map((m) => {
+            const r = get(sc.id, ref, m.round);
+            return r ? f(m, r) : NaN;
+          }),
+        );
       const med = (f: (m: Measurement) => number) => median(mine.map(f));
-      const perRoundVsBare = mine.map((m) => {
-        const b = get(sc.id, 'bare', m.round);
-        return b ? m.result.rps / b.result.rps : NaN;
-      }).filter(Number.isFinite);
+      const perRoundVsBare = mine
+        .map((m) => {
+          const b = get(sc.id, 'bare', m.round);
+          return b ? m.result.rps / b.result.rps : NaN;
+        })
+        .filter(Number.isFinite);
       const row: Row = {
-        scenario: sc.id, target: tn,
+        scenario: sc.id,
+        target: tn,
         rps: med((m) => m.result.rps),
         vsDirect: within((m, r) => m.result.rps / r.result.rps, 'direct'),
         vsBare: within((m, r) => m.result.rps / r.result.rps, 'bare'),
@@ -125,10 +130,16 @@ export function buildReport(meta: Meta, ms: Measurement[]): Report {
           vsBareRedis: within((m, r) => m.result.rps / r.result.rps, 'bare+redis'),
           cpuVsBareRedis: within((m, r) => m.cpuUsPerReq / r.cpuUsPerReq, 'bare+redis'),
         }),
-        p50: med((m) => m.result.latency.p50), p99: med((m) => m.result.latency.p99), p999: med((m) => m.result.latency.p999),
-        cpuPct: med((m) => m.proc.cpuPct), cpuUsPerReq: med((m) => m.cpuUsPerReq), ...(mine.some((m) => m.redisUsPerReq !== undefined) && { redisUsPerReq: med((m) => m.redisUsPerReq ?? NaN) }),
-        rssMaxMB: med((m) => m.proc.rssMaxMB), rssIdleMB: med((m) => m.rssIdleMB),
-        readsPerReq: med((m) => m.proc.reads / m.result.requests), writesPerReq: med((m) => m.proc.writes / m.result.requests),
+        p50: med((m) => m.result.latency.p50),
+        p99: med((m) => m.result.latency.p99),
+        p999: med((m) => m.result.latency.p999),
+        cpuPct: med((m) => m.proc.cpuPct),
+        cpuUsPerReq: med((m) => m.cpuUsPerReq),
+        ...(mine.some((m) => m.redisUsPerReq !== undefined) && { redisUsPerReq: med((m) => m.redisUsPerReq ?? NaN) }),
+        rssMaxMB: med((m) => m.proc.rssMaxMB),
+        rssIdleMB: med((m) => m.rssIdleMB),
+        readsPerReq: med((m) => m.proc.reads / m.result.requests),
+        writesPerReq: med((m) => m.proc.writes / m.result.requests),
         foreignPct: med((m) => m.proc.foreignPct),
         errors: mine.reduce((a, m) => a + m.result.errors, 0),
         non2xx: mine.reduce((a, m) => a + Object.values(m.result.statuses).reduce((x, y) => x + y, 0), 0),
@@ -160,33 +171,77 @@ function checks(rows: Row[]): Check[] {
   const live = (s: ScenarioId) => row(s, 'tollgate/live');
   const vsRef = (s: ScenarioId, min: number, what: string) => {
     const r = live(s);
-    if (r?.vsBareRedis !== undefined) out.push({ what, target: `≥ ${min.toFixed(2)}× bare+redis`, got: `${fmt(r.vsBareRedis, 2)}× (${fmt(r.vsBare, 2)}× bare)`, pass: r.vsBareRedis >= min });
+    if (r?.vsBareRedis !== undefined)
+      out.push({
+        what,
+        target: `≥ ${min.toFixed(2)}× bare+redis`,
+        got: `${fmt(r.vsBareRedis, 2)}× (${fmt(r.vsBare, 2)}× bare)`,
+        pass: r.vsBareRedis >= min,
+      });
   };
   vsRef('nonstream', 0.85, 'live key, non-streaming req/s');
   const ns = live('nonstream');
-  if (ns?.cpuVsBareRedis !== undefined) out.push({ what: 'live key, non-streaming CPU per request', target: '≤ 1.30× bare+redis', got: `${fmt(ns.cpuVsBareRedis, 2)}× (${fmt(ns.cpuUsPerReq, 0)} µs)`, pass: ns.cpuVsBareRedis <= 1.3 });
+  if (ns?.cpuVsBareRedis !== undefined)
+    out.push({
+      what: 'live key, non-streaming CPU per request',
+      target: '≤ 1.30× bare+redis',
+      got: `${fmt(ns.cpuVsBareRedis, 2)}× (${fmt(ns.cpuUsPerReq, 0)} µs)`,
+      pass: ns.cpuVsBareRedis <= 1.3,
+    });
   vsRef('stream64', 0.9, 'live key, streaming 64 tokens req/s');
   for (const s of ['nonstream', 'stream64'] as const) {
     const [t, l] = [row(s, 'tollgate/test'), live(s)];
-    if (t && l) out.push({ what: `test key CPU per request, ${SCENARIOS.find((x) => x.id === s)!.title}`, target: '≤ the live key\'s', got: `${fmt(t.cpuUsPerReq, 0)} vs ${fmt(l.cpuUsPerReq, 0)} µs`, pass: t.cpuUsPerReq <= l.cpuUsPerReq });
+    if (t && l)
+      out.push({
+        what: `test key CPU per request, ${SCENARIOS.find((x) => x.id === s)!.title}`,
+        target: "≤ the live key's",
+        got: `${fmt(t.cpuUsPerReq, 0)} vs ${fmt(l.cpuUsPerReq, 0)} µs`,
+        pass: t.cpuUsPerReq <= l.cpuUsPerReq,
+      });
   }
   for (const [s, ref] of Object.entries(REFERENCE) as [ScenarioId, number][]) {
     const r = row(s, 'bare+redis');
-    if (r) out.push({ what: `calibration: bare + 2 Redis round trips, ${SCENARIOS.find((x) => x.id === s)!.title}`, target: `${ref.toFixed(2)}× bare on the issue's machine`, got: `${r.vsBare.toFixed(2)}×`, pass: null });
+    if (r)
+      out.push({
+        what: `calibration: bare + 2 Redis round trips, ${SCENARIOS.find((x) => x.id === s)!.title}`,
+        target: `${ref.toFixed(2)}× bare on the issue's machine`,
+        got: `${r.vsBare.toFixed(2)}×`,
+        pass: null,
+      });
   }
   const slow = live('slow1000');
   if (slow) {
     const [lo, hi] = slow.vsBareRange;
-    out.push({ what: 'live key, 1,000 slow streams req/s', target: '≥ 0.95× bare', got: `${fmt(slow.vsBare, 2)}×${hi - lo >= 0.005 ? ` (rounds ${fmt(lo, 2)}–${fmt(hi, 2)})` : ''}`, pass: slow.vsBare >= 0.95 });
-    out.push({ what: 'live key, 1,000 slow streams: gateway RSS', target: '≤ 300 MB', got: `${slow.rssMaxMB.toFixed(0)} MB`, pass: slow.rssMaxMB <= 300 });
+    out.push({
+      what: 'live key, 1,000 slow streams req/s',
+      target: '≥ 0.95× bare',
+      got: `${fmt(slow.vsBare, 2)}×${hi - lo >= 0.005 ? ` (rounds ${fmt(lo, 2)}–${fmt(hi, 2)})` : ''}`,
+      pass: slow.vsBare >= 0.95,
+    });
+    out.push({
+      what: 'live key, 1,000 slow streams: gateway RSS',
+      target: '≤ 300 MB',
+      got: `${slow.rssMaxMB.toFixed(0)} MB`,
+      pass: slow.rssMaxMB <= 300,
+    });
     const d = slow.ttfbP99OverBare ?? NaN;
     out.push({ what: 'live key, 1,000 slow streams: TTFB p99 over bare', target: '≤ 20 ms', got: `${fmt(d, 1)} ms`, pass: d <= 20 });
   }
   for (const t of ['tollgate/test', 'tollgate/live'] as const) {
     const r = row('rate2000', t);
     if (!r) continue;
-    out.push({ what: `${t.slice(9)} key, 2,000 req/s: added p50 over direct`, target: '≤ 0.3 ms', got: `${fmt(r.addedP50 ?? NaN, 2)} ms`, pass: (r.addedP50 ?? Infinity) <= 0.3 });
-    out.push({ what: `${t.slice(9)} key, 2,000 req/s: added p99 over direct`, target: '≤ 1.5 ms', got: `${fmt(r.addedP99 ?? NaN, 2)} ms`, pass: (r.addedP99 ?? Infinity) <= 1.5 });
+    out.push({
+      what: `${t.slice(9)} key, 2,000 req/s: added p50 over direct`,
+      target: '≤ 0.3 ms',
+      got: `${fmt(r.addedP50 ?? NaN, 2)} ms`,
+      pass: (r.addedP50 ?? Infinity) <= 0.3,
+    });
+    out.push({
+      what: `${t.slice(9)} key, 2,000 req/s: added p99 over direct`,
+      target: '≤ 1.5 ms',
+      got: `${fmt(r.addedP99 ?? NaN, 2)} ms`,
+      pass: (r.addedP99 ?? Infinity) <= 1.5,
+    });
   }
   return out;
 }
@@ -200,42 +255,87 @@ export function toMarkdown(r: Report, chartFile?: string): string {
   const m = r.meta;
   const L: string[] = [];
   L.push(`# Tollgate load benchmark (${m.mode})`, '');
-  L.push(`Node ${m.node} · ${m.cpus} CPUs (${m.cpuModel}) · commit \`${m.commit}\` · store: **${m.store === 'redis' ? 'Redis (redis-server, loopback)' : 'embedded (in the gateway process: --embedded, or no redis-server on PATH)'}** · ${m.rounds} round(s) · ${m.date} · load average at start ${m.loadAvg.map((x) => x.toFixed(2)).join(' ')}${m.gatewayNodeArgs.length ? ` · gateway node flags \`${m.gatewayNodeArgs.join(' ')}\`` : ''}`, '');
-  L.push('Load generator (wrk for closed loops), simulator, Redis, bare proxy and gateway share the same cores. Each number is the median over rounds (the × bare column also shows the lowest–highest round); ratios are taken within a round (targets run back to back: direct → bare → ' + (r.rows.some((x) => x.target === 'bare+redis') ? 'bare+redis (the bare proxy plus two autopipelined Redis round trips) → ' : '') + 'tollgate/test → tollgate/live), then the median. CPU and RSS are those of the target\'s process (the simulator for direct, the proxy otherwise); CPU % is of one core; "Redis µs/req" is redis-server\'s CPU per request, on the same cores; syscalls/req are the target process\'s read + write system calls per completed request (/proc/<pid>/io), a large share of a proxy\'s CPU on loopback; "others CPU %" is what processes outside the benchmark used meanwhile (other work on a shared machine: high values make a row untrustworthy).', '');
+  L.push(
+    `Node ${m.node} · ${m.cpus} CPUs (${m.cpuModel}) · commit \`${m.commit}\` · store: **${m.store === 'redis' ? 'Redis (redis-server, loopback)' : 'embedded (in the gateway process: --embedded, or no redis-server on PATH)'}** · ${m.rounds} round(s) · ${m.date} · load average at start ${m.loadAvg.map((x) => x.toFixed(2)).join(' ')}${m.gatewayNodeArgs.length ? ` · gateway node flags \`${m.gatewayNodeArgs.join(' ')}\`` : ''}`,
+    '',
+  );
+  L.push(
+    'Load generator (wrk for closed loops), simulator, Redis, bare proxy and gateway share the same cores. Each number is the median over rounds (the × bare column also shows the lowest–highest round); ratios are taken within a round (targets run back to back: direct → bare → ' +
+      (r.rows.some((x) => x.target === 'bare+redis') ? 'bare+redis (the bare proxy plus two autopipelined Redis round trips) → ' : '') +
+      'tollgate/test → tollgate/live), then the median. CPU and RSS are those of the target\'s process (the simulator for direct, the proxy otherwise); CPU % is of one core; "Redis µs/req" is redis-server\'s CPU per request, on the same cores; syscalls/req are the target process\'s read + write system calls per completed request (/proc/<pid>/io), a large share of a proxy\'s CPU on loopback; "others CPU %" is what processes outside the benchmark used meanwhile (other work on a shared machine: high values make a row untrustworthy).',
+    '',
+  );
   const all = r.measurements;
   if (all.length) {
-    L.push(`Across all ${all.length} runs: median CPU used by other processes ${median(all.map((x) => x.proc.foreignPct)).toFixed(0)} % (max ${Math.max(...all.map((x) => x.proc.foreignPct)).toFixed(0)} %), median CPU stolen by the hypervisor ${median(all.map((x) => x.proc.stealPct)).toFixed(1)} % (of one core).`, '');
+    L.push(
+      `Across all ${all.length} runs: median CPU used by other processes ${median(all.map((x) => x.proc.foreignPct)).toFixed(0)} % (max ${Math.max(...all.map((x) => x.proc.foreignPct)).toFixed(0)} %), median CPU stolen by the hypervisor ${median(all.map((x) => x.proc.stealPct)).toFixed(1)} % (of one core).`,
+      '',
+    );
   }
   if (chartFile) L.push(`![ratios](${chartFile})`, '');
   L.push('## Targets (wrk, this run)', '', '| what | target | got | |', '|---|---|---|---|');
-  for (const c of r.checks) L.push(`| ${c.what} | ${c.target} | ${c.got} | ${c.pass === null ? 'calibration' : c.pass ? 'met' : '**not met**'} |`);
+  for (const c of r.checks)
+    L.push(`| ${c.what} | ${c.target} | ${c.got} | ${c.pass === null ? 'calibration' : c.pass ? 'met' : '**not met**'} |`);
   L.push('', '## Throughput and latency', '');
-  L.push('| scenario | target | req/s | × direct | × bare | × bare+redis | p50 ms | p99 ms | p99.9 ms | CPU % | CPU µs/req | Redis µs/req | syscalls/req r+w | RSS MB | errors/non-2xx | others CPU % |');
+  L.push(
+    '| scenario | target | req/s | × direct | × bare | × bare+redis | p50 ms | p99 ms | p99.9 ms | CPU % | CPU µs/req | Redis µs/req | syscalls/req r+w | RSS MB | errors/non-2xx | others CPU % |',
+  );
   L.push('|---|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|');
   for (const x of r.rows) {
     const title = SCENARIOS.find((s) => s.id === x.scenario)!.title;
-    L.push(`| ${title} | ${x.target} | ${fmt(x.rps, 0)} | ${fmt(x.vsDirect, 2)} | ${fmt(x.vsBare, 2)}${x.vsBareRange[1] - x.vsBareRange[0] >= 0.005 ? ` (${fmt(x.vsBareRange[0], 2)}–${fmt(x.vsBareRange[1], 2)})` : ''} | ${x.vsBareRedis === undefined ? '–' : fmt(x.vsBareRedis, 2)} | ${fmt(x.p50, 2)} | ${fmt(x.p99, 2)} | ${fmt(x.p999, 2)} | ${fmt(x.cpuPct, 0)} | ${fmt(x.cpuUsPerReq, 0)} | ${x.redisUsPerReq === undefined ? '–' : fmt(x.redisUsPerReq, 0)} | ${fmt(x.readsPerReq, 1)}+${fmt(x.writesPerReq, 1)} | ${fmt(x.rssMaxMB, 0)} | ${x.errors}/${x.non2xx} | ${fmt(x.foreignPct, 0)} |`);
+    L.push(
+      `| ${title} | ${x.target} | ${fmt(x.rps, 0)} | ${fmt(x.vsDirect, 2)} | ${fmt(x.vsBare, 2)}${x.vsBareRange[1] - x.vsBareRange[0] >= 0.005 ? ` (${fmt(x.vsBareRange[0], 2)}–${fmt(x.vsBareRange[1], 2)})` : ''} | ${x.vsBareRedis === undefined ? '–' : fmt(x.vsBareRedis, 2)} | ${fmt(x.p50, 2)} | ${fmt(x.p99, 2)} | ${fmt(x.p999, 2)} | ${fmt(x.cpuPct, 0)} | ${fmt(x.cpuUsPerReq, 0)} | ${x.redisUsPerReq === undefined ? '–' : fmt(x.redisUsPerReq, 0)} | ${fmt(x.readsPerReq, 1)}+${fmt(x.writesPerReq, 1)} | ${fmt(x.rssMaxMB, 0)} | ${x.errors}/${x.non2xx} | ${fmt(x.foreignPct, 0)} |`,
+    );
   }
   const slow = r.rows.filter((x) => x.scenario === 'slow1000');
   if (slow.length) {
-    L.push('', '## 1,000 slow streams: time to first byte and memory', '', 'Stream latency above is the whole stream (64 tokens × 20 ms ≈ 1.3 s). TTFB and stream latency count streams started after the first 2 s, when the 1,000 connections are open; "SYNs dropped" counts the whole run, the connection ramp included (a proxy that accepts too slowly overflows its listen queue of 511, and those clients wait 1–3 s to retry).', '');
-    L.push('| target | TTFB p50 ms | TTFB p99 ms | TTFB p99 over bare ms | streams without a first byte | SYNs dropped (listen queue full) | RSS before MB | peak RSS MB | RSS growth per open stream KB |', '|---|--:|--:|--:|--:|--:|--:|--:|--:|');
+    L.push(
+      '',
+      '## 1,000 slow streams: time to first byte and memory',
+      '',
+      'Stream latency above is the whole stream (64 tokens × 20 ms ≈ 1.3 s). TTFB and stream latency count streams started after the first 2 s, when the 1,000 connections are open; "SYNs dropped" counts the whole run, the connection ramp included (a proxy that accepts too slowly overflows its listen queue of 511, and those clients wait 1–3 s to retry).',
+      '',
+    );
+    L.push(
+      '| target | TTFB p50 ms | TTFB p99 ms | TTFB p99 over bare ms | streams without a first byte | SYNs dropped (listen queue full) | RSS before MB | peak RSS MB | RSS growth per open stream KB |',
+      '|---|--:|--:|--:|--:|--:|--:|--:|--:|',
+    );
     for (const x of slow) {
-      L.push(`| ${x.target} | ${fmt(x.ttfbP50 ?? NaN, 2)} | ${fmt(x.ttfbP99 ?? NaN, 2)} | ${x.target === 'bare' ? '0' : fmt(x.ttfbP99OverBare ?? NaN, 2)} | ${x.ttfbCensored ?? 0} | ${fmt(x.listenOverflows ?? NaN, 0)} | ${fmt(x.rssIdleMB, 0)} | ${fmt(x.rssMaxMB, 0)} | ${x.target === 'direct' ? '–' : fmt(x.kbPerStream ?? NaN, 1)} |`);
+      L.push(
+        `| ${x.target} | ${fmt(x.ttfbP50 ?? NaN, 2)} | ${fmt(x.ttfbP99 ?? NaN, 2)} | ${x.target === 'bare' ? '0' : fmt(x.ttfbP99OverBare ?? NaN, 2)} | ${x.ttfbCensored ?? 0} | ${fmt(x.listenOverflows ?? NaN, 0)} | ${fmt(x.rssIdleMB, 0)} | ${fmt(x.rssMaxMB, 0)} | ${x.target === 'direct' ? '–' : fmt(x.kbPerStream ?? NaN, 1)} |`,
+      );
     }
   }
   const rate = r.rows.filter((x) => x.scenario === 'rate2000');
   if (rate.length) {
-    L.push('', '## Fixed 2,000 req/s: latency added over direct', '', 'Open loop: latency runs from each request\'s scheduled start, so stalls are not hidden.', '');
+    L.push(
+      '',
+      '## Fixed 2,000 req/s: latency added over direct',
+      '',
+      "Open loop: latency runs from each request's scheduled start, so stalls are not hidden.",
+      '',
+    );
     L.push('| target | req/s | p50 ms | p99 ms | added p50 ms | added p99 ms |', '|---|--:|--:|--:|--:|--:|');
-    for (const x of rate) L.push(`| ${x.target} | ${fmt(x.rps, 0)} | ${fmt(x.p50, 3)} | ${fmt(x.p99, 3)} | ${x.target === 'direct' ? '0' : fmt(x.addedP50 ?? NaN, 3)} | ${x.target === 'direct' ? '0' : fmt(x.addedP99 ?? NaN, 3)} |`);
+    for (const x of rate)
+      L.push(
+        `| ${x.target} | ${fmt(x.rps, 0)} | ${fmt(x.p50, 3)} | ${fmt(x.p99, 3)} | ${x.target === 'direct' ? '0' : fmt(x.addedP50 ?? NaN, 3)} | ${x.target === 'direct' ? '0' : fmt(x.addedP99 ?? NaN, 3)} |`,
+      );
   }
   const serial = r.rows.filter((x) => x.scenario === 'serial');
   if (serial.length) {
-    L.push('', '## One request at a time: the critical path', '', 'Closed loop with one connection (`--only serial`): no queueing, so each target\'s latency is the work on its request\'s path plus its waits (upstream, Redis, process wake-ups).', '');
+    L.push(
+      '',
+      '## One request at a time: the critical path',
+      '',
+      "Closed loop with one connection (`--only serial`): no queueing, so each target's latency is the work on its request's path plus its waits (upstream, Redis, process wake-ups).",
+      '',
+    );
     const bareP50 = serial.find((x) => x.target === 'bare')?.p50 ?? NaN;
     L.push('| target | req/s | p50 ms | p99 ms | added p50 over direct ms | p50 over bare ms |', '|---|--:|--:|--:|--:|--:|');
-    for (const x of serial) L.push(`| ${x.target} | ${fmt(x.rps, 0)} | ${fmt(x.p50, 3)} | ${fmt(x.p99, 3)} | ${x.target === 'direct' ? '0' : fmt(x.addedP50 ?? NaN, 3)} | ${x.target === 'direct' ? '–' : fmt(x.p50 - bareP50, 3)} |`);
+    for (const x of serial)
+      L.push(
+        `| ${x.target} | ${fmt(x.rps, 0)} | ${fmt(x.p50, 3)} | ${fmt(x.p99, 3)} | ${x.target === 'direct' ? '0' : fmt(x.addedP50 ?? NaN, 3)} | ${x.target === 'direct' ? '–' : fmt(x.p50 - bareP50, 3)} |`,
+      );
   }
   L.push('');
   return L.join('\n');

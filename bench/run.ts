@@ -54,13 +54,27 @@ async function runAll(): Promise<Report> {
   const t0 = Date.now();
   const log = (s: string) => process.stdout.write(`[${((Date.now() - t0) / 1000).toFixed(0).padStart(3)} s] ${s}\n`);
   const meta0 = { loadAvg: loadavg(), date: new Date().toISOString() };
-  const stack = await startStack({ embedded: values.embedded, reference: values.reference && !values.embedded, gatewayNodeArgs, ...(ref && { ref }) });
-  log(`stack up: store=${stack.store}, gateway stderr in ${stack.dir} (removed at the end)${gatewayNodeArgs.length ? `, gateway node flags: ${gatewayNodeArgs.join(' ')}` : ''}`);
+  const stack = await startStack({
+    embedded: values.embedded,
+    reference: values.reference && !values.embedded,
+    gatewayNodeArgs,
+    ...(ref && { ref }),
+  });
+  log(
+    `stack up: store=${stack.store}, gateway stderr in ${stack.dir} (removed at the end)${gatewayNodeArgs.length ? `, gateway node flags: ${gatewayNodeArgs.join(' ')}` : ''}`,
+  );
   const ms: Measurement[] = [];
   try {
     // One unmeasured pass per target so JIT, pools and the key cache are warm before round 1.
     const warm = SCENARIOS.find((s) => s.id === 'stream64')!;
-    for (const t of stack.targets) await measure({ ...warm, spec: (tt, q) => ({ ...warm.spec(tt, q), warmupS: 0, durationS: quick ? 0.5 : 1 }) }, t, 0, true, stack.pids);
+    for (const t of stack.targets)
+      await measure(
+        { ...warm, spec: (tt, q) => ({ ...warm.spec(tt, q), warmupS: 0, durationS: quick ? 0.5 : 1 }) },
+        t,
+        0,
+        true,
+        stack.pids,
+      );
     for (let round = 1; round <= rounds; round++) {
       for (const s of scenarios) {
         for (const t of stack.targets) {
@@ -69,7 +83,9 @@ async function runAll(): Promise<Report> {
           const r = m.result;
           const extra = r.ttfb ? ` ttfb p99 ${r.ttfb.p99.toFixed(1)} ms, open ${r.maxOpen}` : '';
           const bad = r.errors + Object.values(r.statuses).reduce((a, b) => a + b, 0);
-          log(`round ${round}/${rounds} ${s.id.padEnd(9)} → ${t.name.padEnd(13)} ${r.rps.toFixed(0).padStart(6)} req/s  p50 ${r.latency.p50.toFixed(2)} p99 ${r.latency.p99.toFixed(2)} ms  cpu ${m.proc.cpuPct.toFixed(0)}% rss ${m.proc.rssMaxMB.toFixed(0)} MB${extra}${m.proc.foreignPct > 10 ? `  (others used ${m.proc.foreignPct.toFixed(0)}% CPU)` : ''}${bad ? `  ${bad} errors/non-2xx` : ''}`);
+          log(
+            `round ${round}/${rounds} ${s.id.padEnd(9)} → ${t.name.padEnd(13)} ${r.rps.toFixed(0).padStart(6)} req/s  p50 ${r.latency.p50.toFixed(2)} p99 ${r.latency.p99.toFixed(2)} ms  cpu ${m.proc.cpuPct.toFixed(0)}% rss ${m.proc.rssMaxMB.toFixed(0)} MB${extra}${m.proc.foreignPct > 10 ? `  (others used ${m.proc.foreignPct.toFixed(0)}% CPU)` : ''}${bad ? `  ${bad} errors/non-2xx` : ''}`,
+          );
           // 1,000 streams cut at the window's end: let the proxies finish tearing them down.
           if (s.client === 'streams') await new Promise((res) => setTimeout(res, quick ? 300 : 1000));
         }
@@ -80,8 +96,15 @@ async function runAll(): Promise<Report> {
   }
 
   const meta: Meta = {
-    node: process.version, cpus: cpus().length, cpuModel: cpus()[0]?.model.trim() ?? 'unknown', commit: commitLabel, store: stack.store,
-    mode: quick ? 'quick' : 'full', rounds, gatewayNodeArgs, ...meta0,
+    node: process.version,
+    cpus: cpus().length,
+    cpuModel: cpus()[0]?.model.trim() ?? 'unknown',
+    commit: commitLabel,
+    store: stack.store,
+    mode: quick ? 'quick' : 'full',
+    rounds,
+    gatewayNodeArgs,
+    ...meta0,
   };
   return buildReport(meta, ms);
 }
@@ -93,12 +116,16 @@ const meta = report.meta;
 const dir = join(import.meta.dirname, 'results');
 mkdirSync(join(dir, 'runs'), { recursive: true });
 const base = meta.mode === 'quick' ? 'quick' : 'latest';
-const previous = !values.render && existsSync(join(dir, `${base}.json`)) ? (JSON.parse(readFileSync(join(dir, `${base}.json`), 'utf8')) as Report) : undefined;
+const previous =
+  !values.render && existsSync(join(dir, `${base}.json`))
+    ? (JSON.parse(readFileSync(join(dir, `${base}.json`), 'utf8')) as Report)
+    : undefined;
 const md = toMarkdown(report, `${base}.svg`);
 writeFileSync(join(dir, `${base}.md`), md);
 writeFileSync(join(dir, `${base}.json`), `${JSON.stringify(report, null, 1)}\n`);
 writeFileSync(join(dir, `${base}.svg`), toSvg(report));
-if (!values.render) writeFileSync(join(dir, 'runs', `${meta.date.replace(/[:.]/g, '-')}-${meta.mode}.json`), `${JSON.stringify(report, null, 1)}\n`);
+if (!values.render)
+  writeFileSync(join(dir, 'runs', `${meta.date.replace(/[:.]/g, '-')}-${meta.mode}.json`), `${JSON.stringify(report, null, 1)}\n`);
 process.stdout.write(`\n${md}\n`);
 // A full run also refreshes the results section of bench/README.md (between the two markers).
 const readme = join(import.meta.dirname, 'README.md');
@@ -108,7 +135,10 @@ if (base === 'latest' && existsSync(readme)) {
   const i = text.indexOf(a);
   const j = text.indexOf(b);
   if (i >= 0 && j > i) {
-    const body = md.replace(/^# .*\n/, '').replace(/^## /gm, '### ').replace('](latest.svg)', '](results/latest.svg)');
+    const body = md
+      .replace(/^# .*\n/, '')
+      .replace(/^## /gm, '### ')
+      .replace('](latest.svg)', '](results/latest.svg)');
     writeFileSync(readme, `${text.slice(0, i + a.length)}\n${body}\n${text.slice(j)}`);
   }
 }
@@ -116,7 +146,10 @@ if (previous) {
   process.stdout.write(`Change of the live key's req/s vs the previous ${base}.json (${previous.meta.commit}):\n`);
   for (const r of report.rows.filter((x) => x.target === 'tollgate/live')) {
     const p = previous.rows.find((x) => x.scenario === r.scenario && x.target === r.target);
-    if (p) process.stdout.write(`  ${r.scenario.padEnd(9)} ×bare ${p.vsBare.toFixed(2)} → ${r.vsBare.toFixed(2)}, p99 ${p.p99.toFixed(2)} → ${r.p99.toFixed(2)} ms\n`);
+    if (p)
+      process.stdout.write(
+        `  ${r.scenario.padEnd(9)} ×bare ${p.vsBare.toFixed(2)} → ${r.vsBare.toFixed(2)}, p99 ${p.p99.toFixed(2)} → ${r.p99.toFixed(2)} ms\n`,
+      );
   }
 }
 process.stdout.write(`wrote bench/results/${base}.{md,json,svg}\n`);

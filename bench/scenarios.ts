@@ -40,33 +40,58 @@ const win = (quick: boolean) => (quick ? { warmupS: 0.4, durationS: 1.2 } : { wa
 
 export const SCENARIOS: readonly Scenario[] = [
   {
-    id: 'nonstream', title: 'non-streaming, 64 tokens, c=64', client: 'wrk',
+    id: 'nonstream',
+    title: 'non-streaming, 64 tokens, c=64',
+    client: 'wrk',
     spec: (t, q) => ({ url: `${t.base}/chat/completions`, headers: headers(t), body: body(SHORT, false), connections: 64, ...win(q) }),
   },
   {
-    id: 'stream64', title: 'streaming, 64 tokens, c=64', client: 'wrk',
+    id: 'stream64',
+    title: 'streaming, 64 tokens, c=64',
+    client: 'wrk',
     spec: (t, q) => ({ url: `${t.base}/chat/completions`, headers: headers(t), body: body(SHORT, true), connections: 64, ...win(q) }),
   },
   {
-    id: 'slow1000', title: '1,000 slow streams, 64 tokens × 20 ms', client: 'streams',
+    id: 'slow1000',
+    title: '1,000 slow streams, 64 tokens × 20 ms',
+    client: 'streams',
     // 64 tokens at 20 ms ≈ 1.3 s per stream; TTFB counts only streams started after the first 2 s.
     spec: (t, q) => ({
-      url: `${t.base}/chat/completions`, headers: headers(t), body: body(SHORT, true, { tokens: 64, delay_ms: 20 }),
-      connections: 1000, warmupS: 2, durationS: q ? 1.5 : 4, rampS: 1,
+      url: `${t.base}/chat/completions`,
+      headers: headers(t),
+      body: body(SHORT, true, { tokens: 64, delay_ms: 20 }),
+      connections: 1000,
+      warmupS: 2,
+      durationS: q ? 1.5 : 4,
+      rampS: 1,
     }),
   },
   {
-    id: 'prompt32k', title: '32 KB prompt, non-streaming, c=64', client: 'wrk',
+    id: 'prompt32k',
+    title: '32 KB prompt, non-streaming, c=64',
+    client: 'wrk',
     spec: (t, q) => ({ url: `${t.base}/chat/completions`, headers: headers(t), body: body(LONG, false), connections: 64, ...win(q) }),
   },
   {
-    id: 'rate2000', title: 'fixed 2,000 req/s, non-streaming (open loop)', client: 'paced',
-    spec: (t, q) => ({ url: `${t.base}/chat/completions`, headers: headers(t), body: body(SHORT, false), connections: 256, rate: 2000, ...win(q) }),
+    id: 'rate2000',
+    title: 'fixed 2,000 req/s, non-streaming (open loop)',
+    client: 'paced',
+    spec: (t, q) => ({
+      url: `${t.base}/chat/completions`,
+      headers: headers(t),
+      body: body(SHORT, false),
+      connections: 256,
+      rate: 2000,
+      ...win(q),
+    }),
   },
   {
     // No queueing at all: each target's latency is its critical path (the proxy's work between the
     // waits, plus the waits: Redis and upstream round trips, process wake-ups).
-    id: 'serial', title: 'non-streaming, one request at a time (c=1)', client: 'wrk', optIn: true,
+    id: 'serial',
+    title: 'non-streaming, one request at a time (c=1)',
+    client: 'wrk',
+    optIn: true,
     spec: (t, q) => ({ url: `${t.base}/chat/completions`, headers: headers(t), body: body(SHORT, false), connections: 1, ...win(q) }),
   },
 ];

@@ -59,7 +59,9 @@ export interface StackOptions {
 function exportRef(ref: string, dir: string): string {
   const root = join(dir, 'ref');
   mkdirSync(root);
-  execFileSync('sh', ['-c', 'git archive --format=tar "$1" src package.json | tar -x -C "$2"', 'sh', ref, root], { stdio: ['ignore', 'ignore', 'pipe'] });
+  execFileSync('sh', ['-c', 'git archive --format=tar "$1" src package.json | tar -x -C "$2"', 'sh', ref, root], {
+    stdio: ['ignore', 'ignore', 'pipe'],
+  });
   symlinkSync(join(process.cwd(), 'node_modules'), join(root, 'node_modules'));
   return root;
 }
@@ -83,7 +85,9 @@ export async function startStack(o: StackOptions = {}): Promise<Stack> {
     rmSync(dir, { recursive: true, force: true });
   };
   try {
-    const sim = await start('simulator', process.execPath, ['src/simulator/cli.ts', '--port', '0'], { ready: (l) => l.some((x) => x.startsWith('http')) });
+    const sim = await start('simulator', process.execPath, ['src/simulator/cli.ts', '--port', '0'], {
+      ready: (l) => l.some((x) => x.startsWith('http')),
+    });
     procs.push(sim);
     const simUrl = firstLine(sim);
 
@@ -92,21 +96,33 @@ export async function startStack(o: StackOptions = {}): Promise<Stack> {
     let redisPid: number | undefined;
     if (useRedis) {
       const port = await freePort();
-      const redis = await start('redis', 'redis-server', ['--port', String(port), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no'], {
-        ready: (l) => l.some((x) => x.includes('Ready to accept connections')),
-      });
+      const redis = await start(
+        'redis',
+        'redis-server',
+        ['--port', String(port), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no'],
+        {
+          ready: (l) => l.some((x) => x.includes('Ready to accept connections')),
+        },
+      );
       procs.push(redis);
       redisPid = redis.pid;
       redisUrl = `redis://127.0.0.1:${port}`;
     }
 
-    const bare = await start('bare-proxy', process.execPath, ['bench/bare-proxy.ts', '--port', '0', '--upstream', new URL(simUrl).origin], { ready: (l) => l.some((x) => x.startsWith('http')) });
+    const bare = await start('bare-proxy', process.execPath, ['bench/bare-proxy.ts', '--port', '0', '--upstream', new URL(simUrl).origin], {
+      ready: (l) => l.some((x) => x.startsWith('http')),
+    });
     procs.push(bare);
     const bareUrl = firstLine(bare);
     let bareRedis: Proc | undefined;
     if (o.reference) {
       if (!redisUrl) throw new Error('--reference needs redis-server on PATH (and no --embedded)');
-      bareRedis = await start('bare-redis-proxy', process.execPath, ['bench/bare-proxy.ts', '--port', '0', '--upstream', new URL(simUrl).origin, '--redis', redisUrl], { ready: (l) => l.some((x) => x.startsWith('http')) });
+      bareRedis = await start(
+        'bare-redis-proxy',
+        process.execPath,
+        ['bench/bare-proxy.ts', '--port', '0', '--upstream', new URL(simUrl).origin, '--redis', redisUrl],
+        { ready: (l) => l.some((x) => x.startsWith('http')) },
+      );
       procs.push(bareRedis);
     }
 
@@ -116,27 +132,53 @@ export async function startStack(o: StackOptions = {}): Promise<Stack> {
       server: { host: '127.0.0.1', port, admin_host: '127.0.0.1', admin_port: adminPort, drain_seconds: 2 },
       store: { command_timeout_ms: 500 },
       log_level: 'info',
-      models: [{ name: MODEL, upstream_model: 'sim/bench-1', max_output_tokens: 256, price: { input: 0.1, output: 0.4 }, upstreams: [{ url: simUrl, api_key: 'upstream-secret' }] }],
+      models: [
+        {
+          name: MODEL,
+          upstream_model: 'sim/bench-1',
+          max_output_tokens: 256,
+          price: { input: 0.1, output: 0.4 },
+          upstreams: [{ url: simUrl, api_key: 'upstream-secret' }],
+        },
+      ],
     };
     const configFile = join(dir, 'tollgate.yaml');
     writeFileSync(configFile, JSON.stringify(config, null, 2)); // JSON is YAML
-    const env: NodeJS.ProcessEnv = { ...process.env, TOLLGATE_CONFIG: configFile, TOLLGATE_ADMIN_TOKEN: adminToken, NODE_ENV: 'production' };
+    const env: NodeJS.ProcessEnv = {
+      ...process.env,
+      TOLLGATE_CONFIG: configFile,
+      TOLLGATE_ADMIN_TOKEN: adminToken,
+      NODE_ENV: 'production',
+    };
     if (redisUrl) env.REDIS_URL = redisUrl;
     else delete env.NODE_ENV; // production refuses the embedded store
     const adminUrl = `http://127.0.0.1:${adminPort}`;
     const gateway = await start('gateway', process.execPath, [...PRODUCTION_NODE_ARGS, ...(o.gatewayNodeArgs ?? []), 'src/main.ts'], {
-      env, ...(o.ref && { cwd: exportRef(o.ref, dir) }), logFile: join(dir, 'gateway.stderr.log'), ready: () => answers(`${adminUrl}/readyz`), timeoutMs: 20_000,
+      env,
+      ...(o.ref && { cwd: exportRef(o.ref, dir) }),
+      logFile: join(dir, 'gateway.stderr.log'),
+      ready: () => answers(`${adminUrl}/readyz`),
+      timeoutMs: 20_000,
     });
     procs.push(gateway);
 
     const admin = async (path: string, body: unknown) => {
-      const res = await fetch(`${adminUrl}${path}`, { method: 'POST', headers: { authorization: `Bearer ${adminToken}`, 'content-type': 'application/json' }, body: JSON.stringify(body) });
+      const res = await fetch(`${adminUrl}${path}`, {
+        method: 'POST',
+        headers: { authorization: `Bearer ${adminToken}`, 'content-type': 'application/json' },
+        body: JSON.stringify(body),
+      });
       const json = (await res.json()) as Record<string, unknown>;
       if (!res.ok) throw new Error(`${path}: ${res.status} ${JSON.stringify(json)}`);
       return json;
     };
     // The limiter must run (its cost is what the test key measures) but never refuse.
-    const testKey = await admin('/admin/keys', { account: 'bench', env: 'test', name: 'bench test key', rate_limits: { requests_per_minute: 1_000_000_000, tokens_per_minute: 1_000_000_000_000 } });
+    const testKey = await admin('/admin/keys', {
+      account: 'bench',
+      env: 'test',
+      name: 'bench test key',
+      rate_limits: { requests_per_minute: 1_000_000_000, tokens_per_minute: 1_000_000_000_000 },
+    });
     const liveKey = await admin('/admin/keys', { account: 'bench', env: 'live', name: 'bench live key' });
     await admin('/admin/accounts/bench/credits', { amount_micros: 1e15, idempotency_key: 'bench-grant' });
 
@@ -146,9 +188,31 @@ export async function startStack(o: StackOptions = {}): Promise<Stack> {
       targets: [
         { name: 'direct', base: simUrl, authorization: client, pid: sim.pid },
         { name: 'bare', base: `${bareUrl}/v1`, authorization: client, pid: bare.pid },
-        ...(bareRedis ? [{ name: 'bare+redis', base: `${firstLine(bareRedis)}/v1`, authorization: client, pid: bareRedis.pid, ...(redisPid && { redisPid }) } as const] : []),
-        { name: 'tollgate/test', base: gw, authorization: `Bearer ${testKey.key as string}`, pid: gateway.pid, ...(redisPid && { redisPid }) },
-        { name: 'tollgate/live', base: gw, authorization: `Bearer ${liveKey.key as string}`, pid: gateway.pid, ...(redisPid && { redisPid }) },
+        ...(bareRedis
+          ? [
+              {
+                name: 'bare+redis',
+                base: `${firstLine(bareRedis)}/v1`,
+                authorization: client,
+                pid: bareRedis.pid,
+                ...(redisPid && { redisPid }),
+              } as const,
+            ]
+          : []),
+        {
+          name: 'tollgate/test',
+          base: gw,
+          authorization: `Bearer ${testKey.key as string}`,
+          pid: gateway.pid,
+          ...(redisPid && { redisPid }),
+        },
+        {
+          name: 'tollgate/live',
+          base: gw,
+          authorization: `Bearer ${liveKey.key as string}`,
+          pid: gateway.pid,
+          ...(redisPid && { redisPid }),
+        },
       ],
       store: useRedis ? 'redis' : 'embedded',
       procs,

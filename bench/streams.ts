@@ -45,27 +45,33 @@ function loop(): void {
     waiting.set(id, t0);
     countedOpen++;
   }
-  timedRequest(pool, opts, t0, (t: Timing) => {
-    open--;
-    waiting.delete(id);
-    // A stream counts for throughput when it ended in the window, for its duration when it started
-    // in it (like TTFB: streams of the connection ramp are not mixed in).
-    if (w.measuring()) {
-      if (t.error) errors++;
-      else if (t.status === 200) completed++;
-      else statuses[t.status] = (statuses[t.status] ?? 0) + 1;
-    }
-    if (counted) {
-      countedOpen--;
-      if (!t.error && t.status === 200) totals.push(t.totalMs);
-    }
-    // Never recurse synchronously: undici reports some errors from inside dispatch().
-    if (t.error) setTimeout(loop, 10);
-    else setImmediate(loop);
-  }, (ms, status) => {
-    // ... and for TTFB when it started in the window (its first byte may come after the window).
-    if (counted && waiting.delete(id) && status === 200) ttfbs.push(ms);
-  });
+  timedRequest(
+    pool,
+    opts,
+    t0,
+    (t: Timing) => {
+      open--;
+      waiting.delete(id);
+      // A stream counts for throughput when it ended in the window, for its duration when it started
+      // in it (like TTFB: streams of the connection ramp are not mixed in).
+      if (w.measuring()) {
+        if (t.error) errors++;
+        else if (t.status === 200) completed++;
+        else statuses[t.status] = (statuses[t.status] ?? 0) + 1;
+      }
+      if (counted) {
+        countedOpen--;
+        if (!t.error && t.status === 200) totals.push(t.totalMs);
+      }
+      // Never recurse synchronously: undici reports some errors from inside dispatch().
+      if (t.error) setTimeout(loop, 10);
+      else setImmediate(loop);
+    },
+    (ms, status) => {
+      // ... and for TTFB when it started in the window (its first byte may come after the window).
+      if (counted && waiting.delete(id) && status === 200) ttfbs.push(ms);
+    },
+  );
 }
 
 // Staggered starts: 1,000 streams started in the same ms would tick in lock-step forever.
@@ -82,7 +88,17 @@ const done = setInterval(() => {
   clearInterval(done);
   for (const t0 of waiting.values()) ttfbs.push(now - t0);
   censored = waiting.size;
-  emit('result', { requests: completed, seconds: spec.durationS, rps: completed / spec.durationS, latency: percentiles(totals), ttfb: percentiles(ttfbs), ttfbCensored: censored, statuses, errors, maxOpen });
+  emit('result', {
+    requests: completed,
+    seconds: spec.durationS,
+    rps: completed / spec.durationS,
+    latency: percentiles(totals),
+    ttfb: percentiles(ttfbs),
+    ttfbCensored: censored,
+    statuses,
+    errors,
+    maxOpen,
+  });
   // Streams still open are cut: the window is over and the runner moves on.
   void pool.destroy().finally(() => process.exit(0));
 }, 20);

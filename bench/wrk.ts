@@ -16,7 +16,17 @@ import { emit, readSpec, type LoadSpec } from './load-result.ts';
 const SCRIPT = join(import.meta.dirname, 'wrk.lua');
 
 /** What wrk.lua's done() prints; latencies in µs. */
-interface WrkSummary { requests: number; duration_us: number; non2xx: number; errors: number; p50: number; p99: number; p999: number; mean: number; max: number }
+interface WrkSummary {
+  requests: number;
+  duration_us: number;
+  non2xx: number;
+  errors: number;
+  p50: number;
+  p99: number;
+  p999: number;
+  mean: number;
+  max: number;
+}
 
 /**
  * The request as wrk.lua reads it: one `key=value` line each (headers tab-separated). The body is cut
@@ -27,7 +37,9 @@ export function wrkSpecFile(spec: LoadSpec): string {
   const body = JSON.parse(spec.body) as Record<string, unknown>;
   const marked = JSON.stringify({ ...body, user: '@COUNTER@' });
   const [prefix, suffix] = marked.split('@COUNTER@') as [string, string];
-  const headers = Object.entries(spec.headers).map(([k, v]) => `${k}\t${v}`).join('\t');
+  const headers = Object.entries(spec.headers)
+    .map(([k, v]) => `${k}\t${v}`)
+    .join('\t');
   for (const s of [prefix, suffix, headers]) if (s.includes('\n')) throw new Error('wrk spec values must be single lines');
   return `path=${url.pathname}${url.search}\nheaders=${headers}\nbody_prefix=${prefix}bench-\nbody_suffix=${suffix}\n`;
 }
@@ -35,7 +47,19 @@ export function wrkSpecFile(spec: LoadSpec): string {
 /** Runs wrk for `seconds` against the spec; resolves with done()'s summary. */
 function runWrk(spec: LoadSpec, specFile: string, seconds: number): Promise<WrkSummary> {
   const threads = Math.min(2, spec.connections);
-  const args = ['-t', String(threads), '-c', String(spec.connections), '-d', `${Math.max(1, Math.round(seconds))}s`, '--timeout', '10s', '-s', SCRIPT, spec.url];
+  const args = [
+    '-t',
+    String(threads),
+    '-c',
+    String(spec.connections),
+    '-d',
+    `${Math.max(1, Math.round(seconds))}s`,
+    '--timeout',
+    '10s',
+    '-s',
+    SCRIPT,
+    spec.url,
+  ];
   return new Promise((resolve, reject) => {
     const child = spawn('wrk', args, { env: { ...process.env, WRK_SPEC: specFile }, stdio: ['ignore', 'pipe', 'inherit'] });
     let out = '';
@@ -63,10 +87,13 @@ if (import.meta.main) {
     const ok = s.requests - s.non2xx;
     const ms = (us: number) => Number((us / 1000).toFixed(3));
     emit('result', {
-      requests: ok, seconds, rps: ok / seconds,
+      requests: ok,
+      seconds,
+      rps: ok / seconds,
       latency: { p50: ms(s.p50), p99: ms(s.p99), p999: ms(s.p999), mean: ms(s.mean), max: ms(s.max) },
       // wrk counts non-2xx/3xx responses, not their codes.
-      statuses: s.non2xx > 0 ? { 'non-2xx': s.non2xx } : {}, errors: s.errors,
+      statuses: s.non2xx > 0 ? { 'non-2xx': s.non2xx } : {},
+      errors: s.errors,
     });
   } finally {
     rmSync(dir, { recursive: true, force: true });

@@ -18,8 +18,12 @@ const s3 = await startLocalS3('shares');
 // 24 random bytes → 32 base64url characters, the admin token's minimum length.
 const adminToken = process.env.TOLLGATE_ADMIN_TOKEN || randomBytes(24).toString('base64url');
 const env: NodeJS.ProcessEnv = {
-  ...process.env, SIM_URL: sim.url, TOLLGATE_ADMIN_TOKEN: adminToken,
-  S3_ENDPOINT: s3.endpoint, AWS_ACCESS_KEY_ID: s3.accessKeyId, AWS_SECRET_ACCESS_KEY: s3.secretAccessKey,
+  ...process.env,
+  SIM_URL: sim.url,
+  TOLLGATE_ADMIN_TOKEN: adminToken,
+  S3_ENDPOINT: s3.endpoint,
+  AWS_ACCESS_KEY_ID: s3.accessKeyId,
+  AWS_SECRET_ACCESS_KEY: s3.secretAccessKey,
 };
 const file = env.TOLLGATE_CONFIG || 'config/demo.yaml';
 const config = parseConfig(await readFile(file, 'utf8'), env);
@@ -40,7 +44,11 @@ try {
 const { publicUrl, adminUrl } = urls;
 
 async function admin(path: string, body: unknown): Promise<Record<string, unknown>> {
-  const res = await fetch(`${adminUrl}${path}`, { method: 'POST', headers: { authorization: `Bearer ${adminToken}`, 'content-type': 'application/json' }, body: JSON.stringify(body) });
+  const res = await fetch(`${adminUrl}${path}`, {
+    method: 'POST',
+    headers: { authorization: `Bearer ${adminToken}`, 'content-type': 'application/json' },
+    body: JSON.stringify(body),
+  });
   if (!res.ok) throw new Error(`${path}: ${res.status} ${await res.text()}`);
   return (await res.json()) as Record<string, unknown>;
 }

@@ -30,7 +30,14 @@ export interface LocalS3 {
 export async function startLocalS3(bucket = 'shares', port = 0): Promise<LocalS3> {
   const S3rver = createRequire(import.meta.url)('@20minutes/s3rver') as S3rverCtor;
   const directory = await mkdtemp(join(tmpdir(), 'tollgate-s3-'));
-  const server = new S3rver({ address: '127.0.0.1', port, silent: true, directory, vhostBuckets: false, configureBuckets: [{ name: bucket }] });
+  const server = new S3rver({
+    address: '127.0.0.1',
+    port,
+    silent: true,
+    directory,
+    vhostBuckets: false,
+    configureBuckets: [{ name: bucket }],
+  });
   const { port: bound } = await server.run();
   let closed = false;
   const close = async (): Promise<void> => {

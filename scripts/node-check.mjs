@@ -10,7 +10,9 @@ const MIN = 24;
 export function requireNode(found = process.versions.node) {
   const major = Number(found.split('.')[0]);
   if (major >= MIN) return;
-  process.stderr.write(`Tollgate needs Node ≥ ${MIN}; found ${found}. Run it through npm (npm ci installs Node 26 on Linux: npm start, npm run demo, npm test) or install Node ${MIN}+.\n`);
+  process.stderr.write(
+    `Tollgate needs Node ≥ ${MIN}; found ${found}. Run it through npm (npm ci installs Node 26 on Linux: npm start, npm run demo, npm test) or install Node ${MIN}+.\n`,
+  );
   process.exit(1);
 }
 

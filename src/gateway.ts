@@ -72,17 +72,29 @@ export function createGateway(d: GatewayDeps): Gateway {
   const { config, store, logger } = d;
   const now = d.now ?? Date.now;
   const metrics = d.metrics ?? createMetrics();
-  const keyCacheCounter = { hit: metrics.cache.labels({ cache: 'keys', outcome: 'hit' }), miss: metrics.cache.labels({ cache: 'keys', outcome: 'miss' }) };
+  const keyCacheCounter = {
+    hit: metrics.cache.labels({ cache: 'keys', outcome: 'hit' }),
+    miss: metrics.cache.labels({ cache: 'keys', outcome: 'miss' }),
+  };
   const keys = createKeyCache({
-    store, ttlMs: config.auth.cacheTtlMs, negativeTtlMs: config.auth.negativeTtlMs, max: config.auth.cacheMax,
+    store,
+    ttlMs: config.auth.cacheTtlMs,
+    negativeTtlMs: config.auth.negativeTtlMs,
+    max: config.auth.cacheMax,
     onLookup: (o) => keyCacheCounter[o].inc(),
   });
   const clientAddress = createClientAddress(config.server.trustedProxies);
   const auth = createAuthenticator({
-    keys, failed: createFailedAuthLimiter(config.auth.failedPerMinute), clientAddress, onFailure: (reason) => metrics.authFailures.inc({ reason }),
+    keys,
+    failed: createFailedAuthLimiter(config.auth.failedPerMinute),
+    clientAddress,
+    onFailure: (reason) => metrics.authFailures.inc({ reason }),
   });
   const keyTable = createKeyTable({ store, now });
-  const adminGuard = createAdminGuard(config.adminToken, { failures: createFailureWindow({ perWindow: config.auth.adminFailedPerMinute, now }), clientAddress });
+  const adminGuard = createAdminGuard(config.adminToken, {
+    failures: createFailureWindow({ perWindow: config.auth.adminFailedPerMinute, now }),
+    clientAddress,
+  });
   const guard = (ctx: RequestContext) => adminGuard(ctx.req);
   const limits = d.limits ?? createRateLimits({ ...config.rateLimits, redis: store.redis, metrics, logger, now });
   const admit = async (ctx: RequestContext) => void (await limits.admit(ctx));
@@ -97,12 +109,26 @@ export function createGateway(d: GatewayDeps): Gateway {
   const publicRoutes: Route[] = [
     ...chatRoutes({ config, auth, limits, credit, upstreams, tokenizer, metrics, now, concurrency, bodyBudget }),
     ...modelRoutes({ auth, models: config.models, admit, concurrency }),
-    ...shareRoutes({ auth, admit, metrics, concurrency, bodyBudget, clientAddress, failedReads: createFailureWindow({ perWindow: config.shares.failedReadsPerMinute, now }), ...shares }),
+    ...shareRoutes({
+      auth,
+      admit,
+      metrics,
+      concurrency,
+      bodyBudget,
+      clientAddress,
+      failedReads: createFailureWindow({ perWindow: config.shares.failedReadsPerMinute, now }),
+      ...shares,
+    }),
   ];
   // Built on first request from the final route tables (every route describes itself: http/openapi.ts).
   let openapi: Record<string, unknown> | undefined;
   const describe = () => (openapi ??= openApiDocument({ version: VERSION, publicRoutes, adminRoutes }));
-  const adminRoutes: Route[] = [...opsRoutes({ metrics, store, cluster: d.cluster, openapi: describe }), ...keyRoutes({ keys: keyTable, guard, models: config.models.map((m) => m.name) }), ...accountRoutes({ store, now, guard }), ...shareAdminRoutes({ guard, ...shares })];
+  const adminRoutes: Route[] = [
+    ...opsRoutes({ metrics, store, cluster: d.cluster, openapi: describe }),
+    ...keyRoutes({ keys: keyTable, guard, models: config.models.map((m) => m.name) }),
+    ...accountRoutes({ store, now, guard }),
+    ...shareAdminRoutes({ guard, ...shares }),
+  ];
   const publicHandler = createEdge({ router: createRouter(publicRoutes), logger, metrics, listener: 'public' });
   const adminHandler = createEdge({ router: createRouter(adminRoutes), logger, metrics, listener: 'admin' });
   // server.metrics_port: /metrics alone on a listener of its own, so Prometheus can reach it without /admin/.

@@ -26,7 +26,10 @@ export async function openStore(config: Config, env: NodeJS.ProcessEnv, logger: 
   if (redisUrl || clusterNodes.length > 0) {
     let lastLogged = 0;
     return createRedisStore({
-      url: redisUrl, clusterNodes, commandTimeoutMs, settledTtlSeconds: settledMarkerTtlSeconds(config),
+      url: redisUrl,
+      clusterNodes,
+      commandTimeoutMs,
+      settledTtlSeconds: settledMarkerTtlSeconds(config),
       onError: (err) => {
         // ioredis emits an error per reconnect attempt; one line every 5 s is enough to see an outage.
         if (Date.now() - lastLogged > 5_000) {
@@ -36,8 +39,14 @@ export async function openStore(config: Config, env: NodeJS.ProcessEnv, logger: 
       },
     });
   }
-  if (env.NODE_ENV === 'production') throw new ConfigError('REDIS_URL', 'NODE_ENV=production requires REDIS_URL (or REDIS_CLUSTER_NODES): the embedded store loses all state on restart');
-  logger.warn('no REDIS_URL: using the embedded in-process store; keys, credit and shares are lost on restart and not shared between instances');
+  if (env.NODE_ENV === 'production')
+    throw new ConfigError(
+      'REDIS_URL',
+      'NODE_ENV=production requires REDIS_URL (or REDIS_CLUSTER_NODES): the embedded store loses all state on restart',
+    );
+  logger.warn(
+    'no REDIS_URL: using the embedded in-process store; keys, credit and shares are lost on restart and not shared between instances',
+  );
   return createMemoryStore();
 }
 

@@ -16,8 +16,17 @@ const store = createMemoryStore();
 const key = generateKey('live');
 const hash = hashKey(key);
 const record: KeyRecord = {
-  id: 'key_bench000000000000', account: 'bench', env: 'live', name: 'bench', active: true, scopes: ['chat', 'models', 'shares'],
-  models: [], rate_limits: null, created_at: new Date().toISOString(), last4: key.slice(-4), version: 1,
+  id: 'key_bench000000000000',
+  account: 'bench',
+  env: 'live',
+  name: 'bench',
+  active: true,
+  scopes: ['chat', 'models', 'shares'],
+  models: [],
+  rate_limits: null,
+  created_at: new Date().toISOString(),
+  last4: key.slice(-4),
+  version: 1,
 };
 await store.createKey(hash, record);
 let hits = 0;
@@ -36,8 +45,25 @@ const auth = createAuthenticator({ keys, failed: createFailedAuthLimiter(30) });
 const req = { headers: { authorization: `Bearer ${key}` }, socket: { remoteAddress: '127.0.0.1' } } as unknown as IncomingMessage;
 
 const report = createReport();
-report.add('keyCache.peek (hit)', nsPerOp(() => keys.peek(hash), 1_000_000), 'ns/op');
-report.add('isWellFormedKey (regex)', nsPerOp(() => isWellFormedKey(key), 1_000_000), 'ns/op');
-report.add('hashKey (SHA-256 hex of the key)', nsPerOp(() => hashKey(key), 200_000), 'ns/op');
-report.add('authenticate() on a cache hit', nsPerOp(() => auth.authenticate(req), 200_000), 'ns/op', 'regex + shape + hash + peek + promise');
+report.add(
+  'keyCache.peek (hit)',
+  nsPerOp(() => keys.peek(hash), 1_000_000),
+  'ns/op',
+);
+report.add(
+  'isWellFormedKey (regex)',
+  nsPerOp(() => isWellFormedKey(key), 1_000_000),
+  'ns/op',
+);
+report.add(
+  'hashKey (SHA-256 hex of the key)',
+  nsPerOp(() => hashKey(key), 200_000),
+  'ns/op',
+);
+report.add(
+  'authenticate() on a cache hit',
+  nsPerOp(() => auth.authenticate(req), 200_000),
+  'ns/op',
+  'regex + shape + hash + peek + promise',
+);
 report.print();

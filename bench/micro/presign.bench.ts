@@ -9,7 +9,14 @@ import { newSlug } from '../../src/shares/slug.ts';
 import { validateSlug } from '../../src/shares/validate.ts';
 
 const presigner = createPresigner(
-  { endpoint: 'http://127.0.0.1:9', region: 'us-east-1', bucket: 'shares', forcePathStyle: true, accessKeyId: 'AKIDEXAMPLE', secretAccessKey: 'secret' },
+  {
+    endpoint: 'http://127.0.0.1:9',
+    region: 'us-east-1',
+    bucket: 'shares',
+    forcePathStyle: true,
+    accessKeyId: 'AKIDEXAMPLE',
+    secretAccessKey: 'secret',
+  },
   Date.now,
 );
 

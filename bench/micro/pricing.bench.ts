@@ -18,10 +18,23 @@ function costNumber(p: number, c: number): number {
   return Math.ceil(total / SCALE);
 }
 
-for (let i = 0; i < 1000; i++) if (costNumber(812 + i, 64 + i) !== costMicros(price, 812 + i, 64 + i)) throw new Error('reference disagrees');
+for (let i = 0; i < 1000; i++)
+  if (costNumber(812 + i, 64 + i) !== costMicros(price, 812 + i, 64 + i)) throw new Error('reference disagrees');
 
 const report = createReport();
-report.add('costMicros (BigInt), 812 + 64 tokens', nsPerOp((i) => costMicros(price, 812 + (i & 1023), 64), 1_000_000), 'ns/op');
-report.add('costMicros (BigInt), 128k + 4096 tokens', nsPerOp((i) => costMicros(price, 128_000 + (i & 1023), 4096), 1_000_000), 'ns/op');
-report.add('reference: Number arithmetic, 812 + 64 tokens', nsPerOp((i) => costNumber(812 + (i & 1023), 64), 1_000_000), 'ns/op');
+report.add(
+  'costMicros (BigInt), 812 + 64 tokens',
+  nsPerOp((i) => costMicros(price, 812 + (i & 1023), 64), 1_000_000),
+  'ns/op',
+);
+report.add(
+  'costMicros (BigInt), 128k + 4096 tokens',
+  nsPerOp((i) => costMicros(price, 128_000 + (i & 1023), 4096), 1_000_000),
+  'ns/op',
+);
+report.add(
+  'reference: Number arithmetic, 812 + 64 tokens',
+  nsPerOp((i) => costNumber(812 + (i & 1023), 64), 1_000_000),
+  'ns/op',
+);
 report.print();

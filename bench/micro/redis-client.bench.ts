@@ -35,13 +35,25 @@ async function pairs(store: Store, count: number): Promise<number> {
   const one = async () => {
     const id = `req_${seq++}_${Math.random().toString(36).slice(2)}`;
     await store.hold('bench', id, 1000, Date.now() + 60_000);
-    await store.settle({ account: 'bench', requestId: id, costMicros: 700, keyId: 'key_bench', model: 'm', promptTokens: 812, completionTokens: 64, usageSource: 'upstream', ts: new Date().toISOString() });
+    await store.settle({
+      account: 'bench',
+      requestId: id,
+      costMicros: 700,
+      keyId: 'key_bench',
+      model: 'm',
+      promptTokens: 812,
+      completionTokens: 64,
+      usageSource: 'upstream',
+      ts: new Date().toISOString(),
+    });
   };
   let left = count;
   const c0 = process.cpuUsage();
-  await Promise.all(Array.from({ length: IN_FLIGHT }, async () => {
-    while (left-- > 0) await one();
-  }));
+  await Promise.all(
+    Array.from({ length: IN_FLIGHT }, async () => {
+      while (left-- > 0) await one();
+    }),
+  );
   const c = process.cpuUsage(c0);
   return (c.user + c.system) / count;
 }

@@ -9,6 +9,14 @@ import { createReport, nsPerOp } from './timing.ts';
 
 const buf = new Uint8Array(64);
 const report = createReport();
-report.add('newRequestId()', nsPerOp(() => newRequestId(), 200_000), 'ns/op');
-report.add('randomFillSync(64 bytes) alone', nsPerOp(() => randomFillSync(buf), 200_000), 'ns/op');
+report.add(
+  'newRequestId()',
+  nsPerOp(() => newRequestId(), 200_000),
+  'ns/op',
+);
+report.add(
+  'randomFillSync(64 bytes) alone',
+  nsPerOp(() => randomFillSync(buf), 200_000),
+  'ns/op',
+);
 report.print();

@@ -18,13 +18,25 @@ const routes: Route[] = [
 const router = createRouter(routes);
 
 const report = createReport();
-report.add('match POST /v1/chat/completions', nsPerOp(() => router.match('POST', '/v1/chat/completions'), 1_000_000), 'ns/op');
-report.add('match GET /v1/shares/{slug}', nsPerOp(() => router.match('GET', '/v1/shares/4mJ9sQfW2xYbT7kP1nRcZe'), 1_000_000), 'ns/op');
-report.add('unknown path → 404 thrown', nsPerOp(() => {
-  try {
-    return router.match('GET', '/v1/nope');
-  } catch (e) {
-    return e;
-  }
-}, 100_000), 'ns/op');
+report.add(
+  'match POST /v1/chat/completions',
+  nsPerOp(() => router.match('POST', '/v1/chat/completions'), 1_000_000),
+  'ns/op',
+);
+report.add(
+  'match GET /v1/shares/{slug}',
+  nsPerOp(() => router.match('GET', '/v1/shares/4mJ9sQfW2xYbT7kP1nRcZe'), 1_000_000),
+  'ns/op',
+);
+report.add(
+  'unknown path → 404 thrown',
+  nsPerOp(() => {
+    try {
+      return router.match('GET', '/v1/nope');
+    } catch (e) {
+      return e;
+    }
+  }, 100_000),
+  'ns/op',
+);
 report.print();

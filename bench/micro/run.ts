@@ -13,7 +13,9 @@ import { runChild } from '../procs.ts';
 
 const dir = import.meta.dirname;
 const filter = process.argv[2] ?? '';
-const files = readdirSync(dir).filter((f) => f.endsWith('.bench.ts') && f.includes(filter)).sort();
+const files = readdirSync(dir)
+  .filter((f) => f.endsWith('.bench.ts') && f.includes(filter))
+  .sort();
 
 function nsOf(key: string, v: number): { name: string; ns: number } {
   const m = /^(.*) \((ns|µs)\/op\)$/.exec(key);
@@ -33,9 +35,14 @@ const commit = (() => {
   }
 })();
 const L: string[] = [
-  '# Micro-benchmarks', '',
-  `Node ${process.version} · ${cpus().length} CPUs (${cpus()[0]?.model.trim() ?? '?'}) · commit \`${commit}\` · load average at start ${loadavg().map((x) => x.toFixed(2)).join(' ')} · ${new Date().toISOString()}`, '',
-  'Best of several rounds (timing.ts), each file in its own process. Shared machine: treat as upper bounds. Regenerate with `node bench/micro/run.ts`.', '',
+  '# Micro-benchmarks',
+  '',
+  `Node ${process.version} · ${cpus().length} CPUs (${cpus()[0]?.model.trim() ?? '?'}) · commit \`${commit}\` · load average at start ${loadavg()
+    .map((x) => x.toFixed(2))
+    .join(' ')} · ${new Date().toISOString()}`,
+  '',
+  'Best of several rounds (timing.ts), each file in its own process. Shared machine: treat as upper bounds. Regenerate with `node bench/micro/run.ts`.',
+  '',
 ];
 let failed = 0;
 for (const f of files) {

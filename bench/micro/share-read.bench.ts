@@ -29,23 +29,51 @@ async function usPerOp(fn: () => Promise<unknown>, n: number): Promise<number> {
 const store = createMemoryStore();
 const cache = createShareCache({ store, ttlMs: 60_000, negativeTtlMs: 60_000 });
 const files = createFileUrls({
-  s3: { endpoint: 'http://127.0.0.1:9', region: 'us-east-1', bucket: 'shares', forcePathStyle: true, accessKeyId: 'AKIDEXAMPLE', secretAccessKey: 'secret' },
-  ttlSeconds: 900, now: Date.now,
+  s3: {
+    endpoint: 'http://127.0.0.1:9',
+    region: 'us-east-1',
+    bucket: 'shares',
+    forcePathStyle: true,
+    accessKeyId: 'AKIDEXAMPLE',
+    secretAccessKey: 'secret',
+  },
+  ttlSeconds: 900,
+  now: Date.now,
 });
 const service = createShareService({ store, cache, files, now: Date.now });
 const report = createReport();
 
-const small = JSON.stringify({ title: 'Trip', messages: Array.from({ length: 8 }, (_, i) => ({ role: i % 2 ? 'assistant' : 'user', content: 'x'.repeat(400) })) });
+const small = JSON.stringify({
+  title: 'Trip',
+  messages: Array.from({ length: 8 }, (_, i) => ({ role: i % 2 ? 'assistant' : 'user', content: 'x'.repeat(400) })),
+});
 const big = JSON.stringify({ messages: Array.from({ length: 256 }, () => ({ role: 'user', content: 'y'.repeat(4_000) })) });
-const twoFiles = [{ name: 'a.png', content_type: 'image/png', size: 1000 }, { name: 'b.txt', content_type: 'text/plain', size: 10 }];
+const twoFiles = [
+  { name: 'a.png', content_type: 'image/png', size: 1000 },
+  { name: 'b.txt', content_type: 'text/plain', size: 10 },
+];
 
-for (const [name, snapshotText, fs] of [['~3.5 KB, no files', small, []], ['~3.5 KB, 2 files', small, twoFiles], ['~1 MiB, no files', big, []]] as const) {
+for (const [name, snapshotText, fs] of [
+  ['~3.5 KB, no files', small, []],
+  ['~3.5 KB, 2 files', small, twoFiles],
+  ['~1 MiB, no files', big, []],
+] as const) {
   const { slug } = await service.create('acme', { snapshotText, files: [...fs] });
   await service.read(slug);
-  report.add(`read, cache hit, ${name}`, await usPerOp(async () => Buffer.byteLength(await service.read(validateSlug(slug))), name.startsWith('~1') ? 300 : 20_000), 'µs/op', 'validateSlug + cache + links + body text + byteLength');
+  report.add(
+    `read, cache hit, ${name}`,
+    await usPerOp(async () => Buffer.byteLength(await service.read(validateSlug(slug))), name.startsWith('~1') ? 300 : 20_000),
+    'µs/op',
+    'validateSlug + cache + links + body text + byteLength',
+  );
 }
 const record = { slug: 'x', created_at: 'y', snapshot: JSON.parse(big) as unknown, files: [] };
-report.add('JSON.stringify of the same 1 MiB record', nsPerOp(() => Buffer.byteLength(JSON.stringify(record)), 300, 50, 3) / 1e3, 'µs/op', 'what splicing the stored text avoids');
+report.add(
+  'JSON.stringify of the same 1 MiB record',
+  nsPerOp(() => Buffer.byteLength(JSON.stringify(record)), 300, 50, 3) / 1e3,
+  'µs/op',
+  'what splicing the stored text avoids',
+);
 const body = `{"snapshot": ${big}, "files": []}`;
 report.add('memberText on a 1 MiB body (publish only)', nsPerOp(() => memberText(body, 'snapshot'), 300, 50, 3) / 1e3, 'µs/op');
 report.print();

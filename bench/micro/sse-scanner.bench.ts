@@ -36,7 +36,11 @@ function meterStream(chunks: Buffer[]): number {
   return n;
 }
 
-for (const [name, chunks] of [['one event per chunk', oneEach], ['each event split in two', halves], ['4 KiB reads', reads4k]] as const) {
+for (const [name, chunks] of [
+  ['one event per chunk', oneEach],
+  ['each event split in two', halves],
+  ['4 KiB reads', reads4k],
+] as const) {
   const perStream = nsPerOp(() => meterStream(chunks), 2_000, 500);
   report.add(`meter, ${name}: per stream`, perStream, 'ns/op', `${chunks.length} chunks`);
   report.add(`meter, ${name}: per chunk`, perStream / chunks.length, 'ns/op');
@@ -47,27 +51,35 @@ const noUsage = buildStream({ pieces, usageNullOnChunks: true, usage: null });
 const noUsageEvents = noUsage.sse.split(/(?<=\n\n)/).map((e) => Buffer.from(e));
 report.add(
   'meter + completionText(), no usage: per stream',
-  nsPerOp(() => {
-    const m = createSseMeter({ dropUsageOnlyChunk: true });
-    for (const c of noUsageEvents) m.push(c);
-    return m.completionText().length;
-  }, 2_000, 500),
+  nsPerOp(
+    () => {
+      const m = createSseMeter({ dropUsageOnlyChunk: true });
+      for (const c of noUsageEvents) m.push(c);
+      return m.completionText().length;
+    },
+    2_000,
+    500,
+  ),
   'ns/op',
 );
 
 // Baseline: split lines and JSON.parse every event, as a naive meter would.
 report.add(
   'baseline: JSON.parse every event: per stream',
-  nsPerOp(() => {
-    let usage: unknown = null;
-    for (const e of events) {
-      const s = e.toString('utf8');
-      if (!s.startsWith('data: {')) continue;
-      const o = JSON.parse(s.slice(6)) as { usage?: unknown };
-      if (o.usage) usage = o.usage;
-    }
-    return usage;
-  }, 2_000, 500),
+  nsPerOp(
+    () => {
+      let usage: unknown = null;
+      for (const e of events) {
+        const s = e.toString('utf8');
+        if (!s.startsWith('data: {')) continue;
+        const o = JSON.parse(s.slice(6)) as { usage?: unknown };
+        if (o.usage) usage = o.usage;
+      }
+      return usage;
+    },
+    2_000,
+    500,
+  ),
   'ns/op',
 );
 report.print();

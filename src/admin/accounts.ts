@@ -21,12 +21,22 @@ function accountParam(ctx: RequestContext): string {
     // A malformed escape is the client's fault: it fails the pattern below with the raw segment as input.
   }
   if (!ACCOUNT_ID.test(id)) {
-    throw invalid(['path', 'id'], 'string_pattern_mismatch', `String should match pattern '${ACCOUNT_ID_PATTERN}'`, id, { pattern: ACCOUNT_ID_PATTERN });
+    throw invalid(['path', 'id'], 'string_pattern_mismatch', `String should match pattern '${ACCOUNT_ID_PATTERN}'`, id, {
+      pattern: ACCOUNT_ID_PATTERN,
+    });
   }
   return id;
 }
 
-const GRANT_SCHEMA = { type: 'object', properties: { account: { type: 'string' }, balance_micros: { type: 'integer' }, held_micros: { type: 'integer' }, entry_id: { type: 'string' } } };
+const GRANT_SCHEMA = {
+  type: 'object',
+  properties: {
+    account: { type: 'string' },
+    balance_micros: { type: 'integer' },
+    held_micros: { type: 'integer' },
+    entry_id: { type: 'string' },
+  },
+};
 
 export function accountRoutes(d: { store: Store; now: () => number; guard: (ctx: RequestContext) => void }): Route[] {
   async function grant(ctx: RequestContext) {
@@ -41,7 +51,12 @@ export function accountRoutes(d: { store: Store; now: () => number; guard: (ctx:
     const note = str(value, 'note', ['body'], issues, { maxLength: 1000 });
     issues.done();
     const r = await d.store.grant(account, amount!, idem, note || undefined, new Date(d.now()).toISOString());
-    sendJson(ctx.res, r.replayed ? 200 : 201, { account: r.account, balance_micros: r.balance_micros, held_micros: r.held_micros, entry_id: r.entry_id });
+    sendJson(ctx.res, r.replayed ? 200 : 201, {
+      account: r.account,
+      balance_micros: r.balance_micros,
+      held_micros: r.held_micros,
+      entry_id: r.entry_id,
+    });
   }
 
   async function show(ctx: RequestContext) {
@@ -63,17 +78,67 @@ export function accountRoutes(d: { store: Store; now: () => number; guard: (ctx:
 
   return [
     {
-      method: 'POST', pattern: '/admin/accounts/{id}/credits', handler: grant,
+      method: 'POST',
+      pattern: '/admin/accounts/{id}/credits',
+      handler: grant,
       doc: {
-        auth: 'admin', summary: 'Grant credit (negative: a correction); idempotent per idempotency_key',
-        body: { type: 'object', required: ['amount_micros'], additionalProperties: false, properties: { amount_micros: { type: 'integer', minimum: -MAX_GRANT, maximum: MAX_GRANT }, idempotency_key: { type: 'string', minLength: 1, maxLength: 200 }, note: { type: 'string', maxLength: 1000 } } },
-        responses: { 201: { description: 'Granted', schema: GRANT_SCHEMA }, 200: { description: 'A replay of the same idempotency_key: nothing credited again', schema: GRANT_SCHEMA }, ...ADMIN_ERRORS },
+        auth: 'admin',
+        summary: 'Grant credit (negative: a correction); idempotent per idempotency_key',
+        body: {
+          type: 'object',
+          required: ['amount_micros'],
+          additionalProperties: false,
+          properties: {
+            amount_micros: { type: 'integer', minimum: -MAX_GRANT, maximum: MAX_GRANT },
+            idempotency_key: { type: 'string', minLength: 1, maxLength: 200 },
+            note: { type: 'string', maxLength: 1000 },
+          },
+        },
+        responses: {
+          201: { description: 'Granted', schema: GRANT_SCHEMA },
+          200: { description: 'A replay of the same idempotency_key: nothing credited again', schema: GRANT_SCHEMA },
+          ...ADMIN_ERRORS,
+        },
       },
     },
-    { method: 'GET', pattern: '/admin/accounts/{id}', handler: show, doc: { auth: 'admin', summary: 'Balance and held credit (zeros for an account never granted)', responses: { 200: { description: 'The account', schema: { type: 'object', properties: { id: { type: 'string' }, balance_micros: { type: 'integer' }, held_micros: { type: 'integer' } } } }, ...ADMIN_ERRORS } } },
     {
-      method: 'GET', pattern: '/admin/accounts/{id}/ledger', handler: ledger,
-      doc: { auth: 'admin', summary: 'Ledger entries, oldest first', query: { after: { type: 'string' }, limit: { type: 'integer', minimum: 1, maximum: 1000 } }, responses: { 200: { description: 'A page of entries', schema: { type: 'object', properties: { entries: { type: 'array', items: { type: 'object' } }, next_after: { type: ['string', 'null'] } } } }, ...ADMIN_ERRORS } },
+      method: 'GET',
+      pattern: '/admin/accounts/{id}',
+      handler: show,
+      doc: {
+        auth: 'admin',
+        summary: 'Balance and held credit (zeros for an account never granted)',
+        responses: {
+          200: {
+            description: 'The account',
+            schema: {
+              type: 'object',
+              properties: { id: { type: 'string' }, balance_micros: { type: 'integer' }, held_micros: { type: 'integer' } },
+            },
+          },
+          ...ADMIN_ERRORS,
+        },
+      },
+    },
+    {
+      method: 'GET',
+      pattern: '/admin/accounts/{id}/ledger',
+      handler: ledger,
+      doc: {
+        auth: 'admin',
+        summary: 'Ledger entries, oldest first',
+        query: { after: { type: 'string' }, limit: { type: 'integer', minimum: 1, maximum: 1000 } },
+        responses: {
+          200: {
+            description: 'A page of entries',
+            schema: {
+              type: 'object',
+              properties: { entries: { type: 'array', items: { type: 'object' } }, next_after: { type: ['string', 'null'] } },
+            },
+          },
+          ...ADMIN_ERRORS,
+        },
+      },
     },
   ];
 }

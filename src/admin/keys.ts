@@ -41,32 +41,61 @@ function stringList(o: Obj, key: string, issues: Issues, allowed?: readonly stri
 }
 
 /** Responses every admin route may give. */
-export const ADMIN_ERRORS = { 401: 'Missing or invalid admin token', 404: 'Admin API disabled, or unknown resource', 413: 'Body too large', 415: 'Not application/json', 422: 'Invalid body or query', 429: 'Too many failed admin authentications' } as const;
+export const ADMIN_ERRORS = {
+  401: 'Missing or invalid admin token',
+  404: 'Admin API disabled, or unknown resource',
+  413: 'Body too large',
+  415: 'Not application/json',
+  422: 'Invalid body or query',
+  429: 'Too many failed admin authentications',
+} as const;
 
-const RATE_LIMITS_SCHEMA = { type: ['object', 'null'], additionalProperties: false, properties: { requests_per_minute: { type: 'integer', exclusiveMinimum: 0 }, tokens_per_minute: { type: 'integer', exclusiveMinimum: 0 } } };
+const RATE_LIMITS_SCHEMA = {
+  type: ['object', 'null'],
+  additionalProperties: false,
+  properties: {
+    requests_per_minute: { type: 'integer', exclusiveMinimum: 0 },
+    tokens_per_minute: { type: 'integer', exclusiveMinimum: 0 },
+  },
+};
 
 /** A key record as every read returns it. */
 export const KEY_SCHEMA: Record<string, unknown> = {
-  type: 'object', required: ['id', 'account', 'env', 'name', 'active', 'scopes', 'models', 'rate_limits', 'created_at', 'last4'],
+  type: 'object',
+  required: ['id', 'account', 'env', 'name', 'active', 'scopes', 'models', 'rate_limits', 'created_at', 'last4'],
   properties: {
-    id: { type: 'string' }, account: { type: 'string' }, env: { enum: ['live', 'test'] }, name: { type: 'string' }, active: { type: 'boolean' },
-    scopes: { type: 'array', items: { enum: [...SCOPES] } }, models: { type: 'array', items: { type: 'string' } }, rate_limits: RATE_LIMITS_SCHEMA,
-    created_at: { type: 'string', format: 'date-time' }, last4: { type: 'string' },
+    id: { type: 'string' },
+    account: { type: 'string' },
+    env: { enum: ['live', 'test'] },
+    name: { type: 'string' },
+    active: { type: 'boolean' },
+    scopes: { type: 'array', items: { enum: [...SCOPES] } },
+    models: { type: 'array', items: { type: 'string' } },
+    rate_limits: RATE_LIMITS_SCHEMA,
+    created_at: { type: 'string', format: 'date-time' },
+    last4: { type: 'string' },
   },
 };
 
 function createKeySchema(models: readonly string[]): Record<string, unknown> {
   return {
-    type: 'object', required: ['account', 'env', 'name'], additionalProperties: false,
+    type: 'object',
+    required: ['account', 'env', 'name'],
+    additionalProperties: false,
     properties: {
-      account: { type: 'string', pattern: ACCOUNT_ID_PATTERN }, env: { enum: ['live', 'test'] }, name: { type: 'string', minLength: 1, maxLength: 200 },
-      scopes: { type: 'array', items: { enum: [...SCOPES] } }, models: { type: 'array', items: { enum: [...models] } }, rate_limits: RATE_LIMITS_SCHEMA,
+      account: { type: 'string', pattern: ACCOUNT_ID_PATTERN },
+      env: { enum: ['live', 'test'] },
+      name: { type: 'string', minLength: 1, maxLength: 200 },
+      scopes: { type: 'array', items: { enum: [...SCOPES] } },
+      models: { type: 'array', items: { enum: [...models] } },
+      rate_limits: RATE_LIMITS_SCHEMA,
     },
   };
 }
 
 const PATCH_KEY_SCHEMA = {
-  type: 'object', additionalProperties: false,
+  type: 'object',
+  additionalProperties: false,
   properties: { name: { type: 'string', minLength: 1, maxLength: 200 }, active: { type: 'boolean' }, rate_limits: RATE_LIMITS_SCHEMA },
 };
 
@@ -116,7 +145,11 @@ export function keyRoutes(d: { keys: KeyTable; guard: (ctx: RequestContext) => v
     const active = bool(value, 'active', ['body'], issues);
     const rate_limits = rateLimitsField(value, issues);
     issues.done();
-    const patch = { ...(name !== undefined && { name }), ...(active !== undefined && { active }), ...(rate_limits !== undefined && { rate_limits }) };
+    const patch = {
+      ...(name !== undefined && { name }),
+      ...(active !== undefined && { active }),
+      ...(rate_limits !== undefined && { rate_limits }),
+    };
     const r = await d.keys.update(ctx.params.id!, patch);
     if (!r) throw new GatewayError('not_found', `No key with id ${JSON.stringify(ctx.params.id!.slice(0, 64))}.`);
     sendJson(ctx.res, 200, publicKey(r));
@@ -125,11 +158,56 @@ export function keyRoutes(d: { keys: KeyTable; guard: (ctx: RequestContext) => v
   const admin = { auth: 'admin' as const };
   return [
     {
-      method: 'POST', pattern: '/admin/keys', handler: create,
-      doc: { ...admin, summary: 'Create a key; the only response that carries the full key', body: createKeySchema(d.models), responses: { 201: { description: 'The key and its record', schema: { ...KEY_SCHEMA, required: ['key', ...(KEY_SCHEMA.required as string[])], properties: { key: { type: 'string' }, ...(KEY_SCHEMA.properties as object) } } }, ...ADMIN_ERRORS } },
+      method: 'POST',
+      pattern: '/admin/keys',
+      handler: create,
+      doc: {
+        ...admin,
+        summary: 'Create a key; the only response that carries the full key',
+        body: createKeySchema(d.models),
+        responses: {
+          201: {
+            description: 'The key and its record',
+            schema: {
+              ...KEY_SCHEMA,
+              required: ['key', ...(KEY_SCHEMA.required as string[])],
+              properties: { key: { type: 'string' }, ...(KEY_SCHEMA.properties as object) },
+            },
+          },
+          ...ADMIN_ERRORS,
+        },
+      },
     },
-    { method: 'GET', pattern: '/admin/keys', handler: listKeys, doc: { ...admin, summary: "An account's keys (never the full key)", query: { account: { type: 'string' } }, responses: { 200: { description: 'Keys', schema: { type: 'object', properties: { data: { type: 'array', items: KEY_SCHEMA } } } }, ...ADMIN_ERRORS } } },
-    { method: 'GET', pattern: '/admin/keys/{id}', handler: getKey, doc: { ...admin, summary: 'One key', responses: { 200: { description: 'The key', schema: KEY_SCHEMA }, ...ADMIN_ERRORS } } },
-    { method: 'PATCH', pattern: '/admin/keys/{id}', handler: patchKey, doc: { ...admin, summary: 'Rename, disable or enable a key, or set its rate limits', body: PATCH_KEY_SCHEMA, responses: { 200: { description: 'The key', schema: KEY_SCHEMA }, ...ADMIN_ERRORS } } },
+    {
+      method: 'GET',
+      pattern: '/admin/keys',
+      handler: listKeys,
+      doc: {
+        ...admin,
+        summary: "An account's keys (never the full key)",
+        query: { account: { type: 'string' } },
+        responses: {
+          200: { description: 'Keys', schema: { type: 'object', properties: { data: { type: 'array', items: KEY_SCHEMA } } } },
+          ...ADMIN_ERRORS,
+        },
+      },
+    },
+    {
+      method: 'GET',
+      pattern: '/admin/keys/{id}',
+      handler: getKey,
+      doc: { ...admin, summary: 'One key', responses: { 200: { description: 'The key', schema: KEY_SCHEMA }, ...ADMIN_ERRORS } },
+    },
+    {
+      method: 'PATCH',
+      pattern: '/admin/keys/{id}',
+      handler: patchKey,
+      doc: {
+        ...admin,
+        summary: 'Rename, disable or enable a key, or set its rate limits',
+        body: PATCH_KEY_SCHEMA,
+        responses: { 200: { description: 'The key', schema: KEY_SCHEMA }, ...ADMIN_ERRORS },
+      },
+    },
   ];
 }

@@ -12,26 +12,52 @@ import type { ClusterLink } from '../cluster/worker-link.ts';
 export function opsRoutes(d: { metrics: Metrics; store: Store; cluster?: ClusterLink | undefined; openapi?: () => unknown }): Route[] {
   return [
     {
-      method: 'GET', pattern: '/metrics', doc: { summary: 'Prometheus metrics (every worker summed)', auth: 'none', responses: { 200: { description: 'Prometheus text', contentType: 'text/plain', schema: { type: 'string' } } } },
+      method: 'GET',
+      pattern: '/metrics',
+      doc: {
+        summary: 'Prometheus metrics (every worker summed)',
+        auth: 'none',
+        responses: { 200: { description: 'Prometheus text', contentType: 'text/plain', schema: { type: 'string' } } },
+      },
       handler: async (ctx: RequestContext) => {
         const text = d.cluster ? await d.cluster.metrics() : await d.metrics.registry.metrics();
         ctx.res.writeHead(200, { 'content-type': d.metrics.registry.contentType, 'content-length': Buffer.byteLength(text) });
         ctx.res.end(text);
       },
     },
-    { method: 'GET', pattern: '/healthz', handler: async (ctx) => sendJson(ctx.res, 200, { status: 'ok' }), doc: { summary: 'The process is up', auth: 'none', responses: { 200: 'Up' } } },
     {
-      method: 'GET', pattern: '/openapi.json', handler: async (ctx) => sendJson(ctx.res, 200, d.openapi?.() ?? {}),
-      doc: { summary: 'This document (OpenAPI 3.1)', auth: 'none', responses: { 200: { description: 'OpenAPI document', schema: { type: 'object' } } } },
+      method: 'GET',
+      pattern: '/healthz',
+      handler: async (ctx) => sendJson(ctx.res, 200, { status: 'ok' }),
+      doc: { summary: 'The process is up', auth: 'none', responses: { 200: 'Up' } },
     },
     {
-      method: 'GET', pattern: '/readyz', doc: { summary: 'Ready: store reachable (and every worker listening)', auth: 'none', responses: { 200: 'Ready', 503: { description: 'Not ready', schema: { type: 'object' } } } },
+      method: 'GET',
+      pattern: '/openapi.json',
+      handler: async (ctx) => sendJson(ctx.res, 200, d.openapi?.() ?? {}),
+      doc: {
+        summary: 'This document (OpenAPI 3.1)',
+        auth: 'none',
+        responses: { 200: { description: 'OpenAPI document', schema: { type: 'object' } } },
+      },
+    },
+    {
+      method: 'GET',
+      pattern: '/readyz',
+      doc: {
+        summary: 'Ready: store reachable (and every worker listening)',
+        auth: 'none',
+        responses: { 200: 'Ready', 503: { description: 'Not ready', schema: { type: 'object' } } },
+      },
       handler: async (ctx) => {
         const store = await d.store.ping();
         const workers = d.cluster ? await d.cluster.ready().catch(() => false) : true;
         const ready = store && workers;
         sendJson(ctx.res, ready ? 200 : 503, {
-          status: ready ? 'ready' : 'not_ready', store: store ? 'ok' : 'unreachable', store_kind: d.store.kind, config: 'loaded',
+          status: ready ? 'ready' : 'not_ready',
+          store: store ? 'ok' : 'unreachable',
+          store_kind: d.store.kind,
+          config: 'loaded',
           ...(d.cluster && { workers: workers ? 'all listening' : 'not all listening' }),
         });
       },

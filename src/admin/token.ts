@@ -14,7 +14,10 @@ import type { FailureWindow } from '../auth/failure-window.ts';
 const digest = (s: string) => createHash('sha256').update(s).digest();
 
 /** Returns a checker that throws 404 (no token configured), 429 (too many failures) or 401 `invalid_admin_token`. */
-export function createAdminGuard(token: string | undefined, limit?: { failures: FailureWindow; clientAddress: ClientAddress }): (req: IncomingMessage) => void {
+export function createAdminGuard(
+  token: string | undefined,
+  limit?: { failures: FailureWindow; clientAddress: ClientAddress },
+): (req: IncomingMessage) => void {
   // Comparing fixed-length digests keeps timingSafeEqual's equal-length rule from leaking the length.
   const expected = token ? digest(token) : undefined;
   return (req) => {

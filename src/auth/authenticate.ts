@@ -37,7 +37,12 @@ export function requireModel(key: KeyRecord, model: string): void {
   }
 }
 
-export function createAuthenticator(d: { keys: KeyCache; failed: FailedAuthLimiter; clientAddress?: ClientAddress; onFailure?: (reason: AuthFailure) => void }): Authenticator {
+export function createAuthenticator(d: {
+  keys: KeyCache;
+  failed: FailedAuthLimiter;
+  clientAddress?: ClientAddress;
+  onFailure?: (reason: AuthFailure) => void;
+}): Authenticator {
   const addressOf: ClientAddress = d.clientAddress ?? ((req) => req.socket.remoteAddress ?? 'unknown');
   async function refuse(address: string, reason: AuthFailure): Promise<never> {
     d.onFailure?.(reason);

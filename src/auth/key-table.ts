@@ -17,7 +17,18 @@ export interface NewKey {
 
 /** The public view of a record (no version), in SPEC §2a's field order. */
 export function publicKey(r: KeyRecord) {
-  return { id: r.id, account: r.account, env: r.env, name: r.name, active: r.active, scopes: r.scopes, models: r.models, rate_limits: r.rate_limits, created_at: r.created_at, last4: r.last4 };
+  return {
+    id: r.id,
+    account: r.account,
+    env: r.env,
+    name: r.name,
+    active: r.active,
+    scopes: r.scopes,
+    models: r.models,
+    rate_limits: r.rate_limits,
+    created_at: r.created_at,
+    last4: r.last4,
+  };
 }
 
 export interface KeyTable {
@@ -32,9 +43,17 @@ export function createKeyTable(d: { store: Store; now: () => number }): KeyTable
     async create(k) {
       const key = generateKey(k.env);
       const record: KeyRecord = {
-        id: generateKeyId(), account: k.account, env: k.env, name: k.name, active: true,
-        scopes: k.scopes ?? ['chat', 'models', 'shares'], models: k.models ?? [], rate_limits: k.rate_limits ?? null,
-        created_at: new Date(d.now()).toISOString(), last4: key.slice(-4), version: 1,
+        id: generateKeyId(),
+        account: k.account,
+        env: k.env,
+        name: k.name,
+        active: true,
+        scopes: k.scopes ?? ['chat', 'models', 'shares'],
+        models: k.models ?? [],
+        rate_limits: k.rate_limits ?? null,
+        created_at: new Date(d.now()).toISOString(),
+        last4: key.slice(-4),
+        version: 1,
       };
       await d.store.createKey(hashKey(key), record);
       return { key, record };

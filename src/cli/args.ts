@@ -57,7 +57,8 @@ export function parse(argv: string[], options: OptionSpec, skip: string[], group
     throw new UsageError(`options go after the command: tollgate ${skip.join(' ')} [options]`, group);
   }
   const values: Values = {};
-  for (const [k, v] of Object.entries(parsed.values)) values[k] = Array.isArray(v) ? v.map((s) => restore(String(s))) : typeof v === 'string' ? restore(v) : v;
+  for (const [k, v] of Object.entries(parsed.values))
+    values[k] = Array.isArray(v) ? v.map((s) => restore(String(s))) : typeof v === 'string' ? restore(v) : v;
   return { values, positionals: positionals.slice(skip.length) };
 }
 
@@ -97,7 +98,12 @@ export function optPositiveInt(values: Values, name: string, group: string): num
 /** A comma-separated list option (`--scopes chat,models`), or undefined when absent. */
 export function optList(values: Values, name: string): string[] | undefined {
   const v = optString(values, name);
-  return v === undefined ? undefined : v.split(',').map((s) => s.trim()).filter((s) => s !== '');
+  return v === undefined
+    ? undefined
+    : v
+        .split(',')
+        .map((s) => s.trim())
+        .filter((s) => s !== '');
 }
 
 /** Exactly `names.length` positionals, named in the error when one is missing or extra. */

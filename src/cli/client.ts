@@ -52,7 +52,9 @@ export function createHttpClient(o: HttpClientOptions): HttpClient {
     let text: string;
     try {
       res = await o.fetch(`${baseUrl}${path}`, {
-        method, headers, signal: AbortSignal.timeout(timeoutMs),
+        method,
+        headers,
+        signal: AbortSignal.timeout(timeoutMs),
         ...(jsonText !== undefined && { body: jsonText }),
       });
       text = await res.text();
@@ -64,7 +66,8 @@ export function createHttpClient(o: HttpClientOptions): HttpClient {
       try {
         parsed = JSON.parse(text);
       } catch {
-        if (res.ok) throw new ApiError('invalid_response', `${method} ${path} answered ${res.status} with a body that is not JSON`, res.status);
+        if (res.ok)
+          throw new ApiError('invalid_response', `${method} ${path} answered ${res.status} with a body that is not JSON`, res.status);
         parsed = text;
       }
     }
@@ -93,7 +96,7 @@ export function errorFromBody(status: number, body: unknown): ApiError {
     });
     return new ApiError('validation_error', 'the gateway rejected the request', status, details);
   }
-  const text = typeof body === 'string' ? body.slice(0, 200) : JSON.stringify(body)?.slice(0, 200) ?? '';
+  const text = typeof body === 'string' ? body.slice(0, 200) : (JSON.stringify(body)?.slice(0, 200) ?? '');
   return new ApiError(`http_${status}`, text || 'request failed', status);
 }
 

@@ -15,7 +15,6 @@ interface AccountBody {
   entry_id?: string;
 }
 
-
 interface LedgerPage {
   entries: LedgerEntry[];
   next_after: string | null;
@@ -24,12 +23,18 @@ interface LedgerPage {
 const money = (micros: number) => `${formatCredits(micros)} credits (${micros} micros)`;
 
 function balanceFields(account: string, a: AccountBody): Array<[string, string]> {
-  return [['account', account], ['balance', money(a.balance_micros)], ['held', money(a.held_micros)], ['available', money(a.balance_micros - a.held_micros)]];
+  return [
+    ['account', account],
+    ['balance', money(a.balance_micros)],
+    ['held', money(a.held_micros)],
+    ['available', money(a.balance_micros - a.held_micros)],
+  ];
 }
 
 /** The amount of a grant: the positional micro-credits or `--credits`, exactly one of them. */
 function grantAmount(amount: string | undefined, credits: string | undefined): number {
-  if ((amount === undefined) === (credits === undefined)) throw new UsageError('give the amount either as <amount_micros> or as --credits N, not both', G);
+  if ((amount === undefined) === (credits === undefined))
+    throw new UsageError('give the amount either as <amount_micros> or as --credits N, not both', G);
   try {
     return amount !== undefined ? parseMicros(amount) : creditsToMicros(credits!);
   } catch (e) {
@@ -51,8 +56,22 @@ function tokens(e: LedgerEntry): string {
 }
 
 function printLedger(ctx: CliContext, entries: LedgerEntry[]): void {
-  ctx.io.out(table(['id', 'ts', 'kind', 'amount_micros', 'model', 'tokens_in/out', 'key_id', 'request_id', 'note'],
-    entries.map((e) => [e.id, e.ts, e.kind, String(e.amount_micros), cell(e.model), tokens(e), cell(e.key_id), cell(e.request_id), cell(e.note)])));
+  ctx.io.out(
+    table(
+      ['id', 'ts', 'kind', 'amount_micros', 'model', 'tokens_in/out', 'key_id', 'request_id', 'note'],
+      entries.map((e) => [
+        e.id,
+        e.ts,
+        e.kind,
+        String(e.amount_micros),
+        cell(e.model),
+        tokens(e),
+        cell(e.key_id),
+        cell(e.request_id),
+        cell(e.note),
+      ]),
+    ),
+  );
 }
 
 /** The `credits` command group. */
@@ -80,8 +99,15 @@ export const creditsGroup: CommandGroup = {
         const res = await ctx.admin().call('POST', `/admin/accounts/${encodeURIComponent(account!)}/credits`, body);
         const a = res.body as AccountBody;
         const replayed = res.status === 200;
-        ctx.io.out(ctx.json ? json(a) : fields([...balanceFields(a.account ?? account!, a), ['entry_id', cell(a.entry_id)], ['replayed', replayed ? 'yes' : 'no']]));
-        if (replayed) ctx.io.err(`note: idempotency key ${JSON.stringify(idem)} was already used: nothing was credited again (original entry ${a.entry_id}).`);
+        ctx.io.out(
+          ctx.json
+            ? json(a)
+            : fields([...balanceFields(a.account ?? account!, a), ['entry_id', cell(a.entry_id)], ['replayed', replayed ? 'yes' : 'no']]),
+        );
+        if (replayed)
+          ctx.io.err(
+            `note: idempotency key ${JSON.stringify(idem)} was already used: nothing was credited again (original entry ${a.entry_id}).`,
+          );
       },
     },
     show: {

@@ -28,15 +28,27 @@ function masked(k: KeyBody): string {
 function limits(k: KeyBody): string {
   const r = k.rate_limits;
   if (!r || (r.requests_per_minute === undefined && r.tokens_per_minute === undefined)) return 'config defaults';
-  return [r.requests_per_minute !== undefined && `${r.requests_per_minute} rpm`, r.tokens_per_minute !== undefined && `${r.tokens_per_minute} tpm`].filter(Boolean).join(', ');
+  return [
+    r.requests_per_minute !== undefined && `${r.requests_per_minute} rpm`,
+    r.tokens_per_minute !== undefined && `${r.tokens_per_minute} tpm`,
+  ]
+    .filter(Boolean)
+    .join(', ');
 }
 
 /** A key's fields; `key` is the full key on create, and only its last four characters afterwards. */
 function keyFields(k: KeyBody): Array<[string, string]> {
   return [
-    ['key', k.key ?? masked(k)], ['id', k.id], ['account', k.account], ['env', k.env], ['name', k.name],
-    ['active', k.active ? 'yes' : 'no (disabled)'], ['scopes', k.scopes.join(',')],
-    ['models', k.models.length ? k.models.join(',') : 'all'], ['rate_limits', limits(k)], ['created_at', k.created_at],
+    ['key', k.key ?? masked(k)],
+    ['id', k.id],
+    ['account', k.account],
+    ['env', k.env],
+    ['name', k.name],
+    ['active', k.active ? 'yes' : 'no (disabled)'],
+    ['scopes', k.scopes.join(',')],
+    ['models', k.models.length ? k.models.join(',') : 'all'],
+    ['rate_limits', limits(k)],
+    ['created_at', k.created_at],
   ];
 }
 
@@ -66,13 +78,20 @@ export const keysGroup: CommandGroup = {
   notes: [
     'The full key is printed once, by `keys create`, and can never be read again (only its SHA-256 is stored).',
     '--scopes: any of chat,models,shares (default all). --models: allow-list of model names (default all).',
-    '`keys limits` replaces the key\'s override: limits left out fall back to the config defaults.',
+    "`keys limits` replaces the key's override: limits left out fall back to the config defaults.",
   ],
   commands: {
     create: {
       args: '--account A --env live|test --name N [--scopes chat,models] [--models m1,m2] [--rpm N] [--tpm N]',
       summary: 'create a key and print it (the only time the full key is shown)',
-      options: { account: { type: 'string' }, env: { type: 'string' }, name: { type: 'string' }, scopes: { type: 'string' }, models: { type: 'string' }, ...LIMIT_OPTIONS },
+      options: {
+        account: { type: 'string' },
+        env: { type: 'string' },
+        name: { type: 'string' },
+        scopes: { type: 'string' },
+        models: { type: 'string' },
+        ...LIMIT_OPTIONS,
+      },
       async run(ctx, pos) {
         expectPositionals(pos, [], G);
         const v = ctx.values;
@@ -100,8 +119,22 @@ export const keysGroup: CommandGroup = {
         const { body } = await ctx.admin().call('GET', `/admin/keys?account=${encodeURIComponent(account)}`);
         if (ctx.json) return ctx.io.out(json(body));
         const keys = (body as { data: KeyBody[] }).data;
-        ctx.io.out(table(['id', 'env', 'active', 'key', 'scopes', 'models', 'rate_limits', 'created_at', 'name'],
-          keys.map((k) => [k.id, k.env, k.active ? 'yes' : 'no', masked(k), k.scopes.join(','), k.models.length ? k.models.join(',') : 'all', limits(k), k.created_at, cell(k.name)])));
+        ctx.io.out(
+          table(
+            ['id', 'env', 'active', 'key', 'scopes', 'models', 'rate_limits', 'created_at', 'name'],
+            keys.map((k) => [
+              k.id,
+              k.env,
+              k.active ? 'yes' : 'no',
+              masked(k),
+              k.scopes.join(','),
+              k.models.length ? k.models.join(',') : 'all',
+              limits(k),
+              k.created_at,
+              cell(k.name),
+            ]),
+          ),
+        );
       },
     },
     show: {

@@ -38,7 +38,9 @@ export async function run(argv: string[], deps: CliDeps): Promise<number> {
   const standalone = group.commands[''];
   const command = standalone ?? (commandName === undefined ? undefined : group.commands[commandName]);
   if (!command) {
-    io.err(`${commandName === undefined ? `error: missing command after "tollgate ${group.name}"` : `error: unknown command "tollgate ${group.name} ${commandName}"`}\n\n${briefUsage(GROUPS, group)}`);
+    io.err(
+      `${commandName === undefined ? `error: missing command after "tollgate ${group.name}"` : `error: unknown command "tollgate ${group.name} ${commandName}"`}\n\n${briefUsage(GROUPS, group)}`,
+    );
     return 2;
   }
   try {
@@ -57,7 +59,11 @@ export async function run(argv: string[], deps: CliDeps): Promise<number> {
       return 2;
     }
     if (e instanceof ApiError) {
-      io.err([`error: ${e.code}${e.status === undefined ? '' : ` (HTTP ${e.status})`}: ${e.message}`, ...e.details.map((d) => `  ${d}`)].join('\n'));
+      io.err(
+        [`error: ${e.code}${e.status === undefined ? '' : ` (HTTP ${e.status})`}: ${e.message}`, ...e.details.map((d) => `  ${d}`)].join(
+          '\n',
+        ),
+      );
       return 1;
     }
     throw e;

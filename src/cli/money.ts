@@ -17,15 +17,18 @@ export function creditsToMicros(text: string): number {
   if (frac.length > 6) throw new RangeError(`${text} credits is not a whole number of micro-credits (at most 6 decimals)`);
   const micros = BigInt(whole || '0') * MICROS_PER_CREDIT + BigInt(frac.padEnd(6, '0'));
   const signed = m[1] ? -micros : micros;
-  if (signed > BigInt(Number.MAX_SAFE_INTEGER) || signed < BigInt(Number.MIN_SAFE_INTEGER)) throw new RangeError(`${text} credits is too large`);
+  if (signed > BigInt(Number.MAX_SAFE_INTEGER) || signed < BigInt(Number.MIN_SAFE_INTEGER))
+    throw new RangeError(`${text} credits is too large`);
   return signed === 0n ? 0 : Number(signed);
 }
 
 /** An integer micro-credit amount ("1500000", "-5_000") → number; throws RangeError unless an exact safe integer. */
 export function parseMicros(text: string): number {
-  if (!/^-?\d+(_\d+)*$/.test(text)) throw new RangeError(`amount_micros must be an integer number of micro-credits, got ${JSON.stringify(text)}`);
+  if (!/^-?\d+(_\d+)*$/.test(text))
+    throw new RangeError(`amount_micros must be an integer number of micro-credits, got ${JSON.stringify(text)}`);
   const n = BigInt(text.replaceAll('_', ''));
-  if (n > BigInt(Number.MAX_SAFE_INTEGER) || n < BigInt(Number.MIN_SAFE_INTEGER)) throw new RangeError(`amount_micros ${text} is too large`);
+  if (n > BigInt(Number.MAX_SAFE_INTEGER) || n < BigInt(Number.MIN_SAFE_INTEGER))
+    throw new RangeError(`amount_micros ${text} is too large`);
   return n === 0n ? 0 : Number(n);
 }
 

@@ -14,7 +14,11 @@ export function json(value: unknown): string {
 /** A table with an upper-case header row; columns padded to their widest cell, the last one not padded. */
 export function table(columns: string[], rows: string[][]): string {
   const widths = columns.map((c, i) => Math.max(c.length, ...rows.map((r) => (r[i] ?? '').length)));
-  const line = (cells: string[]) => cells.map((c, i) => (i === cells.length - 1 ? c : c.padEnd(widths[i]!))).join('  ').trimEnd();
+  const line = (cells: string[]) =>
+    cells
+      .map((c, i) => (i === cells.length - 1 ? c : c.padEnd(widths[i]!)))
+      .join('  ')
+      .trimEnd();
   return [line(columns.map((c) => c.toUpperCase())), ...rows.map(line)].join('\n');
 }
 

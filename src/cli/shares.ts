@@ -65,26 +65,55 @@ async function upload(ctx: CliContext, file: LocalFile, u: Upload, slug: string)
   try {
     res = await ctx.fetch(u.url, { method: u.method ?? 'PUT', headers, body: file.bytes, signal: AbortSignal.timeout(10 * 60_000) });
   } catch (e) {
-    throw new ApiError('upload_failed', `upload of ${file.name} failed: ${(e as Error).message}; share ${slug} was created without it (revoke it with: tollgate shares revoke ${slug})`);
+    throw new ApiError(
+      'upload_failed',
+      `upload of ${file.name} failed: ${(e as Error).message}; share ${slug} was created without it (revoke it with: tollgate shares revoke ${slug})`,
+    );
   }
   const text = await res.text();
-  if (!res.ok) throw new ApiError('upload_failed', `upload of ${file.name} failed: HTTP ${res.status} ${text.slice(0, 200)}; share ${slug} was created without it (revoke it with: tollgate shares revoke ${slug})`, res.status);
+  if (!res.ok)
+    throw new ApiError(
+      'upload_failed',
+      `upload of ${file.name} failed: HTTP ${res.status} ${text.slice(0, 200)}; share ${slug} was created without it (revoke it with: tollgate shares revoke ${slug})`,
+      res.status,
+    );
 }
 
 function contentText(content: unknown): string {
   if (typeof content === 'string') return content;
   if (Array.isArray(content)) {
-    return content.map((p) => (p && typeof p === 'object' && typeof (p as { text?: unknown }).text === 'string' ? (p as { text: string }).text : `<${String((p as { type?: unknown })?.type ?? 'part')}>`)).join(' ');
+    return content
+      .map((p) =>
+        p && typeof p === 'object' && typeof (p as { text?: unknown }).text === 'string'
+          ? (p as { text: string }).text
+          : `<${String((p as { type?: unknown })?.type ?? 'part')}>`,
+      )
+      .join(' ');
   }
   return content === null || content === undefined ? '' : JSON.stringify(content);
 }
 
 function printShare(ctx: CliContext, s: ShareBody): void {
   const messages = s.snapshot.messages ?? [];
-  const lines = [fields([['slug', s.slug], ['created_at', s.created_at], ['title', cell(s.snapshot.title)], ['model', cell(s.snapshot.model)], ['messages', String(messages.length)]])];
+  const lines = [
+    fields([
+      ['slug', s.slug],
+      ['created_at', s.created_at],
+      ['title', cell(s.snapshot.title)],
+      ['model', cell(s.snapshot.model)],
+      ['messages', String(messages.length)],
+    ]),
+  ];
   if (messages.length) lines.push('', ...messages.map((m) => `[${m.role ?? '?'}] ${contentText(m.content)}`));
   const files = s.files ?? [];
-  if (files.length) lines.push('', table(['name', 'content_type', 'size', 'expires_at', 'url'], files.map((f) => [f.name, f.content_type, String(f.size), f.expires_at, f.url])));
+  if (files.length)
+    lines.push(
+      '',
+      table(
+        ['name', 'content_type', 'size', 'expires_at', 'url'],
+        files.map((f) => [f.name, f.content_type, String(f.size), f.expires_at, f.url]),
+      ),
+    );
   ctx.io.out(lines.join('\n'));
 }
 
@@ -109,7 +138,10 @@ export const sharesGroup: CommandGroup = {
         const file = needString(ctx.values, 'file', G);
         // The gateway returns a snapshot byte for byte as published (SPEC §2a), so the file's text is
         // spliced into the body as written, not re-serialised (which would turn 1.0 into 1, say).
-        const snapshot = (await readBytes(file, 'snapshot')).toString('utf8').replace(/^\uFEFF/, '').trim();
+        const snapshot = (await readBytes(file, 'snapshot'))
+          .toString('utf8')
+          .replace(/^\uFEFF/, '')
+          .trim();
         try {
           JSON.parse(snapshot);
         } catch (e) {
@@ -123,11 +155,23 @@ export const sharesGroup: CommandGroup = {
         const created = createdBody as { slug: string; created_at: string; uploads?: Upload[] };
         for (const f of locals) {
           const u = created.uploads?.find((x) => x.name === f.name);
-          if (!u) throw new ApiError('upload_failed', `the gateway returned no upload URL for ${f.name}; share ${created.slug} was created without it`);
+          if (!u)
+            throw new ApiError(
+              'upload_failed',
+              `the gateway returned no upload URL for ${f.name}; share ${created.slug} was created without it`,
+            );
           await upload(ctx, f, u, created.slug);
           ctx.io.err(`uploaded ${f.name} (${f.bytes.length} bytes, ${f.contentType})`);
         }
-        ctx.io.out(ctx.json ? json(createdBody) : fields([['slug', created.slug], ['created_at', created.created_at], ['files', locals.length ? locals.map((f) => f.name).join(', ') : '-']]));
+        ctx.io.out(
+          ctx.json
+            ? json(createdBody)
+            : fields([
+                ['slug', created.slug],
+                ['created_at', created.created_at],
+                ['files', locals.length ? locals.map((f) => f.name).join(', ') : '-'],
+              ]),
+        );
       },
     },
     revoke: {

@@ -24,7 +24,16 @@ function commandLines(g: CommandGroup): string[] {
 /** The top-level usage: every group and command. */
 export function mainUsage(groups: CommandGroup[]): string {
   const body = groups.flatMap((g) => [`${g.name}: ${g.summary}`, ...commandLines(g), '']);
-  return ['tollgate: manage a Tollgate gateway through its admin API, or run one.', '', 'Usage: tollgate <group> <command> [args] [options]', '', ...body, GLOBAL_HELP, '', 'More: tollgate <group> --help'].join('\n');
+  return [
+    'tollgate: manage a Tollgate gateway through its admin API, or run one.',
+    '',
+    'Usage: tollgate <group> <command> [args] [options]',
+    '',
+    ...body,
+    GLOBAL_HELP,
+    '',
+    'More: tollgate <group> --help',
+  ].join('\n');
 }
 
 /** One group's usage: its commands and notes. */

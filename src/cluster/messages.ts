@@ -6,17 +6,36 @@
  */
 
 /** Worker → primary: this worker is listening (sent once, after its listeners are up). */
-export interface Listening { type: 'tollgate:listening' }
+export interface Listening {
+  type: 'tollgate:listening';
+}
 /** Worker → primary: aggregate every worker's metrics (prom-client's AggregatorRegistry). */
-export interface MetricsRequest { type: 'tollgate:metrics'; id: number }
+export interface MetricsRequest {
+  type: 'tollgate:metrics';
+  id: number;
+}
 /** Worker → primary: is every worker up? */
-export interface ReadyRequest { type: 'tollgate:ready'; id: number }
+export interface ReadyRequest {
+  type: 'tollgate:ready';
+  id: number;
+}
 /** Primary → worker: the answer to a request, by id. */
-export interface Reply { type: 'tollgate:reply'; id: number; metrics?: string; ready?: boolean; error?: string }
+export interface Reply {
+  type: 'tollgate:reply';
+  id: number;
+  metrics?: string;
+  ready?: boolean;
+  error?: string;
+}
 
 export type ToPrimary = Listening | MetricsRequest | ReadyRequest;
 
 /** True for messages of this protocol (prom-client's own IPC messages share the channel). */
 export function isOurs(m: unknown): m is ToPrimary | Reply {
-  return typeof m === 'object' && m !== null && typeof (m as { type?: unknown }).type === 'string' && (m as { type: string }).type.startsWith('tollgate:');
+  return (
+    typeof m === 'object' &&
+    m !== null &&
+    typeof (m as { type?: unknown }).type === 'string' &&
+    (m as { type: string }).type.startsWith('tollgate:')
+  );
 }

@@ -44,7 +44,9 @@ export function runPrimary(o: PrimaryOptions): { stop(signal: NodeJS.Signals): P
     const reply: Reply = { type: 'tollgate:reply', id: msg.id };
     try {
       if (msg.type === 'tollgate:metrics') reply.metrics = await agg.clusterMetrics();
-      else reply.ready = !stopping && listening.size >= o.workers && Object.values(cluster.workers ?? {}).every((x) => x && listening.has(x.id));
+      else
+        reply.ready =
+          !stopping && listening.size >= o.workers && Object.values(cluster.workers ?? {}).every((x) => x && listening.has(x.id));
     } catch (e) {
       reply.error = (e as Error).message;
     }
@@ -71,10 +73,15 @@ export function runPrimary(o: PrimaryOptions): { stop(signal: NodeJS.Signals): P
     stopping = true;
     o.logger.info({ signal }, 'stopping every worker (each drains and settles)');
     const alive = Object.values(cluster.workers ?? {}).filter((w): w is Worker => !!w && !w.isDead());
-    await Promise.all(alive.map((w) => new Promise<void>((resolve) => {
-      w.once('exit', () => resolve());
-      w.process.kill(signal);
-    })));
+    await Promise.all(
+      alive.map(
+        (w) =>
+          new Promise<void>((resolve) => {
+            w.once('exit', () => resolve());
+            w.process.kill(signal);
+          }),
+      ),
+    );
     o.logger.info('all workers stopped');
     o.logger.flush();
     (o.exit ?? process.exit)(code);

@@ -28,20 +28,21 @@ export function linkWorker(registry: Registry): ClusterLink {
     if (!isOurs(m) || m.type !== 'tollgate:reply') return;
     pending.get(m.id)?.(m);
   });
-  const ask = (type: 'tollgate:metrics' | 'tollgate:ready'): Promise<Reply> => new Promise((resolve, reject) => {
-    const id = next++;
-    const timer = setTimeout(() => {
-      pending.delete(id);
-      reject(new Error('the primary did not answer'));
-    }, ASK_TIMEOUT_MS);
-    pending.set(id, (r) => {
-      clearTimeout(timer);
-      pending.delete(id);
-      if (r.error) reject(new Error(r.error));
-      else resolve(r);
+  const ask = (type: 'tollgate:metrics' | 'tollgate:ready'): Promise<Reply> =>
+    new Promise((resolve, reject) => {
+      const id = next++;
+      const timer = setTimeout(() => {
+        pending.delete(id);
+        reject(new Error('the primary did not answer'));
+      }, ASK_TIMEOUT_MS);
+      pending.set(id, (r) => {
+        clearTimeout(timer);
+        pending.delete(id);
+        if (r.error) reject(new Error(r.error));
+        else resolve(r);
+      });
+      process.send!({ type, id } satisfies ToPrimary);
     });
-    process.send!({ type, id } satisfies ToPrimary);
-  });
   return {
     metrics: async () => (await ask('tollgate:metrics')).metrics ?? '',
     ready: async () => (await ask('tollgate:ready')).ready === true,

@@ -56,5 +56,6 @@ export function num(v: unknown, path: string, opts: { fallback?: number; min?: n
 }
 
 export function noUnknown(o: Obj, path: string, known: readonly string[]): void {
-  for (const k of Object.keys(o)) if (!known.includes(k)) throw new ConfigError(at(path, k), `unknown field (expected one of: ${known.join(', ')})`);
+  for (const k of Object.keys(o))
+    if (!known.includes(k)) throw new ConfigError(at(path, k), `unknown field (expected one of: ${known.join(', ')})`);
 }

@@ -110,14 +110,28 @@ export interface Config {
   readonly models: readonly ModelConfig[];
 }
 
-const TOP = ['server', 'store', 'limits', 'auth', 'upstream', 'credit', 'rate_limits', 'shares', 'models', 'log_level', 'log_format'] as const;
+const TOP = [
+  'server',
+  'store',
+  'limits',
+  'auth',
+  'upstream',
+  'credit',
+  'rate_limits',
+  'shares',
+  'models',
+  'log_level',
+  'log_format',
+] as const;
 
 function limitSpec(v: unknown, path: string, fallback: LimitSpec): LimitSpec {
   const o = object(v, path, true);
   noUnknown(o, path, ['requests_per_minute', 'tokens_per_minute']);
-  const opt = (k: string, d: number | undefined) =>
-    o[k] === undefined ? d : num(o[k], at(path, k), { min: 1, integer: true });
-  return { requestsPerMinute: opt('requests_per_minute', fallback.requestsPerMinute), tokensPerMinute: opt('tokens_per_minute', fallback.tokensPerMinute) };
+  const opt = (k: string, d: number | undefined) => (o[k] === undefined ? d : num(o[k], at(path, k), { min: 1, integer: true }));
+  return {
+    requestsPerMinute: opt('requests_per_minute', fallback.requestsPerMinute),
+    tokensPerMinute: opt('tokens_per_minute', fallback.tokensPerMinute),
+  };
 }
 
 function model(v: unknown, path: string): ModelConfig {
@@ -162,7 +176,18 @@ export function compileConfig(doc: unknown, rawEnv: NodeJS.ProcessEnv): Config {
   const root = object(doc ?? {}, '(root)');
   noUnknown(root, '', TOP);
   const server = object(root.server, 'server', true);
-  noUnknown(server, 'server', ['host', 'port', 'admin_host', 'admin_port', 'metrics_port', 'trusted_proxies', 'headers_timeout_ms', 'request_timeout_ms', 'drain_seconds', 'workers']);
+  noUnknown(server, 'server', [
+    'host',
+    'port',
+    'admin_host',
+    'admin_port',
+    'metrics_port',
+    'trusted_proxies',
+    'headers_timeout_ms',
+    'request_timeout_ms',
+    'drain_seconds',
+    'workers',
+  ]);
   const store = object(root.store, 'store', true);
   noUnknown(store, 'store', ['redis_url', 'cluster_nodes', 'command_timeout_ms']);
   const limits = object(root.limits, 'limits', true);
@@ -170,13 +195,35 @@ export function compileConfig(doc: unknown, rawEnv: NodeJS.ProcessEnv): Config {
   const auth = object(root.auth, 'auth', true);
   noUnknown(auth, 'auth', ['cache_ttl_ms', 'negative_ttl_ms', 'cache_max', 'failed_per_minute', 'admin_failed_per_minute']);
   const upstream = object(root.upstream, 'upstream', true);
-  noUnknown(upstream, 'upstream', ['connect_timeout_ms', 'headers_timeout_ms', 'idle_timeout_ms', 'total_timeout_ms', 'eject_after_failures', 'eject_seconds', 'max_connections', 'forward_headers', 'return_headers']);
+  noUnknown(upstream, 'upstream', [
+    'connect_timeout_ms',
+    'headers_timeout_ms',
+    'idle_timeout_ms',
+    'total_timeout_ms',
+    'eject_after_failures',
+    'eject_seconds',
+    'max_connections',
+    'forward_headers',
+    'return_headers',
+  ]);
   const credit = object(root.credit, 'credit', true);
   noUnknown(credit, 'credit', ['hold_margin_seconds', 'reaper_interval_ms']);
   const rl = object(root.rate_limits, 'rate_limits', true);
   noUnknown(rl, 'rate_limits', ['window_seconds', 'test', 'live']);
   const shares = object(root.shares, 'shares', true);
-  noUnknown(shares, 'shares', ['url_ttl_seconds', 'max_snapshot_bytes', 'max_files', 'cache_ttl_ms', 'negative_ttl_ms', 'max_per_account', 'max_bytes_per_account', 'create_per_minute', 'inline_types', 'failed_reads_per_minute', 's3']);
+  noUnknown(shares, 'shares', [
+    'url_ttl_seconds',
+    'max_snapshot_bytes',
+    'max_files',
+    'cache_ttl_ms',
+    'negative_ttl_ms',
+    'max_per_account',
+    'max_bytes_per_account',
+    'create_per_minute',
+    'inline_types',
+    'failed_reads_per_minute',
+    's3',
+  ]);
   const s3 = object(shares.s3, 'shares.s3', true);
   noUnknown(s3, 'shares.s3', ['endpoint', 'region', 'bucket', 'force_path_style', 'access_key_id', 'secret_access_key']);
 
@@ -188,16 +235,25 @@ export function compileConfig(doc: unknown, rawEnv: NodeJS.ProcessEnv): Config {
   });
 
   const port = (envName: string, v: unknown, path: string, d: number) =>
-    num(env[envName] ?? v, env[envName] !== undefined ? `${envName} (environment)` : path, { fallback: d, min: 0, max: 65535, integer: true });
-  const clusterNodes = env.REDIS_CLUSTER_NODES !== undefined
-    ? env.REDIS_CLUSTER_NODES.split(',').map((s) => s.trim()).filter(Boolean)
-    : list(store.cluster_nodes, 'store.cluster_nodes', true).map((n, i) => str(n, at('store.cluster_nodes', i)));
+    num(env[envName] ?? v, env[envName] !== undefined ? `${envName} (environment)` : path, {
+      fallback: d,
+      min: 0,
+      max: 65535,
+      integer: true,
+    });
+  const clusterNodes =
+    env.REDIS_CLUSTER_NODES !== undefined
+      ? env.REDIS_CLUSTER_NODES.split(',')
+          .map((s) => s.trim())
+          .filter(Boolean)
+      : list(store.cluster_nodes, 'store.cluster_nodes', true).map((n, i) => str(n, at('store.cluster_nodes', i)));
   const optional = (v: unknown, path: string) => str(v, path, '') || undefined;
-  const headerNames = (v: unknown, path: string) => list(v, path, true).map((h, i) => {
-    const name = str(h, at(path, i)).toLowerCase();
-    if (!/^[!#$%&'*+.^_`|~0-9a-z-]+$/.test(name)) throw new ConfigError(at(path, i), `is not a header name: ${JSON.stringify(h)}`);
-    return name;
-  });
+  const headerNames = (v: unknown, path: string) =>
+    list(v, path, true).map((h, i) => {
+      const name = str(h, at(path, i)).toLowerCase();
+      if (!/^[!#$%&'*+.^_`|~0-9a-z-]+$/.test(name)) throw new ConfigError(at(path, i), `is not a header name: ${JSON.stringify(h)}`);
+      return name;
+    });
   const urlTtl = num(shares.url_ttl_seconds, 'shares.url_ttl_seconds', { fallback: 900, min: 2, max: 604_800, integer: true });
 
   const config: Config = {
@@ -206,12 +262,20 @@ export function compileConfig(doc: unknown, rawEnv: NodeJS.ProcessEnv): Config {
       port: port('PORT', server.port, 'server.port', 8080),
       adminHost: env.ADMIN_HOST ?? str(server.admin_host, 'server.admin_host', '127.0.0.1'),
       adminPort: port('ADMIN_PORT', server.admin_port, 'server.admin_port', 9090),
-      metricsPort: env.METRICS_PORT === undefined && server.metrics_port === undefined ? undefined : port('METRICS_PORT', server.metrics_port, 'server.metrics_port', 0),
-      trustedProxies: list(server.trusted_proxies, 'server.trusted_proxies', true).map((c, i) => cidr(str(c, at('server.trusted_proxies', i)), at('server.trusted_proxies', i))),
+      metricsPort:
+        env.METRICS_PORT === undefined && server.metrics_port === undefined
+          ? undefined
+          : port('METRICS_PORT', server.metrics_port, 'server.metrics_port', 0),
+      trustedProxies: list(server.trusted_proxies, 'server.trusted_proxies', true).map((c, i) =>
+        cidr(str(c, at('server.trusted_proxies', i)), at('server.trusted_proxies', i)),
+      ),
       headersTimeoutMs: num(server.headers_timeout_ms, 'server.headers_timeout_ms', { fallback: 10_000, min: 100 }),
       requestTimeoutMs: num(server.request_timeout_ms, 'server.request_timeout_ms', { fallback: 30_000, min: 100 }),
       drainSeconds: num(server.drain_seconds, 'server.drain_seconds', { fallback: 30, min: 0 }),
-      workers: workerCount(env.TOLLGATE_WORKERS ?? server.workers, env.TOLLGATE_WORKERS !== undefined ? 'TOLLGATE_WORKERS (environment)' : 'server.workers'),
+      workers: workerCount(
+        env.TOLLGATE_WORKERS ?? server.workers,
+        env.TOLLGATE_WORKERS !== undefined ? 'TOLLGATE_WORKERS (environment)' : 'server.workers',
+      ),
     },
     store: {
       redisUrl: env.REDIS_URL || optional(store.redis_url, 'store.redis_url'),
@@ -219,12 +283,23 @@ export function compileConfig(doc: unknown, rawEnv: NodeJS.ProcessEnv): Config {
       commandTimeoutMs: num(store.command_timeout_ms, 'store.command_timeout_ms', { fallback: 500, min: 10 }),
     },
     adminToken: env.TOLLGATE_ADMIN_TOKEN || undefined,
-    logFormat: oneOf(env.LOG_FORMAT ?? str(root.log_format, 'log_format', 'json'), ['json', 'pretty'] as const, env.LOG_FORMAT !== undefined ? 'LOG_FORMAT (environment)' : 'log_format'),
-    logLevel: logLevel(env.LOG_LEVEL ?? str(root.log_level, 'log_level', 'info'), env.LOG_LEVEL !== undefined ? 'LOG_LEVEL (environment)' : 'log_level'),
+    logFormat: oneOf(
+      env.LOG_FORMAT ?? str(root.log_format, 'log_format', 'json'),
+      ['json', 'pretty'] as const,
+      env.LOG_FORMAT !== undefined ? 'LOG_FORMAT (environment)' : 'log_format',
+    ),
+    logLevel: logLevel(
+      env.LOG_LEVEL ?? str(root.log_level, 'log_level', 'info'),
+      env.LOG_LEVEL !== undefined ? 'LOG_LEVEL (environment)' : 'log_level',
+    ),
     limits: {
       maxBodyBytes: num(limits.max_body_bytes, 'limits.max_body_bytes', { fallback: 4 * 1024 * 1024, min: 1024, integer: true }),
       maxN: num(limits.max_n, 'limits.max_n', { fallback: 8, min: 1, max: 128, integer: true }),
-      maxInflightBodyBytes: num(limits.max_inflight_body_bytes, 'limits.max_inflight_body_bytes', { fallback: 64 * 1024 * 1024, min: 1024, integer: true }),
+      maxInflightBodyBytes: num(limits.max_inflight_body_bytes, 'limits.max_inflight_body_bytes', {
+        fallback: 64 * 1024 * 1024,
+        min: 1024,
+        integer: true,
+      }),
       maxConcurrentPerKey: num(limits.max_concurrent_per_key, 'limits.max_concurrent_per_key', { fallback: 64, min: 1, integer: true }),
     },
     auth: {
@@ -261,9 +336,15 @@ export function compileConfig(doc: unknown, rawEnv: NodeJS.ProcessEnv): Config {
       cacheTtlMs: num(shares.cache_ttl_ms, 'shares.cache_ttl_ms', { fallback: 10_000, min: 1, max: 60_000 }),
       negativeTtlMs: num(shares.negative_ttl_ms, 'shares.negative_ttl_ms', { fallback: 2_000, min: 1, max: 60_000 }),
       maxPerAccount: num(shares.max_per_account, 'shares.max_per_account', { fallback: 10_000, min: 1, integer: true }),
-      maxBytesPerAccount: num(shares.max_bytes_per_account, 'shares.max_bytes_per_account', { fallback: 1024 ** 3, min: 1024, integer: true }),
+      maxBytesPerAccount: num(shares.max_bytes_per_account, 'shares.max_bytes_per_account', {
+        fallback: 1024 ** 3,
+        min: 1024,
+        integer: true,
+      }),
       createPerMinute: num(shares.create_per_minute, 'shares.create_per_minute', { fallback: 60, min: 1, integer: true }),
-      inlineTypes: list(shares.inline_types ?? DEFAULT_INLINE_TYPES, 'shares.inline_types').map((v, i) => str(v, at('shares.inline_types', i)).toLowerCase()),
+      inlineTypes: list(shares.inline_types ?? DEFAULT_INLINE_TYPES, 'shares.inline_types').map((v, i) =>
+        str(v, at('shares.inline_types', i)).toLowerCase(),
+      ),
       failedReadsPerMinute: num(shares.failed_reads_per_minute, 'shares.failed_reads_per_minute', { fallback: 120, min: 1, integer: true }),
       s3: {
         endpoint: optional(s3.endpoint, 'shares.s3.endpoint'),
@@ -278,10 +359,16 @@ export function compileConfig(doc: unknown, rawEnv: NodeJS.ProcessEnv): Config {
   };
   if (config.adminToken !== undefined && config.adminToken.length < MIN_ADMIN_TOKEN) {
     // Never echo the token: its length says enough.
-    throw new ConfigError('TOLLGATE_ADMIN_TOKEN (environment)', `must be at least ${MIN_ADMIN_TOKEN} characters (got ${config.adminToken.length}); e.g. openssl rand -base64 32`);
+    throw new ConfigError(
+      'TOLLGATE_ADMIN_TOKEN (environment)',
+      `must be at least ${MIN_ADMIN_TOKEN} characters (got ${config.adminToken.length}); e.g. openssl rand -base64 32`,
+    );
   }
   if (config.server.workers > 1 && !config.store.redisUrl && config.store.clusterNodes.length === 0) {
-    throw new ConfigError('server.workers', `is ${config.server.workers}, but the embedded store lives inside one process: workers > 1 need REDIS_URL (or REDIS_CLUSTER_NODES)`);
+    throw new ConfigError(
+      'server.workers',
+      `is ${config.server.workers}, but the embedded store lives inside one process: workers > 1 need REDIS_URL (or REDIS_CLUSTER_NODES)`,
+    );
   }
   return deepFreeze(config);
 }
@@ -312,7 +399,8 @@ function cidr(v: string, path: string): string {
 const LOG_LEVELS = ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'];
 
 function oneOf<T extends string>(v: string, allowed: readonly T[], path: string): T {
-  if (!(allowed as readonly string[]).includes(v)) throw new ConfigError(path, `must be one of ${allowed.join(', ')}, got ${JSON.stringify(v)}`);
+  if (!(allowed as readonly string[]).includes(v))
+    throw new ConfigError(path, `must be one of ${allowed.join(', ')}, got ${JSON.stringify(v)}`);
   return v as T;
 }
 

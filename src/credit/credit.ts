@@ -85,11 +85,17 @@ export function createCredit(d: CreditDeps): Credit {
         const last = now() + wait > giveUpAt;
         if (last) {
           // Every field of the ledger entry that did not land, so it can be entered by hand.
-          d.logger.error({ err: (err as Error).message, settle: input, attempts: attempt }, 'settle abandoned after its retry window: the hold will be reaped; reconcile the ledger from this line');
+          d.logger.error(
+            { err: (err as Error).message, settle: input, attempts: attempt },
+            'settle abandoned after its retry window: the hold will be reaped; reconcile the ledger from this line',
+          );
           return undefined;
         }
         if (attempt === 1 || attempt % 10 === 0) {
-          d.logger.error({ err: (err as Error).message, request_id: input.requestId, account: input.account, cost_micros: input.costMicros, attempt }, 'settle failed; retrying');
+          d.logger.error(
+            { err: (err as Error).message, request_id: input.requestId, account: input.account, cost_micros: input.costMicros, attempt },
+            'settle failed; retrying',
+          );
         }
         await new Promise((r) => setTimeout(r, wait).unref());
       }
@@ -101,9 +107,13 @@ export function createCredit(d: CreditDeps): Credit {
       const r = await d.store.hold(account, requestId, amountMicros, Math.ceil(expiresAtMs));
       if (!r.ok) {
         const available = r.balance_micros - r.held_micros;
-        throw new GatewayError('insufficient_credit', `Insufficient credit: this request needs a hold of ${amountMicros} micro-credits and ${Math.max(0, available)} are available.`, {
-          headers: { 'x-should-retry': 'false' },
-        });
+        throw new GatewayError(
+          'insufficient_credit',
+          `Insufficient credit: this request needs a hold of ${amountMicros} micro-credits and ${Math.max(0, available)} are available.`,
+          {
+            headers: { 'x-should-retry': 'false' },
+          },
+        );
       }
     },
     settle(input) {
@@ -127,7 +137,11 @@ export function createCredit(d: CreditDeps): Credit {
         clearTimeout(timer);
         if (timedOut) break;
       }
-      if (inFlight.size > 0) d.logger.error({ pending: inFlight.size }, 'shutdown with settles still pending: their holds will be reaped and the ledger must be reconciled from these logs');
+      if (inFlight.size > 0)
+        d.logger.error(
+          { pending: inFlight.size },
+          'shutdown with settles still pending: their holds will be reaped and the ledger must be reconciled from these logs',
+        );
     },
   };
 }

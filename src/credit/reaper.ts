@@ -6,7 +6,10 @@
 import type { Logger } from '../obs/logger.ts';
 import type { Store } from '../store/types.ts';
 
-export function startReaper(d: { store: Store; now: () => number; intervalMs: number; logger: Logger; onReaped?: (n: number) => void }): { stop(): void; runOnce(): Promise<number> } {
+export function startReaper(d: { store: Store; now: () => number; intervalMs: number; logger: Logger; onReaped?: (n: number) => void }): {
+  stop(): void;
+  runOnce(): Promise<number>;
+} {
   let running = false;
   async function runOnce(): Promise<number> {
     if (running) return 0;

@@ -13,7 +13,10 @@ export function requireJson(req: IncomingMessage): void {
   const ct = req.headers['content-type'];
   const base = ct?.split(';', 1)[0]!.trim().toLowerCase();
   if (base !== 'application/json') {
-    throw new GatewayError('unsupported_media_type', `Content-Type must be application/json, got ${ct ? JSON.stringify(ct.slice(0, 100)) : 'none'}.`);
+    throw new GatewayError(
+      'unsupported_media_type',
+      `Content-Type must be application/json, got ${ct ? JSON.stringify(ct.slice(0, 100)) : 'none'}.`,
+    );
   }
 }
 
@@ -115,7 +118,9 @@ const TWO_53 = 2 ** 53;
 
 /** Keeps integers beyond 2^53 as their source text, so a re-serialised body passes them on digit for digit. */
 function keepBigIntegers(_key: string, value: unknown, context?: { source?: string }): unknown {
-  return typeof value === 'number' && !Number.isSafeInteger(value) && context?.source && /^-?\d+$/.test(context.source) ? rawJSON(context.source) : value;
+  return typeof value === 'number' && !Number.isSafeInteger(value) && context?.source && /^-?\d+$/.test(context.source)
+    ? rawJSON(context.source)
+    : value;
 }
 
 /**
@@ -152,7 +157,11 @@ export function parseJson(text: string): unknown {
 }
 
 /** 415/413/422 checks, then the parsed JSON value, the body's size in bytes and its budget release. */
-export async function readJson(req: IncomingMessage, maxBytes: number, budget?: BodyBudget): Promise<{ value: unknown; bytes: number; release(): void }> {
+export async function readJson(
+  req: IncomingMessage,
+  maxBytes: number,
+  budget?: BodyBudget,
+): Promise<{ value: unknown; bytes: number; release(): void }> {
   requireJson(req);
   const { text, bytes, release } = await readBody(req, maxBytes, budget);
   try {

@@ -27,7 +27,11 @@ function parseHop(raw: string): string | undefined {
 /** The hops a request came through, client first: x-forwarded-for, else forwarded's `for=`. */
 function hops(req: IncomingMessage): string[] | undefined {
   const xff = req.headers['x-forwarded-for'];
-  if (xff) return (Array.isArray(xff) ? xff.join(',') : xff).split(',').map(parseHop).filter((h): h is string => h !== undefined);
+  if (xff)
+    return (Array.isArray(xff) ? xff.join(',') : xff)
+      .split(',')
+      .map(parseHop)
+      .filter((h): h is string => h !== undefined);
   const fwd = req.headers.forwarded;
   if (!fwd) return undefined;
   const out: string[] = [];

@@ -23,12 +23,40 @@ export interface RouteDoc {
 }
 
 const ERROR_BODY: Schema = {
-  type: 'object', required: ['error'],
-  properties: { error: { type: 'object', required: ['message', 'type', 'code', 'param'], properties: { message: { type: 'string' }, type: { type: 'string' }, code: { type: 'string', enum: Object.keys(ERROR_CODES) }, param: { type: ['string', 'null'] } } } },
+  type: 'object',
+  required: ['error'],
+  properties: {
+    error: {
+      type: 'object',
+      required: ['message', 'type', 'code', 'param'],
+      properties: {
+        message: { type: 'string' },
+        type: { type: 'string' },
+        code: { type: 'string', enum: Object.keys(ERROR_CODES) },
+        param: { type: ['string', 'null'] },
+      },
+    },
+  },
 };
 const VALIDATION_BODY: Schema = {
-  type: 'object', required: ['detail'],
-  properties: { detail: { type: 'array', items: { type: 'object', required: ['loc', 'msg', 'type', 'input', 'ctx'], properties: { loc: { type: 'array', items: { type: 'string' } }, msg: { type: 'string' }, type: { type: 'string' }, input: {}, ctx: { type: 'object' } } } } },
+  type: 'object',
+  required: ['detail'],
+  properties: {
+    detail: {
+      type: 'array',
+      items: {
+        type: 'object',
+        required: ['loc', 'msg', 'type', 'input', 'ctx'],
+        properties: {
+          loc: { type: 'array', items: { type: 'string' } },
+          msg: { type: 'string' },
+          type: { type: 'string' },
+          input: {},
+          ctx: { type: 'object' },
+        },
+      },
+    },
+  },
 };
 
 function operation(r: Route, listener: 'public' | 'admin'): Record<string, unknown> {
@@ -45,7 +73,10 @@ function operation(r: Route, listener: 'public' | 'admin'): Record<string, unkno
   return {
     summary: doc.summary,
     tags: [listener],
-    operationId: `${r.method.toLowerCase()}${r.pattern.replace(/[{}]/g, '').replace(/\/(\w)/g, (_, c: string) => c.toUpperCase()).replace(/\W/g, '')}`,
+    operationId: `${r.method.toLowerCase()}${r.pattern
+      .replace(/[{}]/g, '')
+      .replace(/\/(\w)/g, (_, c: string) => c.toUpperCase())
+      .replace(/\W/g, '')}`,
     ...(doc.auth === 'key' && { security: [{ apiKey: [] }], ...(doc.scope && { 'x-tollgate-scope': doc.scope }) }),
     ...(doc.auth === 'admin' && { security: [{ adminToken: [] }] }),
     ...(doc.auth === 'none' && { security: [] }),
@@ -56,9 +87,16 @@ function operation(r: Route, listener: 'public' | 'admin'): Record<string, unkno
 }
 
 /** The document for the two route tables; routes without `doc` are left out (the test catches them). */
-export function openApiDocument(o: { version: string; publicRoutes: readonly Route[]; adminRoutes: readonly Route[] }): Record<string, unknown> {
+export function openApiDocument(o: {
+  version: string;
+  publicRoutes: readonly Route[];
+  adminRoutes: readonly Route[];
+}): Record<string, unknown> {
   const paths: Record<string, Record<string, unknown>> = {};
-  for (const [listener, routes] of [['public', o.publicRoutes], ['admin', o.adminRoutes]] as const) {
+  for (const [listener, routes] of [
+    ['public', o.publicRoutes],
+    ['admin', o.adminRoutes],
+  ] as const) {
     for (const r of routes) {
       if (!r.doc) continue;
       (paths[r.pattern] ??= {})[r.method.toLowerCase()] = operation(r, listener);
@@ -66,8 +104,16 @@ export function openApiDocument(o: { version: string; publicRoutes: readonly Rou
   }
   return {
     openapi: '3.1.0',
-    info: { title: 'Tollgate', version: o.version, description: 'Metering gateway for OpenAI-compatible model servers. Public paths are served on PORT; paths tagged admin on ADMIN_PORT.' },
-    tags: [{ name: 'public', description: 'The public listener (PORT)' }, { name: 'admin', description: 'The admin listener (ADMIN_PORT)' }],
+    info: {
+      title: 'Tollgate',
+      version: o.version,
+      description:
+        'Metering gateway for OpenAI-compatible model servers. Public paths are served on PORT; paths tagged admin on ADMIN_PORT.',
+    },
+    tags: [
+      { name: 'public', description: 'The public listener (PORT)' },
+      { name: 'admin', description: 'The admin listener (ADMIN_PORT)' },
+    ],
     paths,
     components: {
       securitySchemes: {

@@ -39,7 +39,16 @@ export function createEdge(d: EdgeDeps): (req: IncomingMessage, res: ServerRespo
   return (req, res) => {
     const requestId = newRequestId();
     const ctx: RequestContext = {
-      req, res, requestId, start: process.hrtime.bigint(), route: 'unmatched', params: {}, key: undefined, log: {}, overheadNs: undefined, extraHeaders: undefined,
+      req,
+      res,
+      requestId,
+      start: process.hrtime.bigint(),
+      route: 'unmatched',
+      params: {},
+      key: undefined,
+      log: {},
+      overheadNs: undefined,
+      extraHeaders: undefined,
     };
     res.setHeader('x-request-id', requestId);
     d.metrics.inFlight.inc();
@@ -103,8 +112,13 @@ function finish(d: EdgeDeps, m: EdgeMetrics, ctx: RequestContext, closedNs: bigi
   }
   const clientId = ctx.req.headers['x-request-id'];
   const line: Record<string, unknown> = {
-    listener: d.listener, request_id: ctx.requestId, method: ctx.req.method, route: ctx.route, status,
-    duration_ms: Number(totalNs / 1000n) / 1000, ...ctx.log,
+    listener: d.listener,
+    request_id: ctx.requestId,
+    method: ctx.req.method,
+    route: ctx.route,
+    status,
+    duration_ms: Number(totalNs / 1000n) / 1000,
+    ...ctx.log,
   };
   if (typeof clientId === 'string' && SANE_CLIENT_ID.test(clientId)) line.client_request_id = clientId;
   if (ctx.key) {
@@ -125,11 +139,16 @@ export interface ListenOptions {
 
 /** Starts a server with timeouts against slow clients; resolves once listening. */
 export async function listen(handler: (req: IncomingMessage, res: ServerResponse) => void, o: ListenOptions): Promise<Server> {
-  const server = createServer({
-    headersTimeout: o.headersTimeoutMs, requestTimeout: o.requestTimeoutMs, keepAliveTimeout: 5_000,
-    // Node checks those timeouts only this often (default 30 s): without it a slow client holds its socket ~30 s.
-    connectionsCheckingInterval: Math.max(50, Math.min(1_000, Math.floor(Math.min(o.headersTimeoutMs, o.requestTimeoutMs) / 2))),
-  }, handler);
+  const server = createServer(
+    {
+      headersTimeout: o.headersTimeoutMs,
+      requestTimeout: o.requestTimeoutMs,
+      keepAliveTimeout: 5_000,
+      // Node checks those timeouts only this often (default 30 s): without it a slow client holds its socket ~30 s.
+      connectionsCheckingInterval: Math.max(50, Math.min(1_000, Math.floor(Math.min(o.headersTimeoutMs, o.requestTimeoutMs) / 2))),
+    },
+    handler,
+  );
   server.on('clientError', answerClientError);
   await new Promise<void>((resolve, reject) => {
     server.once('error', reject);
@@ -158,7 +177,9 @@ function answerClientError(err: Error & { code?: string }, socket: import('node:
   const [code, message] = CLIENT_ERRORS[err.code ?? ''] ?? ['invalid_request', 'The request could not be parsed.'];
   const e = new GatewayError(code, message);
   const body = JSON.stringify(errorBody(e));
-  socket.end(`HTTP/1.1 ${e.status} ${STATUS_CODES[e.status]}\r\ncontent-type: application/json\r\ncontent-length: ${Buffer.byteLength(body)}\r\nx-request-id: ${newRequestId()}\r\nconnection: close\r\n\r\n${body}`);
+  socket.end(
+    `HTTP/1.1 ${e.status} ${STATUS_CODES[e.status]}\r\ncontent-type: application/json\r\ncontent-length: ${Buffer.byteLength(body)}\r\nx-request-id: ${newRequestId()}\r\nconnection: close\r\n\r\n${body}`,
+  );
 }
 
 /** The port a listening server got (port 0 → a free one). */

@@ -33,10 +33,17 @@ export function isObj(v: unknown): v is Obj {
 
 /** Reports fields outside `known` as extra_forbidden (admin bodies catch typos this way). */
 export function forbidExtra(o: Obj, known: readonly string[], loc: string[], issues: Issues): void {
-  for (const k of Object.keys(o)) if (!known.includes(k)) issues.add([...loc, k], 'extra_forbidden', 'Extra inputs are not permitted', o[k]);
+  for (const k of Object.keys(o))
+    if (!known.includes(k)) issues.add([...loc, k], 'extra_forbidden', 'Extra inputs are not permitted', o[k]);
 }
 
-interface StrOpts { required?: boolean; minLength?: number; maxLength?: number; pattern?: RegExp; patternText?: string }
+interface StrOpts {
+  required?: boolean;
+  minLength?: number;
+  maxLength?: number;
+  pattern?: RegExp;
+  patternText?: string;
+}
 
 /** A string field; undefined when absent and optional, or invalid. */
 export function str(o: Obj, key: string, loc: string[], issues: Issues, opts: StrOpts = {}): string | undefined {
@@ -52,11 +59,15 @@ export function str(o: Obj, key: string, loc: string[], issues: Issues, opts: St
   }
   const len = opts.minLength !== undefined || opts.maxLength !== undefined ? [...v].length : 0;
   if (opts.minLength !== undefined && len < opts.minLength) {
-    issues.add(at, 'string_too_short', `String should have at least ${plural(opts.minLength, 'character')}`, v, { min_length: opts.minLength });
+    issues.add(at, 'string_too_short', `String should have at least ${plural(opts.minLength, 'character')}`, v, {
+      min_length: opts.minLength,
+    });
     return undefined;
   }
   if (opts.maxLength !== undefined && len > opts.maxLength) {
-    issues.add(at, 'string_too_long', `String should have at most ${plural(opts.maxLength, 'character')}`, v, { max_length: opts.maxLength });
+    issues.add(at, 'string_too_long', `String should have at most ${plural(opts.maxLength, 'character')}`, v, {
+      max_length: opts.maxLength,
+    });
     return undefined;
   }
   if (opts.pattern && !opts.pattern.test(v)) {
@@ -67,7 +78,12 @@ export function str(o: Obj, key: string, loc: string[], issues: Issues, opts: St
   return v;
 }
 
-interface IntOpts { required?: boolean; gt?: number; ge?: number; le?: number }
+interface IntOpts {
+  required?: boolean;
+  gt?: number;
+  ge?: number;
+  le?: number;
+}
 
 /** An integer field (JSON number without fraction, within the safe range). */
 export function int(o: Obj, key: string, loc: string[], issues: Issues, opts: IntOpts = {}): number | undefined {
@@ -89,9 +105,12 @@ export function int(o: Obj, key: string, loc: string[], issues: Issues, opts: In
     issues.add(at, 'int_parsing_size', 'Unable to parse input string as an integer, exceeded maximum size', v);
     return undefined;
   }
-  if (opts.gt !== undefined && !(v > opts.gt)) return void issues.add(at, 'greater_than', `Input should be greater than ${opts.gt}`, v, { gt: opts.gt });
-  if (opts.ge !== undefined && !(v >= opts.ge)) return void issues.add(at, 'greater_than_equal', `Input should be greater than or equal to ${opts.ge}`, v, { ge: opts.ge });
-  if (opts.le !== undefined && !(v <= opts.le)) return void issues.add(at, 'less_than_equal', `Input should be less than or equal to ${opts.le}`, v, { le: opts.le });
+  if (opts.gt !== undefined && !(v > opts.gt))
+    return void issues.add(at, 'greater_than', `Input should be greater than ${opts.gt}`, v, { gt: opts.gt });
+  if (opts.ge !== undefined && !(v >= opts.ge))
+    return void issues.add(at, 'greater_than_equal', `Input should be greater than or equal to ${opts.ge}`, v, { ge: opts.ge });
+  if (opts.le !== undefined && !(v <= opts.le))
+    return void issues.add(at, 'less_than_equal', `Input should be less than or equal to ${opts.le}`, v, { le: opts.le });
   return v;
 }
 
@@ -110,20 +129,39 @@ export function bool(o: Obj, key: string, loc: string[], issues: Issues, require
 }
 
 /** One of a fixed set of strings (Pydantic's literal_error). */
-export function literal<T extends string>(o: Obj, key: string, allowed: readonly T[], loc: string[], issues: Issues, required = false): T | undefined {
+export function literal<T extends string>(
+  o: Obj,
+  key: string,
+  allowed: readonly T[],
+  loc: string[],
+  issues: Issues,
+  required = false,
+): T | undefined {
   const v = o[key];
   if (v === undefined) {
     if (required) issues.add([...loc, key], 'missing', 'Field required', o);
     return undefined;
   }
   if (typeof v === 'string' && (allowed as readonly string[]).includes(v)) return v as T;
-  const expected = allowed.length === 1 ? `'${allowed[0]}'` : `${allowed.slice(0, -1).map((a) => `'${a}'`).join(', ')} or '${allowed.at(-1)}'`;
+  const expected =
+    allowed.length === 1
+      ? `'${allowed[0]}'`
+      : `${allowed
+          .slice(0, -1)
+          .map((a) => `'${a}'`)
+          .join(', ')} or '${allowed.at(-1)}'`;
   issues.add([...loc, key], 'literal_error', `Input should be ${expected}`, v, { expected });
   return undefined;
 }
 
 /** A list field; returns the array (elements unchecked) or undefined. */
-export function list(o: Obj, key: string, loc: string[], issues: Issues, opts: { required?: boolean; minLength?: number; maxLength?: number } = {}): unknown[] | undefined {
+export function list(
+  o: Obj,
+  key: string,
+  loc: string[],
+  issues: Issues,
+  opts: { required?: boolean; minLength?: number; maxLength?: number } = {},
+): unknown[] | undefined {
   const v = o[key];
   const at = [...loc, key];
   if (v === undefined) {
@@ -135,11 +173,19 @@ export function list(o: Obj, key: string, loc: string[], issues: Issues, opts: {
     return undefined;
   }
   if (opts.minLength !== undefined && v.length < opts.minLength) {
-    issues.add(at, 'too_short', `List should have at least ${plural(opts.minLength, 'item')} after validation, not ${v.length}`, v, { field_type: 'List', min_length: opts.minLength, actual_length: v.length });
+    issues.add(at, 'too_short', `List should have at least ${plural(opts.minLength, 'item')} after validation, not ${v.length}`, v, {
+      field_type: 'List',
+      min_length: opts.minLength,
+      actual_length: v.length,
+    });
     return undefined;
   }
   if (opts.maxLength !== undefined && v.length > opts.maxLength) {
-    issues.add(at, 'too_long', `List should have at most ${plural(opts.maxLength, 'item')} after validation, not ${v.length}`, v, { field_type: 'List', max_length: opts.maxLength, actual_length: v.length });
+    issues.add(at, 'too_long', `List should have at most ${plural(opts.maxLength, 'item')} after validation, not ${v.length}`, v, {
+      field_type: 'List',
+      max_length: opts.maxLength,
+      actual_length: v.length,
+    });
     return undefined;
   }
   return v;

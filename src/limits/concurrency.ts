@@ -20,9 +20,13 @@ export function createConcurrency(max: number): Concurrency {
     enter(keyId, res) {
       const n = counts.get(keyId) ?? 0;
       if (n >= max) {
-        throw new GatewayError('concurrency_limit_exceeded', `This API key already has ${max} requests in flight; wait for one to finish.`, {
-          headers: { 'retry-after': '1', 'retry-after-ms': '1000' },
-        });
+        throw new GatewayError(
+          'concurrency_limit_exceeded',
+          `This API key already has ${max} requests in flight; wait for one to finish.`,
+          {
+            headers: { 'retry-after': '1', 'retry-after-ms': '1000' },
+          },
+        );
       }
       counts.set(keyId, n + 1);
       res.once('close', () => {

@@ -60,9 +60,14 @@ function limiter(o: RateLimitOptions, prefix: string, onInsurance: () => void): 
   if (!o.redis) return new RateLimiterMemory({ ...base, keyPrefix: prefix });
   const insurance = new Insurance({ ...base, keyPrefix: prefix });
   insurance.onUse = onInsurance;
-  return new RateLimiterRedis({ ...base, storeClient: o.redis, keyPrefix: prefix, insuranceLimiter: insurance, rejectIfRedisNotReady: true });
+  return new RateLimiterRedis({
+    ...base,
+    storeClient: o.redis,
+    keyPrefix: prefix,
+    insuranceLimiter: insurance,
+    rejectIfRedisNotReady: true,
+  });
 }
-
 
 function headersFor(dim: Dimension, limit: number, res: RateLimiterRes, out: Record<string, string>): void {
   out[`x-ratelimit-limit-${dim}`] = String(limit);
@@ -81,7 +86,10 @@ export function createRateLimits(o: RateLimitOptions): Limits {
 
   function limitsOf(key: KeyRecord): { rpm: number | undefined; tpm: number | undefined } {
     const d = key.env === 'test' ? o.test : o.live;
-    return { rpm: key.rate_limits?.requests_per_minute ?? d.requestsPerMinute, tpm: key.rate_limits?.tokens_per_minute ?? d.tokensPerMinute };
+    return {
+      rpm: key.rate_limits?.requests_per_minute ?? d.requestsPerMinute,
+      tpm: key.rate_limits?.tokens_per_minute ?? d.tokensPerMinute,
+    };
   }
 
   /** Degraded when the last call was served by the insurance limiter: Redis down, or hung (still "ready"). */
@@ -97,9 +105,13 @@ export function createRateLimits(o: RateLimitOptions): Limits {
     o.metrics.rateLimited.inc({ env: ctx.key!.env, dimension: dim });
     const ms = Math.max(1, res.msBeforeNext);
     const what = dim === 'requests' ? `${limit} requests` : `${limit} tokens`;
-    throw new GatewayError('rate_limit_exceeded', `Rate limit reached: ${what} per ${o.windowSeconds}s window for this key. The window resets in ${formatDuration(ms)}.`, {
-      headers: { ...headers, 'retry-after': String(Math.ceil(ms / 1000)), 'retry-after-ms': String(ms) },
-    });
+    throw new GatewayError(
+      'rate_limit_exceeded',
+      `Rate limit reached: ${what} per ${o.windowSeconds}s window for this key. The window resets in ${formatDuration(ms)}.`,
+      {
+        headers: { ...headers, 'retry-after': String(Math.ceil(ms / 1000)), 'retry-after-ms': String(ms) },
+      },
+    );
   }
 
   return {
@@ -121,7 +133,12 @@ export function createRateLimits(o: RateLimitOptions): Limits {
       if (r && rpm !== undefined) headersFor('requests', rpm, r, headers);
       if (tpm !== undefined) {
         if (t) headersFor('tokens', tpm, t, headers);
-        else Object.assign(headers, { 'x-ratelimit-limit-tokens': String(tpm), 'x-ratelimit-remaining-tokens': String(tpm), 'x-ratelimit-reset-tokens': formatDuration(o.windowSeconds * 1000) });
+        else
+          Object.assign(headers, {
+            'x-ratelimit-limit-tokens': String(tpm),
+            'x-ratelimit-remaining-tokens': String(tpm),
+            'x-ratelimit-reset-tokens': formatDuration(o.windowSeconds * 1000),
+          });
       }
       ctx.extraHeaders = headers;
       // A refused request's token estimate is given back, and the headers show what remains without it.
@@ -139,9 +156,13 @@ export function createRateLimits(o: RateLimitOptions): Limits {
         if (tokenCost > tpm) {
           // No window will ever admit it: say why, and tell SDKs not to retry.
           o.metrics.rateLimited.inc({ env: key.env, dimension: 'tokens' });
-          throw new GatewayError('rate_limit_exceeded', `This request may use up to ${tokenCost} tokens (prompt estimate + max output), more than this key's limit of ${tpm} tokens per ${o.windowSeconds}s window. Lower max_tokens or the prompt.`, {
-            headers: { ...headers, 'x-should-retry': 'false' },
-          });
+          throw new GatewayError(
+            'rate_limit_exceeded',
+            `This request may use up to ${tokenCost} tokens (prompt estimate + max output), more than this key's limit of ${tpm} tokens per ${o.windowSeconds}s window. Lower max_tokens or the prompt.`,
+            {
+              headers: { ...headers, 'x-should-retry': 'false' },
+            },
+          );
         }
         refuse(ctx, 'tokens', tpm, t, headers);
       }

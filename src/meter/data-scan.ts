@@ -82,7 +82,8 @@ export class KeyFinder {
 export function findStringEnd(buf: Buffer, from: number, limit = buf.length): number {
   for (let i = from; i < limit; i++) {
     const b = buf[i];
-    if (b === BACKSLASH) i++; // skip the escaped byte (\" \\ \n \uXXXX's 'u')
+    if (b === BACKSLASH)
+      i++; // skip the escaped byte (\" \\ \n \uXXXX's 'u')
     else if (b === QUOTE) return i;
   }
   return -1;

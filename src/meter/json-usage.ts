@@ -10,8 +10,14 @@
 
 /** A usage object larger than this is not a usage object (vLLM's with every detail is ~300 bytes). */
 const MAX_USAGE_BYTES = 8 * 1024;
-const QUOTE = 0x22, BACKSLASH = 0x5c, COLON = 0x3a, COMMA = 0x2c;
-const OPEN_OBJ = 0x7b, CLOSE_OBJ = 0x7d, OPEN_ARR = 0x5b, CLOSE_ARR = 0x5d;
+const QUOTE = 0x22,
+  BACKSLASH = 0x5c,
+  COLON = 0x3a,
+  COMMA = 0x2c;
+const OPEN_OBJ = 0x7b,
+  CLOSE_OBJ = 0x7d,
+  OPEN_ARR = 0x5b,
+  CLOSE_ARR = 0x5d;
 const USAGE = Buffer.from('usage');
 
 export class JsonUsageScanner {

@@ -26,7 +26,9 @@ export interface RelayOutcome {
 }
 
 /** A stream that breaks after its first byte ends with this event and no [DONE] (SPEC §2a). */
-const STREAM_ERROR = Buffer.from(`data: ${JSON.stringify({ error: { message: 'The upstream stream failed before completing.', type: 'upstream_error', code: 'upstream_error', param: null } })}\n\n`);
+const STREAM_ERROR = Buffer.from(
+  `data: ${JSON.stringify({ error: { message: 'The upstream stream failed before completing.', type: 'upstream_error', code: 'upstream_error', param: null } })}\n\n`,
+);
 /**
  * Non-streaming bodies up to this size are kept whole and parsed once at the end (usage and, without
  * usage, the text to count). A larger one (logprobs can make a 16 MiB answer) is relayed as it comes and
@@ -83,7 +85,12 @@ function pipe(call: UpstreamCall, res: ServerResponse, transform: (chunk: Buffer
 }
 
 /** Relays an SSE stream; resolves when the upstream ended, failed, or the client left. */
-export async function relaySse(call: UpstreamCall, res: ServerResponse, dropUsageOnlyChunk: boolean, clientGone: () => boolean): Promise<RelayOutcome> {
+export async function relaySse(
+  call: UpstreamCall,
+  res: ServerResponse,
+  dropUsageOnlyChunk: boolean,
+  clientGone: () => boolean,
+): Promise<RelayOutcome> {
   const meter = createSseMeter({ dropUsageOnlyChunk });
   let finished = false;
   /** The upstream body is complete: the held tail (if any) and the response's end go out with the last chunk. */
@@ -123,19 +130,24 @@ export async function relayJson(call: UpstreamCall, res: ServerResponse, clientG
   let chunks: Buffer[] = [];
   let size = 0;
   let scanner: JsonUsageScanner | undefined;
-  const spent = pipe(call, res, (chunk) => {
-    size += chunk.length;
-    if (scanner) scanner.push(chunk);
-    else if (size <= MAX_JSON_RETAINED) chunks.push(chunk);
-    else {
-      // Past the limit: scan what was kept, let it go, and scan the rest as it comes.
-      scanner = new JsonUsageScanner();
-      for (const c of chunks) scanner.push(c);
-      scanner.push(chunk);
-      chunks = [];
-    }
-    return chunk;
-  }, () => res.end());
+  const spent = pipe(
+    call,
+    res,
+    (chunk) => {
+      size += chunk.length;
+      if (scanner) scanner.push(chunk);
+      else if (size <= MAX_JSON_RETAINED) chunks.push(chunk);
+      else {
+        // Past the limit: scan what was kept, let it go, and scan the rest as it comes.
+        scanner = new JsonUsageScanner();
+        for (const c of chunks) scanner.push(c);
+        scanner.push(chunk);
+        chunks = [];
+      }
+      return chunk;
+    },
+    () => res.end(),
+  );
   let end: RelayOutcome['end'] = 'complete';
   try {
     await call.done;

@@ -148,7 +148,10 @@ class LazyTokenizer implements Tokenizer {
     return total;
   }
 
-  async countPromptTokensBounded(messages: readonly unknown[], budget: Budget = { deadline: Date.now() + COUNT_BUDGET_MS }): Promise<number> {
+  async countPromptTokensBounded(
+    messages: readonly unknown[],
+    budget: Budget = { deadline: Date.now() + COUNT_BUDGET_MS },
+  ): Promise<number> {
     const count = (s: unknown) => (typeof s === 'string' && s.length > 0 ? this.countTextBounded(s, budget) : Promise.resolve(0));
     let total = CHAT_OVERHEAD.perRequest;
     for (const m of messages) {

@@ -22,11 +22,15 @@ const VERSION_PATH = /\/v\d+[a-z0-9]*(\/|$)/i;
 /** Settings that are valid but probably wrong, one sentence each. */
 export function bootWarnings(config: Config): string[] {
   const out: string[] = [];
-  config.models.forEach((m, i) => m.upstreams.forEach((u, j) => {
-    if (!VERSION_PATH.test(new URL(u.url).pathname)) {
-      out.push(`models[${i}].upstreams[${j}].url ${JSON.stringify(u.url)} has no version path: Tollgate calls <url>/chat/completions, so vLLM, SGLang, TGI, llama.cpp and Ollama usually need ".../v1"`);
-    }
-  }));
+  config.models.forEach((m, i) =>
+    m.upstreams.forEach((u, j) => {
+      if (!VERSION_PATH.test(new URL(u.url).pathname)) {
+        out.push(
+          `models[${i}].upstreams[${j}].url ${JSON.stringify(u.url)} has no version path: Tollgate calls <url>/chat/completions, so vLLM, SGLang, TGI, llama.cpp and Ollama usually need ".../v1"`,
+        );
+      }
+    }),
+  );
   return out;
 }
 
@@ -40,8 +44,14 @@ export function listenErrorMessage(err: unknown, config: Config): string | undef
   const s = config.server;
   const which = e.port === s.port ? 'public' : e.port === s.adminPort ? 'admin' : e.port === s.metricsPort ? 'metrics' : undefined;
   const where = `${e.address ?? '?'}:${e.port ?? '?'}`;
-  const what = e.code === 'EADDRINUSE' ? 'is already in use (another Tollgate, or `npm run demo`, may be running)'
-    : e.code === 'EACCES' ? 'may not be bound by this user (ports below 1024 need privileges)' : 'is not an address of this machine';
-  const fix = which ? ` Set ${PORT_VARIABLE[which]}=<port> (or server.${which === 'public' ? 'port' : `${which}_port`} in the config) to move the ${which} listener.` : '';
+  const what =
+    e.code === 'EADDRINUSE'
+      ? 'is already in use (another Tollgate, or `npm run demo`, may be running)'
+      : e.code === 'EACCES'
+        ? 'may not be bound by this user (ports below 1024 need privileges)'
+        : 'is not an address of this machine';
+  const fix = which
+    ? ` Set ${PORT_VARIABLE[which]}=<port> (or server.${which === 'public' ? 'port' : `${which}_port`} in the config) to move the ${which} listener.`
+    : '';
   return `cannot listen on ${where}: the address ${what}.${fix}`;
 }

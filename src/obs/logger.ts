@@ -11,9 +11,20 @@ import { pino, type DestinationStream, type Logger } from 'pino';
  * fields and never carry headers or keys; these paths guard the places a header object could appear.
  */
 export const REDACT_PATHS = [
-  'req.headers.authorization', 'req.headers["x-api-key"]', 'req.headers["api-key"]', 'req.headers.cookie',
-  'headers.authorization', 'headers["x-api-key"]', 'headers["api-key"]', 'headers.cookie',
-  'upstream.headers.authorization', 'err.headers.authorization', 'authorization', 'api_key', 'apiKey', 'key',
+  'req.headers.authorization',
+  'req.headers["x-api-key"]',
+  'req.headers["api-key"]',
+  'req.headers.cookie',
+  'headers.authorization',
+  'headers["x-api-key"]',
+  'headers["api-key"]',
+  'headers.cookie',
+  'upstream.headers.authorization',
+  'err.headers.authorization',
+  'authorization',
+  'api_key',
+  'apiKey',
+  'key',
 ];
 
 export type { Logger };
@@ -33,11 +44,24 @@ export const LOG_FLUSH_MS = 1000;
  */
 export async function prettyDestination(): Promise<DestinationStream> {
   const { default: pretty } = await import('pino-pretty');
-  return pretty({ colorize: process.stdout.isTTY === true, translateTime: 'SYS:HH:MM:ss.l', ignore: 'pid,hostname,svc', singleLine: true, sync: true });
+  return pretty({
+    colorize: process.stdout.isTTY === true,
+    translateTime: 'SYS:HH:MM:ss.l',
+    ignore: 'pid,hostname,svc',
+    singleLine: true,
+    sync: true,
+  });
 }
 
 /** The process logger; `dest` lets tests capture lines. */
 export function createLogger(level: string, dest?: DestinationStream): Logger {
-  const opts = { level, base: { svc: 'tollgate' }, redact: { paths: REDACT_PATHS, censor: '[REDACTED]' }, timestamp: pino.stdTimeFunctions.isoTime };
-  return dest ? pino(opts, dest) : pino(opts, pino.destination({ dest: 1, sync: false, minLength: LOG_BATCH_BYTES, periodicFlush: LOG_FLUSH_MS }));
+  const opts = {
+    level,
+    base: { svc: 'tollgate' },
+    redact: { paths: REDACT_PATHS, censor: '[REDACTED]' },
+    timestamp: pino.stdTimeFunctions.isoTime,
+  };
+  return dest
+    ? pino(opts, dest)
+    : pino(opts, pino.destination({ dest: 1, sync: false, minLength: LOG_BATCH_BYTES, periodicFlush: LOG_FLUSH_MS }));
 }

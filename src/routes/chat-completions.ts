@@ -50,23 +50,47 @@ interface Billed {
 
 /** The route's OpenAPI description: the fields validateChatBody checks; every other field passes through. */
 const CHAT_DOC: RouteDoc = {
-  summary: 'Create a chat completion (streamed with stream: true), metered and billed', auth: 'key', scope: 'chat',
+  summary: 'Create a chat completion (streamed with stream: true), metered and billed',
+  auth: 'key',
+  scope: 'chat',
   body: {
-    type: 'object', required: ['model', 'messages'], additionalProperties: true,
+    type: 'object',
+    required: ['model', 'messages'],
+    additionalProperties: true,
     properties: {
       model: { type: 'string', minLength: 1 },
-      messages: { type: 'array', minItems: 1, items: { type: 'object', required: ['role'], properties: { role: { enum: ['system', 'developer', 'user', 'assistant', 'tool'] }, content: { type: ['string', 'array', 'null'] } } } },
-      stream: { type: ['boolean', 'null'] }, stream_options: { type: ['object', 'null'] },
-      max_tokens: { type: ['integer', 'null'], exclusiveMinimum: 0, description: 'clamped to the model\'s max_output_tokens' },
+      messages: {
+        type: 'array',
+        minItems: 1,
+        items: {
+          type: 'object',
+          required: ['role'],
+          properties: {
+            role: { enum: ['system', 'developer', 'user', 'assistant', 'tool'] },
+            content: { type: ['string', 'array', 'null'] },
+          },
+        },
+      },
+      stream: { type: ['boolean', 'null'] },
+      stream_options: { type: ['object', 'null'] },
+      max_tokens: { type: ['integer', 'null'], exclusiveMinimum: 0, description: "clamped to the model's max_output_tokens" },
       max_completion_tokens: { type: ['integer', 'null'], exclusiveMinimum: 0 },
       n: { type: ['integer', 'null'], exclusiveMinimum: 0, description: 'at most limits.max_n' },
     },
   },
   responses: {
-    200: { description: 'The upstream\'s completion (JSON), or its stream (text/event-stream)', schema: { type: 'object' } },
-    401: 'Missing or invalid key', 402: 'Not enough credit for the hold', 403: 'Key lacks the chat scope or the model', 404: 'Unknown model',
-    413: 'Body over limits.max_body_bytes', 415: 'Not application/json', 422: 'Invalid body', 429: 'Rate, concurrency or failed-auth limit',
-    502: 'Upstream failed', 503: 'Upstream unavailable, store unavailable or overloaded', 504: 'Upstream timed out',
+    200: { description: "The upstream's completion (JSON), or its stream (text/event-stream)", schema: { type: 'object' } },
+    401: 'Missing or invalid key',
+    402: 'Not enough credit for the hold',
+    403: 'Key lacks the chat scope or the model',
+    404: 'Unknown model',
+    413: 'Body over limits.max_body_bytes',
+    415: 'Not application/json',
+    422: 'Invalid body',
+    429: 'Rate, concurrency or failed-auth limit',
+    502: 'Upstream failed',
+    503: 'Upstream unavailable, store unavailable or overloaded',
+    504: 'Upstream timed out',
   },
 };
 
@@ -124,7 +148,13 @@ export function chatRoutes(d: ChatDeps): Route[] {
    * `promptEstimate` is the hold's byte bound; `messages()` re-reads the prompt from the upstream payload
    * (the parsed body is not kept: SPEC §12), only on the rare path where the upstream reported no usage.
    */
-  async function bill(messages: () => unknown[], promptEstimate: number, answered: boolean, outcome: RelayOutcome | undefined, maxOutput: number): Promise<Billed> {
+  async function bill(
+    messages: () => unknown[],
+    promptEstimate: number,
+    answered: boolean,
+    outcome: RelayOutcome | undefined,
+    maxOutput: number,
+  ): Promise<Billed> {
     // No answer from any upstream (or a refusal): nothing was produced, nothing is billed.
     if (!answered || !outcome) return NOTHING_PRODUCED;
     // A body too large to keep, without usage: its text was relayed, not kept. Bill what the request was
@@ -139,7 +169,11 @@ export function chatRoutes(d: ChatDeps): Route[] {
     const countText = (s: string) => (d.tokenizer.loaded ? d.tokenizer.countTextBounded(s, budget) : Promise.resolve(Buffer.byteLength(s)));
     if (outcome.usage) {
       const more = extra ? await countText(extra) : 0;
-      return { promptTokens: outcome.usage.prompt_tokens, completionTokens: outcome.usage.completion_tokens + more, source: more > 0 ? 'estimated' : 'upstream' };
+      return {
+        promptTokens: outcome.usage.prompt_tokens,
+        completionTokens: outcome.usage.completion_tokens + more,
+        source: more > 0 ? 'estimated' : 'upstream',
+      };
     }
     const prompt = d.tokenizer.loaded ? await d.tokenizer.countPromptTokensBounded(messages(), budget) : promptEstimate;
     return { promptTokens: prompt, completionTokens: extra ? await countText(extra) : 0, source: 'estimated' };
@@ -174,10 +208,18 @@ export function chatRoutes(d: ChatDeps): Route[] {
     const admission = await d.limits.admit(ctx, promptEstimate + output.total);
     const live = key.env === 'live';
     /** The request's one settle (SPEC §4): not awaited by the response, tracked for shutdown, retried until it lands. */
-    const settle = (b: Billed, costMicros: number) => void d.credit.settle({
-      account: key.account, requestId: ctx.requestId, costMicros, keyId: key.id, model: model.name,
-      promptTokens: b.promptTokens, completionTokens: b.completionTokens, usageSource: b.source, ts: new Date(d.now()).toISOString(),
-    });
+    const settle = (b: Billed, costMicros: number) =>
+      void d.credit.settle({
+        account: key.account,
+        requestId: ctx.requestId,
+        costMicros,
+        keyId: key.id,
+        model: model.name,
+        promptTokens: b.promptTokens,
+        completionTokens: b.completionTokens,
+        usageSource: b.source,
+        ts: new Date(d.now()).toISOString(),
+      });
     if (live) {
       const hold = costMicros(model.price, promptEstimate, output.total);
       try {
@@ -199,15 +241,28 @@ export function chatRoutes(d: ChatDeps): Route[] {
     const gone = () => !ctx.res.writableFinished && ctx.res.destroyed;
     const deadline = d.now() + up.totalTimeoutMs;
     // Past the total deadline the current attempt is cut; forward() tries no other upstream after it.
-    const total = setTimeout(() => current?.abort(Object.assign(new Error('total upstream timeout'), { code: 'UND_ERR_HEADERS_TIMEOUT' })), up.totalTimeoutMs);
+    const total = setTimeout(
+      () => current?.abort(Object.assign(new Error('total upstream timeout'), { code: 'UND_ERR_HEADERS_TIMEOUT' })),
+      up.totalTimeoutMs,
+    );
     const t0 = process.hrtime.bigint();
     let answered: Answered | undefined;
     let outcome: RelayOutcome | undefined;
     try {
-      answered = await forward(d, model, {
-        path: '/chat/completions', body: payload, headersTimeoutMs: up.headersTimeoutMs, idleTimeoutMs: up.idleTimeoutMs, deadline,
-        headers: (auth) => headerPolicy.upstreamRequest(ctx.req.headers, ctx.requestId, auth, payload.length),
-      }, signal, track);
+      answered = await forward(
+        d,
+        model,
+        {
+          path: '/chat/completions',
+          body: payload,
+          headersTimeoutMs: up.headersTimeoutMs,
+          idleTimeoutMs: up.idleTimeoutMs,
+          deadline,
+          headers: (auth) => headerPolicy.upstreamRequest(ctx.req.headers, ctx.requestId, auth, payload.length),
+        },
+        signal,
+        track,
+      );
       if (signal.aborted) throw new ClientGoneError();
       ctx.log.upstream = answered.call.upstream.label;
       ctx.log.upstream_status = answered.status;
@@ -228,7 +283,13 @@ export function chatRoutes(d: ChatDeps): Route[] {
       const b = await bill(messages, promptEstimate, ok, outcome, output.total);
       const cost = costMicros(model.price, b.promptTokens, b.completionTokens);
       admission.settle(b.promptTokens + b.completionTokens);
-      Object.assign(ctx.log, { prompt_tokens: b.promptTokens, completion_tokens: b.completionTokens, usage_source: b.source, cost_micros: cost, relay_end: outcome?.end ?? (gone() ? 'client_gone' : 'none') });
+      Object.assign(ctx.log, {
+        prompt_tokens: b.promptTokens,
+        completion_tokens: b.completionTokens,
+        usage_source: b.source,
+        cost_micros: cost,
+        relay_end: outcome?.end ?? (gone() ? 'client_gone' : 'none'),
+      });
       if (b.completionTokens > output.total) {
         // An upstream that ignored max_tokens: debited in full (SPEC §4's only overspend), counted, logged.
         overruns(model.name).inc();
@@ -242,7 +303,7 @@ export function chatRoutes(d: ChatDeps): Route[] {
         settleStarted?.(); // the settle itself is tracked from here on
       }
       // Arrival → upstream call, plus chunk handling, plus settling; upstream waiting excluded.
-      ctx.overheadNs = (t0 - ctx.start) + (outcome?.chunkNs ?? 0n) + (process.hrtime.bigint() - t1);
+      ctx.overheadNs = t0 - ctx.start + (outcome?.chunkNs ?? 0n) + (process.hrtime.bigint() - t1);
     }
   }
 
@@ -274,8 +335,15 @@ export function chatRoutes(d: ChatDeps): Route[] {
     }
     const output = outputBound(body, model);
     return {
-      model, output, promptEstimate: estimatePromptTokens(body, bodyBytes), payload: upstreamBody(body, model, output.perChoice),
-      reply: { model: body.model, stream: body.stream === true, wantsUsage: (body.stream_options as { include_usage?: unknown } | undefined)?.include_usage === true },
+      model,
+      output,
+      promptEstimate: estimatePromptTokens(body, bodyBytes),
+      payload: upstreamBody(body, model, output.perChoice),
+      reply: {
+        model: body.model,
+        stream: body.stream === true,
+        wantsUsage: (body.stream_options as { include_usage?: unknown } | undefined)?.include_usage === true,
+      },
     };
   }
 

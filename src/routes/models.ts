@@ -7,7 +7,12 @@ import { requireScope } from '../auth/authenticate.ts';
 import type { ModelConfig } from '../config/schema.ts';
 import type { Concurrency } from '../limits/concurrency.ts';
 
-export function modelRoutes(d: { auth: Authenticator; models: readonly ModelConfig[]; admit: (ctx: RequestContext) => Promise<void>; concurrency: Concurrency }): Route[] {
+export function modelRoutes(d: {
+  auth: Authenticator;
+  models: readonly ModelConfig[];
+  admit: (ctx: RequestContext) => Promise<void>;
+  concurrency: Concurrency;
+}): Route[] {
   const all = d.models.map((m) => ({ id: m.name, object: 'model' as const, created: m.created, owned_by: m.ownedBy }));
   async function list(ctx: RequestContext) {
     const key = (ctx.key = await d.auth.authenticate(ctx.req));
@@ -17,11 +22,42 @@ export function modelRoutes(d: { auth: Authenticator; models: readonly ModelConf
     const data = key.models.length === 0 ? all : all.filter((m) => key.models.includes(m.id));
     sendJson(ctx.res, 200, { object: 'list', data }, ctx.extraHeaders);
   }
-  return [{
-    method: 'GET', pattern: '/v1/models', handler: list,
-    doc: {
-      summary: 'The models this key may use (OpenAI list shape)', auth: 'key', scope: 'models',
-      responses: { 200: { description: 'Model list', schema: { type: 'object', properties: { object: { const: 'list' }, data: { type: 'array', items: { type: 'object', properties: { id: { type: 'string' }, object: { const: 'model' }, created: { type: 'integer' }, owned_by: { type: 'string' } } } } } } }, 401: 'Missing or invalid key', 403: 'Key lacks the models scope', 429: 'Rate or concurrency limit' },
+  return [
+    {
+      method: 'GET',
+      pattern: '/v1/models',
+      handler: list,
+      doc: {
+        summary: 'The models this key may use (OpenAI list shape)',
+        auth: 'key',
+        scope: 'models',
+        responses: {
+          200: {
+            description: 'Model list',
+            schema: {
+              type: 'object',
+              properties: {
+                object: { const: 'list' },
+                data: {
+                  type: 'array',
+                  items: {
+                    type: 'object',
+                    properties: {
+                      id: { type: 'string' },
+                      object: { const: 'model' },
+                      created: { type: 'integer' },
+                      owned_by: { type: 'string' },
+                    },
+                  },
+                },
+              },
+            },
+          },
+          401: 'Missing or invalid key',
+          403: 'Key lacks the models scope',
+          429: 'Rate or concurrency limit',
+        },
+      },
     },
-  }];
+  ];
 }

@@ -36,9 +36,25 @@ export function shareAdminRoutes(d: ShareAdminRouteDeps): Route[] {
 
   return [
     {
-      method: 'POST', pattern: '/admin/shares', handler: create,
-      doc: { auth: 'admin', summary: "Publish a share for an account (counts against the account's quota)", body: { ...SHARE_BODY_SCHEMA, required: ['account', 'snapshot'], properties: { account: { type: 'string' }, ...(SHARE_BODY_SCHEMA.properties as object) } }, responses: { 201: { description: 'Created', schema: { type: 'object' } }, ...ADMIN_ERRORS, 503: 'File storage unavailable' } },
+      method: 'POST',
+      pattern: '/admin/shares',
+      handler: create,
+      doc: {
+        auth: 'admin',
+        summary: "Publish a share for an account (counts against the account's quota)",
+        body: {
+          ...SHARE_BODY_SCHEMA,
+          required: ['account', 'snapshot'],
+          properties: { account: { type: 'string' }, ...(SHARE_BODY_SCHEMA.properties as object) },
+        },
+        responses: { 201: { description: 'Created', schema: { type: 'object' } }, ...ADMIN_ERRORS, 503: 'File storage unavailable' },
+      },
     },
-    { method: 'DELETE', pattern: '/admin/shares/{slug}', handler: revoke, doc: { auth: 'admin', summary: 'Revoke any share', responses: { 204: 'Revoked', ...ADMIN_ERRORS } } },
+    {
+      method: 'DELETE',
+      pattern: '/admin/shares/{slug}',
+      handler: revoke,
+      doc: { auth: 'admin', summary: 'Revoke any share', responses: { 204: 'Revoked', ...ADMIN_ERRORS } },
+    },
   ];
 }

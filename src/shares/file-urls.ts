@@ -78,37 +78,55 @@ function timed(p: Presigner, observe: FileUrlsOptions['observe']): Presigner {
 }
 
 function unavailable(err: unknown): GatewayError {
-  return new GatewayError('store_unavailable', 'File storage is unavailable: S3 URLs could not be signed; try again shortly.', { cause: err });
+  return new GatewayError('store_unavailable', 'File storage is unavailable: S3 URLs could not be signed; try again shortly.', {
+    cause: err,
+  });
 }
 
 /** The file URL builder for `shares.s3`, or undefined when no S3 is configured (see filesConfigured). */
 export function createFileUrls(o: FileUrlsOptions): FileUrls | undefined {
   if (!filesConfigured(o.s3)) return undefined;
   const s3 = o.s3;
-  const presigner = timed(createPresigner({
-    region: s3.region, bucket: s3.bucket, forcePathStyle: s3.forcePathStyle,
-    ...(s3.endpoint !== undefined && { endpoint: s3.endpoint }),
-    ...(s3.accessKeyId !== undefined && { accessKeyId: s3.accessKeyId }),
-    ...(s3.secretAccessKey !== undefined && { secretAccessKey: s3.secretAccessKey }),
-  }, o.now), o.observe);
+  const presigner = timed(
+    createPresigner(
+      {
+        region: s3.region,
+        bucket: s3.bucket,
+        forcePathStyle: s3.forcePathStyle,
+        ...(s3.endpoint !== undefined && { endpoint: s3.endpoint }),
+        ...(s3.accessKeyId !== undefined && { accessKeyId: s3.accessKeyId }),
+        ...(s3.secretAccessKey !== undefined && { secretAccessKey: s3.secretAccessKey }),
+      },
+      o.now,
+    ),
+    o.observe,
+  );
   const gets = createGetUrlCache(presigner, o.now, o.ttlSeconds);
   const inline = new Set((o.inlineTypes ?? []).map((t) => t.toLowerCase()));
-  const dispositionOf = (f: ShareFile) => (inline.has(f.content_type.split(';', 1)[0]!.trim().toLowerCase()) ? undefined : attachmentDisposition(f.name));
+  const dispositionOf = (f: ShareFile) =>
+    inline.has(f.content_type.split(';', 1)[0]!.trim().toLowerCase()) ? undefined : attachmentDisposition(f.name);
 
   return {
     async uploads(slug, files) {
       try {
-        return await Promise.all(files.map(async (f) => ({ name: f.name, ...(await presigner.presignPut(objectKey(slug, f.name), f.content_type, f.size, o.ttlSeconds)) })));
+        return await Promise.all(
+          files.map(async (f) => ({
+            name: f.name,
+            ...(await presigner.presignPut(objectKey(slug, f.name), f.content_type, f.size, o.ttlSeconds)),
+          })),
+        );
       } catch (e) {
         throw unavailable(e);
       }
     },
     async downloads(slug, files) {
       try {
-        return await Promise.all(files.map(async (f) => {
-          const g = await gets.get(objectKey(slug, f.name), dispositionOf(f));
-          return { name: f.name, content_type: f.content_type, size: f.size, url: g.url, expires_at: g.expires_at };
-        }));
+        return await Promise.all(
+          files.map(async (f) => {
+            const g = await gets.get(objectKey(slug, f.name), dispositionOf(f));
+            return { name: f.name, content_type: f.content_type, size: f.size, url: g.url, expires_at: g.expires_at };
+          }),
+        );
       } catch (e) {
         throw unavailable(e);
       }

@@ -103,7 +103,11 @@ export function createPresigner(cfg: PresignerConfig, clock: () => number): Pres
     async presignGet(key, ttlSeconds, disposition) {
       checkTtl(ttlSeconds);
       const at = signingSecond(clock);
-      const cmd = new GetObjectCommand({ Bucket: bucket, Key: key, ...(disposition !== undefined && { ResponseContentDisposition: disposition }) });
+      const cmd = new GetObjectCommand({
+        Bucket: bucket,
+        Key: key,
+        ...(disposition !== undefined && { ResponseContentDisposition: disposition }),
+      });
       const url = await getSignedUrl(s3, cmd, { expiresIn: ttlSeconds, signingDate: new Date(at) });
       return { url, expires_at: new Date(at + ttlSeconds * 1000).toISOString() };
     },

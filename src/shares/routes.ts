@@ -59,13 +59,54 @@ function noContent(ctx: RequestContext): void {
 
 /** The share body validateShareBody checks (shares/validate.ts); the snapshot's other keys are kept. */
 export const SHARE_BODY_SCHEMA: Record<string, unknown> = {
-  type: 'object', required: ['snapshot'], additionalProperties: true,
+  type: 'object',
+  required: ['snapshot'],
+  additionalProperties: true,
   properties: {
-    snapshot: { type: 'object', required: ['messages'], properties: { title: { type: ['string', 'null'] }, model: { type: ['string', 'null'] }, messages: { type: 'array', minItems: 1, items: { type: 'object' } }, metadata: { type: ['object', 'null'] } } },
-    files: { type: 'array', items: { type: 'object', required: ['name', 'content_type', 'size'], properties: { name: { type: 'string', minLength: 1, maxLength: 255 }, content_type: { type: 'string' }, size: { type: 'integer', minimum: 0 } } } },
+    snapshot: {
+      type: 'object',
+      required: ['messages'],
+      properties: {
+        title: { type: ['string', 'null'] },
+        model: { type: ['string', 'null'] },
+        messages: { type: 'array', minItems: 1, items: { type: 'object' } },
+        metadata: { type: ['object', 'null'] },
+      },
+    },
+    files: {
+      type: 'array',
+      items: {
+        type: 'object',
+        required: ['name', 'content_type', 'size'],
+        properties: {
+          name: { type: 'string', minLength: 1, maxLength: 255 },
+          content_type: { type: 'string' },
+          size: { type: 'integer', minimum: 0 },
+        },
+      },
+    },
   },
 };
-const CREATED_SHARE_SCHEMA = { type: 'object', properties: { slug: { type: 'string' }, created_at: { type: 'string' }, uploads: { type: 'array', items: { type: 'object', properties: { name: { type: 'string' }, url: { type: 'string' }, method: { const: 'PUT' }, headers: { type: 'object' }, expires_at: { type: 'string' } } } } } };
+const CREATED_SHARE_SCHEMA = {
+  type: 'object',
+  properties: {
+    slug: { type: 'string' },
+    created_at: { type: 'string' },
+    uploads: {
+      type: 'array',
+      items: {
+        type: 'object',
+        properties: {
+          name: { type: 'string' },
+          url: { type: 'string' },
+          method: { const: 'PUT' },
+          headers: { type: 'object' },
+          expires_at: { type: 'string' },
+        },
+      },
+    },
+  },
+};
 
 /** The public share routes. */
 export function shareRoutes(d: ShareRouteDeps): Route[] {
@@ -112,16 +153,70 @@ export function shareRoutes(d: ShareRouteDeps): Route[] {
 
   return [
     {
-      method: 'POST', pattern: '/v1/shares', handler: create,
-      doc: { summary: 'Publish a conversation share; returns presigned upload URLs for its files', auth: 'key', scope: 'shares', body: SHARE_BODY_SCHEMA, responses: { 201: { description: 'Created', schema: CREATED_SHARE_SCHEMA }, 401: 'Missing or invalid key', 403: 'Key lacks the shares scope', 413: 'Snapshot over shares.max_snapshot_bytes', 415: 'Not application/json', 422: 'Invalid body', 429: 'Rate limit, concurrency limit or share quota (share_quota_exceeded)', 503: 'File storage or the body budget unavailable' } },
+      method: 'POST',
+      pattern: '/v1/shares',
+      handler: create,
+      doc: {
+        summary: 'Publish a conversation share; returns presigned upload URLs for its files',
+        auth: 'key',
+        scope: 'shares',
+        body: SHARE_BODY_SCHEMA,
+        responses: {
+          201: { description: 'Created', schema: CREATED_SHARE_SCHEMA },
+          401: 'Missing or invalid key',
+          403: 'Key lacks the shares scope',
+          413: 'Snapshot over shares.max_snapshot_bytes',
+          415: 'Not application/json',
+          422: 'Invalid body',
+          429: 'Rate limit, concurrency limit or share quota (share_quota_exceeded)',
+          503: 'File storage or the body budget unavailable',
+        },
+      },
     },
     {
-      method: 'GET', pattern: '/v1/shares/{slug}', handler: read,
-      doc: { summary: 'Read a share (no key: the slug is the capability); presigned file URLs', auth: 'none', responses: { 200: { description: 'The share as published', schema: { type: 'object', properties: { slug: { type: 'string' }, created_at: { type: 'string' }, snapshot: { type: 'object' }, files: { type: 'array', items: { type: 'object' } } } } }, 404: 'Unknown slug', 410: 'Revoked', 422: 'Malformed slug', 429: 'Too many failed reads from this address' } },
+      method: 'GET',
+      pattern: '/v1/shares/{slug}',
+      handler: read,
+      doc: {
+        summary: 'Read a share (no key: the slug is the capability); presigned file URLs',
+        auth: 'none',
+        responses: {
+          200: {
+            description: 'The share as published',
+            schema: {
+              type: 'object',
+              properties: {
+                slug: { type: 'string' },
+                created_at: { type: 'string' },
+                snapshot: { type: 'object' },
+                files: { type: 'array', items: { type: 'object' } },
+              },
+            },
+          },
+          404: 'Unknown slug',
+          410: 'Revoked',
+          422: 'Malformed slug',
+          429: 'Too many failed reads from this address',
+        },
+      },
     },
     {
-      method: 'DELETE', pattern: '/v1/shares/{slug}', handler: revoke,
-      doc: { summary: "Revoke one of the key's account's shares", auth: 'key', scope: 'shares', responses: { 204: 'Revoked', 401: 'Missing or invalid key', 403: 'Key lacks the shares scope', 404: "Unknown, or another account's share", 422: 'Malformed slug', 429: 'Rate or concurrency limit' } },
+      method: 'DELETE',
+      pattern: '/v1/shares/{slug}',
+      handler: revoke,
+      doc: {
+        summary: "Revoke one of the key's account's shares",
+        auth: 'key',
+        scope: 'shares',
+        responses: {
+          204: 'Revoked',
+          401: 'Missing or invalid key',
+          403: 'Key lacks the shares scope',
+          404: "Unknown, or another account's share",
+          422: 'Malformed slug',
+          429: 'Rate or concurrency limit',
+        },
+      },
     },
   ];
 }

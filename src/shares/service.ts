@@ -85,7 +85,10 @@ export function createShareService(d: ShareServiceDeps): ShareService {
       if (d.quota) {
         const r = await d.store.reserveShareQuota(account, slug, bytes, d.quota);
         if (r === 'count') throw quotaExceeded(`This account has ${d.quota.maxCount} live shares, its limit; revoke some first.`);
-        if (r === 'bytes') throw quotaExceeded(`This share (${bytes} bytes) would take the account past its ${d.quota.maxBytes} bytes of shares; revoke some first.`);
+        if (r === 'bytes')
+          throw quotaExceeded(
+            `This share (${bytes} bytes) would take the account past its ${d.quota.maxBytes} bytes of shares; revoke some first.`,
+          );
       }
       try {
         const uploads = files.length > 0 && d.files ? await d.files.uploads(slug, files) : [];

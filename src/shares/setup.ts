@@ -18,14 +18,36 @@ export interface Shares {
 }
 
 /** One shares capability per gateway. */
-export function createShares(d: { config: Config['shares']; store: Store; now: () => number; metrics: Pick<Metrics, 'cache' | 'presign'> }): Shares {
+export function createShares(d: {
+  config: Config['shares'];
+  store: Store;
+  now: () => number;
+  metrics: Pick<Metrics, 'cache' | 'presign'>;
+}): Shares {
   const c = d.config;
-  const lookups = { hit: d.metrics.cache.labels({ cache: 'shares', outcome: 'hit' }), miss: d.metrics.cache.labels({ cache: 'shares', outcome: 'miss' }) };
-  const cache = createShareCache({ store: d.store, ttlMs: c.cacheTtlMs, negativeTtlMs: c.negativeTtlMs, onLookup: (o) => lookups[o].inc() });
-  const files = createFileUrls({ s3: c.s3, ttlSeconds: c.urlTtlSeconds, now: d.now, inlineTypes: c.inlineTypes, observe: (method, s) => d.metrics.presign.observe({ method }, s) });
+  const lookups = {
+    hit: d.metrics.cache.labels({ cache: 'shares', outcome: 'hit' }),
+    miss: d.metrics.cache.labels({ cache: 'shares', outcome: 'miss' }),
+  };
+  const cache = createShareCache({
+    store: d.store,
+    ttlMs: c.cacheTtlMs,
+    negativeTtlMs: c.negativeTtlMs,
+    onLookup: (o) => lookups[o].inc(),
+  });
+  const files = createFileUrls({
+    s3: c.s3,
+    ttlSeconds: c.urlTtlSeconds,
+    now: d.now,
+    inlineTypes: c.inlineTypes,
+    observe: (method, s) => d.metrics.presign.observe({ method }, s),
+  });
   return {
     service: createShareService({
-      store: d.store, cache, files, now: d.now,
+      store: d.store,
+      cache,
+      files,
+      now: d.now,
       quota: { maxCount: c.maxPerAccount, maxBytes: c.maxBytesPerAccount },
       createsPerKey: createFailureWindow({ perWindow: c.createPerMinute, now: d.now }),
     }),

@@ -50,7 +50,9 @@ export function parseShareBody(text: string, l: ShareBodyLimits, requireAccount:
     snapshotText = memberText(text, 'snapshot');
     const bytes = snapshotText === undefined ? 0 : Buffer.byteLength(snapshotText);
     if (bytes > l.maxSnapshotBytes) {
-      throw new GatewayError('request_too_large', `The snapshot is ${bytes} bytes of JSON; the limit is ${l.maxSnapshotBytes} bytes.`, { param: 'snapshot' });
+      throw new GatewayError('request_too_large', `The snapshot is ${bytes} bytes of JSON; the limit is ${l.maxSnapshotBytes} bytes.`, {
+        param: 'snapshot',
+      });
     }
   }
   const issues: ValidationIssue[] = [];
@@ -77,7 +79,12 @@ export function parseShareBody(text: string, l: ShareBodyLimits, requireAccount:
 }
 
 /** 415 / 413 / 422 checks, then the validated body; under `budget` its bytes are held only while parsing. */
-export async function readShareBody(req: IncomingMessage, l: ShareBodyLimits, requireAccount: boolean, budget?: BodyBudget): Promise<ShareBody> {
+export async function readShareBody(
+  req: IncomingMessage,
+  l: ShareBodyLimits,
+  requireAccount: boolean,
+  budget?: BodyBudget,
+): Promise<ShareBody> {
   requireJson(req);
   const { text, release } = await readBody(req, maxShareBodyBytes(l), budget);
   try {

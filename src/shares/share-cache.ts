@@ -14,9 +14,7 @@ import type { ShareRecord, Store } from '../store/types.ts';
 
 /** What the cache knows about a slug. */
 export type ShareState =
-  | { readonly status: 'live'; readonly record: ShareRecord }
-  | { readonly status: 'revoked' }
-  | { readonly status: 'unknown' };
+  { readonly status: 'live'; readonly record: ShareRecord } | { readonly status: 'revoked' } | { readonly status: 'unknown' };
 
 export interface ShareCacheOptions {
   store: Store;

@@ -78,10 +78,14 @@ export function validateSlug(rawPathSegment: string): string {
   const loc = ['path', 'slug'];
   const len = charLength(slug);
   if (len < SLUG_LENGTH) {
-    throw invalid(loc, 'string_too_short', `String should have at least ${plural(SLUG_LENGTH, 'character')}`, slug, { min_length: SLUG_LENGTH });
+    throw invalid(loc, 'string_too_short', `String should have at least ${plural(SLUG_LENGTH, 'character')}`, slug, {
+      min_length: SLUG_LENGTH,
+    });
   }
   if (len > SLUG_LENGTH) {
-    throw invalid(loc, 'string_too_long', `String should have at most ${plural(SLUG_LENGTH, 'character')}`, slug, { max_length: SLUG_LENGTH });
+    throw invalid(loc, 'string_too_long', `String should have at most ${plural(SLUG_LENGTH, 'character')}`, slug, {
+      max_length: SLUG_LENGTH,
+    });
   }
   if (!SLUG_RE.test(slug)) {
     throw invalid(loc, 'string_pattern_mismatch', `String should match pattern '${SLUG_PATTERN}'`, slug, { pattern: SLUG_PATTERN });
@@ -111,14 +115,17 @@ class Issues {
   str(loc: string[], v: unknown, min = 0, max = Infinity): string | undefined {
     if (typeof v !== 'string') return void this.add(loc, 'string_type', 'Input should be a valid string', v);
     const len = charLength(v);
-    if (len < min) return void this.add(loc, 'string_too_short', `String should have at least ${plural(min, 'character')}`, v, { min_length: min });
-    if (len > max) return void this.add(loc, 'string_too_long', `String should have at most ${plural(max, 'character')}`, v, { max_length: max });
+    if (len < min)
+      return void this.add(loc, 'string_too_short', `String should have at least ${plural(min, 'character')}`, v, { min_length: min });
+    if (len > max)
+      return void this.add(loc, 'string_too_long', `String should have at most ${plural(max, 'character')}`, v, { max_length: max });
     return v;
   }
   /** A strict integer in [ge, le]; the number, or undefined after an issue. */
   int(loc: string[], v: unknown, ge: number, le: number): number | undefined {
     if (typeof v !== 'number' || !Number.isFinite(v)) return void this.add(loc, 'int_type', 'Input should be a valid integer', v);
-    if (!Number.isInteger(v)) return void this.add(loc, 'int_from_float', 'Input should be a valid integer, got a number with a fractional part', v);
+    if (!Number.isInteger(v))
+      return void this.add(loc, 'int_from_float', 'Input should be a valid integer, got a number with a fractional part', v);
     if (v < ge) return void this.add(loc, 'greater_than_equal', `Input should be greater than or equal to ${ge}`, v, { ge });
     if (v > le) return void this.add(loc, 'less_than_equal', `Input should be less than or equal to ${le}`, v, { le });
     return v;
@@ -128,10 +135,18 @@ class Issues {
     if (!Array.isArray(v)) return void this.add(loc, 'list_type', 'Input should be a valid list', v);
     const n = v.length;
     if (n < min) {
-      return void this.add(loc, 'too_short', `List should have at least ${plural(min, 'item')} after validation, not ${n}`, v, { field_type: 'List', min_length: min, actual_length: n });
+      return void this.add(loc, 'too_short', `List should have at least ${plural(min, 'item')} after validation, not ${n}`, v, {
+        field_type: 'List',
+        min_length: min,
+        actual_length: n,
+      });
     }
     if (n > max) {
-      return void this.add(loc, 'too_long', `List should have at most ${plural(max, 'item')} after validation, not ${n}`, v, { field_type: 'List', max_length: max, actual_length: n });
+      return void this.add(loc, 'too_long', `List should have at most ${plural(max, 'item')} after validation, not ${n}`, v, {
+        field_type: 'List',
+        max_length: max,
+        actual_length: n,
+      });
     }
     return v;
   }
@@ -189,7 +204,13 @@ function checkFile(issues: Issues, loc: string[], f: unknown): ShareFileInput | 
   else {
     contentType = issues.str([...loc, 'content_type'], f.content_type, 0, MAX_CONTENT_TYPE);
     if (contentType !== undefined && !CONTENT_TYPE_RE.test(contentType)) {
-      issues.add([...loc, 'content_type'], 'string_pattern_mismatch', `String should match pattern '${CONTENT_TYPE_PATTERN}'`, contentType, { pattern: CONTENT_TYPE_PATTERN });
+      issues.add(
+        [...loc, 'content_type'],
+        'string_pattern_mismatch',
+        `String should match pattern '${CONTENT_TYPE_PATTERN}'`,
+        contentType,
+        { pattern: CONTENT_TYPE_PATTERN },
+      );
     }
   }
   let size: number | undefined;

@@ -63,8 +63,11 @@ export function simCompletionText(n: number): string {
  * Completion tokens a request gets: `tokens`, capped by `max_completion_tokens`, else `max_tokens`
  * (vLLM's order), unless `ignoreMaxTokens`. Returns the count and whether the cap cut it (`length`).
  */
-export function simCompletionTokens(body: unknown, opts: Pick<SimOptions, 'tokens' | 'ignoreMaxTokens'>): { emit: number; finishReason: 'stop' | 'length' } {
-  const cap = isObject(body) ? positiveInt(body['max_completion_tokens']) ?? positiveInt(body['max_tokens']) : undefined;
+export function simCompletionTokens(
+  body: unknown,
+  opts: Pick<SimOptions, 'tokens' | 'ignoreMaxTokens'>,
+): { emit: number; finishReason: 'stop' | 'length' } {
+  const cap = isObject(body) ? (positiveInt(body['max_completion_tokens']) ?? positiveInt(body['max_tokens'])) : undefined;
   if (cap === undefined || opts.ignoreMaxTokens || opts.tokens <= cap) return { emit: opts.tokens, finishReason: 'stop' };
   return { emit: cap, finishReason: 'length' };
 }
@@ -121,7 +124,9 @@ export function completionBody(plan: CompletionPlan): string {
     object: 'chat.completion',
     created: plan.created,
     model: plan.model,
-    choices: [{ index: 0, message: { role: 'assistant', content: simCompletionText(plan.emit) }, logprobs: null, finish_reason: plan.finishReason }],
+    choices: [
+      { index: 0, message: { role: 'assistant', content: simCompletionText(plan.emit) }, logprobs: null, finish_reason: plan.finishReason },
+    ],
   };
   if (plan.usage !== undefined) body['usage'] = plan.usage;
   return JSON.stringify(body);

@@ -35,9 +35,15 @@ type Setter = (o: SimOptions, v: unknown, name: string) => void;
 
 // One setter per option name (the `_` spelling); header names are mapped onto these.
 const SETTERS: Record<string, Setter> = {
-  tokens: (o, v, n) => { o.tokens = toCount(v, n); },
-  delay_ms: (o, v, n) => { o.delayMs = toCount(v, n); },
-  headers_delay_ms: (o, v, n) => { o.headersDelayMs = toCount(v, n); },
+  tokens: (o, v, n) => {
+    o.tokens = toCount(v, n);
+  },
+  delay_ms: (o, v, n) => {
+    o.delayMs = toCount(v, n);
+  },
+  headers_delay_ms: (o, v, n) => {
+    o.headersDelayMs = toCount(v, n);
+  },
   usage: (o, v, n) => {
     if (v !== 'present' && v !== 'absent' && v !== 'zero') throw bad(n, v, 'present, absent or zero');
     o.usage = v;
@@ -47,9 +53,15 @@ const SETTERS: Record<string, Setter> = {
     if (s < 400 || s > 599) throw bad(n, v, 'an HTTP error status 400-599');
     o.status = s;
   },
-  refuse: (o, v, n) => { o.refuse = toBool(v, n); },
-  cut_after: (o, v, n) => { o.cutAfter = toCount(v, n); },
-  ignore_max_tokens: (o, v, n) => { o.ignoreMaxTokens = toBool(v, n); },
+  refuse: (o, v, n) => {
+    o.refuse = toBool(v, n);
+  },
+  cut_after: (o, v, n) => {
+    o.cutAfter = toCount(v, n);
+  },
+  ignore_max_tokens: (o, v, n) => {
+    o.ignoreMaxTokens = toBool(v, n);
+  },
 };
 
 /** The default options: 16 tokens, no delays, usage present, no faults. */

@@ -51,7 +51,10 @@ function multiOn(redis: Redis, pipe: ScriptPipe): LimiterMulti {
       const [a, b] = ops;
       if (ops.length === 2 && a![0] === 'get' && b![0] === 'pttl' && a![1][0] === b![1][0]) {
         const [value, ttl] = (await pipe.run(GET_PTTL, [String(a![1][0])], [])) as [string | null, number];
-        return [[null, value], [null, ttl]];
+        return [
+          [null, value],
+          [null, ttl],
+        ];
       }
       const multi = redis.multi();
       for (const [name, args] of ops) multi.call(name, ...args);

@@ -5,8 +5,17 @@
  */
 import { EventEmitter } from 'node:events';
 import type {
-  AccountState, GrantResult, HoldResult, Invalidation, KeyPatch, KeyRecord, LedgerEntry, SettleInput, SettleResult,
-  ShareRecord, Store,
+  AccountState,
+  GrantResult,
+  HoldResult,
+  Invalidation,
+  KeyPatch,
+  KeyRecord,
+  LedgerEntry,
+  SettleInput,
+  SettleResult,
+  ShareRecord,
+  Store,
 } from './types.ts';
 
 interface Account {
@@ -132,8 +141,16 @@ export function createMemoryStore(now: () => number = Date.now): Store {
       }
       a.balance -= i.costMicros;
       const entryId = append(a, {
-        ts: i.ts, kind: 'debit', amount_micros: 0 - i.costMicros, request_id: i.requestId, key_id: i.keyId, model: i.model,
-        prompt_tokens: i.promptTokens, completion_tokens: i.completionTokens, usage_source: i.usageSource, hold_micros: h?.amount ?? 0,
+        ts: i.ts,
+        kind: 'debit',
+        amount_micros: 0 - i.costMicros,
+        request_id: i.requestId,
+        key_id: i.keyId,
+        model: i.model,
+        prompt_tokens: i.promptTokens,
+        completion_tokens: i.completionTokens,
+        usage_source: i.usageSource,
+        hold_micros: h?.amount ?? 0,
       });
       a.settled.set(i.requestId, entryId);
       return { entry_id: entryId, replayed: false, balance_micros: a.balance, held_micros: a.held };

@@ -10,8 +10,15 @@ import * as K from './redis-keys.ts';
 import { limiterClient } from './limiter-client.ts';
 import { createScriptPipe, luaScript, type LuaScript, type PipeTarget, type ScriptPipe } from './script-pipe.ts';
 import {
-  decodeInvalidation, encodeInvalidation, type AccountState, type Invalidation, type KeyPatch, type KeyRecord, type LedgerEntry,
-  type ShareRecord, type Store,
+  decodeInvalidation,
+  encodeInvalidation,
+  type AccountState,
+  type Invalidation,
+  type KeyPatch,
+  type KeyRecord,
+  type LedgerEntry,
+  type ShareRecord,
+  type Store,
 } from './types.ts';
 
 type Client = Redis | Cluster;
@@ -24,8 +31,14 @@ type ScriptFn = (...args: (string | number)[]) => Promise<unknown>;
  * command pipelined in the same flush.
  */
 const SCRIPTS = {
-  tgGrant: ['grant', 3], tgHold: ['hold', 3], tgHoldIndexed: ['hold', 4], tgSettle: ['settle', 4], tgSettleIndexed: ['settle', 5],
-  tgReap: ['reap', 3], tgRevokeShare: ['revoke-share', 1], tgShareQuota: ['share-quota', 1],
+  tgGrant: ['grant', 3],
+  tgHold: ['hold', 3],
+  tgHoldIndexed: ['hold', 4],
+  tgSettle: ['settle', 4],
+  tgSettleIndexed: ['settle', 5],
+  tgReap: ['reap', 3],
+  tgRevokeShare: ['revoke-share', 1],
+  tgShareQuota: ['share-quota', 1],
 } as const;
 const REAP_BATCH = 200;
 
@@ -53,7 +66,11 @@ export function createRedisClient(o: Pick<RedisStoreOptions, 'url' | 'clusterNod
       const u = new URL(n.includes('://') ? n : `redis://${n}`);
       return { host: u.hostname, port: Number(u.port || 6379) };
     });
-    return new Cluster(nodes, { lazyConnect: true, enableAutoPipelining: true, redisOptions: { maxRetriesPerRequest: 1, commandTimeout: o.commandTimeoutMs } });
+    return new Cluster(nodes, {
+      lazyConnect: true,
+      enableAutoPipelining: true,
+      redisOptions: { maxRetriesPerRequest: 1, commandTimeout: o.commandTimeoutMs },
+    });
   }
   return new Redis(o.url ?? 'redis://127.0.0.1:6379', common);
 }
@@ -66,7 +83,12 @@ function unavailable(err: unknown): GatewayError {
  * The script pipe for a single-node client, connected exactly like it (same options); none for Cluster
  * or Sentinel, which keep ioredis' routing.
  */
-function pipeFor(redis: Client, commandTimeoutMs: number, onError: (e: Error) => void, scripts: readonly LuaScript[]): ScriptPipe | undefined {
+function pipeFor(
+  redis: Client,
+  commandTimeoutMs: number,
+  onError: (e: Error) => void,
+  scripts: readonly LuaScript[],
+): ScriptPipe | undefined {
   if (redis instanceof Cluster) return undefined;
   const opts = redis.options as PipeTarget & { sentinels?: unknown[] | null };
   if (opts.sentinels && opts.sentinels.length > 0) return undefined;
@@ -102,7 +124,14 @@ function parseShare(h: Record<string, string> | string[]): ShareRecord | null {
   if (Array.isArray(h)) for (let i = 0; i < h.length; i += 2) o[h[i]!] = h[i + 1]!;
   else Object.assign(o, h);
   if (!o.slug) return null;
-  return { slug: o.slug, account: o.account ?? '', created_at: o.created_at ?? '', snapshot: o.snapshot ?? '{}', files: JSON.parse(o.files ?? '[]'), revoked_at: o.revoked_at || null };
+  return {
+    slug: o.slug,
+    account: o.account ?? '',
+    created_at: o.created_at ?? '',
+    snapshot: o.snapshot ?? '{}',
+    files: JSON.parse(o.files ?? '[]'),
+    revoked_at: o.revoked_at || null,
+  };
 }
 
 /** Connects (or keeps retrying in the background) and returns the Redis-backed store. */
@@ -147,102 +176,174 @@ export async function createRedisStore(o: RedisStoreOptions & { client?: Client 
     kind: 'redis',
     redis: pipe && redis instanceof Redis ? limiterClient(redis, pipe) : redis,
 
-    createKey: (hash, r) => guard((async () => {
-      const { name, active, rate_limits, version, ...rest } = r;
-      await redis.hset(K.keyRecord(hash), { rec: JSON.stringify(rest), name, active: active ? '1' : '0', rl: rate_limits ? JSON.stringify(rate_limits) : '', v: String(version) });
-      await Promise.all([redis.set(K.keyIdIndex(r.id), hash), redis.sadd(K.accountKeys(r.account), r.id)]);
-    })()),
+    createKey: (hash, r) =>
+      guard(
+        (async () => {
+          const { name, active, rate_limits, version, ...rest } = r;
+          await redis.hset(K.keyRecord(hash), {
+            rec: JSON.stringify(rest),
+            name,
+            active: active ? '1' : '0',
+            rl: rate_limits ? JSON.stringify(rate_limits) : '',
+            v: String(version),
+          });
+          await Promise.all([redis.set(K.keyIdIndex(r.id), hash), redis.sadd(K.accountKeys(r.account), r.id)]);
+        })(),
+      ),
     getKeyByHash: (hash) => guard(redis.hgetall(K.keyRecord(hash)).then(parseKey)),
-    getKey: (id) => guard((async () => {
-      const hash = await redis.get(K.keyIdIndex(id));
-      const record = hash ? parseKey(await redis.hgetall(K.keyRecord(hash))) : null;
-      return hash && record ? { record, hash } : null;
-    })()),
-    listKeys: (acct) => guard((async () => {
-      const ids = await redis.smembers(K.accountKeys(acct));
-      const found = await Promise.all(ids.map(async (id) => {
-        const hash = await redis.get(K.keyIdIndex(id));
-        return hash ? parseKey(await redis.hgetall(K.keyRecord(hash))) : null;
-      }));
-      return found.filter((r): r is KeyRecord => r !== null).sort((a, b) => a.created_at.localeCompare(b.created_at) || a.id.localeCompare(b.id));
-    })()),
-    updateKey: (id, patch: KeyPatch) => guard((async () => {
-      const hash = await redis.get(K.keyIdIndex(id));
-      if (!hash) return null;
-      const fields: Record<string, string> = {};
-      if (patch.name !== undefined) fields.name = patch.name;
-      if (patch.active !== undefined) fields.active = patch.active ? '1' : '0';
-      if (patch.rate_limits !== undefined) fields.rl = patch.rate_limits ? JSON.stringify(patch.rate_limits) : '';
-      const key = K.keyRecord(hash);
-      const m = redis.multi();
-      if (Object.keys(fields).length > 0) m.hset(key, fields);
-      const res = await m.hincrby(key, 'v', 1).hgetall(key).exec();
-      const all = res?.at(-1);
-      if (!all || all[0]) throw all?.[0] ?? new Error('update failed');
-      const record = parseKey(all[1] as Record<string, string>);
-      return record ? { record, hash } : null;
-    })()),
+    getKey: (id) =>
+      guard(
+        (async () => {
+          const hash = await redis.get(K.keyIdIndex(id));
+          const record = hash ? parseKey(await redis.hgetall(K.keyRecord(hash))) : null;
+          return hash && record ? { record, hash } : null;
+        })(),
+      ),
+    listKeys: (acct) =>
+      guard(
+        (async () => {
+          const ids = await redis.smembers(K.accountKeys(acct));
+          const found = await Promise.all(
+            ids.map(async (id) => {
+              const hash = await redis.get(K.keyIdIndex(id));
+              return hash ? parseKey(await redis.hgetall(K.keyRecord(hash))) : null;
+            }),
+          );
+          return found
+            .filter((r): r is KeyRecord => r !== null)
+            .sort((a, b) => a.created_at.localeCompare(b.created_at) || a.id.localeCompare(b.id));
+        })(),
+      ),
+    updateKey: (id, patch: KeyPatch) =>
+      guard(
+        (async () => {
+          const hash = await redis.get(K.keyIdIndex(id));
+          if (!hash) return null;
+          const fields: Record<string, string> = {};
+          if (patch.name !== undefined) fields.name = patch.name;
+          if (patch.active !== undefined) fields.active = patch.active ? '1' : '0';
+          if (patch.rate_limits !== undefined) fields.rl = patch.rate_limits ? JSON.stringify(patch.rate_limits) : '';
+          const key = K.keyRecord(hash);
+          const m = redis.multi();
+          if (Object.keys(fields).length > 0) m.hset(key, fields);
+          const res = await m.hincrby(key, 'v', 1).hgetall(key).exec();
+          const all = res?.at(-1);
+          if (!all || all[0]) throw all?.[0] ?? new Error('update failed');
+          const record = parseKey(all[1] as Record<string, string>);
+          return record ? { record, hash } : null;
+        })(),
+      ),
 
-    grant: (acct, amount, idem, note, ts) => guard((async () => {
-      const [entryId, replayed, bal, held] = await s.tgGrant(K.balance(acct), K.ledger(acct), K.idempotency(acct), amount, idem ?? '', note ?? '', ts) as [string, number, number, number];
-      return { account: acct, balance_micros: bal, held_micros: held, entry_id: entryId, replayed: replayed === 1 };
-    })()),
+    grant: (acct, amount, idem, note, ts) =>
+      guard(
+        (async () => {
+          const [entryId, replayed, bal, held] = (await s.tgGrant(
+            K.balance(acct),
+            K.ledger(acct),
+            K.idempotency(acct),
+            amount,
+            idem ?? '',
+            note ?? '',
+            ts,
+          )) as [string, number, number, number];
+          return { account: acct, balance_micros: bal, held_micros: held, entry_id: entryId, replayed: replayed === 1 };
+        })(),
+      ),
     getAccount: (acct) => guard(readAccount(acct)),
-    ledger: (acct, after, limit) => guard((async () => {
-      const rows = await redis.xrange(K.ledger(acct), after ? `(${after}` : '-', '+', 'COUNT', limit);
-      return (rows as [string, string[]][]).map(parseEntry);
-    })()),
-    hold: (acct, requestId, amount, expiresAt) => guard((async () => {
-      const member = JSON.stringify([acct, requestId]);
-      const keys = [K.balance(acct), K.holds(acct), K.settled(acct, requestId)];
-      let reply: Promise<unknown>;
-      if (pipe) {
-        reply = pipe.run(lua.hold!, [...keys, K.HOLD_INDEX], [requestId, amount, expiresAt, member]);
-      } else if (cluster) {
-        // Indexed first, in the same pipeline flush as the script: one round trip, and a process that dies
-        // after the hold always leaves it findable by the reaper. An index entry without a hold is harmless.
-        redis.zadd(K.HOLD_INDEX, expiresAt, member).catch(onError);
-        reply = s.tgHold(...keys, requestId, amount, expiresAt, member);
-      } else {
-        reply = s.tgHoldIndexed(...keys, K.HOLD_INDEX, requestId, amount, expiresAt, member);
-      }
-      const [ok, bal, held] = await reply as [number, number, number];
-      return { ok: ok === 1, balance_micros: bal, held_micros: held };
-    })()),
-    settle: (i) => guard((async () => {
-      const member = JSON.stringify([i.account, i.requestId]);
-      const keys = [K.balance(i.account), K.holds(i.account), K.ledger(i.account), K.settled(i.account, i.requestId)];
-      const args = [i.requestId, i.costMicros, i.ts, i.keyId, i.model, i.promptTokens, i.completionTokens, i.usageSource, o.settledTtlSeconds, member];
-      const [entryId, replayed, bal, held] = await (pipe ? pipe.run(lua.settle!, [...keys, K.HOLD_INDEX], args)
-        : cluster ? s.tgSettle(...keys, ...args) : s.tgSettleIndexed(...keys, K.HOLD_INDEX, ...args)) as [string, number, number, number];
-      if (cluster) redis.zrem(K.HOLD_INDEX, member).catch(onError);
-      return { entry_id: entryId, replayed: replayed === 1, balance_micros: bal, held_micros: held };
-    })()),
-    reapExpiredHolds: (nowMs, ts) => guard((async () => {
-      let reaped = 0;
-      // Members whose hold is not due yet (-1: a replayed hold() re-scored the index with an earlier
-      // expiry) stay in the index; skip past them, or a batch full of them would be re-read forever.
-      let kept = 0;
-      for (;;) {
-        const due = await redis.zrangebyscore(K.HOLD_INDEX, '-inf', nowMs, 'LIMIT', kept, REAP_BATCH);
-        for (const member of due) {
-          const [acct, requestId] = JSON.parse(member) as [string, string];
-          const r = await s.tgReap(K.balance(acct), K.holds(acct), K.ledger(acct), requestId, nowMs, ts) as number;
-          if (r === 1) reaped++;
-          if (r !== -1) await redis.zrem(K.HOLD_INDEX, member);
-          else kept++;
-        }
-        if (due.length < REAP_BATCH) return reaped;
-      }
-    })()),
+    ledger: (acct, after, limit) =>
+      guard(
+        (async () => {
+          const rows = await redis.xrange(K.ledger(acct), after ? `(${after}` : '-', '+', 'COUNT', limit);
+          return (rows as [string, string[]][]).map(parseEntry);
+        })(),
+      ),
+    hold: (acct, requestId, amount, expiresAt) =>
+      guard(
+        (async () => {
+          const member = JSON.stringify([acct, requestId]);
+          const keys = [K.balance(acct), K.holds(acct), K.settled(acct, requestId)];
+          let reply: Promise<unknown>;
+          if (pipe) {
+            reply = pipe.run(lua.hold!, [...keys, K.HOLD_INDEX], [requestId, amount, expiresAt, member]);
+          } else if (cluster) {
+            // Indexed first, in the same pipeline flush as the script: one round trip, and a process that dies
+            // after the hold always leaves it findable by the reaper. An index entry without a hold is harmless.
+            redis.zadd(K.HOLD_INDEX, expiresAt, member).catch(onError);
+            reply = s.tgHold(...keys, requestId, amount, expiresAt, member);
+          } else {
+            reply = s.tgHoldIndexed(...keys, K.HOLD_INDEX, requestId, amount, expiresAt, member);
+          }
+          const [ok, bal, held] = (await reply) as [number, number, number];
+          return { ok: ok === 1, balance_micros: bal, held_micros: held };
+        })(),
+      ),
+    settle: (i) =>
+      guard(
+        (async () => {
+          const member = JSON.stringify([i.account, i.requestId]);
+          const keys = [K.balance(i.account), K.holds(i.account), K.ledger(i.account), K.settled(i.account, i.requestId)];
+          const args = [
+            i.requestId,
+            i.costMicros,
+            i.ts,
+            i.keyId,
+            i.model,
+            i.promptTokens,
+            i.completionTokens,
+            i.usageSource,
+            o.settledTtlSeconds,
+            member,
+          ];
+          const [entryId, replayed, bal, held] = (await (pipe
+            ? pipe.run(lua.settle!, [...keys, K.HOLD_INDEX], args)
+            : cluster
+              ? s.tgSettle(...keys, ...args)
+              : s.tgSettleIndexed(...keys, K.HOLD_INDEX, ...args))) as [string, number, number, number];
+          if (cluster) redis.zrem(K.HOLD_INDEX, member).catch(onError);
+          return { entry_id: entryId, replayed: replayed === 1, balance_micros: bal, held_micros: held };
+        })(),
+      ),
+    reapExpiredHolds: (nowMs, ts) =>
+      guard(
+        (async () => {
+          let reaped = 0;
+          // Members whose hold is not due yet (-1: a replayed hold() re-scored the index with an earlier
+          // expiry) stay in the index; skip past them, or a batch full of them would be re-read forever.
+          let kept = 0;
+          for (;;) {
+            const due = await redis.zrangebyscore(K.HOLD_INDEX, '-inf', nowMs, 'LIMIT', kept, REAP_BATCH);
+            for (const member of due) {
+              const [acct, requestId] = JSON.parse(member) as [string, string];
+              const r = (await s.tgReap(K.balance(acct), K.holds(acct), K.ledger(acct), requestId, nowMs, ts)) as number;
+              if (r === 1) reaped++;
+              if (r !== -1) await redis.zrem(K.HOLD_INDEX, member);
+              else kept++;
+            }
+            if (due.length < REAP_BATCH) return reaped;
+          }
+        })(),
+      ),
 
-    putShare: (r) => guard(redis.hset(K.share(r.slug), {
-      slug: r.slug, account: r.account, created_at: r.created_at, snapshot: r.snapshot, files: JSON.stringify(r.files), revoked_at: r.revoked_at ?? '',
-    }).then(() => undefined)),
+    putShare: (r) =>
+      guard(
+        redis
+          .hset(K.share(r.slug), {
+            slug: r.slug,
+            account: r.account,
+            created_at: r.created_at,
+            snapshot: r.snapshot,
+            files: JSON.stringify(r.files),
+            revoked_at: r.revoked_at ?? '',
+          })
+          .then(() => undefined),
+      ),
     getShare: (slug) => guard(redis.hgetall(K.share(slug)).then(parseShare)),
-    reserveShareQuota: (account, slug, bytes, l) => guard((s.tgShareQuota(K.shareQuota(account), 'reserve', slug, bytes, l.maxCount, l.maxBytes) as Promise<'ok' | 'count' | 'bytes'>)),
-    releaseShareQuota: (account, slug) => guard((s.tgShareQuota(K.shareQuota(account), 'release', slug, 0, 0, 0) as Promise<number>).then(() => undefined)),
-    revokeShare: (slug, ts) => guard((s.tgRevokeShare(K.share(slug), ts) as Promise<string[] | null>).then((h) => (h ? parseShare(h) : null))),
+    reserveShareQuota: (account, slug, bytes, l) =>
+      guard(s.tgShareQuota(K.shareQuota(account), 'reserve', slug, bytes, l.maxCount, l.maxBytes) as Promise<'ok' | 'count' | 'bytes'>),
+    releaseShareQuota: (account, slug) =>
+      guard((s.tgShareQuota(K.shareQuota(account), 'release', slug, 0, 0, 0) as Promise<number>).then(() => undefined)),
+    revokeShare: (slug, ts) =>
+      guard((s.tgRevokeShare(K.share(slug), ts) as Promise<string[] | null>).then((h) => (h ? parseShare(h) : null))),
 
     publish: (msg) => guard(redis.publish(K.INVALIDATION_CHANNEL, encodeInvalidation(msg)).then(() => undefined)),
     onInvalidation(handler) {

@@ -72,7 +72,8 @@ export class RespReader {
         return line;
       case 0x2d: // '-' error
         return new Error(line);
-      case 0x24: { // '$' bulk string
+      case 0x24: {
+        // '$' bulk string
         const n = Number(line);
         if (n < 0) return null;
         if (this.#pos + n + 2 > b.length) return INCOMPLETE;
@@ -80,7 +81,8 @@ export class RespReader {
         this.#pos += n + 2;
         return s;
       }
-      case 0x2a: { // '*' array
+      case 0x2a: {
+        // '*' array
         const n = Number(line);
         if (n < 0) return null;
         const out: Reply[] = new Array(n);

@@ -172,7 +172,9 @@ export function createScriptPipe(o: ScriptPipeOptions): ScriptPipe {
     const t = o.target;
     const s: Socket = t.tls
       ? tlsConnect({ ...t.tls, ...(t.path ? { path: t.path } : { host: t.host ?? 'localhost', port: t.port ?? 6379 }) })
-      : t.path ? netConnect(t.path) : netConnect({ host: t.host ?? 'localhost', port: t.port ?? 6379, ...(t.family ? { family: t.family } : {}) });
+      : t.path
+        ? netConnect(t.path)
+        : netConnect({ host: t.host ?? 'localhost', port: t.port ?? 6379, ...(t.family ? { family: t.family } : {}) });
     socket = s;
     s.setNoDelay(true);
     // A host that never answers (dropped SYNs) would otherwise hold the attempt for the OS's ~2 min.
@@ -216,14 +218,17 @@ export function createScriptPipe(o: ScriptPipeOptions): ScriptPipe {
   }
 
   // One timer for the connection: the oldest command in flight decides.
-  const watchdog = setInterval(() => {
-    const oldest = waiting[0];
-    if (oldest && performance.now() - oldest.at > o.commandTimeoutMs) {
-      const err = new PipeError(`redis command timed out after ${o.commandTimeoutMs} ms`);
-      onError(err);
-      drop(err);
-    }
-  }, Math.max(5, Math.min(100, Math.floor(o.commandTimeoutMs / 5))));
+  const watchdog = setInterval(
+    () => {
+      const oldest = waiting[0];
+      if (oldest && performance.now() - oldest.at > o.commandTimeoutMs) {
+        const err = new PipeError(`redis command timed out after ${o.commandTimeoutMs} ms`);
+        onError(err);
+        drop(err);
+      }
+    },
+    Math.max(5, Math.min(100, Math.floor(o.commandTimeoutMs / 5))),
+  );
   watchdog.unref();
 
   function send(args: readonly (string | number)[]): Promise<Reply> {

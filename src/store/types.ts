@@ -131,7 +131,13 @@ export interface Store {
   /** Applies the patch and bumps the version; null when the id is unknown. */
   updateKey(id: string, patch: KeyPatch): Promise<{ record: KeyRecord; hash: string } | null>;
 
-  grant(account: string, amountMicros: number, idempotencyKey: string | undefined, note: string | undefined, ts: string): Promise<GrantResult>;
+  grant(
+    account: string,
+    amountMicros: number,
+    idempotencyKey: string | undefined,
+    note: string | undefined,
+    ts: string,
+  ): Promise<GrantResult>;
   getAccount(account: string): Promise<AccountState>;
   /** Entries oldest first, strictly after `after` when given. */
   ledger(account: string, after: string | undefined, limit: number): Promise<LedgerEntry[]>;
@@ -147,7 +153,12 @@ export interface Store {
    * Counts a new share against its account's quota, atomically: 'ok', or which limit it would pass
    * (SPEC §12: shares.max_per_account / max_bytes_per_account).
    */
-  reserveShareQuota(account: string, slug: string, bytes: number, limits: { maxCount: number; maxBytes: number }): Promise<'ok' | 'count' | 'bytes'>;
+  reserveShareQuota(
+    account: string,
+    slug: string,
+    bytes: number,
+    limits: { maxCount: number; maxBytes: number },
+  ): Promise<'ok' | 'count' | 'bytes'>;
   /** Gives a share's count and bytes back (revoked, or never stored); idempotent per share. */
   releaseShareQuota(account: string, slug: string): Promise<void>;
   getShare(slug: string): Promise<ShareRecord | null>;

@@ -27,7 +27,14 @@ export function classify(err: unknown): { kind: FailureKind; reason: string } {
   if (code === 'UND_ERR_HEADERS_TIMEOUT') return { kind: 'timeout', reason: 'headers_timeout' };
   if (code === 'UND_ERR_BODY_TIMEOUT') return { kind: 'timeout', reason: 'idle_timeout' };
   if (code === 'UND_ERR_CONNECT_TIMEOUT') return { kind: 'unavailable', reason: 'connect_timeout' };
-  if (code === 'ECONNREFUSED' || code === 'ENOTFOUND' || code === 'EHOSTUNREACH' || code === 'ECONNRESET' || code === 'UND_ERR_SOCKET' || code === 'EAI_AGAIN') {
+  if (
+    code === 'ECONNREFUSED' ||
+    code === 'ENOTFOUND' ||
+    code === 'EHOSTUNREACH' ||
+    code === 'ECONNRESET' ||
+    code === 'UND_ERR_SOCKET' ||
+    code === 'EAI_AGAIN'
+  ) {
     return { kind: 'unavailable', reason: code === 'UND_ERR_SOCKET' ? 'socket' : code.toLowerCase() };
   }
   return { kind: 'error', reason: code ? code.toLowerCase() : 'error' };

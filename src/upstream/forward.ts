@@ -60,11 +60,21 @@ export async function forward(
     const call = new UpstreamCall(up);
     onCall(call);
     up.outstanding++;
-    up.pool.dispatch({
-      path: up.basePath + r.path, method: 'POST', headers: r.headers(up.authorization), body: r.body,
-      headersTimeout: Math.max(1, Math.min(r.headersTimeoutMs, r.deadline - d.now())), bodyTimeout: r.idleTimeoutMs,
-    }, call);
-    void call.done.then(() => up.outstanding--, () => up.outstanding--);
+    up.pool.dispatch(
+      {
+        path: up.basePath + r.path,
+        method: 'POST',
+        headers: r.headers(up.authorization),
+        body: r.body,
+        headersTimeout: Math.max(1, Math.min(r.headersTimeoutMs, r.deadline - d.now())),
+        bodyTimeout: r.idleTimeoutMs,
+      },
+      call,
+    );
+    void call.done.then(
+      () => up.outstanding--,
+      () => up.outstanding--,
+    );
     let start;
     try {
       start = await call.started;

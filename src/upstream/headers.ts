@@ -15,19 +15,55 @@ export const FORWARDED_ALWAYS = ['accept', 'user-agent', 'traceparent', 'tracest
 /** Upstream response headers every client may see. */
 export const RETURNED_ALWAYS = ['content-type', 'cache-control'] as const;
 /** Never forwarded whatever the config says: credentials, cookies and what Tollgate sets itself. */
-const NEVER_UPSTREAM = new Set(['authorization', 'proxy-authorization', 'cookie', 'x-api-key', 'api-key', 'content-length', 'content-type', 'x-request-id', 'host', 'connection', 'transfer-encoding', 'keep-alive', 'upgrade', 'te', 'trailer', 'expect', 'accept-encoding']);
+const NEVER_UPSTREAM = new Set([
+  'authorization',
+  'proxy-authorization',
+  'cookie',
+  'x-api-key',
+  'api-key',
+  'content-length',
+  'content-type',
+  'x-request-id',
+  'host',
+  'connection',
+  'transfer-encoding',
+  'keep-alive',
+  'upgrade',
+  'te',
+  'trailer',
+  'expect',
+  'accept-encoding',
+]);
 /** Never returned whatever the config says: Tollgate's own, framing and cookie headers. */
-const NEVER_CLIENT = new Set(['set-cookie', 'content-length', 'content-encoding', 'transfer-encoding', 'connection', 'keep-alive', 'x-request-id', 'upgrade', 'te', 'trailer']);
+const NEVER_CLIENT = new Set([
+  'set-cookie',
+  'content-length',
+  'content-encoding',
+  'transfer-encoding',
+  'connection',
+  'keep-alive',
+  'x-request-id',
+  'upgrade',
+  'te',
+  'trailer',
+]);
 
 export interface HeaderPolicy {
   /** Headers for the upstream request. */
-  upstreamRequest(client: IncomingHttpHeaders, requestId: string, authorization: string | undefined, length: number): Record<string, string>;
+  upstreamRequest(
+    client: IncomingHttpHeaders,
+    requestId: string,
+    authorization: string | undefined,
+    length: number,
+  ): Record<string, string>;
   /** Headers for the client response (content-length is set by the route when the body is unchanged). */
   clientResponse(upstream: IncomingHttpHeaders): OutgoingHttpHeaders;
 }
 
 /** The policy for the configured extra names (lower-case; validated at boot). */
-export function createHeaderPolicy(extra: { forward: readonly string[]; return: readonly string[] } = { forward: [], return: [] }): HeaderPolicy {
+export function createHeaderPolicy(
+  extra: { forward: readonly string[]; return: readonly string[] } = { forward: [], return: [] },
+): HeaderPolicy {
   const forward = [...new Set([...FORWARDED_ALWAYS, ...extra.forward])].filter((h) => !NEVER_UPSTREAM.has(h));
   const back = [...new Set([...RETURNED_ALWAYS, ...extra.return])].filter((h) => !NEVER_CLIENT.has(h));
   return {

@@ -45,29 +45,40 @@ export function createUpstreams(models: readonly ModelConfig[], o: UpstreamOptio
   const byModel = new Map<ModelConfig, Upstream[]>();
   const pools = new Map<string, Pool>();
   for (const m of models) {
-    byModel.set(m, m.upstreams.map((cfg) => {
-      const key = `${cfg.url}\n${cfg.apiKey ?? ''}`;
-      let u = byUrl.get(key);
-      if (!u) {
-        const url = new URL(cfg.url);
-        let pool = pools.get(url.origin);
-        if (!pool) {
-          pool = new Pool(url.origin, {
-            // A cap queues every stream past it behind the open ones (1,000 slow streams on 256 sockets ran at 0.34×).
-            connections: o.maxConnections > 0 ? o.maxConnections : null, keepAliveTimeout: 30_000, connect: { timeout: o.connectTimeoutMs },
-            // h2 only where configured explicitly; upstream model servers speak HTTP/1.1 (NOTES §3).
-            allowH2: false,
-          });
-          pools.set(url.origin, pool);
+    byModel.set(
+      m,
+      m.upstreams.map((cfg) => {
+        const key = `${cfg.url}\n${cfg.apiKey ?? ''}`;
+        let u = byUrl.get(key);
+        if (!u) {
+          const url = new URL(cfg.url);
+          let pool = pools.get(url.origin);
+          if (!pool) {
+            pool = new Pool(url.origin, {
+              // A cap queues every stream past it behind the open ones (1,000 slow streams on 256 sockets ran at 0.34×).
+              connections: o.maxConnections > 0 ? o.maxConnections : null,
+              keepAliveTimeout: 30_000,
+              connect: { timeout: o.connectTimeoutMs },
+              // h2 only where configured explicitly; upstream model servers speak HTTP/1.1 (NOTES §3).
+              allowH2: false,
+            });
+            pools.set(url.origin, pool);
+          }
+          u = {
+            label: url.host,
+            pool,
+            basePath: url.pathname.replace(/\/+$/, ''),
+            authorization: cfg.apiKey ? `Bearer ${cfg.apiKey}` : undefined,
+            outstanding: 0,
+            failures: 0,
+            ejections: 0,
+            ejectedUntil: 0,
+          };
+          byUrl.set(key, u);
         }
-        u = {
-          label: url.host, pool, basePath: url.pathname.replace(/\/+$/, ''), authorization: cfg.apiKey ? `Bearer ${cfg.apiKey}` : undefined,
-          outstanding: 0, failures: 0, ejections: 0, ejectedUntil: 0,
-        };
-        byUrl.set(key, u);
-      }
-      return u;
-    }));
+        return u;
+      }),
+    );
   }
   let rotation = 0;
 

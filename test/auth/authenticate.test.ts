@@ -9,8 +9,18 @@ import { createMemoryStore } from '../../src/store/memory-store.ts';
 import type { KeyRecord, Store } from '../../src/store/types.ts';
 
 const record = (over: Partial<KeyRecord> = {}): KeyRecord => ({
-  id: 'key_1111111111111111', account: 'acme', env: 'live', name: 'k', active: true, scopes: ['chat', 'models', 'shares'],
-  models: [], rate_limits: null, created_at: '2026-11-22T10:00:00.000Z', last4: 'abcd', version: 1, ...over,
+  id: 'key_1111111111111111',
+  account: 'acme',
+  env: 'live',
+  name: 'k',
+  active: true,
+  scopes: ['chat', 'models', 'shares'],
+  models: [],
+  rate_limits: null,
+  created_at: '2026-11-22T10:00:00.000Z',
+  last4: 'abcd',
+  version: 1,
+  ...over,
 });
 const req = (authorization?: string, address = '10.0.0.1') =>
   ({ headers: authorization === undefined ? {} : { authorization }, socket: { remoteAddress: address } }) as unknown as IncomingMessage;
@@ -18,7 +28,13 @@ const req = (authorization?: string, address = '10.0.0.1') =>
 async function setup(perMinute = 30) {
   let reads = 0;
   const inner = createMemoryStore();
-  const store: Store = { ...inner, getKeyByHash: (h) => { reads++; return inner.getKeyByHash(h); } };
+  const store: Store = {
+    ...inner,
+    getKeyByHash: (h) => {
+      reads++;
+      return inner.getKeyByHash(h);
+    },
+  };
   const failures: AuthFailure[] = [];
   const keys = createKeyCache({ store, ttlMs: 10_000, negativeTtlMs: 5_000, max: 100 });
   const auth = createAuthenticator({ keys, failed: createFailedAuthLimiter(perMinute), onFailure: (r) => failures.push(r) });
@@ -60,7 +76,8 @@ t.test('malformed keys never reach the store', async (t) => {
 t.test('past the limit: malformed and known-bad keys refused without a lookup; a valid key is never refused', async (t) => {
   const s = await setup(3);
   const bad = generateKey('test');
-  for (let i = 0; i < 3; i++) t.equal(await code(s.auth.authenticate(req(`Bearer ${i === 0 ? bad : generateKey('test')}`))), 'invalid_api_key');
+  for (let i = 0; i < 3; i++)
+    t.equal(await code(s.auth.authenticate(req(`Bearer ${i === 0 ? bad : generateKey('test')}`))), 'invalid_api_key');
   const before = s.reads();
   t.equal(await code(s.auth.authenticate(req('Bearer garbage'))), 'rate_limit_exceeded', 'malformed: 429');
   t.equal(await code(s.auth.authenticate(req())), 'rate_limit_exceeded', 'missing: 429');
@@ -71,7 +88,11 @@ t.test('past the limit: malformed and known-bad keys refused without a lookup; a
   t.equal(s.reads(), before + 1, 'one lookup to learn it is valid');
   t.equal((await s.auth.authenticate(req(`Bearer ${s.key}`))).id, 'key_1111111111111111', 'and again, from the cache');
   t.equal(s.reads(), before + 1);
-  t.equal(await code(s.auth.authenticate(req(`Bearer ${generateKey('test')}`))), 'rate_limit_exceeded', 'a fresh unknown key: looked up, then 429');
+  t.equal(
+    await code(s.auth.authenticate(req(`Bearer ${generateKey('test')}`))),
+    'rate_limit_exceeded',
+    'a fresh unknown key: looked up, then 429',
+  );
   t.equal(await code(s.auth.authenticate(req(undefined, '10.0.0.2'))), 'missing_api_key', 'another address is not blocked');
   try {
     await s.auth.authenticate(req('Bearer x'));
@@ -96,7 +117,8 @@ t.test('behind a trusted proxy the limiter counts the forwarded client, not the 
   const { createClientAddress } = await import('../../src/http/client-address.ts');
   const keys = createKeyCache({ store: createMemoryStore(), ttlMs: 10_000, negativeTtlMs: 5_000, max: 100 });
   const auth = createAuthenticator({ keys, failed: createFailedAuthLimiter(2), clientAddress: createClientAddress(['10.0.0.0/8']) });
-  const via = (client: string) => ({ headers: { 'x-forwarded-for': client }, socket: { remoteAddress: '10.0.0.1' } }) as unknown as IncomingMessage;
+  const via = (client: string) =>
+    ({ headers: { 'x-forwarded-for': client }, socket: { remoteAddress: '10.0.0.1' } }) as unknown as IncomingMessage;
   for (let i = 0; i < 2; i++) t.equal(await code(auth.authenticate(via('198.51.100.1'))), 'missing_api_key');
   t.equal(await code(auth.authenticate(via('198.51.100.1'))), 'rate_limit_exceeded', 'that client is throttled');
   t.equal(await code(auth.authenticate(via('198.51.100.2'))), 'missing_api_key', 'another client behind the same proxy is not');

@@ -8,8 +8,18 @@ import { waitFor } from '../helpers/wait.ts';
 
 function record(over: Partial<KeyRecord> = {}): KeyRecord {
   return {
-    id: 'key_1111111111111111', account: 'acme', env: 'live', name: 'k', active: true, scopes: ['chat', 'models', 'shares'],
-    models: [], rate_limits: null, created_at: '2026-11-22T10:00:00.000Z', last4: 'abcd', version: 1, ...over,
+    id: 'key_1111111111111111',
+    account: 'acme',
+    env: 'live',
+    name: 'k',
+    active: true,
+    scopes: ['chat', 'models', 'shares'],
+    models: [],
+    rate_limits: null,
+    created_at: '2026-11-22T10:00:00.000Z',
+    last4: 'abcd',
+    version: 1,
+    ...over,
   };
 }
 
@@ -147,7 +157,13 @@ t.test('a stale record older than an invalidation already seen is refused', asyn
   const hash = hashKey(generateKey('live'));
   let reads = 0;
   const inner = createMemoryStore();
-  const store: Store = { ...inner, async getKeyByHash() { reads++; return record({ version: 1 }); } };
+  const store: Store = {
+    ...inner,
+    async getKeyByHash() {
+      reads++;
+      return record({ version: 1 });
+    },
+  };
   const cache = createKeyCache({ store, ...opts });
   cache.invalidate(hash, 2);
   let result: KeyRecord | null | undefined;

@@ -55,9 +55,21 @@ t.test('isWellFormedKey refuses anything off the format', async (t) => {
   t.ok(isWellFormedKey(`svc-live-${body}`));
   t.ok(isWellFormedKey(`svc-test-${body}`));
   const bad = [
-    '', 'svc-live-', `svc-prod-${body}`, `SVC-live-${body}`, `svc-live-${body}2`, `svc-live-${body.slice(1)}`,
-    `svc-live-${body.slice(1)}0`, `svc-live-${body.slice(1)}O`, `svc-live-${body.slice(1)}I`, `svc-live-${body.slice(1)}l`,
-    `svc-live-${body.slice(1)}-`, ` svc-live-${body}`, `svc-live-${body} `, `svc_live_${body}`, `sk-${body}`,
+    '',
+    'svc-live-',
+    `svc-prod-${body}`,
+    `SVC-live-${body}`,
+    `svc-live-${body}2`,
+    `svc-live-${body.slice(1)}`,
+    `svc-live-${body.slice(1)}0`,
+    `svc-live-${body.slice(1)}O`,
+    `svc-live-${body.slice(1)}I`,
+    `svc-live-${body.slice(1)}l`,
+    `svc-live-${body.slice(1)}-`,
+    ` svc-live-${body}`,
+    `svc-live-${body} `,
+    `svc_live_${body}`,
+    `sk-${body}`,
     `svc-live-${body.slice(1)}é`,
   ];
   for (const k of bad) t.notOk(isWellFormedKey(k), JSON.stringify(k));

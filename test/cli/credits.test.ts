@@ -53,7 +53,12 @@ t.test('credits show prints balance, held and available', async (t) => {
   await gw.grant('shown', 2_250_000);
   const r = await cli('credits', 'show', 'shown');
   t.equal(r.code, 0, 'exits 0', { stderr: r.stderr });
-  t.match(parseFields(r.stdout), { account: 'shown', balance: '2.25 credits (2250000 micros)', held: '0 credits (0 micros)', available: '2.25 credits (2250000 micros)' });
+  t.match(parseFields(r.stdout), {
+    account: 'shown',
+    balance: '2.25 credits (2250000 micros)',
+    held: '0 credits (0 micros)',
+    available: '2.25 credits (2250000 micros)',
+  });
 
   const json = await cli('credits', 'show', 'never-granted', '--json');
   t.same(JSON.parse(json.stdout), { id: 'never-granted', balance_micros: 0, held_micros: 0 });
@@ -64,7 +69,10 @@ t.test('credits ledger pages with --after/--limit and follows every page with --
   const page = await cli('credits', 'ledger', 'paged', '--limit', '2', '--json');
   t.equal(page.code, 0, 'exits 0', { stderr: page.stderr });
   const first = JSON.parse(page.stdout);
-  t.same(first.entries.map((e: { amount_micros: number }) => e.amount_micros), [1000, 2000]);
+  t.same(
+    first.entries.map((e: { amount_micros: number }) => e.amount_micros),
+    [1000, 2000],
+  );
   t.equal(first.next_after, first.entries[1].id);
 
   const text = await cli('credits', 'ledger', 'paged', '--limit', '2', '--after', first.next_after);
@@ -79,7 +87,11 @@ t.test('credits ledger pages with --after/--limit and follows every page with --
   const all = await cli('credits', 'ledger', 'paged', '--all', '--limit', '2', '--json');
   t.equal(all.code, 0, 'exits 0', { stderr: all.stderr });
   const body = JSON.parse(all.stdout);
-  t.same(body.entries.map((e: { amount_micros: number }) => e.amount_micros), [1000, 2000, 3000, 4000, 5000], 'three pages joined');
+  t.same(
+    body.entries.map((e: { amount_micros: number }) => e.amount_micros),
+    [1000, 2000, 3000, 4000, 5000],
+    'three pages joined',
+  );
   t.equal(body.next_after, null);
 
   const allText = await cli('credits', 'ledger', 'paged', '--all', '--limit', '2');

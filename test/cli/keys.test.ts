@@ -7,7 +7,8 @@ const KEY = /^svc-(live|test)-[1-9A-HJ-NP-Za-km-z]{32}$/;
 const gw = await startGateway(t);
 const env = { TOLLGATE_ADMIN_TOKEN: ADMIN_TOKEN, TOLLGATE_ADMIN_URL: gw.adminUrl };
 const cli = (...args: string[]) => runCli(args, env);
-const models = (key: string) => fetch(`${gw.url}/v1/models`, { headers: gw.auth(key) }).then(async (r) => ({ status: r.status, body: (await r.json()) as any }));
+const models = (key: string) =>
+  fetch(`${gw.url}/v1/models`, { headers: gw.auth(key) }).then(async (r) => ({ status: r.status, body: (await r.json()) as any }));
 
 t.test('keys create prints the full key once, warns on stderr, and the key works', async (t) => {
   const r = await cli('keys', 'create', '--account', 'acme', '--env', 'live', '--name', 'ci');
@@ -25,15 +26,44 @@ t.test('keys create prints the full key once, warns on stderr, and the key works
 });
 
 t.test('keys create --json prints the raw body: pure JSON on stdout', async (t) => {
-  const r = await cli('keys', 'create', '--account', 'acme', '--env', 'test', '--name', 'json key', '--scopes', 'models,chat', '--models', 'sim-free', '--rpm', '7', '--tpm', '900', '--json');
+  const r = await cli(
+    'keys',
+    'create',
+    '--account',
+    'acme',
+    '--env',
+    'test',
+    '--name',
+    'json key',
+    '--scopes',
+    'models,chat',
+    '--models',
+    'sim-free',
+    '--rpm',
+    '7',
+    '--tpm',
+    '900',
+    '--json',
+  );
   t.equal(r.code, 0, 'exits 0', { stderr: r.stderr });
   const k = JSON.parse(r.stdout);
   t.match(k.key, KEY);
-  t.match(k, { env: 'test', name: 'json key', active: true, scopes: ['models', 'chat'], models: ['sim-free'], rate_limits: { requests_per_minute: 7, tokens_per_minute: 900 } });
+  t.match(k, {
+    env: 'test',
+    name: 'json key',
+    active: true,
+    scopes: ['models', 'chat'],
+    models: ['sim-free'],
+    rate_limits: { requests_per_minute: 7, tokens_per_minute: 900 },
+  });
   t.equal(k.last4, k.key.slice(-4));
   t.match(r.stderr, /cannot be shown again/);
   const m = await models(k.key);
-  t.same(m.body.data.map((x: { id: string }) => x.id), ['sim-free'], 'the --models allow-list reached the gateway');
+  t.same(
+    m.body.data.map((x: { id: string }) => x.id),
+    ['sim-free'],
+    'the --models allow-list reached the gateway',
+  );
 });
 
 t.test('keys list and show never print the full key', async (t) => {

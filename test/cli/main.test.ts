@@ -4,9 +4,19 @@ import { runCli } from './run-cli.ts';
 
 // The commands SPEC §2 and the CLI brief name; the help must list each one (a test, not GROUPS, is the list).
 const COMMANDS = [
-  'keys create', 'keys list', 'keys show', 'keys disable', 'keys enable', 'keys rename', 'keys limits',
-  'credits grant', 'credits show', 'credits ledger',
-  'shares create', 'shares revoke', 'shares show',
+  'keys create',
+  'keys list',
+  'keys show',
+  'keys disable',
+  'keys enable',
+  'keys rename',
+  'keys limits',
+  'credits grant',
+  'credits show',
+  'credits ledger',
+  'shares create',
+  'shares revoke',
+  'shares show',
   'serve',
 ];
 
@@ -30,9 +40,11 @@ t.test('tollgate <group> --help lists the group commands and its notes', async (
   for (const [i, g] of GROUPS.entries()) {
     const r = results[i]!;
     t.equal(r.code, 0, g.name);
-    for (const c of COMMANDS.filter((c) => c.split(' ')[0] === g.name)) t.match(r.stdout, `tollgate ${c}`, `${g.name} --help mentions ${c}`);
+    for (const c of COMMANDS.filter((c) => c.split(' ')[0] === g.name))
+      t.match(r.stdout, `tollgate ${c}`, `${g.name} --help mentions ${c}`);
     for (const note of g.notes) t.ok(r.stdout.includes(note), `${g.name} --help has its notes`);
-    for (const other of COMMANDS.filter((c) => c.split(' ')[0] !== g.name)) t.notOk(r.stdout.includes(`tollgate ${other}`), `${g.name} --help is about ${g.name} only`);
+    for (const other of COMMANDS.filter((c) => c.split(' ')[0] !== g.name))
+      t.notOk(r.stdout.includes(`tollgate ${other}`), `${g.name} --help is about ${g.name} only`);
   }
   const deep = await runCli(['keys', 'create', '--help'], {});
   t.equal(deep.code, 0, 'help after a command needs no other argument and no token');

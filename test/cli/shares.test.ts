@@ -11,7 +11,18 @@ const SLUG = /^[1-9A-HJ-NP-Za-km-z]{22}$/;
 
 const s3 = await startS3(t);
 const gw = await startGateway(t, {
-  config: { shares: { s3: { endpoint: s3.endpoint, region: 'us-east-1', bucket: s3.bucket, force_path_style: true, access_key_id: s3.accessKeyId, secret_access_key: s3.secretAccessKey } } },
+  config: {
+    shares: {
+      s3: {
+        endpoint: s3.endpoint,
+        region: 'us-east-1',
+        bucket: s3.bucket,
+        force_path_style: true,
+        access_key_id: s3.accessKeyId,
+        secret_access_key: s3.secretAccessKey,
+      },
+    },
+  },
 });
 const env = { TOLLGATE_ADMIN_TOKEN: ADMIN_TOKEN, TOLLGATE_ADMIN_URL: gw.adminUrl, TOLLGATE_URL: gw.url };
 const cli = (...args: string[]) => runCli(args, env);
@@ -19,7 +30,8 @@ const dir = await mkdtemp(join(tmpdir(), 'tollgate-cli-shares-'));
 t.teardown(() => rm(dir, { recursive: true, force: true }));
 
 // Written with spacing and a 1.0 that JSON.stringify would rewrite: the share must keep these bytes.
-const SNAPSHOT = '{ "title": "Trip plan",\n  "model": "sim-small", "messages": [ {"role": "user", "content": "caf\\u00e9 ☕"}, {"role": "assistant", "content": [{"type": "text", "text": "Bonjour"}]} ], "n": 1.0 }';
+const SNAPSHOT =
+  '{ "title": "Trip plan",\n  "model": "sim-small", "messages": [ {"role": "user", "content": "caf\\u00e9 ☕"}, {"role": "assistant", "content": [{"type": "text", "text": "Bonjour"}]} ], "n": 1.0 }';
 const PNG = Buffer.from([0x89, 0x50, 0x4e, 0x47, 0x0d, 0x0a, 0x1a, 0x0a]);
 const NOTES = Buffer.from('hello world\n');
 
@@ -27,7 +39,18 @@ t.test('shares create publishes the snapshot as written and uploads each file to
   await writeFile(join(dir, 'snap.json'), `\uFEFF${SNAPSHOT}\n`);
   await writeFile(join(dir, 'photo.PNG'), PNG);
   await writeFile(join(dir, 'notes.txt'), NOTES);
-  const r = await cli('shares', 'create', '--account', 'acme', '--file', join(dir, 'snap.json'), '--upload', `photo.png=${join(dir, 'photo.PNG')}`, '--upload', `notes.txt=${join(dir, 'notes.txt')}`);
+  const r = await cli(
+    'shares',
+    'create',
+    '--account',
+    'acme',
+    '--file',
+    join(dir, 'snap.json'),
+    '--upload',
+    `photo.png=${join(dir, 'photo.PNG')}`,
+    '--upload',
+    `notes.txt=${join(dir, 'notes.txt')}`,
+  );
   t.equal(r.code, 0, 'exits 0', { stderr: r.stderr });
   const f = parseFields(r.stdout);
   t.match(f.slug, SLUG);
@@ -40,7 +63,13 @@ t.test('shares create publishes the snapshot as written and uploads each file to
   const text = await res.text();
   t.ok(text.includes(`"snapshot":${SNAPSHOT},`), 'the snapshot comes back byte for byte as the file had it');
   const read = JSON.parse(text);
-  t.same(read.files.map((x: { name: string; content_type: string; size: number }) => [x.name, x.content_type, x.size]), [['photo.png', 'image/png', 8], ['notes.txt', 'text/plain', 12]]);
+  t.same(
+    read.files.map((x: { name: string; content_type: string; size: number }) => [x.name, x.content_type, x.size]),
+    [
+      ['photo.png', 'image/png', 8],
+      ['notes.txt', 'text/plain', 12],
+    ],
+  );
   for (const [i, want] of [PNG, NOTES].entries()) {
     const got = await fetch(read.files[i].url);
     t.equal(got.status, 200);
@@ -90,14 +119,27 @@ t.test('shares revoke makes the public read answer 410; revoking an unknown shar
 
 t.test('a failed upload exits 1 and names the share that was created without the file', async (t) => {
   const gone = await startS3(t);
-  const s3Config = { endpoint: gone.endpoint, region: 'us-east-1', bucket: gone.bucket, force_path_style: true, access_key_id: gone.accessKeyId, secret_access_key: gone.secretAccessKey };
+  const s3Config = {
+    endpoint: gone.endpoint,
+    region: 'us-east-1',
+    bucket: gone.bucket,
+    force_path_style: true,
+    access_key_id: gone.accessKeyId,
+    secret_access_key: gone.secretAccessKey,
+  };
   const gw2 = await startGateway(t, { config: { shares: { s3: s3Config } } });
   await gone.close();
   await writeFile(join(dir, 'up.json'), '{"messages": [{"role": "user", "content": "x"}]}');
   await writeFile(join(dir, 'up.txt'), NOTES);
-  const r = await runCli(['shares', 'create', '--account', 'acme', '--file', join(dir, 'up.json'), '--upload', `notes.txt=${join(dir, 'up.txt')}`], { ...env, TOLLGATE_ADMIN_URL: gw2.adminUrl });
+  const r = await runCli(
+    ['shares', 'create', '--account', 'acme', '--file', join(dir, 'up.json'), '--upload', `notes.txt=${join(dir, 'up.txt')}`],
+    { ...env, TOLLGATE_ADMIN_URL: gw2.adminUrl },
+  );
   t.equal(r.code, 1);
-  const m = /^error: upload_failed: upload of notes\.txt failed: .*; share ([1-9A-HJ-NP-Za-km-z]{22}) was created without it \(revoke it with: tollgate shares revoke \1\)/.exec(r.stderr);
+  const m =
+    /^error: upload_failed: upload of notes\.txt failed: .*; share ([1-9A-HJ-NP-Za-km-z]{22}) was created without it \(revoke it with: tollgate shares revoke \1\)/.exec(
+      r.stderr,
+    );
   t.ok(m, 'the error names the share and how to revoke it', { stderr: r.stderr });
   t.equal(r.stdout, '');
 });
@@ -114,8 +156,25 @@ t.test('shares input errors exit 2 before any request', async (t) => {
     [['shares', 'create', '--account', 'acme', '--file', join(dir, 'missing.json')], /cannot read snapshot .*missing\.json: ENOENT/],
     [['shares', 'create', '--account', 'acme', '--file', join(dir, 'broken.json')], /broken\.json is not valid JSON/],
     [['shares', 'create', '--account', 'acme', '--file', join(dir, 'ok.json'), '--upload', 'nopath'], /--upload wants name=path/],
-    [['shares', 'create', '--account', 'acme', '--file', join(dir, 'ok.json'), '--upload', `a=${join(dir, 'nope.bin')}`], /cannot read upload .*nope\.bin: ENOENT/],
-    [['shares', 'create', '--account', 'acme', '--file', join(dir, 'ok.json'), '--upload', `a=${join(dir, 'ok.json')}`, '--upload', `a=${join(dir, 'ok.json')}`], /given twice/],
+    [
+      ['shares', 'create', '--account', 'acme', '--file', join(dir, 'ok.json'), '--upload', `a=${join(dir, 'nope.bin')}`],
+      /cannot read upload .*nope\.bin: ENOENT/,
+    ],
+    [
+      [
+        'shares',
+        'create',
+        '--account',
+        'acme',
+        '--file',
+        join(dir, 'ok.json'),
+        '--upload',
+        `a=${join(dir, 'ok.json')}`,
+        '--upload',
+        `a=${join(dir, 'ok.json')}`,
+      ],
+      /given twice/,
+    ],
     [['shares', 'revoke'], /missing <slug>/],
   ];
   const results = await Promise.all(cases.map(([args]) => cli(...args)));

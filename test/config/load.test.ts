@@ -68,8 +68,12 @@ t.test('the compiled config is deeply frozen', async (t) => {
   t.ok(Object.isFrozen(c.models[0]!.upstreams[0]));
   t.ok(Object.isFrozen(c.models[0]!.price));
   t.ok(Object.isFrozen(c.shares.s3));
-  t.throws(() => { (c.server as { port: number }).port = 1; }, TypeError);
-  t.throws(() => { (c.models as unknown as unknown[]).push({}); }, TypeError);
+  t.throws(() => {
+    (c.server as { port: number }).port = 1;
+  }, TypeError);
+  t.throws(() => {
+    (c.models as unknown as unknown[]).push({});
+  }, TypeError);
   t.equal(c.server.port, 8080);
 });
 
@@ -87,8 +91,16 @@ t.test('a document that is not a mapping is refused', async (t) => {
 t.test('unknown fields are refused, at the top level and below', async (t) => {
   namesField(t, `${VALID}modles: []\n`, 'modles', {}, /unknown field/);
   namesField(t, `server: { prot: 1 }\n${VALID}`, 'server.prot', {}, /unknown field/);
-  namesField(t, `models:\n  - name: m1\n    price: { input: 1, output: 1, cached: 1 }\n    upstreams: [{ url: "http://x" }]\n`, 'models[0].price.cached');
-  namesField(t, `models:\n  - name: m1\n    price: { input: 1, output: 1 }\n    upstreams: [{ url: "http://x", key: "k" }]\n`, 'models[0].upstreams[0].key');
+  namesField(
+    t,
+    `models:\n  - name: m1\n    price: { input: 1, output: 1, cached: 1 }\n    upstreams: [{ url: "http://x" }]\n`,
+    'models[0].price.cached',
+  );
+  namesField(
+    t,
+    `models:\n  - name: m1\n    price: { input: 1, output: 1 }\n    upstreams: [{ url: "http://x", key: "k" }]\n`,
+    'models[0].upstreams[0].key',
+  );
   namesField(t, `shares: { s3: { buckt: x } }\n${VALID}`, 'shares.s3.buckt');
 });
 
@@ -101,12 +113,25 @@ t.test('models are required, each with a name, a price and upstreams', async (t)
   namesField(t, `models:\n  - name: ""\n    price: { input: 1, output: 1 }\n    upstreams: [{ url: "http://x" }]\n`, 'models[0].name');
   namesField(t, `models:\n  - name: m1\n    upstreams: [{ url: "http://x" }]\n`, 'models[0].price', {}, /required/);
   namesField(t, `models:\n  - name: m1\n    price: { input: 1, output: 1 }\n`, 'models[0].upstreams', {}, /required/);
-  namesField(t, `models:\n  - name: m1\n    price: { input: 1, output: 1 }\n    upstreams: []\n`, 'models[0].upstreams', {}, /at least one/);
-  namesField(t, `models:${MODEL}  - name: m2\n    price: { input: 1, output: 1 }\n    upstreams: [ {} ]\n`, 'models[1].upstreams[0].url', {}, /required/);
+  namesField(
+    t,
+    `models:\n  - name: m1\n    price: { input: 1, output: 1 }\n    upstreams: []\n`,
+    'models[0].upstreams',
+    {},
+    /at least one/,
+  );
+  namesField(
+    t,
+    `models:${MODEL}  - name: m2\n    price: { input: 1, output: 1 }\n    upstreams: [ {} ]\n`,
+    'models[1].upstreams[0].url',
+    {},
+    /required/,
+  );
 });
 
 t.test('upstream URLs must be absolute http(s) URLs', async (t) => {
-  const withUrl = (u: string) => `models:\n  - name: m1\n    price: { input: 1, output: 1 }\n    upstreams:\n      - { url: "http://ok:1/v1" }\n      - { url: ${JSON.stringify(u)} }\n`;
+  const withUrl = (u: string) =>
+    `models:\n  - name: m1\n    price: { input: 1, output: 1 }\n    upstreams:\n      - { url: "http://ok:1/v1" }\n      - { url: ${JSON.stringify(u)} }\n`;
   namesField(t, withUrl('not a url'), 'models[0].upstreams[1].url', {}, /not a URL/);
   namesField(t, withUrl('/v1'), 'models[0].upstreams[1].url');
   namesField(t, withUrl('ftp://host/v1'), 'models[0].upstreams[1].url', {}, /http/);
@@ -122,7 +147,10 @@ t.test('prices: non-negative, at most 6 decimals, numbers or numeric strings', a
   namesField(t, withPrice('{ input: cheap, output: 1 }'), 'models[0].price.input');
   namesField(t, withPrice('{ input: 1 }'), 'models[0].price.output');
   namesField(t, withPrice('3'), 'models[0].price', {}, /mapping/);
-  t.same(parseConfig(withPrice('{ input: "0.25", output: 1.000001 }'), {}).models[0]!.price, { inputScaled: 250_000n, outputScaled: 1_000_001n });
+  t.same(parseConfig(withPrice('{ input: "0.25", output: 1.000001 }'), {}).models[0]!.price, {
+    inputScaled: 250_000n,
+    outputScaled: 1_000_001n,
+  });
 });
 
 t.test('duplicate model names are refused at the second one', async (t) => {
@@ -138,7 +166,11 @@ t.test('numbers: ports are integers in range, other fields typed', async (t) => 
   namesField(t, `auth: { cache_ttl_ms: 60000 }\n${VALID}`, 'auth.cache_ttl_ms', {}, /10000/);
   namesField(t, `rate_limits: { test: { requests_per_minute: 0 } }\n${VALID}`, 'rate_limits.test.requests_per_minute');
   namesField(t, `shares: { s3: { force_path_style: maybe } }\n${VALID}`, 'shares.s3.force_path_style');
-  namesField(t, `models:\n  - name: m1\n    max_output_tokens: 1.5\n    price: { input: 1, output: 1 }\n    upstreams: [{ url: "http://x" }]\n`, 'models[0].max_output_tokens');
+  namesField(
+    t,
+    `models:\n  - name: m1\n    max_output_tokens: 1.5\n    price: { input: 1, output: 1 }\n    upstreams: [{ url: "http://x" }]\n`,
+    'models[0].max_output_tokens',
+  );
 });
 
 t.test('log_level must be a level the logger knows (else the process dies later, in pino, without the field)', async (t) => {
@@ -172,7 +204,7 @@ t.test('an unset ${VAR} without a default names the field and the variable', asy
   namesField(t, `server: { host: "\${NOPE}" }\n${VALID}`, 'server.host');
 });
 
-t.test('a variable\'s value is data, never YAML syntax', async (t) => {
+t.test("a variable's value is data, never YAML syntax", async (t) => {
   const c = parseConfig(`server: { host: "\${H}" }\n${VALID}`, { H: 'x\nadmin_port: 1\n' });
   t.equal(c.server.host, 'x\nadmin_port: 1\n');
   t.equal(c.server.adminPort, 9090);
@@ -181,9 +213,19 @@ t.test('a variable\'s value is data, never YAML syntax', async (t) => {
 t.test('environment overrides win over the file (SPEC §6)', async (t) => {
   const file = `server: { host: 10.0.0.1, port: 1000, admin_host: 10.0.0.2, admin_port: 2000 }\nstore: { redis_url: "redis://file:6379" }\nlog_level: warn\n${VALID}`;
   const plain = parseConfig(file, {});
-  t.same([plain.server.host, plain.server.port, plain.server.adminHost, plain.server.adminPort, plain.store.redisUrl, plain.logLevel],
-    ['10.0.0.1', 1000, '10.0.0.2', 2000, 'redis://file:6379', 'warn']);
-  const env = { PORT: '3000', HOST: '0.0.0.0', ADMIN_PORT: '4000', ADMIN_HOST: '::1', REDIS_URL: 'redis://env:6380/2', LOG_LEVEL: 'debug', TOLLGATE_ADMIN_TOKEN: 'tok-0123456789-0123456789-0123456789' };
+  t.same(
+    [plain.server.host, plain.server.port, plain.server.adminHost, plain.server.adminPort, plain.store.redisUrl, plain.logLevel],
+    ['10.0.0.1', 1000, '10.0.0.2', 2000, 'redis://file:6379', 'warn'],
+  );
+  const env = {
+    PORT: '3000',
+    HOST: '0.0.0.0',
+    ADMIN_PORT: '4000',
+    ADMIN_HOST: '::1',
+    REDIS_URL: 'redis://env:6380/2',
+    LOG_LEVEL: 'debug',
+    TOLLGATE_ADMIN_TOKEN: 'tok-0123456789-0123456789-0123456789',
+  };
   const c = parseConfig(file, env);
   t.equal(c.server.port, 3000);
   t.equal(c.server.host, '0.0.0.0');
@@ -196,7 +238,11 @@ t.test('environment overrides win over the file (SPEC §6)', async (t) => {
 });
 
 t.test('a bad environment override names the variable', async (t) => {
-  for (const [name, value] of [['PORT', 'abc'], ['PORT', '80.5'], ['ADMIN_PORT', '99999']] as const) {
+  for (const [name, value] of [
+    ['PORT', 'abc'],
+    ['PORT', '80.5'],
+    ['ADMIN_PORT', '99999'],
+  ] as const) {
     const e = configError(t, VALID, { [name]: value });
     t.match(e?.message, name, `${name}=${value}: ${e?.message}`);
   }

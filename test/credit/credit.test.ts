@@ -11,7 +11,17 @@ const TS = '2026-11-22T00:00:00.000Z';
 const quiet = createLogger('silent');
 
 function input(requestId: string): SettleInput {
-  return { account: 'acme', requestId, costMicros: 40, keyId: 'key_x', model: 'm', promptTokens: 1, completionTokens: 1, usageSource: 'upstream', ts: TS };
+  return {
+    account: 'acme',
+    requestId,
+    costMicros: 40,
+    keyId: 'key_x',
+    model: 'm',
+    promptTokens: 1,
+    completionTokens: 1,
+    usageSource: 'upstream',
+    ts: TS,
+  };
 }
 
 t.test('drain waits for an expected settle, then for the settle it starts', async (t) => {
@@ -60,7 +70,12 @@ t.test('drain with nothing pending returns at once', async (t) => {
 /** A logger whose lines land in `lines` (parsed). */
 function capture(): { logger: ReturnType<typeof createLogger>; lines: Record<string, unknown>[] } {
   const lines: Record<string, unknown>[] = [];
-  const sink = new Writable({ write(chunk, _e, cb) { for (const l of String(chunk).split('\n').filter(Boolean)) lines.push(JSON.parse(l)); cb(); } });
+  const sink = new Writable({
+    write(chunk, _e, cb) {
+      for (const l of String(chunk).split('\n').filter(Boolean)) lines.push(JSON.parse(l));
+      cb();
+    },
+  });
   return { logger: createLogger('info', sink), lines };
 }
 
@@ -91,12 +106,19 @@ t.test('a failing settle is retried only inside its window, then abandoned with 
   const result = await credit.settle(input('req-9'));
   t.equal(result, undefined, 'resolves without a result');
   t.equal(calls.length, 2, 'attempts at 0 and ~100 ms; none would start inside the window after that');
-  t.ok(calls.every((c) => c - calls[0]! <= 250), 'no attempt started past the window');
+  t.ok(
+    calls.every((c) => c - calls[0]! <= 250),
+    'no attempt started past the window',
+  );
   t.equal(credit.pending, 0, 'no longer pending: shutdown does not wait for it');
   const abandoned = lines.find((l) => typeof l.msg === 'string' && l.msg.startsWith('settle abandoned'));
   t.ok(abandoned, 'an error line says the settle was abandoned');
   t.equal(abandoned?.level, 50, 'at error level');
-  t.match(abandoned?.settle, { account: 'acme', requestId: 'req-9', costMicros: 40, promptTokens: 1, completionTokens: 1, usageSource: 'upstream', ts: TS }, 'the line carries the whole ledger entry');
+  t.match(
+    abandoned?.settle,
+    { account: 'acme', requestId: 'req-9', costMicros: 40, promptTokens: 1, completionTokens: 1, usageSource: 'upstream', ts: TS },
+    'the line carries the whole ledger entry',
+  );
   t.equal(abandoned?.attempts, 2);
 });
 
@@ -110,13 +132,21 @@ t.test('a settle that lands inside its window debits once', async (t) => {
   const result = await credit.settle(input('req-3'));
   t.equal(calls.length, 3, 'two failures, then the attempt that lands');
   t.equal(result?.replayed, false);
-  t.same(((await inner.getAccount('acme')).balance_micros), 960, 'debited once');
-  t.notOk(lines.some((l) => typeof l.msg === 'string' && l.msg.startsWith('settle abandoned')), 'not abandoned');
+  t.same((await inner.getAccount('acme')).balance_micros, 960, 'debited once');
+  t.notOk(
+    lines.some((l) => typeof l.msg === 'string' && l.msg.startsWith('settle abandoned')),
+    'not abandoned',
+  );
 });
 
 t.test('the settled marker outlives the hold and every retry of the settle', async (t) => {
-  const config = { upstream: { totalTimeoutMs: 600_000 }, credit: { holdMarginSeconds: 60 } } as Parameters<typeof settledMarkerTtlSeconds>[0];
+  const config = { upstream: { totalTimeoutMs: 600_000 }, credit: { holdMarginSeconds: 60 } } as Parameters<
+    typeof settledMarkerTtlSeconds
+  >[0];
   t.equal(holdTtlMs(config), 660_000, 'hold: total upstream timeout + margin');
   t.equal(settledMarkerTtlSeconds(config), 660 + SETTLE_RETRY_WINDOW_MS / 1000, 'marker: the hold TTL + the retry window');
-  t.ok(settledMarkerTtlSeconds(config) * 1000 > SETTLE_RETRY_WINDOW_MS + holdTtlMs(config) - 1, 'longer than the window in which retries start');
+  t.ok(
+    settledMarkerTtlSeconds(config) * 1000 > SETTLE_RETRY_WINDOW_MS + holdTtlMs(config) - 1,
+    'longer than the window in which retries start',
+  );
 });

@@ -1,12 +1,6 @@
 import t from 'tap';
 import { readFileSync } from 'node:fs';
-import {
-  estimatePromptTokens,
-  PER_MESSAGE,
-  PER_NON_TEXT_PART,
-  PER_REQUEST,
-  PER_TOOLS_BLOCK,
-} from '../../src/credit/hold-estimate.ts';
+import { estimatePromptTokens, PER_MESSAGE, PER_NON_TEXT_PART, PER_REQUEST, PER_TOOLS_BLOCK } from '../../src/credit/hold-estimate.ts';
 import { createTokenizer } from '../../src/meter/tokenizer.ts';
 
 const tok = createTokenizer();
@@ -23,7 +17,17 @@ function rnd(n: number): number {
 
 /** Code points from many scripts, plus lone surrogates and control characters (adversarial for BPE). */
 function randomUnicode(len: number): string {
-  const ranges = [[0x20, 0x7e], [0xa0, 0x24f], [0x370, 0x3ff], [0x400, 0x4ff], [0x4e00, 0x9fff], [0xac00, 0xd7a3], [0x1f300, 0x1faff], [0xd800, 0xdfff], [0, 0x1f]] as const;
+  const ranges = [
+    [0x20, 0x7e],
+    [0xa0, 0x24f],
+    [0x370, 0x3ff],
+    [0x400, 0x4ff],
+    [0x4e00, 0x9fff],
+    [0xac00, 0xd7a3],
+    [0x1f300, 0x1faff],
+    [0xd800, 0xdfff],
+    [0, 0x1f],
+  ] as const;
   let s = '';
   for (let i = 0; i < len; i++) {
     const [lo, hi] = ranges[rnd(ranges.length)]!;
@@ -50,8 +54,23 @@ const cases: Array<[string, Record<string, unknown>[]]> = [
   ['empty content', [user('')]],
   ['single characters', ['a', ' ', '\n', '😀', '漢', '<'].map((c) => user(c))],
   ['1000 tiny messages', Array.from({ length: 1000 }, (_, i) => ({ role: i % 2 ? 'assistant' : 'user', content: i % 3 ? 'ok' : 'y' }))],
-  ['content-part arrays', [user([{ type: 'text', text: prose }, { type: 'text', text: cjk }, { type: 'image_url', image_url: { url: 'https://x/y.png' } }])]],
-  ['names', [{ role: 'user', name: 'a', content: 'x' }, { role: 'system', name: 'example_user', content: prose }]],
+  [
+    'content-part arrays',
+    [
+      user([
+        { type: 'text', text: prose },
+        { type: 'text', text: cjk },
+        { type: 'image_url', image_url: { url: 'https://x/y.png' } },
+      ]),
+    ],
+  ],
+  [
+    'names',
+    [
+      { role: 'user', name: 'a', content: 'x' },
+      { role: 'system', name: 'example_user', content: prose },
+    ],
+  ],
   [
     'tool calls and tool results',
     [
@@ -85,7 +104,9 @@ t.test('never below the tokenizer count; ratio reported', async (t) => {
       t.fail(`${name}: hold ${hold} < tokenizer ${real}`);
     }
     if (!name.startsWith('random #')) {
-      t.comment(`${name.padEnd(28)} tokens ${String(real).padStart(6)}  hold ${String(hold).padStart(6)}  ratio ${(hold / real).toFixed(2)}`);
+      t.comment(
+        `${name.padEnd(28)} tokens ${String(real).padStart(6)}  hold ${String(hold).padStart(6)}  ratio ${(hold / real).toFixed(2)}`,
+      );
     }
   }
   t.equal(under, 0, `${cases.length} prompts`);
@@ -95,7 +116,14 @@ t.test('allowances for what has no bytes in the request', async (t) => {
   const text = { messages: [user('hi')] };
   const base = estimatePromptTokens(text, 0);
   t.equal(base, PER_REQUEST + PER_MESSAGE + 4 + 2, 'request + message + "user" + "hi"');
-  const img = { messages: [user([{ type: 'text', text: 'hi' }, { type: 'image_url', image_url: { url: 'https://x/y.png' } }])] };
+  const img = {
+    messages: [
+      user([
+        { type: 'text', text: 'hi' },
+        { type: 'image_url', image_url: { url: 'https://x/y.png' } },
+      ]),
+    ],
+  };
   t.equal(estimatePromptTokens(img, 0), base + 1 + PER_NON_TEXT_PART, 'an image costs its allowance, not its URL bytes');
   const tools = [{ type: 'function', function: { name: 'f', parameters: { type: 'object', properties: {} } } }];
   t.equal(estimatePromptTokens({ ...text, tools }, 0), base + PER_TOOLS_BLOCK + 2 * JSON.stringify(tools).length, 'tools');

@@ -14,7 +14,15 @@ const root = new URL('../../', import.meta.url).pathname;
 const read = (f: string) => readFileSync(join(root, f), 'utf8');
 
 t.test('every ${VAR} of the baked config is in the README table and the Dockerfile example', async (t) => {
-  const vars = [...new Set([...read('config/tollgate.yaml').replace(/#.*$/gm, '').matchAll(/\$\{([A-Z0-9_]+)/g)].map((m) => m[1]!))];
+  const vars = [
+    ...new Set(
+      [
+        ...read('config/tollgate.yaml')
+          .replace(/#.*$/gm, '')
+          .matchAll(/\$\{([A-Z0-9_]+)/g),
+      ].map((m) => m[1]!),
+    ),
+  ];
   t.ok(vars.length >= 6, `found ${vars.join(', ')}`);
   const readme = read('README.md');
   const section = readme.slice(readme.indexOf('## Running it in a container'), readme.indexOf('## Benchmarks'));
@@ -36,7 +44,10 @@ t.test('healthUrl reaches a wildcard-bound admin listener on loopback', async (t
 t.test('the health check follows an admin_port set in YAML, not only ADMIN_PORT', async (t) => {
   const adminPort = await freePort();
   const file = join(tmpdir(), `tollgate-hc-${process.pid}.yaml`);
-  await writeFile(file, `server: { host: 127.0.0.1, port: 0, admin_port: ${adminPort} }\nmodels: [{ name: m, price: { input: 1, output: 1 }, upstreams: [{ url: "http://127.0.0.1:9/v1" }] }]\n`);
+  await writeFile(
+    file,
+    `server: { host: 127.0.0.1, port: 0, admin_port: ${adminPort} }\nmodels: [{ name: m, price: { input: 1, output: 1 }, upstreams: [{ url: "http://127.0.0.1:9/v1" }] }]\n`,
+  );
   const env = { ...process.env, TOLLGATE_CONFIG: file, NODE_ENV: '', ADMIN_PORT: '' };
   const check = async () => {
     const c = spawn(process.execPath, [join(root, 'scripts/healthcheck.ts')], { env, stdio: 'ignore' });

@@ -11,7 +11,11 @@ import { ERROR_CODES } from '../../src/http/errors.ts';
 
 const README = new URL('../../README.md', import.meta.url);
 
-interface Row { code: string; status: number; line: number }
+interface Row {
+  code: string;
+  status: number;
+  line: number;
+}
 
 /** The rows of the error code table, or null when the README has no such heading. */
 function errorTable(markdown: string): Row[] | null {
@@ -28,7 +32,11 @@ function errorTable(markdown: string): Row[] | null {
       continue;
     }
     inTable = true;
-    const cells = line.replace(/^\|/, '').replace(/\|$/, '').split('|').map((c) => c.trim());
+    const cells = line
+      .replace(/^\|/, '')
+      .replace(/\|$/, '')
+      .split('|')
+      .map((c) => c.trim());
     if (cells.every((c) => /^:?-+:?$/.test(c))) continue; // the separator row
     const code = cells.map((c) => /^`([a-z][a-z0-9_]*)`$/.exec(c)?.[1]).find((c) => c !== undefined);
     const status = cells.map((c) => /^`?([1-5]\d\d)`?$/.exec(c)?.[1]).find((s) => s !== undefined);
@@ -66,11 +74,34 @@ t.test('every code of ERROR_CODES is in the README with its status, and nothing 
 
 t.test('the table parser reads the documented format', async (t) => {
   const md = [
-    '# Tollgate', '', '| `port` | 900 |', '', '## Errors', '', 'Every error body is OpenAI\'s envelope.', '',
-    '| Code | Status | Type |', '|---|:---:|---|', '| `missing_api_key` | 401 | `authentication_error` |', '| `not_found` | `404` | x |', '',
-    '| `other_table` | 500 |', '', '## Next', '| `after` | 400 |',
+    '# Tollgate',
+    '',
+    '| `port` | 900 |',
+    '',
+    '## Errors',
+    '',
+    "Every error body is OpenAI's envelope.",
+    '',
+    '| Code | Status | Type |',
+    '|---|:---:|---|',
+    '| `missing_api_key` | 401 | `authentication_error` |',
+    '| `not_found` | `404` | x |',
+    '',
+    '| `other_table` | 500 |',
+    '',
+    '## Next',
+    '| `after` | 400 |',
   ].join('\n');
-  t.same(errorTable(md)?.map((r) => [r.code, r.status]), [['missing_api_key', 401], ['not_found', 404]]);
+  t.same(
+    errorTable(md)?.map((r) => [r.code, r.status]),
+    [
+      ['missing_api_key', 401],
+      ['not_found', 404],
+    ],
+  );
   t.equal(errorTable('# Nothing here\n'), null);
-  t.same(errorTable('### Error codes\n| `x_y` | 418 |\n')?.map((r) => r.code), ['x_y']);
+  t.same(
+    errorTable('### Error codes\n| `x_y` | 418 |\n')?.map((r) => r.code),
+    ['x_y'],
+  );
 });

@@ -13,7 +13,13 @@ import { startSim } from '../e2e/chat-fixture.ts';
 import { ADMIN_TOKEN } from '../helpers/gateway.ts';
 
 const cases = [
-  { file: 'config/examples/vllm.yaml', urlVar: 'VLLM_URL', model: 'llama-3.1-8b', upstreamModel: 'meta-llama/Llama-3.1-8B-Instruct', priced: true },
+  {
+    file: 'config/examples/vllm.yaml',
+    urlVar: 'VLLM_URL',
+    model: 'llama-3.1-8b',
+    upstreamModel: 'meta-llama/Llama-3.1-8B-Instruct',
+    priced: true,
+  },
   { file: 'config/examples/ollama.yaml', urlVar: 'OLLAMA_URL', model: 'llama3.2', upstreamModel: 'llama3.2', priced: false },
 ];
 
@@ -26,10 +32,18 @@ for (const c of cases) {
     const store = createMemoryStore();
     const gateway = createGateway({ config, store, logger: createLogger('silent'), metrics: createMetrics({ defaults: false }) });
     const { publicUrl, adminUrl } = await gateway.listen();
-    t.teardown(async () => { await gateway.close(500); await store.close(); });
-    const admin = async (path: string, body: unknown) => (await fetch(`${adminUrl}${path}`, {
-      method: 'POST', headers: { authorization: `Bearer ${ADMIN_TOKEN}`, 'content-type': 'application/json' }, body: JSON.stringify(body),
-    })).json() as Promise<Record<string, any>>;
+    t.teardown(async () => {
+      await gateway.close(500);
+      await store.close();
+    });
+    const admin = async (path: string, body: unknown) =>
+      (
+        await fetch(`${adminUrl}${path}`, {
+          method: 'POST',
+          headers: { authorization: `Bearer ${ADMIN_TOKEN}`, 'content-type': 'application/json' },
+          body: JSON.stringify(body),
+        })
+      ).json() as Promise<Record<string, any>>;
     const key = await admin('/admin/keys', { account: 'qs', env: 'live', name: 'quickstart' });
     await admin('/admin/accounts/qs/credits', { amount_micros: 1_000_000 });
     const client = new OpenAI({ apiKey: key.key, baseURL: `${publicUrl}/v1`, maxRetries: 0 });
@@ -40,7 +54,9 @@ for (const c of cases) {
     // The settle lands after the response (SPEC §2a: within 1 s); poll the ledger for it.
     let debit: Entry | undefined;
     for (const until = Date.now() + 2_000; !debit && Date.now() < until; await new Promise((r) => setTimeout(r, 10))) {
-      const ledger = await (await fetch(`${adminUrl}/admin/accounts/qs/ledger`, { headers: { authorization: `Bearer ${ADMIN_TOKEN}` } })).json() as { entries: Entry[] };
+      const ledger = (await (
+        await fetch(`${adminUrl}/admin/accounts/qs/ledger`, { headers: { authorization: `Bearer ${ADMIN_TOKEN}` } })
+      ).json()) as { entries: Entry[] };
       debit = ledger.entries.find((e) => e.kind === 'debit');
     }
     t.ok(debit, 'the request was settled');

@@ -25,9 +25,22 @@ t.test('every config key docs/security.md names is accepted by the config', asyn
 });
 
 t.test('every SPEC §12 config key is in docs/security.md', async (t) => {
-  for (const k of ['limits.max_n', 'limits.max_inflight_body_bytes', 'limits.max_concurrent_per_key', 'upstream.forward_headers', 'upstream.return_headers',
-    'server.trusted_proxies', 'server.metrics_port', 'shares.max_per_account', 'shares.max_bytes_per_account', 'shares.create_per_minute',
-    'shares.inline_types', 'shares.failed_reads_per_minute', 'auth.failed_per_minute', 'auth.admin_failed_per_minute']) {
+  for (const k of [
+    'limits.max_n',
+    'limits.max_inflight_body_bytes',
+    'limits.max_concurrent_per_key',
+    'upstream.forward_headers',
+    'upstream.return_headers',
+    'server.trusted_proxies',
+    'server.metrics_port',
+    'shares.max_per_account',
+    'shares.max_bytes_per_account',
+    'shares.create_per_minute',
+    'shares.inline_types',
+    'shares.failed_reads_per_minute',
+    'auth.failed_per_minute',
+    'auth.admin_failed_per_minute',
+  ]) {
     t.ok(doc.includes(`\`${k}\``), k);
   }
   t.match(doc, /maxmemory-policy noeviction/);

@@ -9,7 +9,17 @@ import { createTokenizer } from '../../src/meter/tokenizer.ts';
 import { estimatePromptTokens } from '../../src/credit/hold-estimate.ts';
 import { startGateway, type TestGateway } from '../helpers/gateway.ts';
 import { startRedis } from '../helpers/redis.ts';
-import { SIM_SMALL, accountVsLedger, expectedCost, ledger, postChat, sdk, startFixedUpstream, startSim, waitForDebit } from './chat-fixture.ts';
+import {
+  SIM_SMALL,
+  accountVsLedger,
+  expectedCost,
+  ledger,
+  postChat,
+  sdk,
+  startFixedUpstream,
+  startSim,
+  waitForDebit,
+} from './chat-fixture.ts';
 
 const tokenizer = createTokenizer();
 await tokenizer.load();
@@ -35,7 +45,10 @@ function expectedHold(body: { messages: unknown[]; max_tokens?: number; max_comp
 
 // The same suite on the embedded store and on real Redis (the Lua hold/settle path); null when no Redis.
 const redis = await startRedis(t);
-const stores: [string, string | undefined][] = [['embedded store', undefined], ...(redis ? [['redis', redis.url] as [string, string]] : [])];
+const stores: [string, string | undefined][] = [
+  ['embedded store', undefined],
+  ...(redis ? [['redis', redis.url] as [string, string]] : []),
+];
 
 for (const [kind, redisUrl] of stores) {
   const startGw = (t: Test, upstreamUrl: string) => startGateway(t, { upstreamUrl, ...(redisUrl !== undefined && { redisUrl }) });
@@ -47,8 +60,12 @@ for (const [kind, redisUrl] of stores) {
       await gw.grant('bill-a', 50_000);
       // Prompt lengths chosen so prompt × 1.5 is sometimes fractional, completions so × 2.25 has every quarter.
       const cases = [
-        { content: 'a', tokens: 1 }, { content: 'abcde', tokens: 2 }, { content: 'x'.repeat(13), tokens: 3 },
-        { content: 'y'.repeat(401), tokens: 0 }, { content: 'z'.repeat(99), tokens: 255 }, { content: 'w'.repeat(1234), tokens: 37 },
+        { content: 'a', tokens: 1 },
+        { content: 'abcde', tokens: 2 },
+        { content: 'x'.repeat(13), tokens: 3 },
+        { content: 'y'.repeat(401), tokens: 0 },
+        { content: 'z'.repeat(99), tokens: 255 },
+        { content: 'w'.repeat(1234), tokens: 37 },
       ];
       let spent = 0;
       for (const c of cases) {
@@ -62,10 +79,21 @@ for (const [kind, redisUrl] of stores) {
         const rid = res.headers.get('x-request-id')!;
         const e = await waitForDebit(gw, 'bill-a', rid);
         const cost = expectedCost(SIM_SMALL, prompt, c.tokens);
-        t.match(e, {
-          kind: 'debit', amount_micros: -cost, request_id: rid, key_id: keyId, model: 'sim-small',
-          prompt_tokens: prompt, completion_tokens: c.tokens, usage_source: 'upstream', hold_micros: expectedHold(body, raw),
-        }, `prompt ${prompt}, completion ${c.tokens} → ${cost}`);
+        t.match(
+          e,
+          {
+            kind: 'debit',
+            amount_micros: -cost,
+            request_id: rid,
+            key_id: keyId,
+            model: 'sim-small',
+            prompt_tokens: prompt,
+            completion_tokens: c.tokens,
+            usage_source: 'upstream',
+            hold_micros: expectedHold(body, raw),
+          },
+          `prompt ${prompt}, completion ${c.tokens} → ${cost}`,
+        );
         t.ok(e.hold_micros! >= cost, 'the hold covered the cost');
         spent += cost;
       }
@@ -81,19 +109,37 @@ for (const [kind, redisUrl] of stores) {
       const { key, id: keyId } = await gw.createKey({ account: 'bill-b', env: 'live' });
       await gw.grant('bill-b', 100_000);
       const client = sdk(gw, key);
-      for (const [tokens, includeUsage] of [[5, false], [5, true], [77, false], [200, true]] as const) {
+      for (const [tokens, includeUsage] of [
+        [5, false],
+        [5, true],
+        [77, false],
+        [200, true],
+      ] as const) {
         const messages = [{ role: 'user' as const, content: 'q'.repeat(tokens * 3 + 1) }];
-        const { data: stream, response } = await client.chat.completions.create(
-          { model: 'sim-small', messages, stream: true, ...(includeUsage && { stream_options: { include_usage: true } }) },
-          { headers: { 'x-sim-tokens': String(tokens) } },
-        ).withResponse();
+        const { data: stream, response } = await client.chat.completions
+          .create(
+            { model: 'sim-small', messages, stream: true, ...(includeUsage && { stream_options: { include_usage: true } }) },
+            { headers: { 'x-sim-tokens': String(tokens) } },
+          )
+          .withResponse();
         let text = '';
         for await (const ch of stream) text += ch.choices[0]?.delta.content ?? '';
         t.equal(text, simCompletionText(tokens));
         const rid = response.headers.get('x-request-id')!;
         const prompt = simPromptTokens({ messages });
         const e = await waitForDebit(gw, 'bill-b', rid);
-        t.match(e, { amount_micros: -expectedCost(SIM_SMALL, prompt, tokens), key_id: keyId, model: 'sim-small', prompt_tokens: prompt, completion_tokens: tokens, usage_source: 'upstream' }, `${tokens} tokens, include_usage ${includeUsage}`);
+        t.match(
+          e,
+          {
+            amount_micros: -expectedCost(SIM_SMALL, prompt, tokens),
+            key_id: keyId,
+            model: 'sim-small',
+            prompt_tokens: prompt,
+            completion_tokens: tokens,
+            usage_source: 'upstream',
+          },
+          `${tokens} tokens, include_usage ${includeUsage}`,
+        );
         t.ok(e.hold_micros! > 0);
       }
       await checkBooks(t, gw, 'bill-b');
@@ -105,7 +151,12 @@ for (const [kind, redisUrl] of stores) {
       const { key } = await gw.createKey({ account: 'bill-c', env: 'live' });
       await gw.grant('bill-c', 10_000);
       for (const stream of [false, true]) {
-        const res = await postChat(gw, key, { model: 'sim-small', messages: [{ role: 'user', content: 'hello world' }], stream, sim: { usage: 'zero', tokens: 6 } });
+        const res = await postChat(gw, key, {
+          model: 'sim-small',
+          messages: [{ role: 'user', content: 'hello world' }],
+          stream,
+          sim: { usage: 'zero', tokens: 6 },
+        });
         t.equal(res.status, 200);
         const text = await res.text();
         t.match(text, 'tok5', 'the text was produced');
@@ -122,7 +173,10 @@ for (const [kind, redisUrl] of stores) {
       const gw = await startGw(t, sim.url);
       const { key } = await gw.createKey({ account: 'bill-d', env: 'live' });
       await gw.grant('bill-d', 100_000);
-      const messages = [{ role: 'system', content: 'Be brief.' }, { role: 'user', content: 'Count to twelve for me, slowly and clearly.' }];
+      const messages = [
+        { role: 'system', content: 'Be brief.' },
+        { role: 'user', content: 'Count to twelve for me, slowly and clearly.' },
+      ];
       const prompt = tokenizer.countPromptTokens(messages);
       const completion = tokenizer.countText(simCompletionText(12));
       t.ok(completion > 0);
@@ -132,7 +186,16 @@ for (const [kind, redisUrl] of stores) {
         const text = await res.text();
         t.notMatch(text, '"usage"', 'the simulator reported no usage');
         const e = await waitForDebit(gw, 'bill-d', res.headers.get('x-request-id')!);
-        t.match(e, { usage_source: 'estimated', prompt_tokens: prompt, completion_tokens: completion, amount_micros: -expectedCost(SIM_SMALL, prompt, completion) }, `stream ${stream}`);
+        t.match(
+          e,
+          {
+            usage_source: 'estimated',
+            prompt_tokens: prompt,
+            completion_tokens: completion,
+            amount_micros: -expectedCost(SIM_SMALL, prompt, completion),
+          },
+          `stream ${stream}`,
+        );
       }
       await checkBooks(t, gw, 'bill-d');
     });
@@ -178,7 +241,12 @@ for (const [kind, redisUrl] of stores) {
       const sim = await startSim(t);
       const gw = await startGw(t, sim.url);
       const { key } = await gw.createKey({ account: 'bill-k', env: 'live' });
-      const body = { model: 'sim-small', messages: [{ role: 'user', content: 'short' }], max_tokens: 2, sim: { tokens: 400, ignore_max_tokens: true } };
+      const body = {
+        model: 'sim-small',
+        messages: [{ role: 'user', content: 'short' }],
+        max_tokens: 2,
+        sim: { tokens: 400, ignore_max_tokens: true },
+      };
       const raw = JSON.stringify(body);
       const hold = expectedHold(body, raw);
       await gw.grant('bill-k', hold); // exactly enough for the hold
@@ -206,7 +274,12 @@ for (const [kind, redisUrl] of stores) {
       await gw.grant('bill-f', 1_000);
       for (const k of [funded.key, broke.key]) {
         for (const stream of [false, true]) {
-          const res = await postChat(gw, k, { model: 'sim-small', messages: [{ role: 'user', content: 'x'.repeat(50) }], stream, sim: { tokens: 30 } });
+          const res = await postChat(gw, k, {
+            model: 'sim-small',
+            messages: [{ role: 'user', content: 'x'.repeat(50) }],
+            stream,
+            sim: { tokens: 30 },
+          });
           t.equal(res.status, 200);
           t.match(await res.text(), 'tok29');
         }
@@ -214,7 +287,11 @@ for (const [kind, redisUrl] of stores) {
       // Settles of live keys land within 1 s; give a wrongly settled test request the same chance.
       await new Promise((r) => setTimeout(r, 300));
       const f = await accountVsLedger(gw, 'bill-f');
-      t.same(f.entries.map((e) => e.kind), ['grant'], 'only the grant');
+      t.same(
+        f.entries.map((e) => e.kind),
+        ['grant'],
+        'only the grant',
+      );
       t.equal(f.balance, 1_000);
       t.equal(f.held, 0);
       t.same(await ledger(gw, 'bill-g'), [], 'the unfunded account has no entries');
@@ -240,7 +317,11 @@ for (const [kind, redisUrl] of stores) {
       t.equal(res.status, 402, 'the hold counts the prompt estimate, not only max_tokens');
       await res.arrayBuffer();
       t.equal(sim.requests.length, 0, 'nothing reached the simulator');
-      t.same((await ledger(gw, 'bill-h')).map((e) => e.kind), ['grant'], 'no debit for a refused request');
+      t.same(
+        (await ledger(gw, 'bill-h')).map((e) => e.kind),
+        ['grant'],
+        'no debit for a refused request',
+      );
       await checkBooks(t, gw, 'bill-h');
     });
 
@@ -249,7 +330,9 @@ for (const [kind, redisUrl] of stores) {
       const gw = await startGw(t, sim.url);
       const { key } = await gw.createKey({ account: 'bill-i', env: 'live' });
       const client = new OpenAI({ apiKey: key, baseURL: `${gw.url}/v1`, maxRetries: 2 });
-      const err = await client.chat.completions.create({ model: 'sim-small', messages: [{ role: 'user', content: 'hi' }] }).catch((e: unknown) => e);
+      const err = await client.chat.completions
+        .create({ model: 'sim-small', messages: [{ role: 'user', content: 'hi' }] })
+        .catch((e: unknown) => e);
       t.match(err, { status: 402, code: 'insufficient_credit', type: 'insufficient_credit' });
       t.equal(sim.requests.length, 0);
       t.equal(gw.logs.filter((l) => l.includes('"route":"/v1/chat/completions"')).length, 1, 'one attempt: x-should-retry false');
@@ -258,7 +341,14 @@ for (const [kind, redisUrl] of stores) {
 }
 
 t.test('a streaming request answered with a JSON completion (upstream ignored stream): relayed, billed from its usage', async (t) => {
-  const completion = JSON.stringify({ id: 'c', object: 'chat.completion', created: 1, model: 'm', choices: [{ index: 0, message: { role: 'assistant', content: 'hello there friend' }, finish_reason: 'stop' }], usage: { prompt_tokens: 10, completion_tokens: 50, total_tokens: 60 } });
+  const completion = JSON.stringify({
+    id: 'c',
+    object: 'chat.completion',
+    created: 1,
+    model: 'm',
+    choices: [{ index: 0, message: { role: 'assistant', content: 'hello there friend' }, finish_reason: 'stop' }],
+    usage: { prompt_tokens: 10, completion_tokens: 50, total_tokens: 60 },
+  });
   const up = await startFixedUpstream(t, 200, { 'content-type': 'application/json' }, completion);
   const gw = await startGateway(t, { upstreamUrl: up.url });
   const { key } = await gw.createKey({ account: 'bill-z', env: 'live' });
@@ -267,12 +357,17 @@ t.test('a streaming request answered with a JSON completion (upstream ignored st
   t.equal(res.status, 200);
   t.equal(await res.text(), completion, 'the body as the upstream sent it');
   const e = await waitForDebit(gw, 'bill-z', res.headers.get('x-request-id')!);
-  t.match(e, { usage_source: 'upstream', prompt_tokens: 10, completion_tokens: 50, amount_micros: -expectedCost(SIM_SMALL, 10, 50) }, 'the upstream usage is authoritative (SPEC §1.2)');
+  t.match(
+    e,
+    { usage_source: 'upstream', prompt_tokens: 10, completion_tokens: 50, amount_micros: -expectedCost(SIM_SMALL, 10, 50) },
+    'the upstream usage is authoritative (SPEC §1.2)',
+  );
 });
 
 t.test('a non-streaming request answered with SSE (upstream forced streaming): relayed, billed from the usage chunk', async (t) => {
-  const sse = 'data: {"id":"c","object":"chat.completion.chunk","choices":[{"index":0,"delta":{"content":"hi"},"finish_reason":null}]}\n\n'
-    + 'data: {"id":"c","object":"chat.completion.chunk","choices":[],"usage":{"prompt_tokens":7,"completion_tokens":30,"total_tokens":37}}\n\ndata: [DONE]\n\n';
+  const sse =
+    'data: {"id":"c","object":"chat.completion.chunk","choices":[{"index":0,"delta":{"content":"hi"},"finish_reason":null}]}\n\n' +
+    'data: {"id":"c","object":"chat.completion.chunk","choices":[],"usage":{"prompt_tokens":7,"completion_tokens":30,"total_tokens":37}}\n\ndata: [DONE]\n\n';
   const up = await startFixedUpstream(t, 200, { 'content-type': 'text/event-stream' }, sse);
   const gw = await startGateway(t, { upstreamUrl: up.url });
   const { key } = await gw.createKey({ account: 'bill-y', env: 'live' });

@@ -12,9 +12,13 @@ const redis = await startRedis(t);
 
 /** Blocks Redis for `ms` with a busy Lua script (DEBUG SLEEP is disabled by default in Redis 7). */
 function stallRedis(ms: number): Promise<unknown> {
-  return redis!.client.eval(`local s = redis.call('TIME'); local t0 = s[1] * 1e6 + s[2]
+  return redis!.client.eval(
+    `local s = redis.call('TIME'); local t0 = s[1] * 1e6 + s[2]
     repeat local n = redis.call('TIME') until (n[1] * 1e6 + n[2]) - t0 >= tonumber(ARGV[1]) * 1000
-    return 1`, 0, ms);
+    return 1`,
+    0,
+    ms,
+  );
 }
 
 if (redis) {
@@ -28,12 +32,19 @@ if (redis) {
     await (await postChat(gw, key, { model: 'sim-small', messages: [{ role: 'user', content: 'warm' }] })).arrayBuffer();
     sim.clear();
 
-    const body = JSON.stringify({ model: 'sim-small', messages: [{ role: 'user', content: 'long one' }], stream: true, sim: { tokens: 2000, delay_ms: 5 } });
+    const body = JSON.stringify({
+      model: 'sim-small',
+      messages: [{ role: 'user', content: 'long one' }],
+      stream: true,
+      sim: { tokens: 2000, delay_ms: 5 },
+    });
     const stall = stallRedis(150);
     const socket = connect(Number(new URL(gw.url).port), '127.0.0.1');
     socket.on('error', () => {});
     await new Promise((r) => socket.once('connect', r));
-    socket.write(`POST /v1/chat/completions HTTP/1.1\r\nhost: gw\r\nauthorization: Bearer ${key}\r\ncontent-type: application/json\r\ncontent-length: ${Buffer.byteLength(body)}\r\n\r\n${body}`);
+    socket.write(
+      `POST /v1/chat/completions HTTP/1.1\r\nhost: gw\r\nauthorization: Bearer ${key}\r\ncontent-type: application/json\r\ncontent-length: ${Buffer.byteLength(body)}\r\n\r\n${body}`,
+    );
     // Leave while the hold waits on Redis.
     await new Promise((r) => setTimeout(r, 30));
     socket.destroy();
@@ -51,7 +62,14 @@ if (redis) {
 
     // 2000 tokens at 5 ms is a 10 s completion: by now the upstream must not be generating it any more.
     await new Promise((r) => setTimeout(r, 500));
-    t.same(sim.requests.filter((r) => !r.aborted && !r.finished).map((r) => r.id), [], 'no upstream request still running for a client that left');
-    t.notOk(sim.requests.some((r) => r.finished), 'no completion generated to the end');
+    t.same(
+      sim.requests.filter((r) => !r.aborted && !r.finished).map((r) => r.id),
+      [],
+      'no upstream request still running for a client that left',
+    );
+    t.notOk(
+      sim.requests.some((r) => r.finished),
+      'no completion generated to the end',
+    );
   });
 }

@@ -7,11 +7,28 @@ import { simCompletionText, simPromptTokens } from '../../src/simulator/simulato
 import { errorBody } from '../../src/simulator/output.ts';
 import { freePort } from '../helpers/ports.ts';
 import { startGateway } from '../helpers/gateway.ts';
-import { SIM_SMALL, accountVsLedger, expectedCost, metricsText, postChat, sample, sdk, startSim, startSteeredFront, waitForDebit } from './chat-fixture.ts';
+import {
+  SIM_SMALL,
+  accountVsLedger,
+  expectedCost,
+  metricsText,
+  postChat,
+  sample,
+  sdk,
+  startSim,
+  startSteeredFront,
+  waitForDebit,
+} from './chat-fixture.ts';
 
 /** A priced model (sim-small's price) served by `urls`, in order. */
 function model(name: string, urls: string[]) {
-  return { name, upstream_model: 'sim/small-1', max_output_tokens: 256, price: { input: 1.5, output: 2.25 }, upstreams: urls.map((url) => ({ url, api_key: 'upstream-secret' })) };
+  return {
+    name,
+    upstream_model: 'sim/small-1',
+    max_output_tokens: 256,
+    price: { input: 1.5, output: 2.25 },
+    upstreams: urls.map((url) => ({ url, api_key: 'upstream-secret' })),
+  };
 }
 
 const hostOf = (url: string) => new URL(url).host;
@@ -22,7 +39,10 @@ t.test('a refused first upstream (dead port, or a socket closed without an answe
   const bad = await startSim(t);
   const dead = `http://127.0.0.1:${await freePort()}/v1`;
   const refusing = await startSteeredFront(t, bad, { 'x-sim-refuse': 'true' });
-  const gw = await startGateway(t, { upstreamUrl: good.url, config: { models: [model('m-dead', [dead, good.url]), model('m-refuse', [refusing, good.url])] } });
+  const gw = await startGateway(t, {
+    upstreamUrl: good.url,
+    config: { models: [model('m-dead', [dead, good.url]), model('m-refuse', [refusing, good.url])] },
+  });
   const { key } = await gw.createKey({ account: 'fo-a', env: 'live' });
   await gw.grant('fo-a', 1_000_000);
   for (const name of ['m-dead', 'm-refuse']) {
@@ -32,7 +52,11 @@ t.test('a refused first upstream (dead port, or a socket closed without an answe
       const body: any = await res.json();
       t.equal(body.choices[0].message.content, simCompletionText(5));
       const e = await waitForDebit(gw, 'fo-a', res.headers.get('x-request-id')!);
-      t.match(e, { amount_micros: -expectedCost(SIM_SMALL, simPromptTokens({ messages: USER }), 5), usage_source: 'upstream' }, 'billed once, from the answering upstream');
+      t.match(
+        e,
+        { amount_micros: -expectedCost(SIM_SMALL, simPromptTokens({ messages: USER }), 5), usage_source: 'upstream' },
+        'billed once, from the answering upstream',
+      );
     }
   }
   t.equal(good.requests.length, 6, 'every request answered by the live upstream');
@@ -49,19 +73,28 @@ t.test('first upstream answers 503, 429 or 502 before any byte: retried on the n
   const bad = await startSim(t);
   const fronts: Record<number, string> = {};
   for (const s of [503, 429, 502, 504]) fronts[s] = await startSteeredFront(t, bad, { 'x-sim-status': String(s) });
-  const gw = await startGateway(t, { upstreamUrl: good.url, config: { models: Object.entries(fronts).map(([s, url]) => model(`m-${s}`, [url, good.url])) } });
+  const gw = await startGateway(t, {
+    upstreamUrl: good.url,
+    config: { models: Object.entries(fronts).map(([s, url]) => model(`m-${s}`, [url, good.url])) },
+  });
   const { key } = await gw.createKey({ account: 'fo-b', env: 'live' });
   await gw.grant('fo-b', 1_000_000);
   const client = sdk(gw, key);
   for (const status of Object.keys(fronts)) {
     for (let i = 0; i < 2; i++) {
-      const stream = await client.chat.completions.create({ model: `m-${status}`, messages: [{ role: 'user', content: 'go' }], stream: true }, { headers: { 'x-sim-tokens': '6' } });
+      const stream = await client.chat.completions.create(
+        { model: `m-${status}`, messages: [{ role: 'user', content: 'go' }], stream: true },
+        { headers: { 'x-sim-tokens': '6' } },
+      );
       let text = '';
       for await (const ch of stream) text += ch.choices[0]?.delta.content ?? '';
       t.equal(text, simCompletionText(6), `m-${status} #${i} streamed from the good upstream`);
     }
     const m = await metricsText(gw);
-    t.ok(sample(m, 'tollgate_upstream_errors_total', { upstream: hostOf(fronts[Number(status)]!), reason: `status_${status}` }) >= 1, `${status} counted as an upstream error`);
+    t.ok(
+      sample(m, 'tollgate_upstream_errors_total', { upstream: hostOf(fronts[Number(status)]!), reason: `status_${status}` }) >= 1,
+      `${status} counted as an upstream error`,
+    );
   }
   t.equal(good.requests.length, 8);
   t.ok(bad.requests.length >= 4, 'each misbehaving upstream was tried');
@@ -106,10 +139,17 @@ t.test('every upstream refused: 503 upstream_unavailable (SDK and fetch), hold r
   const res = await postChat(gw, key, { model: 'm', messages: USER });
   t.equal(res.status, 503);
   t.match(await res.json(), { error: { code: 'upstream_unavailable', type: 'upstream_error', param: null } });
-  const err = await sdk(gw, key).chat.completions.create({ model: 'm', messages: [{ role: 'user', content: 'x' }], stream: true }).catch((e: unknown) => e);
+  const err = await sdk(gw, key)
+    .chat.completions.create({ model: 'm', messages: [{ role: 'user', content: 'x' }], stream: true })
+    .catch((e: unknown) => e);
   t.match(err, { status: 503, code: 'upstream_unavailable' });
   const m = await metricsText(gw);
-  t.equal(sample(m, 'tollgate_upstream_errors_total', { upstream: hostOf(d1) }) + sample(m, 'tollgate_upstream_errors_total', { upstream: hostOf(d2) }), 4, 'both tried, twice');
+  t.equal(
+    sample(m, 'tollgate_upstream_errors_total', { upstream: hostOf(d1) }) +
+      sample(m, 'tollgate_upstream_errors_total', { upstream: hostOf(d2) }),
+    4,
+    'both tried, twice',
+  );
   await waitForDebit(gw, 'fo-d', res.headers.get('x-request-id')!);
   const s = await accountVsLedger(gw, 'fo-d');
   t.equal(s.balance, 1_000_000);
@@ -135,7 +175,10 @@ t.test('every upstream answers 503 (or 429): 502 upstream_error after trying eac
 t.test('every upstream slower than headers_timeout_ms: 504 upstream_timeout; the upstream requests are aborted', async (t) => {
   const a = await startSim(t);
   const b = await startSim(t);
-  const gw = await startGateway(t, { upstreamUrl: a.url, config: { upstream: { headers_timeout_ms: 150 }, models: [model('m', [a.url, b.url])] } });
+  const gw = await startGateway(t, {
+    upstreamUrl: a.url,
+    config: { upstream: { headers_timeout_ms: 150 }, models: [model('m', [a.url, b.url])] },
+  });
   const { key } = await gw.createKey({ account: 'fo-f', env: 'live' });
   await gw.grant('fo-f', 1_000_000);
   const res = await postChat(gw, key, { model: 'm', messages: USER, stream: true, sim: { headers_delay_ms: 3000 } });
@@ -155,7 +198,10 @@ t.test('one upstream times out and the other is refused: 504 every time, whateve
   const slow = await startSim(t);
   const dead = `http://127.0.0.1:${await freePort()}/v1`;
   // eject_after_failures high so both stay in rotation for every request.
-  const gw = await startGateway(t, { upstreamUrl: slow.url, config: { upstream: { headers_timeout_ms: 150, eject_after_failures: 100 }, models: [model('m', [dead, slow.url])] } });
+  const gw = await startGateway(t, {
+    upstreamUrl: slow.url,
+    config: { upstream: { headers_timeout_ms: 150, eject_after_failures: 100 }, models: [model('m', [dead, slow.url])] },
+  });
   const { key } = await gw.createKey({ account: 'fo-g', env: 'test' });
   const statuses: number[] = [];
   for (let i = 0; i < 4; i++) {
@@ -164,7 +210,11 @@ t.test('one upstream times out and the other is refused: 504 every time, whateve
     await res.arrayBuffer();
   }
   t.equal(slow.requests.length, 4, 'the slow upstream was tried every time');
-  t.same(statuses, [504, 504, 504, 504], 'a timeout before headers is 504 (SPEC §2a), not 502 when the refused upstream happened to be tried last');
+  t.same(
+    statuses,
+    [504, 504, 504, 504],
+    'a timeout before headers is 504 (SPEC §2a), not 502 when the refused upstream happened to be tried last',
+  );
 });
 
 t.test('an upstream 400 passes through unchanged (status and body), is not retried, settles at 0', async (t) => {
@@ -173,7 +223,12 @@ t.test('an upstream 400 passes through unchanged (status and body), is not retri
   const gw = await startGateway(t, { upstreamUrl: a.url, config: { models: [model('m', [a.url, b.url])] } });
   const { key } = await gw.createKey({ account: 'fo-h', env: 'live' });
   await gw.grant('fo-h', 1_000_000);
-  for (const [status, stream] of [[400, false], [400, true], [404, false], [413, true]] as const) {
+  for (const [status, stream] of [
+    [400, false],
+    [400, true],
+    [404, false],
+    [413, true],
+  ] as const) {
     const res = await postChat(gw, key, { model: 'm', messages: USER, stream }, { 'x-sim-status': String(status) });
     t.equal(res.status, status, `${status} stream ${stream}`);
     t.match(res.headers.get('content-type'), /^application\/json/);
@@ -182,7 +237,9 @@ t.test('an upstream 400 passes through unchanged (status and body), is not retri
     t.match(e, { amount_micros: 0, prompt_tokens: 0, completion_tokens: 0 });
   }
   t.equal(a.requests.length + b.requests.length, 4, 'never retried');
-  const err = await sdk(gw, key).chat.completions.create({ model: 'm', messages: [{ role: 'user', content: 'x' }] }, { headers: { 'x-sim-status': '400' } }).catch((e: unknown) => e);
+  const err = await sdk(gw, key)
+    .chat.completions.create({ model: 'm', messages: [{ role: 'user', content: 'x' }] }, { headers: { 'x-sim-status': '400' } })
+    .catch((e: unknown) => e);
   t.match(err, { status: 400, code: 'sim_400', message: /simulated upstream error 400/ }, 'the SDK reads the upstream error');
   const s = await accountVsLedger(gw, 'fo-h');
   t.equal(s.balance, 1_000_000);
@@ -195,11 +252,17 @@ t.test('ejection: after eject_after_failures (2) failures the bad upstream is no
   const failing = await startSteeredFront(t, bad, { 'x-sim-status': '503' });
   const gw = await startGateway(t, {
     upstreamUrl: good.url,
-    config: { upstream: { eject_after_failures: 2, eject_seconds: 60 }, models: [model('m-dead', [dead, good.url]), model('m-503', [failing, good.url])] },
+    config: {
+      upstream: { eject_after_failures: 2, eject_seconds: 60 },
+      models: [model('m-dead', [dead, good.url]), model('m-503', [failing, good.url])],
+    },
   });
   const { key } = await gw.createKey({ account: 'fo-i', env: 'test' });
   const errorsOf = async (url: string) => sample(await metricsText(gw), 'tollgate_upstream_errors_total', { upstream: hostOf(url) });
-  for (const [name, url] of [['m-dead', dead], ['m-503', failing]] as const) {
+  for (const [name, url] of [
+    ['m-dead', dead],
+    ['m-503', failing],
+  ] as const) {
     // Until the second failure (the pick order rotates, so it may take a few requests).
     let sent = 0;
     while ((await errorsOf(url)) < 2 && sent < 12) {
@@ -224,7 +287,10 @@ t.test('ejection: after eject_after_failures (2) failures the bad upstream is no
 t.test('total_timeout_ms bounds the whole request, retries included: no next upstream once it has passed', async (t) => {
   const a = await startSim(t);
   const b = await startSim(t);
-  const gw = await startGateway(t, { upstreamUrl: a.url, config: { upstream: { total_timeout_ms: 300, headers_timeout_ms: 5000 }, models: [model('m', [a.url, b.url])] } });
+  const gw = await startGateway(t, {
+    upstreamUrl: a.url,
+    config: { upstream: { total_timeout_ms: 300, headers_timeout_ms: 5000 }, models: [model('m', [a.url, b.url])] },
+  });
   const { key } = await gw.createKey({ account: 'fo-j', env: 'test' });
   // Each upstream answers after 1.5 s, well past the 300 ms total: the request must end as a timeout.
   const res = await postChat(gw, key, { model: 'm', messages: USER, sim: { headers_delay_ms: 1500 } });

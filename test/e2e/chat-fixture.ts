@@ -25,22 +25,40 @@ export async function startSim(t: Teardown): Promise<Simulator> {
  */
 export async function startSteeredFront(t: Teardown, target: Simulator, inject: Record<string, string>): Promise<string> {
   const server = createServer((req, res) => {
-    const out = httpRequest({
-      host: '127.0.0.1', port: target.port, method: req.method, path: req.url, headers: { ...req.headers, ...inject },
-    }, (up) => {
-      res.writeHead(up.statusCode ?? 502, up.headers);
-      up.pipe(res);
-    });
+    const out = httpRequest(
+      {
+        host: '127.0.0.1',
+        port: target.port,
+        method: req.method,
+        path: req.url,
+        headers: { ...req.headers, ...inject },
+      },
+      (up) => {
+        res.writeHead(up.statusCode ?? 502, up.headers);
+        up.pipe(res);
+      },
+    );
     out.on('error', () => res.destroy());
     req.pipe(out);
   });
   await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
-  t.teardown(() => new Promise<void>((r) => { server.close(() => r()); server.closeAllConnections(); }));
+  t.teardown(
+    () =>
+      new Promise<void>((r) => {
+        server.close(() => r());
+        server.closeAllConnections();
+      }),
+  );
   return `http://127.0.0.1:${(server.address() as AddressInfo).port}/v1`;
 }
 
 /** A fake upstream that answers every request with a fixed status, headers and body; records headers and raw bodies. */
-export async function startFixedUpstream(t: Teardown, status: number, headers: Record<string, string | string[]>, body: string): Promise<{ url: string; seen: IncomingHttpHeaders[]; bodies: string[] }> {
+export async function startFixedUpstream(
+  t: Teardown,
+  status: number,
+  headers: Record<string, string | string[]>,
+  body: string,
+): Promise<{ url: string; seen: IncomingHttpHeaders[]; bodies: string[] }> {
   const seen: IncomingHttpHeaders[] = [];
   const bodies: string[] = [];
   const server = createServer((req, res) => {
@@ -55,7 +73,13 @@ export async function startFixedUpstream(t: Teardown, status: number, headers: R
     });
   });
   await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
-  t.teardown(() => new Promise<void>((r) => { server.close(() => r()); server.closeAllConnections(); }));
+  t.teardown(
+    () =>
+      new Promise<void>((r) => {
+        server.close(() => r());
+        server.closeAllConnections();
+      }),
+  );
   return { url: `http://127.0.0.1:${(server.address() as AddressInfo).port}/v1`, seen, bodies };
 }
 
@@ -124,7 +148,10 @@ export async function waitForDebit(gw: TestGateway, account: string, requestId: 
 }
 
 /** Account state and the ledger sum (SPEC §4: balance = Σ grants − Σ debits, at every instant). */
-export async function accountVsLedger(gw: TestGateway, account: string): Promise<{ balance: number; held: number; sum: number; entries: LedgerEntry[] }> {
+export async function accountVsLedger(
+  gw: TestGateway,
+  account: string,
+): Promise<{ balance: number; held: number; sum: number; entries: LedgerEntry[] }> {
   const entries = await ledger(gw, account);
   const acct = await gw.admin(`/admin/accounts/${account}`);
   return { balance: acct.body.balance_micros, held: acct.body.held_micros, sum: entries.reduce((s, e) => s + e.amount_micros, 0), entries };

@@ -11,9 +11,19 @@ t.test('backpressure: a client that stops reading stops the upstream; nothing is
   const { key } = await gw.createKey({ account: 'flow-a', env: 'live' });
   await gw.grant('flow-a', 1e12);
   const TOKENS = 100_000; // ~21 MB of SSE: far more than the socket buffers between the three processes
-  const body = JSON.stringify({ model: 'sim-small', messages: [{ role: 'user', content: 'x' }], stream: true, max_tokens: TOKENS, sim: { tokens: TOKENS, ignore_max_tokens: true } });
+  const body = JSON.stringify({
+    model: 'sim-small',
+    messages: [{ role: 'user', content: 'x' }],
+    stream: true,
+    max_tokens: TOKENS,
+    sim: { tokens: TOKENS, ignore_max_tokens: true },
+  });
   const res = await new Promise<import('node:http').IncomingMessage>((resolve, reject) => {
-    const req = request(`${gw.url}/v1/chat/completions`, { method: 'POST', headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json' } }, resolve);
+    const req = request(
+      `${gw.url}/v1/chat/completions`,
+      { method: 'POST', headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json' } },
+      resolve,
+    );
     req.on('error', reject);
     req.end(body);
   });
@@ -45,13 +55,21 @@ t.test('least outstanding: while one upstream is busy on slow requests, new ones
   const fast = await startSim(t);
   const slowSim = await startSim(t);
   const slow = await startSteeredFront(t, slowSim, { 'x-sim-headers-delay-ms': '800' });
-  const model = { name: 'm', upstream_model: 'sim/small-1', max_output_tokens: 256, price: { input: 1.5, output: 2.25 }, upstreams: [{ url: slow }, { url: fast.url }] };
+  const model = {
+    name: 'm',
+    upstream_model: 'sim/small-1',
+    max_output_tokens: 256,
+    price: { input: 1.5, output: 2.25 },
+    upstreams: [{ url: slow }, { url: fast.url }],
+  };
   const gw = await startGateway(t, { upstreamUrl: fast.url, config: { models: [model] } });
   const { key } = await gw.createKey({ account: 'flow-b', env: 'live' });
   await gw.grant('flow-b', 1e9);
   const pending: Promise<number>[] = [];
   for (let i = 0; i < 12; i++) {
-    pending.push(postChat(gw, key, { model: 'm', messages: [{ role: 'user', content: 'x' }] }).then(async (r) => (await r.arrayBuffer(), r.status)));
+    pending.push(
+      postChat(gw, key, { model: 'm', messages: [{ role: 'user', content: 'x' }] }).then(async (r) => (await r.arrayBuffer(), r.status)),
+    );
     await new Promise((r) => setTimeout(r, 25));
   }
   t.same(await Promise.all(pending), Array(12).fill(200));

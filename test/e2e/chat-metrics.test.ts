@@ -16,7 +16,11 @@ t.test('chat metrics add up to what was served and billed', async (t) => {
   const broke = await gw.createKey({ account: 'acct-metrics-broke', env: 'live' });
   await gw.grant('acct-metrics-zq', 1_000_000);
 
-  const runs = [{ content: 'x'.repeat(40), tokens: 7, stream: false }, { content: 'y'.repeat(9), tokens: 30, stream: true }, { content: 'z', tokens: 1, stream: true }];
+  const runs = [
+    { content: 'x'.repeat(40), tokens: 7, stream: false },
+    { content: 'y'.repeat(9), tokens: 30, stream: true },
+    { content: 'z', tokens: 1, stream: true },
+  ];
   let prompt = 0;
   let completion = 0;
   let cost = 0;
@@ -51,7 +55,11 @@ t.test('chat metrics add up to what was served and billed', async (t) => {
 
   t.equal(sample(m, 'tollgate_tokens_total', { model: 'sim-small', kind: 'prompt' }), prompt, 'prompt tokens');
   t.equal(sample(m, 'tollgate_tokens_total', { model: 'sim-small', kind: 'completion' }), completion, 'completion tokens');
-  t.equal(sample(m, 'tollgate_tokens_total', { model: 'sim-small', kind: 'completion', source: 'upstream' }), completion, 'all from upstream usage');
+  t.equal(
+    sample(m, 'tollgate_tokens_total', { model: 'sim-small', kind: 'completion', source: 'upstream' }),
+    completion,
+    'all from upstream usage',
+  );
   t.equal(sample(m, 'tollgate_tokens_total', { model: 'sim-free', kind: 'completion' }), 3, 'test keys count tokens too');
   t.equal(sample(m, 'tollgate_credit_debited_micros_total', { model: 'sim-small' }), cost, 'credit debited = Σ exact costs');
   t.equal(sample(m, 'tollgate_credit_debited_micros_total', { model: 'sim-free' }), 0, 'test keys debit nothing');
@@ -65,10 +73,25 @@ t.test('chat metrics add up to what was served and billed', async (t) => {
   t.equal(sample(m, 'tollgate_requests_total', { route: ROUTE, status: '422', env: 'live' }), 1);
 
   // No identifying value in any label.
-  const secrets = [live.key, test.key, broke.key, live.id, test.id, broke.id, 'acct-metrics-zq', 'acct-metrics-tq', 'acct-metrics-broke', ...ids];
+  const secrets = [
+    live.key,
+    test.key,
+    broke.key,
+    live.id,
+    test.id,
+    broke.id,
+    'acct-metrics-zq',
+    'acct-metrics-tq',
+    'acct-metrics-broke',
+    ...ids,
+  ];
   const labelled = m.split('\n').filter((l) => !l.startsWith('#') && l.includes('{'));
   t.ok(labelled.length > 10);
-  for (const s of secrets) t.notOk(labelled.some((l) => l.includes(s)), `${s.slice(0, 12)}… appears in no label`);
+  for (const s of secrets)
+    t.notOk(
+      labelled.some((l) => l.includes(s)),
+      `${s.slice(0, 12)}… appears in no label`,
+    );
   t.notMatch(m, /req_[1-9A-HJ-NP-Za-km-z]{22}/, 'no request id');
   t.notMatch(m, /svc-(live|test)-/, 'no key');
   t.notMatch(m, /key_[1-9A-HJ-NP-Za-km-z]{16}/, 'no key id');
@@ -104,12 +127,28 @@ t.test('one log line per chat request with tokens, cost, upstream and timings; n
   t.equal(lines.length, 1, 'exactly one line for the request');
   const prompt = simPromptTokens(body);
   t.match(lines[0], {
-    request_id: rid, key_id: id, account: 'acct-log', model: 'sim-small', status: 200, route: ROUTE,
-    prompt_tokens: prompt, completion_tokens: 11, usage_source: 'upstream', cost_micros: expectedCost(SIM_SMALL, prompt, 11),
-    upstream: new URL(sim.url).host, duration_ms: Number, overhead_us: Number,
+    request_id: rid,
+    key_id: id,
+    account: 'acct-log',
+    model: 'sim-small',
+    status: 200,
+    route: ROUTE,
+    prompt_tokens: prompt,
+    completion_tokens: 11,
+    usage_source: 'upstream',
+    cost_micros: expectedCost(SIM_SMALL, prompt, 11),
+    upstream: new URL(sim.url).host,
+    duration_ms: Number,
+    overhead_us: Number,
   });
-  t.notOk(gw.logs.some((l) => l.includes(key) || l.includes(key.slice(9))), 'the key appears in no log line');
-  t.notOk(gw.logs.some((l) => l.includes('upstream-secret')), 'nor the upstream credential');
+  t.notOk(
+    gw.logs.some((l) => l.includes(key) || l.includes(key.slice(9))),
+    'the key appears in no log line',
+  );
+  t.notOk(
+    gw.logs.some((l) => l.includes('upstream-secret')),
+    'nor the upstream credential',
+  );
 });
 
 t.test('in-flight stream gauge returns to 0 after complete, cut and abandoned streams', async (t) => {

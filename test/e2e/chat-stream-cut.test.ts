@@ -20,40 +20,62 @@ async function setup(t: Test, account: string) {
   const b = await startSim(t);
   const gw = await startGateway(t, {
     upstreamUrl: a.url,
-    config: { models: [{ name: 'm', upstream_model: 'sim/small-1', max_output_tokens: 256, price: { input: 1.5, output: 2.25 }, upstreams: [{ url: a.url }, { url: b.url }] }] },
+    config: {
+      models: [
+        {
+          name: 'm',
+          upstream_model: 'sim/small-1',
+          max_output_tokens: 256,
+          price: { input: 1.5, output: 2.25 },
+          upstreams: [{ url: a.url }, { url: b.url }],
+        },
+      ],
+    },
   });
   const { key } = await gw.createKey({ account, env: 'live' });
   await gw.grant(account, 1_000_000);
   return { gw, key, requests: () => [...a.requests, ...b.requests], sims: [a, b] };
 }
-t.test('cut after N chunks (raw SSE): N chunks, then the error event, no [DONE], one upstream request, partial tokens billed', async (t) => {
-  const { gw, key, requests } = await setup(t, 'cut-a');
-  const messages = [{ role: 'user', content: 'Write a long story about a lighthouse keeper.' }];
-  for (const n of [1, 4, 9]) {
-    const before = requests().length;
-    const res = await postChat(gw, key, { model: 'm', messages, stream: true, sim: { tokens: 50, cut_after: n } });
-    t.equal(res.status, 200, 'the stream had started');
-    const raw = await res.text();
-    const data = sseData(raw);
-    t.equal(data.length, n + 1, `${n} chunks + the error event`);
-    for (const d of data.slice(0, n)) t.match(JSON.parse(d), { object: 'chat.completion.chunk' });
-    const last = JSON.parse(data.at(-1)!);
-    t.match(last, ERROR_EVENT);
-    t.same(Object.keys(last.error).sort(), ['code', 'message', 'param', 'type'], 'exactly the four fields');
-    t.notMatch(raw, '[DONE]', 'no [DONE]');
-    t.ok(raw.endsWith('\n\n'), 'the error event is complete');
-    t.equal(requests().length - before, 1, 'never retried after the first byte');
+t.test(
+  'cut after N chunks (raw SSE): N chunks, then the error event, no [DONE], one upstream request, partial tokens billed',
+  async (t) => {
+    const { gw, key, requests } = await setup(t, 'cut-a');
+    const messages = [{ role: 'user', content: 'Write a long story about a lighthouse keeper.' }];
+    for (const n of [1, 4, 9]) {
+      const before = requests().length;
+      const res = await postChat(gw, key, { model: 'm', messages, stream: true, sim: { tokens: 50, cut_after: n } });
+      t.equal(res.status, 200, 'the stream had started');
+      const raw = await res.text();
+      const data = sseData(raw);
+      t.equal(data.length, n + 1, `${n} chunks + the error event`);
+      for (const d of data.slice(0, n)) t.match(JSON.parse(d), { object: 'chat.completion.chunk' });
+      const last = JSON.parse(data.at(-1)!);
+      t.match(last, ERROR_EVENT);
+      t.same(Object.keys(last.error).sort(), ['code', 'message', 'param', 'type'], 'exactly the four fields');
+      t.notMatch(raw, '[DONE]', 'no [DONE]');
+      t.ok(raw.endsWith('\n\n'), 'the error event is complete');
+      t.equal(requests().length - before, 1, 'never retried after the first byte');
 
-    const produced = simCompletionText(n - 1); // chunk 0 is the role chunk
-    const e = await waitForDebit(gw, 'cut-a', res.headers.get('x-request-id')!);
-    const prompt = tokenizer.countPromptTokens(messages);
-    const completion = tokenizer.countText(produced);
-    t.match(e, { usage_source: 'estimated', prompt_tokens: prompt, completion_tokens: completion, amount_micros: -expectedCost(SIM_SMALL, prompt, completion) }, `cut after ${n}`);
-  }
-  const s = await accountVsLedger(gw, 'cut-a');
-  t.equal(s.balance, s.sum);
-  t.equal(s.held, 0);
-});
+      const produced = simCompletionText(n - 1); // chunk 0 is the role chunk
+      const e = await waitForDebit(gw, 'cut-a', res.headers.get('x-request-id')!);
+      const prompt = tokenizer.countPromptTokens(messages);
+      const completion = tokenizer.countText(produced);
+      t.match(
+        e,
+        {
+          usage_source: 'estimated',
+          prompt_tokens: prompt,
+          completion_tokens: completion,
+          amount_micros: -expectedCost(SIM_SMALL, prompt, completion),
+        },
+        `cut after ${n}`,
+      );
+    }
+    const s = await accountVsLedger(gw, 'cut-a');
+    t.equal(s.balance, s.sum);
+    t.equal(s.held, 0);
+  },
+);
 
 t.test('the OpenAI SDK raises an APIError for the error event, after the content that arrived', async (t) => {
   const { gw, key, requests } = await setup(t, 'cut-b');
@@ -90,7 +112,10 @@ t.test('a non-streaming body cut mid-way: the client sees a broken response, the
   const messages = [{ role: 'user', content: 'a question' }];
   const res = await postChat(gw, key, { model: 'm', messages, sim: { tokens: 40, cut_after: 1 } });
   t.equal(res.status, 200);
-  const read = await res.text().then(() => 'complete', () => 'broken');
+  const read = await res.text().then(
+    () => 'complete',
+    () => 'broken',
+  );
   t.equal(read, 'broken', 'the body ends in a transport error, not a truncated document that looks whole');
   t.equal(requests().length, 1, 'not retried');
   const e = await waitForDebit(gw, 'cut-d', res.headers.get('x-request-id')!);
@@ -135,7 +160,10 @@ t.test('client abort mid-stream: the upstream request is aborted and the produce
   const seen = (got.match(/tok\d+ /g) ?? []).length;
   const possible = new Set<number>();
   for (let k = seen; k <= rec.completionTokensSent; k++) possible.add(tokenizer.countText(simCompletionText(k)));
-  t.ok(possible.has(e.completion_tokens!), `completion ${e.completion_tokens} within what was produced (${seen}..${rec.completionTokensSent} tokens)`);
+  t.ok(
+    possible.has(e.completion_tokens!),
+    `completion ${e.completion_tokens} within what was produced (${seen}..${rec.completionTokensSent} tokens)`,
+  );
   const s = await accountVsLedger(gw, 'cut-e');
   t.equal(s.balance, s.sum);
   t.equal(s.held, 0);
@@ -149,7 +177,9 @@ t.test('client abort while a non-streaming completion is still generating: upstr
   const ac = new AbortController();
   // A non-streaming answer comes after every token's delay: 200 × 25 ms = 5 s before headers.
   const pending = fetch(`${gw.url}/v1/chat/completions`, {
-    method: 'POST', signal: ac.signal, headers: { ...gw.auth(key), 'content-type': 'application/json' },
+    method: 'POST',
+    signal: ac.signal,
+    headers: { ...gw.auth(key), 'content-type': 'application/json' },
     body: JSON.stringify({ model: 'sim-small', messages: [{ role: 'user', content: 'slow' }], sim: { tokens: 200, delay_ms: 25 } }),
   }).catch((e: unknown) => e);
   await sim.waitFor(() => true);

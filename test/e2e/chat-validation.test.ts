@@ -23,23 +23,93 @@ t.afterEach(() => sim.clear());
 t.test('422 bodies, exact', async (t) => {
   const cases: [string, unknown, ReturnType<typeof issue>[]][] = [
     ['missing model', { messages: USER }, [issue(['body', 'model'], 'missing', 'Field required', { messages: USER })]],
-    ['empty model', { model: '', messages: USER }, [issue(['body', 'model'], 'string_too_short', 'String should have at least 1 character', '', { min_length: 1 })]],
+    [
+      'empty model',
+      { model: '', messages: USER },
+      [issue(['body', 'model'], 'string_too_short', 'String should have at least 1 character', '', { min_length: 1 })],
+    ],
     ['model not a string', { model: 7, messages: USER }, [issue(['body', 'model'], 'string_type', 'Input should be a valid string', 7)]],
     ['messages missing', { model: 'sim-small' }, [issue(['body', 'messages'], 'missing', 'Field required', { model: 'sim-small' })]],
-    ['messages empty', { model: 'sim-small', messages: [] }, [issue(['body', 'messages'], 'too_short', 'List should have at least 1 item after validation, not 0', [], { field_type: 'List', min_length: 1, actual_length: 0 })]],
-    ['messages not a list', { model: 'sim-small', messages: { role: 'user', content: 'hi' } }, [issue(['body', 'messages'], 'list_type', 'Input should be a valid list', { role: 'user', content: 'hi' })]],
-    ['bad role', { model: 'sim-small', messages: [{ role: 'wizard', content: 'hi' }] }, [issue(['body', 'messages', '0', 'role'], 'literal_error', `Input should be ${ROLES_EXPECTED}`, 'wizard', { expected: ROLES_EXPECTED })]],
-    ['role missing', { model: 'sim-small', messages: [...USER, { content: 'hi' }] }, [issue(['body', 'messages', '1', 'role'], 'missing', 'Field required', { content: 'hi' })]],
-    ['content null on a user message', { model: 'sim-small', messages: [{ role: 'user', content: null }] }, [issue(['body', 'messages', '0', 'content'], 'string_type', 'Input should be a valid string', null)]],
-    ['content null on assistant without tool_calls', { model: 'sim-small', messages: [...USER, { role: 'assistant', content: null }] }, [issue(['body', 'messages', '1', 'content'], 'string_type', 'Input should be a valid string', null)]],
-    ['stream not boolean', { model: 'sim-small', messages: USER, stream: [true] }, [issue(['body', 'stream'], 'bool_type', 'Input should be a valid boolean', [true])]],
-    ['max_tokens 0', { model: 'sim-small', messages: USER, max_tokens: 0 }, [issue(['body', 'max_tokens'], 'greater_than', 'Input should be greater than 0', 0, { gt: 0 })]],
-    ['max_tokens 1.5', { model: 'sim-small', messages: USER, max_tokens: 1.5 }, [issue(['body', 'max_tokens'], 'int_from_float', 'Input should be a valid integer, got a number with a fractional part', 1.5)]],
-    ['max_tokens "5"', { model: 'sim-small', messages: USER, max_tokens: '5' }, [issue(['body', 'max_tokens'], 'int_type', 'Input should be a valid integer', '5')]],
-    ['max_completion_tokens -1', { model: 'sim-small', messages: USER, max_completion_tokens: -1 }, [issue(['body', 'max_completion_tokens'], 'greater_than', 'Input should be greater than 0', -1, { gt: 0 })]],
-    ['n 0', { model: 'sim-small', messages: USER, n: 0 }, [issue(['body', 'n'], 'greater_than', 'Input should be greater than 0', 0, { gt: 0 })]],
-    ['body not an object', [1, 2], [issue(['body'], 'model_attributes_type', 'Input should be a valid dictionary or object to extract fields from', [1, 2])]],
-    ['every problem at once', {}, [issue(['body', 'model'], 'missing', 'Field required', {}), issue(['body', 'messages'], 'missing', 'Field required', {})]],
+    [
+      'messages empty',
+      { model: 'sim-small', messages: [] },
+      [
+        issue(['body', 'messages'], 'too_short', 'List should have at least 1 item after validation, not 0', [], {
+          field_type: 'List',
+          min_length: 1,
+          actual_length: 0,
+        }),
+      ],
+    ],
+    [
+      'messages not a list',
+      { model: 'sim-small', messages: { role: 'user', content: 'hi' } },
+      [issue(['body', 'messages'], 'list_type', 'Input should be a valid list', { role: 'user', content: 'hi' })],
+    ],
+    [
+      'bad role',
+      { model: 'sim-small', messages: [{ role: 'wizard', content: 'hi' }] },
+      [
+        issue(['body', 'messages', '0', 'role'], 'literal_error', `Input should be ${ROLES_EXPECTED}`, 'wizard', {
+          expected: ROLES_EXPECTED,
+        }),
+      ],
+    ],
+    [
+      'role missing',
+      { model: 'sim-small', messages: [...USER, { content: 'hi' }] },
+      [issue(['body', 'messages', '1', 'role'], 'missing', 'Field required', { content: 'hi' })],
+    ],
+    [
+      'content null on a user message',
+      { model: 'sim-small', messages: [{ role: 'user', content: null }] },
+      [issue(['body', 'messages', '0', 'content'], 'string_type', 'Input should be a valid string', null)],
+    ],
+    [
+      'content null on assistant without tool_calls',
+      { model: 'sim-small', messages: [...USER, { role: 'assistant', content: null }] },
+      [issue(['body', 'messages', '1', 'content'], 'string_type', 'Input should be a valid string', null)],
+    ],
+    [
+      'stream not boolean',
+      { model: 'sim-small', messages: USER, stream: [true] },
+      [issue(['body', 'stream'], 'bool_type', 'Input should be a valid boolean', [true])],
+    ],
+    [
+      'max_tokens 0',
+      { model: 'sim-small', messages: USER, max_tokens: 0 },
+      [issue(['body', 'max_tokens'], 'greater_than', 'Input should be greater than 0', 0, { gt: 0 })],
+    ],
+    [
+      'max_tokens 1.5',
+      { model: 'sim-small', messages: USER, max_tokens: 1.5 },
+      [issue(['body', 'max_tokens'], 'int_from_float', 'Input should be a valid integer, got a number with a fractional part', 1.5)],
+    ],
+    [
+      'max_tokens "5"',
+      { model: 'sim-small', messages: USER, max_tokens: '5' },
+      [issue(['body', 'max_tokens'], 'int_type', 'Input should be a valid integer', '5')],
+    ],
+    [
+      'max_completion_tokens -1',
+      { model: 'sim-small', messages: USER, max_completion_tokens: -1 },
+      [issue(['body', 'max_completion_tokens'], 'greater_than', 'Input should be greater than 0', -1, { gt: 0 })],
+    ],
+    [
+      'n 0',
+      { model: 'sim-small', messages: USER, n: 0 },
+      [issue(['body', 'n'], 'greater_than', 'Input should be greater than 0', 0, { gt: 0 })],
+    ],
+    [
+      'body not an object',
+      [1, 2],
+      [issue(['body'], 'model_attributes_type', 'Input should be a valid dictionary or object to extract fields from', [1, 2])],
+    ],
+    [
+      'every problem at once',
+      {},
+      [issue(['body', 'model'], 'missing', 'Field required', {}), issue(['body', 'messages'], 'missing', 'Field required', {})],
+    ],
   ];
   for (const [name, body, detail] of cases) {
     const res = await postChat(gw, key, body);
@@ -51,7 +121,11 @@ t.test('422 bodies, exact', async (t) => {
 });
 
 t.test('content null on an assistant message with tool_calls is accepted and forwarded as null', async (t) => {
-  const messages = [...USER, { role: 'assistant', content: null, tool_calls: [{ id: 'c1', type: 'function', function: { name: 'f', arguments: '{}' } }] }, { role: 'tool', tool_call_id: 'c1', content: 'ok' }];
+  const messages = [
+    ...USER,
+    { role: 'assistant', content: null, tool_calls: [{ id: 'c1', type: 'function', function: { name: 'f', arguments: '{}' } }] },
+    { role: 'tool', tool_call_id: 'c1', content: 'ok' },
+  ];
   const res = await postChat(gw, key, { model: 'sim-small', messages });
   t.equal(res.status, 200);
   await res.arrayBuffer();
@@ -66,7 +140,10 @@ t.test('a JSON syntax error is a 422 json_invalid with the five fields', async (
   const d = body.detail[0];
   t.same(Object.keys(d).sort(), ['ctx', 'input', 'loc', 'msg', 'type']);
   t.match(d, { loc: ['body'], type: 'json_invalid', msg: 'JSON decode error', ctx: Object });
-  t.ok(d.loc.every((l: unknown) => typeof l === 'string'), 'loc entries are strings');
+  t.ok(
+    d.loc.every((l: unknown) => typeof l === 'string'),
+    'loc entries are strings',
+  );
   t.equal(sim.requests.length, 0);
 });
 
@@ -90,11 +167,15 @@ t.test('a body over limits.max_body_bytes: 413 request_too_large, declared or ch
 
   // Without content-length the limit still holds while reading.
   const chunked = await new Promise<{ status: number; body: string }>((resolve, reject) => {
-    const req = request(`${gw.url}/v1/chat/completions`, { method: 'POST', headers: { ...gw.auth(key), 'content-type': 'application/json', 'transfer-encoding': 'chunked' } }, (r) => {
-      let body = '';
-      r.on('data', (c) => (body += c));
-      r.on('end', () => resolve({ status: r.statusCode!, body }));
-    });
+    const req = request(
+      `${gw.url}/v1/chat/completions`,
+      { method: 'POST', headers: { ...gw.auth(key), 'content-type': 'application/json', 'transfer-encoding': 'chunked' } },
+      (r) => {
+        let body = '';
+        r.on('data', (c) => (body += c));
+        r.on('end', () => resolve({ status: r.statusCode!, body }));
+      },
+    );
     req.on('error', reject);
     req.write(big.slice(0, 1500));
     req.end(big.slice(1500));

@@ -27,7 +27,12 @@ if (redis) {
   await tokenizer.load();
   const settled = new Set<string>();
 
-  const debitOf = (id: string) => waitFor(async () => (await ledgerOf(gw.admin, 'abort')).find((e) => e.kind === 'debit' && e.request_id === id), DEBIT_WITHIN_MS, `the debit of ${id}`);
+  const debitOf = (id: string) =>
+    waitFor(
+      async () => (await ledgerOf(gw.admin, 'abort')).find((e) => e.kind === 'debit' && e.request_id === id),
+      DEBIT_WITHIN_MS,
+      `the debit of ${id}`,
+    );
 
   t.test('abort after K content chunks: upstream aborted at once, exactly the produced tokens billed', async (t) => {
     const K = 10;
@@ -69,20 +74,39 @@ if (redis) {
     const sent = rec.completionTokensSent;
     const exact = tokenizer.countText(simCompletionText(sent));
     const oneShort = tokenizer.countText(simCompletionText(sent - 1));
-    t.ok(entry.completion_tokens === exact || entry.completion_tokens === oneShort,
-      `completion tokens ${entry.completion_tokens} = the tokenizer over the ${sent} tokens sent (${exact}) or one chunk fewer (${oneShort})`);
+    t.ok(
+      entry.completion_tokens === exact || entry.completion_tokens === oneShort,
+      `completion tokens ${entry.completion_tokens} = the tokenizer over the ${sent} tokens sent (${exact}) or one chunk fewer (${oneShort})`,
+    );
     t.ok(entry.completion_tokens! >= tokenizer.countText(simCompletionText(K)), 'at least what the client received is billed');
-    t.equal(entry.amount_micros, -expectedCost(SIM_SMALL, entry.prompt_tokens!, entry.completion_tokens!), 'debit = ceil(prompt × input + completion × output)');
+    t.equal(
+      entry.amount_micros,
+      -expectedCost(SIM_SMALL, entry.prompt_tokens!, entry.completion_tokens!),
+      'debit = ceil(prompt × input + completion × output)',
+    );
     t.equal(entry.model, 'sim-small');
     t.ok(entry.hold_micros! > 0, 'the hold was released by the settle');
 
     // The request's log line is written after the billing, although the response closed before it: it
     // carries what the ledger shows (SPEC §7: one line per request with its tokens and cost).
-    const line = await waitFor(() => gw.logs.map((l) => JSON.parse(l) as Record<string, unknown>).find((l) => l.request_id === id && l.msg === 'request'), 1000, 'the request line');
-    t.match(line, {
-      status: 200, aborted: true, relay_end: 'client_gone', usage_source: 'estimated',
-      prompt_tokens: entry.prompt_tokens, completion_tokens: entry.completion_tokens, cost_micros: -entry.amount_micros!,
-    }, 'the log line has the billed tokens and cost');
+    const line = await waitFor(
+      () => gw.logs.map((l) => JSON.parse(l) as Record<string, unknown>).find((l) => l.request_id === id && l.msg === 'request'),
+      1000,
+      'the request line',
+    );
+    t.match(
+      line,
+      {
+        status: 200,
+        aborted: true,
+        relay_end: 'client_gone',
+        usage_source: 'estimated',
+        prompt_tokens: entry.prompt_tokens,
+        completion_tokens: entry.completion_tokens,
+        cost_micros: -entry.amount_micros!,
+      },
+      'the log line has the billed tokens and cost',
+    );
     // Arrival → close: at least the K chunks 30 ms apart the client read before leaving (a duration taken
     // from an unset close time would be negative).
     t.ok((line.duration_ms as number) >= (K - 1) * 30, `duration_ms ${line.duration_ms} covers the ${K} chunks read`);
@@ -121,7 +145,11 @@ if (redis) {
     // the 1 s command timeout makes sure the stretched hold below lands instead of timing out.
     const TOTAL_MS = 3000;
     const sim2 = await startSimulator();
-    const gw2 = await startGateway(t, { redisUrl: redis.url, upstreamUrl: sim2.url, config: { upstream: { total_timeout_ms: TOTAL_MS }, store: { command_timeout_ms: 1000 } } });
+    const gw2 = await startGateway(t, {
+      redisUrl: redis.url,
+      upstreamUrl: sim2.url,
+      config: { upstream: { total_timeout_ms: TOTAL_MS }, store: { command_timeout_ms: 1000 } },
+    });
     try {
       const { key } = await gw2.createKey({ account: 'gone-early', env: 'live' });
       await gw2.grant('gone-early', 1_000_000);
@@ -136,13 +164,20 @@ if (redis) {
       const abortedAt = now();
       ac.abort();
 
-      const debitOf2 = (ms: number) => waitFor(async () => (await ledgerOf(gw2.admin, 'gone-early')).find((e) => e.kind === 'debit'), ms, 'the debit').catch(() => undefined);
+      const debitOf2 = (ms: number) =>
+        waitFor(async () => (await ledgerOf(gw2.admin, 'gone-early')).find((e) => e.kind === 'debit'), ms, 'the debit').catch(
+          () => undefined,
+        );
       const rec = await sim2.waitFor((r) => r.body?.messages?.[0]?.content === nonce, 1000).catch(() => undefined);
       if (rec) {
         await sim2.waitFor((r) => r === rec && r.endedAt !== undefined, 1000).catch(() => undefined);
-        t.comment(`upstream contacted ${(rec.startedAt - abortedAt).toFixed(0)} ms after the client left; ended: ${rec.endedAt ? `${(rec.endedAt - rec.startedAt).toFixed(0)} ms later` : 'not within 1 s'}, aborted: ${rec.aborted}, ${rec.completionTokensSent} tokens produced`);
-        t.ok(rec.aborted && rec.endedAt !== undefined && rec.endedAt - rec.startedAt < ABORT_BOUND_MS,
-          'an upstream call made for a client already gone is aborted at once (SPEC §2a: within 100 ms)');
+        t.comment(
+          `upstream contacted ${(rec.startedAt - abortedAt).toFixed(0)} ms after the client left; ended: ${rec.endedAt ? `${(rec.endedAt - rec.startedAt).toFixed(0)} ms later` : 'not within 1 s'}, aborted: ${rec.aborted}, ${rec.completionTokensSent} tokens produced`,
+        );
+        t.ok(
+          rec.aborted && rec.endedAt !== undefined && rec.endedAt - rec.startedAt < ABORT_BOUND_MS,
+          'an upstream call made for a client already gone is aborted at once (SPEC §2a: within 100 ms)',
+        );
       } else {
         t.pass('the upstream was never contacted');
       }
@@ -152,12 +187,15 @@ if (redis) {
       t.equal((await accountOf(gw2.admin, 'gone-early')).held_micros, 0, 'its hold is released by then');
 
       // However late it comes, the debit must bill every token the upstream produced (SPEC §1.2).
-      const debit = onTime ?? await debitOf2(TOTAL_MS + 1000);
+      const debit = onTime ?? (await debitOf2(TOTAL_MS + 1000));
       t.ok(debit, 'a debit eventually');
       if (debit && rec) {
         const sent = rec.completionTokensSent;
         const counts = [tokenizer.countText(simCompletionText(sent)), tokenizer.countText(simCompletionText(Math.max(0, sent - 1)))];
-        t.ok(counts.includes(debit.completion_tokens!), `billed ${debit.completion_tokens} completion tokens (${debit.usage_source}) for the ${sent} tokens the upstream produced (${counts.join(' / ')})`);
+        t.ok(
+          counts.includes(debit.completion_tokens!),
+          `billed ${debit.completion_tokens} completion tokens (${debit.usage_source}) for the ${sent} tokens the upstream produced (${counts.join(' / ')})`,
+        );
       }
       const acct = await accountOf(gw2.admin, 'gone-early');
       checkLedger(t, await ledgerOf(gw2.admin, 'gone-early'), acct);

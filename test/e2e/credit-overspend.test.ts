@@ -37,7 +37,11 @@ if (redis) {
     const first = await chat(gw.url, probe.key, BODY);
     t.equal(first.status, 200);
     await first.text();
-    const probeEntry = await waitFor(async () => (await ledgerOf(gw.admin, 'probe')).find((e) => e.kind === 'debit'), 1000, 'the probe debit');
+    const probeEntry = await waitFor(
+      async () => (await ledgerOf(gw.admin, 'probe')).find((e) => e.kind === 'debit'),
+      1000,
+      'the probe debit',
+    );
     const hold = probeEntry.hold_micros!;
     const cost = -probeEntry.amount_micros;
     t.ok(hold > 0 && cost > 0 && cost <= hold, `one request holds ${hold} and costs ${cost} micro-credits`);
@@ -59,14 +63,24 @@ if (redis) {
       }
     })();
 
-    const results = await Promise.all(Array.from({ length: CROWD }, async () => {
-      const res = await chat(gw.url, key, BODY);
-      return { status: res.status, id: res.headers.get('x-request-id')!, type: res.headers.get('content-type') ?? '', text: await res.text(), retry: res.headers.get('x-should-retry') };
-    }));
+    const results = await Promise.all(
+      Array.from({ length: CROWD }, async () => {
+        const res = await chat(gw.url, key, BODY);
+        return {
+          status: res.status,
+          id: res.headers.get('x-request-id')!,
+          type: res.headers.get('content-type') ?? '',
+          text: await res.text(),
+          retry: res.headers.get('x-should-retry'),
+        };
+      }),
+    );
 
     const served = results.filter((r) => r.status === 200);
     const refused = results.filter((r) => r.status === 402);
-    const statuses = JSON.stringify(Object.fromEntries([...new Set(results.map((r) => r.status))].map((s) => [s, results.filter((r) => r.status === s).length])));
+    const statuses = JSON.stringify(
+      Object.fromEntries([...new Set(results.map((r) => r.status))].map((s) => [s, results.filter((r) => r.status === s).length])),
+    );
     t.equal(served.length + refused.length, CROWD, `every answer is a 200 or a 402: ${statuses}`);
     t.ok(refused.length > 0, `the grant ran out: ${served.length} served, ${refused.length} refused`);
     // A refusal needs ≥ 49 other holds or settled debits (each debit ≤ its hold), so ≥ 50 get through.
@@ -81,22 +95,38 @@ if (redis) {
 
     const clean = refused.filter((r) => {
       const body = JSON.parse(r.text) as { error?: { code?: string; type?: string; message?: string } };
-      return r.type.startsWith('application/json') && body.error?.code === 'insufficient_credit' && typeof body.error.message === 'string' && /^req_/.test(r.id);
+      return (
+        r.type.startsWith('application/json') &&
+        body.error?.code === 'insufficient_credit' &&
+        typeof body.error.message === 'string' &&
+        /^req_/.test(r.id)
+      );
     });
     t.equal(clean.length, refused.length, 'every 402 is a JSON insufficient_credit error with a request id');
-    t.ok(refused.every((r) => r.retry === 'false'), 'every 402 tells SDKs not to retry');
+    t.ok(
+      refused.every((r) => r.retry === 'false'),
+      'every 402 tells SDKs not to retry',
+    );
     t.equal(sim.requests.length - simBefore, served.length, 'refused requests never reached the upstream');
 
     const settled = new Set(served.map((r) => r.id));
-    const entries = await waitFor(async () => {
-      const all = await ledgerOf(gw.admin, 'crowd');
-      return all.filter((e) => e.kind === 'debit').length >= settled.size && all;
-    }, 2000, 'one debit per served request');
+    const entries = await waitFor(
+      async () => {
+        const all = await ledgerOf(gw.admin, 'crowd');
+        return all.filter((e) => e.kind === 'debit').length >= settled.size && all;
+      },
+      2000,
+      'one debit per served request',
+    );
     polling = false;
     await poller;
 
     t.ok(samples.length > 10, `balance sampled ${samples.length} times during the run`);
-    t.same(samples.filter((s) => s.balance < 0 || s.held > s.balance), [], 'balance never below 0 and never below the holds');
+    t.same(
+      samples.filter((s) => s.balance < 0 || s.held > s.balance),
+      [],
+      'balance never below 0 and never below the holds',
+    );
     const peak = Math.max(...samples.map((s) => s.held));
     t.ok(peak >= 10 * hold, `the requests overlapped: up to ${peak / hold} holds open at once`);
     const acct = await accountOf(gw.admin, 'crowd');
@@ -106,7 +136,10 @@ if (redis) {
     t.equal(debited, served.length * cost, 'each served request costs exactly what the probe cost');
     t.ok(acct.balance_micros >= 0, 'final balance ≥ 0');
     checkLedger(t, entries, acct, settled);
-    t.ok(entries.filter((e) => e.kind === 'debit').every((e) => e.hold_micros === hold && e.usage_source === 'upstream'), 'each debit released its full hold and used upstream usage');
+    t.ok(
+      entries.filter((e) => e.kind === 'debit').every((e) => e.hold_micros === hold && e.usage_source === 'upstream'),
+      'each debit released its full hold and used upstream usage',
+    );
     checkLedger(t, await ledgerOf(gw.admin, 'probe'), await accountOf(gw.admin, 'probe'), new Set([first.headers.get('x-request-id')!]));
   });
 
@@ -117,8 +150,12 @@ if (redis) {
     const { key } = await gw.createKey({ account: 'broke', env: 'live' });
     await gw.grant('broke', 10);
     const client = new OpenAI({ apiKey: key, baseURL: `${gw.url}/v1`, maxRetries: 2 });
-    const err = await client.chat.completions.create({ model: 'sim-small', messages: [{ role: 'user', content: 'hi' }], stream: true })
-      .then(() => undefined, (e: unknown) => e);
+    const err = await client.chat.completions
+      .create({ model: 'sim-small', messages: [{ role: 'user', content: 'hi' }], stream: true })
+      .then(
+        () => undefined,
+        (e: unknown) => e,
+      );
     t.ok(err instanceof OpenAI.APIError, 'an APIError');
     const e = err as InstanceType<typeof OpenAI.APIError>;
     t.equal(e.status, 402);
@@ -127,7 +164,11 @@ if (redis) {
     const attempts = gw.logs.filter((l) => l.includes('"route":"/v1/chat/completions"')).length;
     t.equal(attempts, 1, 'one attempt: x-should-retry: false stops the SDK retrying');
     t.equal(sim.requests.length, 0, 'the upstream was never called');
-    t.same((await ledgerOf(gw.admin, 'broke')).map((x) => x.kind), ['grant'], 'no debit for a refused request');
+    t.same(
+      (await ledgerOf(gw.admin, 'broke')).map((x) => x.kind),
+      ['grant'],
+      'no debit for a refused request',
+    );
   });
 
   t.test('the one exception: an upstream that ignores max_tokens is debited in full and recorded', async (t) => {
@@ -140,7 +181,11 @@ if (redis) {
     await gw.grant('overrun', 1_000_000);
     const sizing = await chat(gw.url, key, body);
     await sizing.text();
-    const first = await waitFor(async () => (await ledgerOf(gw.admin, 'overrun')).find((e) => e.kind === 'debit'), 1000, 'the sizing debit');
+    const first = await waitFor(
+      async () => (await ledgerOf(gw.admin, 'overrun')).find((e) => e.kind === 'debit'),
+      1000,
+      'the sizing debit',
+    );
     const hold = first.hold_micros!;
     const { balance_micros } = await accountOf(gw.admin, 'overrun');
     await gw.grant('overrun', hold - balance_micros, 'down to one hold');
@@ -150,7 +195,11 @@ if (redis) {
     const data = sseData(await res.text());
     t.equal(data.filter((d) => d.includes('"content":"tok')).length, 200, 'the client got all 200 tokens');
     const id = res.headers.get('x-request-id')!;
-    const entry = await waitFor(async () => (await ledgerOf(gw.admin, 'overrun')).find((e) => e.kind === 'debit' && e.request_id === id), 1000, 'the overrun debit');
+    const entry = await waitFor(
+      async () => (await ledgerOf(gw.admin, 'overrun')).find((e) => e.kind === 'debit' && e.request_id === id),
+      1000,
+      'the overrun debit',
+    );
     t.equal(entry.completion_tokens, 200, 'the overrun is recorded: 200 completion tokens for max_tokens 5');
     t.ok(-entry.amount_micros > entry.hold_micros!, `debit ${-entry.amount_micros} > hold ${entry.hold_micros}: the overrun is debited`);
     const acct = await accountOf(gw.admin, 'overrun');

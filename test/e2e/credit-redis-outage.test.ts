@@ -36,18 +36,32 @@ if (redis) {
     const upstreamCalls = sim.requests.length;
 
     const started = Date.now();
-    const outcomes = await Promise.all([
-      chat(gw.url, live.key, streamBody({ tokens: 3 })),
-      chat(gw.url, live.key, { model: 'sim-small', messages: [{ role: 'user', content: 'hi' }] }),
-      chat(gw.url, unseen.key, streamBody({ tokens: 3 })),
-      ...Array.from({ length: 10 }, () => chat(gw.url, live.key, streamBody({ tokens: 3 }))),
-    ].map(async (p) => {
-      const res = await p;
-      return { status: res.status, type: res.headers.get('content-type'), id: res.headers.get('x-request-id'), body: await res.json() as { error?: { code?: string } } };
-    }));
+    const outcomes = await Promise.all(
+      [
+        chat(gw.url, live.key, streamBody({ tokens: 3 })),
+        chat(gw.url, live.key, { model: 'sim-small', messages: [{ role: 'user', content: 'hi' }] }),
+        chat(gw.url, unseen.key, streamBody({ tokens: 3 })),
+        ...Array.from({ length: 10 }, () => chat(gw.url, live.key, streamBody({ tokens: 3 }))),
+      ].map(async (p) => {
+        const res = await p;
+        return {
+          status: res.status,
+          type: res.headers.get('content-type'),
+          id: res.headers.get('x-request-id'),
+          body: (await res.json()) as { error?: { code?: string } },
+        };
+      }),
+    );
     const took = Date.now() - started;
-    t.same(outcomes.map((o) => o.status), outcomes.map(() => 503), 'every live request answers 503 (cached key, uncached key, stream or not)');
-    t.ok(outcomes.every((o) => o.body.error?.code === 'store_unavailable' && o.type === 'application/json' && /^req_/.test(o.id ?? '')), 'as a JSON store_unavailable error with a request id');
+    t.same(
+      outcomes.map((o) => o.status),
+      outcomes.map(() => 503),
+      'every live request answers 503 (cached key, uncached key, stream or not)',
+    );
+    t.ok(
+      outcomes.every((o) => o.body.error?.code === 'store_unavailable' && o.type === 'application/json' && /^req_/.test(o.id ?? '')),
+      'as a JSON store_unavailable error with a request id',
+    );
     t.ok(took < NO_HANG_MS, `13 concurrent live requests all answered within ${took} ms`);
     t.equal(sim.requests.length, upstreamCalls, 'no live request reached the upstream: nothing served unbilled');
 
@@ -72,10 +86,14 @@ if (redis) {
     t.equal(res.status, 200, 'a live request is served again');
     t.equal(sseData(await res.text()).at(-1), '[DONE]');
     const id = res.headers.get('x-request-id')!;
-    const entries = await waitFor(async () => {
-      const all = await ledgerOf(gw.admin, 'after');
-      return all.some((e) => e.kind === 'debit') && all;
-    }, 1000, 'the debit after the restart');
+    const entries = await waitFor(
+      async () => {
+        const all = await ledgerOf(gw.admin, 'after');
+        return all.some((e) => e.kind === 'debit') && all;
+      },
+      1000,
+      'the debit after the restart',
+    );
     const acct = await accountOf(gw.admin, 'after');
     t.equal(acct.held_micros, 0);
     checkLedger(t, entries, acct, new Set([id]));

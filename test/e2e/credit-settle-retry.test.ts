@@ -59,16 +59,33 @@ if (redis) {
     t.ok(Date.now() - pausedAt < PAUSE_MS, 'the stream ended while Redis was paused');
 
     // The admin reads answer 503 while Redis is paused: keep polling through them.
-    const entry = await waitFor(async () => (await ledgerOf(gw.admin, 'paused').catch(() => [])).find((e) => e.kind === 'debit' && e.request_id === id), PAUSE_MS + 5000, 'the debit after the pause');
+    const entry = await waitFor(
+      async () => (await ledgerOf(gw.admin, 'paused').catch(() => [])).find((e) => e.kind === 'debit' && e.request_id === id),
+      PAUSE_MS + 5000,
+      'the debit after the pause',
+    );
     const landedAt = Number(entry.id.split('-')[0]);
-    t.ok(landedAt >= pausedAt + PAUSE_MS - 50, `the debit was written by Redis ${landedAt - pausedAt} ms after the pause began, i.e. after it ended`);
-    t.ok(logged(gw.logs, 'settle failed; retrying').some((l) => l.request_id === id), "the gateway logged 'settle failed; retrying'");
-    const landed = await waitFor(() => logged(gw.logs, 'settle landed after retries').find((l) => l.request_id === id), 2000, 'the landed log line');
+    t.ok(
+      landedAt >= pausedAt + PAUSE_MS - 50,
+      `the debit was written by Redis ${landedAt - pausedAt} ms after the pause began, i.e. after it ended`,
+    );
+    t.ok(
+      logged(gw.logs, 'settle failed; retrying').some((l) => l.request_id === id),
+      "the gateway logged 'settle failed; retrying'",
+    );
+    const landed = await waitFor(
+      () => logged(gw.logs, 'settle landed after retries').find((l) => l.request_id === id),
+      2000,
+      'the landed log line',
+    );
     t.ok(Number(landed.attempts) >= 2, `it landed on attempt ${String(landed.attempts)}`);
     const runs = (await scriptRuns(redis.client)) - runsBefore;
     // The script pipe drops a connection whose command timed out, and Redis discards what a closed
     // client left unread, so a timed-out attempt usually never runs; one that does is a replay (below).
-    t.ok(runs >= 1 && runs <= Number(landed.attempts), `the settle script ran ${runs} time(s) in Redis for ${String(landed.attempts)} attempts`);
+    t.ok(
+      runs >= 1 && runs <= Number(landed.attempts),
+      `the settle script ran ${runs} time(s) in Redis for ${String(landed.attempts)} attempts`,
+    );
     t.comment(`settle landed on attempt ${String(landed.attempts)}; Redis ran the settle script ${runs} times`);
 
     t.equal(entry.usage_source, 'upstream');
@@ -91,8 +108,13 @@ if (redis) {
     // the first byte). When Redis resumes, the settle retries and the reaper (every 50 ms, its "now"
     // past the expiry) reach the overdue hold in whatever order they were queued.
     const gw = await startGateway(t, {
-      redisUrl: redis.url, upstreamUrl: sim.url,
-      config: { store: { command_timeout_ms: 300 }, upstream: { total_timeout_ms: 800 }, credit: { hold_margin_seconds: 0, reaper_interval_ms: 50 } },
+      redisUrl: redis.url,
+      upstreamUrl: sim.url,
+      config: {
+        store: { command_timeout_ms: 300 },
+        upstream: { total_timeout_ms: 800 },
+        credit: { hold_margin_seconds: 0, reaper_interval_ms: 50 },
+      },
     });
     const { key } = await gw.createKey({ account: 'raced', env: 'live' });
     const grant = 1_000_000;
@@ -105,7 +127,11 @@ if (redis) {
     const data = sseData(await res.text());
     t.match(data.at(-1), /"code":"upstream_error"/, 'the total timeout ended the stream with an SSE error event');
 
-    await waitFor(async () => (await ledgerOf(gw.admin, 'raced').catch(() => [])).some((e) => e.kind === 'debit'), 6000, 'the debit after the pause');
+    await waitFor(
+      async () => (await ledgerOf(gw.admin, 'raced').catch(() => [])).some((e) => e.kind === 'debit'),
+      6000,
+      'the debit after the pause',
+    );
     // Give a reap that lost the race time to (wrongly) run after the settle.
     await new Promise((r) => setTimeout(r, 300));
     const final = await ledgerOf(gw.admin, 'raced');
@@ -113,7 +139,12 @@ if (redis) {
     const expired = final.filter((e) => e.kind === 'hold_expired');
     t.equal(debits.length, 1, 'one debit');
     const debit = debits[0]!;
-    t.comment(`ledger after the pause: ${final.slice(1).map((e) => e.kind).join(', ')}`);
+    t.comment(
+      `ledger after the pause: ${final
+        .slice(1)
+        .map((e) => e.kind)
+        .join(', ')}`,
+    );
     if (expired.length > 0) {
       t.equal(expired.length, 1, 'at most one hold_expired');
       t.equal(expired[0]!.hold_micros, hold, 'the reaper released the whole hold');
@@ -122,7 +153,11 @@ if (redis) {
       t.equal(debit.hold_micros, hold, 'the settle released the hold; nothing left to reap');
     }
     t.ok(debit.completion_tokens! > 0, `the tokens produced before the cut are billed (${debit.completion_tokens})`);
-    t.equal(debit.amount_micros, -expectedCost(SIM_SMALL, debit.prompt_tokens!, debit.completion_tokens!), 'at the request\'s full cost either way');
+    t.equal(
+      debit.amount_micros,
+      -expectedCost(SIM_SMALL, debit.prompt_tokens!, debit.completion_tokens!),
+      "at the request's full cost either way",
+    );
     const acct = await accountOf(gw.admin, 'raced');
     t.equal(acct.held_micros, 0, 'no hold left');
     t.equal(acct.balance_micros, grant + debit.amount_micros);
@@ -140,17 +175,25 @@ if (redis) {
     const id = res.headers.get('x-request-id')!;
     await redis.stop();
     t.equal(sseData(await res.text()).at(-1), '[DONE]', 'the stream completes with Redis gone');
-    await waitFor(() => logged(gw.logs, 'settle failed; retrying').some((l) => l.request_id === id), 3000, "'settle failed; retrying' in the log");
+    await waitFor(
+      () => logged(gw.logs, 'settle failed; retrying').some((l) => l.request_id === id),
+      3000,
+      "'settle failed; retrying' in the log",
+    );
     t.pass("the gateway logged 'settle failed; retrying'");
     // Let a few retries fail (100, 200, 400 ms back-off) before the server returns.
     await new Promise((r) => setTimeout(r, 800));
 
     await redis.start();
     const restartedAt = Date.now();
-    const entries = await waitFor(async () => {
-      const all = await ledgerOf(gw.admin, 'restarted').catch(() => []);
-      return all.some((e) => e.request_id === id) && all;
-    }, 10_000, 'the debit on the restarted server');
+    const entries = await waitFor(
+      async () => {
+        const all = await ledgerOf(gw.admin, 'restarted').catch(() => []);
+        return all.some((e) => e.request_id === id) && all;
+      },
+      10_000,
+      'the debit on the restarted server',
+    );
     t.comment(`debit landed ${Date.now() - restartedAt} ms after redis-server restarted`);
     const debits = entries.filter((e) => e.kind === 'debit');
     t.equal(debits.length, 1, 'one debit');

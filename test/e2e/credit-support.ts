@@ -36,10 +36,13 @@ export function chat(baseUrl: string, key: string, body: Record<string, unknown>
 }
 
 /** A streaming request body for the priced model, with the simulator steered by `sim`. */
-export function streamBody(sim: Record<string, unknown>, content = 'hello there', extra: Record<string, unknown> = {}): Record<string, unknown> {
+export function streamBody(
+  sim: Record<string, unknown>,
+  content = 'hello there',
+  extra: Record<string, unknown> = {},
+): Record<string, unknown> {
   return { model: 'sim-small', messages: [{ role: 'user', content }], stream: true, sim, ...extra };
 }
-
 
 /** Every ledger entry of an account, oldest first, following `next_after` pages. */
 export async function ledgerOf(admin: Admin, account: string): Promise<Entry[]> {
@@ -61,19 +64,26 @@ export async function accountOf(admin: Admin, account: string): Promise<{ balanc
   return r.body;
 }
 
-
 /**
  * The ledger invariants of SPEC §4 / §2a: balance = Σ entries; no request id debited twice; when
  * `settled` is given, exactly those request ids have a debit (a refused or never-served request none).
  */
-export function checkLedger(t: Test, entries: readonly Entry[], account: { balance_micros: number; held_micros: number }, settled?: ReadonlySet<string>): void {
+export function checkLedger(
+  t: Test,
+  entries: readonly Entry[],
+  account: { balance_micros: number; held_micros: number },
+  settled?: ReadonlySet<string>,
+): void {
   const sum = entries.reduce((s, e) => s + e.amount_micros, 0);
   t.equal(account.balance_micros, sum, 'balance equals the sum of the ledger');
   const debits = entries.filter((e) => e.kind === 'debit');
   const ids = debits.map((e) => e.request_id);
   const dupes = ids.filter((id, i) => ids.indexOf(id) !== i);
   t.same(dupes, [], 'no request id is debited twice');
-  t.ok(debits.every((e) => e.amount_micros <= 0 && Number.isInteger(e.amount_micros)), 'debits are non-positive integers');
+  t.ok(
+    debits.every((e) => e.amount_micros <= 0 && Number.isInteger(e.amount_micros)),
+    'debits are non-positive integers',
+  );
   if (settled) {
     const unexpected = ids.filter((id) => !settled.has(id!));
     const missing = [...settled].filter((id) => !ids.includes(id));
@@ -81,7 +91,6 @@ export function checkLedger(t: Test, entries: readonly Entry[], account: { balan
     t.same(missing, [], 'every served request has its debit');
   }
 }
-
 
 export interface ChildGateway {
   url: string;
@@ -100,7 +109,10 @@ const MAIN = fileURLToPath(new URL('../../src/main.ts', import.meta.url));
  * helpers/gateway.ts merged with `config` at the top level of each section), Redis at `redisUrl`,
  * free ports, and waits until /healthz answers. Killed with SIGKILL at teardown if still running.
  */
-export async function spawnGateway(t: Teardown, o: { redisUrl?: string; upstreamUrl: string; config?: Record<string, Record<string, unknown>>; nodeArgs?: string[] }): Promise<ChildGateway> {
+export async function spawnGateway(
+  t: Teardown,
+  o: { redisUrl?: string; upstreamUrl: string; config?: Record<string, Record<string, unknown>>; nodeArgs?: string[] },
+): Promise<ChildGateway> {
   const doc = testConfigDoc(o.upstreamUrl) as Record<string, Record<string, unknown>>;
   for (const [section, values] of Object.entries(o.config ?? {})) doc[section] = { ...doc[section], ...values };
   const dir = await mkdtemp(join(tmpdir(), 'tollgate-e2e-'));
@@ -109,7 +121,15 @@ export async function spawnGateway(t: Teardown, o: { redisUrl?: string; upstream
   await writeFile(file, stringify(doc));
   const [port, adminPort] = [await freePort(), await freePort()];
   const child = spawn(process.execPath, [...(o.nodeArgs ?? []), MAIN], {
-    env: { PATH: process.env.PATH, TOLLGATE_CONFIG: file, ...(o.redisUrl && { REDIS_URL: o.redisUrl }), PORT: String(port), ADMIN_PORT: String(adminPort), TOLLGATE_ADMIN_TOKEN: ADMIN_TOKEN, LOG_LEVEL: 'info' },
+    env: {
+      PATH: process.env.PATH,
+      TOLLGATE_CONFIG: file,
+      ...(o.redisUrl && { REDIS_URL: o.redisUrl }),
+      PORT: String(port),
+      ADMIN_PORT: String(adminPort),
+      TOLLGATE_ADMIN_TOKEN: ADMIN_TOKEN,
+      LOG_LEVEL: 'info',
+    },
     stdio: ['ignore', 'pipe', 'pipe'],
   });
   let out = '';
@@ -123,9 +143,17 @@ export async function spawnGateway(t: Teardown, o: { redisUrl?: string; upstream
   const url = `http://127.0.0.1:${port}`;
   const adminUrl = `http://127.0.0.1:${adminPort}`;
   // Boot loads gpt-tokenizer (100–300 ms, NOTES §8) and connects to Redis; 10 s only matters on a starved box.
-  await waitFor(async () => {
-    if (child.exitCode !== null) throw new Error(`gateway exited with ${child.exitCode} before listening:\n${out}`);
-    return fetch(`${adminUrl}/healthz`).then((r) => r.ok, () => false);
-  }, 10_000, 'the child gateway to listen', 50);
+  await waitFor(
+    async () => {
+      if (child.exitCode !== null) throw new Error(`gateway exited with ${child.exitCode} before listening:\n${out}`);
+      return fetch(`${adminUrl}/healthz`).then(
+        (r) => r.ok,
+        () => false,
+      );
+    },
+    10_000,
+    'the child gateway to listen',
+    50,
+  );
   return { url, adminUrl, child, output: () => out, exited };
 }

@@ -14,7 +14,10 @@ function idLess(a: string, b: string): boolean {
   return am < bm || (am === bm && as < bs);
 }
 
-async function allEntries(gw: TestGateway, account: string): Promise<{ id: string; ts: string; amount_micros: number; kind: string; note?: string }[]> {
+async function allEntries(
+  gw: TestGateway,
+  account: string,
+): Promise<{ id: string; ts: string; amount_micros: number; kind: string; note?: string }[]> {
   const r = await gw.admin(`/admin/accounts/${account}/ledger?limit=1000`);
   return r.body.entries;
 }
@@ -104,7 +107,11 @@ for (const storeKind of ['redis', 'memory'] as const) {
         t.equal(sum, r.body.balance_micros, `balance = Σ ledger after ${amount}`);
       }
       const entries = await allEntries(gw, 'g4');
-      t.same(entries.map((e) => e.amount_micros), amounts, 'signed amounts, in order');
+      t.same(
+        entries.map((e) => e.amount_micros),
+        amounts,
+        'signed amounts, in order',
+      );
       t.same(new Set(entries.map((e) => e.kind)), new Set(['grant']));
       t.same((await gw.admin('/admin/accounts/g4')).body, { id: 'g4', balance_micros: expected, held_micros: 0 });
     });
@@ -122,25 +129,45 @@ for (const storeKind of ['redis', 'memory'] as const) {
       for (let i = 1; i <= 5; i++) ids.push((await grant('g5', { amount_micros: i, note: `n${i}` })).body.entry_id);
       for (let i = 1; i < ids.length; i++) t.ok(idLess(ids[i - 1]!, ids[i]!), 'entry ids increase');
       const all = await gw.admin('/admin/accounts/g5/ledger');
-      t.same(all.body.entries.map((e: { id: string }) => e.id), ids, 'default limit returns them all, oldest first');
+      t.same(
+        all.body.entries.map((e: { id: string }) => e.id),
+        ids,
+        'default limit returns them all, oldest first',
+      );
       t.equal(all.body.next_after, null);
 
       const p1 = await gw.admin('/admin/accounts/g5/ledger?limit=2');
-      t.same(p1.body.entries.map((e: { amount_micros: number }) => e.amount_micros), [1, 2]);
+      t.same(
+        p1.body.entries.map((e: { amount_micros: number }) => e.amount_micros),
+        [1, 2],
+      );
       t.equal(p1.body.next_after, ids[1]);
       const p2 = await gw.admin(`/admin/accounts/g5/ledger?limit=2&after=${p1.body.next_after}`);
-      t.same(p2.body.entries.map((e: { amount_micros: number }) => e.amount_micros), [3, 4]);
+      t.same(
+        p2.body.entries.map((e: { amount_micros: number }) => e.amount_micros),
+        [3, 4],
+      );
       t.equal(p2.body.next_after, ids[3]);
       const p3 = await gw.admin(`/admin/accounts/g5/ledger?limit=2&after=${p2.body.next_after}`);
-      t.same(p3.body.entries.map((e: { amount_micros: number }) => e.amount_micros), [5]);
+      t.same(
+        p3.body.entries.map((e: { amount_micros: number }) => e.amount_micros),
+        [5],
+      );
       t.equal(p3.body.next_after, null, 'a short page ends the chain');
 
       const fromMiddle = await gw.admin(`/admin/accounts/g5/ledger?after=${ids[2]}`);
-      t.same(fromMiddle.body.entries.map((e: { id: string }) => e.id), ids.slice(3), 'after is exclusive');
+      t.same(
+        fromMiddle.body.entries.map((e: { id: string }) => e.id),
+        ids.slice(3),
+        'after is exclusive',
+      );
       const pastEnd = await gw.admin(`/admin/accounts/g5/ledger?after=${ids[4]}`);
       t.same(pastEnd.body, { entries: [], next_after: null });
       const beforeAll = await gw.admin('/admin/accounts/g5/ledger?after=0-0&limit=1');
-      t.same(beforeAll.body.entries.map((e: { id: string }) => e.id), [ids[0]]);
+      t.same(
+        beforeAll.body.entries.map((e: { id: string }) => e.id),
+        [ids[0]],
+      );
       t.same(beforeAll.body.entries[0].note, 'n1');
     });
   });

@@ -58,11 +58,23 @@ t.test('a missing or wrong admin token is 401 invalid_admin_token on every admin
   // Many failures from one address on purpose: the failed-admin limiter gets out of the way here.
   const gw = await startGateway(t, { config: { auth: { admin_failed_per_minute: 100_000 } } });
   for (const c of ADMIN_CALLS) {
-    for (const auth of [undefined, '', 'Bearer', `Bearer ${ADMIN_TOKEN}x`, `Bearer ${ADMIN_TOKEN.slice(0, -1)}`, `Basic ${ADMIN_TOKEN}`, ADMIN_TOKEN]) {
+    for (const auth of [
+      undefined,
+      '',
+      'Bearer',
+      `Bearer ${ADMIN_TOKEN}x`,
+      `Bearer ${ADMIN_TOKEN.slice(0, -1)}`,
+      `Basic ${ADMIN_TOKEN}`,
+      ADMIN_TOKEN,
+    ]) {
       await expectError(t, await call(gw, c, auth), 401, 'invalid_admin_token');
     }
   }
-  t.same((await gw.admin('/admin/accounts/acme')).body, { id: 'acme', balance_micros: 0, held_micros: 0 }, 'refused grants credited nothing');
+  t.same(
+    (await gw.admin('/admin/accounts/acme')).body,
+    { id: 'acme', balance_micros: 0, held_micros: 0 },
+    'refused grants credited nothing',
+  );
   t.same((await gw.admin('/admin/keys?account=acme')).body.data, [], 'refused creates created nothing');
 });
 
@@ -90,7 +102,8 @@ t.test('/metrics, /healthz and /readyz need no token', async (t) => {
   t.match(text, /# TYPE tollgate_requests_total counter/);
   t.match(text, /tollgate_requests_total\{route="\/v1\/models",model="",status="200",env="test"\} 1/);
   t.match(text, /tollgate_cache_lookups_total\{cache="keys",outcome="(hit|miss)"\}/);
-  for (const line of text.split('\n').filter((l) => l && !l.startsWith('#'))) t.match(line, /^tollgate_/, 'every metric has the tollgate_ prefix');
+  for (const line of text.split('\n').filter((l) => l && !l.startsWith('#')))
+    t.match(line, /^tollgate_/, 'every metric has the tollgate_ prefix');
   t.notOk(text.includes('acme'), 'no account in a label');
 
   const h = await fetch(`${gw.adminUrl}/healthz`);
@@ -103,7 +116,12 @@ t.test('/metrics, /healthz and /readyz need no token', async (t) => {
   t.equal(ready.store_kind, 'memory');
   t.equal(ready.config, 'loaded');
   await expectError(t, await fetch(`${gw.url}/metrics`), 404, 'not_found');
-  await expectError(t, await fetch(`${gw.url}/admin/keys?account=acme`, { headers: { authorization: `Bearer ${ADMIN_TOKEN}` } }), 404, 'not_found');
+  await expectError(
+    t,
+    await fetch(`${gw.url}/admin/keys?account=acme`, { headers: { authorization: `Bearer ${ADMIN_TOKEN}` } }),
+    404,
+    'not_found',
+  );
 });
 
 t.test('/readyz is 503 while Redis is down and 200 again once it is back; it never hangs', async (t) => {
@@ -161,7 +179,16 @@ for (const storeKind of ['memory', 'redis'] as const) {
     const created_at = Date.parse(k.created_at);
     t.ok(created_at >= before - 1000 && created_at <= Date.now() + 1000, 'created_at is now');
 
-    const t2 = await gw.admin('/admin/keys', { body: { account: 'acme', env: 'test', name: 'ci', scopes: ['models', 'chat', 'models'], models: ['sim-free'], rate_limits: { requests_per_minute: 5 } } });
+    const t2 = await gw.admin('/admin/keys', {
+      body: {
+        account: 'acme',
+        env: 'test',
+        name: 'ci',
+        scopes: ['models', 'chat', 'models'],
+        models: ['sim-free'],
+        rate_limits: { requests_per_minute: 5 },
+      },
+    });
     t.equal(t2.status, 201);
     t.ok(t2.body.key.startsWith('svc-test-'));
     t.same([...t2.body.scopes].sort(), ['chat', 'models']);
@@ -179,11 +206,14 @@ for (const storeKind of ['memory', 'redis'] as const) {
 
     const listed = await gw.admin('/admin/keys?account=acme');
     t.equal(listed.status, 200);
-    t.same(listed.body.data.map((r: { id: string }) => r.id).sort(), [k.id, t2.body.id].sort(), 'only this account\'s keys');
+    t.same(listed.body.data.map((r: { id: string }) => r.id).sort(), [k.id, t2.body.id].sort(), "only this account's keys");
     for (const r of listed.body.data) t.same(Object.keys(r).sort(), RECORD_FIELDS);
     t.notOk(JSON.stringify(listed.body).includes(k.key));
     t.same((await gw.admin('/admin/keys?account=nobody')).body.data, []);
-    t.same((await gw.admin('/admin/keys?account=other')).body.data.map((r: { id: string }) => r.id), [other.id]);
+    t.same(
+      (await gw.admin('/admin/keys?account=other')).body.data.map((r: { id: string }) => r.id),
+      [other.id],
+    );
 
     const renamed = await gw.admin(`/admin/keys/${k.id}`, { method: 'PATCH', body: { name: 'renamed' } });
     t.equal(renamed.status, 200);
@@ -197,15 +227,35 @@ for (const storeKind of ['memory', 'redis'] as const) {
     const on = await gw.admin(`/admin/keys/${k.id}`, { method: 'PATCH', body: { active: true, name: 'back' } });
     t.same(on.body, { ...record, name: 'back', active: true });
 
-    await expectError(t, await fetch(`${gw.adminUrl}/admin/keys/key_zzzzzzzzzzzzzzzz`, { headers: { authorization: `Bearer ${ADMIN_TOKEN}` } }), 404, 'not_found');
-    await expectError(t, await fetch(`${gw.adminUrl}/admin/keys/${k.key}`, { headers: { authorization: `Bearer ${ADMIN_TOKEN}` } }), 404, 'not_found');
-    await expectError(t, await fetch(`${gw.adminUrl}/admin/keys/key_zzzzzzzzzzzzzzzz`, {
-      method: 'PATCH', headers: { authorization: `Bearer ${ADMIN_TOKEN}`, 'content-type': 'application/json' }, body: '{"active":false}',
-    }), 404, 'not_found');
+    await expectError(
+      t,
+      await fetch(`${gw.adminUrl}/admin/keys/key_zzzzzzzzzzzzzzzz`, { headers: { authorization: `Bearer ${ADMIN_TOKEN}` } }),
+      404,
+      'not_found',
+    );
+    await expectError(
+      t,
+      await fetch(`${gw.adminUrl}/admin/keys/${k.key}`, { headers: { authorization: `Bearer ${ADMIN_TOKEN}` } }),
+      404,
+      'not_found',
+    );
+    await expectError(
+      t,
+      await fetch(`${gw.adminUrl}/admin/keys/key_zzzzzzzzzzzzzzzz`, {
+        method: 'PATCH',
+        headers: { authorization: `Bearer ${ADMIN_TOKEN}`, 'content-type': 'application/json' },
+        body: '{"active":false}',
+      }),
+      404,
+      'not_found',
+    );
     const missing = await fetch(`${gw.adminUrl}/admin/keys`, { headers: { authorization: `Bearer ${ADMIN_TOKEN}` } });
     t.equal(missing.status, 422, 'listing needs ?account=');
     const d = ((await missing.json()) as { detail: { loc: string[]; type: string }[] }).detail;
-    t.same(d.map((x: { loc: string[]; type: string }) => [x.loc, x.type]), [[['query', 'account'], 'missing']]);
+    t.same(
+      d.map((x: { loc: string[]; type: string }) => [x.loc, x.type]),
+      [[['query', 'account'], 'missing']],
+    );
   });
 }
 

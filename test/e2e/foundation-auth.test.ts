@@ -15,7 +15,13 @@ const REQ_ID = /^req_[1-9A-HJ-NP-Za-km-z]{22}$/;
 /** Generous enough that the 401 cases below never meet the failed-auth limiter. */
 const NO_LIMIT = { auth: { failed_per_minute: 100_000 } };
 
-async function expectError(t: Test, res: Response, status: number, code: ErrorCode, mustNotContain: string[] = []): Promise<{ message: string }> {
+async function expectError(
+  t: Test,
+  res: Response,
+  status: number,
+  code: ErrorCode,
+  mustNotContain: string[] = [],
+): Promise<{ message: string }> {
   const text = await res.text();
   t.equal(res.status, status, `${code}: ${text}`);
   t.match(res.headers.get('x-request-id'), REQ_ID);
@@ -28,14 +34,25 @@ async function expectError(t: Test, res: Response, status: number, code: ErrorCo
   return body.error;
 }
 
-interface ModelList { object: string; data: { id: string; object: string; created: number; owned_by: string }[] }
+interface ModelList {
+  object: string;
+  data: { id: string; object: string; created: number; owned_by: string }[];
+}
 
 const models = (url: string, headers: Record<string, string> = {}) => fetch(`${url}/v1/models`, { headers });
 
 t.test('401 missing_api_key when there is no Bearer credential', async (t) => {
   const gw = await startGateway(t, { config: NO_LIMIT });
   await expectError(t, await models(gw.url), 401, 'missing_api_key');
-  for (const authorization of ['', 'Bearer', 'Bearer ', 'Basic dXNlcjpzdmMtbGl2ZS14eHh4', 'Token svc-live-abc', 'svc-live-' + '2'.repeat(32), 'Digest username="x"']) {
+  for (const authorization of [
+    '',
+    'Bearer',
+    'Bearer ',
+    'Basic dXNlcjpzdmMtbGl2ZS14eHh4',
+    'Token svc-live-abc',
+    'svc-live-' + '2'.repeat(32),
+    'Digest username="x"',
+  ]) {
     await expectError(t, await models(gw.url, { authorization }), 401, 'missing_api_key', [authorization]);
   }
 });
@@ -46,7 +63,15 @@ t.test('401 invalid_api_key for malformed, unknown and disabled keys; the key is
   t.equal((await models(gw.url, gw.auth(key))).status, 200);
 
   const flip = key.slice(0, -1) + (key.endsWith('2') ? '3' : '2');
-  const malformed = ['not-a-key', 'svc-live-short', `svc-prod-${'2'.repeat(32)}`, `svc-live-${'0'.repeat(32)}`, `${key}x`, key.slice(0, -1), key.toUpperCase()];
+  const malformed = [
+    'not-a-key',
+    'svc-live-short',
+    `svc-prod-${'2'.repeat(32)}`,
+    `svc-live-${'0'.repeat(32)}`,
+    `${key}x`,
+    key.slice(0, -1),
+    key.toUpperCase(),
+  ];
   for (const k of malformed) await expectError(t, await models(gw.url, gw.auth(k)), 401, 'invalid_api_key', [k]);
   for (const k of [flip, `svc-test-${key.slice(9)}`, `svc-live-${'2'.repeat(32)}`]) {
     await expectError(t, await models(gw.url, gw.auth(k)), 401, 'invalid_api_key', [k]);
@@ -75,7 +100,7 @@ t.test('403 permission_denied on /v1/models for a key without the models scope',
   t.equal((await models(gw.url, gw.auth(ok.key))).status, 200);
 });
 
-t.test('/v1/models: OpenAI list shape, filtered by the key\'s model allow-list', async (t) => {
+t.test("/v1/models: OpenAI list shape, filtered by the key's model allow-list", async (t) => {
   const gw = await startGateway(t, { config: NO_LIMIT });
   const all = await gw.createKey({ account: 'acme', env: 'live' });
   const res = await models(gw.url, gw.auth(all.key));
@@ -85,7 +110,11 @@ t.test('/v1/models: OpenAI list shape, filtered by the key\'s model allow-list',
   const body = (await res.json()) as ModelList;
   t.same(Object.keys(body).sort(), ['data', 'object']);
   t.equal(body.object, 'list');
-  t.same(body.data.map((m: { id: string }) => m.id), ['sim-small', 'sim-free'], 'empty allow-list = every configured model');
+  t.same(
+    body.data.map((m: { id: string }) => m.id),
+    ['sim-small', 'sim-free'],
+    'empty allow-list = every configured model',
+  );
   for (const m of body.data) {
     t.same(Object.keys(m).sort(), ['created', 'id', 'object', 'owned_by']);
     t.equal(m.object, 'model');
@@ -96,18 +125,32 @@ t.test('/v1/models: OpenAI list shape, filtered by the key\'s model allow-list',
   t.notOk(JSON.stringify(body).includes('upstream-secret'));
 
   const one = await gw.createKey({ account: 'acme', env: 'test', models: ['sim-small'] });
-  t.same(((await (await models(gw.url, gw.auth(one.key))).json()) as ModelList).data.map((m: { id: string }) => m.id), ['sim-small']);
+  t.same(
+    ((await (await models(gw.url, gw.auth(one.key))).json()) as ModelList).data.map((m: { id: string }) => m.id),
+    ['sim-small'],
+  );
   // A key naming a model the gateway does not serve could never be used: the create is refused.
-  const refused = await gw.admin('/admin/keys', { body: { account: 'acme', env: 'test', name: 'n', models: ['sim-small', 'not-configured'] } });
+  const refused = await gw.admin('/admin/keys', {
+    body: { account: 'acme', env: 'test', name: 'n', models: ['sim-small', 'not-configured'] },
+  });
   t.equal(refused.status, 422);
   t.match(refused.body.detail, [{ loc: ['body', 'models', '1'], type: 'literal_error', input: 'not-configured' }]);
   // A key whose model was removed from the config since (written straight to the store) lists none.
-  const none = await createKeyTable({ store: gw.store, now: Date.now }).create({ account: 'acme', env: 'test', name: 'old', models: ['removed-model'] });
+  const none = await createKeyTable({ store: gw.store, now: Date.now }).create({
+    account: 'acme',
+    env: 'test',
+    name: 'old',
+    models: ['removed-model'],
+  });
   t.same(await (await models(gw.url, gw.auth(none.key))).json(), { object: 'list', data: [] });
 });
 
 /** GET /v1/models from a chosen loopback source address (the failed-auth limiter counts per address). */
-function fromAddress(url: string, localAddress: string, authorization?: string): Promise<{ status: number; headers: Record<string, string | string[] | undefined>; body: string }> {
+function fromAddress(
+  url: string,
+  localAddress: string,
+  authorization?: string,
+): Promise<{ status: number; headers: Record<string, string | string[] | undefined>; body: string }> {
   return new Promise((resolve, reject) => {
     const req = request(`${url}/v1/models`, { localAddress, headers: authorization ? { authorization } : {}, agent: false }, (res) => {
       let body = '';
@@ -123,7 +166,13 @@ function fromAddress(url: string, localAddress: string, authorization?: string):
 t.test('failed-auth limiter: 30 failures from one address, then 429; a valid key, known or fresh, still works', async (t) => {
   let reads = 0;
   const inner = createMemoryStore();
-  const store: Store = { ...inner, getKeyByHash: (h) => { reads++; return inner.getKeyByHash(h); } };
+  const store: Store = {
+    ...inner,
+    getKeyByHash: (h) => {
+      reads++;
+      return inner.getKeyByHash(h);
+    },
+  };
   const gw = await startGateway(t, { store });
   const { key } = await gw.createKey({ account: 'acme', env: 'live' });
   t.equal((await models(gw.url, gw.auth(key))).status, 200, 'the valid key is known before the attack');
@@ -153,7 +202,8 @@ t.test('failed-auth limiter: 30 failures from one address, then 429; a valid key
   const unknown = `svc-live-${'3'.repeat(32)}`;
   await expectError(t, await models(gw.url, gw.auth(unknown)), 429, 'rate_limit_exceeded', [unknown]);
 
-  for (let i = 0; i < 3; i++) t.equal((await models(gw.url, gw.auth(key))).status, 200, 'the known valid key is never refused by the limiter');
+  for (let i = 0; i < 3; i++)
+    t.equal((await models(gw.url, gw.auth(key))).status, 200, 'the known valid key is never refused by the limiter');
   // The NAT case (SPEC §12): a key this instance has never seen, created after the address was throttled.
   const { key: fresh } = await gw.createKey({ account: 'acme-nat', env: 'live' });
   t.equal((await models(gw.url, gw.auth(fresh))).status, 200, 'a fresh valid key from the throttled address is served');
@@ -206,7 +256,10 @@ t.test('Redis down: cached keys keep authenticating; lookups and admin writes fa
     ['uncached key', () => models(gw.url, gw.auth(uncached.key))],
     ['unknown key', () => models(gw.url, gw.auth(`svc-live-${'5'.repeat(32)}`))],
     ['grant', () => fetch(`${gw.adminUrl}/admin/accounts/acme/credits`, { method: 'POST', headers: admin, body: '{"amount_micros":5}' })],
-    ['create key', () => fetch(`${gw.adminUrl}/admin/keys`, { method: 'POST', headers: admin, body: '{"account":"a","env":"live","name":"n"}' })],
+    [
+      'create key',
+      () => fetch(`${gw.adminUrl}/admin/keys`, { method: 'POST', headers: admin, body: '{"account":"a","env":"live","name":"n"}' }),
+    ],
     ['account', () => fetch(`${gw.adminUrl}/admin/accounts/acme`, { headers: admin })],
   ];
   for (const [name, call] of calls) {

@@ -12,7 +12,12 @@ const ADMIN = { authorization: `Bearer ${ADMIN_TOKEN}` };
 const JSON_HEADERS = { ...ADMIN, 'content-type': 'application/json' };
 
 /** Asserts an OpenAI-envelope error (SPEC §3.2): status, exact shape, code and its type, x-request-id. */
-async function expectError(t: Test, res: Response, status: number, code: ErrorCode): Promise<{ message: string; type: string; code: string; param: string | null }> {
+async function expectError(
+  t: Test,
+  res: Response,
+  status: number,
+  code: ErrorCode,
+): Promise<{ message: string; type: string; code: string; param: string | null }> {
   const text = await res.text();
   t.equal(res.status, status, `status for ${code}: ${text}`);
   t.match(res.headers.get('x-request-id'), REQ_ID, 'x-request-id on the error');
@@ -29,7 +34,10 @@ async function expectError(t: Test, res: Response, status: number, code: ErrorCo
 }
 
 /** Asserts a 422 (SPEC §3.1): every entry has exactly the five fields; returns the detail list. */
-async function expect422(t: Test, res: Response): Promise<{ loc: string[]; msg: string; type: string; input: unknown; ctx: Record<string, unknown> }[]> {
+async function expect422(
+  t: Test,
+  res: Response,
+): Promise<{ loc: string[]; msg: string; type: string; input: unknown; ctx: Record<string, unknown> }[]> {
   const text = await res.text();
   t.equal(res.status, 422, text);
   t.match(res.headers.get('x-request-id'), REQ_ID);
@@ -54,13 +62,20 @@ t.test('routing comes first: unknown paths are 404 not_found and wrong methods 4
   const gw = await startGateway(t);
   const { key } = await gw.createKey({ account: 'acme', env: 'live' });
   const auths: Record<string, Record<string, string>> = {
-    none: {}, valid: gw.auth(key), invalid: gw.auth('svc-live-' + '2'.repeat(32)), basic: { authorization: 'Basic dTpw' },
+    none: {},
+    valid: gw.auth(key),
+    invalid: gw.auth('svc-live-' + '2'.repeat(32)),
+    basic: { authorization: 'Basic dTpw' },
   };
   for (const [who, headers] of Object.entries(auths)) {
     for (const path of ['/', '/nope', '/v1', '/v1/models/', '/v1/models/x', '/v1/chat', '/admin/keys']) {
       await expectError(t, await fetch(gw.url + path, { headers }), 404, 'not_found');
     }
-    const res = await fetch(`${gw.url}/v1/models`, { method: 'POST', headers: { ...headers, 'content-type': 'application/json' }, body: '{}' });
+    const res = await fetch(`${gw.url}/v1/models`, {
+      method: 'POST',
+      headers: { ...headers, 'content-type': 'application/json' },
+      body: '{}',
+    });
     const err = await expectError(t, res, 405, 'method_not_allowed');
     t.equal(res.headers.get('allow'), 'GET', `Allow with ${who} key`);
     t.match(err.message, 'POST');
@@ -78,13 +93,27 @@ t.test('admin listener: 404 and 405 come before the admin token check', async (t
     await expectError(t, await fetch(`${gw.adminUrl}/admin/keys/a/b`, { headers }), 404, 'not_found');
     const res = await fetch(`${gw.adminUrl}/admin/keys`, { method: 'DELETE', headers });
     await expectError(t, res, 405, 'method_not_allowed');
-    t.same(res.headers.get('allow')!.split(',').map((s) => s.trim()).sort(), ['GET', 'POST']);
+    t.same(
+      res.headers
+        .get('allow')!
+        .split(',')
+        .map((s) => s.trim())
+        .sort(),
+      ['GET', 'POST'],
+    );
     const m = await fetch(`${gw.adminUrl}/metrics`, { method: 'POST', headers });
     await expectError(t, m, 405, 'method_not_allowed');
     t.equal(m.headers.get('allow'), 'GET');
     const k = await fetch(`${gw.adminUrl}/admin/keys/key_x`, { method: 'PUT', headers });
     await expectError(t, k, 405, 'method_not_allowed');
-    t.same(k.headers.get('allow')!.split(',').map((s) => s.trim()).sort(), ['GET', 'PATCH']);
+    t.same(
+      k.headers
+        .get('allow')!
+        .split(',')
+        .map((s) => s.trim())
+        .sort(),
+      ['GET', 'PATCH'],
+    );
   }
 });
 
@@ -114,7 +143,10 @@ t.test('every response carries a fresh x-request-id, and the request log line ca
     [`${gw.adminUrl}/admin/keys?account=acme`, { headers: ADMIN }],
     [`${gw.adminUrl}/admin/keys`, { method: 'POST', headers: { ...ADMIN, 'content-type': 'text/plain' }, body: 'x' }],
     [`${gw.adminUrl}/admin/keys`, { method: 'POST', headers: JSON_HEADERS, body: '{' }],
-    [`${gw.adminUrl}/admin/keys`, { method: 'POST', headers: JSON_HEADERS, body: JSON.stringify({ account: 'a', env: 'test', name: 'n' }) }],
+    [
+      `${gw.adminUrl}/admin/keys`,
+      { method: 'POST', headers: JSON_HEADERS, body: JSON.stringify({ account: 'a', env: 'test', name: 'n' }) },
+    ],
   ];
   const ids = new Set<string>();
   for (const [url, init] of requests) {
@@ -126,7 +158,13 @@ t.test('every response carries a fresh x-request-id, and the request log line ca
   }
   t.equal(ids.size, requests.length, 'ids are unique');
   // A request's line is written once its response has closed: wait for all of them, bounded.
-  const loggedIds = () => new Set(gw.logs.map((l) => JSON.parse(l)).filter((l) => l.msg === 'request' || l.msg === 'request failed').map((l) => l.request_id));
+  const loggedIds = () =>
+    new Set(
+      gw.logs
+        .map((l) => JSON.parse(l))
+        .filter((l) => l.msg === 'request' || l.msg === 'request failed')
+        .map((l) => l.request_id),
+    );
   await waitFor(() => [...ids].every((id) => loggedIds().has(id)), 3000);
   const logged = loggedIds();
   for (const id of ids) t.ok(logged.has(id), `log line for ${id}`);
@@ -166,7 +204,12 @@ t.test('413 request_too_large: declared content-length over the limit, and a chu
       c.enqueue(chunk);
     },
   });
-  const chunked = await fetch(`${gw.adminUrl}/admin/keys`, { method: 'POST', headers: JSON_HEADERS, body: stream, duplex: 'half' } as RequestInit);
+  const chunked = await fetch(`${gw.adminUrl}/admin/keys`, {
+    method: 'POST',
+    headers: JSON_HEADERS,
+    body: stream,
+    duplex: 'half',
+  } as RequestInit);
   await expectError(t, chunked, 413, 'request_too_large');
 
   // Same on the credit route, and the gateway still serves afterwards.
@@ -179,12 +222,22 @@ t.test('415 unsupported_media_type unless the body is declared JSON (parameters 
   const gw = await startGateway(t);
   const body = JSON.stringify({ account: 'acme', env: 'test', name: 'k' });
   for (const ct of ['text/plain', 'application/x-www-form-urlencoded', 'application/jsonx', 'text/json']) {
-    const err = await expectError(t, await post(`${gw.adminUrl}/admin/keys`, body, { ...ADMIN, 'content-type': ct }), 415, 'unsupported_media_type');
+    const err = await expectError(
+      t,
+      await post(`${gw.adminUrl}/admin/keys`, body, { ...ADMIN, 'content-type': ct }),
+      415,
+      'unsupported_media_type',
+    );
     t.match(err.message, 'application/json');
   }
   const none = await fetch(`${gw.adminUrl}/admin/keys`, { method: 'POST', headers: ADMIN, body: new Blob([body]) });
   await expectError(t, none, 415, 'unsupported_media_type');
-  await expectError(t, await post(`${gw.adminUrl}/admin/accounts/acme/credits`, '{"amount_micros":1}', { ...ADMIN, 'content-type': 'text/plain' }), 415, 'unsupported_media_type');
+  await expectError(
+    t,
+    await post(`${gw.adminUrl}/admin/accounts/acme/credits`, '{"amount_micros":1}', { ...ADMIN, 'content-type': 'text/plain' }),
+    415,
+    'unsupported_media_type',
+  );
   for (const ct of ['application/json; charset=utf-8', 'Application/JSON']) {
     const res = await post(`${gw.adminUrl}/admin/keys`, body, { ...ADMIN, 'content-type': ct });
     t.equal(res.status, 201, ct);
@@ -210,13 +263,21 @@ t.test('422 on POST /admin/keys: missing fields, wrong types, literals, scopes, 
   const url = `${gw.adminUrl}/admin/keys`;
 
   const partial = { env: 'live', name: 'n' };
-  t.same(await expect422(t, await post(url, partial)), [
-    { loc: ['body', 'account'], msg: 'Field required', type: 'missing', input: partial, ctx: {} },
-  ], 'missing field: input is the enclosing object');
+  t.same(
+    await expect422(t, await post(url, partial)),
+    [{ loc: ['body', 'account'], msg: 'Field required', type: 'missing', input: partial, ctx: {} }],
+    'missing field: input is the enclosing object',
+  );
 
-  t.same((await expect422(t, await post(url, {}))).map((d) => [d.loc.join('.'), d.type, d.input]), [
-    ['body.account', 'missing', {}], ['body.env', 'missing', {}], ['body.name', 'missing', {}],
-  ], 'every problem is reported');
+  t.same(
+    (await expect422(t, await post(url, {}))).map((d) => [d.loc.join('.'), d.type, d.input]),
+    [
+      ['body.account', 'missing', {}],
+      ['body.env', 'missing', {}],
+      ['body.name', 'missing', {}],
+    ],
+    'every problem is reported',
+  );
 
   t.same(await expect422(t, await post(url, { account: 5, env: 'live', name: true })), [
     { loc: ['body', 'account'], msg: 'Input should be a valid string', type: 'string_type', input: 5, ctx: {} },
@@ -224,12 +285,28 @@ t.test('422 on POST /admin/keys: missing fields, wrong types, literals, scopes, 
   ]);
 
   t.same(await expect422(t, await post(url, { account: 'acme', env: 'prod', name: 'n' })), [
-    { loc: ['body', 'env'], msg: "Input should be 'live' or 'test'", type: 'literal_error', input: 'prod', ctx: { expected: "'live' or 'test'" } },
+    {
+      loc: ['body', 'env'],
+      msg: "Input should be 'live' or 'test'",
+      type: 'literal_error',
+      input: 'prod',
+      ctx: { expected: "'live' or 'test'" },
+    },
   ]);
 
-  t.same(await expect422(t, await post(url, { account: 'acme', env: 'live', name: 'n', scopes: ['chat', 'admin'] })), [
-    { loc: ['body', 'scopes', '1'], msg: "Input should be 'chat', 'models' or 'shares'", type: 'literal_error', input: 'admin', ctx: { expected: "'chat', 'models' or 'shares'" } },
-  ], 'array indexes in loc are strings');
+  t.same(
+    await expect422(t, await post(url, { account: 'acme', env: 'live', name: 'n', scopes: ['chat', 'admin'] })),
+    [
+      {
+        loc: ['body', 'scopes', '1'],
+        msg: "Input should be 'chat', 'models' or 'shares'",
+        type: 'literal_error',
+        input: 'admin',
+        ctx: { expected: "'chat', 'models' or 'shares'" },
+      },
+    ],
+    'array indexes in loc are strings',
+  );
   t.same(await expect422(t, await post(url, { account: 'acme', env: 'live', name: 'n', scopes: 'chat' })), [
     { loc: ['body', 'scopes'], msg: 'Input should be a valid list', type: 'list_type', input: 'chat', ctx: {} },
   ]);
@@ -240,56 +317,126 @@ t.test('422 on POST /admin/keys: missing fields, wrong types, literals, scopes, 
   t.same(await expect422(t, await post(url, { account: 'acme', env: 'live', name: 'n', acount: 'typo' })), [
     { loc: ['body', 'acount'], msg: 'Extra inputs are not permitted', type: 'extra_forbidden', input: 'typo', ctx: {} },
   ]);
-  t.same(await expect422(t, await post(url, { account: 'acme', env: 'live', name: 'n', key: 'svc-live-x' })), [
-    { loc: ['body', 'key'], msg: 'Extra inputs are not permitted', type: 'extra_forbidden', input: 'svc-live-x', ctx: {} },
-  ], 'a caller cannot choose the key');
+  t.same(
+    await expect422(t, await post(url, { account: 'acme', env: 'live', name: 'n', key: 'svc-live-x' })),
+    [{ loc: ['body', 'key'], msg: 'Extra inputs are not permitted', type: 'extra_forbidden', input: 'svc-live-x', ctx: {} }],
+    'a caller cannot choose the key',
+  );
   t.same(await expect422(t, await post(url, { account: 'acme', env: 'live', name: 'n', rate_limits: { rpm: 5, tokens_per_minute: 0 } })), [
     { loc: ['body', 'rate_limits', 'rpm'], msg: 'Extra inputs are not permitted', type: 'extra_forbidden', input: 5, ctx: {} },
-    { loc: ['body', 'rate_limits', 'tokens_per_minute'], msg: 'Input should be greater than 0', type: 'greater_than', input: 0, ctx: { gt: 0 } },
+    {
+      loc: ['body', 'rate_limits', 'tokens_per_minute'],
+      msg: 'Input should be greater than 0',
+      type: 'greater_than',
+      input: 0,
+      ctx: { gt: 0 },
+    },
   ]);
 
   t.same(await expect422(t, await post(url, [1])), [
-    { loc: ['body'], msg: 'Input should be a valid dictionary or object to extract fields from', type: 'model_attributes_type', input: [1], ctx: {} },
+    {
+      loc: ['body'],
+      msg: 'Input should be a valid dictionary or object to extract fields from',
+      type: 'model_attributes_type',
+      input: [1],
+      ctx: {},
+    },
   ]);
-  t.same((await expect422(t, await post(url, { account: 'a{b}', env: 'live', name: '' }))).map((d) => [d.loc.join('.'), d.type, d.input]), [
-    ['body.account', 'string_pattern_mismatch', 'a{b}'], ['body.name', 'string_too_short', ''],
-  ], 'account ids cannot carry Redis hash-tag braces');
+  t.same(
+    (await expect422(t, await post(url, { account: 'a{b}', env: 'live', name: '' }))).map((d) => [d.loc.join('.'), d.type, d.input]),
+    [
+      ['body.account', 'string_pattern_mismatch', 'a{b}'],
+      ['body.name', 'string_too_short', ''],
+    ],
+    'account ids cannot carry Redis hash-tag braces',
+  );
 });
 
 t.test('422 on PATCH /admin/keys/{id} and on grants', async (t) => {
   const gw = await startGateway(t);
   const { id } = await gw.createKey({ account: 'acme', env: 'live' });
-  const patch = (body: unknown) => fetch(`${gw.adminUrl}/admin/keys/${id}`, { method: 'PATCH', headers: JSON_HEADERS, body: JSON.stringify(body) });
-  t.same(await expect422(t, await patch({ active: [] })), [{ loc: ['body', 'active'], msg: 'Input should be a valid boolean', type: 'bool_type', input: [], ctx: {} }]);
-  t.same(await expect422(t, await patch({ name: '' })), [{ loc: ['body', 'name'], msg: 'String should have at least 1 character', type: 'string_too_short', input: '', ctx: { min_length: 1 } }]);
-  t.same(await expect422(t, await patch({ account: 'other' })), [{ loc: ['body', 'account'], msg: 'Extra inputs are not permitted', type: 'extra_forbidden', input: 'other', ctx: {} }]);
+  const patch = (body: unknown) =>
+    fetch(`${gw.adminUrl}/admin/keys/${id}`, { method: 'PATCH', headers: JSON_HEADERS, body: JSON.stringify(body) });
+  t.same(await expect422(t, await patch({ active: [] })), [
+    { loc: ['body', 'active'], msg: 'Input should be a valid boolean', type: 'bool_type', input: [], ctx: {} },
+  ]);
+  t.same(await expect422(t, await patch({ name: '' })), [
+    { loc: ['body', 'name'], msg: 'String should have at least 1 character', type: 'string_too_short', input: '', ctx: { min_length: 1 } },
+  ]);
+  t.same(await expect422(t, await patch({ account: 'other' })), [
+    { loc: ['body', 'account'], msg: 'Extra inputs are not permitted', type: 'extra_forbidden', input: 'other', ctx: {} },
+  ]);
   t.equal((await gw.admin(`/admin/keys/${id}`)).body.name, 'test key', 'a refused patch changed nothing');
 
   const grant = (body: unknown) => post(`${gw.adminUrl}/admin/accounts/acme/credits`, body);
   const noAmount = { note: 'n' };
-  t.same(await expect422(t, await grant(noAmount)), [{ loc: ['body', 'amount_micros'], msg: 'Field required', type: 'missing', input: noAmount, ctx: {} }]);
-  t.same(await expect422(t, await grant({ amount_micros: 1.5 })), [{ loc: ['body', 'amount_micros'], msg: 'Input should be a valid integer, got a number with a fractional part', type: 'int_from_float', input: 1.5, ctx: {} }]);
-  t.same(await expect422(t, await grant({ amount_micros: {} })), [{ loc: ['body', 'amount_micros'], msg: 'Input should be a valid integer', type: 'int_type', input: {}, ctx: {} }]);
-  t.same(await expect422(t, await grant({ amount_micros: 5, idempotency_key: '' })), [{ loc: ['body', 'idempotency_key'], msg: 'String should have at least 1 character', type: 'string_too_short', input: '', ctx: { min_length: 1 } }]);
-  t.same(await expect422(t, await grant({ amount_micros: 5, amount: 5 })), [{ loc: ['body', 'amount'], msg: 'Extra inputs are not permitted', type: 'extra_forbidden', input: 5, ctx: {} }]);
-  t.same((await gw.admin('/admin/accounts/acme')).body, { id: 'acme', balance_micros: 0, held_micros: 0 }, 'refused grants credited nothing');
+  t.same(await expect422(t, await grant(noAmount)), [
+    { loc: ['body', 'amount_micros'], msg: 'Field required', type: 'missing', input: noAmount, ctx: {} },
+  ]);
+  t.same(await expect422(t, await grant({ amount_micros: 1.5 })), [
+    {
+      loc: ['body', 'amount_micros'],
+      msg: 'Input should be a valid integer, got a number with a fractional part',
+      type: 'int_from_float',
+      input: 1.5,
+      ctx: {},
+    },
+  ]);
+  t.same(await expect422(t, await grant({ amount_micros: {} })), [
+    { loc: ['body', 'amount_micros'], msg: 'Input should be a valid integer', type: 'int_type', input: {}, ctx: {} },
+  ]);
+  t.same(await expect422(t, await grant({ amount_micros: 5, idempotency_key: '' })), [
+    {
+      loc: ['body', 'idempotency_key'],
+      msg: 'String should have at least 1 character',
+      type: 'string_too_short',
+      input: '',
+      ctx: { min_length: 1 },
+    },
+  ]);
+  t.same(await expect422(t, await grant({ amount_micros: 5, amount: 5 })), [
+    { loc: ['body', 'amount'], msg: 'Extra inputs are not permitted', type: 'extra_forbidden', input: 5, ctx: {} },
+  ]);
+  t.same(
+    (await gw.admin('/admin/accounts/acme')).body,
+    { id: 'acme', balance_micros: 0, held_micros: 0 },
+    'refused grants credited nothing',
+  );
 });
 
 t.test('422 on the ledger query: limit and after', async (t) => {
   const gw = await startGateway(t);
   const ledger = (qs: string) => fetch(`${gw.adminUrl}/admin/accounts/acme/ledger?${qs}`, { headers: ADMIN });
   t.same(await expect422(t, await ledger('limit=abc')), [
-    { loc: ['query', 'limit'], msg: 'Input should be a valid integer, unable to parse string as an integer', type: 'int_parsing', input: 'abc', ctx: {} },
+    {
+      loc: ['query', 'limit'],
+      msg: 'Input should be a valid integer, unable to parse string as an integer',
+      type: 'int_parsing',
+      input: 'abc',
+      ctx: {},
+    },
   ]);
   t.same(await expect422(t, await ledger('after=yesterday')), [
-    { loc: ['query', 'after'], msg: "String should match pattern '^\\d{1,16}-\\d{1,16}$'", type: 'string_pattern_mismatch', input: 'yesterday', ctx: { pattern: '^\\d{1,16}-\\d{1,16}$' } },
+    {
+      loc: ['query', 'after'],
+      msg: "String should match pattern '^\\d{1,16}-\\d{1,16}$'",
+      type: 'string_pattern_mismatch',
+      input: 'yesterday',
+      ctx: { pattern: '^\\d{1,16}-\\d{1,16}$' },
+    },
   ]);
   // Pydantic reports the value as received: a query value is a string (FastAPI: "input": "0").
   t.same(await expect422(t, await ledger('limit=0')), [
     { loc: ['query', 'limit'], msg: 'Input should be greater than or equal to 1', type: 'greater_than_equal', input: '0', ctx: { ge: 1 } },
   ]);
   t.same(await expect422(t, await ledger('limit=1001')), [
-    { loc: ['query', 'limit'], msg: 'Input should be less than or equal to 1000', type: 'less_than_equal', input: '1001', ctx: { le: 1000 } },
+    {
+      loc: ['query', 'limit'],
+      msg: 'Input should be less than or equal to 1000',
+      type: 'less_than_equal',
+      input: '1001',
+      ctx: { le: 1000 },
+    },
   ]);
   t.equal((await ledger('limit=1000')).status, 200, 'the bound itself is allowed');
   t.equal((await ledger('limit=1')).status, 200);
@@ -304,9 +451,19 @@ t.test('a malformed percent-encoded account id is a 422 on the path, never a 500
     ['POST', '/admin/accounts/%ZZ/credits', '%ZZ', '{"amount_micros":1}'],
   ] as const) {
     const res = await fetch(gw.adminUrl + path, { method, headers: JSON_HEADERS, ...(body && { body }) });
-    t.same(await expect422(t, res), [
-      { loc: ['path', 'id'], msg: `String should match pattern '${pattern}'`, type: 'string_pattern_mismatch', input: segment, ctx: { pattern } },
-    ], `${method} ${path}`);
+    t.same(
+      await expect422(t, res),
+      [
+        {
+          loc: ['path', 'id'],
+          msg: `String should match pattern '${pattern}'`,
+          type: 'string_pattern_mismatch',
+          input: segment,
+          ctx: { pattern },
+        },
+      ],
+      `${method} ${path}`,
+    );
   }
   // A well-formed encoding of a valid id is decoded; one of an invalid id is refused decoded.
   t.equal((await gw.admin('/admin/accounts/team%3Aa')).body.id, 'team:a');

@@ -85,7 +85,10 @@ if (redis) {
     stopAt = settledAt + 2000;
     await Promise.all(workers);
 
-    t.ok(seen.every((s) => s.status === 200 || s.status === 401), 'only 200 or 401');
+    t.ok(
+      seen.every((s) => s.status === 200 || s.status === 401),
+      'only 200 or 401',
+    );
     const late = seen.filter((s) => s.sentAt >= settledAt);
     t.ok(late.length > 50, `${late.length} requests in the 2 s after PATCH + 1 s`);
     const resurrected = late.filter((s) => s.status !== 401);

@@ -53,7 +53,8 @@ if (redis) {
     const responses: { path: string; text: string }[] = [];
     const adminCall = async (path: string, method = 'GET', body?: unknown) => {
       const res = await fetch(gw.adminUrl + path, {
-        method, headers: { authorization: `Bearer ${ADMIN_TOKEN}`, ...(body !== undefined && { 'content-type': 'application/json' }) },
+        method,
+        headers: { authorization: `Bearer ${ADMIN_TOKEN}`, ...(body !== undefined && { 'content-type': 'application/json' }) },
         ...(body !== undefined && { body: JSON.stringify(body) }),
       });
       const text = await res.text();
@@ -117,12 +118,21 @@ if (redis) {
       t.notOk(dump.includes(secret), `Redis holds no ${c.key.slice(0, 9)}… key`);
       t.notOk(logs.includes(secret), 'no log line holds the key');
       t.notOk(metrics.includes(secret), 'no metric holds the key');
-      t.notOk(messages.some((m) => m.includes(secret)), 'no pub/sub message holds the key');
-      t.notOk(publicTexts.some((p) => p.includes(secret)), 'no public response (error bodies included) holds the key');
+      t.notOk(
+        messages.some((m) => m.includes(secret)),
+        'no pub/sub message holds the key',
+      );
+      t.notOk(
+        publicTexts.some((p) => p.includes(secret)),
+        'no public response (error bodies included) holds the key',
+      );
       const shownIn = responses.filter((r) => r.text.includes(secret)).map((r) => r.path);
       t.same(shownIn, ['POST /admin/keys'], 'the create response is the only place the key appears');
       t.ok(c.createText.includes(c.key));
-      t.ok(gw.logs.some((l) => l.includes(c.id)), 'the key id is logged (that is how requests are traced)');
+      t.ok(
+        gw.logs.some((l) => l.includes(c.id)),
+        'the key id is logged (that is how requests are traced)',
+      );
     }
   });
 }

@@ -32,7 +32,20 @@ interface Proc {
 /** The process environment minus anything that would change which store or config the child picks. */
 function baseEnv(): NodeJS.ProcessEnv {
   const env = { ...process.env };
-  for (const k of ['REDIS_URL', 'REDIS_CLUSTER_NODES', 'NODE_ENV', 'TOLLGATE_CONFIG', 'PORT', 'ADMIN_PORT', 'HOST', 'ADMIN_HOST', 'TOLLGATE_ADMIN_TOKEN', 'LOG_LEVEL', 'NODE_OPTIONS']) delete env[k];
+  for (const k of [
+    'REDIS_URL',
+    'REDIS_CLUSTER_NODES',
+    'NODE_ENV',
+    'TOLLGATE_CONFIG',
+    'PORT',
+    'ADMIN_PORT',
+    'HOST',
+    'ADMIN_HOST',
+    'TOLLGATE_ADMIN_TOKEN',
+    'LOG_LEVEL',
+    'NODE_OPTIONS',
+  ])
+    delete env[k];
   return env;
 }
 
@@ -44,7 +57,15 @@ async function spawnGateway(t: Test, configText: string, env: NodeJS.ProcessEnv 
   const adminPort = await freePort();
   const child = spawn(process.execPath, ['src/main.ts'], {
     cwd: process.cwd(),
-    env: { ...baseEnv(), TOLLGATE_CONFIG: file, PORT: String(port), ADMIN_PORT: String(adminPort), TOLLGATE_ADMIN_TOKEN: TOKEN, LOG_LEVEL: 'info', ...env },
+    env: {
+      ...baseEnv(),
+      TOLLGATE_CONFIG: file,
+      PORT: String(port),
+      ADMIN_PORT: String(adminPort),
+      TOLLGATE_ADMIN_TOKEN: TOKEN,
+      LOG_LEVEL: 'info',
+      ...env,
+    },
     stdio: ['ignore', 'pipe', 'pipe'],
   });
   let out = '';
@@ -90,13 +111,21 @@ t.test('SIGTERM while a request is in flight: the request completes, then the pr
   const half = Math.floor(body.length / 2);
   let finishUpload = () => {};
   const response = new Promise<{ status: number; text: string }>((resolve, reject) => {
-    const req = request(`${p.adminUrl}/admin/keys`, {
-      method: 'POST', agent: false,
-      headers: { authorization: `Bearer ${TOKEN}`, 'content-type': 'application/json', 'content-length': body.length },
-    }, (res) => {
-      let text = '';
-      res.setEncoding('utf8').on('data', (c) => (text += c)).on('end', () => resolve({ status: res.statusCode!, text }));
-    });
+    const req = request(
+      `${p.adminUrl}/admin/keys`,
+      {
+        method: 'POST',
+        agent: false,
+        headers: { authorization: `Bearer ${TOKEN}`, 'content-type': 'application/json', 'content-length': body.length },
+      },
+      (res) => {
+        let text = '';
+        res
+          .setEncoding('utf8')
+          .on('data', (c) => (text += c))
+          .on('end', () => resolve({ status: res.statusCode!, text }));
+      },
+    );
     req.on('error', reject);
     req.write(body.subarray(0, half));
     finishUpload = () => req.end(body.subarray(half));
@@ -116,10 +145,23 @@ t.test('SIGTERM while a request is in flight: the request completes, then the pr
 
   const code = await exitWithin(p, 10_000);
   t.equal(code, 0, `exit code (stderr: ${p.stderr()})`);
-  const lines = p.stdout().split('\n').filter(Boolean).map((l) => JSON.parse(l) as { msg: string; status?: number });
-  t.ok(lines.some((l) => l.msg === 'draining'), 'logged the drain');
-  t.ok(lines.some((l) => l.msg === 'request' && l.status === 201), 'logged the in-flight request');
-  t.ok(lines.some((l) => l.msg === 'stopped'), 'logged the stop');
+  const lines = p
+    .stdout()
+    .split('\n')
+    .filter(Boolean)
+    .map((l) => JSON.parse(l) as { msg: string; status?: number });
+  t.ok(
+    lines.some((l) => l.msg === 'draining'),
+    'logged the drain',
+  );
+  t.ok(
+    lines.some((l) => l.msg === 'request' && l.status === 201),
+    'logged the in-flight request',
+  );
+  t.ok(
+    lines.some((l) => l.msg === 'stopped'),
+    'logged the stop',
+  );
   t.notOk(p.stdout().includes(JSON.parse(res.text).key.slice(9)), 'the created key is not in the process output');
 });
 
@@ -131,7 +173,9 @@ t.test('SIGINT with only idle keep-alive connections exits 0 without waiting for
   const status = await new Promise<number>((resolve, reject) => {
     request(`${p.adminUrl}/healthz`, { agent }, (res) => {
       res.resume().on('end', () => resolve(res.statusCode!));
-    }).on('error', reject).end();
+    })
+      .on('error', reject)
+      .end();
   });
   t.equal(status, 200);
   p.child.kill('SIGINT');

@@ -57,14 +57,24 @@ async function run(t: import('tap').Test, gw: TestGateway, sim: Simulator, tag: 
       [{ max_tokens: 100_000 }, { max_tokens: CAP }],
       [{ max_tokens: 2 ** 53 - 1 }, { max_tokens: CAP }],
       [{ max_completion_tokens: 5000 }, { max_tokens: CAP, max_completion_tokens: CAP }],
-      [{ max_completion_tokens: 7, max_tokens: 100 }, { max_tokens: 7, max_completion_tokens: 7 }],
+      [
+        { max_completion_tokens: 7, max_tokens: 100 },
+        { max_tokens: 7, max_completion_tokens: 7 },
+      ],
     ];
     for (const [extra, sent] of cases) {
       const r = await postChat(gw, key, { model: 'sim-small', messages, ...extra });
       t.equal(r.status, 200, JSON.stringify(extra));
       await r.text();
       const got = sim.requests.at(-1)!.body;
-      t.same({ max_tokens: got.max_tokens, ...(got.max_completion_tokens !== undefined && { max_completion_tokens: got.max_completion_tokens }) }, sent, `${JSON.stringify(extra)} → ${JSON.stringify(sent)}`);
+      t.same(
+        {
+          max_tokens: got.max_tokens,
+          ...(got.max_completion_tokens !== undefined && { max_completion_tokens: got.max_completion_tokens }),
+        },
+        sent,
+        `${JSON.stringify(extra)} → ${JSON.stringify(sent)}`,
+      );
     }
   });
 
@@ -112,7 +122,11 @@ async function run(t: import('tap').Test, gw: TestGateway, sim: Simulator, tag: 
     t.equal(e.prompt_tokens, usage.prompt_tokens);
 
     // Without usage, it is billed as the output it was held for, never 0.
-    const r2 = await postChat(gw, key, { model: 'sim-small', messages, sim: { tokens: 200_000, ignore_max_tokens: true, usage: 'absent' } });
+    const r2 = await postChat(gw, key, {
+      model: 'sim-small',
+      messages,
+      sim: { tokens: 200_000, ignore_max_tokens: true, usage: 'absent' },
+    });
     t.equal(r2.status, 200);
     await r2.text();
     const e2 = await waitForDebit(gw, `${tag}-huge`, r2.headers.get('x-request-id')!);

@@ -16,11 +16,19 @@ import type { LedgerEntry } from '../../src/store/types.ts';
 /** A POST whose body is sent as fast as the socket takes it; resolves with the status (or 0 on a reset). */
 function postRaw(url: string, key: string, body: Buffer): Promise<number> {
   return new Promise((resolve) => {
-    const req = request(`${url}/v1/chat/completions`, { method: 'POST', agent: false, headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json', 'content-length': body.length } }, (res) => {
-      res.resume();
-      res.on('end', () => resolve(res.statusCode!));
-      res.on('error', () => resolve(0));
-    });
+    const req = request(
+      `${url}/v1/chat/completions`,
+      {
+        method: 'POST',
+        agent: false,
+        headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json', 'content-length': body.length },
+      },
+      (res) => {
+        res.resume();
+        res.on('end', () => resolve(res.statusCode!));
+        res.on('error', () => resolve(0));
+      },
+    );
     req.on('error', () => resolve(0));
     req.end(body);
   });
@@ -31,19 +39,34 @@ t.test('60 × 4 MB bodies on a free test key: the process stays up, another clie
   t.teardown(() => sim.close());
   // The way npm start runs it: the heap capped at 256 MB.
   const gw = await spawnGateway(t, {
-    upstreamUrl: sim.url, nodeArgs: ['--max-old-space-size=256'],
+    upstreamUrl: sim.url,
+    nodeArgs: ['--max-old-space-size=256'],
     config: { rate_limits: { test: { requests_per_minute: 100_000, tokens_per_minute: 100_000_000 } } },
   });
-  const admin = async (path: string, body: unknown) => (await fetch(`${gw.adminUrl}${path}`, {
-    method: 'POST', headers: { authorization: `Bearer ${(await import('../helpers/gateway.ts')).ADMIN_TOKEN}`, 'content-type': 'application/json' }, body: JSON.stringify(body),
-  })).json() as Promise<{ key: string }>;
+  const admin = async (path: string, body: unknown) =>
+    (
+      await fetch(`${gw.adminUrl}${path}`, {
+        method: 'POST',
+        headers: { authorization: `Bearer ${(await import('../helpers/gateway.ts')).ADMIN_TOKEN}`, 'content-type': 'application/json' },
+        body: JSON.stringify(body),
+      })
+    ).json() as Promise<{ key: string }>;
   const attacker = (await admin('/admin/keys', { account: 'mallory', env: 'test', name: 'free' })).key;
   const victim = (await admin('/admin/keys', { account: 'alice', env: 'test', name: 'paying' })).key;
-  const gauge = async (name: string) => Number(new RegExp(`^${name} (\\d+)`, 'm').exec(await (await fetch(`${gw.adminUrl}/metrics`)).text())?.[1]);
+  const gauge = async (name: string) =>
+    Number(new RegExp(`^${name} (\\d+)`, 'm').exec(await (await fetch(`${gw.adminUrl}/metrics`)).text())?.[1]);
   const heap = () => gauge('tollgate_nodejs_heap_size_used_bytes');
   const before = await heap();
 
-  const junk = Buffer.from(JSON.stringify({ model: 'sim-small', stream: true, messages: [{ role: 'user', content: 'hi' }], sim: { tokens: 20, delay_ms: 20 }, junk: 'x'.repeat(4_000_000) }));
+  const junk = Buffer.from(
+    JSON.stringify({
+      model: 'sim-small',
+      stream: true,
+      messages: [{ role: 'user', content: 'hi' }],
+      sim: { tokens: 20, delay_ms: 20 },
+      junk: 'x'.repeat(4_000_000),
+    }),
+  );
   const victimStream = chat(gw.url, victim, streamBody({ tokens: 60, delay_ms: 20 }));
   const statuses = await Promise.all(Array.from({ length: 60 }, () => postRaw(gw.url, attacker, junk)));
   const counts: Record<number, number> = {};
@@ -59,8 +82,15 @@ t.test('60 × 4 MB bodies on a free test key: the process stays up, another clie
   // Nothing of the 60 bodies is held once the burst is over, and the heap stays far under the cap.
   await waitFor(async () => (await gauge('tollgate_inflight_body_bytes')) === 0, 5_000, 'every body reservation to be released');
   const after = await heap();
-  t.ok(after < 200e6, `heap used before ${Math.round(before / 1e6)} MB, after ${Math.round(after / 1e6)} MB (cap 256 MB), RSS ${Math.round((await gauge('tollgate_process_resident_memory_bytes')) / 1e6)} MB`);
-  const over = await fetch(`${gw.url}/v1/chat/completions`, { method: 'POST', headers: { authorization: `Bearer ${attacker}`, 'content-type': 'application/json' }, body: JSON.stringify({ model: 'sim-small', messages: [{ role: 'user', content: 'x' }] }) });
+  t.ok(
+    after < 200e6,
+    `heap used before ${Math.round(before / 1e6)} MB, after ${Math.round(after / 1e6)} MB (cap 256 MB), RSS ${Math.round((await gauge('tollgate_process_resident_memory_bytes')) / 1e6)} MB`,
+  );
+  const over = await fetch(`${gw.url}/v1/chat/completions`, {
+    method: 'POST',
+    headers: { authorization: `Bearer ${attacker}`, 'content-type': 'application/json' },
+    body: JSON.stringify({ model: 'sim-small', messages: [{ role: 'user', content: 'x' }] }),
+  });
   t.equal(over.status, 200, 'the budget was given back: a normal request is served again');
   await over.arrayBuffer();
 });
@@ -70,10 +100,21 @@ t.test('per-key concurrency: the limit+1th request of a key is 429; other keys a
   const gw = await startGateway(t, { upstreamUrl: sim.url, config: { limits: { max_concurrent_per_key: 2 } } });
   const { key } = await gw.createKey({ account: 'conc', env: 'test', rate_limits: { requests_per_minute: 10_000 } });
   const other = await gw.createKey({ account: 'conc2', env: 'test' });
-  const slow = () => postChat(gw, key, { model: 'sim-small', messages: [{ role: 'user', content: 'x' }], stream: true, sim: { tokens: 20, delay_ms: 25 } });
+  const slow = () =>
+    postChat(gw, key, { model: 'sim-small', messages: [{ role: 'user', content: 'x' }], stream: true, sim: { tokens: 20, delay_ms: 25 } });
   const a = await slow();
   const ctl = new AbortController();
-  const b = await fetch(`${gw.url}/v1/chat/completions`, { method: 'POST', signal: ctl.signal, headers: { ...gw.auth(key), 'content-type': 'application/json' }, body: JSON.stringify({ model: 'sim-small', messages: [{ role: 'user', content: 'x' }], stream: true, sim: { tokens: 200, delay_ms: 25 } }) });
+  const b = await fetch(`${gw.url}/v1/chat/completions`, {
+    method: 'POST',
+    signal: ctl.signal,
+    headers: { ...gw.auth(key), 'content-type': 'application/json' },
+    body: JSON.stringify({
+      model: 'sim-small',
+      messages: [{ role: 'user', content: 'x' }],
+      stream: true,
+      sim: { tokens: 200, delay_ms: 25 },
+    }),
+  });
   const third = await slow();
   t.equal(third.status, 429);
   const err = (await third.json()) as { error: { code: string } };
@@ -83,10 +124,18 @@ t.test('per-key concurrency: the limit+1th request of a key is 429; other keys a
   t.equal((await fetch(`${gw.url}/v1/models`, { headers: gw.auth(other.key) })).status, 200, 'another key is served');
   ctl.abort();
   await b.arrayBuffer().catch(() => {});
-  await waitFor(async () => (await fetch(`${gw.url}/v1/models`, { headers: gw.auth(key) })).status === 200, 2000, 'the aborted request to free its slot');
+  await waitFor(
+    async () => (await fetch(`${gw.url}/v1/models`, { headers: gw.auth(key) })).status === 200,
+    2000,
+    'the aborted request to free its slot',
+  );
   await a.text();
   const after = await Promise.all([slow(), slow()]);
-  t.same(after.map((r) => r.status), [200, 200], 'both slots free once the streams ended');
+  t.same(
+    after.map((r) => r.status),
+    [200, 200],
+    'both slots free once the streams ended',
+  );
   await Promise.all(after.map((r) => r.text()));
 });
 
@@ -96,12 +145,20 @@ t.test('/healthz answers within 100 ms while a 1 MB one-word prompt is billed wi
   const { key } = await gw.createKey({ account: 'bpe', env: 'live' });
   await gw.grant('bpe', 100_000_000);
   // One request without usage first: the tokenizer loads once, lazily (a one-time ~0.2 s import).
-  const warm = await postChat(gw, key, { model: 'sim-small', messages: [{ role: 'user', content: 'warm up' }], sim: { usage: 'absent', tokens: 3 } });
+  const warm = await postChat(gw, key, {
+    model: 'sim-small',
+    messages: [{ role: 'user', content: 'warm up' }],
+    sim: { usage: 'absent', tokens: 3 },
+  });
   await warm.text();
   await waitForDebit(gw, 'bpe', warm.headers.get('x-request-id')!);
 
   const word = 'abcdefghij'.repeat(100_000);
-  const res = await postChat(gw, key, { model: 'sim-small', messages: [{ role: 'user', content: word }], sim: { usage: 'absent', tokens: 5 } });
+  const res = await postChat(gw, key, {
+    model: 'sim-small',
+    messages: [{ role: 'user', content: word }],
+    sim: { usage: 'absent', tokens: 5 },
+  });
   t.equal(res.status, 200);
   await res.text();
   let worst = 0;
@@ -121,5 +178,8 @@ t.test('/healthz answers within 100 ms while a 1 MB one-word prompt is billed wi
   t.ok(probes >= 1, `${probes} probes while billing`);
   t.ok(worst < 100, `the slowest /healthz took ${worst.toFixed(1)} ms`);
   t.equal(debit!.usage_source, 'estimated');
-  t.ok(debit!.prompt_tokens! > 0 && debit!.prompt_tokens! <= Buffer.byteLength(word) + 100, `prompt billed ${debit!.prompt_tokens} tokens: counted, at most the byte bound`);
+  t.ok(
+    debit!.prompt_tokens! > 0 && debit!.prompt_tokens! <= Buffer.byteLength(word) + 100,
+    `prompt billed ${debit!.prompt_tokens} tokens: counted, at most the byte bound`,
+  );
 });

@@ -12,7 +12,11 @@ import { startGateway, type TestGateway } from '../helpers/gateway.ts';
 const snapshot = (bytes: number) => ({ snapshot: { title: 't', messages: [{ role: 'user', content: 'x'.repeat(bytes) }] } });
 
 async function publish(gw: TestGateway, key: string, body: object): Promise<{ status: number; body: any; headers: Headers }> {
-  const res = await fetch(`${gw.url}/v1/shares`, { method: 'POST', headers: { ...gw.auth(key), 'content-type': 'application/json' }, body: JSON.stringify(body) });
+  const res = await fetch(`${gw.url}/v1/shares`, {
+    method: 'POST',
+    headers: { ...gw.auth(key), 'content-type': 'application/json' },
+    body: JSON.stringify(body),
+  });
   return { status: res.status, body: await res.json(), headers: res.headers };
 }
 
@@ -22,12 +26,21 @@ function readFrom(url: string, localAddress: string): Promise<number> {
     request(url, { localAddress, agent: false }, (res) => {
       res.resume();
       res.on('end', () => resolve(res.statusCode!));
-    }).on('error', reject).end();
+    })
+      .on('error', reject)
+      .end();
   });
 }
 
 function s3Config(s3: TestS3) {
-  return { endpoint: s3.endpoint, region: 'us-east-1', bucket: s3.bucket, force_path_style: true, access_key_id: s3.accessKeyId, secret_access_key: s3.secretAccessKey };
+  return {
+    endpoint: s3.endpoint,
+    region: 'us-east-1',
+    bucket: s3.bucket,
+    force_path_style: true,
+    access_key_id: s3.accessKeyId,
+    secret_access_key: s3.secretAccessKey,
+  };
 }
 
 async function quotas(t: import('tap').Test, gw: TestGateway, tag: string): Promise<void> {
@@ -55,7 +68,6 @@ async function quotas(t: import('tap').Test, gw: TestGateway, tag: string): Prom
     t.match(over.body.error.message, /bytes/);
     t.equal((await publish(gw, key, snapshot(100))).status, 201, 'a small one still fits');
   });
-
 }
 
 const CONFIG = { shares: { max_per_account: 3, max_bytes_per_account: 5000, create_per_minute: 2 } };
@@ -113,13 +125,16 @@ t.test('share files download as attachments unless their type may render inline'
     { name: 'chart.png', content_type: 'image/png', bytes: '\x89PNG fake' },
     { name: 'rapport été.pdf', content_type: 'application/pdf', bytes: '%PDF-1.7' },
   ];
-  const created = await publish(gw, key, { ...snapshot(5), files: files.map((f) => ({ name: f.name, content_type: f.content_type, size: Buffer.byteLength(f.bytes) })) });
+  const created = await publish(gw, key, {
+    ...snapshot(5),
+    files: files.map((f) => ({ name: f.name, content_type: f.content_type, size: Buffer.byteLength(f.bytes) })),
+  });
   t.equal(created.status, 201);
   for (const u of created.body.uploads) {
     const f = files.find((x) => x.name === u.name)!;
     t.equal((await fetch(u.url, { method: 'PUT', headers: u.headers, body: f.bytes })).status, 200, `uploaded ${f.name}`);
   }
-  const read = await (await fetch(`${gw.url}/v1/shares/${created.body.slug}`)).json() as { files: Array<{ name: string; url: string }> };
+  const read = (await (await fetch(`${gw.url}/v1/shares/${created.body.slug}`)).json()) as { files: Array<{ name: string; url: string }> };
   for (const f of read.files) {
     const res = await fetch(f.url);
     t.equal(res.status, 200, `${f.name}: the signed URL is valid`);

@@ -112,7 +112,10 @@ if (redis) {
       t.equal(debit.usage_source, 'estimated', 'no usage chunk: tokenizer count');
       const sent = rec.completionTokensSent;
       const counts = [tokenizer.countText(simCompletionText(sent)), tokenizer.countText(simCompletionText(sent - 1))];
-      t.ok(counts.includes(debit.completion_tokens!), `completion tokens ${debit.completion_tokens} = the tokenizer over the ${sent} tokens sent (or one fewer): ${counts.join(' / ')}`);
+      t.ok(
+        counts.includes(debit.completion_tokens!),
+        `completion tokens ${debit.completion_tokens} = the tokenizer over the ${sent} tokens sent (or one fewer): ${counts.join(' / ')}`,
+      );
       t.equal(debit.prompt_tokens, tokenizer.countPromptTokens(messages));
       t.equal(debit.amount_micros, -expectedCost(SIM_SMALL, debit.prompt_tokens!, debit.completion_tokens!));
     }

@@ -5,7 +5,9 @@ import { ADMIN_TOKEN, startGateway } from '../helpers/gateway.ts';
 import { runCli } from '../cli/run-cli.ts';
 import { metric, models, until } from './limits-fixture.ts';
 
-const gw = await startGateway(t, { config: { rate_limits: { window_seconds: 30, test: { requests_per_minute: 4, tokens_per_minute: 5000 } } } });
+const gw = await startGateway(t, {
+  config: { rate_limits: { window_seconds: 30, test: { requests_per_minute: 4, tokens_per_minute: 5000 } } },
+});
 const cli = (...args: string[]) => runCli(args, { TOLLGATE_ADMIN_TOKEN: ADMIN_TOKEN, TOLLGATE_ADMIN_URL: gw.adminUrl });
 
 t.test('keys create --rpm/--tpm sets an override the gateway enforces', async (t) => {
@@ -28,20 +30,28 @@ t.test('keys limits <id> --rpm replaces the override; --clear falls back to the 
   const set = await cli('keys', 'limits', id, '--rpm', '1', '--json');
   t.equal(set.code, 0, 'exits 0', { stderr: set.stderr });
   t.same(JSON.parse(set.stdout).rate_limits, { requests_per_minute: 1 });
-  const refused = await until('the override on the gateway', async () => {
-    const r = await models(gw, key);
-    return r.headers.get('x-ratelimit-limit-requests') === '1' ? r : undefined;
-  }, 1000);
+  const refused = await until(
+    'the override on the gateway',
+    async () => {
+      const r = await models(gw, key);
+      return r.headers.get('x-ratelimit-limit-requests') === '1' ? r : undefined;
+    },
+    1000,
+  );
   t.equal(refused.status, 429, 'already 2 requests in the window against a limit of 1');
   t.equal(refused.headers.get('x-ratelimit-limit-tokens'), '5000', '--tpm left out: tokens from the config');
 
   const cleared = await cli('keys', 'limits', id, '--clear', '--json');
   t.equal(cleared.code, 0, 'exits 0', { stderr: cleared.stderr });
   t.equal(JSON.parse(cleared.stdout).rate_limits, null);
-  const r = await until('the default again', async () => {
-    const x = await models(gw, key);
-    return x.headers.get('x-ratelimit-limit-requests') === '4' ? x : undefined;
-  }, 1000);
+  const r = await until(
+    'the default again',
+    async () => {
+      const x = await models(gw, key);
+      return x.headers.get('x-ratelimit-limit-requests') === '4' ? x : undefined;
+    },
+    1000,
+  );
   t.equal(r.status, 200, '3 requests in the window, limit 4 again');
   t.equal(r.headers.get('x-ratelimit-remaining-requests'), '1');
 });

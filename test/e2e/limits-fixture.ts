@@ -8,7 +8,10 @@ import { startRedis, type RedisFixture } from '../helpers/redis.ts';
 import { startSimulator, type Simulator } from '../../src/simulator/simulator.ts';
 
 /** A real Redis, the simulator and one gateway with these `rate_limits`; null when Redis is missing. */
-export async function startLimitsStack(t: Test, rateLimits: Record<string, unknown>): Promise<{ redis: RedisFixture; sim: Simulator; gw: TestGateway } | null> {
+export async function startLimitsStack(
+  t: Test,
+  rateLimits: Record<string, unknown>,
+): Promise<{ redis: RedisFixture; sim: Simulator; gw: TestGateway } | null> {
   const redis = await startRedis(t);
   if (!redis) return null;
   const sim = await startSimulator();
@@ -37,8 +40,12 @@ export function rateHeaders(h: Headers): Record<string, string> {
 }
 
 export const RATE_HEADERS = [
-  'x-ratelimit-limit-requests', 'x-ratelimit-limit-tokens', 'x-ratelimit-remaining-requests',
-  'x-ratelimit-remaining-tokens', 'x-ratelimit-reset-requests', 'x-ratelimit-reset-tokens',
+  'x-ratelimit-limit-requests',
+  'x-ratelimit-limit-tokens',
+  'x-ratelimit-remaining-requests',
+  'x-ratelimit-remaining-tokens',
+  'x-ratelimit-reset-requests',
+  'x-ratelimit-reset-tokens',
 ];
 
 async function call(url: string, init: RequestInit): Promise<Reply> {
@@ -47,7 +54,11 @@ async function call(url: string, init: RequestInit): Promise<Reply> {
   const res = await fetch(url, { ...init, signal: AbortSignal.timeout(5000) });
   const text = await res.text();
   let body: unknown = text;
-  try { body = JSON.parse(text); } catch { /* not JSON */ }
+  try {
+    body = JSON.parse(text);
+  } catch {
+    /* not JSON */
+  }
   return { status: res.status, headers: res.headers, body, ms: performance.now() - t0 };
 }
 
@@ -62,9 +73,16 @@ export function chatBody(extra: Record<string, unknown> = {}): Record<string, un
 }
 
 /** POST /v1/chat/completions with `key`; `body` is sent as JSON exactly as given. */
-export function chat(gw: Pick<TestGateway, 'url'>, key: string, body: Record<string, unknown> = chatBody(), headers: Record<string, string> = {}): Promise<Reply> {
+export function chat(
+  gw: Pick<TestGateway, 'url'>,
+  key: string,
+  body: Record<string, unknown> = chatBody(),
+  headers: Record<string, string> = {},
+): Promise<Reply> {
   return call(`${gw.url}/v1/chat/completions`, {
-    method: 'POST', headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json', ...headers }, body: JSON.stringify(body),
+    method: 'POST',
+    headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json', ...headers },
+    body: JSON.stringify(body),
   });
 }
 
@@ -81,7 +99,10 @@ export function parseDuration(s: string | null | undefined): number {
 /** The value of one series in the admin /metrics text (0 when absent). Labels must match exactly. */
 export async function metric(gw: Pick<TestGateway, 'adminUrl'>, name: string, labels: Record<string, string> = {}): Promise<number> {
   const text = await (await fetch(`${gw.adminUrl}/metrics`)).text();
-  const want = Object.entries(labels).map(([k, v]) => `${k}="${v}"`).sort().join(',');
+  const want = Object.entries(labels)
+    .map(([k, v]) => `${k}="${v}"`)
+    .sort()
+    .join(',');
   for (const line of text.split('\n')) {
     const m = /^([a-z_:]+)(?:\{([^}]*)\})? (\S+)$/.exec(line);
     if (!m || m[1] !== name) continue;
@@ -97,7 +118,12 @@ export function requestLogs(gw: Pick<TestGateway, 'logs'>): Array<Record<string,
 }
 
 /** Polls `probe` until it returns a value other than undefined; fails after `timeoutMs`. */
-export async function until<T>(what: string, probe: () => Promise<T | undefined> | T | undefined, timeoutMs = 3000, everyMs = 20): Promise<T> {
+export async function until<T>(
+  what: string,
+  probe: () => Promise<T | undefined> | T | undefined,
+  timeoutMs = 3000,
+  everyMs = 20,
+): Promise<T> {
   const deadline = Date.now() + timeoutMs;
   for (;;) {
     const v = await probe();

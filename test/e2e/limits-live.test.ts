@@ -37,8 +37,11 @@ if (redis) {
     const { key } = await gw.createKey({ account: 'bigco', env: 'live', rate_limits: { requests_per_minute: 2 } });
     const a = await chat(gw, key);
     t.equal(a.status, 200);
-    t.same(Object.keys(rateHeaders(a.headers)).sort(), ['x-ratelimit-limit-requests', 'x-ratelimit-remaining-requests', 'x-ratelimit-reset-requests'],
-      'only the limited dimension is announced');
+    t.same(
+      Object.keys(rateHeaders(a.headers)).sort(),
+      ['x-ratelimit-limit-requests', 'x-ratelimit-remaining-requests', 'x-ratelimit-reset-requests'],
+      'only the limited dimension is announced',
+    );
     t.equal(a.headers.get('x-ratelimit-remaining-requests'), '1');
     // A priced model with zero balance: 402, still counted and still carrying the headers.
     const b = await chat(gw, key, { model: 'sim-small', messages: [{ role: 'user', content: 'hi' }] });
@@ -49,12 +52,17 @@ if (redis) {
     t.equal(c.body.error.code, 'rate_limit_exceeded');
     t.ok(c.headers.get('retry-after-ms'));
     t.equal(await metric(gw2, 'tollgate_rate_limited_total', { env: 'live', dimension: 'requests' }), 1, 'counted under env="live"');
-    t.equal(await metric(gw, 'tollgate_rate_limited_total', { env: 'live', dimension: 'requests' }), before, 'a metric of the instance that refused, not of the other one');
+    t.equal(
+      await metric(gw, 'tollgate_rate_limited_total', { env: 'live', dimension: 'requests' }),
+      before,
+      'a metric of the instance that refused, not of the other one',
+    );
   });
 
   t.test('config rate_limits.live applies to live keys; an override replaces one dimension', async (t) => {
     const gwLive = await startGateway(t, {
-      redisUrl: redis.url, upstreamUrl: sim.url,
+      redisUrl: redis.url,
+      upstreamUrl: sim.url,
       config: { rate_limits: { ...base, live: { requests_per_minute: 2, tokens_per_minute: 2000 } } },
     });
     const { key } = await gwLive.createKey({ account: 'bigco', env: 'live' });
@@ -83,34 +91,53 @@ if (redis) {
     t.equal((await gw.admin(`/admin/keys/${id}`)).body.rate_limits.requests_per_minute, 2, 'GET shows it too');
 
     // Instance 2 had the key cached: it must drop it on the invalidation (SPEC: within a pub/sub hop).
-    const first = await until('instance 2 applying the override', async () => {
-      const r = await models(gw2, key);
-      return r.headers.get('x-ratelimit-limit-requests') === '2' ? r : undefined;
-    }, 1000, 10);
+    const first = await until(
+      'instance 2 applying the override',
+      async () => {
+        const r = await models(gw2, key);
+        return r.headers.get('x-ratelimit-limit-requests') === '2' ? r : undefined;
+      },
+      1000,
+      10,
+    );
     t.equal(first.status, 200);
     const statuses = [(await models(gw, key)).status, (await models(gw2, key)).status];
-    t.same(statuses, first.headers.get('x-ratelimit-remaining-requests') === '1' ? [200, 429] : [429, 429], 'limited at 2 across both instances');
+    t.same(
+      statuses,
+      first.headers.get('x-ratelimit-remaining-requests') === '1' ? [200, 429] : [429, 429],
+      'limited at 2 across both instances',
+    );
 
     const q = await gw.admin(`/admin/keys/${id}`, { method: 'PATCH', body: { rate_limits: null } });
     t.equal(q.body.rate_limits, null);
-    const free = await until('instance 2 dropping the override', async () => {
-      const r = await models(gw2, key);
-      return r.status === 200 && r.headers.get('x-ratelimit-limit-requests') === null ? r : undefined;
-    }, 1000, 10);
+    const free = await until(
+      'instance 2 dropping the override',
+      async () => {
+        const r = await models(gw2, key);
+        return r.status === 200 && r.headers.get('x-ratelimit-limit-requests') === null ? r : undefined;
+      },
+      1000,
+      10,
+    );
     t.same(rateHeaders(free.headers), {}, 'unlimited again: no headers');
     t.equal((await models(gw, key)).status, 200);
   });
 
-  t.test('raising a test key\'s limit frees it within the same window', async (t) => {
+  t.test("raising a test key's limit frees it within the same window", async (t) => {
     const { key, id } = await gw.createKey({ account: 'acme', env: 'test' });
     for (let i = 0; i < 3; i++) t.equal((await models(gw, key)).status, 200);
     t.equal((await models(gw, key)).status, 429, 'the test default of 3');
     const p = await gw.admin(`/admin/keys/${id}`, { method: 'PATCH', body: { rate_limits: { requests_per_minute: 10 } } });
     t.equal(p.status, 200);
-    const r = await until('the raised limit', async () => {
-      const x = await models(gw, key);
-      return x.status === 200 ? x : undefined;
-    }, 1000, 20);
+    const r = await until(
+      'the raised limit',
+      async () => {
+        const x = await models(gw, key);
+        return x.status === 200 ? x : undefined;
+      },
+      1000,
+      20,
+    );
     t.equal(r.headers.get('x-ratelimit-limit-requests'), '10');
     const used = Number(await redis.client.get(`tg:rl:req:${id}`));
     t.equal(r.headers.get('x-ratelimit-remaining-requests'), String(10 - used), 'same window: refused requests counted too');
@@ -119,7 +146,14 @@ if (redis) {
 
   t.test('the override is validated: positive integers, known fields only', async (t) => {
     const { id } = await gw.createKey({ account: 'acme', env: 'test' });
-    for (const bad of [{ requests_per_minute: 0 }, { requests_per_minute: -1 }, { tokens_per_minute: 1.5 }, { requests_per_minute: '5' }, { rpm: 5 }, 7]) {
+    for (const bad of [
+      { requests_per_minute: 0 },
+      { requests_per_minute: -1 },
+      { tokens_per_minute: 1.5 },
+      { requests_per_minute: '5' },
+      { rpm: 5 },
+      7,
+    ]) {
       const r = await gw.admin(`/admin/keys/${id}`, { method: 'PATCH', body: { rate_limits: bad } });
       t.equal(r.status, 422, `PATCH rate_limits ${JSON.stringify(bad)} → 422`);
       t.equal(r.body.detail[0].loc[0], 'body');

@@ -17,7 +17,11 @@ if (redis) {
   t.test('outage: per-instance limits, no hang, gauge and log; recovery to shared counters', async (t) => {
     const sim = await startSimulator();
     t.teardown(() => sim.close());
-    const config = { store: { command_timeout_ms: 1000 }, auth: { cache_ttl_ms: 10_000 }, rate_limits: { window_seconds: WINDOW_S, test: { requests_per_minute: N, tokens_per_minute: 100_000 } } };
+    const config = {
+      store: { command_timeout_ms: 1000 },
+      auth: { cache_ttl_ms: 10_000 },
+      rate_limits: { window_seconds: WINDOW_S, test: { requests_per_minute: N, tokens_per_minute: 100_000 } },
+    };
     const gw1 = await startGateway(t, { redisUrl: redis.url, upstreamUrl: sim.url, config });
     const gw2 = await startGateway(t, { redisUrl: redis.url, upstreamUrl: sim.url, config });
     const { key, id } = await gw1.createKey({ account: 'acme', env: 'test' });
@@ -47,7 +51,8 @@ if (redis) {
     bounded(refused, 'the 429');
 
     // Instance 2 has its own memory: N more pass there, then 429.
-    for (let i = 1; i <= N; i++) t.equal((await models(gw2, key)).status, 200, `outage: instance 2 request ${i} passes (per-instance counters)`);
+    for (let i = 1; i <= N; i++)
+      t.equal((await models(gw2, key)).status, 200, `outage: instance 2 request ${i} passes (per-instance counters)`);
     const refused2 = await models(gw2, key);
     t.equal(refused2.status, 429, 'outage: instance 2 refuses its request N+1');
     bounded(refused2, 'instance 2 429');
@@ -63,26 +68,39 @@ if (redis) {
     // The gateway's own client reconnects on its backoff; the gauge follows the client's state at the
     // next admission, so poll with requests until instance 1 says it is back on Redis.
     const count = async () => Number(await redis.client.get(`tg:rl:req:${id}`));
-    const back = await until('instance 1 back on Redis', async () => {
-      const r = await models(gw1, key);
-      bounded(r, 'a request during recovery');
-      return (await gauge(gw1)) === 0 ? r : undefined;
-    }, 8000, 200);
+    const back = await until(
+      'instance 1 back on Redis',
+      async () => {
+        const r = await models(gw1, key);
+        bounded(r, 'a request during recovery');
+        return (await gauge(gw1)) === 0 ? r : undefined;
+      },
+      8000,
+      200,
+    );
     // Increments sent just as Redis went away may be replayed by ioredis on reconnect, so the fresh
     // window can already hold a few; whatever it holds is what rules.
     const c = await count();
     t.ok(c >= 1, `the admission that saw Redis back was counted in Redis (count ${c})`);
     t.equal(back.status, c <= N ? 200 : 429, 'and its status follows the shared count');
     t.pass('gauge back to 0 on instance 1');
-    t.ok(gw1.logs.some((l) => /Redis back/.test(JSON.parse(l).msg)), 'a log line says the shared counters are back');
+    t.ok(
+      gw1.logs.some((l) => /Redis back/.test(JSON.parse(l).msg)),
+      'a log line says the shared counters are back',
+    );
 
     // Shared again: instance 2 continues the count instance 1 started in Redis, and every status
     // follows the one shared count (<= N passes, past it 429) whichever instance answers.
-    await until('instance 2 counting in Redis again', async () => {
-      const c = await count();
-      await models(gw2, key);
-      return (await count()) > c ? true : undefined;
-    }, 8000, 200);
+    await until(
+      'instance 2 counting in Redis again',
+      async () => {
+        const c = await count();
+        await models(gw2, key);
+        return (await count()) > c ? true : undefined;
+      },
+      8000,
+      200,
+    );
     for (let i = 0; i < N; i++) {
       const gw = i % 2 ? gw1 : gw2;
       const r = await models(gw, key);
@@ -97,7 +115,10 @@ if (redis) {
   t.test('a hung Redis (CLIENT PAUSE): answers within the command timeouts, limits enforced in memory', async (t) => {
     const sim = await startSimulator();
     t.teardown(() => sim.close());
-    const config = { store: { command_timeout_ms: 300 }, rate_limits: { window_seconds: WINDOW_S, test: { requests_per_minute: N, tokens_per_minute: 100_000 } } };
+    const config = {
+      store: { command_timeout_ms: 300 },
+      rate_limits: { window_seconds: WINDOW_S, test: { requests_per_minute: N, tokens_per_minute: 100_000 } },
+    };
     const gw = await startGateway(t, { redisUrl: redis.url, upstreamUrl: sim.url, config });
     const { key, id } = await gw.createKey({ account: 'acme', env: 'test' });
     t.equal((await models(gw, key)).status, 200, 'key cached, 1 counted in Redis');
@@ -129,7 +150,11 @@ if (redis) {
   });
 
   t.test('the gauge does not flap back to 0 while Redis is down (a read-only admission is no sign of Redis)', async (t) => {
-    const config = { store: { command_timeout_ms: 1000 }, auth: { cache_ttl_ms: 10_000 }, rate_limits: { window_seconds: WINDOW_S, test: { requests_per_minute: N, tokens_per_minute: 100_000 } } };
+    const config = {
+      store: { command_timeout_ms: 1000 },
+      auth: { cache_ttl_ms: 10_000 },
+      rate_limits: { window_seconds: WINDOW_S, test: { requests_per_minute: N, tokens_per_minute: 100_000 } },
+    };
     const gw = await startGateway(t, { redisUrl: redis.url, config });
     const { key: testKey } = await gw.createKey({ account: 'acme', env: 'test' });
     // A live key limited on tokens only: /v1/models reads its token window and counts nothing.
@@ -145,7 +170,10 @@ if (redis) {
     t.equal(r.headers.get('x-ratelimit-limit-tokens'), '5000');
     t.ok(r.ms < HANG_MS, 'answered without hanging');
     t.equal(await metric(gw, 'tollgate_rate_limiter_fallback'), 1, 'still 1: Redis is still down');
-    t.notOk(gw.logs.some((l) => /Redis back/.test(JSON.parse(l).msg)), 'no "Redis back" log line while it is down');
+    t.notOk(
+      gw.logs.some((l) => /Redis back/.test(JSON.parse(l).msg)),
+      'no "Redis back" log line while it is down',
+    );
     await redis.start();
   });
 }

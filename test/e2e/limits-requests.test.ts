@@ -2,7 +2,17 @@
 // x-ratelimit-* headers, N+1.. get 429 rate_limit_exceeded with retry-after(-ms), the window frees them.
 import t from 'tap';
 import { setTimeout as sleep } from 'node:timers/promises';
-import { RATE_HEADERS, chat, chatBody, metric, models, parseDuration, rateHeaders, requestLogs, startLimitsStack } from './limits-fixture.ts';
+import {
+  RATE_HEADERS,
+  chat,
+  chatBody,
+  metric,
+  models,
+  parseDuration,
+  rateHeaders,
+  requestLogs,
+  startLimitsStack,
+} from './limits-fixture.ts';
 
 const WINDOW_MS = 3000;
 const stack = await startLimitsStack(t, { window_seconds: WINDOW_MS / 1000, test: { requests_per_minute: 3, tokens_per_minute: 5000 } });
@@ -29,7 +39,10 @@ if (stack) {
     t.equal(b.status, 200, 'models counts as a request too');
     t.same(Object.keys(rateHeaders(b.headers)).sort(), RATE_HEADERS, 'all six x-ratelimit-* headers on /v1/models');
     t.equal(b.headers.get('x-ratelimit-remaining-requests'), '1');
-    t.ok(Number(b.headers.get('x-ratelimit-remaining-tokens')) >= Number(a.headers.get('x-ratelimit-remaining-tokens')), '/v1/models consumes no tokens');
+    t.ok(
+      Number(b.headers.get('x-ratelimit-remaining-tokens')) >= Number(a.headers.get('x-ratelimit-remaining-tokens')),
+      '/v1/models consumes no tokens',
+    );
 
     const c = await chat(gw, key, undefined, { 'x-sim-tokens': '3' });
     t.equal(c.status, 200, 'chat 3');
@@ -38,7 +51,11 @@ if (stack) {
 
     const d = await chat(gw, key);
     t.equal(d.status, 429, 'chat 4 refused');
-    t.same(d.body, { error: { message: d.body.error.message, type: 'rate_limit_error', code: 'rate_limit_exceeded', param: null } }, 'OpenAI envelope');
+    t.same(
+      d.body,
+      { error: { message: d.body.error.message, type: 'rate_limit_error', code: 'rate_limit_exceeded', param: null } },
+      'OpenAI envelope',
+    );
     t.match(d.body.error.message, /3 requests/, 'says which limit');
     t.match(d.body.error.message, new RegExp(`per ${WINDOW_MS / 1000}s window`));
     t.match(d.body.error.message, /resets in (\d+ms|\d+(\.\d+)?s)/, 'says when it resets');
@@ -60,14 +77,22 @@ if (stack) {
     t.equal(sim.requests.length, upstreamBefore, 'refused requests never reach the upstream');
 
     const log = requestLogs(gw).filter((l) => l.key_id === id);
-    t.same(log.map((l) => l.status), [200, 200, 200, 429, 429], 'one log line per request with its status');
+    t.same(
+      log.map((l) => l.status),
+      [200, 200, 200, 429, 429],
+      'one log line per request with its status',
+    );
     t.equal(log[3]!.error_code, 'rate_limit_exceeded');
 
     await sleep(retryMs + 50);
     const f = await chat(gw, key);
     t.equal(f.status, 200, 'after retry-after-ms the key passes again');
     t.equal(f.headers.get('x-ratelimit-remaining-requests'), '2', 'a fresh window');
-    t.equal(f.headers.get('x-ratelimit-remaining-tokens'), a.headers.get('x-ratelimit-remaining-tokens'), 'the token window started over too (same body, same estimate as chat 1)');
+    t.equal(
+      f.headers.get('x-ratelimit-remaining-tokens'),
+      a.headers.get('x-ratelimit-remaining-tokens'),
+      'the token window started over too (same body, same estimate as chat 1)',
+    );
   });
 
   t.test('every authenticated /v1 request counts, including ones refused by validation (SPEC §2a)', async (t) => {
@@ -77,15 +102,23 @@ if (stack) {
       await chat(gw, key, { model: 'sim-free' }), // 422: messages missing
       await chat(gw, key, chatBody({ model: 'sim-small' })), // 403: not in the key's allow-list
     ];
-    t.same(refusedByRoute.map((r) => r.status), [404, 422, 403], 'authenticated, then refused by the route');
-    t.same(refusedByRoute.map((r) => r.headers.get('x-ratelimit-remaining-requests')), ['2', '1', '0'], 'each one counted, with its x-ratelimit-* headers');
+    t.same(
+      refusedByRoute.map((r) => r.status),
+      [404, 422, 403],
+      'authenticated, then refused by the route',
+    );
+    t.same(
+      refusedByRoute.map((r) => r.headers.get('x-ratelimit-remaining-requests')),
+      ['2', '1', '0'],
+      'each one counted, with its x-ratelimit-* headers',
+    );
     const r = await models(gw, key);
     t.equal(r.status, 429, 'the key made 3 authenticated /v1 requests against a limit of 3: the 4th is refused');
     const bad = await chat(gw, key, chatBody({ model: 'no-such-model' }));
     t.equal(bad.status, 429, 'past the limit, a request the route would refuse gets the 429');
     t.equal(bad.body.error.code, 'rate_limit_exceeded');
     const unauth = await chat(gw, `svc-test-${'1'.repeat(32)}`);
-    t.equal(unauth.status, 401, 'an unauthenticated request is not the key\'s: 401, not 429');
+    t.equal(unauth.status, 401, "an unauthenticated request is not the key's: 401, not 429");
   });
 
   t.test('tollgate_rate_limited_total counts refusals by env and dimension', async (t) => {

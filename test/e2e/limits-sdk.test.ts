@@ -15,7 +15,10 @@ if (stack) {
     const { key, id } = await gw.createKey({ account: 'acme', env: 'test' });
     const attempts: Array<{ sentAt: number; status: number; retryAfterMs: number | undefined; retryCount: string | null }> = [];
     const client = new OpenAI({
-      apiKey: key, baseURL: `${gw.url}/v1`, maxRetries: 2, timeout: 10_000,
+      apiKey: key,
+      baseURL: `${gw.url}/v1`,
+      maxRetries: 2,
+      timeout: 10_000,
       fetch: async (url, init) => {
         const sentAt = performance.timeOrigin + performance.now();
         const retryCount = new Headers(init?.headers).get('x-stainless-retry-count');
@@ -32,22 +35,33 @@ if (stack) {
     const second = await ask();
     t.equal(second.object, 'chat.completion', 'the second call succeeds after one 429');
 
-    t.same(attempts.map((a) => a.status), [200, 429, 200], 'three HTTP attempts: ok, limited, ok');
+    t.same(
+      attempts.map((a) => a.status),
+      [200, 429, 200],
+      'three HTTP attempts: ok, limited, ok',
+    );
     const limited = attempts[1]!;
     const retry = attempts[2]!;
-    t.ok(limited.retryAfterMs !== undefined && limited.retryAfterMs > 1000 && limited.retryAfterMs <= WINDOW_MS,
-      `retry-after-ms ${limited.retryAfterMs} is most of the window, longer than the SDK's first default backoff (<= 0.5 s)`);
+    t.ok(
+      limited.retryAfterMs !== undefined && limited.retryAfterMs > 1000 && limited.retryAfterMs <= WINDOW_MS,
+      `retry-after-ms ${limited.retryAfterMs} is most of the window, longer than the SDK's first default backoff (<= 0.5 s)`,
+    );
     t.equal(retry.retryCount, '1', 'the SDK marks the attempt as its first retry');
     const waited = retry.sentAt - limited.sentAt;
     t.ok(waited >= limited.retryAfterMs! - 5, `the retry waited ${waited.toFixed(0)} ms >= retry-after-ms ${limited.retryAfterMs}`);
-    t.ok(waited <= limited.retryAfterMs! + 2000, `... once, not a second wait on top (${waited.toFixed(0)} ms; loose bound for loaded CI boxes)`);
+    t.ok(
+      waited <= limited.retryAfterMs! + 2000,
+      `... once, not a second wait on top (${waited.toFixed(0)} ms; loose bound for loaded CI boxes)`,
+    );
 
     const upstream = sim.requests.filter((r) => r.path === '/v1/chat/completions');
     t.equal(upstream.length, 2, 'the upstream saw the two admitted requests only');
     const gap = upstream[1]!.startedAt - upstream[0]!.startedAt;
     t.ok(gap >= WINDOW_MS - 50, `the retry reached the upstream after the window (${gap.toFixed(0)} ms after the first)`);
 
-    const statuses = requestLogs(gw).filter((l) => l.key_id === id).map((l) => l.status);
+    const statuses = requestLogs(gw)
+      .filter((l) => l.key_id === id)
+      .map((l) => l.status);
     t.same(statuses, [200, 429, 200], 'the gateway logged ok, limited, ok');
   });
 
@@ -55,7 +69,10 @@ if (stack) {
     const { key } = await gw.createKey({ account: 'acme', env: 'test' });
     const client = new OpenAI({ apiKey: key, baseURL: `${gw.url}/v1`, maxRetries: 0 });
     await client.models.list();
-    const err = await client.models.list().then(() => undefined, (e: unknown) => e);
+    const err = await client.models.list().then(
+      () => undefined,
+      (e: unknown) => e,
+    );
     t.ok(err instanceof OpenAI.RateLimitError, 'RateLimitError');
     const e = err as InstanceType<typeof OpenAI.RateLimitError>;
     t.equal(e.status, 429);

@@ -11,9 +11,11 @@ const TPM = 1000;
 const stack = await startLimitsStack(t, { window_seconds: 20, test: { requests_per_minute: 100, tokens_per_minute: TPM } });
 if (stack) {
   const { redis, sim, gw } = stack;
-  const estimate = (body: Record<string, unknown>) => estimatePromptTokens(body as { messages: unknown }, Buffer.byteLength(JSON.stringify(body))) + (body.max_tokens as number);
+  const estimate = (body: Record<string, unknown>) =>
+    estimatePromptTokens(body as { messages: unknown }, Buffer.byteLength(JSON.stringify(body))) + (body.max_tokens as number);
   const tokens = async (id: string) => Number((await redis.client.get(`tg:rl:tok:${id}`)) ?? 0);
-  const settled = (id: string, want: number) => until(`tg:rl:tok:${id} = ${want}`, async () => ((await tokens(id)) === want ? true : undefined));
+  const settled = (id: string, want: number) =>
+    until(`tg:rl:tok:${id} = ${want}`, async () => ((await tokens(id)) === want ? true : undefined));
 
   t.test('admitted on the estimate, refused past the remaining tokens without consuming, corrected to the real usage', async (t) => {
     const { key, id } = await gw.createKey({ account: 'acme', env: 'test' });
@@ -49,9 +51,17 @@ if (stack) {
     t.ok(Number(b.headers.get('retry-after-ms')) > 0, 'retry-after-ms on a token refusal');
     t.ok(b.headers.get('retry-after'));
     t.equal(sim.requests.length, upstreamBefore, 'the refused request never reached the upstream');
-    t.equal(await metric(gw, 'tollgate_rate_limited_total', { env: 'test', dimension: 'tokens' }), limitedBefore + 1, 'counted under dimension tokens');
+    t.equal(
+      await metric(gw, 'tollgate_rate_limited_total', { env: 'test', dimension: 'tokens' }),
+      limitedBefore + 1,
+      'counted under dimension tokens',
+    );
     await settled(id, usedA);
-    t.equal((await models(gw, key)).headers.get('x-ratelimit-remaining-tokens'), String(TPM - usedA), 'the refused estimate was not consumed');
+    t.equal(
+      (await models(gw, key)).headers.get('x-ratelimit-remaining-tokens'),
+      String(TPM - usedA),
+      'the refused estimate was not consumed',
+    );
 
     // C: exactly the remaining tokens fit.
     const bodyC = chatBody({ max_tokens: TPM - usedA - 81 });
@@ -61,7 +71,11 @@ if (stack) {
     t.equal(c.headers.get('x-ratelimit-remaining-tokens'), '0');
     const usedC = c.body.usage.total_tokens as number;
     await settled(id, usedA + usedC);
-    t.equal((await models(gw, key)).headers.get('x-ratelimit-remaining-tokens'), String(TPM - usedA - usedC), 'x-ratelimit-remaining-tokens on the next request shows the real usage');
+    t.equal(
+      (await models(gw, key)).headers.get('x-ratelimit-remaining-tokens'),
+      String(TPM - usedA - usedC),
+      'x-ratelimit-remaining-tokens on the next request shows the real usage',
+    );
   });
 
   t.test('concurrent chats cannot overshoot the token limit: exactly as many estimates as fit pass', async (t) => {
@@ -69,7 +83,9 @@ if (stack) {
     const body = chatBody({ max_tokens: 333 - 81 }); // estimate 333: three fit in 1000, four do not
     t.equal(estimate(body), 333);
     // Held 300 ms upstream so none settles (and gives tokens back) while the others are admitted.
-    const replies = await Promise.all(Array.from({ length: 10 }, () => chat(gw, key, body, { 'x-sim-tokens': '1', 'x-sim-headers-delay-ms': '300' })));
+    const replies = await Promise.all(
+      Array.from({ length: 10 }, () => chat(gw, key, body, { 'x-sim-tokens': '1', 'x-sim-headers-delay-ms': '300' })),
+    );
     const statuses = replies.map((r) => r.status).sort();
     t.same(statuses, [200, 200, 200, 429, 429, 429, 429, 429, 429, 429], '3 pass, 7 refused');
     await settled(id, 3 * 3);
@@ -107,7 +123,10 @@ if (stack) {
     t.ok(line, 'the request has its log line');
     t.equal(line!.usage_source, 'estimated');
     const billed = (line!.prompt_tokens as number) + (line!.completion_tokens as number);
-    t.ok(billed > 6 && billed < estimate(chatBody({ max_tokens: 200 })), `billed ${billed}: more than the 6 completion tokens, less than the estimate`);
+    t.ok(
+      billed > 6 && billed < estimate(chatBody({ max_tokens: 200 })),
+      `billed ${billed}: more than the 6 completion tokens, less than the estimate`,
+    );
     await settled(id, billed);
     t.pass('the counter equals the billed tokens');
   });
@@ -120,7 +139,8 @@ if (stack) {
     t.equal(await redis.client.exists(`tg:rl:tok:${id}`), 0);
 
     const gwNoTok = await startGateway(t, {
-      redisUrl: redis.url, upstreamUrl: sim.url,
+      redisUrl: redis.url,
+      upstreamUrl: sim.url,
       config: { rate_limits: { window_seconds: 20, test: { requests_per_minute: 100 } } },
     });
     const { key: k2 } = await gwNoTok.createKey({ account: 'acme', env: 'test' });

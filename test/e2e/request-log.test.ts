@@ -23,7 +23,15 @@ if (redis) {
     t.match(requestId, /^req_/);
     // Far below the 4 KiB batch: only the periodic flush can bring it out (waitUntil fails the test after
     // the flush interval plus scheduling slack).
-    const line = await waitFor(() => gw.output().split('\n').find((l) => l.includes(requestId)), LOG_FLUSH_MS * 3, 'the request line on stdout');
+    const line = await waitFor(
+      () =>
+        gw
+          .output()
+          .split('\n')
+          .find((l) => l.includes(requestId)),
+      LOG_FLUSH_MS * 3,
+      'the request line on stdout',
+    );
     const entry = JSON.parse(line) as Record<string, unknown>;
     t.match(entry, { msg: 'request', request_id: requestId, status: 401, route: '/v1/models', error_code: 'invalid_api_key' });
     t.notOk(gw.output().includes(key), 'the presented key is nowhere in the output');

@@ -11,14 +11,23 @@ const SLUG_RE = /^[1-9A-HJ-NP-Za-km-z]{22}$/;
 const ISO_RE = /^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$/;
 
 function s3Config(s3: TestS3) {
-  return { endpoint: s3.endpoint, region: 'us-east-1', bucket: s3.bucket, force_path_style: true, access_key_id: s3.accessKeyId, secret_access_key: s3.secretAccessKey };
+  return {
+    endpoint: s3.endpoint,
+    region: 'us-east-1',
+    bucket: s3.bucket,
+    force_path_style: true,
+    access_key_id: s3.accessKeyId,
+    secret_access_key: s3.secretAccessKey,
+  };
 }
 
 async function publish(gw: TestGateway, key: string, body: string | object, contentType = 'application/json') {
   const res = await fetch(`${gw.url}/v1/shares`, {
-    method: 'POST', headers: { ...gw.auth(key), 'content-type': contentType }, body: typeof body === 'string' ? body : JSON.stringify(body),
+    method: 'POST',
+    headers: { ...gw.auth(key), 'content-type': contentType },
+    body: typeof body === 'string' ? body : JSON.stringify(body),
   });
-  return { status: res.status, body: await res.json() as any, headers: res.headers };
+  return { status: res.status, body: (await res.json()) as any, headers: res.headers };
 }
 
 /** An OpenAI error envelope with the given code. */
@@ -35,13 +44,23 @@ const LOADED_MACHINE_TIMEOUT_MS = 3_000;
 const redis = await startRedis(t);
 if (redis) {
   const s3 = await startS3(t);
-  const gw = await startGateway(t, { redisUrl: redis.url, config: { store: { command_timeout_ms: LOADED_MACHINE_TIMEOUT_MS }, shares: { s3: s3Config(s3), max_snapshot_bytes: 4096, max_files: 3 } } });
+  const gw = await startGateway(t, {
+    redisUrl: redis.url,
+    config: {
+      store: { command_timeout_ms: LOADED_MACHINE_TIMEOUT_MS },
+      shares: { s3: s3Config(s3), max_snapshot_bytes: 4096, max_files: 3 },
+    },
+  });
   // A live key on an account that was never granted credit: publishing needs no balance (SPEC §2a).
   const { key } = await gw.createKey({ account: 'acme', env: 'live' });
 
   t.test('two files: publish, upload through the PUT URLs, read, download through the GET URLs', async (t) => {
-    const snapshot = '{ "title": "Trip plan",\n  "model": "sim-small", "messages": [ {"role": "user", "content": "caf\\u00e9 ☕"} ], "n": 1.0 }';
-    const files = [{ name: 'photo.png', content_type: 'image/png', size: 4 }, { name: 'notes — v2.txt', content_type: 'text/plain; charset=utf-8', size: 11 }];
+    const snapshot =
+      '{ "title": "Trip plan",\n  "model": "sim-small", "messages": [ {"role": "user", "content": "caf\\u00e9 ☕"} ], "n": 1.0 }';
+    const files = [
+      { name: 'photo.png', content_type: 'image/png', size: 4 },
+      { name: 'notes — v2.txt', content_type: 'text/plain; charset=utf-8', size: 11 },
+    ];
     const bytes = [Buffer.from([0x89, 0x50, 0x4e, 0x47]), Buffer.from('hello world')];
     const created = await publish(gw, key, `{"snapshot": ${snapshot}, "files": ${JSON.stringify(files)}}`);
     t.equal(created.status, 201);
@@ -81,8 +100,12 @@ if (redis) {
       t.same(Buffer.from(await got.arrayBuffer()), bytes[i], `downloaded ${f.name}: same bytes`);
       t.equal(got.headers.get('content-type'), files[i]!.content_type, 'stored with the announced type');
     }
-    const again = await (await fetch(`${gw.url}/v1/shares/${created.body.slug}`)).json() as any;
-    t.same(again.files.map((f: any) => f.url), read.files.map((f: any) => f.url), 'GET URLs reused before half their lifetime');
+    const again = (await (await fetch(`${gw.url}/v1/shares/${created.body.slug}`)).json()) as any;
+    t.same(
+      again.files.map((f: any) => f.url),
+      read.files.map((f: any) => f.url),
+      'GET URLs reused before half their lifetime',
+    );
   });
 
   t.test('a share without files; HEAD; a test key publishes too', async (t) => {
@@ -90,7 +113,7 @@ if (redis) {
     const created = await publish(gw, testKey, { snapshot: { messages: [{ role: 'user', content: 'hi' }] } });
     t.equal(created.status, 201);
     t.same(created.body.uploads, []);
-    const read = await (await fetch(`${gw.url}/v1/shares/${created.body.slug}`)).json() as any;
+    const read = (await (await fetch(`${gw.url}/v1/shares/${created.body.slug}`)).json()) as any;
     t.same(read.files, []);
     t.same(read.snapshot, { messages: [{ role: 'user', content: 'hi' }] });
     const head = await fetch(`${gw.url}/v1/shares/${created.body.slug}`, { method: 'HEAD' });
@@ -127,24 +150,50 @@ if (redis) {
     t.equal(huge.status, 413, 'the whole body is bounded before it is parsed');
     openAiError(t, huge.body, 'request_too_large');
 
-    const bad = await publish(gw, key, { snapshot: { title: 5, messages: 'hi' }, files: [{ name: 'a/b', content_type: 'text/plain', size: 1.5 }] });
+    const bad = await publish(gw, key, {
+      snapshot: { title: 5, messages: 'hi' },
+      files: [{ name: 'a/b', content_type: 'text/plain', size: 1.5 }],
+    });
     t.equal(bad.status, 422);
-    t.same(bad.body, { detail: [
-      { loc: ['body', 'snapshot', 'title'], msg: 'Input should be a valid string', type: 'string_type', input: 5, ctx: {} },
-      { loc: ['body', 'snapshot', 'messages'], msg: 'Input should be a valid list', type: 'list_type', input: 'hi', ctx: {} },
-      { loc: ['body', 'files', '0', 'name'], msg: "Value error, file name must not contain '/' or '\\'", type: 'value_error', input: 'a/b', ctx: { error: "file name must not contain '/' or '\\'" } },
-      { loc: ['body', 'files', '0', 'size'], msg: 'Input should be a valid integer, got a number with a fractional part', type: 'int_from_float', input: 1.5, ctx: {} },
-    ] });
+    t.same(bad.body, {
+      detail: [
+        { loc: ['body', 'snapshot', 'title'], msg: 'Input should be a valid string', type: 'string_type', input: 5, ctx: {} },
+        { loc: ['body', 'snapshot', 'messages'], msg: 'Input should be a valid list', type: 'list_type', input: 'hi', ctx: {} },
+        {
+          loc: ['body', 'files', '0', 'name'],
+          msg: "Value error, file name must not contain '/' or '\\'",
+          type: 'value_error',
+          input: 'a/b',
+          ctx: { error: "file name must not contain '/' or '\\'" },
+        },
+        {
+          loc: ['body', 'files', '0', 'size'],
+          msg: 'Input should be a valid integer, got a number with a fractional part',
+          type: 'int_from_float',
+          input: 1.5,
+          ctx: {},
+        },
+      ],
+    });
     const json = await publish(gw, key, '{"snapshot": ');
     t.equal(json.status, 422);
     t.match(json.body.detail, [{ loc: ['body'], type: 'json_invalid', msg: 'JSON decode error', input: null }]);
-    const tooMany = await publish(gw, key, { snapshot: { messages: [{}] }, files: ['a', 'b', 'c', 'd'].map((n) => ({ name: n, content_type: 'text/plain', size: 1 })) });
+    const tooMany = await publish(gw, key, {
+      snapshot: { messages: [{}] },
+      files: ['a', 'b', 'c', 'd'].map((n) => ({ name: n, content_type: 'text/plain', size: 1 })),
+    });
     t.equal(tooMany.status, 422);
     t.match(tooMany.body.detail, [{ loc: ['body', 'files'], type: 'too_long', ctx: { max_length: 3 } }]);
   });
 
   t.test('admin: create for an account, revoke any share; the owner can revoke it too', async (t) => {
-    const created = await gw.admin('/admin/shares', { body: { account: 'acme', snapshot: { messages: [{ role: 'user', content: 'x' }] }, files: [{ name: 'a.txt', content_type: 'text/plain', size: 1 }] } });
+    const created = await gw.admin('/admin/shares', {
+      body: {
+        account: 'acme',
+        snapshot: { messages: [{ role: 'user', content: 'x' }] },
+        files: [{ name: 'a.txt', content_type: 'text/plain', size: 1 }],
+      },
+    });
     t.equal(created.status, 201);
     t.same(Object.keys(created.body), ['slug', 'created_at', 'uploads', 'account']);
     t.equal(created.body.account, 'acme');
@@ -205,9 +254,14 @@ if (redis) {
     const files = [{ name: 'a.txt', content_type: 'text/plain', size: 1 }];
     const refused = await publish(bare, k, { snapshot: { messages: [{}] }, files });
     t.equal(refused.status, 422);
-    t.same(refused.body.detail, [{
-      loc: ['body', 'files'], msg: 'Value error, file uploads are not configured on this gateway (shares.s3)', type: 'value_error', input: files,
-      ctx: { error: 'file uploads are not configured on this gateway (shares.s3)' },
-    }]);
+    t.same(refused.body.detail, [
+      {
+        loc: ['body', 'files'],
+        msg: 'Value error, file uploads are not configured on this gateway (shares.s3)',
+        type: 'value_error',
+        input: files,
+        ctx: { error: 'file uploads are not configured on this gateway (shares.s3)' },
+      },
+    ]);
   });
 }

@@ -15,15 +15,21 @@ const config = { store: { command_timeout_ms: LOADED_MACHINE_TIMEOUT_MS }, share
 
 async function publish(gw: TestGateway, key: string): Promise<string> {
   const res = await fetch(`${gw.url}/v1/shares`, {
-    method: 'POST', headers: { ...gw.auth(key), 'content-type': 'application/json' }, body: '{"snapshot":{"messages":[{"role":"user","content":"hi"}]}}',
+    method: 'POST',
+    headers: { ...gw.auth(key), 'content-type': 'application/json' },
+    body: '{"snapshot":{"messages":[{"role":"user","content":"hi"}]}}',
   });
   if (res.status !== 201) throw new Error(`publish: ${res.status}`);
   return ((await res.json()) as { slug: string }).slug;
 }
 
-const read = (gw: TestGateway, slug: string) => fetch(`${gw.url}/v1/shares/${slug}`).then(async (r) => ({ status: r.status, body: await r.json() as any }));
+const read = (gw: TestGateway, slug: string) =>
+  fetch(`${gw.url}/v1/shares/${slug}`).then(async (r) => ({ status: r.status, body: (await r.json()) as any }));
 const revoke = (gw: TestGateway, slug: string, key?: string) =>
-  fetch(`${gw.url}/v1/shares/${slug}`, { method: 'DELETE', headers: key ? gw.auth(key) : {} }).then(async (r) => ({ status: r.status, text: await r.text() }));
+  fetch(`${gw.url}/v1/shares/${slug}`, { method: 'DELETE', headers: key ? gw.auth(key) : {} }).then(async (r) => ({
+    status: r.status,
+    text: await r.text(),
+  }));
 
 /** Calls per command from INFO commandstats (every client of the server). */
 async function commandCalls(client: Redis): Promise<Map<string, number>> {
@@ -79,7 +85,9 @@ if (redis) {
     t.equal(other.status, 404);
     const unknown = await revoke(b, '1111111111111111111111', otherKey);
     t.equal(other.text, unknown.text, 'the same body as for a slug that does not exist: no existence oracle');
-    t.same(JSON.parse(other.text), { error: { message: 'No share exists with this slug.', type: 'invalid_request_error', code: 'share_not_found', param: null } });
+    t.same(JSON.parse(other.text), {
+      error: { message: 'No share exists with this slug.', type: 'invalid_request_error', code: 'share_not_found', param: null },
+    });
     t.equal((await read(a, slug)).status, 200, 'still live');
 
     const noKey = await revoke(b, slug);
@@ -112,9 +120,16 @@ if (redis) {
     const cold = await Promise.all(Array.from({ length: 20 }, () => read(d, slug)));
     t.same(new Set(cold.map((r) => r.status)), new Set([200]));
     const afterCold = await commandCalls(redis.client);
-    t.equal((afterCold.get('hgetall') ?? 0) - (before.get('hgetall') ?? 0), 1, '20 concurrent cold reads: one store read (positive control)');
+    t.equal(
+      (afterCold.get('hgetall') ?? 0) - (before.get('hgetall') ?? 0),
+      1,
+      '20 concurrent cold reads: one store read (positive control)',
+    );
     await sleep(50);
-    t.ok(seen.some((c) => c.includes(slug)), 'MONITOR saw that read');
+    t.ok(
+      seen.some((c) => c.includes(slug)),
+      'MONITOR saw that read',
+    );
 
     seen.length = 0;
     for (let i = 0; i < 200; i++) t.equal((await read(d, slug)).status, 200);
@@ -125,10 +140,22 @@ if (redis) {
     const after = await commandCalls(redis.client);
     await sleep(50);
     t.equal(after.get('hgetall'), beforeUnknown.get('hgetall'), 'no HGETALL for 50 negative-cache hits');
-    t.equal((beforeUnknown.get('hgetall') ?? 0) - (afterCold.get('hgetall') ?? 0), 1, '200 cached reads: none; the first unknown read: one');
-    t.same(seen.filter((c) => c.includes(slug)), [], 'MONITOR saw no command about the cached share');
+    t.equal(
+      (beforeUnknown.get('hgetall') ?? 0) - (afterCold.get('hgetall') ?? 0),
+      1,
+      '200 cached reads: none; the first unknown read: one',
+    );
+    t.same(
+      seen.filter((c) => c.includes(slug)),
+      [],
+      'MONITOR saw no command about the cached share',
+    );
     // Everything else MONITOR saw comes from the gateways' background work, never from a read.
     t.comment(`MONITOR during cached reads: ${JSON.stringify([...new Set(seen.map((c) => c.split(' ')[0]))])}`);
-    t.same(seen.filter((c) => !/^(zrangebyscore|info|ping)\b/i.test(c) && !c.includes(unknown)), [], 'no other command during the cached reads');
+    t.same(
+      seen.filter((c) => !/^(zrangebyscore|info|ping)\b/i.test(c) && !c.includes(unknown)),
+      [],
+      'no other command during the cached reads',
+    );
   });
 }

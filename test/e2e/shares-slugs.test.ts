@@ -12,9 +12,27 @@ import { startRedis } from '../helpers/redis.ts';
 const PATTERN = '^[1-9A-HJ-NP-Za-km-z]{22}$';
 const ALPHABET = '123456789ABCDEFGHJKLMNPQRSTUVWXYZabcdefghijkmnopqrstuvwxyz';
 
-const tooShort = (input: string) => ({ detail: [{ loc: ['path', 'slug'], msg: 'String should have at least 22 characters', type: 'string_too_short', input, ctx: { min_length: 22 } }] });
-const tooLong = (input: string) => ({ detail: [{ loc: ['path', 'slug'], msg: 'String should have at most 22 characters', type: 'string_too_long', input, ctx: { max_length: 22 } }] });
-const mismatch = (input: string) => ({ detail: [{ loc: ['path', 'slug'], msg: `String should match pattern '${PATTERN}'`, type: 'string_pattern_mismatch', input, ctx: { pattern: PATTERN } }] });
+const tooShort = (input: string) => ({
+  detail: [
+    { loc: ['path', 'slug'], msg: 'String should have at least 22 characters', type: 'string_too_short', input, ctx: { min_length: 22 } },
+  ],
+});
+const tooLong = (input: string) => ({
+  detail: [
+    { loc: ['path', 'slug'], msg: 'String should have at most 22 characters', type: 'string_too_long', input, ctx: { max_length: 22 } },
+  ],
+});
+const mismatch = (input: string) => ({
+  detail: [
+    {
+      loc: ['path', 'slug'],
+      msg: `String should match pattern '${PATTERN}'`,
+      type: 'string_pattern_mismatch',
+      input,
+      ctx: { pattern: PATTERN },
+    },
+  ],
+});
 
 interface Raw {
   status: number;
@@ -52,7 +70,10 @@ function expected(segment: string): { status: number; body: unknown } {
   if (n < 22) return { status: 422, body: tooShort(slug) };
   if (n > 22) return { status: 422, body: tooLong(slug) };
   if (!new RegExp(PATTERN).test(slug)) return { status: 422, body: mismatch(slug) };
-  return { status: 404, body: { error: { message: 'No share exists with this slug.', type: 'invalid_request_error', code: 'share_not_found', param: null } } };
+  return {
+    status: 404,
+    body: { error: { message: 'No share exists with this slug.', type: 'invalid_request_error', code: 'share_not_found', param: null } },
+  };
 }
 
 const pct = (b: number) => `%${b.toString(16).padStart(2, '0')}`;
@@ -66,14 +87,19 @@ if (redis) {
   const gw = await startGateway(t, { redisUrl: redis.url, config: { store: { command_timeout_ms: LOADED_MACHINE_TIMEOUT_MS } } });
   const { key } = await gw.createKey({ account: 'acme', env: 'live' });
   const created = await fetch(`${gw.url}/v1/shares`, {
-    method: 'POST', headers: { ...gw.auth(key), 'content-type': 'application/json' }, body: '{"snapshot":{"messages":[{"content":"hi"}]}}',
+    method: 'POST',
+    headers: { ...gw.auth(key), 'content-type': 'application/json' },
+    body: '{"snapshot":{"messages":[{"content":"hi"}]}}',
   });
   const slug = ((await created.json()) as { slug: string }).slug;
 
   t.test('each 422 of SPEC §1.4 with its exact body, length checked before the alphabet', async (t) => {
     const short = await send(gw.url, '/v1/shares/abc');
     t.equal(short.status, 422);
-    t.equal(short.text, '{"detail":[{"loc":["path","slug"],"msg":"String should have at least 22 characters","type":"string_too_short","input":"abc","ctx":{"min_length":22}}]}');
+    t.equal(
+      short.text,
+      '{"detail":[{"loc":["path","slug"],"msg":"String should have at least 22 characters","type":"string_too_short","input":"abc","ctx":{"min_length":22}}]}',
+    );
     t.equal(short.headers['cache-control'], 'no-store');
     t.match(short.headers['x-request-id'], /^req_/);
     const long = `${slug}x`;
@@ -82,7 +108,11 @@ if (redis) {
     const r = await send(gw.url, `/v1/shares/${bad}`);
     t.equal(r.status, 422);
     t.same(JSON.parse(r.text), mismatch(bad));
-    t.same(JSON.parse((await send(gw.url, '/v1/shares/0000000000000000000000000')).text), tooLong('0000000000000000000000000'), 'too long and outside the alphabet → too long');
+    t.same(
+      JSON.parse((await send(gw.url, '/v1/shares/0000000000000000000000000')).text),
+      tooLong('0000000000000000000000000'),
+      'too long and outside the alphabet → too long',
+    );
     t.same(JSON.parse((await send(gw.url, '/v1/shares/0O')).text), tooShort('0O'), 'too short and outside the alphabet → too short');
   });
 
@@ -110,7 +140,11 @@ if (redis) {
     const slash = `${slug.slice(0, 10)}%2F${slug.slice(11)}`;
     t.same(JSON.parse((await send(gw.url, `/v1/shares/${slash}`)).text), mismatch(`${slug.slice(0, 10)}/${slug.slice(11)}`));
     const malformed = `%E0%A4%Az${slug.slice(9)}`; // "%Az" is no escape whatever the slug holds
-    t.same(JSON.parse((await send(gw.url, `/v1/shares/${malformed}`)).text), mismatch(malformed), 'malformed escapes: the 22 characters as received');
+    t.same(
+      JSON.parse((await send(gw.url, `/v1/shares/${malformed}`)).text),
+      mismatch(malformed),
+      'malformed escapes: the 22 characters as received',
+    );
     t.same(JSON.parse((await send(gw.url, '/v1/shares/%20')).text), tooShort(' '));
     t.same(JSON.parse((await send(gw.url, '/v1/shares/%00%0A')).text), tooShort('\u0000\n'));
   });
@@ -124,7 +158,7 @@ if (redis) {
     t.same(JSON.parse(del.text), tooShort(''));
   });
 
-  t.test('oversized slugs: 422 while the request line fits, 431 headers_too_large past Node\'s 16 KiB header limit', async (t) => {
+  t.test("oversized slugs: 422 while the request line fits, 431 headers_too_large past Node's 16 KiB header limit", async (t) => {
     const big = 'x'.repeat(15_000);
     const res = await send(gw.url, `/v1/shares/${big}`);
     t.equal(res.status, 422);
@@ -151,23 +185,29 @@ if (redis) {
     };
     const jobs = Array.from({ length: 2000 }, segment);
     let next = 0;
-    await Promise.all(Array.from({ length: 16 }, async () => {
-      while (next < jobs.length) {
-        const seg = jobs[next++]!;
-        const res = await send(gw.url, `/v1/shares/${seg}`);
-        statuses.set(res.status, (statuses.get(res.status) ?? 0) + 1);
-        const want = expected(seg);
-        let body: unknown;
-        try {
-          body = JSON.parse(res.text);
-        } catch {
-          body = res.text;
+    await Promise.all(
+      Array.from({ length: 16 }, async () => {
+        while (next < jobs.length) {
+          const seg = jobs[next++]!;
+          const res = await send(gw.url, `/v1/shares/${seg}`);
+          statuses.set(res.status, (statuses.get(res.status) ?? 0) + 1);
+          const want = expected(seg);
+          let body: unknown;
+          try {
+            body = JSON.parse(res.text);
+          } catch {
+            body = res.text;
+          }
+          if (
+            res.status !== want.status ||
+            JSON.stringify(body) !== JSON.stringify(want.body) ||
+            typeof res.headers['x-request-id'] !== 'string'
+          ) {
+            wrong.push(`${seg} → ${res.status} ${res.text.slice(0, 200)}`);
+          }
         }
-        if (res.status !== want.status || JSON.stringify(body) !== JSON.stringify(want.body) || typeof res.headers['x-request-id'] !== 'string') {
-          wrong.push(`${seg} → ${res.status} ${res.text.slice(0, 200)}`);
-        }
-      }
-    }));
+      }),
+    );
     t.equal(statuses.get(500), undefined, 'no 500');
     t.same(wrong, [], 'every answer is the SPEC one');
     t.ok((statuses.get(404) ?? 0) > 100 && (statuses.get(422) ?? 0) > 100, `both outcomes exercised: ${JSON.stringify([...statuses])}`);

@@ -7,6 +7,9 @@ t.test('a gateway built in a few lines serves models to a key it created', async
   const res = await fetch(`${gw.url}/v1/models`, { headers: gw.auth(key) });
   t.equal(res.status, 200);
   const body = (await res.json()) as { data: { id: string }[] };
-  t.same(body.data.map((m) => m.id), ['sim-free']);
+  t.same(
+    body.data.map((m) => m.id),
+    ['sim-free'],
+  );
   t.match(res.headers.get('x-request-id'), /^req_[1-9A-HJ-NP-Za-km-z]{22}$/);
 });

@@ -18,9 +18,12 @@ function getFresh(url: string, key: string): Promise<number> {
     request(url, { agent: false, timeout: 5_000, headers: { authorization: `Bearer ${key}` } }, (res) => {
       res.resume();
       res.on('end', () => resolve(res.statusCode!));
-    }).on('error', reject).on('timeout', function (this: import('node:http').ClientRequest) {
-      this.destroy(new Error('no answer in 5 s'));
-    }).end();
+    })
+      .on('error', reject)
+      .on('timeout', function (this: import('node:http').ClientRequest) {
+        this.destroy(new Error('no answer in 5 s'));
+      })
+      .end();
   });
 }
 
@@ -42,7 +45,10 @@ async function spawnWorkers(t: { teardown(fn: () => unknown): void }, redisUrl: 
 
 /** The pids of the workers that said they listen, in the order they did. */
 function workerPids(out: string): number[] {
-  return out.split('\n').filter((l) => l.includes('"msg":"worker listening"')).map((l) => (JSON.parse(l) as { pid: number }).pid);
+  return out
+    .split('\n')
+    .filter((l) => l.includes('"msg":"worker listening"'))
+    .map((l) => (JSON.parse(l) as { pid: number }).pid);
 }
 
 t.test('the embedded store refuses workers > 1, naming the field', async (t) => {
@@ -57,8 +63,15 @@ t.test('the embedded store refuses workers > 1, naming the field', async (t) => 
   t.ok(err instanceof ConfigError, 'a config error');
   t.match((err as Error).message, /server\.workers: is 2, but the embedded store lives inside one process/);
   t.equal(compileConfig(doc, { REDIS_URL: 'redis://127.0.0.1:1' }).server.workers, 2);
-  t.ok(compileConfig({ ...doc, server: { workers: 'auto' } }, { REDIS_URL: 'redis://x' }).server.workers >= 1, 'auto = the cores available');
-  t.equal(compileConfig(doc, { REDIS_URL: 'redis://x', TOLLGATE_WORKERS: '3' }).server.workers, 3, 'TOLLGATE_WORKERS (tollgate serve --workers) wins');
+  t.ok(
+    compileConfig({ ...doc, server: { workers: 'auto' } }, { REDIS_URL: 'redis://x' }).server.workers >= 1,
+    'auto = the cores available',
+  );
+  t.equal(
+    compileConfig(doc, { REDIS_URL: 'redis://x', TOLLGATE_WORKERS: '3' }).server.workers,
+    3,
+    'TOLLGATE_WORKERS (tollgate serve --workers) wins',
+  );
 });
 
 const redis = await startRedis(t);
@@ -69,7 +82,7 @@ if (redis) {
 
   t.test('two workers serve one port; /metrics sums them; a killed worker is replaced while the other serves', async (t) => {
     const gw = await spawnWorkers(t, redis.url, sim.url);
-    const ready = await (await fetch(`${gw.adminUrl}/readyz`)).json() as { workers: string };
+    const ready = (await (await fetch(`${gw.adminUrl}/readyz`)).json()) as { workers: string };
     t.equal(ready.workers, 'all listening');
 
     // A live key: no rate limit by default, and a zero balance may still list models.
@@ -78,11 +91,26 @@ if (redis) {
     const statuses = await Promise.all(Array.from({ length: N }, () => getFresh(`${gw.url}/v1/models`, key)));
     t.same([...new Set(statuses)], [200], 'every worker answers');
     // Pino batches request lines up to 1 s: wait until both workers logged some of them.
-    const served = () => new Set(gw.output().split('\n').filter((l) => l.includes('"route":"/v1/models"')).map((l) => (JSON.parse(l) as { worker: number }).worker));
+    const served = () =>
+      new Set(
+        gw
+          .output()
+          .split('\n')
+          .filter((l) => l.includes('"route":"/v1/models"'))
+          .map((l) => (JSON.parse(l) as { worker: number }).worker),
+      );
     await waitFor(() => served().size === 2, 5_000, 'request lines from both workers');
     const text = await (await fetch(`${gw.adminUrl}/metrics`)).text();
-    t.equal(sample(text, 'tollgate_requests_total', { route: '/v1/models', status: '200' }), N, 'the counter equals the requests sent, summed over workers');
-    t.equal(text.split('\n').filter((l) => l.startsWith('# TYPE tollgate_request_duration_seconds ')).length, 1, 'one histogram, merged, not one per worker');
+    t.equal(
+      sample(text, 'tollgate_requests_total', { route: '/v1/models', status: '200' }),
+      N,
+      'the counter equals the requests sent, summed over workers',
+    );
+    t.equal(
+      text.split('\n').filter((l) => l.startsWith('# TYPE tollgate_request_duration_seconds ')).length,
+      1,
+      'one histogram, merged, not one per worker',
+    );
     t.equal(sample(text, 'tollgate_request_duration_seconds_count', { route: '/v1/models' }), N, 'histogram counts merged');
 
     // The primary's lines are batched too (up to 1 s).
@@ -115,7 +143,13 @@ if (redis) {
       t.equal(data.filter((d) => d.includes('"content":"tok')).length, 40, 'every token arrived');
     }
     t.same(await gw.exited, { code: 0, signal: null });
-    const draining = new Set(gw.output().split('\n').filter((l) => l.includes('"msg":"draining"')).map((l) => (JSON.parse(l) as { worker: number }).worker));
+    const draining = new Set(
+      gw
+        .output()
+        .split('\n')
+        .filter((l) => l.includes('"msg":"draining"'))
+        .map((l) => (JSON.parse(l) as { worker: number }).worker),
+    );
     t.equal(draining.size, 2, 'both workers drained');
     const entries = await ledgerOf(admin.admin, 'wdrain');
     t.equal(entries.filter((e) => e.kind === 'debit').length, 4, 'every stream settled once');

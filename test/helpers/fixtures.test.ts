@@ -24,7 +24,7 @@ async function refused(port: number): Promise<boolean> {
   }
 }
 
-t.test('freePort returns a loopback port that can be bound', async t => {
+t.test('freePort returns a loopback port that can be bound', async (t) => {
   const port = await freePort();
   t.ok(port > 0 && port < 65536, `port ${port} is in range`);
   const server = createServer();
@@ -34,7 +34,7 @@ t.test('freePort returns a loopback port that can be bound', async t => {
   server.close();
 });
 
-t.test('startRedis serves a real Redis with a working url', async t => {
+t.test('startRedis serves a real Redis with a working url', async (t) => {
   const redis = await startRedis(t);
   if (!redis) return;
   t.equal(await redis.client.ping(), 'PONG');
@@ -48,13 +48,15 @@ t.test('startRedis serves a real Redis with a working url', async t => {
   other.disconnect();
 });
 
-t.test('monitorRedis sees every command after it resolves, even with traffic during its handshake', async t => {
+t.test('monitorRedis sees every command after it resolves, even with traffic during its handshake', async (t) => {
   const redis = await startRedis(t);
   if (!redis) return;
   // Traffic on another connection while MONITOR starts: the case where ioredis' monitor() loses its
   // command queue (MONITOR's OK and the first monitored line in one read).
   let busy = true;
-  const traffic = (async () => { while (busy) await redis.client.ping(); })();
+  const traffic = (async () => {
+    while (busy) await redis.client.ping();
+  })();
   for (let i = 0; i < 20; i++) {
     const m = await monitorRedis(redis.url);
     await redis.client.set(`mon:${i}`, 'a "quoted"\nvalue');
@@ -67,7 +69,7 @@ t.test('monitorRedis sees every command after it resolves, even with traffic dur
   t.same(monitorArgs(String.raw`1.5 [0 127.0.0.1:1] "get" "\x01\"" "\xe2"`), ['get', '\x01"', '\xe2'], 'sdscatrepr escapes decoded');
 });
 
-t.test('stop() is a real outage; start() brings an empty server back on the same port', async t => {
+t.test('stop() is a real outage; start() brings an empty server back on the same port', async (t) => {
   const redis = await startRedis(t, { restartable: true });
   if (!redis) return;
   const port = redis.port;
@@ -84,17 +86,17 @@ t.test('stop() is a real outage; start() brings an empty server back on the same
   t.equal(await redis.client.get('fixture:before'), null, 'no persistence: --save "" --appendonly no');
 });
 
-t.test('two fixtures in parallel get different ports and separate data', async t => {
+t.test('two fixtures in parallel get different ports and separate data', async (t) => {
   const [a, b] = await Promise.all([startRedis(t), startRedis(t)]);
   if (!a || !b) return;
   t.not(a.port, b.port);
   await a.client.set('fixture:shared', 'a');
-  t.equal(await b.client.get('fixture:shared'), null, 'b does not see a\'s key');
+  t.equal(await b.client.get('fixture:shared'), null, "b does not see a's key");
 });
 
-t.test('teardown kills the server', async t => {
+t.test('teardown kills the server', async (t) => {
   const seen: { child: ChildProcess | null; port: number } = { child: null, port: 0 };
-  await t.test('owner', async t => {
+  await t.test('owner', async (t) => {
     const redis = await startRedis(t);
     if (!redis) return;
     seen.child = redis.child;
@@ -106,13 +108,13 @@ t.test('teardown kills the server', async t => {
   t.ok(await refused(port), 'its port refuses connections');
 });
 
-t.test('REDIS_URL mode claims separate DBs, flushes them and releases the locks', async t => {
+t.test('REDIS_URL mode claims separate DBs, flushes them and releases the locks', async (t) => {
   const server = await startRedis(t);
   if (!server) return;
   const base = server.url;
   // PATH without redis-server forces the REDIS_URL branch against the server started above.
   const env = { PATH: '', REDIS_URL: base };
-  await t.test('claims', async t => {
+  await t.test('claims', async (t) => {
     const [a, b] = await Promise.all([startRedis(t, { env }), startRedis(t, { env })]);
     if (!a || !b) return t.fail('REDIS_URL fixture unavailable');
     t.equal(a.child, null);
@@ -138,7 +140,7 @@ t.test('REDIS_URL mode claims separate DBs, flushes them and releases the locks'
   t.equal(keys, 0, 'claimed DBs were flushed at teardown');
 });
 
-t.test('redisSource prefers a local redis-server, then REDIS_URL', async t => {
+t.test('redisSource prefers a local redis-server, then REDIS_URL', async (t) => {
   const dir = t.testdir({ 'redis-server': '#!/bin/sh\n' });
   chmodSync(join(dir, 'redis-server'), 0o755);
   t.same(redisSource({ PATH: dir, REDIS_URL: 'redis://x:1' }), { kind: 'local' });
@@ -152,20 +154,23 @@ function fakeHost() {
   const calls = { fail: [] as string[], plan: [] as [number, string | undefined][] };
   const host: FixtureHost = {
     teardown: () => {},
-    fail: message => calls.fail.push(message),
+    fail: (message) => calls.fail.push(message),
     plan: (n, comment) => void calls.plan.push([n, comment]),
   };
   return { host, calls };
 }
 
-t.test('missing Redis: loud skip locally, failure in CI', async t => {
+t.test('missing Redis: loud skip locally, failure in CI', async (t) => {
   const stderr = t.capture(process.stderr, 'write');
   const local = fakeHost();
   const localResult = requireRedis(local.host, { PATH: '' });
   const ci = fakeHost();
   const ciResult = requireRedis(ci.host, { PATH: '', CI: 'true' });
   const viaStart = await startRedis(fakeHost().host, { env: { PATH: '' } });
-  const written = stderr.args().map(a => String(a[0])).join('');
+  const written = stderr
+    .args()
+    .map((a) => String(a[0]))
+    .join('');
   stderr.restore();
 
   t.equal(localResult, false);

@@ -46,7 +46,14 @@ export interface TestGateway {
   logs: string[];
   auth(key: string): Record<string, string>;
   admin(path: string, init?: { method?: string; body?: unknown }): Promise<{ status: number; body: any; headers: Headers }>;
-  createKey(k: { account: string; env: 'live' | 'test'; name?: string; scopes?: string[]; models?: string[]; rate_limits?: unknown }): Promise<{ key: string; id: string; [k: string]: unknown }>;
+  createKey(k: {
+    account: string;
+    env: 'live' | 'test';
+    name?: string;
+    scopes?: string[];
+    models?: string[];
+    rate_limits?: unknown;
+  }): Promise<{ key: string; id: string; [k: string]: unknown }>;
   grant(account: string, amountMicros: number, idempotencyKey?: string): Promise<any>;
   close(): Promise<void>;
 }
@@ -55,14 +62,26 @@ function merge(a: Record<string, unknown>, b: Record<string, unknown>): Record<s
   const out = { ...a };
   for (const [k, v] of Object.entries(b)) {
     const prev = out[k];
-    out[k] = v && typeof v === 'object' && !Array.isArray(v) && prev && typeof prev === 'object' && !Array.isArray(prev)
-      ? merge(prev as Record<string, unknown>, v as Record<string, unknown>) : v;
+    out[k] =
+      v && typeof v === 'object' && !Array.isArray(v) && prev && typeof prev === 'object' && !Array.isArray(prev)
+        ? merge(prev as Record<string, unknown>, v as Record<string, unknown>)
+        : v;
   }
   return out;
 }
 
 /** Every steering header of the simulator (src/simulator/steer.ts), in both spellings the tests use. */
-export const SIM_HEADERS = ['tokens', 'delay-ms', 'headers-delay-ms', 'usage', 'status', 'refuse', 'cut-after', 'ignore-max-tokens', 'request-id'].map((n) => `x-sim-${n}`);
+export const SIM_HEADERS = [
+  'tokens',
+  'delay-ms',
+  'headers-delay-ms',
+  'usage',
+  'status',
+  'refuse',
+  'cut-after',
+  'ignore-max-tokens',
+  'request-id',
+].map((n) => `x-sim-${n}`);
 
 /** The default test document: loopback, free ports, one priced model on the given upstream. */
 export function testConfigDoc(upstreamUrl = 'http://127.0.0.1:9/v1'): Record<string, unknown> {
@@ -72,14 +91,32 @@ export function testConfigDoc(upstreamUrl = 'http://127.0.0.1:9/v1'): Record<str
     store: { command_timeout_ms: 2000 },
     // The simulator's steering headers are forwarded (upstream.forward_headers): tests steer it through
     // the gateway with them as well as with the body's sim field. x-sim-request-id is its recorder's key.
-    upstream: { connect_timeout_ms: 1000, headers_timeout_ms: 5000, idle_timeout_ms: 5000, total_timeout_ms: 30000, forward_headers: SIM_HEADERS },
+    upstream: {
+      connect_timeout_ms: 1000,
+      headers_timeout_ms: 5000,
+      idle_timeout_ms: 5000,
+      total_timeout_ms: 30000,
+      forward_headers: SIM_HEADERS,
+    },
     credit: { hold_margin_seconds: 5, reaper_interval_ms: 200 },
     // Share tests read unknown, revoked and malformed slugs by the thousand from one address: the
     // failed-read limiter is tested on its own (test/e2e/hostile-shares.test.ts) and kept out of the way here.
     shares: { failed_reads_per_minute: 1_000_000 },
     models: [
-      { name: 'sim-small', upstream_model: 'sim/small-1', max_output_tokens: 256, price: { input: 1.5, output: 2.25 }, upstreams: [{ url: upstreamUrl, api_key: 'upstream-secret' }] },
-      { name: 'sim-free', upstream_model: 'sim/free', max_output_tokens: 64, price: { input: 0, output: 0 }, upstreams: [{ url: upstreamUrl }] },
+      {
+        name: 'sim-small',
+        upstream_model: 'sim/small-1',
+        max_output_tokens: 256,
+        price: { input: 1.5, output: 2.25 },
+        upstreams: [{ url: upstreamUrl, api_key: 'upstream-secret' }],
+      },
+      {
+        name: 'sim-free',
+        upstream_model: 'sim/free',
+        max_output_tokens: 64,
+        price: { input: 0, output: 0 },
+        upstreams: [{ url: upstreamUrl }],
+      },
     ],
   };
 }
@@ -89,11 +126,18 @@ export async function startGateway(t: Teardown, o: StartGatewayOptions = {}): Pr
   const doc = merge(testConfigDoc(o.upstreamUrl), o.config ?? {});
   const config = compileConfig(doc, env);
   const logs: string[] = [];
-  const sink = new Writable({ write(chunk, _enc, cb) { logs.push(...String(chunk).split('\n').filter(Boolean)); cb(); } });
+  const sink = new Writable({
+    write(chunk, _enc, cb) {
+      logs.push(...String(chunk).split('\n').filter(Boolean));
+      cb();
+    },
+  });
   const logger = createLogger(process.env.TEST_LOG_LEVEL ?? 'info', sink);
   const ownStore = !o.store;
   // Redis as production opens it (main.ts openStore): the config decides the command timeout and marker TTL.
-  const store = o.store ?? (o.redisUrl ? await openStore({ ...config, store: { ...config.store, redisUrl: o.redisUrl } }, env, logger) : createMemoryStore(o.now));
+  const store =
+    o.store ??
+    (o.redisUrl ? await openStore({ ...config, store: { ...config.store, redisUrl: o.redisUrl } }, env, logger) : createMemoryStore(o.now));
   const gateway = createGateway({ config, store, logger, metrics: createMetrics({ defaults: false }), ...(o.now && { now: o.now }) });
   const { publicUrl, adminUrl, metricsUrl } = await gateway.listen();
 
@@ -117,7 +161,12 @@ export async function startGateway(t: Teardown, o: StartGatewayOptions = {}): Pr
   t.teardown(close);
 
   return {
-    url: publicUrl, adminUrl, metricsUrl, gateway, store, logs,
+    url: publicUrl,
+    adminUrl,
+    metricsUrl,
+    gateway,
+    store,
+    logs,
     auth: (key) => ({ authorization: `Bearer ${key}` }),
     admin,
     async createKey(k) {
@@ -126,7 +175,9 @@ export async function startGateway(t: Teardown, o: StartGatewayOptions = {}): Pr
       return r.body;
     },
     async grant(account, amountMicros, idempotencyKey) {
-      const r = await admin(`/admin/accounts/${account}/credits`, { body: { amount_micros: amountMicros, ...(idempotencyKey && { idempotency_key: idempotencyKey }) } });
+      const r = await admin(`/admin/accounts/${account}/credits`, {
+        body: { amount_micros: amountMicros, ...(idempotencyKey && { idempotency_key: idempotencyKey }) },
+      });
       if (r.status !== 201 && r.status !== 200) throw new Error(`grant: ${r.status} ${JSON.stringify(r.body)}`);
       return r.body;
     },

@@ -17,7 +17,7 @@ export function freePort(): Promise<number> {
       }
       // The port is free again once close() calls back. Another process may still take it before the
       // caller binds, so callers that spawn servers retry on EADDRINUSE (see redis.ts).
-      server.close(err => (err ? reject(err) : resolve(address.port)));
+      server.close((err) => (err ? reject(err) : resolve(address.port)));
     });
   });
 }

@@ -69,10 +69,7 @@ export interface StartRedisOptions {
   env?: NodeJS.ProcessEnv;
 }
 
-export type RedisSource =
-  | { kind: 'local' }
-  | { kind: 'external'; url: string }
-  | { kind: 'missing'; reason: string };
+export type RedisSource = { kind: 'local' } | { kind: 'external'; url: string } | { kind: 'missing'; reason: string };
 
 const INSTALL_HINT = 'install redis-server (apt-get install -y redis-server) to run the Redis-backed tests';
 export const MISSING_REDIS = `redis-server not found on PATH and REDIS_URL unset — ${INSTALL_HINT}`;
@@ -165,11 +162,9 @@ class AddressInUse extends Error {}
 
 /** Spawn redis-server on `port`; resolves once it accepts connections. */
 async function spawnServer(port: number): Promise<ChildProcess> {
-  const child = spawn(
-    'redis-server',
-    ['--port', String(port), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no'],
-    { stdio: ['ignore', 'pipe', 'pipe'] },
-  );
+  const child = spawn('redis-server', ['--port', String(port), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no'], {
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
   let log = '';
   // Keep draining both pipes for the server's whole life: a full 64 KiB pipe would block redis.
   const collect = (chunk: Buffer) => {
@@ -365,7 +360,10 @@ export async function monitorRedis(url: string): Promise<Monitor> {
   const auth = u.password ? `AUTH ${u.username ? `${decodeURIComponent(u.username)} ` : ''}${decodeURIComponent(u.password)}\r\n` : '';
   let ready!: () => void;
   let failed!: (e: Error) => void;
-  const okPromise = new Promise<void>((res, rej) => { ready = res; failed = rej; });
+  const okPromise = new Promise<void>((res, rej) => {
+    ready = res;
+    failed = rej;
+  });
   let oks = 0;
   const wantOks = auth ? 2 : 1;
   const reader = new RespReader((r) => {
@@ -391,7 +389,11 @@ export function monitorArgs(line: string): string[] {
   // Redis quotes each argument with sdscatrepr: \" \\ \n \r \t \a \b and \xHH for other bytes.
   const esc: Record<string, string> = { n: '\n', r: '\r', t: '\t', a: '\x07', b: '\b' };
   for (const m of line.matchAll(/"((?:[^"\\]|\\.)*)"/g)) {
-    out.push(m[1]!.replace(/\\x([0-9a-f]{2})|\\(.)/g, (_, hex: string | undefined, c: string) => (hex ? String.fromCharCode(parseInt(hex, 16)) : esc[c] ?? c)));
+    out.push(
+      m[1]!.replace(/\\x([0-9a-f]{2})|\\(.)/g, (_, hex: string | undefined, c: string) =>
+        hex ? String.fromCharCode(parseInt(hex, 16)) : (esc[c] ?? c),
+      ),
+    );
   }
   return out;
 }

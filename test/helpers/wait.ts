@@ -10,7 +10,12 @@ type Truthy<T> = Exclude<T, undefined | null | false | 0 | ''>;
  * Resolves with the probe's first truthy value (`true` for a plain condition); rejects after
  * `timeoutMs` (a bound that proves delivery, not a speed check). The probe may be async.
  */
-export async function waitFor<T>(probe: () => T | Promise<T>, timeoutMs = 1000, what = 'the condition', everyMs = 5): Promise<Truthy<Awaited<T>>> {
+export async function waitFor<T>(
+  probe: () => T | Promise<T>,
+  timeoutMs = 1000,
+  what = 'the condition',
+  everyMs = 5,
+): Promise<Truthy<Awaited<T>>> {
   const deadline = Date.now() + timeoutMs;
   for (;;) {
     const v = await probe();

@@ -23,13 +23,27 @@ async function rejection(p: Promise<unknown>): Promise<unknown> {
 }
 
 t.test('requireJson accepts application/json with parameters and any case', async (t) => {
-  for (const ct of ['application/json', 'application/json; charset=utf-8', 'application/json;charset=UTF-8', 'Application/JSON', ' application/json ']) {
+  for (const ct of [
+    'application/json',
+    'application/json; charset=utf-8',
+    'application/json;charset=UTF-8',
+    'Application/JSON',
+    ' application/json ',
+  ]) {
     t.doesNotThrow(() => requireJson(fakeReq({ 'content-type': ct })), ct);
   }
 });
 
 t.test('requireJson refuses every other media type with 415 unsupported_media_type', async (t) => {
-  for (const ct of ['text/plain', 'application/x-www-form-urlencoded', 'multipart/form-data; boundary=x', 'application/jsonx', 'application/json-patch+json', 'json', '']) {
+  for (const ct of [
+    'text/plain',
+    'application/x-www-form-urlencoded',
+    'multipart/form-data; boundary=x',
+    'application/jsonx',
+    'application/json-patch+json',
+    'json',
+    '',
+  ]) {
     let err: unknown;
     try {
       requireJson(fakeReq({ 'content-type': ct }));
@@ -40,7 +54,13 @@ t.test('requireJson refuses every other media type with 415 unsupported_media_ty
     t.equal((err as GatewayError).code, 'unsupported_media_type', ct);
     t.equal((err as GatewayError).status, 415, ct);
   }
-  const none = (() => { try { requireJson(fakeReq({})); } catch (e) { return e as GatewayError; } })();
+  const none = (() => {
+    try {
+      requireJson(fakeReq({}));
+    } catch (e) {
+      return e as GatewayError;
+    }
+  })();
   t.equal(none?.code, 'unsupported_media_type', 'missing Content-Type is refused');
 });
 
@@ -104,14 +124,24 @@ t.test('parseJson: valid JSON parses, a syntax error is a 422 json_invalid', asy
   }
 });
 
-t.test('parseJson keeps integers beyond 2^53 digit for digit, anywhere in the body; other numbers read as JSON.parse reads them', async (t) => {
-  const text = '{"seed":9007199254740993,"a":[1,{"b":-18446744073709551615}],"f":0.5,"e":1e3,"s":"12345678901234567890"}';
-  t.equal(JSON.stringify(parseJson(text)), '{"seed":9007199254740993,"a":[1,{"b":-18446744073709551615}],"f":0.5,"e":1000,"s":"12345678901234567890"}');
-  const safe = parseJson('{"n":9007199254740991,"m":1234567890123456}') as Record<string, unknown>;
-  t.same(safe, { n: 9007199254740991, m: 1234567890123456 }, 'safe 16-digit integers stay plain numbers');
-  t.equal(typeof safe['n'], 'number');
-  t.equal(JSON.stringify(parseJson('[9007199254740992.5]')), '[9007199254740992]', 'a non-integer literal is a float, as JSON.parse reads it');
-});
+t.test(
+  'parseJson keeps integers beyond 2^53 digit for digit, anywhere in the body; other numbers read as JSON.parse reads them',
+  async (t) => {
+    const text = '{"seed":9007199254740993,"a":[1,{"b":-18446744073709551615}],"f":0.5,"e":1e3,"s":"12345678901234567890"}';
+    t.equal(
+      JSON.stringify(parseJson(text)),
+      '{"seed":9007199254740993,"a":[1,{"b":-18446744073709551615}],"f":0.5,"e":1000,"s":"12345678901234567890"}',
+    );
+    const safe = parseJson('{"n":9007199254740991,"m":1234567890123456}') as Record<string, unknown>;
+    t.same(safe, { n: 9007199254740991, m: 1234567890123456 }, 'safe 16-digit integers stay plain numbers');
+    t.equal(typeof safe['n'], 'number');
+    t.equal(
+      JSON.stringify(parseJson('[9007199254740992.5]')),
+      '[9007199254740992]',
+      'a non-integer literal is a float, as JSON.parse reads it',
+    );
+  },
+);
 
 t.test('parseJson survives nesting deeper than the call stack', async (t) => {
   const deep = '{"x":' + '['.repeat(100_000) + ']'.repeat(100_000) + '}';
@@ -121,8 +151,14 @@ t.test('parseJson survives nesting deeper than the call stack', async (t) => {
 });
 
 t.test('readJson checks media type first, then size, then syntax', async (t) => {
-  t.equal(((await rejection(readJson(fakeReq({ 'content-type': 'text/plain', 'content-length': '999999' }, ['{']), 10))) as GatewayError).code, 'unsupported_media_type');
-  t.equal(((await rejection(readJson(fakeReq({ 'content-type': 'application/json' }, ['{'.repeat(20)]), 10))) as GatewayError).code, 'request_too_large');
+  t.equal(
+    ((await rejection(readJson(fakeReq({ 'content-type': 'text/plain', 'content-length': '999999' }, ['{']), 10))) as GatewayError).code,
+    'unsupported_media_type',
+  );
+  t.equal(
+    ((await rejection(readJson(fakeReq({ 'content-type': 'application/json' }, ['{'.repeat(20)]), 10))) as GatewayError).code,
+    'request_too_large',
+  );
   t.type(await rejection(readJson(fakeReq({ 'content-type': 'application/json' }, ['{']), 10)), ValidationError);
   const ok = await readJson(fakeReq({ 'content-type': 'application/json' }, ['{"k":"v"}']), 100);
   t.same(ok.value, { k: 'v' });
@@ -134,9 +170,17 @@ t.test('under a budget: reserved as read, refused past it (503 overloaded) witho
   const budget = createBodyBudget(1000);
   const a = await readBody(fakeReq({}, [Buffer.alloc(300, 'a'), Buffer.alloc(300, 'b')]), 10_000, budget);
   t.equal(budget.used, 600, 'held while the request needs it');
-  await t.rejects(readBody(fakeReq({ 'content-length': '500' }, [Buffer.alloc(500)]), 10_000, budget), { code: 'overloaded', status: 503 }, 'a declared length that cannot fit: refused up front');
+  await t.rejects(
+    readBody(fakeReq({ 'content-length': '500' }, [Buffer.alloc(500)]), 10_000, budget),
+    { code: 'overloaded', status: 503 },
+    'a declared length that cannot fit: refused up front',
+  );
   t.equal(budget.used, 600, 'the refused body reserved nothing');
-  await t.rejects(readBody(fakeReq({}, [Buffer.alloc(300), Buffer.alloc(300)]), 10_000, budget), { code: 'overloaded' }, 'an undeclared body: refused once it passes');
+  await t.rejects(
+    readBody(fakeReq({}, [Buffer.alloc(300), Buffer.alloc(300)]), 10_000, budget),
+    { code: 'overloaded' },
+    'an undeclared body: refused once it passes',
+  );
   t.equal(budget.used, 600, 'and gave back what it had reserved');
   a.release();
   a.release();

@@ -4,7 +4,8 @@ import t from 'tap';
 import type { IncomingMessage } from 'node:http';
 import { createClientAddress } from '../../src/http/client-address.ts';
 
-const req = (peer: string, headers: Record<string, string | string[]> = {}) => ({ socket: { remoteAddress: peer }, headers }) as unknown as IncomingMessage;
+const req = (peer: string, headers: Record<string, string | string[]> = {}) =>
+  ({ socket: { remoteAddress: peer }, headers }) as unknown as IncomingMessage;
 
 t.test('no trusted proxies: the socket peer, whatever the headers say', async (t) => {
   const addr = createClientAddress([]);
@@ -23,7 +24,11 @@ t.test('behind trusted proxies: the right-most hop that is not trusted', async (
   // The client wrote "6.6.6.6" itself; the edge proxy (10.0.0.2) appended the real client 198.51.100.7.
   t.equal(addr(req('10.0.0.1', { 'x-forwarded-for': '6.6.6.6, 198.51.100.7, 10.0.0.2' })), '198.51.100.7');
   t.equal(addr(req('::ffff:10.0.0.1', { 'x-forwarded-for': ['6.6.6.6', '198.51.100.8'] })), '198.51.100.8', 'repeated headers joined');
-  t.equal(addr(req('10.0.0.1', { forwarded: 'for=6.6.6.6, for="[2001:db8::5]:443";proto=https' })), '2001:db8::5', 'RFC 7239, IPv6 with port');
+  t.equal(
+    addr(req('10.0.0.1', { forwarded: 'for=6.6.6.6, for="[2001:db8::5]:443";proto=https' })),
+    '2001:db8::5',
+    'RFC 7239, IPv6 with port',
+  );
   t.equal(addr(req('10.0.0.1', { forwarded: 'for=198.51.100.9:8443' })), '198.51.100.9', 'IPv4 with port');
   t.equal(addr(req('10.0.0.1', { 'x-forwarded-for': '10.0.0.3, 10.0.0.2' })), '10.0.0.3', 'every hop trusted: the left-most');
   t.equal(addr(req('10.0.0.1', { 'x-forwarded-for': 'garbage, <script>' })), '10.0.0.1', 'nothing parsable: the peer');

@@ -45,12 +45,22 @@ t.test('literal and parameterised patterns match with their params', async (t) =
   t.equal(label(router.match('PATCH', '/admin/keys/key_1').handler), 'patch-key');
 });
 
-t.test('params are passed raw (percent-decoding is the handler\'s decision)', async (t) => {
+t.test("params are passed raw (percent-decoding is the handler's decision)", async (t) => {
   t.same(router.match('GET', '/v1/shares/a%20b').params, { slug: 'a%20b' });
 });
 
 t.test('unknown paths are 404 not_found', async (t) => {
-  for (const p of ['/', '/v1', '/v1/model', '/v1/models/', '/v1/models/extra', '/v1/shares/a/b', '/admin/accounts/acme', '/V1/MODELS', '']) {
+  for (const p of [
+    '/',
+    '/v1',
+    '/v1/model',
+    '/v1/models/',
+    '/v1/models/extra',
+    '/v1/shares/a/b',
+    '/admin/accounts/acme',
+    '/V1/MODELS',
+    '',
+  ]) {
     const e = thrown(() => router.match('GET', p));
     t.equal(e.code, 'not_found', `GET ${JSON.stringify(p)}`);
     t.equal(e.status, 404);
@@ -66,11 +76,20 @@ t.test('a known path with another method is 405 with Allow listing the methods',
 
   const s = thrown(() => router.match('PUT', '/v1/shares/abc'));
   t.equal(s.code, 'method_not_allowed');
-  const allow = s.headers!.allow!.split(',').map((x) => x.trim()).sort();
+  const allow = s
+    .headers!.allow!.split(',')
+    .map((x) => x.trim())
+    .sort();
   t.same(allow, ['DELETE', 'GET']);
 
   const k = thrown(() => router.match('DELETE', '/admin/keys/key_1'));
-  t.same(k.headers!.allow!.split(',').map((x) => x.trim()).sort(), ['GET', 'PATCH']);
+  t.same(
+    k
+      .headers!.allow!.split(',')
+      .map((x) => x.trim())
+      .sort(),
+    ['GET', 'PATCH'],
+  );
 });
 
 t.test('methods are case-sensitive (HTTP methods are)', async (t) => {

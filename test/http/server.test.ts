@@ -16,10 +16,24 @@ import { waitFor } from '../helpers/wait.ts';
 const REQ_ID = /^req_[1-9A-HJ-NP-Za-km-z]{22}$/;
 
 /** An edge on a real loopback server with the given routes; log lines are captured. */
-async function serve(t: Test, routes: { method: string; pattern: string; handler: Handler }[], timeouts = { headersTimeoutMs: 10_000, requestTimeoutMs: 30_000 }) {
+async function serve(
+  t: Test,
+  routes: { method: string; pattern: string; handler: Handler }[],
+  timeouts = { headersTimeoutMs: 10_000, requestTimeoutMs: 30_000 },
+) {
   const logs: Record<string, unknown>[] = [];
-  const sink = new Writable({ write(c, _e, cb) { for (const l of String(c).split('\n').filter(Boolean)) logs.push(JSON.parse(l)); cb(); } });
-  const handler = createEdge({ router: createRouter(routes), logger: createLogger('info', sink), metrics: createMetrics({ defaults: false }), listener: 'public' });
+  const sink = new Writable({
+    write(c, _e, cb) {
+      for (const l of String(c).split('\n').filter(Boolean)) logs.push(JSON.parse(l));
+      cb();
+    },
+  });
+  const handler = createEdge({
+    router: createRouter(routes),
+    logger: createLogger('info', sink),
+    metrics: createMetrics({ defaults: false }),
+    listener: 'public',
+  });
   const server = await listen(handler, { host: '127.0.0.1', port: 0, ...timeouts });
   t.teardown(() => drain(server, 100));
   return { server, url: `http://127.0.0.1:${portOf(server)}`, logs };
@@ -37,8 +51,20 @@ t.test('request ids are req_ + 22 base58 and unique', async (t) => {
 
 t.test('a foreign error becomes a 500 internal_error whose message is not shown; the log keeps it', async (t) => {
   const { url, logs } = await serve(t, [
-    { method: 'GET', pattern: '/boom', handler: async () => { throw new Error('db password is hunter2'); } },
-    { method: 'GET', pattern: '/teapot', handler: async () => { throw new GatewayError('share_revoked', 'gone'); } },
+    {
+      method: 'GET',
+      pattern: '/boom',
+      handler: async () => {
+        throw new Error('db password is hunter2');
+      },
+    },
+    {
+      method: 'GET',
+      pattern: '/teapot',
+      handler: async () => {
+        throw new GatewayError('share_revoked', 'gone');
+      },
+    },
   ]);
   const res = await fetch(`${url}/boom`);
   t.equal(res.status, 500);
@@ -61,14 +87,18 @@ t.test('a foreign error becomes a 500 internal_error whose message is not shown;
 t.test('the line waits for the handler: fields set after the client left are logged; unmatched routes are logged too', async (t) => {
   let release!: () => void;
   const released = new Promise<void>((r) => (release = r));
-  const { url, logs } = await serve(t, [{
-    method: 'GET', pattern: '/late', handler: async (ctx) => {
-      ctx.res.writeHead(200);
-      ctx.res.write('x');
-      await released; // still working (billing) after the client is gone
-      ctx.log.completion_tokens = 7;
+  const { url, logs } = await serve(t, [
+    {
+      method: 'GET',
+      pattern: '/late',
+      handler: async (ctx) => {
+        ctx.res.writeHead(200);
+        ctx.res.write('x');
+        await released; // still working (billing) after the client is gone
+        ctx.log.completion_tokens = 7;
+      },
     },
-  }]);
+  ]);
   const ac = new AbortController();
   const res = await fetch(`${url}/late`, { signal: ac.signal });
   const id = res.headers.get('x-request-id');
@@ -77,22 +107,32 @@ t.test('the line waits for the handler: fields set after the client left are log
   t.equal(logs.filter((l) => l.request_id === id).length, 0, 'no line while the handler runs, though the response closed');
   release();
   await waitFor(() => logs.some((l) => l.request_id === id), 3000);
-  t.match(logs.find((l) => l.request_id === id), { status: 200, aborted: true, completion_tokens: 7 });
+  t.match(
+    logs.find((l) => l.request_id === id),
+    { status: 200, aborted: true, completion_tokens: 7 },
+  );
   const missing = await fetch(`${url}/nowhere`);
   t.equal(missing.status, 404);
   await waitFor(() => logs.some((l) => l.request_id === missing.headers.get('x-request-id')), 3000);
-  t.match(logs.find((l) => l.request_id === missing.headers.get('x-request-id')), { status: 404, route: 'unmatched' });
+  t.match(
+    logs.find((l) => l.request_id === missing.headers.get('x-request-id')),
+    { status: 404, route: 'unmatched' },
+  );
 });
 
 t.test('an error after the headers were sent cuts the connection instead of writing a second response', async (t) => {
-  const { url } = await serve(t, [{
-    method: 'GET', pattern: '/half', handler: async (ctx) => {
-      ctx.res.writeHead(200, { 'content-type': 'text/plain' });
-      ctx.res.write('partial');
-      await new Promise((r) => setTimeout(r, 20));
-      throw new Error('broke mid-body');
+  const { url } = await serve(t, [
+    {
+      method: 'GET',
+      pattern: '/half',
+      handler: async (ctx) => {
+        ctx.res.writeHead(200, { 'content-type': 'text/plain' });
+        ctx.res.write('partial');
+        await new Promise((r) => setTimeout(r, 20));
+        throw new Error('broke mid-body');
+      },
     },
-  }]);
+  ]);
   const res = await fetch(`${url}/half`);
   t.equal(res.status, 200);
   await t.rejects(res.text(), 'the body ends with a network error, not silently');
@@ -103,10 +143,19 @@ t.test('drain lets an in-flight request finish and closes idle connections', asy
   const gate = new Promise<void>((r) => (release = r));
   const handler = createEdge({
     router: createRouter([
-      { method: 'GET', pattern: '/slow', handler: async (ctx) => { await gate; sendJson(ctx.res, 200, { ok: true }); } },
+      {
+        method: 'GET',
+        pattern: '/slow',
+        handler: async (ctx) => {
+          await gate;
+          sendJson(ctx.res, 200, { ok: true });
+        },
+      },
       { method: 'GET', pattern: '/fast', handler: async (ctx) => sendJson(ctx.res, 200, { ok: true }) },
     ]),
-    logger: createLogger('silent'), metrics: createMetrics({ defaults: false }), listener: 'public',
+    logger: createLogger('silent'),
+    metrics: createMetrics({ defaults: false }),
+    listener: 'public',
   });
   const server: Server = await listen(handler, { host: '127.0.0.1', port: 0, headersTimeoutMs: 10_000, requestTimeoutMs: 30_000 });
   const url = `http://127.0.0.1:${portOf(server)}`;
@@ -128,10 +177,15 @@ t.test('drain lets an in-flight request finish and closes idle connections', asy
 t.test('drain cuts what is left at the deadline', async (t) => {
   const handler = createEdge({
     router: createRouter([{ method: 'GET', pattern: '/never', handler: () => new Promise(() => {}) }]),
-    logger: createLogger('silent'), metrics: createMetrics({ defaults: false }), listener: 'public',
+    logger: createLogger('silent'),
+    metrics: createMetrics({ defaults: false }),
+    listener: 'public',
   });
   const server = await listen(handler, { host: '127.0.0.1', port: 0, headersTimeoutMs: 10_000, requestTimeoutMs: 30_000 });
-  const stuck = fetch(`http://127.0.0.1:${portOf(server)}/never`).then(() => 'answered', () => 'cut');
+  const stuck = fetch(`http://127.0.0.1:${portOf(server)}/never`).then(
+    () => 'answered',
+    () => 'cut',
+  );
   await new Promise((r) => setTimeout(r, 50));
   const start = Date.now();
   await drain(server, 300);
@@ -160,10 +214,14 @@ function rawStall(port: number, text: string, waitMs: number): Promise<{ closedA
 }
 
 t.test('slow clients are cut off near the configured timeouts (SPEC §8)', async (t) => {
-  const { server } = await serve(t, [
-    { method: 'GET', pattern: '/x', handler: async (ctx) => sendJson(ctx.res, 200, {}) },
-    { method: 'POST', pattern: '/y', handler: async (ctx) => sendJson(ctx.res, 200, (await readJson(ctx.req, 1000)).value) },
-  ], { headersTimeoutMs: 300, requestTimeoutMs: 600 });
+  const { server } = await serve(
+    t,
+    [
+      { method: 'GET', pattern: '/x', handler: async (ctx) => sendJson(ctx.res, 200, {}) },
+      { method: 'POST', pattern: '/y', handler: async (ctx) => sendJson(ctx.res, 200, (await readJson(ctx.req, 1000)).value) },
+    ],
+    { headersTimeoutMs: 300, requestTimeoutMs: 600 },
+  );
   const port = portOf(server);
   // Generous bound: 10× the configured timeout. Node checks these timeouts on a timer
   // (connectionsCheckingInterval, 30 s by default), which must be set to honour sub-30 s timeouts.

@@ -21,10 +21,14 @@ t.test('Issues.done throws a ValidationError with every collected issue, in orde
     t.type(e, ValidationError);
     const v = e as ValidationError;
     t.equal(v.status, 422);
-    t.same(v.detail, [
-      { loc: ['body', 'a'], msg: 'Field required', type: 'missing', input: { b: 1 }, ctx: {} },
-      { loc: ['body', 'b'], msg: 'Input should be a valid string', type: 'string_type', input: null, ctx: {} },
-    ], 'undefined input becomes null, ctx defaults to {}');
+    t.same(
+      v.detail,
+      [
+        { loc: ['body', 'a'], msg: 'Field required', type: 'missing', input: { b: 1 }, ctx: {} },
+        { loc: ['body', 'b'], msg: 'Input should be a valid string', type: 'string_type', input: null, ctx: {} },
+      ],
+      'undefined input becomes null, ctx defaults to {}',
+    );
   }
 });
 
@@ -33,7 +37,15 @@ t.test('rootObject accepts objects only', async (t) => {
   for (const v of [[], null, 'x', 3, true]) {
     const r = run((i) => rootObject(v, i));
     t.equal(r.value, false, JSON.stringify(v));
-    t.same(r.issues, [{ loc: ['body'], msg: 'Input should be a valid dictionary or object to extract fields from', type: 'model_attributes_type', input: v, ctx: {} }]);
+    t.same(r.issues, [
+      {
+        loc: ['body'],
+        msg: 'Input should be a valid dictionary or object to extract fields from',
+        type: 'model_attributes_type',
+        input: v,
+        ctx: {},
+      },
+    ]);
   }
   t.ok(isObj({}));
   t.notOk(isObj([]));
@@ -52,18 +64,39 @@ t.test('str: missing (input = enclosing object), type, length and pattern', asyn
   const o = { s: 'hello', n: 5, u: 'añb' };
   t.equal(run((i) => str(o, 's', ['body'], i)).value, 'hello');
   t.same(run((i) => str(o, 'absent', ['body'], i)).issues, [], 'optional absent is fine');
-  t.same(run((i) => str(o, 'absent', ['body'], i, { required: true })).issues,
-    [{ loc: ['body', 'absent'], msg: 'Field required', type: 'missing', input: o, ctx: {} }]);
-  t.same(run((i) => str(o, 'n', ['body'], i)).issues,
-    [{ loc: ['body', 'n'], msg: 'Input should be a valid string', type: 'string_type', input: 5, ctx: {} }]);
-  t.same(run((i) => str(o, 's', ['body'], i, { minLength: 6 })).issues,
-    [{ loc: ['body', 's'], msg: 'String should have at least 6 characters', type: 'string_too_short', input: 'hello', ctx: { min_length: 6 } }]);
-  t.same(run((i) => str({ s: '' }, 's', ['body'], i, { minLength: 1 })).issues[0]!.msg, 'String should have at least 1 character', 'singular');
-  t.same(run((i) => str(o, 's', ['body'], i, { maxLength: 4 })).issues,
-    [{ loc: ['body', 's'], msg: 'String should have at most 4 characters', type: 'string_too_long', input: 'hello', ctx: { max_length: 4 } }]);
+  t.same(run((i) => str(o, 'absent', ['body'], i, { required: true })).issues, [
+    { loc: ['body', 'absent'], msg: 'Field required', type: 'missing', input: o, ctx: {} },
+  ]);
+  t.same(run((i) => str(o, 'n', ['body'], i)).issues, [
+    { loc: ['body', 'n'], msg: 'Input should be a valid string', type: 'string_type', input: 5, ctx: {} },
+  ]);
+  t.same(run((i) => str(o, 's', ['body'], i, { minLength: 6 })).issues, [
+    {
+      loc: ['body', 's'],
+      msg: 'String should have at least 6 characters',
+      type: 'string_too_short',
+      input: 'hello',
+      ctx: { min_length: 6 },
+    },
+  ]);
+  t.same(
+    run((i) => str({ s: '' }, 's', ['body'], i, { minLength: 1 })).issues[0]!.msg,
+    'String should have at least 1 character',
+    'singular',
+  );
+  t.same(run((i) => str(o, 's', ['body'], i, { maxLength: 4 })).issues, [
+    { loc: ['body', 's'], msg: 'String should have at most 4 characters', type: 'string_too_long', input: 'hello', ctx: { max_length: 4 } },
+  ]);
   t.equal(run((i) => str(o, 'u', ['body'], i, { maxLength: 3 })).value, 'añb', 'lengths count characters, not bytes');
-  t.same(run((i) => str(o, 's', ['query'], i, { pattern: /^\d+$/ })).issues,
-    [{ loc: ['query', 's'], msg: "String should match pattern '^\\d+$'", type: 'string_pattern_mismatch', input: 'hello', ctx: { pattern: '^\\d+$' } }]);
+  t.same(run((i) => str(o, 's', ['query'], i, { pattern: /^\d+$/ })).issues, [
+    {
+      loc: ['query', 's'],
+      msg: "String should match pattern '^\\d+$'",
+      type: 'string_pattern_mismatch',
+      input: 'hello',
+      ctx: { pattern: '^\\d+$' },
+    },
+  ]);
   t.equal(run((i) => str(o, 's', ['query'], i, { pattern: /^x$/, patternText: 'PUBLIC' })).issues[0]!.ctx.pattern, 'PUBLIC');
 });
 
@@ -72,43 +105,90 @@ t.test('int: types, fractions, safe range and bounds as Pydantic names them', as
   t.equal(at(42).value, 42);
   t.equal(at(-3).value, -3);
   t.same(at(undefined).issues, []);
-  t.same(run((i) => int({}, 'v', ['body'], i, { required: true })).issues, [{ loc: ['body', 'v'], msg: 'Field required', type: 'missing', input: {}, ctx: {} }]);
+  t.same(run((i) => int({}, 'v', ['body'], i, { required: true })).issues, [
+    { loc: ['body', 'v'], msg: 'Field required', type: 'missing', input: {}, ctx: {} },
+  ]);
   for (const bad of [{}, [], null, Number.NaN, Number.POSITIVE_INFINITY]) {
     const r = at(bad);
     t.equal(r.issues[0]!.type, 'int_type', String(bad));
     t.equal(r.issues[0]!.msg, 'Input should be a valid integer');
   }
-  t.same(at(1.5).issues, [{ loc: ['body', 'v'], msg: 'Input should be a valid integer, got a number with a fractional part', type: 'int_from_float', input: 1.5, ctx: {} }]);
+  t.same(at(1.5).issues, [
+    {
+      loc: ['body', 'v'],
+      msg: 'Input should be a valid integer, got a number with a fractional part',
+      type: 'int_from_float',
+      input: 1.5,
+      ctx: {},
+    },
+  ]);
   t.equal(at(2 ** 60).issues[0]!.type, 'int_parsing_size');
-  t.same(at(0, { gt: 0 }).issues, [{ loc: ['body', 'v'], msg: 'Input should be greater than 0', type: 'greater_than', input: 0, ctx: { gt: 0 } }]);
-  t.same(at(0, { ge: 1 }).issues, [{ loc: ['body', 'v'], msg: 'Input should be greater than or equal to 1', type: 'greater_than_equal', input: 0, ctx: { ge: 1 } }]);
-  t.same(at(1001, { le: 1000 }).issues, [{ loc: ['body', 'v'], msg: 'Input should be less than or equal to 1000', type: 'less_than_equal', input: 1001, ctx: { le: 1000 } }]);
+  t.same(at(0, { gt: 0 }).issues, [
+    { loc: ['body', 'v'], msg: 'Input should be greater than 0', type: 'greater_than', input: 0, ctx: { gt: 0 } },
+  ]);
+  t.same(at(0, { ge: 1 }).issues, [
+    { loc: ['body', 'v'], msg: 'Input should be greater than or equal to 1', type: 'greater_than_equal', input: 0, ctx: { ge: 1 } },
+  ]);
+  t.same(at(1001, { le: 1000 }).issues, [
+    { loc: ['body', 'v'], msg: 'Input should be less than or equal to 1000', type: 'less_than_equal', input: 1001, ctx: { le: 1000 } },
+  ]);
   t.equal(at(1000, { ge: 1, le: 1000 }).value, 1000, 'bounds are inclusive');
 });
 
 t.test('bool: JSON booleans only', async (t) => {
   t.equal(run((i) => bool({ b: false }, 'b', ['body'], i)).value, false);
-  t.same(run((i) => bool({ b: [] }, 'b', ['body'], i)).issues, [{ loc: ['body', 'b'], msg: 'Input should be a valid boolean', type: 'bool_type', input: [], ctx: {} }]);
-  t.same(run((i) => bool({}, 'b', ['body'], i, true)).issues, [{ loc: ['body', 'b'], msg: 'Field required', type: 'missing', input: {}, ctx: {} }]);
+  t.same(run((i) => bool({ b: [] }, 'b', ['body'], i)).issues, [
+    { loc: ['body', 'b'], msg: 'Input should be a valid boolean', type: 'bool_type', input: [], ctx: {} },
+  ]);
+  t.same(run((i) => bool({}, 'b', ['body'], i, true)).issues, [
+    { loc: ['body', 'b'], msg: 'Field required', type: 'missing', input: {}, ctx: {} },
+  ]);
 });
 
-t.test('literal: Pydantic\'s literal_error message and ctx.expected', async (t) => {
+t.test("literal: Pydantic's literal_error message and ctx.expected", async (t) => {
   t.equal(run((i) => literal({ e: 'live' }, 'e', ['live', 'test'], ['body'], i)).value, 'live');
-  t.same(run((i) => literal({ e: 'prod' }, 'e', ['live', 'test'], ['body'], i)).issues,
-    [{ loc: ['body', 'e'], msg: "Input should be 'live' or 'test'", type: 'literal_error', input: 'prod', ctx: { expected: "'live' or 'test'" } }]);
+  t.same(run((i) => literal({ e: 'prod' }, 'e', ['live', 'test'], ['body'], i)).issues, [
+    {
+      loc: ['body', 'e'],
+      msg: "Input should be 'live' or 'test'",
+      type: 'literal_error',
+      input: 'prod',
+      ctx: { expected: "'live' or 'test'" },
+    },
+  ]);
   t.equal(run((i) => literal({ e: 'x' }, 'e', ['a', 'b', 'c'], ['body'], i)).issues[0]!.msg, "Input should be 'a', 'b' or 'c'");
   t.equal(run((i) => literal({ e: 'x' }, 'e', ['only'], ['body'], i)).issues[0]!.msg, "Input should be 'only'");
-  t.equal(run((i) => literal({ e: 1 }, 'e', ['live', 'test'], ['body'], i)).issues[0]!.type, 'literal_error', 'non-strings are literal errors too');
+  t.equal(
+    run((i) => literal({ e: 1 }, 'e', ['live', 'test'], ['body'], i)).issues[0]!.type,
+    'literal_error',
+    'non-strings are literal errors too',
+  );
   t.equal(run((i) => literal({}, 'e', ['live'], ['body'], i, true)).issues[0]!.type, 'missing');
 });
 
 t.test('list: type and length bounds', async (t) => {
   t.same(run((i) => list({ l: [1] }, 'l', ['body'], i)).value, [1]);
-  t.same(run((i) => list({ l: 'x' }, 'l', ['body'], i)).issues, [{ loc: ['body', 'l'], msg: 'Input should be a valid list', type: 'list_type', input: 'x', ctx: {} }]);
-  t.same(run((i) => list({ l: [] }, 'l', ['body'], i, { minLength: 1 })).issues,
-    [{ loc: ['body', 'l'], msg: 'List should have at least 1 item after validation, not 0', type: 'too_short', input: [], ctx: { field_type: 'List', min_length: 1, actual_length: 0 } }]);
-  t.same(run((i) => list({ l: [1, 2, 3] }, 'l', ['body'], i, { maxLength: 2 })).issues,
-    [{ loc: ['body', 'l'], msg: 'List should have at most 2 items after validation, not 3', type: 'too_long', input: [1, 2, 3], ctx: { field_type: 'List', max_length: 2, actual_length: 3 } }]);
+  t.same(run((i) => list({ l: 'x' }, 'l', ['body'], i)).issues, [
+    { loc: ['body', 'l'], msg: 'Input should be a valid list', type: 'list_type', input: 'x', ctx: {} },
+  ]);
+  t.same(run((i) => list({ l: [] }, 'l', ['body'], i, { minLength: 1 })).issues, [
+    {
+      loc: ['body', 'l'],
+      msg: 'List should have at least 1 item after validation, not 0',
+      type: 'too_short',
+      input: [],
+      ctx: { field_type: 'List', min_length: 1, actual_length: 0 },
+    },
+  ]);
+  t.same(run((i) => list({ l: [1, 2, 3] }, 'l', ['body'], i, { maxLength: 2 })).issues, [
+    {
+      loc: ['body', 'l'],
+      msg: 'List should have at most 2 items after validation, not 3',
+      type: 'too_long',
+      input: [1, 2, 3],
+      ctx: { field_type: 'List', max_length: 2, actual_length: 3 },
+    },
+  ]);
 });
 
 t.test('query: first value of each parameter, decoded', async (t) => {
@@ -121,8 +201,15 @@ t.test('queryInt: fallback, lax string parsing, bounds', async (t) => {
   t.equal(q('/l').value, 100, 'absent → fallback');
   t.equal(q('/l?limit=7').value, 7);
   t.equal(q('/l?limit=+7').value, 7);
-  t.same(q('/l?limit=abc').issues,
-    [{ loc: ['query', 'limit'], msg: 'Input should be a valid integer, unable to parse string as an integer', type: 'int_parsing', input: 'abc', ctx: {} }]);
+  t.same(q('/l?limit=abc').issues, [
+    {
+      loc: ['query', 'limit'],
+      msg: 'Input should be a valid integer, unable to parse string as an integer',
+      type: 'int_parsing',
+      input: 'abc',
+      ctx: {},
+    },
+  ]);
   t.equal(q('/l?limit=1.5').issues[0]!.type, 'int_parsing');
   t.equal(q('/l?limit=').issues[0]!.type, 'int_parsing');
   const big = q('/l?limit=1001');

@@ -12,8 +12,17 @@ import { createLogger } from '../../src/obs/logger.ts';
 let nextKey = 1;
 function keyRecord(env: 'test' | 'live', rate_limits: RateLimitOverride | null = null): KeyRecord {
   return {
-    id: `key_unit${nextKey++}`, account: 'acme', env, name: 'unit', active: true, scopes: ['chat', 'models', 'shares'], models: [],
-    rate_limits, created_at: '2026-01-01T00:00:00.000Z', last4: 'abcd', version: 1,
+    id: `key_unit${nextKey++}`,
+    account: 'acme',
+    env,
+    name: 'unit',
+    active: true,
+    scopes: ['chat', 'models', 'shares'],
+    models: [],
+    rate_limits,
+    created_at: '2026-01-01T00:00:00.000Z',
+    last4: 'abcd',
+    version: 1,
   };
 }
 
@@ -24,13 +33,34 @@ function ctxFor(key: KeyRecord): RequestContext {
 function setup(over: Partial<RateLimitOptions> = {}) {
   const metrics = createMetrics({ defaults: false });
   const logs: string[] = [];
-  const logger = createLogger('info', new Writable({ write(c, _e, cb) { logs.push(String(c)); cb(); } }));
+  const logger = createLogger(
+    'info',
+    new Writable({
+      write(c, _e, cb) {
+        logs.push(String(c));
+        cb();
+      },
+    }),
+  );
   let clock = 1_000_000;
   const limits = createRateLimits({
-    windowSeconds: 60, test: { requestsPerMinute: 5, tokensPerMinute: 1000 }, live: { requestsPerMinute: undefined, tokensPerMinute: undefined },
-    redis: undefined, metrics, logger, now: () => clock, ...over,
+    windowSeconds: 60,
+    test: { requestsPerMinute: 5, tokensPerMinute: 1000 },
+    live: { requestsPerMinute: undefined, tokensPerMinute: undefined },
+    redis: undefined,
+    metrics,
+    logger,
+    now: () => clock,
+    ...over,
   });
-  return { limits, metrics, logs, advance: (ms: number) => { clock += ms; } };
+  return {
+    limits,
+    metrics,
+    logs,
+    advance: (ms: number) => {
+      clock += ms;
+    },
+  };
 }
 
 /** Admits and returns the headers set on the context, or the refusal. */
@@ -145,7 +175,10 @@ t.test('an estimate above the remaining tokens is refused and not consumed', asy
   t.ok(c.ok, 'the refused 500 was given back: exactly 400 fit');
   t.equal(c.headers['x-ratelimit-remaining-tokens'], '0');
   const v = (await metrics.rateLimited.get()).values;
-  t.same(v.map((x) => [x.labels, x.value]), [[{ env: 'test', dimension: 'tokens' }, 1]]);
+  t.same(
+    v.map((x) => [x.labels, x.value]),
+    [[{ env: 'test', dimension: 'tokens' }, 1]],
+  );
 });
 
 t.test('a request refused by the request limit gives its token estimate back', async (t) => {
@@ -161,7 +194,10 @@ t.test('a request refused by the request limit gives its token estimate back', a
   const m = await admit(limits, key); // still refused (requests), but shows tokens as they are
   t.equal(m.headers['x-ratelimit-remaining-tokens'], '900', 'the 200 is not counted');
   const v = (await metrics.rateLimited.get()).values;
-  t.same(v.map((x) => [x.labels, x.value]), [[{ env: 'test', dimension: 'requests' }, 2]]);
+  t.same(
+    v.map((x) => [x.labels, x.value]),
+    [[{ env: 'test', dimension: 'requests' }, 2]],
+  );
 });
 
 t.test('live keys: no limits and no headers unless configured or overridden', async (t) => {
@@ -176,13 +212,19 @@ t.test('live keys: no limits and no headers unless configured or overridden', as
   t.ok((await admit(limits, capped)).ok);
   const second = await admit(limits, capped, 10);
   t.ok(second.ok);
-  t.same(Object.keys(second.headers).sort(), ['x-ratelimit-limit-requests', 'x-ratelimit-remaining-requests', 'x-ratelimit-reset-requests'],
-    'only the limited dimension is announced');
+  t.same(
+    Object.keys(second.headers).sort(),
+    ['x-ratelimit-limit-requests', 'x-ratelimit-remaining-requests', 'x-ratelimit-reset-requests'],
+    'only the limited dimension is announced',
+  );
   t.notOk((await admit(limits, capped)).ok);
 });
 
 t.test('the live defaults apply to live keys; an override replaces a default per dimension', async (t) => {
-  const { limits, metrics } = setup({ live: { requestsPerMinute: 2, tokensPerMinute: undefined }, test: { requestsPerMinute: 1, tokensPerMinute: 50 } });
+  const { limits, metrics } = setup({
+    live: { requestsPerMinute: 2, tokensPerMinute: undefined },
+    test: { requestsPerMinute: 1, tokensPerMinute: 50 },
+  });
   const live = keyRecord('live');
   t.ok((await admit(limits, live)).ok);
   t.ok((await admit(limits, live)).ok);
@@ -195,5 +237,8 @@ t.test('the live defaults apply to live keys; an override replaces a default per
   t.equal(r.headers['x-ratelimit-limit-requests'], '1', 'rpm still from the test defaults');
   t.notOk((await admit(limits, test)).ok);
   const v = (await metrics.rateLimited.get()).values;
-  t.same(v.map((x) => [x.labels, x.value]).sort(), [[{ env: 'live', dimension: 'requests' }, 1], [{ env: 'test', dimension: 'requests' }, 1]]);
+  t.same(v.map((x) => [x.labels, x.value]).sort(), [
+    [{ env: 'live', dimension: 'requests' }, 1],
+    [{ env: 'test', dimension: 'requests' }, 1],
+  ]);
 });

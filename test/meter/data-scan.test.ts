@@ -22,9 +22,17 @@ t.test('findStringEnd honours backslash escapes', async (t) => {
 t.test('collects string values of text keys only', async (t) => {
   t.same(scan('{"content":"a\\u00e9","id":"content","x":{"content":1},"reasoning_content":"R"}'), { usage: false, text: 'aéR' });
   t.same(scan('{"reasoning":"r","refusal":"no","function":{"name":"f","arguments":"{\\"a\\":1}"}}'), { usage: false, text: 'rno{"a":1}' });
-  t.same(scan('{"content" : "spaced","logprobs":{"content":[{"token":"t"}]}}'), { usage: false, text: 'spaced' }, 'whitespace; arrays skipped');
+  t.same(
+    scan('{"content" : "spaced","logprobs":{"content":[{"token":"t"}]}}'),
+    { usage: false, text: 'spaced' },
+    'whitespace; arrays skipped',
+  );
   t.same(scan('{"content":null,"contents":"no","reasoning_contentx":"no"}'), { usage: false, text: '' }, 'null values, longer keys');
-  t.same(scan('{"content":"say \\"content\\":\\"x\\" and \\\\"}'), { usage: false, text: 'say "content":"x" and \\' }, 'key-like text inside a value');
+  t.same(
+    scan('{"content":"say \\"content\\":\\"x\\" and \\\\"}'),
+    { usage: false, text: 'say "content":"x" and \\' },
+    'key-like text inside a value',
+  );
   t.same(scan('{"k\\"content":"v"}'), { usage: false, text: '' }, 'a key ending in an escaped quote is not "content"');
   t.same(scan('{"content":"ok"} {"content":"never closed'), { usage: false, text: 'ok' }, 'unterminated string ends the scan');
   t.same(scan('{"content'), { usage: false, text: '' }, 'truncated key');
@@ -68,8 +76,14 @@ t.test('one KeyFinder shared by the events of a buffer gives what a fresh one pe
     return { usage: scanData(buf, a, b, c), text: c.text() };
   });
   t.same(got, fresh);
-  t.same(got.map((g) => g.text), ['', '', 'x"y', '', 'rz']);
-  t.same(got.map((g) => g.usage), [false, false, false, true, false]);
+  t.same(
+    got.map((g) => g.text),
+    ['', '', 'x"y', '', 'rz'],
+  );
+  t.same(
+    got.map((g) => g.usage),
+    [false, false, false, true, false],
+  );
 });
 
 t.test('a key cut by the end of its range is found in neither range', async (t) => {

@@ -21,7 +21,8 @@ t.test('usage at the end, in the middle, or first, split at every chunk size', a
   ];
   for (const b of bodies) {
     const text = JSON.stringify(b, null, 1);
-    for (const size of [1, 2, 3, 7, 64, 100_000]) t.same(JSON.parse(scan(text, size) ?? 'null'), USAGE, `order ${Object.keys(b).join(',')} chunk ${size}`);
+    for (const size of [1, 2, 3, 7, 64, 100_000])
+      t.same(JSON.parse(scan(text, size) ?? 'null'), USAGE, `order ${Object.keys(b).join(',')} chunk ${size}`);
   }
 });
 
@@ -42,7 +43,12 @@ t.test('usage: null, then none; an oversized usage value is not kept', async (t)
 });
 
 t.test('a 20 MB body is scanned with memory bounded by the usage object', async (t) => {
-  const big = JSON.stringify({ choices: [{ logprobs: { content: Array.from({ length: 200_000 }, (_, i) => ({ token: `t${i}"usage":`, logprob: -1.5, top_logprobs: [] })) } }], usage: USAGE });
+  const big = JSON.stringify({
+    choices: [
+      { logprobs: { content: Array.from({ length: 200_000 }, (_, i) => ({ token: `t${i}"usage":`, logprob: -1.5, top_logprobs: [] })) } },
+    ],
+    usage: USAGE,
+  });
   t.ok(big.length > 10_000_000);
   t.same(JSON.parse(scan(big, 65_536)!), USAGE);
 });

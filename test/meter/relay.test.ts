@@ -16,10 +16,19 @@ t.test('several buffers per chunk past the high-water mark: paused, resumed by t
   const log: string[] = [];
   let resumed: () => void = () => {};
   const controller = {
-    aborted: false, paused: false, reason: null,
-    abort(reason: Error) { log.push(`abort ${reason.message}`); },
-    pause() { log.push('pause'); },
-    resume() { log.push('resume'); resumed(); },
+    aborted: false,
+    paused: false,
+    reason: null,
+    abort(reason: Error) {
+      log.push(`abort ${reason.message}`);
+    },
+    pause() {
+      log.push('pause');
+    },
+    resume() {
+      log.push('resume');
+      resumed();
+    },
   } as unknown as Dispatcher.DispatchController;
   const call = new UpstreamCall({ label: 'sim' } as Upstream);
   call.onRequestStart(controller);
@@ -50,7 +59,9 @@ t.test('several buffers per chunk past the high-water mark: paused, resumed by t
     const next = new Promise<void>((r) => (resumed = r));
     call.onResponseData(controller, Buffer.from(c, 'latin1'));
     if (log.at(-1) === 'pause') {
-      const timeout = new Promise((_, reject) => setTimeout(() => reject(new Error('paused and never resumed: the drain was missed')), 3000).unref());
+      const timeout = new Promise((_, reject) =>
+        setTimeout(() => reject(new Error('paused and never resumed: the drain was missed')), 3000).unref(),
+      );
       await Promise.race([next, timeout]);
     }
   }

@@ -17,10 +17,26 @@ export interface StreamOptions {
   toolArgs?: string[];
 }
 
-const BASE = { id: 'chatcmpl-8f2c1e0b9a7d4c3e', object: 'chat.completion.chunk', created: 1732233600, model: 'meta-llama/Llama-3.1-8B-Instruct' };
+const BASE = {
+  id: 'chatcmpl-8f2c1e0b9a7d4c3e',
+  object: 'chat.completion.chunk',
+  created: 1732233600,
+  model: 'meta-llama/Llama-3.1-8B-Instruct',
+};
 
 /** Default pieces: quotes, backslashes, newlines, accents, emoji, CJK and a literal `"content":"` inside text. */
-export const PIECES = ['Hello', ' "world"', ', a \\ back', 'slash\n', 'café ', '😀', ' 日本', ' {"content":"x"}', ' <|endoftext|>', ' done.'];
+export const PIECES = [
+  'Hello',
+  ' "world"',
+  ', a \\ back',
+  'slash\n',
+  'café ',
+  '😀',
+  ' 日本',
+  ' {"content":"x"}',
+  ' <|endoftext|>',
+  ' done.',
+];
 
 /** One SSE event carrying `obj` as JSON. */
 export function event(obj: unknown, eol = '\n'): string {
@@ -50,12 +66,16 @@ export function buildStream(opts: StreamOptions = {}): { sse: string; text: stri
   }
   (opts.toolArgs ?? []).forEach((a, i) => {
     const fn = i === 0 ? { name: 'get_weather', arguments: a } : { arguments: a };
-    sse += event(chunk({ tool_calls: [{ index: 0, ...(i === 0 ? { id: 'call_1', type: 'function' } : {}), function: fn }] }, null, un), eol);
+    sse += event(
+      chunk({ tool_calls: [{ index: 0, ...(i === 0 ? { id: 'call_1', type: 'function' } : {}), function: fn }] }, null, un),
+      eol,
+    );
     text += a;
   });
   sse += event(chunk({}, 'stop', un), eol);
   const usage = opts.usage === undefined ? { prompt_tokens: 21, completion_tokens: pieces.length } : opts.usage;
-  if (usage !== null) sse += event({ ...BASE, choices: [], usage: { ...usage, total_tokens: usage.prompt_tokens + usage.completion_tokens } }, eol);
+  if (usage !== null)
+    sse += event({ ...BASE, choices: [], usage: { ...usage, total_tokens: usage.prompt_tokens + usage.completion_tokens } }, eol);
   if (opts.done ?? true) sse += `data: [DONE]${eol}${eol}`;
   return { sse, text };
 }

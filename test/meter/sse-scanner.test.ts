@@ -177,7 +177,10 @@ t.test('drops a usage-only chunk in the middle of a chunk and keeps both neighbo
   const out = m.push(chunk);
   if (!Array.isArray(out)) throw new Error('expected the two neighbours as separate views');
   t.same(out.map(String), [a, d], 'the events before and after, in order');
-  t.ok(out.every((b) => b.buffer === chunk.buffer), 'views of the upstream chunk: nothing copied');
+  t.ok(
+    out.every((b) => b.buffer === chunk.buffer),
+    'views of the upstream chunk: nothing copied',
+  );
   const m2 = createSseMeter(drop);
   t.equal(m2.push(Buffer.from(u)), null, 'only the dropped event: nothing to forward');
   t.equal(m2.push(Buffer.from(d))?.toString(), d);

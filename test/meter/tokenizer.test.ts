@@ -49,7 +49,13 @@ t.test('with gpt-tokenizer (o200k_base)', async (t) => {
 
   const asString = tok.countPromptTokens([{ role: 'user', content: 'Describe this picture.' }]);
   const asParts = tok.countPromptTokens([
-    { role: 'user', content: [{ type: 'text', text: 'Describe this picture.' }, { type: 'image_url', image_url: { url: 'data:image/png;base64,AAAA' } }] },
+    {
+      role: 'user',
+      content: [
+        { type: 'text', text: 'Describe this picture.' },
+        { type: 'image_url', image_url: { url: 'data:image/png;base64,AAAA' } },
+      ],
+    },
   ]);
   t.equal(asParts, asString, 'text parts count as text; image parts are ignored');
   t.equal(
@@ -60,7 +66,11 @@ t.test('with gpt-tokenizer (o200k_base)', async (t) => {
 
   const args = '{"city":"Paris","unit":"celsius"}';
   const withCall = tok.countPromptTokens([
-    { role: 'assistant', content: null, tool_calls: [{ id: 'call_1', type: 'function', function: { name: 'get_weather', arguments: args } }] },
+    {
+      role: 'assistant',
+      content: null,
+      tool_calls: [{ id: 'call_1', type: 'function', function: { name: 'get_weather', arguments: args } }],
+    },
     { role: 'tool', tool_call_id: 'call_1', content: '{"temp":21}' },
   ]);
   const expected =
@@ -76,7 +86,11 @@ t.test('with gpt-tokenizer (o200k_base)', async (t) => {
 
   const named = tok.countPromptTokens([{ role: 'user', name: 'alice', content: 'hi' }]);
   t.equal(named - tok.countPromptTokens([{ role: 'user', content: 'hi' }]), countTokens('alice') + CHAT_OVERHEAD.perName);
-  t.equal(tok.countPromptTokens([null, 'junk', { role: 'user', content: 'hi' }]), tok.countPromptTokens([{ role: 'user', content: 'hi' }]), 'non-objects skipped');
+  t.equal(
+    tok.countPromptTokens([null, 'junk', { role: 'user', content: 'hi' }]),
+    tok.countPromptTokens([{ role: 'user', content: 'hi' }]),
+    'non-objects skipped',
+  );
 });
 
 t.test('bounded counting: same count for prose, long runs cut, the loop served between slices, bytes past the budget', async (t) => {

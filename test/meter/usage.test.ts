@@ -21,7 +21,14 @@ t.test('readUsageFromJson on a non-streaming completion', async (t) => {
     object: 'chat.completion',
     choices: [
       { index: 0, message: { role: 'assistant', reasoning_content: 'think ', content: 'Hi "there" 😀' }, finish_reason: 'stop' },
-      { index: 1, message: { role: 'assistant', content: null, tool_calls: [{ id: 'c', type: 'function', function: { name: 'f', arguments: '{"a":1}' } }] } },
+      {
+        index: 1,
+        message: {
+          role: 'assistant',
+          content: null,
+          tool_calls: [{ id: 'c', type: 'function', function: { name: 'f', arguments: '{"a":1}' } }],
+        },
+      },
     ],
     usage: { prompt_tokens: 9, completion_tokens: 0, total_tokens: 9 },
   };

@@ -8,7 +8,10 @@ import { listen } from '../../src/http/server.ts';
 const model = (urls: string[]) => ({ name: 'm', price: { input: 1, output: 1 }, upstreams: urls.map((url) => ({ url })) });
 
 t.test('an upstream URL without a version path is warned about; /v1, /v1beta and /api/v2 are not', async (t) => {
-  const config = compileConfig({ models: [model(['http://a:8000', 'http://b:8000/v1', 'http://c/api/v2/', 'http://d/v1beta', 'http://e:11434/'])] }, {});
+  const config = compileConfig(
+    { models: [model(['http://a:8000', 'http://b:8000/v1', 'http://c/api/v2/', 'http://d/v1beta', 'http://e:11434/'])] },
+    {},
+  );
   const w = bootWarnings(config);
   t.equal(w.length, 2, w.join('\n'));
   t.match(w[0], /models\[0\]\.upstreams\[0\]\.url "http:\/\/a:8000" has no version path/);
@@ -32,10 +35,16 @@ t.test('a port in use names the variable that moves that listener', async (t) =>
   t.teardown(() => blocker.close());
   const busy = (blocker.address() as { port: number }).port;
   const opts = { host: '127.0.0.1', headersTimeoutMs: 1000, requestTimeoutMs: 1000 };
-  const err = await listen(() => {}, { ...opts, port: busy }).then(() => undefined, (e: unknown) => e);
+  const err = await listen(() => {}, { ...opts, port: busy }).then(
+    () => undefined,
+    (e: unknown) => e,
+  );
   t.ok(err, 'the listen failed');
   const pub = compileConfig({ server: { port: busy, admin_port: 1 }, models: [model(['http://x/v1'])] }, {});
-  t.match(listenErrorMessage(err, pub), new RegExp(`^cannot listen on 127\\.0\\.0\\.1:${busy}: the address is already in use.*Set PORT=<port>`));
+  t.match(
+    listenErrorMessage(err, pub),
+    new RegExp(`^cannot listen on 127\\.0\\.0\\.1:${busy}: the address is already in use.*Set PORT=<port>`),
+  );
   const adm = compileConfig({ server: { port: 1, admin_port: busy }, models: [model(['http://x/v1'])] }, {});
   t.match(listenErrorMessage(err, adm), /Set ADMIN_PORT=<port>/);
   t.equal(listenErrorMessage(new Error('boom'), pub), undefined, 'other errors keep their stack');

@@ -54,10 +54,16 @@ t.test('objectKey puts the name under the slug unchanged', async (t) => {
 t.test('upload URLs carry no checksum parameters; GET URLs no checksum mode', async (t) => {
   const put = new URL((await live.presignPut(objectKey(SLUG, 'x'), 'text/plain', 5, 60)).url);
   const names = [...put.searchParams.keys()].map((k) => k.toLowerCase());
-  t.same(names.filter((k) => k.startsWith('x-amz-checksum') || k.startsWith('x-amz-sdk-checksum')), []);
+  t.same(
+    names.filter((k) => k.startsWith('x-amz-checksum') || k.startsWith('x-amz-sdk-checksum')),
+    [],
+  );
   t.equal(put.searchParams.get('X-Amz-SignedHeaders'), 'content-length;content-type;host');
   const get = new URL((await live.presignGet(objectKey(SLUG, 'x'), 60)).url);
-  t.same([...get.searchParams.keys()].filter((k) => k.toLowerCase().startsWith('x-amz-checksum')), []);
+  t.same(
+    [...get.searchParams.keys()].filter((k) => k.toLowerCase().startsWith('x-amz-checksum')),
+    [],
+  );
 });
 
 t.test('the server refuses an upload whose size or type differs from the signed ones', async (t) => {
@@ -137,7 +143,10 @@ t.test('bad configuration and lifetimes are refused', async (t) => {
 });
 
 t.test('without an endpoint the URL is AWS S3 for the region', async (t) => {
-  const p = createPresigner({ region: 'eu-west-1', bucket: 'tollgate-shares', forcePathStyle: false, accessKeyId: 'A', secretAccessKey: 'B' }, Date.now);
+  const p = createPresigner(
+    { region: 'eu-west-1', bucket: 'tollgate-shares', forcePathStyle: false, accessKeyId: 'A', secretAccessKey: 'B' },
+    Date.now,
+  );
   t.match((await p.presignGet('shares/x/y', 60)).url, /^https:\/\/tollgate-shares\.s3\.eu-west-1\.amazonaws\.com\/shares\/x\/y\?/);
 });
 

@@ -18,7 +18,13 @@ function fakeFiles() {
     async uploads(slug, fs) {
       calls.push(`put ${slug} ${fs.length}`);
       if (state.fail) throw new GatewayError('store_unavailable', 'File storage is unavailable');
-      return fs.map((f): Upload => ({ name: f.name, url: `s3://put/${f.name}`, method: 'PUT', headers: { 'content-type': f.content_type }, expires_at: 'later' }));
+      return fs.map((f): Upload => ({
+        name: f.name,
+        url: `s3://put/${f.name}`,
+        method: 'PUT',
+        headers: { 'content-type': f.content_type },
+        expires_at: 'later',
+      }));
     },
     async downloads(slug, fs) {
       calls.push(`get ${slug} ${fs.length}`);
@@ -38,20 +44,31 @@ function build(o: { store?: Store; files?: FileUrls | undefined } = {}) {
   return { store, cache, service };
 }
 
-const files: ShareFile[] = [{ name: 'a.png', content_type: 'image/png', size: 3 }, { name: 'b.txt', content_type: 'text/plain', size: 0 }];
+const files: ShareFile[] = [
+  { name: 'a.png', content_type: 'image/png', size: 3 },
+  { name: 'b.txt', content_type: 'text/plain', size: 0 },
+];
 
 t.test('create stores the record as published and returns one upload per file', async (t) => {
   const f = fakeFiles();
   const { store, service, cache } = build({ files: f.files });
   const created = await service.create('acme', { snapshotText: '{ "messages": [{}] }', files });
   t.same(created, {
-    slug: SLUG, created_at: '2026-11-22T10:00:00.000Z',
+    slug: SLUG,
+    created_at: '2026-11-22T10:00:00.000Z',
     uploads: [
       { name: 'a.png', url: 's3://put/a.png', method: 'PUT', headers: { 'content-type': 'image/png' }, expires_at: 'later' },
       { name: 'b.txt', url: 's3://put/b.txt', method: 'PUT', headers: { 'content-type': 'text/plain' }, expires_at: 'later' },
     ],
   });
-  t.same(await store.getShare(SLUG), { slug: SLUG, account: 'acme', created_at: '2026-11-22T10:00:00.000Z', snapshot: '{ "messages": [{}] }', files, revoked_at: null });
+  t.same(await store.getShare(SLUG), {
+    slug: SLUG,
+    account: 'acme',
+    created_at: '2026-11-22T10:00:00.000Z',
+    snapshot: '{ "messages": [{}] }',
+    files,
+    revoked_at: null,
+  });
   t.equal(cache.peek(SLUG)?.status, 'live', 'primed');
 });
 
@@ -68,9 +85,12 @@ t.test('read splices the stored snapshot text into the body, with file links', a
   const { service } = build({ files: f.files });
   await service.create('acme', { snapshotText: '{"n": 1.0, "messages":[{}]}', files });
   const text = await service.read(SLUG);
-  t.equal(text, `{"slug":"${SLUG}","created_at":"2026-11-22T10:00:00.000Z","snapshot":{"n": 1.0, "messages":[{}]},"files":[`
-    + '{"name":"a.png","content_type":"image/png","size":3,"url":"s3://get/a.png","expires_at":"later"},'
-    + '{"name":"b.txt","content_type":"text/plain","size":0,"url":"s3://get/b.txt","expires_at":"later"}]}');
+  t.equal(
+    text,
+    `{"slug":"${SLUG}","created_at":"2026-11-22T10:00:00.000Z","snapshot":{"n": 1.0, "messages":[{}]},"files":[` +
+      '{"name":"a.png","content_type":"image/png","size":3,"url":"s3://get/a.png","expires_at":"later"},' +
+      '{"name":"b.txt","content_type":"text/plain","size":0,"url":"s3://get/b.txt","expires_at":"later"}]}',
+  );
   t.same(JSON.parse(text).snapshot, { n: 1, messages: [{}] });
 });
 
@@ -78,7 +98,10 @@ t.test('a share with files read where S3 is not configured lists them with null 
   const store = createMemoryStore();
   await store.putShare({ slug: SLUG, account: 'acme', created_at: 'x', snapshot: '{}', files, revoked_at: null });
   const { service } = build({ store, files: undefined });
-  t.same(JSON.parse(await service.read(SLUG)).files, files.map((f) => ({ ...f, url: null, expires_at: null })));
+  t.same(
+    JSON.parse(await service.read(SLUG)).files,
+    files.map((f) => ({ ...f, url: null, expires_at: null })),
+  );
 });
 
 t.test('unknown → share_not_found, revoked → share_revoked', async (t) => {

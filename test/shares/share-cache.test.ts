@@ -9,7 +9,15 @@ import { waitFor } from '../helpers/wait.ts';
 const SLUG = 'AbCdEfGhJkLmNpQrStUvWx';
 
 function share(over: Partial<ShareRecord> = {}): ShareRecord {
-  return { slug: SLUG, account: 'acme', created_at: '2026-11-22T10:00:00.000Z', snapshot: '{"messages":[{}]}', files: [], revoked_at: null, ...over };
+  return {
+    slug: SLUG,
+    account: 'acme',
+    created_at: '2026-11-22T10:00:00.000Z',
+    snapshot: '{"messages":[{}]}',
+    files: [],
+    revoked_at: null,
+    ...over,
+  };
 }
 
 interface Counting {

@@ -26,8 +26,16 @@ t.test('the alphabet is base58 without 0, O, I, l', async (t) => {
 
 t.test('newSlug: exactly 22 base58 characters, different every time', async (t) => {
   const slugs = Array.from({ length: 2000 }, () => newSlug());
-  t.same(slugs.filter((s) => s.length !== SLUG_LENGTH), [], 'all 22 long');
-  t.same(slugs.filter((s) => !isBase58(s)), [], 'all in the alphabet');
+  t.same(
+    slugs.filter((s) => s.length !== SLUG_LENGTH),
+    [],
+    'all 22 long',
+  );
+  t.same(
+    slugs.filter((s) => !isBase58(s)),
+    [],
+    'all in the alphabet',
+  );
   t.equal(new Set(slugs).size, 2000, 'no repeats');
 });
 

@@ -42,7 +42,10 @@ t.test('agrees with JSON.parse on random documents', async (t) => {
     return `{${ws()}${Array.from({ length: rnd(4) }, () => `${strs[rnd(strs.length)]}${ws()}:${ws()}${value(depth + 1)}`).join(`${ws()},${ws()}`)}${ws()}}`;
   };
   for (let i = 0; i < 500; i++) {
-    const members = Array.from({ length: 1 + rnd(4) }, () => [['"snapshot"', '"files"', '"snap\\u0073hot"', '"x"'][rnd(4)]!, value(0)] as const);
+    const members = Array.from(
+      { length: 1 + rnd(4) },
+      () => [['"snapshot"', '"files"', '"snap\\u0073hot"', '"x"'][rnd(4)]!, value(0)] as const,
+    );
     const doc = `${ws()}{${ws()}${members.map(([k, v]) => `${k}${ws()}:${ws()}${v}`).join(`${ws()},${ws()}`)}${ws()}}${ws()}`;
     const parsed = JSON.parse(doc) as Record<string, unknown>;
     const text = memberText(doc, 'snapshot');

@@ -30,19 +30,47 @@ t.test('validateSlug accepts slugs, raw or percent-encoded', async (t) => {
 });
 
 t.test('validateSlug: too short, too long, then pattern, exactly as SPEC §1.4', async (t) => {
-  t.same(detail(t, () => validateSlug('abc')), [
-    { loc: ['path', 'slug'], msg: 'String should have at least 22 characters', type: 'string_too_short', input: 'abc', ctx: { min_length: 22 } },
-  ]);
-  t.same(detail(t, () => validateSlug('')), [
-    { loc: ['path', 'slug'], msg: 'String should have at least 22 characters', type: 'string_too_short', input: '', ctx: { min_length: 22 } },
-  ]);
-  t.same(detail(t, () => validateSlug(SLUG + 'x')), [
-    { loc: ['path', 'slug'], msg: 'String should have at most 22 characters', type: 'string_too_long', input: SLUG + 'x', ctx: { max_length: 22 } },
-  ]);
+  t.same(
+    detail(t, () => validateSlug('abc')),
+    [
+      {
+        loc: ['path', 'slug'],
+        msg: 'String should have at least 22 characters',
+        type: 'string_too_short',
+        input: 'abc',
+        ctx: { min_length: 22 },
+      },
+    ],
+  );
+  t.same(
+    detail(t, () => validateSlug('')),
+    [
+      {
+        loc: ['path', 'slug'],
+        msg: 'String should have at least 22 characters',
+        type: 'string_too_short',
+        input: '',
+        ctx: { min_length: 22 },
+      },
+    ],
+  );
+  t.same(
+    detail(t, () => validateSlug(SLUG + 'x')),
+    [
+      {
+        loc: ['path', 'slug'],
+        msg: 'String should have at most 22 characters',
+        type: 'string_too_long',
+        input: SLUG + 'x',
+        ctx: { max_length: 22 },
+      },
+    ],
+  );
   const bad = '0' + SLUG.slice(1);
-  t.same(detail(t, () => validateSlug(bad)), [
-    { loc: ['path', 'slug'], msg: PATTERN_MSG, type: 'string_pattern_mismatch', input: bad, ctx: { pattern: SLUG_PATTERN } },
-  ]);
+  t.same(
+    detail(t, () => validateSlug(bad)),
+    [{ loc: ['path', 'slug'], msg: PATTERN_MSG, type: 'string_pattern_mismatch', input: bad, ctx: { pattern: SLUG_PATTERN } }],
+  );
   t.equal(SLUG_PATTERN, '^[1-9A-HJ-NP-Za-km-z]{22}$');
   // Length wins over the alphabet: a short slug of bad characters is "too short".
   t.equal(detail(t, () => validateSlug('0OIl'))[0]!.type, 'string_too_short');
@@ -52,14 +80,26 @@ t.test('validateSlug: too short, too long, then pattern, exactly as SPEC §1.4',
 t.test('validateSlug: input is the percent-decoded segment; malformed escapes stay raw', async (t) => {
   const spaced = SLUG.slice(0, 21) + '%20';
   t.same(detail(t, () => validateSlug(spaced))[0], {
-    loc: ['path', 'slug'], msg: PATTERN_MSG, type: 'string_pattern_mismatch', input: SLUG.slice(0, 21) + ' ', ctx: { pattern: SLUG_PATTERN },
+    loc: ['path', 'slug'],
+    msg: PATTERN_MSG,
+    type: 'string_pattern_mismatch',
+    input: SLUG.slice(0, 21) + ' ',
+    ctx: { pattern: SLUG_PATTERN },
   });
   // '%E0%A4%A' throws URIError: the raw 8-character text is validated instead.
   t.same(detail(t, () => validateSlug('%E0%A4%A'))[0]!.input, '%E0%A4%A');
   const lone = SLUG.slice(0, 21) + '%';
-  t.same(detail(t, () => validateSlug(lone))[0], {
-    loc: ['path', 'slug'], msg: PATTERN_MSG, type: 'string_pattern_mismatch', input: lone, ctx: { pattern: SLUG_PATTERN },
-  }, 'a trailing lone % keeps the raw 22 characters');
+  t.same(
+    detail(t, () => validateSlug(lone))[0],
+    {
+      loc: ['path', 'slug'],
+      msg: PATTERN_MSG,
+      type: 'string_pattern_mismatch',
+      input: lone,
+      ctx: { pattern: SLUG_PATTERN },
+    },
+    'a trailing lone % keeps the raw 22 characters',
+  );
 });
 
 t.test('validateSlug counts code points, as Pydantic does', async (t) => {
@@ -103,85 +143,148 @@ t.test('admin variant requires a non-empty account string', async (t) => {
   const admin = { maxFiles: 3, requireAccount: true };
   t.same(validateShareBody({ account: 'acct_1', snapshot }, admin), { account: 'acct_1', snapshot, files: [] });
   const body = { snapshot };
-  t.same(detail(t, () => validateShareBody(body, admin)), [
-    { loc: ['body', 'account'], msg: 'Field required', type: 'missing', input: body, ctx: {} },
-  ]);
-  t.same(detail(t, () => validateShareBody({ account: 7, snapshot }, admin)), [
-    { loc: ['body', 'account'], msg: 'Input should be a valid string', type: 'string_type', input: 7, ctx: {} },
-  ]);
-  t.same(detail(t, () => validateShareBody({ account: '', snapshot }, admin)), [
-    { loc: ['body', 'account'], msg: 'String should have at least 1 character', type: 'string_too_short', input: '', ctx: { min_length: 1 } },
-  ]);
+  t.same(
+    detail(t, () => validateShareBody(body, admin)),
+    [{ loc: ['body', 'account'], msg: 'Field required', type: 'missing', input: body, ctx: {} }],
+  );
+  t.same(
+    detail(t, () => validateShareBody({ account: 7, snapshot }, admin)),
+    [{ loc: ['body', 'account'], msg: 'Input should be a valid string', type: 'string_type', input: 7, ctx: {} }],
+  );
+  t.same(
+    detail(t, () => validateShareBody({ account: '', snapshot }, admin)),
+    [
+      {
+        loc: ['body', 'account'],
+        msg: 'String should have at least 1 character',
+        type: 'string_too_short',
+        input: '',
+        ctx: { min_length: 1 },
+      },
+    ],
+  );
 });
 
 t.test('body and snapshot shape errors', async (t) => {
   const modelMsg = 'Input should be a valid dictionary or object to extract fields from';
   for (const b of [null, [], 'x', 3]) {
-    t.same(detail(t, () => validateShareBody(b, OPTS)), [{ loc: ['body'], msg: modelMsg, type: 'model_attributes_type', input: b, ctx: {} }]);
+    t.same(
+      detail(t, () => validateShareBody(b, OPTS)),
+      [{ loc: ['body'], msg: modelMsg, type: 'model_attributes_type', input: b, ctx: {} }],
+    );
   }
   t.same(detail(t, () => validateShareBody(undefined, OPTS))[0]!.input, null, 'undefined input is reported as null');
-  t.same(detail(t, () => validateShareBody({}, OPTS)), [
-    { loc: ['body', 'snapshot'], msg: 'Field required', type: 'missing', input: {}, ctx: {} },
-  ]);
-  t.same(detail(t, () => validateShareBody({ snapshot: [1] }, OPTS)), [
-    { loc: ['body', 'snapshot'], msg: modelMsg, type: 'model_attributes_type', input: [1], ctx: {} },
-  ]);
-  t.same(detail(t, () => validateShareBody({ snapshot: { title: 'x' } }, OPTS)), [
-    { loc: ['body', 'snapshot', 'messages'], msg: 'Field required', type: 'missing', input: { title: 'x' }, ctx: {} },
-  ]);
-  t.same(detail(t, () => validateShareBody({ snapshot: { messages: [] } }, OPTS)), [
-    {
-      loc: ['body', 'snapshot', 'messages'], msg: 'List should have at least 1 item after validation, not 0', type: 'too_short', input: [],
-      ctx: { field_type: 'List', min_length: 1, actual_length: 0 },
-    },
-  ]);
+  t.same(
+    detail(t, () => validateShareBody({}, OPTS)),
+    [{ loc: ['body', 'snapshot'], msg: 'Field required', type: 'missing', input: {}, ctx: {} }],
+  );
+  t.same(
+    detail(t, () => validateShareBody({ snapshot: [1] }, OPTS)),
+    [{ loc: ['body', 'snapshot'], msg: modelMsg, type: 'model_attributes_type', input: [1], ctx: {} }],
+  );
+  t.same(
+    detail(t, () => validateShareBody({ snapshot: { title: 'x' } }, OPTS)),
+    [{ loc: ['body', 'snapshot', 'messages'], msg: 'Field required', type: 'missing', input: { title: 'x' }, ctx: {} }],
+  );
+  t.same(
+    detail(t, () => validateShareBody({ snapshot: { messages: [] } }, OPTS)),
+    [
+      {
+        loc: ['body', 'snapshot', 'messages'],
+        msg: 'List should have at least 1 item after validation, not 0',
+        type: 'too_short',
+        input: [],
+        ctx: { field_type: 'List', min_length: 1, actual_length: 0 },
+      },
+    ],
+  );
 });
 
 t.test('every snapshot issue is reported, in field order', async (t) => {
   const s = { title: 5, model: ['m'], messages: [{ role: 'user' }, 'hi', null], metadata: 'meta' };
-  t.same(detail(t, () => validateShareBody({ snapshot: s }, OPTS)), [
-    { loc: ['body', 'snapshot', 'title'], msg: 'Input should be a valid string', type: 'string_type', input: 5, ctx: {} },
-    { loc: ['body', 'snapshot', 'model'], msg: 'Input should be a valid string', type: 'string_type', input: ['m'], ctx: {} },
-    { loc: ['body', 'snapshot', 'messages', '1'], msg: 'Input should be a valid dictionary', type: 'dict_type', input: 'hi', ctx: {} },
-    { loc: ['body', 'snapshot', 'messages', '2'], msg: 'Input should be a valid dictionary', type: 'dict_type', input: null, ctx: {} },
-    { loc: ['body', 'snapshot', 'metadata'], msg: 'Input should be a valid dictionary', type: 'dict_type', input: 'meta', ctx: {} },
-  ]);
-  t.same(detail(t, () => validateShareBody({ snapshot: { messages: 'hello' } }, OPTS)), [
-    { loc: ['body', 'snapshot', 'messages'], msg: 'Input should be a valid list', type: 'list_type', input: 'hello', ctx: {} },
-  ]);
+  t.same(
+    detail(t, () => validateShareBody({ snapshot: s }, OPTS)),
+    [
+      { loc: ['body', 'snapshot', 'title'], msg: 'Input should be a valid string', type: 'string_type', input: 5, ctx: {} },
+      { loc: ['body', 'snapshot', 'model'], msg: 'Input should be a valid string', type: 'string_type', input: ['m'], ctx: {} },
+      { loc: ['body', 'snapshot', 'messages', '1'], msg: 'Input should be a valid dictionary', type: 'dict_type', input: 'hi', ctx: {} },
+      { loc: ['body', 'snapshot', 'messages', '2'], msg: 'Input should be a valid dictionary', type: 'dict_type', input: null, ctx: {} },
+      { loc: ['body', 'snapshot', 'metadata'], msg: 'Input should be a valid dictionary', type: 'dict_type', input: 'meta', ctx: {} },
+    ],
+  );
+  t.same(
+    detail(t, () => validateShareBody({ snapshot: { messages: 'hello' } }, OPTS)),
+    [{ loc: ['body', 'snapshot', 'messages'], msg: 'Input should be a valid list', type: 'list_type', input: 'hello', ctx: {} }],
+  );
 });
 
 t.test('files: list shape and count', async (t) => {
-  t.same(detail(t, () => validateShareBody({ snapshot, files: {} }, OPTS)), [
-    { loc: ['body', 'files'], msg: 'Input should be a valid list', type: 'list_type', input: {}, ctx: {} },
-  ]);
+  t.same(
+    detail(t, () => validateShareBody({ snapshot, files: {} }, OPTS)),
+    [{ loc: ['body', 'files'], msg: 'Input should be a valid list', type: 'list_type', input: {}, ctx: {} }],
+  );
   t.same(detail(t, () => validateShareBody({ snapshot, files: null }, OPTS))[0]!.type, 'list_type', 'null is not a list');
   const four = ['a', 'b', 'c', 'd'].map((name) => ({ name, content_type: 'text/plain', size: 1 }));
-  t.same(detail(t, () => validateShareBody({ snapshot, files: four }, OPTS)), [
-    {
-      loc: ['body', 'files'], msg: 'List should have at most 3 items after validation, not 4', type: 'too_long', input: four,
-      ctx: { field_type: 'List', max_length: 3, actual_length: 4 },
-    },
-  ]);
-  t.match(detail(t, () => validateShareBody({ snapshot, files: four.slice(0, 2) }, { maxFiles: 1, requireAccount: false }))[0]!.msg, 'at most 1 item after');
-  t.same(detail(t, () => validateShareBody({ snapshot, files: four.slice(0, 1) }, { maxFiles: 0, requireAccount: false }))[0]!.ctx.max_length, 0);
+  t.same(
+    detail(t, () => validateShareBody({ snapshot, files: four }, OPTS)),
+    [
+      {
+        loc: ['body', 'files'],
+        msg: 'List should have at most 3 items after validation, not 4',
+        type: 'too_long',
+        input: four,
+        ctx: { field_type: 'List', max_length: 3, actual_length: 4 },
+      },
+    ],
+  );
+  t.match(
+    detail(t, () => validateShareBody({ snapshot, files: four.slice(0, 2) }, { maxFiles: 1, requireAccount: false }))[0]!.msg,
+    'at most 1 item after',
+  );
+  t.same(
+    detail(t, () => validateShareBody({ snapshot, files: four.slice(0, 1) }, { maxFiles: 0, requireAccount: false }))[0]!.ctx.max_length,
+    0,
+  );
 });
 
 t.test('files: each entry is checked and every issue reported', async (t) => {
   const f0 = { content_type: 3 };
   const files = [f0, 'x', { name: 'ok.txt', content_type: 'text/plain', size: -1 }];
-  t.same(detail(t, () => validateShareBody({ snapshot, files }, OPTS)), [
-    { loc: ['body', 'files', '0', 'name'], msg: 'Field required', type: 'missing', input: f0, ctx: {} },
-    { loc: ['body', 'files', '0', 'content_type'], msg: 'Input should be a valid string', type: 'string_type', input: 3, ctx: {} },
-    { loc: ['body', 'files', '0', 'size'], msg: 'Field required', type: 'missing', input: f0, ctx: {} },
-    { loc: ['body', 'files', '1'], msg: 'Input should be a valid dictionary or object to extract fields from', type: 'model_attributes_type', input: 'x', ctx: {} },
-    { loc: ['body', 'files', '2', 'size'], msg: 'Input should be greater than or equal to 0', type: 'greater_than_equal', input: -1, ctx: { ge: 0 } },
-  ]);
+  t.same(
+    detail(t, () => validateShareBody({ snapshot, files }, OPTS)),
+    [
+      { loc: ['body', 'files', '0', 'name'], msg: 'Field required', type: 'missing', input: f0, ctx: {} },
+      { loc: ['body', 'files', '0', 'content_type'], msg: 'Input should be a valid string', type: 'string_type', input: 3, ctx: {} },
+      { loc: ['body', 'files', '0', 'size'], msg: 'Field required', type: 'missing', input: f0, ctx: {} },
+      {
+        loc: ['body', 'files', '1'],
+        msg: 'Input should be a valid dictionary or object to extract fields from',
+        type: 'model_attributes_type',
+        input: 'x',
+        ctx: {},
+      },
+      {
+        loc: ['body', 'files', '2', 'size'],
+        msg: 'Input should be greater than or equal to 0',
+        type: 'greater_than_equal',
+        input: -1,
+        ctx: { ge: 0 },
+      },
+    ],
+  );
 });
 
 t.test('issues from snapshot, files and account come together', async (t) => {
-  const d = detail(t, () => validateShareBody({ snapshot: { messages: [] }, files: [{ name: '', content_type: 'x', size: 1 }] }, { maxFiles: 3, requireAccount: true }));
-  t.same(d.map((i) => i.loc.join('.')), ['body.snapshot.messages', 'body.files.0.name', 'body.account']);
+  const d = detail(t, () =>
+    validateShareBody(
+      { snapshot: { messages: [] }, files: [{ name: '', content_type: 'x', size: 1 }] },
+      { maxFiles: 3, requireAccount: true },
+    ),
+  );
+  t.same(
+    d.map((i) => i.loc.join('.')),
+    ['body.snapshot.messages', 'body.files.0.name', 'body.account'],
+  );
 });
 
 const file = (over: Record<string, unknown>) => ({ snapshot, files: [{ name: 'f.txt', content_type: 'text/plain', size: 1, ...over }] });
@@ -192,14 +295,28 @@ const issueOf = (t: Test, over: Record<string, unknown>): ValidationIssue => {
 };
 
 t.test('file size: strict integer in 0..5 GiB', async (t) => {
-  t.same(issueOf(t, { size: '5' }), { loc: ['body', 'files', '0', 'size'], msg: 'Input should be a valid integer', type: 'int_type', input: '5', ctx: {} });
+  t.same(issueOf(t, { size: '5' }), {
+    loc: ['body', 'files', '0', 'size'],
+    msg: 'Input should be a valid integer',
+    type: 'int_type',
+    input: '5',
+    ctx: {},
+  });
   t.equal(issueOf(t, { size: true }).type, 'int_type');
   t.equal(issueOf(t, { size: null }).type, 'int_type');
   t.same(issueOf(t, { size: 1.5 }), {
-    loc: ['body', 'files', '0', 'size'], msg: 'Input should be a valid integer, got a number with a fractional part', type: 'int_from_float', input: 1.5, ctx: {},
+    loc: ['body', 'files', '0', 'size'],
+    msg: 'Input should be a valid integer, got a number with a fractional part',
+    type: 'int_from_float',
+    input: 1.5,
+    ctx: {},
   });
   t.same(issueOf(t, { size: MAX_FILE_SIZE + 1 }), {
-    loc: ['body', 'files', '0', 'size'], msg: 'Input should be less than or equal to 5368709120', type: 'less_than_equal', input: MAX_FILE_SIZE + 1, ctx: { le: 5368709120 },
+    loc: ['body', 'files', '0', 'size'],
+    msg: 'Input should be less than or equal to 5368709120',
+    type: 'less_than_equal',
+    input: MAX_FILE_SIZE + 1,
+    ctx: { le: 5368709120 },
   });
   t.equal(validateShareBody(file({ size: 2.0 }), OPTS).files[0]!.size, 2, '2.0 is an integer (JSON cannot tell them apart)');
 });
@@ -207,23 +324,35 @@ t.test('file size: strict integer in 0..5 GiB', async (t) => {
 t.test('file content_type: printable ASCII words, header-safe', async (t) => {
   const pattern = '^[!-~]+( [!-~]+)*$';
   t.same(issueOf(t, { content_type: 'text/plain\r\nx-evil: 1' }), {
-    loc: ['body', 'files', '0', 'content_type'], msg: `String should match pattern '${pattern}'`, type: 'string_pattern_mismatch',
-    input: 'text/plain\r\nx-evil: 1', ctx: { pattern },
+    loc: ['body', 'files', '0', 'content_type'],
+    msg: `String should match pattern '${pattern}'`,
+    type: 'string_pattern_mismatch',
+    input: 'text/plain\r\nx-evil: 1',
+    ctx: { pattern },
   });
-  for (const bad of ['', ' text/plain', 'text/plain ', 'text/plain;  charset=utf-8', 'texte/é']) t.equal(issueOf(t, { content_type: bad }).type, 'string_pattern_mismatch', JSON.stringify(bad));
+  for (const bad of ['', ' text/plain', 'text/plain ', 'text/plain;  charset=utf-8', 'texte/é'])
+    t.equal(issueOf(t, { content_type: bad }).type, 'string_pattern_mismatch', JSON.stringify(bad));
   t.same(issueOf(t, { content_type: 'a'.repeat(256) }).ctx, { max_length: 255 });
   t.equal(validateShareBody(file({ content_type: 'text/plain; charset=utf-8' }), OPTS).files[0]!.content_type, 'text/plain; charset=utf-8');
 });
 
 t.test('file name rules', async (t) => {
   t.same(issueOf(t, { name: '' }), {
-    loc: ['body', 'files', '0', 'name'], msg: 'String should have at least 1 character', type: 'string_too_short', input: '', ctx: { min_length: 1 },
+    loc: ['body', 'files', '0', 'name'],
+    msg: 'String should have at least 1 character',
+    type: 'string_too_short',
+    input: '',
+    ctx: { min_length: 1 },
   });
   t.same(issueOf(t, { name: 'a'.repeat(256) }).ctx, { max_length: 255 });
   t.equal(validateShareBody(file({ name: 'a'.repeat(255) }), OPTS).files[0]!.name.length, 255);
   t.equal(issueOf(t, { name: 7 }).type, 'string_type');
   const valueError = (name: string, reason: string) => {
-    t.same(issueOf(t, { name }), { loc: ['body', 'files', '0', 'name'], msg: `Value error, ${reason}`, type: 'value_error', input: name, ctx: { error: reason } }, JSON.stringify(name));
+    t.same(
+      issueOf(t, { name }),
+      { loc: ['body', 'files', '0', 'name'], msg: `Value error, ${reason}`, type: 'value_error', input: name, ctx: { error: reason } },
+      JSON.stringify(name),
+    );
   };
   valueError('a/b', "file name must not contain '/' or '\\'");
   valueError('a\\b', "file name must not contain '/' or '\\'");
@@ -242,8 +371,17 @@ t.test('file name rules', async (t) => {
 
 t.test('file names are unique within a share (exact match)', async (t) => {
   const f = (name: string) => ({ name, content_type: 'text/plain', size: 1 });
-  t.same(detail(t, () => validateShareBody({ snapshot, files: [f('a.txt'), f('b.txt'), f('a.txt')] }, OPTS)), [
-    { loc: ['body', 'files', '2', 'name'], msg: 'Value error, duplicate file name', type: 'value_error', input: 'a.txt', ctx: { error: 'duplicate file name' } },
-  ]);
+  t.same(
+    detail(t, () => validateShareBody({ snapshot, files: [f('a.txt'), f('b.txt'), f('a.txt')] }, OPTS)),
+    [
+      {
+        loc: ['body', 'files', '2', 'name'],
+        msg: 'Value error, duplicate file name',
+        type: 'value_error',
+        input: 'a.txt',
+        ctx: { error: 'duplicate file name' },
+      },
+    ],
+  );
   t.equal(validateShareBody({ snapshot, files: [f('a.txt'), f('A.txt')] }, OPTS).files.length, 2, 'case matters, as in S3 keys');
 });

@@ -14,7 +14,10 @@ t.test('cli prints its URL, serves, and exits 0 on SIGTERM', async (t) => {
   const url = line.toString().trim();
   t.match(url, /^http:\/\/127\.0\.0\.1:\d+\/v1$/);
   const models: any = await (await fetch(`${url}/models`)).json();
-  t.same(models.data.map((m: { id: string }) => m.id), ['a', 'b']);
+  t.same(
+    models.data.map((m: { id: string }) => m.id),
+    ['a', 'b'],
+  );
   child.kill('SIGTERM');
   const [code] = await once(child, 'exit');
   t.equal(code, 0);

@@ -15,9 +15,27 @@ import { defaultSimOptions } from '../../src/simulator/steer.ts';
 t.test('simPromptTokens: ceil(chars / 4), at least 1', async (t) => {
   t.equal(simPromptTokens({ messages: [{ role: 'user', content: 'abcd' }] }), 1);
   t.equal(simPromptTokens({ messages: [{ role: 'user', content: 'abcde' }] }), 2);
-  t.equal(simPromptTokens({ messages: [{ role: 'system', content: 'x'.repeat(10) }, { role: 'user', content: 'y'.repeat(7) }] }), 5);
   t.equal(
-    simPromptTokens({ messages: [{ role: 'user', content: [{ type: 'text', text: 'abcdefgh' }, { type: 'image_url', image_url: { url: 'x'.repeat(99) } }] }] }),
+    simPromptTokens({
+      messages: [
+        { role: 'system', content: 'x'.repeat(10) },
+        { role: 'user', content: 'y'.repeat(7) },
+      ],
+    }),
+    5,
+  );
+  t.equal(
+    simPromptTokens({
+      messages: [
+        {
+          role: 'user',
+          content: [
+            { type: 'text', text: 'abcdefgh' },
+            { type: 'image_url', image_url: { url: 'x'.repeat(99) } },
+          ],
+        },
+      ],
+    }),
     2,
     'only text parts count',
   );
@@ -78,7 +96,9 @@ t.test('completion body and error body', async (t) => {
   t.equal(c.object, 'chat.completion');
   t.equal(c.choices[0].message.content, 'tok0 tok1 tok2 ');
   t.notOk('usage' in c);
-  t.same(JSON.parse(errorBody(429, 'slow down')), { error: { message: 'slow down', type: 'rate_limit_error', param: null, code: 'sim_429' } });
+  t.same(JSON.parse(errorBody(429, 'slow down')), {
+    error: { message: 'slow down', type: 'rate_limit_error', param: null, code: 'sim_429' },
+  });
   t.equal(JSON.parse(errorBody(502, 'x')).error.type, 'server_error');
   t.equal(JSON.parse(errorBody(400, 'x')).error.type, 'invalid_request_error');
 });

@@ -47,7 +47,10 @@ t.test('GET /v1/models lists the configured ids in the OpenAI shape', async (t) 
     ],
   });
   const listed = await openai.models.list();
-  t.same(listed.data.map((m) => m.id), ['m1', 'm2']);
+  t.same(
+    listed.data.map((m) => m.id),
+    ['m1', 'm2'],
+  );
 });
 
 t.test('non-streaming completion: deterministic text and usage, request recorded', async (t) => {
@@ -82,7 +85,10 @@ t.test('SSE without include_usage: role, one chunk per token, finish, [DONE]', a
   t.equal(events.at(-1), 'data: [DONE]');
   const chunks = payloads(events);
   t.same(chunks[0].choices, [{ index: 0, delta: { role: 'assistant', content: '' }, logprobs: null, finish_reason: null }]);
-  t.same(chunks.slice(1, 4).map((c) => c.choices[0].delta.content), ['tok0 ', 'tok1 ', 'tok2 ']);
+  t.same(
+    chunks.slice(1, 4).map((c) => c.choices[0].delta.content),
+    ['tok0 ', 'tok1 ', 'tok2 '],
+  );
   t.same(chunks[4].choices, [{ index: 0, delta: {}, logprobs: null, finish_reason: 'stop' }]);
   for (const c of chunks) {
     t.equal(c.object, 'chat.completion.chunk');
@@ -130,7 +136,10 @@ t.test('usage steering: absent and zero, streaming and not', async (t) => {
   const streamBody = { model: 'm', messages, stream: true, stream_options: { include_usage: true } };
   const absent = payloads((await readEvents(await post(sim, streamBody, { 'x-sim-usage': 'absent' }))).events);
   t.equal(absent.length, 18, 'role + 16 tokens + finish, no usage chunk');
-  t.notOk(absent.some((c) => 'usage' in c), 'no usage field anywhere');
+  t.notOk(
+    absent.some((c) => 'usage' in c),
+    'no usage field anywhere',
+  );
 
   const zero = payloads((await readEvents(await post(sim, streamBody, { 'x-sim-usage': 'zero' }))).events);
   t.same(zero.at(-1).usage, { prompt_tokens: 0, completion_tokens: 0, total_tokens: 0 });
@@ -191,7 +200,12 @@ t.test('cut_after sends N chunks and breaks the stream without [DONE]', async (t
     t.ok(error, `delay ${delay}: the body errors`);
     t.equal(events.length, 3, `delay ${delay}: exactly 3 chunks arrived`);
     t.notOk(events.includes('data: [DONE]'));
-    t.same(payloads(events).slice(1).map((c) => c.choices[0].delta.content), ['tok0 ', 'tok1 ']);
+    t.same(
+      payloads(events)
+        .slice(1)
+        .map((c) => c.choices[0].delta.content),
+      ['tok0 ', 'tok1 '],
+    );
     const rec = await sim.waitFor((r) => r.endedAt !== undefined);
     t.same([rec.chunksSent, rec.completionTokensSent, rec.finished, rec.aborted], [3, 2, false, false]);
   }
@@ -295,7 +309,9 @@ t.test('delays: headers_delay_ms and delay_ms hold the response at least that lo
   await res.text();
 
   start = performance.now();
-  const events = (await readEvents(await post(sim, { model: 'm', messages, stream: true }, { 'x-sim-tokens': '5', 'x-sim-delay-ms': '20' }))).events;
+  const events = (
+    await readEvents(await post(sim, { model: 'm', messages, stream: true }, { 'x-sim-tokens': '5', 'x-sim-delay-ms': '20' }))
+  ).events;
   t.ok(performance.now() - start >= 95, '5 tokens x 20 ms');
   t.equal(events.length, 8);
 
@@ -342,7 +358,9 @@ t.test('backpressure: a paused reader still gets every token in order', async (t
   });
   const events = text.split('\n\n').filter((e) => e !== '');
   t.equal(events.length, tokens + 3);
-  const content = payloads(events).map((c) => c.choices[0]?.delta.content ?? '').join('');
+  const content = payloads(events)
+    .map((c) => c.choices[0]?.delta.content ?? '')
+    .join('');
   t.equal(content, simCompletionText(tokens));
 });
 
@@ -362,5 +380,8 @@ t.test('records: bounded, switchable, clearable', async (t) => {
   t.equal((await seen).finished, true, 'waitFor still sees live requests');
   t.equal(off.requests.length, 0);
 
-  await t.rejects(sim.waitFor(() => false, 20), /no matching request within 20 ms/);
+  await t.rejects(
+    sim.waitFor(() => false, 20),
+    /no matching request within 20 ms/,
+  );
 });

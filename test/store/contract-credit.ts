@@ -9,8 +9,16 @@ const FAR = 9_000_000_000_000; // an expiry no reaper run in these tests reaches
 
 function settleInput(account: string, requestId: string, costMicros: number, extra: Partial<SettleInput> = {}): SettleInput {
   return {
-    account, requestId, costMicros, keyId: 'key_1111111111111111', model: 'gpt-test', promptTokens: 12, completionTokens: 34,
-    usageSource: 'upstream', ts: TS2, ...extra,
+    account,
+    requestId,
+    costMicros,
+    keyId: 'key_1111111111111111',
+    model: 'gpt-test',
+    promptTokens: 12,
+    completionTokens: 34,
+    usageSource: 'upstream',
+    ts: TS2,
+    ...extra,
   };
 }
 
@@ -84,7 +92,10 @@ export function creditCases(test: Case): void {
     t.strictSame(await idsOf(ids[3], 10), ids.slice(4));
     t.strictSame(await idsOf(ids[4], 10), [], 'nothing after the last entry');
     t.strictSame(await idsOf(undefined, 100), ids);
-    t.strictSame((await store.ledger(acct, ids[0], 1)).map((e) => e.amount_micros), [2]);
+    t.strictSame(
+      (await store.ledger(acct, ids[0], 1)).map((e) => e.amount_micros),
+      [2],
+    );
     t.strictSame(await store.ledger(uniqueAccount('nobody'), undefined, 10), []);
     t.strictSame(await store.ledger(uniqueAccount('nobody'), ids[0], 10), []);
   });
@@ -118,15 +129,31 @@ export function creditCases(test: Case): void {
     t.strictSame({ ...s, entry_id: 'x' }, { entry_id: 'x', replayed: false, balance_micros: 880, held_micros: 0 });
     t.match(s.entry_id, ENTRY_ID);
     const last = (await allEntries(store, acct)).at(-1);
-    t.strictSame(last, {
-      id: s.entry_id, ts: TS2, kind: 'debit', amount_micros: -120, request_id: 'req-1', key_id: 'key_1111111111111111',
-      model: 'gpt-test', prompt_tokens: 12, completion_tokens: 34, usage_source: 'upstream', hold_micros: 300,
-    }, 'numbers come back as numbers');
+    t.strictSame(
+      last,
+      {
+        id: s.entry_id,
+        ts: TS2,
+        kind: 'debit',
+        amount_micros: -120,
+        request_id: 'req-1',
+        key_id: 'key_1111111111111111',
+        model: 'gpt-test',
+        prompt_tokens: 12,
+        completion_tokens: 34,
+        usage_source: 'upstream',
+        hold_micros: 300,
+      },
+      'numbers come back as numbers',
+    );
     const again = await store.settle(settleInput(acct, 'req-1', 999));
     t.strictSame(again, { entry_id: s.entry_id, replayed: true, balance_micros: 880, held_micros: 0 }, 'no second debit');
     t.equal((await allEntries(store, acct)).length, 2);
-    t.strictSame(await store.hold(acct, 'req-1', 300, FAR), { ok: true, balance_micros: 880, held_micros: 0 },
-      'a hold for a settled request takes nothing');
+    t.strictSame(
+      await store.hold(acct, 'req-1', 300, FAR),
+      { ok: true, balance_micros: 880, held_micros: 0 },
+      'a hold for a settled request takes nothing',
+    );
   });
 
   test('settle with cost 0 still writes an entry', async (t, { store }) => {
@@ -195,7 +222,11 @@ export function creditCases(test: Case): void {
     t.equal((await allEntries(store, acct)).length, 3, 'no duplicate entries');
 
     const s = await store.settle(settleInput(acct, 'exp-1', 80));
-    t.strictSame({ balance: s.balance_micros, held: s.held_micros }, { balance: 920, held: 300 }, 'reaped then settled: held not released twice');
+    t.strictSame(
+      { balance: s.balance_micros, held: s.held_micros },
+      { balance: 920, held: 300 },
+      'reaped then settled: held not released twice',
+    );
     t.equal((await allEntries(store, acct)).at(-1)?.hold_micros, 0);
     t.equal(await store.reapExpiredHolds(5000, TS2), 1);
     t.strictSame(await store.getAccount(acct), { id: acct, balance_micros: 920, held_micros: 0 });

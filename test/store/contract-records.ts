@@ -8,8 +8,18 @@ type MakePeer = (t: Test, store: Store) => Promise<Store>;
 
 function keyRecord(id: string, account: string, extra: Partial<KeyRecord> = {}): KeyRecord {
   return {
-    id, account, env: 'live', name: `name of ${id}`, active: true, scopes: ['chat', 'models', 'shares'], models: [],
-    rate_limits: null, created_at: TS, last4: 'wxyz', version: 1, ...extra,
+    id,
+    account,
+    env: 'live',
+    name: `name of ${id}`,
+    active: true,
+    scopes: ['chat', 'models', 'shares'],
+    models: [],
+    rate_limits: null,
+    created_at: TS,
+    last4: 'wxyz',
+    version: 1,
+    ...extra,
   };
 }
 
@@ -57,10 +67,17 @@ export function recordCases(test: Case, makePeer: MakePeer): void {
   });
 
   test('shares round-trip byte-exact; revoke sets revoked_at once', async (t, { store }) => {
-    const snapshot = '{"title": "Ünïcødé 🌍 —\u2028 raw, \\u2028 escaped",\n  "messages":[{"role":"user","content":"日本語 \\"quoted\\" \\u0000"}],"metadata":{}}';
+    const snapshot =
+      '{"title": "Ünïcødé 🌍 —\u2028 raw, \\u2028 escaped",\n  "messages":[{"role":"user","content":"日本語 \\"quoted\\" \\u0000"}],"metadata":{}}';
     const share: ShareRecord = {
-      slug: 'A1b2C3d4E5f6G7h8J9k1m2', account: uniqueAccount(), created_at: TS, snapshot,
-      files: [{ name: 'chart 📈.png', content_type: 'image/png', size: 12345 }, { name: 'notes.txt', content_type: 'text/plain', size: 0 }],
+      slug: 'A1b2C3d4E5f6G7h8J9k1m2',
+      account: uniqueAccount(),
+      created_at: TS,
+      snapshot,
+      files: [
+        { name: 'chart 📈.png', content_type: 'image/png', size: 12345 },
+        { name: 'notes.txt', content_type: 'text/plain', size: 0 },
+      ],
       revoked_at: null,
     };
     const bare: ShareRecord = { ...share, slug: 'Z1b2C3d4E5f6G7h8J9k1m2', snapshot: '{}', files: [] };
@@ -72,7 +89,11 @@ export function recordCases(test: Case, makePeer: MakePeer): void {
     t.strictSame(await store.getShare(bare.slug), bare, 'empty file list');
     t.equal(await store.getShare('unknownunknownunknown1'), null);
     t.strictSame(await store.revokeShare(share.slug, TS2), { ...share, revoked_at: TS2 });
-    t.strictSame(await store.revokeShare(share.slug, '2026-12-01T00:00:00.000Z'), { ...share, revoked_at: TS2 }, 'second revoke keeps the first time');
+    t.strictSame(
+      await store.revokeShare(share.slug, '2026-12-01T00:00:00.000Z'),
+      { ...share, revoked_at: TS2 },
+      'second revoke keeps the first time',
+    );
     t.strictSame(await store.getShare(share.slug), { ...share, revoked_at: TS2 });
     t.equal(await store.revokeShare('unknownunknownunknown1', TS2), null);
     t.equal(await store.getShare('unknownunknownunknown1'), null, 'revoking an unknown slug creates nothing');

@@ -12,15 +12,32 @@ t.test('consume, reward, penalty and get run through the pipe; forced expiries t
   const redis = await startRedis(t);
   if (!redis) return;
   const u = new URL(redis.url);
-  const pipe = createScriptPipe({ target: { host: u.hostname, port: Number(u.port), db: Number(u.pathname.slice(1) || 0) }, commandTimeoutMs: 2000 });
+  const pipe = createScriptPipe({
+    target: { host: u.hostname, port: Number(u.port), db: Number(u.pathname.slice(1) || 0) },
+    commandTimeoutMs: 2000,
+  });
   t.teardown(() => pipe.close());
   await pipe.ready;
   let runs = 0;
-  const counted: ScriptPipe = { ...pipe, get connected() { return pipe.connected; }, ready: pipe.ready, close: () => pipe.close(), run: (...a) => (runs++, pipe.run(...a)) };
+  const counted: ScriptPipe = {
+    ...pipe,
+    get connected() {
+      return pipe.connected;
+    },
+    ready: pipe.ready,
+    close: () => pipe.close(),
+    run: (...a) => (runs++, pipe.run(...a)),
+  };
   const io = new Redis(redis.url, { lazyConnect: true });
   t.teardown(() => io.disconnect());
   await io.connect();
-  const limiter = new RateLimiterRedis({ storeClient: limiterClient(io, counted), keyPrefix: 'lc', points: 100, duration: 60, rejectIfRedisNotReady: true });
+  const limiter = new RateLimiterRedis({
+    storeClient: limiterClient(io, counted),
+    keyPrefix: 'lc',
+    points: 100,
+    duration: 60,
+    rejectIfRedisNotReady: true,
+  });
 
   t.equal((await limiter.consume('k', 3)).consumedPoints, 3);
   t.equal((await limiter.consume('k', 4)).consumedPoints, 7);
@@ -62,7 +79,14 @@ t.test("readiness is the pipe's: while it is down, calls go to the insurance lim
   await io.connect();
   const client = limiterClient(io, pipe);
   const insurance = new RateLimiterMemory({ keyPrefix: 'lc', points: 100, duration: 60 });
-  const limiter = new RateLimiterRedis({ storeClient: client, keyPrefix: 'lc', points: 100, duration: 60, rejectIfRedisNotReady: true, insuranceLimiter: insurance });
+  const limiter = new RateLimiterRedis({
+    storeClient: client,
+    keyPrefix: 'lc',
+    points: 100,
+    duration: 60,
+    rejectIfRedisNotReady: true,
+    insuranceLimiter: insurance,
+  });
   t.equal(client.status, 'ready');
   t.equal((await limiter.consume('k', 1)).consumedPoints, 1, 'counted in Redis');
 

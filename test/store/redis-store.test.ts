@@ -26,17 +26,26 @@ async function startHoldingRelay(t: Test, port: number): Promise<{ url: string; 
     const holdHere = holding;
     upstream.on('data', (chunk: Buffer) => {
       // RESP2 array or RESP3 push: the reply to SUBSCRIBE starts with the bulk string "subscribe".
-      if (holdHere && !stopped && chunk.includes('$9\r\nsubscribe\r\n')) (stopped = true), held++;
+      if (holdHere && !stopped && chunk.includes('$9\r\nsubscribe\r\n')) ((stopped = true), held++);
       if (!stopped) client.write(chunk);
     });
     client.on('data', (chunk: Buffer) => upstream.write(chunk));
-    for (const [a, b] of [[client, upstream], [upstream, client]] as const) {
+    for (const [a, b] of [
+      [client, upstream],
+      [upstream, client],
+    ] as const) {
       a.on('error', () => b.destroy());
-      a.on('close', () => { open.delete(a); b.destroy(); });
+      a.on('close', () => {
+        open.delete(a);
+        b.destroy();
+      });
     }
   });
   await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
-  t.teardown(() => { server.close(); for (const s of open) s.destroy(); });
+  t.teardown(() => {
+    server.close();
+    for (const s of open) s.destroy();
+  });
   return {
     url: `redis://127.0.0.1:${(server.address() as AddressInfo).port}`,
     held: () => held,
@@ -76,16 +85,32 @@ if (redis) {
     const accounts = ['acme', 'team.b:eu-1_x'];
     for (const acct of accounts) {
       await store.createKey(`hash-${acct}`, {
-        id: `key_${acct}`, account: acct, env: 'live', name: 'k', active: true, scopes: ['chat'], models: [], rate_limits: null,
-        created_at: TS, last4: 'abcd', version: 1,
+        id: `key_${acct}`,
+        account: acct,
+        env: 'live',
+        name: 'k',
+        active: true,
+        scopes: ['chat'],
+        models: [],
+        rate_limits: null,
+        created_at: TS,
+        last4: 'abcd',
+        version: 1,
       });
       await store.grant(acct, 1000, 'idem-1', 'note', TS);
       await store.hold(acct, 'req-settled', 100, 5_000);
       await store.hold(acct, 'req-open', 100, 9_000_000_000_000);
       await store.hold(acct, 'req-expired', 100, 1_000);
       await store.settle({
-        account: acct, requestId: 'req-settled', costMicros: 10, keyId: `key_${acct}`, model: 'm', promptTokens: 1,
-        completionTokens: 1, usageSource: 'upstream', ts: TS,
+        account: acct,
+        requestId: 'req-settled',
+        costMicros: 10,
+        keyId: `key_${acct}`,
+        model: 'm',
+        promptTokens: 1,
+        completionTokens: 1,
+        usageSource: 'upstream',
+        ts: TS,
       });
     }
     await store.reapExpiredHolds(2_000, TS);
@@ -103,8 +128,15 @@ if (redis) {
     const stray = keys.filter((k) => !global.test(k) && !accounts.some((a) => k.startsWith(`{acct:${a}}:`)));
     t.strictSame(stray, [], 'no key outside an account tag except the global ones');
     for (const acct of accounts) {
-      const mine = keys.filter((k) => k.startsWith(`{acct:${acct}}:`)).map((k) => k.slice(`{acct:${acct}}:`.length)).sort();
-      t.strictSame(mine, ['bal', 'done:req-settled', 'holds', 'idem', 'keys', 'ledger'], `${acct}: balance, ledger, idempotency, holds, settled marker, key set`);
+      const mine = keys
+        .filter((k) => k.startsWith(`{acct:${acct}}:`))
+        .map((k) => k.slice(`{acct:${acct}}:`.length))
+        .sort();
+      t.strictSame(
+        mine,
+        ['bal', 'done:req-settled', 'holds', 'idem', 'keys', 'ledger'],
+        `${acct}: balance, ledger, idempotency, holds, settled marker, key set`,
+      );
     }
   });
 
@@ -115,13 +147,26 @@ if (redis) {
     const before = await redis.client.dbsize();
     for (const id of ['req-1', 'req-2']) {
       await store.hold('acme', id, 100, 9_000_000_000_000);
-      await store.settle({ account: 'acme', requestId: id, costMicros: 10, keyId: 'key_a', model: 'm', promptTokens: 1, completionTokens: 1, usageSource: 'upstream', ts: TS });
+      await store.settle({
+        account: 'acme',
+        requestId: id,
+        costMicros: 10,
+        keyId: 'key_a',
+        model: 'm',
+        promptTokens: 1,
+        completionTokens: 1,
+        usageSource: 'upstream',
+        ts: TS,
+      });
     }
     // Two settled requests: their two markers (holds hash and index emptied, so deleted); nothing else grew.
     t.equal(await redis.client.dbsize(), before + 2, 'one key per settled request');
     for (const id of ['req-1', 'req-2']) {
       const ttl = await redis.client.pttl(`{acct:acme}:done:${id}`);
-      t.ok(ttl > (SETTLED_TTL_S - 5) * 1000 && ttl <= SETTLED_TTL_S * 1000, `${id}: marker TTL ${ttl} ms is the configured ${SETTLED_TTL_S} s`);
+      t.ok(
+        ttl > (SETTLED_TTL_S - 5) * 1000 && ttl <= SETTLED_TTL_S * 1000,
+        `${id}: marker TTL ${ttl} ms is the configured ${SETTLED_TTL_S} s`,
+      );
     }
   });
 
@@ -142,7 +187,10 @@ if (redis) {
     ];
     for (const [name, call] of calls) {
       const started = Date.now();
-      const err = await call().then(() => null, (e: unknown) => e);
+      const err = await call().then(
+        () => null,
+        (e: unknown) => e,
+      );
       t.ok(err instanceof GatewayError, `${name} rejects with a GatewayError`);
       t.equal((err as GatewayError | null)?.code, 'store_unavailable', `${name}: store_unavailable`);
       // A bound that proves "no hang" (ioredis defaults would queue for ~74 s), not a speed check.
@@ -180,7 +228,12 @@ if (redis) {
     t.teardown(() => void process.off('unhandledRejection', onRejection));
     const relay = await startHoldingRelay(t, redis!.port);
     const errors: Error[] = [];
-    const store = await createRedisStore({ url: relay.url, commandTimeoutMs: COMMAND_TIMEOUT_MS, settledTtlSeconds: SETTLED_TTL_S, onError: (e) => errors.push(e) });
+    const store = await createRedisStore({
+      url: relay.url,
+      commandTimeoutMs: COMMAND_TIMEOUT_MS,
+      settledTtlSeconds: SETTLED_TTL_S,
+      onError: (e) => errors.push(e),
+    });
     relay.cut();
     await waitFor(() => relay.held() > 0, 5000, 'the SUBSCRIBE sent after the reconnect');
     return { store, errors, rejections };
@@ -191,8 +244,11 @@ if (redis) {
     // Its reply never comes: close now, as a shutdown may at any moment.
     await store.close();
     await sleep(50);
-    t.same(rejections.map(String), [], 'the pending SUBSCRIBE failed into the store\'s error handler, not unhandled');
-    t.ok(errors.some((e) => /Connection is closed|timed out/.test(e.message)), 'the store\'s error handler saw it');
+    t.same(rejections.map(String), [], "the pending SUBSCRIBE failed into the store's error handler, not unhandled");
+    t.ok(
+      errors.some((e) => /Connection is closed|timed out/.test(e.message)),
+      "the store's error handler saw it",
+    );
   });
 
   t.test('a re-subscribe whose reply is late fails into the error handler (unhandled, Node would exit)', async (t) => {

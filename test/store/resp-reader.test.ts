@@ -203,7 +203,11 @@ t.test('an unknown type byte throws', async (t) => {
   const got: Plain[] = [];
   const reader = new RespReader((r) => got.push(plain(r)));
   t.throws(() => reader.feed(Buffer.from('?what\r\n')), /unexpected RESP type byte 0x3f/, 'a top-level unknown type');
-  t.throws(() => reader.feed(Buffer.from(':1\r\n*1\r\n%1\r\n')), /unexpected RESP type byte 0x25/, 'an unknown type inside an array (a RESP3 map)');
+  t.throws(
+    () => reader.feed(Buffer.from(':1\r\n*1\r\n%1\r\n')),
+    /unexpected RESP type byte 0x25/,
+    'an unknown type inside an array (a RESP3 map)',
+  );
   t.same(got, [1], 'replies before the bad one were delivered');
   reader.reset();
   reader.feed(Buffer.from(':3\r\n'));

@@ -8,7 +8,14 @@ import { readFile } from 'node:fs/promises';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { Redis } from 'ioredis';
 import * as K from '../../src/store/redis-keys.ts';
-import { createScriptPipe, luaScript, PipeError, type PipeTarget, type ScriptPipe, type ScriptPipeOptions } from '../../src/store/script-pipe.ts';
+import {
+  createScriptPipe,
+  luaScript,
+  PipeError,
+  type PipeTarget,
+  type ScriptPipe,
+  type ScriptPipeOptions,
+} from '../../src/store/script-pipe.ts';
 import { freePort } from '../helpers/ports.ts';
 import { requireRedis, startRedis, type RedisFixture } from '../helpers/redis.ts';
 import { waitFor } from '../helpers/wait.ts';
@@ -63,9 +70,13 @@ async function startAuthServer(t: Test, password: string): Promise<{ port: numbe
   let port = 0;
   for (let attempt = 1; !child; attempt++) {
     port = await freePort();
-    const c = spawn('redis-server', ['--port', String(port), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no', '--requirepass', password], {
-      stdio: ['ignore', 'pipe', 'pipe'],
-    });
+    const c = spawn(
+      'redis-server',
+      ['--port', String(port), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no', '--requirepass', password],
+      {
+        stdio: ['ignore', 'pipe', 'pipe'],
+      },
+    );
     let log = '';
     c.stdout.on('data', (b: Buffer) => (log = (log + b.toString()).slice(-8192)));
     c.stderr.on('data', (b: Buffer) => (log = (log + b.toString()).slice(-8192)));
@@ -137,7 +148,7 @@ t.test('the credit scripts come back the way the store reads them', async (t) =>
   const member = JSON.stringify([acct, 'r1']);
   const holdKeys = [K.balance(acct), K.holds(acct), K.settled(acct, 'r1'), K.HOLD_INDEX];
   t.same(await pipe.run(hold, holdKeys, ['r1', 100, Date.now() + 60_000, member]), [1, 1000, 100], 'hold: [ok, balance, held]');
-  t.equal(await redis.client.zscore(K.HOLD_INDEX, member) !== null, true, 'the hold is indexed');
+  t.equal((await redis.client.zscore(K.HOLD_INDEX, member)) !== null, true, 'the hold is indexed');
   const settleKeys = [K.balance(acct), K.holds(acct), K.ledger(acct), K.settled(acct, 'r1'), K.HOLD_INDEX];
   const args = ['r1', 40, '2026-11-22T10:00:00.000Z', 'key_1', 'm', 3, 5, 'reported', 60, member];
   const first = (await pipe.run(settle, settleKeys, args)) as [string, number, number, number];
@@ -162,7 +173,11 @@ t.test('500 calls in one tick each resolve with their own reply, in order', asyn
     );
     const wrong = replies.flatMap((r, i) => (JSON.stringify(r) === JSON.stringify([1, i, `k${i}`]) ? [] : [`${i}: ${JSON.stringify(r)}`]));
     t.same(wrong, [], `${phase}: every call got its own reply`);
-    t.same(order, Array.from({ length: 500 }, (_, i) => i), `${phase}: calls resolved in the order they were made`);
+    t.same(
+      order,
+      Array.from({ length: 500 }, (_, i) => i),
+      `${phase}: calls resolved in the order they were made`,
+    );
   }
 });
 
@@ -172,15 +187,15 @@ t.test('NOSCRIPT: after SCRIPT FLUSH the call falls back to EVAL once, which cac
   const pipe = openPipe(t, { target: targetOf(redis) });
   await pipe.ready;
   t.same(await pipe.run(ECHO, ['a'], [1]), [1, 1, 'a'], 'first call');
-  t.equal((await redis.client.script('EXISTS', ECHO.sha) as number[])[0], 1, 'the first call cached the script');
+  t.equal(((await redis.client.script('EXISTS', ECHO.sha)) as number[])[0], 1, 'the first call cached the script');
 
   await redis.client.script('FLUSH');
-  t.equal((await redis.client.script('EXISTS', ECHO.sha) as number[])[0], 0, 'flushed');
+  t.equal(((await redis.client.script('EXISTS', ECHO.sha)) as number[])[0], 0, 'flushed');
   const eval0 = await calls(redis.client, 'eval');
   const evalsha0 = await calls(redis.client, 'evalsha');
   t.same(await pipe.run(ECHO, ['b'], [2]), [1, 2, 'b'], 'the call after the flush succeeds');
   t.equal((await calls(redis.client, 'eval')) - eval0, 1, 'through exactly one EVAL');
-  t.equal((await redis.client.script('EXISTS', ECHO.sha) as number[])[0], 1, 'the EVAL cached the script again');
+  t.equal(((await redis.client.script('EXISTS', ECHO.sha)) as number[])[0], 1, 'the EVAL cached the script again');
 
   const eval1 = await calls(redis.client, 'eval');
   const evalsha1 = await calls(redis.client, 'evalsha');
@@ -201,7 +216,11 @@ t.test('scripts: loaded in every handshake, so a restarted Redis sees no EVAL st
   await redis.start();
   t.ok(await waitFor(() => pipe.connected, 3000), 'the pipe reconnects to the restarted, empty server');
   const burst = await Promise.all(Array.from({ length: 50 }, (_, i) => pipe.run(ECHO, [`k${i}`], [i])));
-  t.same(burst.filter((r, i) => JSON.stringify(r) !== JSON.stringify([1, i, `k${i}`])), [], 'a burst of 50 calls right after: each gets its own reply');
+  t.same(
+    burst.filter((r, i) => JSON.stringify(r) !== JSON.stringify([1, i, `k${i}`])),
+    [],
+    'a burst of 50 calls right after: each gets its own reply',
+  );
   t.equal(await calls(redis.client, 'eval'), 0, 'none of them fell back to EVAL');
   t.equal(await calls(redis.client, 'evalsha'), 50, 'all by EVALSHA');
 });
@@ -212,9 +231,17 @@ t.test('scripts: a SCRIPT LOAD the server refuses is reported, not fatal; NOSCRI
   const admin = await server.client();
   await admin.call('ACL', 'SETUSER', 'noscript', 'on', '>pw', '~*', '+@all', '-script');
   const errors: Error[] = [];
-  const pipe = openPipe(t, { target: { host: '127.0.0.1', port: server.port, username: 'noscript', password: 'pw' }, scripts: [ECHO], onError: (e) => errors.push(e) });
+  const pipe = openPipe(t, {
+    target: { host: '127.0.0.1', port: server.port, username: 'noscript', password: 'pw' },
+    scripts: [ECHO],
+    onError: (e) => errors.push(e),
+  });
   await pipe.ready;
-  t.match(errors.map((e) => e.message), [/refused SCRIPT LOAD .*NOPERM/], 'the refusal reaches onError');
+  t.match(
+    errors.map((e) => e.message),
+    [/refused SCRIPT LOAD .*NOPERM/],
+    'the refusal reaches onError',
+  );
   t.ok(pipe.connected, 'the connection stays up');
   t.same(await pipe.run(ECHO, ['n'], [7]), [1, 7, 'n'], 'calls work, through the EVAL fallback');
 });
@@ -255,11 +282,21 @@ t.test('AUTH: password, user and password, wrong password, none', async (t) => {
 
   // A long command timeout: a rejection well before it is the handshake failing, not the watchdog.
   const errors: Error[] = [];
-  const wrong = openPipe(t, { target: { host, port: server.port, password: 'wrong' }, commandTimeoutMs: 10_000, onError: (e) => errors.push(e) });
-  const readyErr = await wrong.ready.then(() => undefined, (e: unknown) => e as Error);
+  const wrong = openPipe(t, {
+    target: { host, port: server.port, password: 'wrong' },
+    commandTimeoutMs: 10_000,
+    onError: (e) => errors.push(e),
+  });
+  const readyErr = await wrong.ready.then(
+    () => undefined,
+    (e: unknown) => e as Error,
+  );
   t.match(readyErr?.message, /handshake failed: WRONGPASS/, 'with a wrong password `ready` rejects with the handshake failure');
   t.ok(readyErr instanceof PipeError, 'as a PipeError');
-  t.ok(errors.some((e) => /handshake failed: WRONGPASS/.test(e.message)), 'and onError hears of it (the store logs it)');
+  t.ok(
+    errors.some((e) => /handshake failed: WRONGPASS/.test(e.message)),
+    'and onError hears of it (the store logs it)',
+  );
   const { err, ms } = await rejection(wrong.run(ECHO, ['k'], [1]));
   t.match(err.message, /handshake failed|not connected/, 'a call rejects (handshake failure, or refused between attempts)');
   t.ok(ms < 1000, `and at once, not after the command timeout (${ms.toFixed(0)} ms)`);
@@ -321,7 +358,10 @@ t.test('a command unanswered past commandTimeoutMs fails, and the pipe recovers'
   t.ok(ms >= 150 && ms < 1000, `about commandTimeoutMs after the call (${ms.toFixed(0)} ms), long before the pause ends`);
   t.equal(connectedAtFailure, false, 'the stuck connection is dropped');
   for (const p of behind) t.match((await rejection(p, 100)).err.message, /timed out/, 'the calls queued behind it fail with it');
-  t.ok(errors.some((e) => e === err), 'onError got the timeout');
+  t.ok(
+    errors.some((e) => e === err),
+    'onError got the timeout',
+  );
 
   await redis.client.ping(); // answered once the pause is over
   t.ok(await waitFor(() => pipe.connected, 3000), 'the pipe has reconnected');
@@ -334,7 +374,9 @@ t.test('close(): calls in flight and later calls reject, and it stays closed', a
   const pipe = createScriptPipe({ target: { host: '127.0.0.1', port: redis.port }, commandTimeoutMs: 5000 });
   t.teardown(() => pipe.close());
   await pipe.ready;
-  const SLOW = luaScript("local t0 = redis.call('TIME') repeat local t = redis.call('TIME') until (t[1] - t0[1]) * 1e6 + (t[2] - t0[2]) > 300000 return 1");
+  const SLOW = luaScript(
+    "local t0 = redis.call('TIME') repeat local t = redis.call('TIME') until (t[1] - t0[1]) * 1e6 + (t[2] - t0[2]) > 300000 return 1",
+  );
   t.equal(await pipe.run(SLOW, [], []), 1, 'the slow script works');
   const clientsBefore = await connectedClients(redis.client);
 
@@ -380,7 +422,10 @@ t.test('close() before the connection opened: ready rejects instead of hanging',
   const port = await freePort();
   const pipe = createScriptPipe({ target: { host: '127.0.0.1', port }, commandTimeoutMs: 2000 });
   pipe.close();
-  const err = await pipe.ready.then(() => undefined, (e: unknown) => e as Error);
+  const err = await pipe.ready.then(
+    () => undefined,
+    (e: unknown) => e as Error,
+  );
   t.match(err?.message, /closed/, '`ready` rejects with the close');
 });
 
@@ -419,7 +464,10 @@ t.test('close(): nothing the pipe made keeps the process alive', async (t) => {
 });
 
 /** A fake Redis on loopback: `onData` sees each chunk a connection receives and may answer on it. */
-async function fakeServer(t: Test, onData: (s: Socket, chunk: string, conn: number) => void): Promise<{ port: number; connections: number }> {
+async function fakeServer(
+  t: Test,
+  onData: (s: Socket, chunk: string, conn: number) => void,
+): Promise<{ port: number; connections: number }> {
   const state = { port: 0, connections: 0 };
   const sockets = new Set<Socket>();
   const server = createServer((s) => {

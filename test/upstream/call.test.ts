@@ -22,17 +22,29 @@ t.test('classify: connect failures are unavailable, pre-header and idle timeouts
     [new Error('plain'), { kind: 'error', reason: 'error' }],
     [{}, { kind: 'error', reason: 'error' }],
   ];
-  for (const [err, want] of table) t.same(classify(err), want, JSON.stringify(err) === '{}' ? 'no code' : String((err as { code?: string }).code ?? 'Error'));
+  for (const [err, want] of table)
+    t.same(classify(err), want, JSON.stringify(err) === '{}' ? 'no code' : String((err as { code?: string }).code ?? 'Error'));
 });
 
 /** A controller that records what the handler asked of it. */
 function fakeController() {
   const log: string[] = [];
   const c = {
-    aborted: false, paused: false, reason: null as Error | null,
-    abort(reason: Error) { log.push(`abort:${reason.message}`); c.aborted = true; },
-    pause() { log.push('pause'); c.paused = true; },
-    resume() { log.push('resume'); c.paused = false; },
+    aborted: false,
+    paused: false,
+    reason: null as Error | null,
+    abort(reason: Error) {
+      log.push(`abort:${reason.message}`);
+      c.aborted = true;
+    },
+    pause() {
+      log.push('pause');
+      c.paused = true;
+    },
+    resume() {
+      log.push('resume');
+      c.paused = false;
+    },
   };
   return { c: c as unknown as Dispatcher.DispatchController, log };
 }

@@ -4,28 +4,55 @@ import t from 'tap';
 import { createHeaderPolicy } from '../../src/upstream/headers.ts';
 
 const client = {
-  host: 'gateway.example', connection: 'keep-alive, x-secret-hop', 'keep-alive': 'timeout=5', 'transfer-encoding': 'chunked', te: 'trailers',
-  'proxy-authorization': 'Basic abc', 'content-length': '999', authorization: 'Bearer svc-live-CLIENTKEY', cookie: 'sid=1',
-  'x-api-key': 'svc-live-CLIENTKEY', 'x-request-id': 'client-id', 'accept-encoding': 'gzip', 'content-type': 'text/plain',
-  'user-agent': 'OpenAI/JS 7.57.0', 'x-stainless-retry-count': '0', accept: 'application/json',
-  traceparent: '00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01', tracestate: 'v=1', baggage: 'k=v',
+  host: 'gateway.example',
+  connection: 'keep-alive, x-secret-hop',
+  'keep-alive': 'timeout=5',
+  'transfer-encoding': 'chunked',
+  te: 'trailers',
+  'proxy-authorization': 'Basic abc',
+  'content-length': '999',
+  authorization: 'Bearer svc-live-CLIENTKEY',
+  cookie: 'sid=1',
+  'x-api-key': 'svc-live-CLIENTKEY',
+  'x-request-id': 'client-id',
+  'accept-encoding': 'gzip',
+  'content-type': 'text/plain',
+  'user-agent': 'OpenAI/JS 7.57.0',
+  'x-stainless-retry-count': '0',
+  accept: 'application/json',
+  traceparent: '00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01',
+  tracestate: 'v=1',
+  baggage: 'k=v',
   // The attack: pick the operator's org/project, spoof the address, steer a routing proxy.
-  'openai-organization': 'org-attacker', 'openai-project': 'proj-attacker', 'x-forwarded-for': '10.0.0.1', forwarded: 'for=10.0.0.1',
-  'helicone-target-url': 'http://evil.example', 'x-sim-tokens': '3',
+  'openai-organization': 'org-attacker',
+  'openai-project': 'proj-attacker',
+  'x-forwarded-for': '10.0.0.1',
+  forwarded: 'for=10.0.0.1',
+  'helicone-target-url': 'http://evil.example',
+  'x-sim-tokens': '3',
 };
 
 t.test('toward the upstream: only the allowlist, then ours', async (t) => {
   const out = createHeaderPolicy().upstreamRequest(client, 'req_ours', 'Bearer upstream-secret', 123);
   t.same(out, {
-    accept: 'application/json', 'user-agent': 'OpenAI/JS 7.57.0',
-    traceparent: '00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01', tracestate: 'v=1', baggage: 'k=v',
-    'content-type': 'application/json', 'content-length': '123', 'x-request-id': 'req_ours', authorization: 'Bearer upstream-secret',
+    accept: 'application/json',
+    'user-agent': 'OpenAI/JS 7.57.0',
+    traceparent: '00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01',
+    tracestate: 'v=1',
+    baggage: 'k=v',
+    'content-type': 'application/json',
+    'content-length': '123',
+    'x-request-id': 'req_ours',
+    authorization: 'Bearer upstream-secret',
   });
   t.notMatch(JSON.stringify(out), 'CLIENTKEY');
 });
 
 t.test('upstream.forward_headers adds names; credentials and framing can never be added', async (t) => {
-  const p = createHeaderPolicy({ forward: ['x-sim-tokens', 'openai-project', 'authorization', 'cookie', 'content-length', 'x-request-id'], return: [] });
+  const p = createHeaderPolicy({
+    forward: ['x-sim-tokens', 'openai-project', 'authorization', 'cookie', 'content-length', 'x-request-id'],
+    return: [],
+  });
   const out = p.upstreamRequest(client, 'req_x', undefined, 2);
   t.equal(out['x-sim-tokens'], '3');
   t.equal(out['openai-project'], 'proj-attacker', 'the operator asked for it');
@@ -36,16 +63,34 @@ t.test('upstream.forward_headers adds names; credentials and framing can never b
 });
 
 t.test('toward the upstream: repeated headers joined; no upstream credential means no authorization', async (t) => {
-  const out = createHeaderPolicy({ forward: ['x-multi'], return: [] }).upstreamRequest({ 'x-multi': ['a', 'b'], authorization: 'Bearer svc-test-k' }, 'req_x', undefined, 0);
+  const out = createHeaderPolicy({ forward: ['x-multi'], return: [] }).upstreamRequest(
+    { 'x-multi': ['a', 'b'], authorization: 'Bearer svc-test-k' },
+    'req_x',
+    undefined,
+    0,
+  );
   t.equal(out['x-multi'], 'a, b');
   t.notOk('authorization' in out);
 });
 
 const upstream = {
-  connection: 'keep-alive', 'transfer-encoding': 'chunked', server: 'uvicorn', 'set-cookie': ['a=1', 'b=2'], 'www-authenticate': 'Bearer',
-  'x-powered-by': 'Express', via: '1.1 lb', date: 'Tue, 01 Jan 2030 00:00:00 GMT', 'x-request-id': 'upstream-id', 'content-length': '10',
-  'content-encoding': 'gzip', 'content-type': 'text/event-stream', 'cache-control': 'no-cache', 'openai-organization': 'org-operator',
-  'openai-processing-ms': '12', 'x-ratelimit-remaining-tokens': '5', 'x-internal-host': 'gpu-node-7.internal',
+  connection: 'keep-alive',
+  'transfer-encoding': 'chunked',
+  server: 'uvicorn',
+  'set-cookie': ['a=1', 'b=2'],
+  'www-authenticate': 'Bearer',
+  'x-powered-by': 'Express',
+  via: '1.1 lb',
+  date: 'Tue, 01 Jan 2030 00:00:00 GMT',
+  'x-request-id': 'upstream-id',
+  'content-length': '10',
+  'content-encoding': 'gzip',
+  'content-type': 'text/event-stream',
+  'cache-control': 'no-cache',
+  'openai-organization': 'org-operator',
+  'openai-processing-ms': '12',
+  'x-ratelimit-remaining-tokens': '5',
+  'x-internal-host': 'gpu-node-7.internal',
 };
 
 t.test('toward the client: only content-type and cache-control by default', async (t) => {

@@ -6,20 +6,36 @@ import { compileConfig } from '../../src/config/schema.ts';
 import { createUpstreams, type Upstream } from '../../src/upstream/pool.ts';
 
 const ups = (...urls: (string | { url: string; api_key: string })[]) => urls.map((u) => (typeof u === 'string' ? { url: u } : u));
-const config = compileConfig({
-  models: [
-    { name: 'a', price: { input: 1, output: 1 }, upstreams: ups('http://10.0.0.1:8000/v1', 'http://10.0.0.2:8000/v1/', 'http://10.0.0.3:9000') },
-    { name: 'b', price: { input: 1, output: 1 }, upstreams: ups('http://10.0.0.1:8000/v1', { url: 'http://10.0.0.2:8000/v1', api_key: 'other' }) },
-    { name: 'solo', price: { input: 1, output: 1 }, upstreams: ups({ url: 'https://api.example.com/openai/v1', api_key: 'k1' }) },
-  ],
-}, {});
-const [A, B, SOLO] = config.models as [typeof config.models[0], typeof config.models[0], typeof config.models[0]];
+const config = compileConfig(
+  {
+    models: [
+      {
+        name: 'a',
+        price: { input: 1, output: 1 },
+        upstreams: ups('http://10.0.0.1:8000/v1', 'http://10.0.0.2:8000/v1/', 'http://10.0.0.3:9000'),
+      },
+      {
+        name: 'b',
+        price: { input: 1, output: 1 },
+        upstreams: ups('http://10.0.0.1:8000/v1', { url: 'http://10.0.0.2:8000/v1', api_key: 'other' }),
+      },
+      { name: 'solo', price: { input: 1, output: 1 }, upstreams: ups({ url: 'https://api.example.com/openai/v1', api_key: 'k1' }) },
+    ],
+  },
+  {},
+);
+const [A, B, SOLO] = config.models as [(typeof config.models)[0], (typeof config.models)[0], (typeof config.models)[0]];
 const NONE: ReadonlySet<Upstream> = new Set();
 /** The first three upstreams of a model, typed as present. */
 const three = (list: readonly Upstream[]) => list.slice(0, 3) as [Upstream, Upstream, Upstream];
 
 function make(t: { teardown(fn: () => unknown): void }, o: { ejectAfterFailures?: number; ejectSeconds?: number } = {}) {
-  const u = createUpstreams(config.models, { connectTimeoutMs: 100, ejectAfterFailures: o.ejectAfterFailures ?? 3, ejectSeconds: o.ejectSeconds ?? 10, maxConnections: 0 });
+  const u = createUpstreams(config.models, {
+    connectTimeoutMs: 100,
+    ejectAfterFailures: o.ejectAfterFailures ?? 3,
+    ejectSeconds: o.ejectSeconds ?? 10,
+    maxConnections: 0,
+  });
   t.teardown(() => u.close());
   return u;
 }
