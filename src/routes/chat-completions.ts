@@ -161,7 +161,8 @@ export function chatRoutes(d: ChatDeps): Route[] {
     // allowed to produce (the clamped max_tokens × n it was held for), never 0 for want of a buffer.
     if (!outcome.usage && outcome.uncounted) return { promptTokens: promptEstimate, completionTokens: maxOutput, source: 'estimated' };
     const extra = outcome.text();
-    // The tokenizer (+58 MB, 150–250 ms to load) is only needed when usage is missing: loaded on first need.
+    // The tokenizer (tens of MB and a fraction of a second to load: docs/notes.md §8) is only needed when
+    // usage is missing: loaded on first need.
     // If it cannot load, bytes bound the tokens from above: over-billed at worst, never unbilled.
     if ((!outcome.usage || extra) && !d.tokenizer.loaded) await d.tokenizer.load().catch(() => {});
     // Counted in bounded slices with the event loop served between them (SPEC §12), one deadline per request.

@@ -2,9 +2,8 @@
  * The Redis client handed to rate-limiter-flexible on a single node. Every consume, reward and penalty
  * of RateLimiterRedis runs one script, `rlflxIncr` (its own Lua, registered through `defineCommand`);
  * a test-key chat request runs it three times. Through ioredis each run costs a Command, a timeout timer
- * and an autopipeline batch; through the pipe the test key's gateway CPU went from ~230 to ~130 µs per
- * request (alternating runs, `bench/README.md`), and the script shares the pipe's writes with holds and
- * settles. get() (a MULTI of GET and PTTL: every non-chat request of a key with a token limit) runs one
+ * and an autopipeline batch; through the pipe it is one string and shares the pipe's writes with holds
+ * and settles (the test key's CPU per request, either way: `bench/results/latest.md`). get() (a MULTI of GET and PTTL: every non-chat request of a key with a token limit) runs one
  * script on the pipe too, so readiness and the calls that depend on it share one connection. What is
  * left (forced expiries, `del`) is rare and stays on ioredis.
  *

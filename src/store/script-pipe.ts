@@ -1,10 +1,9 @@
 /**
  * The credit scripts' own Redis connection (single node only): every live request runs two scripts,
- * hold and settle, and on ioredis the pair costs 21–24 µs of client CPU (Command + Script + autopipeline
- * Pipeline objects, a timer per command, promise chains) against 12 µs here; under load the live key's
- * gateway CPU went from 208 to 186 µs per request with this pipe alone. This pipe
- * does the same with one string per command, one write per event-loop turn, one reply reader and one
- * timer for the whole connection (`bench/micro/redis-client.bench.ts` compares both). Everything else
+ * hold and settle, and on ioredis each costs a Command, a Script and an autopipeline Pipeline object, a
+ * timer and promise chains. This pipe does the same with one string per command, one write per
+ * event-loop turn, one reply reader and one timer for the whole connection; what each costs per hold +
+ * settle is measured by `bench/micro/redis-client.bench.ts` (results: `bench/results/micro.md`). Everything else
  * (admin, keys, shares, limits, pub/sub, Cluster) stays on ioredis.
  *
  * Semantics, kept equal to the ioredis client it stands beside:
@@ -237,9 +236,9 @@ export function createScriptPipe(o: ScriptPipeOptions): ScriptPipe {
     if (!flushScheduled) {
       flushScheduled = true;
       // setImmediate, not nextTick: commands queued by every I/O callback of this loop turn share one write.
-      // Settles go out like holds: held back (up to 1 ms, to share a later hold's write) a settle ran in
-      // Redis just before that hold and delayed its reply: +30 µs per live request at c=1, +0.05–0.15 ms
-      // added p50 at 2,000 req/s. Under load they share writes anyway (every turn has holds too).
+      // Settles go out like holds, in their own turn: a settle waiting for a later hold's write runs in
+      // Redis just before that hold and delays its reply. Under load they share writes anyway (every
+      // turn has holds too).
       setImmediate(flush);
     }
     return new Promise<Reply>((resolve, reject) => waiting.push({ resolve, reject, at: performance.now() }));
