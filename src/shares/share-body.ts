@@ -58,7 +58,7 @@ export function parseShareBody(text: string, l: ShareBodyLimits, requireAccount:
   const issues: ValidationIssue[] = [];
   let files: ShareFileInput[] = [];
   try {
-    files = validateShareBody(value, { maxFiles: l.maxFiles, requireAccount: false }).files;
+    files = validateShareBody(value, { maxFiles: l.maxFiles }).files;
   } catch (e) {
     if (!(e instanceof ValidationError)) throw e;
     issues.push(...e.detail);

@@ -47,10 +47,9 @@ export interface ShareInput {
   files: ShareFileInput[];
 }
 
-/** Limits for validateShareBody: `maxFiles` from config; `requireAccount` for the admin variant. */
+/** Limits for validateShareBody: `maxFiles` from config. (The admin variant's `account` is checked by parseShareBody.) */
 export interface ShareBodyOptions {
   maxFiles: number;
-  requireAccount: boolean;
 }
 
 /** Number of characters as Pydantic counts them: code points, not UTF-16 units or bytes. */
@@ -221,7 +220,7 @@ function checkFile(issues: Issues, loc: string[], f: unknown): ShareFileInput | 
 }
 
 /**
- * The share body `{snapshot, files?}` (+ `account` when `requireAccount`), or a ValidationError listing
+ * The share body `{snapshot, files?}`, or a ValidationError listing
  * every issue. `files` defaults to [] and holds at most `maxFiles` entries with unique names (exact,
  * case-sensitive comparison, as S3 keys are; a repeat fails at its own `name` with "duplicate file
  * name"). Unknown top-level keys are ignored; unknown snapshot keys are kept.
@@ -251,12 +250,6 @@ export function validateShareBody(body: unknown, opts: ShareBodyOptions): ShareI
     });
   }
 
-  let account: string | undefined;
-  if (opts.requireAccount) {
-    if (!('account' in body)) issues.missing(['body', 'account'], body);
-    else account = issues.str(['body', 'account'], body.account, 1);
-  }
-
   if (issues.list.length > 0 || !isObj(snapshot)) throw new ValidationError(issues.list);
-  return account === undefined ? { snapshot, files } : { account, snapshot, files };
+  return { snapshot, files };
 }

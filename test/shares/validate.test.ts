@@ -2,6 +2,7 @@ import t, { type Test } from 'tap';
 import { ValidationError, type ValidationIssue } from '../../src/http/errors.ts';
 import { MAX_FILE_SIZE, SLUG_PATTERN, validateShareBody, validateSlug, type ShareBodyOptions } from '../../src/shares/validate.ts';
 import { newSlug } from '../../src/shares/slug.ts';
+import { parseShareBody } from '../../src/shares/share-body.ts';
 
 /** The detail list of the ValidationError fn throws (fails the test if it does not throw one). */
 function detail(t: Test, fn: () => unknown): ValidationIssue[] {
@@ -115,7 +116,7 @@ t.test('validateSlug counts code points, as Pydantic does', async (t) => {
   t.equal(detail(t, () => validateSlug('é'.repeat(21)))[0]!.type, 'string_too_short');
 });
 
-const OPTS: ShareBodyOptions = { maxFiles: 3, requireAccount: false };
+const OPTS: ShareBodyOptions = { maxFiles: 3 };
 const snapshot = { title: 'Hi', model: 'llama', messages: [{ role: 'user', content: 'hello' }], metadata: { a: 1 } };
 
 t.test('validateShareBody accepts a minimal and a full body', async (t) => {
@@ -139,151 +140,28 @@ t.test('snapshot extras and nulls are kept as published', async (t) => {
   t.equal(validateShareBody({ snapshot: s }, OPTS).snapshot, s);
 });
 
-t.test('admin variant requires a non-empty account string', async (t) => {
-  const admin = { maxFiles: 3, requireAccount: true };
-  t.same(validateShareBody({ account: 'acct_1', snapshot }, admin), { account: 'acct_1', snapshot, files: [] });
+t.test('admin variant (parseShareBody): a valid account id is required, its issues beside the rest', async (t) => {
+  const limits = { maxSnapshotBytes: 1 << 20, maxFiles: 3, filesEnabled: true };
+  const parse = (body: unknown) => parseShareBody(JSON.stringify(body), limits, true);
+  t.equal(parse({ account: 'acct_1', snapshot }).account, 'acct_1');
   const body = { snapshot };
-  t.same(
-    detail(t, () => validateShareBody(body, admin)),
-    [{ loc: ['body', 'account'], msg: 'Field required', type: 'missing', input: body, ctx: {} }],
-  );
-  t.same(
-    detail(t, () => validateShareBody({ account: 7, snapshot }, admin)),
-    [{ loc: ['body', 'account'], msg: 'Input should be a valid string', type: 'string_type', input: 7, ctx: {} }],
-  );
-  t.same(
-    detail(t, () => validateShareBody({ account: '', snapshot }, admin)),
-    [
-      {
-        loc: ['body', 'account'],
-        msg: 'String should have at least 1 character',
-        type: 'string_too_short',
-        input: '',
-        ctx: { min_length: 1 },
-      },
-    ],
-  );
-});
-
-t.test('body and snapshot shape errors', async (t) => {
-  const modelMsg = 'Input should be a valid dictionary or object to extract fields from';
-  for (const b of [null, [], 'x', 3]) {
-    t.same(
-      detail(t, () => validateShareBody(b, OPTS)),
-      [{ loc: ['body'], msg: modelMsg, type: 'model_attributes_type', input: b, ctx: {} }],
-    );
-  }
-  t.same(detail(t, () => validateShareBody(undefined, OPTS))[0]!.input, null, 'undefined input is reported as null');
-  t.same(
-    detail(t, () => validateShareBody({}, OPTS)),
-    [{ loc: ['body', 'snapshot'], msg: 'Field required', type: 'missing', input: {}, ctx: {} }],
-  );
-  t.same(
-    detail(t, () => validateShareBody({ snapshot: [1] }, OPTS)),
-    [{ loc: ['body', 'snapshot'], msg: modelMsg, type: 'model_attributes_type', input: [1], ctx: {} }],
-  );
-  t.same(
-    detail(t, () => validateShareBody({ snapshot: { title: 'x' } }, OPTS)),
-    [{ loc: ['body', 'snapshot', 'messages'], msg: 'Field required', type: 'missing', input: { title: 'x' }, ctx: {} }],
-  );
-  t.same(
-    detail(t, () => validateShareBody({ snapshot: { messages: [] } }, OPTS)),
-    [
-      {
-        loc: ['body', 'snapshot', 'messages'],
-        msg: 'List should have at least 1 item after validation, not 0',
-        type: 'too_short',
-        input: [],
-        ctx: { field_type: 'List', min_length: 1, actual_length: 0 },
-      },
-    ],
-  );
-});
-
-t.test('every snapshot issue is reported, in field order', async (t) => {
-  const s = { title: 5, model: ['m'], messages: [{ role: 'user' }, 'hi', null], metadata: 'meta' };
-  t.same(
-    detail(t, () => validateShareBody({ snapshot: s }, OPTS)),
-    [
-      { loc: ['body', 'snapshot', 'title'], msg: 'Input should be a valid string', type: 'string_type', input: 5, ctx: {} },
-      { loc: ['body', 'snapshot', 'model'], msg: 'Input should be a valid string', type: 'string_type', input: ['m'], ctx: {} },
-      { loc: ['body', 'snapshot', 'messages', '1'], msg: 'Input should be a valid dictionary', type: 'dict_type', input: 'hi', ctx: {} },
-      { loc: ['body', 'snapshot', 'messages', '2'], msg: 'Input should be a valid dictionary', type: 'dict_type', input: null, ctx: {} },
-      { loc: ['body', 'snapshot', 'metadata'], msg: 'Input should be a valid dictionary', type: 'dict_type', input: 'meta', ctx: {} },
-    ],
-  );
-  t.same(
-    detail(t, () => validateShareBody({ snapshot: { messages: 'hello' } }, OPTS)),
-    [{ loc: ['body', 'snapshot', 'messages'], msg: 'Input should be a valid list', type: 'list_type', input: 'hello', ctx: {} }],
-  );
-});
-
-t.test('files: list shape and count', async (t) => {
-  t.same(
-    detail(t, () => validateShareBody({ snapshot, files: {} }, OPTS)),
-    [{ loc: ['body', 'files'], msg: 'Input should be a valid list', type: 'list_type', input: {}, ctx: {} }],
-  );
-  t.same(detail(t, () => validateShareBody({ snapshot, files: null }, OPTS))[0]!.type, 'list_type', 'null is not a list');
-  const four = ['a', 'b', 'c', 'd'].map((name) => ({ name, content_type: 'text/plain', size: 1 }));
-  t.same(
-    detail(t, () => validateShareBody({ snapshot, files: four }, OPTS)),
-    [
-      {
-        loc: ['body', 'files'],
-        msg: 'List should have at most 3 items after validation, not 4',
-        type: 'too_long',
-        input: four,
-        ctx: { field_type: 'List', max_length: 3, actual_length: 4 },
-      },
-    ],
+  t.match(
+    detail(t, () => parse(body)),
+    [{ loc: ['body', 'account'], type: 'missing' }],
   );
   t.match(
-    detail(t, () => validateShareBody({ snapshot, files: four.slice(0, 2) }, { maxFiles: 1, requireAccount: false }))[0]!.msg,
-    'at most 1 item after',
+    detail(t, () => parse({ account: 7, snapshot })),
+    [{ loc: ['body', 'account'], type: 'string_type', input: 7 }],
   );
-  t.same(
-    detail(t, () => validateShareBody({ snapshot, files: four.slice(0, 1) }, { maxFiles: 0, requireAccount: false }))[0]!.ctx.max_length,
-    0,
+  t.match(
+    detail(t, () => parse({ account: '', snapshot })),
+    [{ loc: ['body', 'account'], type: 'string_too_short' }],
   );
-});
-
-t.test('files: each entry is checked and every issue reported', async (t) => {
-  const f0 = { content_type: 3 };
-  const files = [f0, 'x', { name: 'ok.txt', content_type: 'text/plain', size: -1 }];
-  t.same(
-    detail(t, () => validateShareBody({ snapshot, files }, OPTS)),
-    [
-      { loc: ['body', 'files', '0', 'name'], msg: 'Field required', type: 'missing', input: f0, ctx: {} },
-      { loc: ['body', 'files', '0', 'content_type'], msg: 'Input should be a valid string', type: 'string_type', input: 3, ctx: {} },
-      { loc: ['body', 'files', '0', 'size'], msg: 'Field required', type: 'missing', input: f0, ctx: {} },
-      {
-        loc: ['body', 'files', '1'],
-        msg: 'Input should be a valid dictionary or object to extract fields from',
-        type: 'model_attributes_type',
-        input: 'x',
-        ctx: {},
-      },
-      {
-        loc: ['body', 'files', '2', 'size'],
-        msg: 'Input should be greater than or equal to 0',
-        type: 'greater_than_equal',
-        input: -1,
-        ctx: { ge: 0 },
-      },
-    ],
-  );
-});
-
-t.test('issues from snapshot, files and account come together', async (t) => {
-  const d = detail(t, () =>
-    validateShareBody(
-      { snapshot: { messages: [] }, files: [{ name: '', content_type: 'x', size: 1 }] },
-      { maxFiles: 3, requireAccount: true },
-    ),
-  );
+  const d = detail(t, () => parse({ snapshot: { messages: [] }, files: [{ name: '', content_type: 'x', size: 1 }] }));
   t.same(
     d.map((i) => i.loc.join('.')),
     ['body.snapshot.messages', 'body.files.0.name', 'body.account'],
+    'issues from snapshot, files and account come together',
   );
 });
 
