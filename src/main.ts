@@ -18,7 +18,7 @@ import { createMetrics } from './obs/metrics.ts';
 import { runPrimary } from './cluster/primary.ts';
 import { linkWorker } from './cluster/worker-link.ts';
 import type { Logger } from './obs/logger.ts';
-import { bootSummary, bootWarnings, listenErrorMessage } from './obs/boot-report.ts';
+import { bootSummary, bootWarnings, keyModelWarnings, listenErrorMessage } from './obs/boot-report.ts';
 
 /** Opens the store SPEC §5 asks for: Redis when configured, else the embedded one (refused in production). */
 export async function openStore(config: Config, env: NodeJS.ProcessEnv, logger: Logger): Promise<Store> {
@@ -98,6 +98,13 @@ export async function serve(env: NodeJS.ProcessEnv = process.env): Promise<{ pub
   }
   log.info({ config: file, ...bootSummary(config, store.kind, urls) }, 'tollgate listening');
   link?.listening();
+  // In the background (it scans the key records), once per deployment process: not in every worker.
+  if (!cluster.isWorker || cluster.worker?.id === 1) {
+    void keyModelWarnings(config, store).then(
+      (ws) => ws.forEach((w) => log.warn(w)),
+      (e: unknown) => log.warn({ err: (e as Error).message }, "could not check the keys' models"),
+    );
+  }
   // Request lines are batched (4 KiB writes); boot lines should show at once.
   logger.flush();
 

@@ -4,6 +4,7 @@
  * change instead of a stack trace. Pure functions of the compiled config; main.ts and the demo log them.
  */
 import type { Config } from '../config/schema.ts';
+import type { Store } from '../store/types.ts';
 
 /** The one-line summary's fields: models → upstreams, store, admin API on/off. */
 export function bootSummary(config: Config, store: string, urls: { publicUrl: string; adminUrl: string }): Record<string, unknown> {
@@ -32,6 +33,36 @@ export function bootWarnings(config: Config): string[] {
     }),
   );
   return out;
+}
+
+/** How many offending keys the warning names; the rest are counted. */
+const KEYS_NAMED = 10;
+
+/**
+ * Keys whose model allow-list names a model the config does not serve (removed or renamed since the
+ * key was created; creating such a key is refused): one warning naming up to ten key ids. Scans the
+ * key records, so main.ts runs it in the background after the listeners are up.
+ */
+export async function keyModelWarnings(config: Config, store: Pick<Store, 'scanKeys'>): Promise<string[]> {
+  const served = new Set(config.models.map((m) => m.name));
+  const bad: string[] = [];
+  const unknown = new Set<string>();
+  await store.scanKeys((records) => {
+    for (const r of records) {
+      const missing = r.models.filter((m) => !served.has(m));
+      if (missing.length === 0) continue;
+      bad.push(r.id);
+      for (const m of missing) unknown.add(m);
+    }
+  });
+  if (bad.length === 0) return [];
+  const named = bad.slice(0, KEYS_NAMED).join(', ') + (bad.length > KEYS_NAMED ? ` and ${bad.length - KEYS_NAMED} more` : '');
+  return [
+    `${bad.length} key(s) name models this config does not serve (${[...unknown]
+      .sort()
+      .map((m) => JSON.stringify(m))
+      .join(', ')}): ${named}; those models answer 404 for them`,
+  ];
 }
 
 /** The environment variable that moves each listener. */

@@ -169,6 +169,9 @@ export function createMemoryStore(now: () => number = Date.now): Store {
       return n;
     },
 
+    async scanKeys(onBatch) {
+      onBatch([...keysByHash.values()].map(clone));
+    },
     async reserveShareQuota(account, slug, bytes, limits) {
       let q = quotas.get(account);
       if (!q) quotas.set(account, (q = new Map()));

@@ -191,6 +191,18 @@ export async function createRedisStore(o: RedisStoreOptions & { client?: Client 
         })(),
       ),
     getKeyByHash: (hash) => guard(redis.hgetall(K.keyRecord(hash)).then(parseKey)),
+    async scanKeys(onBatch) {
+      const nodes = cluster ? (redis as import('ioredis').Cluster).nodes('master') : [redis as import('ioredis').Redis];
+      for (const node of nodes) {
+        let cursor = '0';
+        do {
+          const [next, names] = await node.scan(cursor, 'MATCH', K.keyRecord('*'), 'COUNT', 500);
+          cursor = next;
+          const records = await Promise.all(names.map((n) => node.hgetall(n).then(parseKey)));
+          onBatch(records.filter((r): r is KeyRecord => r !== null));
+        } while (cursor !== '0');
+      }
+    },
     getKey: (id) =>
       guard(
         (async () => {

@@ -128,6 +128,11 @@ export interface Store {
   getKeyByHash(hash: string): Promise<KeyRecord | null>;
   getKey(id: string): Promise<{ record: KeyRecord; hash: string } | null>;
   listKeys(account: string): Promise<KeyRecord[]>;
+  /**
+   * Every key record, in batches, for checks at boot (main.ts warns of keys naming models the config
+   * no longer has). Redis: SCAN over key records (on every master of a Cluster), never KEYS.
+   */
+  scanKeys(onBatch: (records: KeyRecord[]) => void): Promise<void>;
   /** Applies the patch and bumps the version; null when the id is unknown. */
   updateKey(id: string, patch: KeyPatch): Promise<{ record: KeyRecord; hash: string } | null>;
 

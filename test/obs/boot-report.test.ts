@@ -49,3 +49,29 @@ t.test('a port in use names the variable that moves that listener', async (t) =>
   t.match(listenErrorMessage(err, adm), /Set ADMIN_PORT=<port>/);
   t.equal(listenErrorMessage(new Error('boom'), pub), undefined, 'other errors keep their stack');
 });
+
+t.test('keys naming models the config does not serve are warned about, on both stores', async (t) => {
+  const { createMemoryStore } = await import('../../src/store/memory-store.ts');
+  const { keyModelWarnings } = await import('../../src/obs/boot-report.ts');
+  const { createKeyTable } = await import('../../src/auth/key-table.ts');
+  const { startRedis } = await import('../helpers/redis.ts');
+  const { openStore } = await import('../../src/main.ts');
+  const { createLogger } = await import('../../src/obs/logger.ts');
+  const config = compileConfig({ models: [model(['http://x/v1'])] }, {});
+  const redis = await startRedis(t);
+  const stores = [
+    createMemoryStore(),
+    ...(redis ? [await openStore({ ...config, store: { ...config.store, redisUrl: redis.url } }, {}, createLogger('silent'))] : []),
+  ];
+  for (const store of stores) {
+    t.teardown(() => store.close());
+    const keys = createKeyTable({ store, now: Date.now });
+    t.same(await keyModelWarnings(config, store), [], `${store.kind}: none yet`);
+    await keys.create({ account: 'a', env: 'live', name: 'ok', models: ['m'] });
+    await keys.create({ account: 'a', env: 'live', name: 'all' });
+    const stale = await keys.create({ account: 'a', env: 'live', name: 'stale', models: ['m', 'gone-model'] });
+    const w = await keyModelWarnings(config, store);
+    t.equal(w.length, 1, store.kind);
+    t.match(w[0], new RegExp(`^1 key\\(s\\) name models this config does not serve \\("gone-model"\\): ${stale.record.id}`));
+  }
+});
