@@ -137,7 +137,11 @@ export async function startGateway(t: Teardown, o: StartGatewayOptions = {}): Pr
   // Redis as production opens it (main.ts openStore): the config decides the command timeout and marker TTL.
   const store =
     o.store ??
-    (o.redisUrl ? await openStore({ ...config, store: { ...config.store, redisUrl: o.redisUrl } }, env, logger) : createMemoryStore(o.now));
+    (o.redisUrl
+      ? await openStore({ ...config, store: { ...config.store, redisUrl: o.redisUrl } }, env, logger)
+      : config.store.clusterNodes.length > 0
+        ? await openStore(config, env, logger)
+        : createMemoryStore(o.now));
   const gateway = createGateway({ config, store, logger, metrics: createMetrics({ defaults: false }), ...(o.now && { now: o.now }) });
   const { publicUrl, adminUrl, metricsUrl } = await gateway.listen();
 

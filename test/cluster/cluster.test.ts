@@ -1,0 +1,161 @@
+// Two gateways on a real 3-master + 3-replica Redis Cluster (SPEC §11, issue 17): exact debits on
+// accounts in different slots, key disables and share revocations across instances within 1 s, the
+// reaper finding holds on every master, shared test-key limits, and a master failover under live load.
+import t from 'tap';
+import { startRedisCluster } from '../helpers/redis-cluster.ts';
+import { startGateway, type TestGateway } from '../helpers/gateway.ts';
+import { waitFor } from '../helpers/wait.ts';
+import { accountVsLedger, ledger, postChat, startSim } from '../e2e/chat-fixture.ts';
+
+const cluster = await startRedisCluster(t);
+if (cluster) {
+  const sim = await startSim(t);
+  const config = { store: { cluster_nodes: cluster.addresses, command_timeout_ms: 1000 } };
+  const a = await startGateway(t, { upstreamUrl: sim.url, config });
+  const b = await startGateway(t, { upstreamUrl: sim.url, config });
+  const body = { model: 'sim-small', messages: [{ role: 'user', content: 'hello' }], max_tokens: 16, sim: { tokens: 8 } };
+
+  /** Accounts whose slots are owned by different masters: one per master. */
+  async function spreadAccounts(prefix: string): Promise<string[]> {
+    const byMaster = new Map<number, string>();
+    for (let i = 0; byMaster.size < 3 && i < 200; i++) {
+      const acct = `${prefix}${i}`;
+      const m = await cluster!.masterOf(`{acct:${acct}}`);
+      if (!byMaster.has(m)) byMaster.set(m, acct);
+    }
+    return [...byMaster.values()];
+  }
+
+  async function chatOk(gw: TestGateway, key: string): Promise<string> {
+    const r = await postChat(gw, key, body);
+    if (r.status !== 200) throw new Error(`chat: ${r.status} ${await r.text()}`);
+    await r.arrayBuffer();
+    return r.headers.get('x-request-id')!;
+  }
+
+  t.test('accounts on every master: exact debits through both instances', async (t) => {
+    const accounts = await spreadAccounts('spread');
+    t.equal(accounts.length, 3, 'one account per master');
+    for (const acct of accounts) {
+      const { key } = await a.createKey({ account: acct, env: 'live' });
+      await a.grant(acct, 1_000_000);
+      const ids = [await chatOk(a, key), await chatOk(b, key), await chatOk(a, key)];
+      await waitFor(async () => (await ledger(a, acct)).filter((e) => e.kind === 'debit').length === 3, 3000, `${acct}: three debits`);
+      const { balance, held, sum, entries } = await accountVsLedger(b, acct);
+      t.equal(balance, sum, `${acct}: balance = Σ ledger`);
+      t.equal(held, 0, `${acct}: no hold left`);
+      t.same(
+        entries
+          .filter((e) => e.kind === 'debit')
+          .map((e) => e.request_id)
+          .sort(),
+        [...ids].sort(),
+        `${acct}: one debit per request`,
+      );
+    }
+  });
+
+  t.test('a key disabled on one instance is refused by the other within 1 s', async (t) => {
+    const { key, id } = await a.createKey({ account: 'inval', env: 'test' });
+    t.equal((await fetch(`${b.url}/v1/models`, { headers: b.auth(key) })).status, 200, 'cached on B');
+    t.equal((await a.admin(`/admin/keys/${id}`, { method: 'PATCH', body: { active: false } })).status, 200);
+    const t0 = Date.now();
+    await waitFor(async () => (await fetch(`${b.url}/v1/models`, { headers: b.auth(key) })).status === 401, 1000, 'B to refuse the key');
+    t.pass(`refused on B after ${Date.now() - t0} ms`);
+  });
+
+  t.test('the reaper releases expired holds on every master', async (t) => {
+    const accounts = await spreadAccounts('reap');
+    for (const acct of accounts) {
+      await a.grant(acct, 10_000);
+      const r = await a.store.hold(acct, `req_orphan_${acct}`, 5_000, Date.now() + 100);
+      t.ok(r, `${acct}: held`);
+    }
+    for (const acct of accounts) {
+      await waitFor(
+        async () => (await ledger(b, acct)).some((e) => e.kind === 'hold_expired' && e.request_id === `req_orphan_${acct}`),
+        5000,
+        `${acct}: hold_expired`,
+      );
+      const { held, balance, sum } = await accountVsLedger(a, acct);
+      t.equal(held, 0, `${acct}: released`);
+      t.equal(balance, sum);
+    }
+  });
+
+  t.test('a test key limit is shared by both instances', async (t) => {
+    const { key } = await a.createKey({ account: 'shared-rl', env: 'test', rate_limits: { requests_per_minute: 3 } });
+    const statuses = [];
+    for (const gw of [a, b, a, b]) {
+      const r = await fetch(`${gw.url}/v1/models`, { headers: gw.auth(key) });
+      statuses.push(r.status);
+      await r.arrayBuffer();
+    }
+    t.same(statuses, [200, 200, 200, 429]);
+  });
+
+  t.test('a share revoked on one instance answers 410 on the other within 1 s', async (t) => {
+    const { key } = await a.createKey({ account: 'sharer', env: 'live' });
+    const created = await fetch(`${a.url}/v1/shares`, {
+      method: 'POST',
+      headers: { ...a.auth(key), 'content-type': 'application/json' },
+      body: JSON.stringify({ snapshot: { messages: [{ role: 'user', content: 'x' }] } }),
+    });
+    const { slug } = (await created.json()) as { slug: string };
+    t.equal((await fetch(`${b.url}/v1/shares/${slug}`)).status, 200, 'read (and cached) on B');
+    t.equal((await fetch(`${a.url}/v1/shares/${slug}`, { method: 'DELETE', headers: a.auth(key) })).status, 204);
+    await waitFor(async () => (await fetch(`${b.url}/v1/shares/${slug}`)).status === 410, 1000, 'B to answer 410');
+  });
+
+  t.test(
+    "failover: the master of an account's slot dies under live load; the gateway recovers without restart, nothing double-billed or lost",
+    async (t) => {
+      const acct = 'failover';
+      const { key } = await a.createKey({ account: acct, env: 'live' });
+      await a.grant(acct, 100_000_000);
+      const master = await cluster.masterOf(`{acct:${acct}}`);
+      const node = cluster.nodes.find((n) => n.port === master)!;
+      const other = cluster.nodes.find((n) => n.port !== master)!.port;
+      const served: string[] = [];
+      const statuses: Record<number, number> = {};
+      let killedAt = 0;
+      let recoveredAt = 0;
+      const t0 = Date.now();
+      while (Date.now() - t0 < 40_000) {
+        const r = await postChat(a, key, body);
+        statuses[r.status] = (statuses[r.status] ?? 0) + 1;
+        await r.arrayBuffer();
+        if (r.status === 200) served.push(r.headers.get('x-request-id')!);
+        if (!killedAt && served.length >= 20) {
+          node.child.kill('SIGKILL');
+          killedAt = Date.now();
+        }
+        if (killedAt && !recoveredAt && r.status === 200 && Date.now() > killedAt) recoveredAt = Date.now();
+        if (recoveredAt && served.length >= 60) break;
+        if (r.status !== 200) await new Promise((res) => setTimeout(res, 50));
+      }
+      t.ok(killedAt > 0, 'the master was killed');
+      t.ok(recoveredAt > 0, `served again ${recoveredAt - killedAt} ms after the kill`);
+      t.same(
+        Object.keys(statuses).filter((s) => s !== '200' && s !== '503'),
+        [],
+        `only 200 and 503: ${JSON.stringify(statuses)}`,
+      );
+      t.comment(`failover: ${statuses[503] ?? 0} requests answered 503, ${served.length} served, recovery in ${recoveredAt - killedAt} ms`);
+      await cluster.waitOk(other);
+      // Settles owed during the outage are retried until they land.
+      await waitFor(
+        async () => new Set((await ledger(a, acct)).filter((e) => e.kind === 'debit').map((e) => e.request_id)).size >= served.length,
+        20_000,
+        'every served request debited',
+        200,
+      );
+      const { balance, held, sum, entries } = await accountVsLedger(a, acct);
+      const debits = entries.filter((e) => e.kind === 'debit').map((e) => e.request_id!);
+      t.equal(new Set(debits).size, debits.length, 'no request debited twice');
+      for (const id of served) t.ok(debits.includes(id), `${id} debited`);
+      t.equal(balance, sum, 'balance = Σ ledger');
+      t.ok(held >= 0);
+    },
+  );
+}
