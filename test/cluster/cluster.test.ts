@@ -1,4 +1,5 @@
-// Two gateways on a real 3-master + 3-replica Redis Cluster (SPEC §11, issue 17): exact debits on
+// Two gateways on a real 3-master + 3-replica Redis Cluster (SPEC §11, issue 17), one of them a
+// `node src/main.ts` with two workers: exact debits on
 // accounts in different slots, key disables and share revocations across instances within 1 s, the
 // reaper finding holds on every master, shared test-key limits, and a master failover under live load.
 import t from 'tap';
@@ -6,13 +7,30 @@ import { startRedisCluster } from '../helpers/redis-cluster.ts';
 import { startGateway, type TestGateway } from '../helpers/gateway.ts';
 import { waitFor } from '../helpers/wait.ts';
 import { accountVsLedger, ledger, postChat, startSim } from '../e2e/chat-fixture.ts';
+import { spawnGateway } from '../e2e/credit-support.ts';
 
 const cluster = await startRedisCluster(t);
 if (cluster) {
   const sim = await startSim(t);
   const config = { store: { cluster_nodes: cluster.addresses, command_timeout_ms: 1000 } };
   const a = await startGateway(t, { upstreamUrl: sim.url, config });
-  const b = await startGateway(t, { upstreamUrl: sim.url, config });
+  // Instance B is `node src/main.ts` with server.workers: 2, as production runs it on a multi-core box:
+  // every check below that goes through B goes through its node:cluster workers.
+  const child = await spawnGateway(t, { upstreamUrl: sim.url, config: { ...config, server: { workers: 2 } } });
+  t.teardown(() => {
+    for (const line of child.output().split('\n')) {
+      const pid = /"msg":"worker listening"/.test(line) ? (JSON.parse(line) as { pid: number }).pid : 0;
+      if (pid) {
+        try {
+          process.kill(pid, 'SIGKILL');
+        } catch {
+          // gone already
+        }
+      }
+    }
+  });
+  await waitFor(async () => (await fetch(`${child.adminUrl}/readyz`).catch(() => null))?.status === 200, 20_000, 'both workers of B', 100);
+  const b = { url: child.url, auth: (key: string) => ({ authorization: `Bearer ${key}` }) };
   const body = { model: 'sim-small', messages: [{ role: 'user', content: 'hello' }], max_tokens: 16, sim: { tokens: 8 } };
 
   /** Accounts whose slots are owned by different masters: one per master. */
@@ -26,7 +44,7 @@ if (cluster) {
     return [...byMaster.values()];
   }
 
-  async function chatOk(gw: TestGateway, key: string): Promise<string> {
+  async function chatOk(gw: Pick<TestGateway, 'url' | 'auth'>, key: string): Promise<string> {
     const r = await postChat(gw, key, body);
     if (r.status !== 200) throw new Error(`chat: ${r.status} ${await r.text()}`);
     await r.arrayBuffer();
@@ -41,7 +59,7 @@ if (cluster) {
       await a.grant(acct, 1_000_000);
       const ids = [await chatOk(a, key), await chatOk(b, key), await chatOk(a, key)];
       await waitFor(async () => (await ledger(a, acct)).filter((e) => e.kind === 'debit').length === 3, 3000, `${acct}: three debits`);
-      const { balance, held, sum, entries } = await accountVsLedger(b, acct);
+      const { balance, held, sum, entries } = await accountVsLedger(a, acct);
       t.equal(balance, sum, `${acct}: balance = Σ ledger`);
       t.equal(held, 0, `${acct}: no hold left`);
       t.same(
@@ -73,7 +91,7 @@ if (cluster) {
     }
     for (const acct of accounts) {
       await waitFor(
-        async () => (await ledger(b, acct)).some((e) => e.kind === 'hold_expired' && e.request_id === `req_orphan_${acct}`),
+        async () => (await ledger(a, acct)).some((e) => e.kind === 'hold_expired' && e.request_id === `req_orphan_${acct}`),
         5000,
         `${acct}: hold_expired`,
       );

@@ -99,7 +99,12 @@ export function expectedCost(price: CentPrice, prompt: number, completion: numbe
 }
 
 /** A chat completions POST with raw fetch. */
-export function postChat(gw: TestGateway, key: string, body: unknown, headers: Record<string, string> = {}): Promise<Response> {
+export function postChat(
+  gw: Pick<TestGateway, 'url' | 'auth'>,
+  key: string,
+  body: unknown,
+  headers: Record<string, string> = {},
+): Promise<Response> {
   return fetch(`${gw.url}/v1/chat/completions`, {
     method: 'POST',
     headers: { ...gw.auth(key), 'content-type': 'application/json', ...headers },
