@@ -14,12 +14,16 @@ const TICK_MS = (() => {
   }
 })();
 
-/** CPU time (user + system) of pid so far, in ms. */
-export function cpuMs(pid: number): number {
+/**
+ * CPU time (user + system) of pid so far, in ms; with `children`, plus that of its children it has
+ * waited for (the wrk processes bench/wrk.ts runs and reaps).
+ */
+export function cpuMs(pid: number, children = false): number {
   const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
   // Field 2 (comm) may contain spaces; everything after the last ')' is space-separated from field 3.
   const f = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
-  return (Number(f[11]) + Number(f[12])) * TICK_MS; // fields 14 (utime) and 15 (stime)
+  // fields 14 (utime) and 15 (stime); 16 (cutime) and 17 (cstime) for reaped children
+  return (Number(f[11]) + Number(f[12]) + (children ? Number(f[13]) + Number(f[14]) : 0)) * TICK_MS;
 }
 
 /** Resident set size of pid, in MB (1e6 bytes). */
@@ -87,7 +91,7 @@ function sumCpu(pids: readonly number[]): number {
   let t = 0;
   for (const p of pids) {
     try {
-      t += cpuMs(p);
+      t += cpuMs(p, true);
     } catch {
       // exited: its share is lost, so foreign CPU reads slightly high
     }

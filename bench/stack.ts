@@ -131,6 +131,10 @@ export async function startStack(o: StackOptions = {}): Promise<Stack> {
     const config = {
       server: { host: '127.0.0.1', port, admin_host: '127.0.0.1', admin_port: adminPort, drain_seconds: 2 },
       store: { command_timeout_ms: 500 },
+      // One key carries every scenario, 1,000 concurrent slow streams included: the per-key concurrency
+      // limit (SPEC §12, default 64) would refuse most of them. (A --ref older than that setting
+      // refuses the key: drop it there.)
+      limits: { max_concurrent_per_key: 100_000 },
       log_level: 'info',
       models: [
         {
