@@ -4,26 +4,13 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { ADMIN_TOKEN, startGateway } from '../helpers/gateway.ts';
 import { freePort } from '../helpers/ports.ts';
-import { startS3 } from '../helpers/s3.ts';
+import { sharesS3Config, startS3 } from '../helpers/s3.ts';
 import { parseFields, runCli } from './run-cli.ts';
 
 const SLUG = /^[1-9A-HJ-NP-Za-km-z]{22}$/;
 
 const s3 = await startS3(t);
-const gw = await startGateway(t, {
-  config: {
-    shares: {
-      s3: {
-        endpoint: s3.endpoint,
-        region: 'us-east-1',
-        bucket: s3.bucket,
-        force_path_style: true,
-        access_key_id: s3.accessKeyId,
-        secret_access_key: s3.secretAccessKey,
-      },
-    },
-  },
-});
+const gw = await startGateway(t, { config: { shares: { s3: sharesS3Config(s3) } } });
 const env = { TOLLGATE_ADMIN_TOKEN: ADMIN_TOKEN, TOLLGATE_ADMIN_URL: gw.adminUrl, TOLLGATE_URL: gw.url };
 const cli = (...args: string[]) => runCli(args, env);
 const dir = await mkdtemp(join(tmpdir(), 'tollgate-cli-shares-'));

@@ -5,21 +5,10 @@
 import t, { type Test } from 'tap';
 import { startGateway, type TestGateway } from '../helpers/gateway.ts';
 import { startRedis } from '../helpers/redis.ts';
-import { startS3, type TestS3 } from '../helpers/s3.ts';
+import { sharesS3Config, startS3 } from '../helpers/s3.ts';
 
 const SLUG_RE = /^[1-9A-HJ-NP-Za-km-z]{22}$/;
 const ISO_RE = /^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$/;
-
-function s3Config(s3: TestS3) {
-  return {
-    endpoint: s3.endpoint,
-    region: 'us-east-1',
-    bucket: s3.bucket,
-    force_path_style: true,
-    access_key_id: s3.accessKeyId,
-    secret_access_key: s3.secretAccessKey,
-  };
-}
 
 async function publish(gw: TestGateway, key: string, body: string | object, contentType = 'application/json') {
   const res = await fetch(`${gw.url}/v1/shares`, {
@@ -48,7 +37,7 @@ if (redis) {
     redisUrl: redis.url,
     config: {
       store: { command_timeout_ms: LOADED_MACHINE_TIMEOUT_MS },
-      shares: { s3: s3Config(s3), max_snapshot_bytes: 4096, max_files: 3 },
+      shares: { s3: sharesS3Config(s3), max_snapshot_bytes: 4096, max_files: 3 },
     },
   });
   // A live key on an account that was never granted credit: publishing needs no balance (SPEC §2a).

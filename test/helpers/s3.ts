@@ -13,3 +13,15 @@ export async function startS3(t: Teardown, bucket = 'shares'): Promise<TestS3> {
   t.teardown(() => s3.close());
   return s3;
 }
+
+/** The `shares.s3` config section that points a gateway at this server. */
+export function sharesS3Config(s3: TestS3): Record<string, unknown> {
+  return {
+    endpoint: s3.endpoint,
+    region: 'us-east-1',
+    bucket: s3.bucket,
+    force_path_style: true,
+    access_key_id: s3.accessKeyId,
+    secret_access_key: s3.secretAccessKey,
+  };
+}
