@@ -87,6 +87,11 @@ export async function startRedisCluster(t: Teardown): Promise<RedisCluster | nul
         '',
         '--appendonly',
         'no',
+        // Redis 7 waits 5 s for more replicas before a diskless full sync: a master killed inside that
+        // window has no synced replica, and its replica then refuses to fail over ("disconnected from
+        // master for longer than allowed"). Sync at once.
+        '--repl-diskless-sync-delay',
+        '0',
         '--dir',
         nodeDir,
       ],
@@ -111,6 +116,18 @@ export async function startRedisCluster(t: Teardown): Promise<RedisCluster | nul
     );
   };
   for (const n of nodes) await waitOk(n.port);
+  // Every replica synced with its master, or a failover test could kill a master whose replica has no data.
+  for (const n of nodes) {
+    await waitFor(
+      async () => {
+        const info = await cli(n.port, 'info', 'replication');
+        return info.includes('role:master') || info.includes('master_link_status:up');
+      },
+      30_000,
+      `replica ${n.port} in sync`,
+      100,
+    );
+  }
   const masterOf = async (key: string) => {
     const slot = Number((await cli(nodes.find((n) => n.child.exitCode === null)!.port, 'cluster', 'keyslot', key)).trim());
     const live = nodes.find((n) => n.child.exitCode === null)!;
