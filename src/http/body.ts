@@ -24,6 +24,29 @@ function tooLarge(maxBytes: number): GatewayError {
   return new GatewayError('request_too_large', `Request body exceeds the limit of ${maxBytes} bytes.`);
 }
 
+/**
+ * How long a refused body's remaining bytes are read and dropped before the refusal is answered. A
+ * response sent while the client is still uploading is followed by the socket's close, and the client,
+ * mid-write, sees a reset instead of the 413/503 (15 of 60 refused 4 MB uploads did on loopback).
+ * Dropped bytes cost no memory; past this bound the client gets the reset.
+ */
+const DRAIN_MS = 2_000;
+
+/** Rejects with `err` once the rest of the body was read and dropped (or the client left, or DRAIN_MS passed). */
+function refuseAfterDrain(req: IncomingMessage, err: unknown): Promise<never> {
+  return new Promise((_resolve, reject) => {
+    if (req.complete || req.destroyed) return reject(err);
+    const done = () => {
+      clearTimeout(timer);
+      req.off('end', done).off('close', done);
+      reject(err);
+    };
+    const timer = setTimeout(done, DRAIN_MS);
+    req.on('end', done).on('close', done);
+    req.resume();
+  });
+}
+
 /** Decodes a body's chunks; a shared decoder is safe because decoding is synchronous. */
 const decoder = new StringDecoder('utf8');
 function decode(chunks: Buffer[]): string {
@@ -52,10 +75,7 @@ const NO_RELEASE = () => {};
  */
 export function readBody(req: IncomingMessage, maxBytes: number, budget?: BodyBudget): Promise<BodyText> {
   const declared = Number(req.headers['content-length']);
-  if (declared > maxBytes) {
-    req.resume(); // let the socket drain so the 413 reaches the client
-    return Promise.reject(tooLarge(maxBytes));
-  }
+  if (declared > maxBytes) return refuseAfterDrain(req, tooLarge(maxBytes));
   let reserved = 0;
   const giveBack = () => {
     budget?.release(reserved);
@@ -68,8 +88,7 @@ export function readBody(req: IncomingMessage, maxBytes: number, budget?: BodyBu
       reserved = declared;
     }
   } catch (e) {
-    req.resume();
-    return Promise.reject(e);
+    return refuseAfterDrain(req, e);
   }
   return new Promise((resolve, reject) => {
     const chunks: Buffer[] = [];
@@ -77,8 +96,7 @@ export function readBody(req: IncomingMessage, maxBytes: number, budget?: BodyBu
     const fail = (e: unknown) => {
       cleanup();
       giveBack();
-      req.resume();
-      reject(e);
+      refuseAfterDrain(req, e).catch(reject);
     };
     const onData = (chunk: Buffer) => {
       size += chunk.length;

@@ -188,3 +188,49 @@ t.test('under a budget: reserved as read, refused past it (503 overloaded) witho
   await t.rejects(readBody(fakeReq({}, [Buffer.alloc(600)]), 500, budget), { code: 'request_too_large' });
   t.equal(budget.used, 0, 'a 413 gives its bytes back too');
 });
+
+t.test('a refused body still arriving is read and dropped first: the uploading client gets the 413, not a reset', async (t) => {
+  const { createServer, request } = await import('node:http');
+  const { sendError } = await import('../../src/http/respond.ts');
+  const server = createServer((req, res) => {
+    readBody(req, 1024).then(
+      () => res.end('read'),
+      (e: unknown) => sendError(res, e),
+    );
+  });
+  await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
+  t.teardown(() => server.close());
+  const { port } = server.address() as { port: number };
+  const size = 8 * 1024 * 1024;
+  // The outcome once the client has both sent everything and read the answer (or failed at either).
+  const outcome = await new Promise<string>((resolve) => {
+    let status = 'no response';
+    let errored = '';
+    let pending = 2;
+    const settle = () => --pending === 0 && resolve(errored || status);
+    const req = request({ port, host: '127.0.0.1', method: 'POST', agent: false, headers: { 'content-length': size } }, (res) => {
+      res.resume();
+      res.on('end', () => {
+        status = `status ${res.statusCode}`;
+        settle();
+      });
+    });
+    req.on('error', (e) => {
+      errored ||= `error ${(e as NodeJS.ErrnoException).code ?? e.message}`;
+      pending = 1;
+      settle();
+    });
+    req.on('finish', settle);
+    // Sent in pieces, as a client on a real network would: most of it after the refusal was decided.
+    let sent = 0;
+    const piece = Buffer.alloc(64 * 1024, 'x');
+    const more = () => {
+      if (sent >= size) return req.end();
+      sent += piece.length;
+      if (req.write(piece)) setTimeout(more, 1);
+      else req.once('drain', more);
+    };
+    more();
+  });
+  t.equal(outcome, 'status 413');
+});
