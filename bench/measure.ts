@@ -1,9 +1,10 @@
 /**
  * One measured run: spawns the scenario's load child against one target and samples the target's
- * process (CPU, RSS) exactly over the child's measured window (between its `measure` and `end` lines).
+ * processes (CPU, RSS, syscalls; a gateway with workers: the primary and every worker, summed) exactly
+ * over the child's measured window (between its `measure` and `end` lines).
  */
 import { runChild } from './procs.ts';
-import { cpuMs, listenOverflows, rssMB, sample, type Usage } from './proc-stats.ts';
+import { cpuMs, listenOverflows, sample, sumRssMB, withChildren, type Usage } from './proc-stats.ts';
 import type { LoadResult } from './load-result.ts';
 import type { Scenario } from './scenarios.ts';
 import type { Target } from './stack.ts';
@@ -14,11 +15,11 @@ export interface Measurement {
   target: Target['name'];
   round: number;
   result: LoadResult;
-  /** The target process over the window. */
+  /** The target's processes over the window, summed. */
   proc: Usage;
-  /** RSS of the target process just before the load started, MB. */
+  /** RSS of the target's processes just before the load started, MB. */
   rssIdleMB: number;
-  /** CPU of the target process per completed request, µs. */
+  /** CPU of the target's processes per completed request, µs. */
   cpuUsPerReq: number;
   /** CPU of redis-server per completed request, µs (tollgate targets on the Redis store). */
   redisUsPerReq?: number;
@@ -28,10 +29,23 @@ export interface Measurement {
 
 const CLIENT_FILE = { wrk: 'bench/wrk.ts', streams: 'bench/streams.ts', paced: 'bench/paced.ts' } as const;
 
+/**
+ * The target's processes: its pid, or for a gateway with workers the primary and its children, looked
+ * up again at every sample (a worker that died is replaced under a new pid).
+ */
+function members(t: Target): () => readonly number[] {
+  if (!t.workers) return () => [t.pid];
+  const found = withChildren(t.pid).length - 1;
+  // Fewer would silently leave a worker's CPU out of the row.
+  if (found !== t.workers) throw new Error(`${t.name}: ${found} of ${t.workers} workers found under pid ${t.pid}`);
+  return () => withChildren(t.pid);
+}
+
 /** Runs scenario × target once; `ours` are the benchmark's other processes (for foreign CPU). */
 export async function measure(s: Scenario, t: Target, round: number, quick: boolean, ours: readonly number[] = []): Promise<Measurement> {
   const spec = s.spec(t, quick);
-  const rssIdleMB = rssMB(t.pid);
+  const pids = members(t);
+  const rssIdleMB = sumRssMB(pids());
   const overflows0 = listenOverflows();
   let sampler: ReturnType<typeof sample> | undefined;
   let proc: Usage | undefined;
@@ -41,7 +55,7 @@ export async function measure(s: Scenario, t: Target, round: number, quick: bool
   await runChild(process.execPath, [CLIENT_FILE[s.client], JSON.stringify(spec)], (line, childPid) => {
     const msg = JSON.parse(line) as { event: string } & LoadResult;
     if (msg.event === 'measure') {
-      sampler = sample(t.pid, [...ours, childPid, process.pid]);
+      sampler = sample(pids, [...ours, childPid, process.pid]);
       if (t.redisPid) redis0 = cpuMs(t.redisPid);
     } else if (msg.event === 'end') {
       proc = sampler?.end();

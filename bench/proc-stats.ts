@@ -1,9 +1,10 @@
 /**
- * CPU and memory of a process from /proc (Linux): utime+stime from /proc/<pid>/stat, VmRSS from
- * /proc/<pid>/status. Read from outside, so the measured process does no extra work for it. CPU time
- * has clock-tick resolution (10 ms at CLK_TCK 100): a 5 s run at one core is 500 ticks, 0.2 % error.
+ * CPU and memory of a process, or of a process and its children, from /proc (Linux): utime+stime from
+ * /proc/<pid>/stat, VmRSS from /proc/<pid>/status. Read from outside, so the measured processes do no
+ * extra work for it. CPU time has clock-tick resolution (10 ms at CLK_TCK 100): a 5 s run at one core is
+ * 500 ticks, 0.2 % error.
  */
-import { readFileSync } from 'node:fs';
+import { readdirSync, readFileSync } from 'node:fs';
 import { execFileSync } from 'node:child_process';
 
 const TICK_MS = (() => {
@@ -42,6 +43,29 @@ export function syscalls(pid: number): { reads: number; writes: number } {
   return { reads: Number(/syscr: (\d+)/.exec(io)?.[1] ?? NaN), writes: Number(/syscw: (\d+)/.exec(io)?.[1] ?? NaN) };
 }
 
+/**
+ * pid and its live children (node:cluster workers of a gateway primary), from
+ * /proc/<pid>/task/<tid>/children: a child is listed under the thread that forked it, so every thread
+ * is read. Children that exited are not listed (their CPU shows in the parent's cutime, not counted).
+ */
+export function withChildren(pid: number): number[] {
+  const out = [pid];
+  let tids: string[];
+  try {
+    tids = readdirSync(`/proc/${pid}/task`);
+  } catch {
+    return out;
+  }
+  for (const tid of tids) {
+    try {
+      for (const c of readFileSync(`/proc/${pid}/task/${tid}/children`, 'utf8').split(' ')) if (c) out.push(Number(c));
+    } catch {
+      // the thread ended between the two reads
+    }
+  }
+  return out;
+}
+
 /** CPU time of the whole machine so far, ms: busy (user, nice, system, irq, softirq) and steal (VM). */
 export function machineMs(): { busy: number; steal: number } {
   const f = readFileSync('/proc/stat', 'utf8').split('\n', 1)[0]!.trim().split(/\s+/).slice(1).map(Number);
@@ -66,7 +90,7 @@ export function listenOverflows(): number {
   return NaN;
 }
 
-/** What a window of sampling saw. */
+/** What a window of sampling saw (summed over the sampled processes). */
 export interface Usage {
   /** CPU time over the window, ms. */
   cpuMs: number;
@@ -85,6 +109,8 @@ export interface Usage {
    */
   foreignPct: number;
   stealPct: number;
+  /** Processes sampled at the window's end: 1, or a gateway primary plus its workers (absent in older reports). */
+  processes?: number;
 }
 
 function sumCpu(pids: readonly number[]): number {
@@ -99,45 +125,85 @@ function sumCpu(pids: readonly number[]): number {
   return t;
 }
 
+interface Counters {
+  cpu: number;
+  reads: number;
+  writes: number;
+}
+
+function counters(pid: number): Counters | undefined {
+  try {
+    return { cpu: cpuMs(pid), ...syscalls(pid) };
+  } catch {
+    return undefined; // exited
+  }
+}
+
+/** RSS summed over pids, MB; a process that exited meanwhile counts 0. */
+export function sumRssMB(pids: readonly number[]): number {
+  let t = 0;
+  for (const p of pids) {
+    try {
+      t += rssMB(p);
+    } catch {
+      // exited
+    }
+  }
+  return t;
+}
+
 /**
- * Samples RSS every `everyMs` until `end()`, which returns the window's CPU and RSS of `pid`;
+ * Samples RSS every `everyMs` until `end()`, which returns the window's CPU, syscalls and RSS summed
+ * over `members()` (one pid, or a gateway primary and its workers: asked again at each sample, so a
+ * worker replaced mid-window is counted from its start; a process gone by the end loses its share).
  * `ours` lists every process of the benchmark (for the foreign CPU share).
  */
-export function sample(pid: number, ours: readonly number[], everyMs = 200): { end(): Usage } {
-  const c0 = cpuMs(pid);
+export function sample(members: () => readonly number[], ours: readonly number[], everyMs = 200): { end(): Usage } {
+  const start = new Map<number, Counters>();
+  const pids0 = members();
+  for (const p of pids0) {
+    const c = counters(p);
+    if (c) start.set(p, c);
+  }
+  // The sampled processes count as ours through their own counters (a worker may not be in `ours`).
+  const others = ours.filter((p) => !pids0.includes(p));
   const m0 = machineMs();
-  const o0 = sumCpu(ours);
+  const o0 = sumCpu(others);
   const t0 = performance.now();
-  const rssStart = rssMB(pid);
-  const io0 = syscalls(pid);
+  const rssStart = sumRssMB(pids0);
   let rssMax = rssStart;
   const timer = setInterval(() => {
-    try {
-      rssMax = Math.max(rssMax, rssMB(pid));
-    } catch {
-      // The process may be gone at the very end; the window's last good sample stands.
-    }
+    rssMax = Math.max(rssMax, sumRssMB(members()));
   }, everyMs);
   return {
     end() {
       clearInterval(timer);
       const wallMs = performance.now() - t0;
-      const used = cpuMs(pid) - c0;
-      const rssEnd = rssMB(pid);
-      const io = syscalls(pid);
+      const pids = members();
+      const used: Counters = { cpu: 0, reads: 0, writes: 0 };
+      for (const p of pids) {
+        const c = counters(p);
+        if (!c) continue;
+        const c0 = start.get(p) ?? { cpu: 0, reads: 0, writes: 0 };
+        used.cpu += c.cpu - c0.cpu;
+        used.reads += c.reads - c0.reads;
+        used.writes += c.writes - c0.writes;
+      }
+      const rssEnd = sumRssMB(pids);
       const m1 = machineMs();
-      const foreign = Math.max(0, m1.busy - m0.busy - (sumCpu(ours) - o0));
+      const foreign = Math.max(0, m1.busy - m0.busy - (sumCpu(others) - o0) - used.cpu);
       return {
         foreignPct: (100 * foreign) / wallMs,
         stealPct: (100 * (m1.steal - m0.steal)) / wallMs,
-        cpuMs: used,
+        cpuMs: used.cpu,
         wallMs,
-        cpuPct: (100 * used) / wallMs,
+        cpuPct: (100 * used.cpu) / wallMs,
         rssStartMB: rssStart,
         rssMaxMB: Math.max(rssMax, rssEnd),
         rssEndMB: rssEnd,
-        reads: io.reads - io0.reads,
-        writes: io.writes - io0.writes,
+        reads: used.reads,
+        writes: used.writes,
+        processes: pids.length,
       };
     },
   };
