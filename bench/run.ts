@@ -1,14 +1,16 @@
 /**
  * `npm run bench` (about 8.5 min, 5 rounds) and `npm run bench -- --quick` (about 65 s, 1 round).
- * Starts the simulator, Redis (when redis-server is on PATH), the bare proxy and the gateway as
- * separate processes; runs every scenario against direct → bare → tollgate/test → tollgate/live, one
- * after the other, round after round; writes the report to bench/results/.
+ * Starts the simulator, Redis (when redis-server is on PATH), the bare proxy and the gateway (plus a
+ * second one with two workers on Redis) as separate processes; runs every scenario against direct →
+ * bare → bare+redis → tollgate/test → tollgate/live → tollgate/live-w2, one after the other, round
+ * after round; writes the report to bench/results/.
  *   --quick            1.2 s windows (1.5 s for slow streams), one round; writes bench/results/quick.{md,json,svg}
  *   --rounds N         rounds (default 5; quick 1)
  *   --only a,b         scenarios: nonstream, stream64, slow1000, prompt32k, rate2000; serial (c=1) only when named
  *   --embedded         the embedded store even when redis-server exists
  *   --ref <git ref>    run the gateway from that commit's src/ (default: the working tree)
  *   --no-reference     leave out the bare+redis target (bare proxy + two autopipelined Redis round trips; on by default)
+ *   --no-workers       leave out the tollgate/live-w2 target (a gateway with server.workers: 2; on by default on Redis)
  *   --node-args="…"    extra node flags for the gateway (e.g. --node-args="--max-semi-space-size=32")
  *   --render <file>    no load: rebuild the Markdown/SVG (and README section) from a saved report JSON
  * A full run writes bench/results/latest.{md,json,svg} (committed); every run also keeps a copy
@@ -34,6 +36,7 @@ const { values } = parseArgs({
     embedded: { type: 'boolean', default: false },
     ref: { type: 'string' },
     reference: { type: 'boolean', default: true },
+    workers: { type: 'boolean', default: true },
     'node-args': { type: 'string' },
     render: { type: 'string' },
   },
@@ -57,11 +60,13 @@ async function runAll(): Promise<Report> {
   const stack = await startStack({
     embedded: values.embedded,
     reference: values.reference && !values.embedded,
+    workers: values.workers && !values.embedded,
     gatewayNodeArgs,
     ...(ref && { ref }),
   });
+  const w2 = stack.targets.find((t) => t.workers);
   log(
-    `stack up: store=${stack.store}, gateway stderr in ${stack.dir} (removed at the end)${gatewayNodeArgs.length ? `, gateway node flags: ${gatewayNodeArgs.join(' ')}` : ''}`,
+    `stack up: store=${stack.store}, gateway stderr in ${stack.dir} (removed at the end)${gatewayNodeArgs.length ? `, gateway node flags: ${gatewayNodeArgs.join(' ')}` : ''}; ${w2 ? `${w2.name}: primary pid ${w2.pid} + ${w2.workers} workers` : `no workers target (${values.workers ? 'needs the Redis store' : '--no-workers'})`}`,
   );
   const ms: Measurement[] = [];
   try {
@@ -84,7 +89,7 @@ async function runAll(): Promise<Report> {
           const extra = r.ttfb ? ` ttfb p99 ${r.ttfb.p99.toFixed(1)} ms, open ${r.maxOpen}` : '';
           const bad = r.errors + Object.values(r.statuses).reduce((a, b) => a + b, 0);
           log(
-            `round ${round}/${rounds} ${s.id.padEnd(9)} → ${t.name.padEnd(13)} ${r.rps.toFixed(0).padStart(6)} req/s  p50 ${r.latency.p50.toFixed(2)} p99 ${r.latency.p99.toFixed(2)} ms  cpu ${m.proc.cpuPct.toFixed(0)}% rss ${m.proc.rssMaxMB.toFixed(0)} MB${extra}${m.proc.foreignPct > 10 ? `  (others used ${m.proc.foreignPct.toFixed(0)}% CPU)` : ''}${bad ? `  ${bad} errors/non-2xx` : ''}`,
+            `round ${round}/${rounds} ${s.id.padEnd(9)} → ${t.name.padEnd(16)} ${r.rps.toFixed(0).padStart(6)} req/s  p50 ${r.latency.p50.toFixed(2)} p99 ${r.latency.p99.toFixed(2)} ms  cpu ${m.proc.cpuPct.toFixed(0)}% rss ${m.proc.rssMaxMB.toFixed(0)} MB${extra}${m.proc.foreignPct > 10 ? `  (others used ${m.proc.foreignPct.toFixed(0)}% CPU)` : ''}${bad ? `  ${bad} errors/non-2xx` : ''}`,
           );
           // 1,000 streams cut at the window's end: let the proxies finish tearing them down.
           if (s.client === 'streams') await new Promise((res) => setTimeout(res, quick ? 300 : 1000));
@@ -144,11 +149,11 @@ if (base === 'latest' && existsSync(readme)) {
 }
 if (previous) {
   process.stdout.write(`Change of the live key's req/s vs the previous ${base}.json (${previous.meta.commit}):\n`);
-  for (const r of report.rows.filter((x) => x.target === 'tollgate/live')) {
+  for (const r of report.rows.filter((x) => x.target.startsWith('tollgate/live'))) {
     const p = previous.rows.find((x) => x.scenario === r.scenario && x.target === r.target);
     if (p)
       process.stdout.write(
-        `  ${r.scenario.padEnd(9)} ×bare ${p.vsBare.toFixed(2)} → ${r.vsBare.toFixed(2)}, p99 ${p.p99.toFixed(2)} → ${r.p99.toFixed(2)} ms\n`,
+        `  ${r.scenario.padEnd(9)} ${r.target.padEnd(16)} ×bare ${p.vsBare.toFixed(2)} → ${r.vsBare.toFixed(2)}, p99 ${p.p99.toFixed(2)} → ${r.p99.toFixed(2)} ms\n`,
       );
   }
 }

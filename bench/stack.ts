@@ -1,8 +1,8 @@
 /**
  * The processes under test, each its own process on loopback: the upstream simulator, Redis (when
  * `redis-server` is on PATH; the embedded store otherwise), the bare proxy and the gateway, plus one
- * test key and one funded live key. The gateway runs `src/main.ts` exactly as in production, from a
- * config file written here.
+ * test key and one funded live key; optionally a second gateway with `server.workers: 2` on the same
+ * Redis. Each gateway runs `src/main.ts` exactly as in production, from a config file written here.
  */
 import { randomBytes } from 'node:crypto';
 import { mkdirSync, mkdtempSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
@@ -10,19 +10,24 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { execFileSync } from 'node:child_process';
 import { answers, freePort, start, type Proc } from './procs.ts';
+import { withChildren } from './proc-stats.ts';
 
 export const MODEL = 'bench-model';
 /** The gateway's node flags in production (Dockerfile NODE_OPTIONS, `npm start`); later flags override. */
 export const PRODUCTION_NODE_ARGS = ['--max-old-space-size=256'];
+/** `server.workers` of the workers target's gateway. */
+export const WORKERS = 2;
 
 /** Where each target is reached and how it authenticates. */
 export interface Target {
-  readonly name: 'direct' | 'bare' | 'bare+redis' | 'tollgate/test' | 'tollgate/live';
+  readonly name: 'direct' | 'bare' | 'bare+redis' | 'tollgate/test' | 'tollgate/live' | 'tollgate/live-w2';
   /** Base URL including `/v1`. */
   readonly base: string;
   readonly authorization: string;
   /** The process whose CPU and RSS are reported (the proxy hop; the simulator for direct). */
   readonly pid: number;
+  /** node:cluster workers under `pid` (tollgate/live-w2): CPU, RSS and syscalls are summed over pid and them. */
+  readonly workers?: number;
   /** redis-server, when this target uses it (bare+redis, tollgate/* on the Redis store): its CPU is reported too. */
   readonly redisPid?: number;
 }
@@ -33,7 +38,7 @@ export interface Stack {
   readonly procs: Proc[];
   readonly dir: string;
   readonly gateway: Proc;
-  /** Every process of the stack (the load child and the runner are added per run). */
+  /** Every process of the stack, the workers found at start included (the load child and the runner are added per run). */
   readonly pids: number[];
   stop(): Promise<void>;
 }
@@ -53,6 +58,11 @@ export interface StackOptions {
    * reference point), on the same redis-server as the gateway. Needs redis-server.
    */
   reference?: boolean;
+  /**
+   * Add the "tollgate/live-w2" target: a second gateway with `server.workers: 2` on the same Redis,
+   * loaded with the same live key. Left out on the embedded store, which refuses workers > 1.
+   */
+  workers?: boolean;
 }
 
 /** Exports src/ and package.json of a git ref into dir; returns the gateway's working directory. */
@@ -126,45 +136,31 @@ export async function startStack(o: StackOptions = {}): Promise<Stack> {
       procs.push(bareRedis);
     }
 
-    const [port, adminPort] = [await freePort(), await freePort()];
     const adminToken = randomBytes(24).toString('base64url'); // 32 characters, the admin token's minimum
-    const config = {
-      server: { host: '127.0.0.1', port, admin_host: '127.0.0.1', admin_port: adminPort, drain_seconds: 2 },
-      store: { command_timeout_ms: 500 },
-      // One key carries every scenario, 1,000 concurrent slow streams included: the per-key concurrency
-      // limit (SPEC §12, default 64) would refuse most of them. (A --ref older than that setting
-      // refuses the key: drop it there.)
-      limits: { max_concurrent_per_key: 100_000 },
-      log_level: 'info',
-      models: [
-        {
-          name: MODEL,
-          upstream_model: 'sim/bench-1',
-          max_output_tokens: 256,
-          price: { input: 0.1, output: 0.4 },
-          upstreams: [{ url: simUrl, api_key: 'upstream-secret' }],
-        },
-      ],
-    };
-    const configFile = join(dir, 'tollgate.yaml');
-    writeFileSync(configFile, JSON.stringify(config, null, 2)); // JSON is YAML
-    const env: NodeJS.ProcessEnv = {
-      ...process.env,
-      TOLLGATE_CONFIG: configFile,
-      TOLLGATE_ADMIN_TOKEN: adminToken,
-      NODE_ENV: 'production',
-    };
+    const env: NodeJS.ProcessEnv = { ...process.env, TOLLGATE_ADMIN_TOKEN: adminToken, NODE_ENV: 'production' };
+    delete env.TOLLGATE_WORKERS; // it would override server.workers in both gateways
     if (redisUrl) env.REDIS_URL = redisUrl;
     else delete env.NODE_ENV; // production refuses the embedded store
-    const adminUrl = `http://127.0.0.1:${adminPort}`;
-    const gateway = await start('gateway', process.execPath, [...PRODUCTION_NODE_ARGS, ...(o.gatewayNodeArgs ?? []), 'src/main.ts'], {
-      env,
-      ...(o.ref && { cwd: exportRef(o.ref, dir) }),
-      logFile: join(dir, 'gateway.stderr.log'),
-      ready: () => answers(`${adminUrl}/readyz`),
-      timeoutMs: 20_000,
-    });
-    procs.push(gateway);
+    const cwd = o.ref ? exportRef(o.ref, dir) : undefined;
+    /** Writes a config and starts `src/main.ts` on it; ready once its admin /readyz answers (every worker up). */
+    const startGateway = async (name: string, workers: number) => {
+      const [port, adminPort] = [await freePort(), await freePort()];
+      const configFile = join(dir, `${name}.yaml`);
+      writeFileSync(configFile, JSON.stringify(gatewayConfig(simUrl, port, adminPort, workers), null, 2)); // JSON is YAML
+      const adminUrl = `http://127.0.0.1:${adminPort}`;
+      const proc = await start(name, process.execPath, [...PRODUCTION_NODE_ARGS, ...(o.gatewayNodeArgs ?? []), 'src/main.ts'], {
+        env: { ...env, TOLLGATE_CONFIG: configFile },
+        ...(cwd && { cwd }),
+        logFile: join(dir, `${name}.stderr.log`),
+        ready: () => answers(`${adminUrl}/readyz`),
+        timeoutMs: 20_000,
+      });
+      procs.push(proc);
+      return { proc, base: `http://127.0.0.1:${port}/v1`, adminUrl };
+    };
+    const gw1 = await startGateway('gateway', 1);
+    const gateway = gw1.proc;
+    const adminUrl = gw1.adminUrl;
 
     const admin = async (path: string, body: unknown) => {
       const res = await fetch(`${adminUrl}${path}`, {
@@ -186,7 +182,17 @@ export async function startStack(o: StackOptions = {}): Promise<Stack> {
     const liveKey = await admin('/admin/keys', { account: 'bench', env: 'live', name: 'bench live key' });
     await admin('/admin/accounts/bench/credits', { amount_micros: 1e15, idempotency_key: 'bench-grant' });
 
-    const gw = `http://127.0.0.1:${port}/v1`;
+    // Same Redis, so the same keys and account: the live key is read from Redis like any key.
+    let gw2: Awaited<ReturnType<typeof startGateway>> | undefined;
+    if (o.workers && redisUrl) {
+      try {
+        gw2 = await startGateway(`gateway-w${WORKERS}`, WORKERS);
+      } catch (e) {
+        throw new Error(`${(e as Error).message}\n(a --ref older than server.workers cannot run it: add --no-workers)`);
+      }
+    }
+
+    const gw = gw1.base;
     const client = 'Bearer sk-bench-not-checked-0123456789abcdef'; // same header size on every target
     return {
       targets: [
@@ -217,18 +223,53 @@ export async function startStack(o: StackOptions = {}): Promise<Stack> {
           pid: gateway.pid,
           ...(redisPid && { redisPid }),
         },
+        ...(gw2
+          ? [
+              {
+                name: 'tollgate/live-w2',
+                base: gw2.base,
+                authorization: `Bearer ${liveKey.key as string}`,
+                pid: gw2.proc.pid,
+                workers: WORKERS,
+                ...(redisPid && { redisPid }),
+              } as const,
+            ]
+          : []),
       ],
       store: useRedis ? 'redis' : 'embedded',
       procs,
       dir,
       gateway,
-      pids: procs.map((p) => p.pid),
+      // Idle workers of one gateway while another target runs are ours too, not foreign CPU.
+      pids: procs.flatMap((p) => (p === gw2?.proc ? withChildren(p.pid) : [p.pid])),
       stop,
     };
   } catch (e) {
     await stop();
     throw e;
   }
+}
+
+/** The generated gateway config (SPEC §11 keys), one upstream: the simulator. */
+function gatewayConfig(simUrl: string, port: number, adminPort: number, workers: number): object {
+  return {
+    server: { host: '127.0.0.1', port, admin_host: '127.0.0.1', admin_port: adminPort, drain_seconds: 2, ...(workers > 1 && { workers }) },
+    store: { command_timeout_ms: 500 },
+    // One key carries every scenario, 1,000 concurrent slow streams included: the per-key concurrency
+    // limit (SPEC §12, default 64) would refuse most of them. (A --ref older than that setting
+    // refuses the key: drop it there.)
+    limits: { max_concurrent_per_key: 100_000 },
+    log_level: 'info',
+    models: [
+      {
+        name: MODEL,
+        upstream_model: 'sim/bench-1',
+        max_output_tokens: 256,
+        price: { input: 0.1, output: 0.4 },
+        upstreams: [{ url: simUrl, api_key: 'upstream-secret' }],
+      },
+    ],
+  };
 }
 
 function firstLine(p: Proc): string {
