@@ -5,7 +5,13 @@
 import type { Report, Row } from './report.ts';
 import { SCENARIOS, type ScenarioId } from './scenarios.ts';
 
-const COLORS: Record<string, string> = { bare: '#9a9a9a', 'bare+redis': '#c9b27c', 'tollgate/test': '#4e79a7', 'tollgate/live': '#e8731a' };
+const COLORS: Record<string, string> = {
+  bare: '#9a9a9a',
+  'bare+redis': '#c9b27c',
+  'tollgate/test': '#4e79a7',
+  'tollgate/live': '#e8731a',
+  'tollgate/live-w2': '#b5521b',
+};
 /** The req/s targets for the live key, relative to the bare proxy. */
 const LIVE_TARGET: Partial<Record<ScenarioId, number>> = { nonstream: 0.7, stream64: 0.85, slow1000: 0.95 };
 const THROUGHPUT: ScenarioId[] = ['nonstream', 'stream64', 'slow1000', 'prompt32k'];
@@ -68,7 +74,7 @@ export function toSvg(r: Report): string {
     0,
     'req/s relative to direct (the simulator alone)',
     'vsDirect',
-    ['bare', 'bare+redis', 'tollgate/test', 'tollgate/live'],
+    ['bare', 'bare+redis', 'tollgate/test', 'tollgate/live', 'tollgate/live-w2'],
     out,
   );
   y = panel(
@@ -76,7 +82,7 @@ export function toSvg(r: Report): string {
     y + 6,
     "req/s relative to the bare proxy (red tick: the issue's target for the live key)",
     'vsBare',
-    ['bare+redis', 'tollgate/test', 'tollgate/live'],
+    ['bare+redis', 'tollgate/test', 'tollgate/live', 'tollgate/live-w2'],
     out,
   );
   let lx = 10;

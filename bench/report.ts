@@ -35,9 +35,15 @@ export interface Row {
   cpuVsBareRedis?: number;
   /** Lowest and highest per-round ratio to the bare proxy (how much to trust vsBare). */
   vsBareRange: [number, number];
+  /** tollgate/live-w2 only: req/s over tollgate/live's (one worker) in the same round, and its range. */
+  vsLive?: number;
+  vsLiveRange?: [number, number];
+  /** tollgate/live-w2 only: CPU per request over tollgate/live's in the same round. */
+  cpuVsLive?: number;
   p50: number;
   p99: number;
   p999: number;
+  /** Of one core, summed over the target's processes (a gateway's primary and workers). */
   cpuPct: number;
   cpuUsPerReq: number;
   /** redis-server CPU per request, µs (tollgate targets on Redis). */
@@ -82,7 +88,7 @@ export interface Report {
   measurements: Measurement[];
 }
 
-const TARGETS: Target['name'][] = ['direct', 'bare', 'bare+redis', 'tollgate/test', 'tollgate/live'];
+const TARGETS: Target['name'][] = ['direct', 'bare', 'bare+redis', 'tollgate/test', 'tollgate/live', 'tollgate/live-w2'];
 /**
  * The hot-path issue's reference point: on its 2-core machine, under wrk, the bare passthrough plus two
  * autopipelined Redis round trips reached these shares of the bare proxy's req/s (11,900 / 21,800 and
@@ -113,19 +119,26 @@ export function buildReport(meta: Meta, ms: Measurement[]): Report {
           }),
         );
       const med = (f: (m: Measurement) => number) => median(mine.map(f));
-      const perRoundVsBare = mine
-        .map((m) => {
-          const b = get(sc.id, 'bare', m.round);
-          return b ? m.result.rps / b.result.rps : NaN;
-        })
-        .filter(Number.isFinite);
+      const perRound = (ref: Target['name']) =>
+        mine
+          .map((m) => {
+            const b = get(sc.id, ref, m.round);
+            return b ? m.result.rps / b.result.rps : NaN;
+          })
+          .filter(Number.isFinite);
+      const range = (xs: number[]): [number, number] => [Math.min(...xs), Math.max(...xs)];
       const row: Row = {
         scenario: sc.id,
         target: tn,
         rps: med((m) => m.result.rps),
         vsDirect: within((m, r) => m.result.rps / r.result.rps, 'direct'),
         vsBare: within((m, r) => m.result.rps / r.result.rps, 'bare'),
-        vsBareRange: [Math.min(...perRoundVsBare), Math.max(...perRoundVsBare)],
+        vsBareRange: range(perRound('bare')),
+        ...(tn === 'tollgate/live-w2' && {
+          vsLive: within((m, r) => m.result.rps / r.result.rps, 'tollgate/live'),
+          vsLiveRange: range(perRound('tollgate/live')),
+          cpuVsLive: within((m, r) => m.cpuUsPerReq / r.cpuUsPerReq, 'tollgate/live'),
+        }),
         ...(ms.some((m) => m.target === 'bare+redis' && m.scenario === sc.id) && {
           vsBareRedis: within((m, r) => m.result.rps / r.result.rps, 'bare+redis'),
           cpuVsBareRedis: within((m, r) => m.cpuUsPerReq / r.cpuUsPerReq, 'bare+redis'),
@@ -250,10 +263,36 @@ function fmt(v: number, d: number): string {
   return Number.isFinite(v) ? v.toFixed(d) : '–';
 }
 
+/** "Workers": the live key on two workers against one, per scenario (absent in reports before the target). */
+function workersSection(rows: Row[], L: string[]): void {
+  const pairs = rows
+    .filter((x) => x.target === 'tollgate/live-w2')
+    .map((w) => [rows.find((x) => x.scenario === w.scenario && x.target === 'tollgate/live'), w] as const)
+    .filter((p): p is [Row, Row] => p[0] !== undefined);
+  if (pairs.length === 0) return;
+  L.push(
+    '',
+    '## Workers: the live key on 2 workers against 1',
+    '',
+    'tollgate/live-w2 is a second gateway from the same `src/main.ts` with `server.workers: 2` (a node:cluster primary and two workers sharing the port), on the same Redis, loaded with the same live key right after tollgate/live. Its CPU, RSS and syscalls are summed over the primary and both workers. The load generator, simulator and Redis share the same cores, so a second worker can only use what they leave: read "× 1 worker" with the CPU % beside it. On a machine with spare cores the ratio approaches 2 only if Redis and the upstream keep up.',
+    '',
+    '| scenario | req/s 1 worker | req/s 2 workers | × 1 worker | CPU % 1 / 2 | CPU µs/req 1 / 2 | CPU/req × 1 worker | Redis µs/req 1 / 2 | p50 ms 1 / 2 | p99 ms 1 / 2 | RSS MB 1 / 2 |',
+    '|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|',
+  );
+  for (const [one, two] of pairs) {
+    const [lo, hi] = two.vsLiveRange ?? [NaN, NaN];
+    const both = (f: (x: Row) => number | undefined, d: number) => `${fmt(f(one) ?? NaN, d)} / ${fmt(f(two) ?? NaN, d)}`;
+    L.push(
+      `| ${SCENARIOS.find((s) => s.id === one.scenario)!.title} | ${fmt(one.rps, 0)} | ${fmt(two.rps, 0)} | ${fmt(two.vsLive ?? NaN, 2)}${hi - lo >= 0.005 ? ` (${fmt(lo, 2)}–${fmt(hi, 2)})` : ''} | ${both((x) => x.cpuPct, 0)} | ${both((x) => x.cpuUsPerReq, 0)} | ${fmt(two.cpuVsLive ?? NaN, 2)} | ${both((x) => x.redisUsPerReq, 0)} | ${both((x) => x.p50, 2)} | ${both((x) => x.p99, 2)} | ${both((x) => x.rssMaxMB, 0)} |`,
+    );
+  }
+}
+
 /** The Markdown report. */
 export function toMarkdown(r: Report, chartFile?: string): string {
   const m = r.meta;
   const L: string[] = [];
+  const hasWorkers = r.rows.some((x) => x.target === 'tollgate/live-w2');
   L.push(`# Tollgate load benchmark (${m.mode})`, '');
   L.push(
     `Node ${m.node} · ${m.cpus} CPUs (${m.cpuModel}) · commit \`${m.commit}\` · store: **${m.store === 'redis' ? 'Redis (redis-server, loopback)' : 'embedded (in the gateway process: --embedded, or no redis-server on PATH)'}** · ${m.rounds} round(s) · ${m.date} · load average at start ${m.loadAvg.map((x) => x.toFixed(2)).join(' ')}${m.gatewayNodeArgs.length ? ` · gateway node flags \`${m.gatewayNodeArgs.join(' ')}\`` : ''}`,
@@ -262,7 +301,11 @@ export function toMarkdown(r: Report, chartFile?: string): string {
   L.push(
     'Load generator (wrk for closed loops), simulator, Redis, bare proxy and gateway share the same cores. Each number is the median over rounds (the × bare column also shows the lowest–highest round); ratios are taken within a round (targets run back to back: direct → bare → ' +
       (r.rows.some((x) => x.target === 'bare+redis') ? 'bare+redis (the bare proxy plus two autopipelined Redis round trips) → ' : '') +
-      'tollgate/test → tollgate/live), then the median. CPU and RSS are those of the target\'s process (the simulator for direct, the proxy otherwise); CPU % is of one core; "Redis µs/req" is redis-server\'s CPU per request, on the same cores; syscalls/req are the target process\'s read + write system calls per completed request (/proc/<pid>/io), a large share of a proxy\'s CPU on loopback; "others CPU %" is what processes outside the benchmark used meanwhile (other work on a shared machine: high values make a row untrustworthy).',
+      'tollgate/test → tollgate/live' +
+      (hasWorkers ? ' → tollgate/live-w2 (the live key on a second gateway with `server.workers: 2`, same Redis)' : '') +
+      "), then the median. CPU and RSS are those of the target's process (the simulator for direct, the proxy otherwise" +
+      (hasWorkers ? '; for tollgate/live-w2 summed over the primary and its two workers' : '') +
+      '); CPU % is of one core; "Redis µs/req" is redis-server\'s CPU per request, on the same cores; syscalls/req are the target process\'s read + write system calls per completed request (/proc/<pid>/io), a large share of a proxy\'s CPU on loopback; "others CPU %" is what processes outside the benchmark used meanwhile (other work on a shared machine: high values make a row untrustworthy).',
     '',
   );
   const all = r.measurements;
@@ -287,6 +330,7 @@ export function toMarkdown(r: Report, chartFile?: string): string {
       `| ${title} | ${x.target} | ${fmt(x.rps, 0)} | ${fmt(x.vsDirect, 2)} | ${fmt(x.vsBare, 2)}${x.vsBareRange[1] - x.vsBareRange[0] >= 0.005 ? ` (${fmt(x.vsBareRange[0], 2)}–${fmt(x.vsBareRange[1], 2)})` : ''} | ${x.vsBareRedis === undefined ? '–' : fmt(x.vsBareRedis, 2)} | ${fmt(x.p50, 2)} | ${fmt(x.p99, 2)} | ${fmt(x.p999, 2)} | ${fmt(x.cpuPct, 0)} | ${fmt(x.cpuUsPerReq, 0)} | ${x.redisUsPerReq === undefined ? '–' : fmt(x.redisUsPerReq, 0)} | ${fmt(x.readsPerReq, 1)}+${fmt(x.writesPerReq, 1)} | ${fmt(x.rssMaxMB, 0)} | ${x.errors}/${x.non2xx} | ${fmt(x.foreignPct, 0)} |`,
     );
   }
+  workersSection(r.rows, L);
   const slow = r.rows.filter((x) => x.scenario === 'slow1000');
   if (slow.length) {
     L.push(
