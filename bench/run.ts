@@ -1,5 +1,5 @@
 /**
- * `npm run bench` (about 8.5 min, 5 rounds) and `npm run bench -- --quick` (about 65 s, 1 round).
+ * `npm run bench` (about 10 min, 5 rounds) and `npm run bench -- --quick` (about 80 s, 1 round).
  * Starts the simulator, Redis (when redis-server is on PATH), the bare proxy and the gateway (plus a
  * second one with two workers on Redis) as separate processes; runs every scenario against direct →
  * bare → bare+redis → tollgate/test → tollgate/live → tollgate/live-w2, one after the other, round
@@ -44,7 +44,7 @@ const { values } = parseArgs({
 const gatewayNodeArgs = values['node-args']?.split(' ').filter(Boolean) ?? [];
 const quick = values.quick;
 const rounds = values.rounds ? Number(values.rounds) : quick ? 1 : 5;
-if (!Number.isInteger(rounds) || rounds < 1 || rounds > 10) throw new Error('--rounds must be 1-10 (each round is ~100 s in full mode)');
+if (!Number.isInteger(rounds) || rounds < 1 || rounds > 10) throw new Error('--rounds must be 1-10 (each round is ~2 min in full mode)');
 const only = values.only?.split(',').filter(Boolean) as ScenarioId[] | undefined;
 const unknown = only?.filter((id) => !SCENARIOS.some((s) => s.id === id));
 if (unknown?.length) throw new Error(`unknown scenario(s): ${unknown.join(', ')}`);
