@@ -100,9 +100,8 @@ const PATCH_KEY_SCHEMA = {
 };
 
 /** `models` is the configured model names: a key naming any other model could never use it, so it is refused. */
-export function keyRoutes(d: { keys: KeyTable; guard: (ctx: RequestContext) => void; models: readonly string[] }): Route[] {
+export function keyRoutes(d: { keys: KeyTable; models: readonly string[] }): Route[] {
   async function create(ctx: RequestContext) {
-    d.guard(ctx);
     const { value } = await readJson(ctx.req, MAX_ADMIN_BODY);
     const issues = new Issues();
     if (!rootObject(value, issues)) return issues.done();
@@ -119,7 +118,6 @@ export function keyRoutes(d: { keys: KeyTable; guard: (ctx: RequestContext) => v
   }
 
   async function listKeys(ctx: RequestContext) {
-    d.guard(ctx);
     const q = query(ctx.req.url!);
     const issues = new Issues();
     const account = str(q, 'account', ['query'], issues, { required: true, minLength: 1, maxLength: 128 });
@@ -129,14 +127,12 @@ export function keyRoutes(d: { keys: KeyTable; guard: (ctx: RequestContext) => v
   }
 
   async function getKey(ctx: RequestContext) {
-    d.guard(ctx);
     const r = await d.keys.get(ctx.params.id!);
     if (!r) throw new GatewayError('not_found', `No key with id ${JSON.stringify(ctx.params.id!.slice(0, 64))}.`);
     sendJson(ctx.res, 200, publicKey(r));
   }
 
   async function patchKey(ctx: RequestContext) {
-    d.guard(ctx);
     const { value } = await readJson(ctx.req, MAX_ADMIN_BODY);
     const issues = new Issues();
     if (!rootObject(value, issues)) return issues.done();
@@ -161,6 +157,7 @@ export function keyRoutes(d: { keys: KeyTable; guard: (ctx: RequestContext) => v
       method: 'POST',
       pattern: '/admin/keys',
       handler: create,
+      admin: true,
       doc: {
         ...admin,
         summary: 'Create a key; the only response that carries the full key',
@@ -182,6 +179,7 @@ export function keyRoutes(d: { keys: KeyTable; guard: (ctx: RequestContext) => v
       method: 'GET',
       pattern: '/admin/keys',
       handler: listKeys,
+      admin: true,
       doc: {
         ...admin,
         summary: "An account's keys (never the full key)",
@@ -196,12 +194,14 @@ export function keyRoutes(d: { keys: KeyTable; guard: (ctx: RequestContext) => v
       method: 'GET',
       pattern: '/admin/keys/{id}',
       handler: getKey,
+      admin: true,
       doc: { ...admin, summary: 'One key', responses: { 200: { description: 'The key', schema: KEY_SCHEMA }, ...ADMIN_ERRORS } },
     },
     {
       method: 'PATCH',
       pattern: '/admin/keys/{id}',
       handler: patchKey,
+      admin: true,
       doc: {
         ...admin,
         summary: 'Rename, disable or enable a key, or set its rate limits',
