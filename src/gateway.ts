@@ -32,6 +32,9 @@ import { createUpstreams } from './upstream/pool.ts';
 import { createTokenizer, type Tokenizer } from './meter/tokenizer.ts';
 import { meteredRoute } from './routes/metered.ts';
 import { CHAT_COMPLETIONS } from './routes/chat-completions.ts';
+import { RESPONSES_ENDPOINT } from './routes/responses.ts';
+import { COMPLETIONS_ENDPOINT } from './routes/completions.ts';
+import { EMBEDDINGS_ENDPOINT } from './routes/embeddings.ts';
 import { createGate } from './http/gate.ts';
 import { createShares } from './shares/setup.ts';
 import { shareRoutes } from './shares/routes.ts';
@@ -112,6 +115,9 @@ export function createGateway(d: GatewayDeps): Gateway {
   const metered = { config, credit, upstreams, tokenizer, metrics, now, bodyBudget };
   const publicRoutes: Route[] = [
     meteredRoute(metered, CHAT_COMPLETIONS),
+    meteredRoute(metered, RESPONSES_ENDPOINT),
+    meteredRoute(metered, COMPLETIONS_ENDPOINT),
+    meteredRoute(metered, EMBEDDINGS_ENDPOINT),
     ...modelRoutes({ models: config.models }),
     ...shareRoutes({
       metrics,

@@ -96,7 +96,12 @@ function createKeySchema(models: readonly string[]): Record<string, unknown> {
 const PATCH_KEY_SCHEMA = {
   type: 'object',
   additionalProperties: false,
-  properties: { name: { type: 'string', minLength: 1, maxLength: 200 }, active: { type: 'boolean' }, rate_limits: RATE_LIMITS_SCHEMA },
+  properties: {
+    name: { type: 'string', minLength: 1, maxLength: 200 },
+    active: { type: 'boolean' },
+    rate_limits: RATE_LIMITS_SCHEMA,
+    scopes: { type: 'array', items: { enum: [...SCOPES] } },
+  },
 };
 
 /** `models` is the configured model names: a key naming any other model could never use it, so it is refused. */
@@ -136,12 +141,14 @@ export function keyRoutes(d: { keys: KeyTable; models: readonly string[] }): Rou
     const { value } = await readJson(ctx.req, MAX_ADMIN_BODY);
     const issues = new Issues();
     if (!rootObject(value, issues)) return issues.done();
-    forbidExtra(value, ['name', 'active', 'rate_limits'], ['body'], issues);
+    forbidExtra(value, ['name', 'active', 'rate_limits', 'scopes'], ['body'], issues);
     const name = str(value, 'name', ['body'], issues, { minLength: 1, maxLength: 200 });
     const active = bool(value, 'active', ['body'], issues);
     const rate_limits = rateLimitsField(value, issues);
+    const scopes = stringList(value, 'scopes', issues, SCOPES) as Scope[] | undefined;
     issues.done();
     const patch = {
+      ...(scopes !== undefined && { scopes }),
       ...(name !== undefined && { name }),
       ...(active !== undefined && { active }),
       ...(rate_limits !== undefined && { rate_limits }),
@@ -204,7 +211,7 @@ export function keyRoutes(d: { keys: KeyTable; models: readonly string[] }): Rou
       admin: true,
       doc: {
         ...admin,
-        summary: 'Rename, disable or enable a key, or set its rate limits',
+        summary: 'Rename, disable or enable a key, set its rate limits, or replace its scopes',
         body: PATCH_KEY_SCHEMA,
         responses: { 200: { description: 'The key', schema: KEY_SCHEMA }, ...ADMIN_ERRORS },
       },
