@@ -29,7 +29,7 @@ export function validateResponsesBody(value: unknown): ResponsesBody {
   const opt = (k: string) => (body[k] === null ? {} : body);
   str(body, 'model', ['body'], issues, { required: true, minLength: 1 });
   // `input` may be absent when previous_response_id or conversation carries the context.
-  if (body.input !== undefined && typeof body.input !== 'string') list(body, 'input', ['body'], issues);
+  if (body.input !== undefined && body.input !== null && typeof body.input !== 'string') list(body, 'input', ['body'], issues);
   str(opt('instructions'), 'instructions', ['body'], issues);
   bool(opt('stream'), 'stream', ['body'], issues);
   int(opt('max_output_tokens'), 'max_output_tokens', ['body'], issues, { gt: 0 });
