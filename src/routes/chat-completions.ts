@@ -6,7 +6,7 @@ import type { ModelConfig } from '../config/schema.ts';
 import type { RouteDoc } from '../http/openapi.ts';
 import { estimatePromptTokens } from '../credit/hold-estimate.ts';
 import { CHAT } from '../meter/formats.ts';
-import type { MeteredEndpoint } from './metered.ts';
+import type { MeteredEndpoint } from './endpoint.ts';
 import { validateChatBody, type ChatBody } from './chat-validate.ts';
 
 /** The route's OpenAPI description: the fields validateChatBody checks; every other field passes through. */

@@ -8,7 +8,7 @@ import type { ModelConfig } from '../config/schema.ts';
 import type { RouteDoc } from '../http/openapi.ts';
 import { Issues, bool, int, isObj, rootObject, str, type Obj } from '../http/validate.ts';
 import { COMPLETIONS } from '../meter/formats.ts';
-import type { MeteredEndpoint, OutputBound } from './metered.ts';
+import type { MeteredEndpoint, OutputBound } from './endpoint.ts';
 import { countInput, inputItems, inputTokenBound, textInput, type TextInput } from './text-input.ts';
 
 export interface CompletionsBody extends Obj {

@@ -7,7 +7,7 @@
 import type { RouteDoc } from '../http/openapi.ts';
 import { Issues, int, literal, rootObject, str, type Obj } from '../http/validate.ts';
 import { EMBEDDINGS } from '../meter/formats.ts';
-import type { MeteredEndpoint } from './metered.ts';
+import type { MeteredEndpoint } from './endpoint.ts';
 import { countInput, inputTokenBound, textInput, type TextInput } from './text-input.ts';
 
 export interface EmbeddingsBody extends Obj {

@@ -10,7 +10,6 @@ import type { ServerResponse } from 'node:http';
 import { GatewayError } from '../http/errors.ts';
 import { readJson } from '../http/body.ts';
 import type { Route } from '../http/router.ts';
-import type { RouteDoc } from '../http/openapi.ts';
 import type { RequestContext } from '../http/context.ts';
 import { requireModel } from '../auth/authenticate.ts';
 import type { Config, Endpoint, ModelConfig } from '../config/schema.ts';
@@ -22,10 +21,11 @@ import { ClientGoneError, forward, type Answered } from '../upstream/forward.ts'
 import type { UpstreamCall } from '../upstream/call.ts';
 import type { Upstreams } from '../upstream/pool.ts';
 import { relayJson, relaySse, type RelayOutcome } from '../meter/relay.ts';
-import type { ApiFormat } from '../meter/formats.ts';
-import { COUNT_BUDGET_MS, type Budget, type Tokenizer } from '../meter/tokenizer.ts';
+import type { Tokenizer } from '../meter/tokenizer.ts';
+import type { MeteredEndpoint, OutputBound } from './endpoint.ts';
+import { bill, NOTHING_PRODUCED, type Billed } from '../meter/bill.ts';
 import { bound, type Metrics } from '../obs/metrics.ts';
-import type { KeyEnv, Scope, UsageSource } from '../store/types.ts';
+import type { KeyEnv, UsageSource } from '../store/types.ts';
 
 export interface MeteredDeps {
   config: Config;
@@ -36,44 +36,6 @@ export interface MeteredDeps {
   tokenizer: Tokenizer;
   metrics: Metrics;
   now: () => number;
-}
-
-/** The output a request may produce: per choice (sent upstream as its cap) and in all (what is held). */
-export interface OutputBound {
-  perChoice: number;
-  total: number;
-}
-
-/** What differs between two metered endpoints. `B` is the validated body. */
-export interface MeteredEndpoint<B extends { model: string }> {
-  /** The name models list in `models[].endpoints`. */
-  endpoint: Endpoint;
-  scope: Scope;
-  /** The public path, e.g. `/v1/chat/completions`. */
-  pattern: string;
-  /** The path below the upstream's base URL, e.g. `/chat/completions`. */
-  upstreamPath: string;
-  doc: RouteDoc;
-  /** Where the upstream's answer keeps usage and text. */
-  format: ApiFormat;
-  /** The validated body, or a ValidationError (422) listing every problem. */
-  validate(value: unknown, limits: Config['limits']): B;
-  /** The output bound of the hold (SPEC §12: the request's maximum clamped to the model's cap, never refused). */
-  output(body: B, model: ModelConfig): OutputBound;
-  /** An upper bound on the prompt's tokens, from the body alone (credit/hold-estimate.ts). */
-  estimatePrompt(body: B, bodyBytes: number): number;
-  /** The upstream body: model rewritten, output capped at `perChoice`, usage asked for. Once per request. */
-  payload(body: B, model: ModelConfig, perChoice: number): Buffer;
-  /** Whether the client asked for a stream, and for the usage-only chunk the gateway may have forced on. */
-  reply(body: B): { stream: boolean; wantsUsage: boolean };
-  /** Prompt tokens by the fallback tokenizer, re-read from the upstream payload (usage missing: the rare path). */
-  countPrompt(payload: Buffer, tokenizer: Tokenizer, budget: Budget): Promise<number>;
-}
-
-interface Billed {
-  promptTokens: number;
-  completionTokens: number;
-  source: UsageSource;
 }
 
 /** A request's final billing, known once it has settled (or, for a test key, once it was counted). */
@@ -99,8 +61,6 @@ interface Prepared {
   reply: { model: string; stream: boolean; wantsUsage: boolean };
 }
 
-const NOTHING_PRODUCED: Billed = { promptTokens: 0, completionTokens: 0, source: 'estimated' };
-
 /** The route of one metered endpoint. */
 export function meteredRoute<B extends { model: string }>(d: MeteredDeps, ep: MeteredEndpoint<B>): Route {
   const models = new Map(d.config.models.map((m) => [m.name, m]));
@@ -112,43 +72,6 @@ export function meteredRoute<B extends { model: string }>(d: MeteredDeps, ep: Me
   const debited = bound(d.metrics.creditDebited);
   const overruns = bound(d.metrics.upstreamOverruns);
   const headerPolicy = createHeaderPolicy({ forward: up.forwardHeaders, return: up.returnHeaders });
-
-  /**
-   * What to bill (SPEC §1.2): upstream usage when reported, else the tokenizer over what was produced.
-   * `promptEstimate` is the hold's byte bound; the prompt is re-read from the upstream payload (the parsed
-   * body is not kept: SPEC §12), only on the rare path where the upstream reported no usage.
-   */
-  async function bill(
-    payload: Buffer,
-    promptEstimate: number,
-    answered: boolean,
-    outcome: RelayOutcome | undefined,
-    maxOutput: number,
-  ): Promise<Billed> {
-    // No answer from any upstream (or a refusal): nothing was produced, nothing is billed.
-    if (!answered || !outcome) return NOTHING_PRODUCED;
-    // A body too large to keep, without usage: its text was relayed, not kept. Bill what the request was
-    // allowed to produce (the clamped output × choices it was held for), never 0 for want of a buffer.
-    if (!outcome.usage && outcome.uncounted) return { promptTokens: promptEstimate, completionTokens: maxOutput, source: 'estimated' };
-    const extra = outcome.text();
-    // The tokenizer (tens of MB and a fraction of a second to load: docs/notes.md §8) is only needed when
-    // usage is missing: loaded on first need.
-    // If it cannot load, bytes bound the tokens from above: over-billed at worst, never unbilled.
-    if ((!outcome.usage || extra) && !d.tokenizer.loaded) await d.tokenizer.load().catch(() => {});
-    // Counted in bounded slices with the event loop served between them (SPEC §12), one deadline per request.
-    const budget = { deadline: Date.now() + COUNT_BUDGET_MS }; // wall time on this CPU, not the business clock
-    const countText = (s: string) => (d.tokenizer.loaded ? d.tokenizer.countTextBounded(s, budget) : Promise.resolve(Buffer.byteLength(s)));
-    if (outcome.usage) {
-      const more = extra ? await countText(extra) : 0;
-      return {
-        promptTokens: outcome.usage.prompt_tokens,
-        completionTokens: outcome.usage.completion_tokens + more,
-        source: more > 0 ? 'estimated' : 'upstream',
-      };
-    }
-    const prompt = d.tokenizer.loaded ? await ep.countPrompt(payload, d.tokenizer, budget) : promptEstimate;
-    return { promptTokens: prompt, completionTokens: extra ? await countText(extra) : 0, source: 'estimated' };
-  }
 
   /**
    * The one place where a request's final billing is known, after its settle was issued: the log line,
@@ -273,7 +196,14 @@ export function meteredRoute<B extends { model: string }>(d: MeteredDeps, ep: Me
       clearTimeout(total);
       const t1 = process.hrtime.bigint();
       const ok = answered !== undefined && answered.status >= 200 && answered.status < 300;
-      const b = await bill(payload, promptEstimate, ok, outcome, output.total);
+      const b = await bill(
+        d.tokenizer,
+        (budget) => ep.countPrompt(payload, d.tokenizer, budget),
+        promptEstimate,
+        ok,
+        outcome,
+        output.total,
+      );
       const cost = costMicros(model.price, b.promptTokens, b.completionTokens);
       admission.settle(b.promptTokens + b.completionTokens);
       ctx.log.relay_end = outcome?.end ?? (gone() ? 'client_gone' : 'none');

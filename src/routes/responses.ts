@@ -11,7 +11,7 @@ import { Issues, bool, int, isObj, list, rootObject, str, type Obj } from '../ht
 import { PER_MESSAGE, PER_NON_TEXT_PART, PER_REQUEST, PER_TOOLS_BLOCK } from '../credit/hold-estimate.ts';
 import { CHAT_OVERHEAD, type Budget, type Tokenizer } from '../meter/tokenizer.ts';
 import { RESPONSES } from '../meter/formats.ts';
-import type { MeteredEndpoint, OutputBound } from './metered.ts';
+import type { MeteredEndpoint, OutputBound } from './endpoint.ts';
 
 export interface ResponsesBody extends Obj {
   model: string;
