@@ -6,7 +6,7 @@
  * after round; writes the report to bench/results/.
  *   --quick            1.2 s windows (1.5 s for slow streams), one round; writes bench/results/quick.{md,json,svg}
  *   --rounds N         rounds (default 5; quick 1)
- *   --only a,b         scenarios: nonstream, stream64, slow1000, prompt32k, rate2000; serial (c=1) only when named
+ *   --only a,b         scenarios: nonstream, stream64, responses64, slow1000, prompt32k, rate2000; serial (c=1) only when named
  *   --embedded         the embedded store even when redis-server exists
  *   --ref <git ref>    run the gateway from that commit's src/ (default: the working tree)
  *   --no-reference     leave out the bare+redis target (bare proxy + two autopipelined Redis round trips; on by default)

@@ -8,7 +8,7 @@
 import type { LoadSpec } from './load-result.ts';
 import { MODEL, type Target } from './stack.ts';
 
-export type ScenarioId = 'nonstream' | 'stream64' | 'slow1000' | 'prompt32k' | 'rate2000' | 'serial';
+export type ScenarioId = 'nonstream' | 'stream64' | 'responses64' | 'slow1000' | 'prompt32k' | 'rate2000' | 'serial';
 
 export interface Scenario {
   readonly id: ScenarioId;
@@ -27,6 +27,11 @@ const LONG = prose.repeat(Math.ceil(32768 / prose.length)).slice(0, 32768);
 
 function body(content: string, stream: boolean, sim: Record<string, number> = { tokens: 64 }): string {
   return JSON.stringify({ model: MODEL, messages: [{ role: 'user', content }], max_tokens: 64, ...(stream && { stream: true }), sim });
+}
+
+/** A streamed Responses API request (issue 19): the same 64 tokens as stream64, as typed events. */
+function responsesBody(content: string): string {
+  return JSON.stringify({ model: MODEL, input: content, max_output_tokens: 64, stream: true, sim: { tokens: 64 } });
 }
 
 function headers(t: Target): Record<string, string> {
@@ -50,6 +55,13 @@ export const SCENARIOS: readonly Scenario[] = [
     title: 'streaming, 64 tokens, c=64',
     client: 'wrk',
     spec: (t, q) => ({ url: `${t.base}/chat/completions`, headers: headers(t), body: body(SHORT, true), connections: 64, ...win(q) }),
+  },
+  {
+    // Beside stream64: the same output through /v1/responses (72 typed events, usage in response.completed).
+    id: 'responses64',
+    title: 'streaming /v1/responses, 64 tokens, c=64',
+    client: 'wrk',
+    spec: (t, q) => ({ url: `${t.base}/responses`, headers: headers(t), body: responsesBody(SHORT), connections: 64, ...win(q) }),
   },
   {
     id: 'slow1000',

@@ -30,7 +30,12 @@ import { createConcurrency } from './limits/concurrency.ts';
 import { createBodyBudget } from './limits/body-budget.ts';
 import { createUpstreams } from './upstream/pool.ts';
 import { createTokenizer, type Tokenizer } from './meter/tokenizer.ts';
-import { chatRoutes } from './routes/chat-completions.ts';
+import { meteredRoute } from './routes/metered.ts';
+import { CHAT_COMPLETIONS } from './routes/chat-completions.ts';
+import { RESPONSES_ENDPOINT } from './routes/responses.ts';
+import { COMPLETIONS_ENDPOINT } from './routes/completions.ts';
+import { EMBEDDINGS_ENDPOINT } from './routes/embeddings.ts';
+import { createGate } from './http/gate.ts';
 import { createShares } from './shares/setup.ts';
 import { shareRoutes } from './shares/routes.ts';
 import { shareAdminRoutes } from './shares/admin-routes.ts';
@@ -97,7 +102,6 @@ export function createGateway(d: GatewayDeps): Gateway {
   });
   const guard = (ctx: RequestContext) => adminGuard(ctx.req);
   const limits = d.limits ?? createRateLimits({ ...config.rateLimits, redis: store.redis, metrics, logger, now });
-  const admit = async (ctx: RequestContext) => void (await limits.admit(ctx));
   const tokenizer = d.tokenizer ?? createTokenizer();
   const credit = createCredit({ store, logger });
   const upstreams = createUpstreams(config.models, config.upstream);
@@ -106,14 +110,17 @@ export function createGateway(d: GatewayDeps): Gateway {
   const concurrency = createConcurrency(config.limits.maxConcurrentPerKey);
   const bodyBudget = createBodyBudget(config.limits.maxInflightBodyBytes, (used) => metrics.inflightBodyBytes.set(used));
 
+  // Every key-authenticated route is authenticated, scoped and admitted once, by the edge's gate (http/gate.ts).
+  const gate = createGate({ auth, limits, concurrency, adminGuard: guard });
+  const metered = { config, credit, upstreams, tokenizer, metrics, now, bodyBudget };
   const publicRoutes: Route[] = [
-    ...chatRoutes({ config, auth, limits, credit, upstreams, tokenizer, metrics, now, concurrency, bodyBudget }),
-    ...modelRoutes({ auth, models: config.models, admit, concurrency }),
+    meteredRoute(metered, CHAT_COMPLETIONS),
+    meteredRoute(metered, RESPONSES_ENDPOINT),
+    meteredRoute(metered, COMPLETIONS_ENDPOINT),
+    meteredRoute(metered, EMBEDDINGS_ENDPOINT),
+    ...modelRoutes({ models: config.models }),
     ...shareRoutes({
-      auth,
-      admit,
       metrics,
-      concurrency,
       bodyBudget,
       clientAddress,
       failedReads: createFailureWindow({ perWindow: config.shares.failedReadsPerMinute, now }),
@@ -125,12 +132,12 @@ export function createGateway(d: GatewayDeps): Gateway {
   const describe = () => (openapi ??= openApiDocument({ version: VERSION, publicRoutes, adminRoutes }));
   const adminRoutes: Route[] = [
     ...opsRoutes({ metrics, store, cluster: d.cluster, openapi: describe }),
-    ...keyRoutes({ keys: keyTable, guard, models: config.models.map((m) => m.name) }),
-    ...accountRoutes({ store, now, guard }),
-    ...shareAdminRoutes({ guard, ...shares }),
+    ...keyRoutes({ keys: keyTable, models: config.models.map((m) => m.name) }),
+    ...accountRoutes({ store, now }),
+    ...shareAdminRoutes(shares),
   ];
-  const publicHandler = createEdge({ router: createRouter(publicRoutes), logger, metrics, listener: 'public' });
-  const adminHandler = createEdge({ router: createRouter(adminRoutes), logger, metrics, listener: 'admin' });
+  const publicHandler = createEdge({ router: createRouter(publicRoutes), logger, metrics, listener: 'public', gate });
+  const adminHandler = createEdge({ router: createRouter(adminRoutes), logger, metrics, listener: 'admin', gate });
   // server.metrics_port: /metrics alone on a listener of its own, so Prometheus can reach it without /admin/.
   const metricsRoutes = opsRoutes({ metrics, store, cluster: d.cluster }).filter((r) => r.pattern === '/metrics');
   const metricsHandler = createEdge({ router: createRouter(metricsRoutes), logger, metrics, listener: 'metrics' });

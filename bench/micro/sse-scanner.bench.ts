@@ -2,10 +2,13 @@
  * Cost of metering a streamed completion: the SSE meter over a realistic 64-token vLLM/OpenAI stream
  * (with `"usage":null` on every chunk, the worst case for the usage check, and a final usage-only chunk
  * that is dropped), per chunk and per stream, for three chunkings. The baseline "parse every event"
- * is what the meter avoids. Run: `node bench/micro/sse-scanner.bench.ts`.
+ * is what the meter avoids. The same 64 tokens as a Responses API stream (typed events, usage in
+ * response.completed, the text repeated by the .done events) go through the same scanner with the
+ * Responses row of meter/formats.ts. Run: `node bench/micro/sse-scanner.bench.ts`.
  */
 import { createSseMeter } from '../../src/meter/sse-scanner.ts';
-import { buildStream } from '../../test/meter/sse-fixture.ts';
+import { RESPONSES } from '../../src/meter/formats.ts';
+import { buildResponsesStream, buildStream } from '../../test/meter/sse-fixture.ts';
 import { createReport, nsPerOp } from './timing.ts';
 
 const words = 'The quick brown fox jumps over the lazy dog while "quoted" text, café and 😀 appear\n'.split(/(?= )/);
@@ -45,6 +48,31 @@ for (const [name, chunks] of [
   report.add(`meter, ${name}: per stream`, perStream, 'ns/op', `${chunks.length} chunks`);
   report.add(`meter, ${name}: per chunk`, perStream / chunks.length, 'ns/op');
 }
+
+// The Responses API's stream of the same 64 tokens, one event per chunk: the same scanner, its own key table.
+const responses = buildResponsesStream({ pieces, usage: { input_tokens: 812, output_tokens: 64 } });
+const responsesEvents = responses.sse.split(/(?<=\n\n)/).map((e) => Buffer.from(e));
+const responsesPerStream = nsPerOp(
+  () => {
+    const m = createSseMeter({ dropUsageOnlyChunk: false, format: RESPONSES });
+    let n = 0;
+    for (const c of responsesEvents) {
+      const out = m.push(c);
+      if (Buffer.isBuffer(out)) n += out.length;
+    }
+    if (m.usage === null) throw new Error('bench responses stream not metered');
+    return n;
+  },
+  2_000,
+  500,
+);
+report.add(
+  'responses meter, one event per chunk: per stream',
+  responsesPerStream,
+  'ns/op',
+  `${responsesEvents.length} chunks, ${Buffer.byteLength(responses.sse)} bytes`,
+);
+report.add('responses meter, one event per chunk: per chunk', responsesPerStream / responsesEvents.length, 'ns/op');
 
 // With the tokenizer fallback's text decode at the end (only when usage is missing).
 const noUsage = buildStream({ pieces, usageNullOnChunks: true, usage: null });

@@ -38,9 +38,8 @@ const GRANT_SCHEMA = {
   },
 };
 
-export function accountRoutes(d: { store: Store; now: () => number; guard: (ctx: RequestContext) => void }): Route[] {
+export function accountRoutes(d: { store: Store; now: () => number }): Route[] {
   async function grant(ctx: RequestContext) {
-    d.guard(ctx);
     const account = accountParam(ctx);
     const { value } = await readJson(ctx.req, 64 * 1024);
     const issues = new Issues();
@@ -60,12 +59,10 @@ export function accountRoutes(d: { store: Store; now: () => number; guard: (ctx:
   }
 
   async function show(ctx: RequestContext) {
-    d.guard(ctx);
     sendJson(ctx.res, 200, await d.store.getAccount(accountParam(ctx)));
   }
 
   async function ledger(ctx: RequestContext) {
-    d.guard(ctx);
     const account = accountParam(ctx);
     const q = query(ctx.req.url!);
     const issues = new Issues();
@@ -81,6 +78,7 @@ export function accountRoutes(d: { store: Store; now: () => number; guard: (ctx:
       method: 'POST',
       pattern: '/admin/accounts/{id}/credits',
       handler: grant,
+      admin: true,
       doc: {
         auth: 'admin',
         summary: 'Grant credit (negative: a correction); idempotent per idempotency_key',
@@ -105,6 +103,7 @@ export function accountRoutes(d: { store: Store; now: () => number; guard: (ctx:
       method: 'GET',
       pattern: '/admin/accounts/{id}',
       handler: show,
+      admin: true,
       doc: {
         auth: 'admin',
         summary: 'Balance and held credit (zeros for an account never granted)',
@@ -124,6 +123,7 @@ export function accountRoutes(d: { store: Store; now: () => number; guard: (ctx:
       method: 'GET',
       pattern: '/admin/accounts/{id}/ledger',
       handler: ledger,
+      admin: true,
       doc: {
         auth: 'admin',
         summary: 'Ledger entries, oldest first',

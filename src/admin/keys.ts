@@ -96,13 +96,17 @@ function createKeySchema(models: readonly string[]): Record<string, unknown> {
 const PATCH_KEY_SCHEMA = {
   type: 'object',
   additionalProperties: false,
-  properties: { name: { type: 'string', minLength: 1, maxLength: 200 }, active: { type: 'boolean' }, rate_limits: RATE_LIMITS_SCHEMA },
+  properties: {
+    name: { type: 'string', minLength: 1, maxLength: 200 },
+    active: { type: 'boolean' },
+    rate_limits: RATE_LIMITS_SCHEMA,
+    scopes: { type: 'array', items: { enum: [...SCOPES] } },
+  },
 };
 
 /** `models` is the configured model names: a key naming any other model could never use it, so it is refused. */
-export function keyRoutes(d: { keys: KeyTable; guard: (ctx: RequestContext) => void; models: readonly string[] }): Route[] {
+export function keyRoutes(d: { keys: KeyTable; models: readonly string[] }): Route[] {
   async function create(ctx: RequestContext) {
-    d.guard(ctx);
     const { value } = await readJson(ctx.req, MAX_ADMIN_BODY);
     const issues = new Issues();
     if (!rootObject(value, issues)) return issues.done();
@@ -119,7 +123,6 @@ export function keyRoutes(d: { keys: KeyTable; guard: (ctx: RequestContext) => v
   }
 
   async function listKeys(ctx: RequestContext) {
-    d.guard(ctx);
     const q = query(ctx.req.url!);
     const issues = new Issues();
     const account = str(q, 'account', ['query'], issues, { required: true, minLength: 1, maxLength: 128 });
@@ -129,23 +132,23 @@ export function keyRoutes(d: { keys: KeyTable; guard: (ctx: RequestContext) => v
   }
 
   async function getKey(ctx: RequestContext) {
-    d.guard(ctx);
     const r = await d.keys.get(ctx.params.id!);
     if (!r) throw new GatewayError('not_found', `No key with id ${JSON.stringify(ctx.params.id!.slice(0, 64))}.`);
     sendJson(ctx.res, 200, publicKey(r));
   }
 
   async function patchKey(ctx: RequestContext) {
-    d.guard(ctx);
     const { value } = await readJson(ctx.req, MAX_ADMIN_BODY);
     const issues = new Issues();
     if (!rootObject(value, issues)) return issues.done();
-    forbidExtra(value, ['name', 'active', 'rate_limits'], ['body'], issues);
+    forbidExtra(value, ['name', 'active', 'rate_limits', 'scopes'], ['body'], issues);
     const name = str(value, 'name', ['body'], issues, { minLength: 1, maxLength: 200 });
     const active = bool(value, 'active', ['body'], issues);
     const rate_limits = rateLimitsField(value, issues);
+    const scopes = stringList(value, 'scopes', issues, SCOPES) as Scope[] | undefined;
     issues.done();
     const patch = {
+      ...(scopes !== undefined && { scopes }),
       ...(name !== undefined && { name }),
       ...(active !== undefined && { active }),
       ...(rate_limits !== undefined && { rate_limits }),
@@ -161,6 +164,7 @@ export function keyRoutes(d: { keys: KeyTable; guard: (ctx: RequestContext) => v
       method: 'POST',
       pattern: '/admin/keys',
       handler: create,
+      admin: true,
       doc: {
         ...admin,
         summary: 'Create a key; the only response that carries the full key',
@@ -182,6 +186,7 @@ export function keyRoutes(d: { keys: KeyTable; guard: (ctx: RequestContext) => v
       method: 'GET',
       pattern: '/admin/keys',
       handler: listKeys,
+      admin: true,
       doc: {
         ...admin,
         summary: "An account's keys (never the full key)",
@@ -196,15 +201,17 @@ export function keyRoutes(d: { keys: KeyTable; guard: (ctx: RequestContext) => v
       method: 'GET',
       pattern: '/admin/keys/{id}',
       handler: getKey,
+      admin: true,
       doc: { ...admin, summary: 'One key', responses: { 200: { description: 'The key', schema: KEY_SCHEMA }, ...ADMIN_ERRORS } },
     },
     {
       method: 'PATCH',
       pattern: '/admin/keys/{id}',
       handler: patchKey,
+      admin: true,
       doc: {
         ...admin,
-        summary: 'Rename, disable or enable a key, or set its rate limits',
+        summary: 'Rename, disable or enable a key, set its rate limits, or replace its scopes',
         body: PATCH_KEY_SCHEMA,
         responses: { 200: { description: 'The key', schema: KEY_SCHEMA }, ...ADMIN_ERRORS },
       },

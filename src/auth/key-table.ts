@@ -4,7 +4,7 @@
  * broadcast, so every instance drops its cached copy within a pub/sub hop.
  */
 import { generateKey, generateKeyId, hashKey } from './keys.ts';
-import type { KeyEnv, KeyPatch, KeyRecord, RateLimitOverride, Scope, Store } from '../store/types.ts';
+import { SCOPES, type KeyEnv, type KeyPatch, type KeyRecord, type RateLimitOverride, type Scope, type Store } from '../store/types.ts';
 
 export interface NewKey {
   account: string;
@@ -48,7 +48,7 @@ export function createKeyTable(d: { store: Store; now: () => number }): KeyTable
         env: k.env,
         name: k.name,
         active: true,
-        scopes: k.scopes ?? ['chat', 'models', 'shares'],
+        scopes: k.scopes ?? [...SCOPES],
         models: k.models ?? [],
         rate_limits: k.rate_limits ?? null,
         created_at: new Date(d.now()).toISOString(),

@@ -74,10 +74,11 @@ const LIMIT_OPTIONS = { rpm: { type: 'string' }, tpm: { type: 'string' } } as co
 /** The `keys` command group. */
 export const keysGroup: CommandGroup = {
   name: G,
-  summary: 'API keys: create, list, disable, enable, rename, limits',
+  summary: 'API keys: create, list, disable, enable, rename, limits, scopes',
   notes: [
     'The full key is printed once, by `keys create`, and can never be read again (only its SHA-256 is stored).',
-    '--scopes: any of chat,models,shares (default all). --models: allow-list of model names (default all).',
+    '--scopes: any of chat,models,shares,embeddings (default all). --models: allow-list of model names (default all).',
+    "`keys scopes` replaces the key's scopes: how a key made before a scope existed (embeddings) is granted it.",
     "`keys limits` replaces the key's override: limits left out fall back to the config defaults.",
   ],
   commands: {
@@ -181,6 +182,18 @@ export const keysGroup: CommandGroup = {
         if (clear && rate_limits) throw new UsageError('--clear cannot be combined with --rpm/--tpm', G);
         if (!clear && !rate_limits) throw new UsageError('give --rpm and/or --tpm, or --clear', G);
         await patch(ctx, id!, { rate_limits: clear ? null : rate_limits });
+      },
+    },
+    scopes: {
+      args: '<id> <scope,scope…>',
+      summary: "replace the key's scopes, e.g. chat,models,shares,embeddings",
+      async run(ctx, pos) {
+        const [id, list] = expectPositionals(pos, ['id', 'scopes'], G);
+        const scopes = list!
+          .split(',')
+          .map((s) => s.trim())
+          .filter(Boolean);
+        await patch(ctx, id!, { scopes });
       },
     },
   },

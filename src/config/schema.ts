@@ -14,6 +14,12 @@ export interface UpstreamConfig {
   readonly apiKey: string | undefined;
 }
 
+/** The model endpoints a model may serve (`models[].endpoints`). */
+export const ENDPOINTS = ['chat', 'responses', 'completions', 'embeddings'] as const;
+export type Endpoint = (typeof ENDPOINTS)[number];
+/** A generative model's endpoints when its config names none; an embeddings model says `[embeddings]`. */
+export const DEFAULT_ENDPOINTS: readonly Endpoint[] = ['chat', 'responses', 'completions'];
+
 export interface ModelConfig {
   readonly name: string;
   readonly upstreamModel: string;
@@ -22,6 +28,8 @@ export interface ModelConfig {
   readonly ownedBy: string;
   readonly created: number;
   readonly upstreams: readonly UpstreamConfig[];
+  /** The endpoints this model serves; a request to another → 404 model_not_found. */
+  readonly endpoints: readonly Endpoint[];
 }
 
 export interface LimitSpec {
@@ -136,7 +144,7 @@ function limitSpec(v: unknown, path: string, fallback: LimitSpec): LimitSpec {
 
 function model(v: unknown, path: string): ModelConfig {
   const o = object(v, path);
-  noUnknown(o, path, ['name', 'upstream_model', 'max_output_tokens', 'price', 'upstreams', 'owned_by', 'created']);
+  noUnknown(o, path, ['name', 'upstream_model', 'max_output_tokens', 'price', 'upstreams', 'owned_by', 'created', 'endpoints']);
   const name = str(o.name, at(path, 'name'));
   if (!name) throw new ConfigError(at(path, 'name'), 'must not be empty');
   const p = object(o.price, at(path, 'price'));
@@ -150,6 +158,7 @@ function model(v: unknown, path: string): ModelConfig {
     price: parsePrice(p.input, p.output, at(path, 'price')),
     ownedBy: str(o.owned_by, at(path, 'owned_by'), 'tollgate'),
     created: num(o.created, at(path, 'created'), { fallback: 1_700_000_000, min: 0, integer: true }),
+    endpoints: endpoints(o.endpoints, at(path, 'endpoints')),
     upstreams: ups.map((u, i) => {
       const up = at(at(path, 'upstreams'), i);
       const uo = object(u, up);
@@ -166,6 +175,17 @@ function model(v: unknown, path: string): ModelConfig {
       return { url: url.replace(/\/+$/, ''), apiKey: apiKey || undefined };
     }),
   };
+}
+
+function endpoints(v: unknown, path: string): readonly Endpoint[] {
+  if (v === undefined || v === null) return DEFAULT_ENDPOINTS;
+  const names = list(v, path);
+  if (names.length === 0) throw new ConfigError(path, 'must name at least one endpoint');
+  return names.map((n, i) => {
+    const name = str(n, at(path, i));
+    if (!(ENDPOINTS as readonly string[]).includes(name)) throw new ConfigError(at(path, i), `must be one of ${ENDPOINTS.join(', ')}`);
+    return name as Endpoint;
+  });
 }
 
 /** Validates and compiles a parsed (and interpolated) config document; `env` supplies the SPEC §6 overrides. */

@@ -1,6 +1,7 @@
 /** Per-request state that travels down the route's pipeline and into the request's log line. */
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { KeyRecord } from '../store/types.ts';
+import type { Admission } from '../limits/limits.ts';
 
 export interface RequestContext {
   readonly req: IncomingMessage;
@@ -22,6 +23,8 @@ export interface RequestContext {
   overheadNs: bigint | undefined;
   /** Headers every response of this request carries (x-ratelimit-*). */
   extraHeaders: Record<string, string> | undefined;
+  /** Set by the gate on `meteredAdmit` routes: admits the request with its token estimate (http/gate.ts). */
+  admit: ((estimatedTokens?: number) => Promise<Admission>) | undefined;
 }
 
 /** A route handler; throws GatewayError/ValidationError, which the edge turns into a body. */

@@ -7,6 +7,7 @@
  */
 import type { Route } from './router.ts';
 import { ERROR_CODES } from './errors.ts';
+import type { Scope } from '../store/types.ts';
 
 /** The JSON Schema subset the docs use. */
 export type Schema = Record<string, unknown>;
@@ -15,7 +16,7 @@ export interface RouteDoc {
   summary: string;
   /** `key`: a svc-live-/svc-test- bearer key (with `scope`); `admin`: the admin token; `none`. */
   auth: 'key' | 'admin' | 'none';
-  scope?: 'chat' | 'models' | 'shares';
+  scope?: Scope;
   body?: Schema;
   query?: Record<string, Schema>;
   /** Status → description, or description and JSON body schema. Error statuses get the error bodies. */

@@ -6,6 +6,7 @@
 import { GatewayError } from './errors.ts';
 import type { Handler } from './context.ts';
 import type { RouteDoc } from './openapi.ts';
+import type { Scope } from '../store/types.ts';
 
 export interface Route {
   method: string;
@@ -13,16 +14,23 @@ export interface Route {
   handler: Handler;
   /** The route's OpenAPI description (openapi.ts); every gateway route has one (a test checks). */
   doc?: RouteDoc;
+  /** Key-authenticated with this scope: the edge's gate authenticates, checks the scope, and admits (gate.ts). */
+  auth?: Scope;
+  /** With `auth`: the handler admits itself with its token estimate (`ctx.admit`) once it has read the body. */
+  meteredAdmit?: true;
+  /** Admin-token authenticated: the edge's gate checks the token before the handler runs. */
+  admin?: true;
 }
 
 interface Compiled {
   pattern: string;
   segments: string[];
-  methods: Map<string, Handler>;
+  methods: Map<string, Route>;
 }
 
 export interface Match {
   handler: Handler;
+  route: Route;
   pattern: string;
   params: Record<string, string>;
 }
@@ -38,7 +46,7 @@ export function createRouter(routes: readonly Route[]): Router {
   for (const r of routes) {
     let c = compiled.find((x) => x.pattern === r.pattern);
     if (!c) compiled.push((c = { pattern: r.pattern, segments: r.pattern.split('/'), methods: new Map() }));
-    c.methods.set(r.method, r.handler);
+    c.methods.set(r.method, r);
   }
   return {
     match(method, path) {
@@ -57,12 +65,12 @@ export function createRouter(routes: readonly Route[]): Router {
           }
         }
         if (!ok) continue;
-        const handler = c.methods.get(method) ?? (method === 'HEAD' ? c.methods.get('GET') : undefined);
-        if (!handler) {
+        const route = c.methods.get(method) ?? (method === 'HEAD' ? c.methods.get('GET') : undefined);
+        if (!route) {
           const allow = [...c.methods.keys()].join(', ');
           throw new GatewayError('method_not_allowed', `Method ${method} is not allowed on ${c.pattern}.`, { headers: { allow } });
         }
-        return { handler, pattern: c.pattern, params: params ?? {} };
+        return { handler: route.handler, route, pattern: c.pattern, params: params ?? {} };
       }
       throw new GatewayError('not_found', `No route for ${method} ${path}.`);
     },

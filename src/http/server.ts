@@ -11,6 +11,7 @@ import { GatewayError, ValidationError, type ErrorCode } from './errors.ts';
 import { errorBody, sendError } from './respond.ts';
 import type { RequestContext } from './context.ts';
 import type { Router } from './router.ts';
+import { openGate, type Gate } from './gate.ts';
 import type { Logger } from '../obs/logger.ts';
 import { bound, type Metrics } from '../obs/metrics.ts';
 
@@ -20,6 +21,8 @@ export interface EdgeDeps {
   metrics: Metrics;
   /** Which listener, for logs. */
   listener: 'public' | 'admin' | 'metrics';
+  /** Runs each route behind the credentials and limits it declares; default: routes that declare none. */
+  gate?: Gate;
 }
 
 /**
@@ -36,6 +39,7 @@ const NS_PER_S = 1e9;
 /** The request listener for one server. */
 export function createEdge(d: EdgeDeps): (req: IncomingMessage, res: ServerResponse) => void {
   const m = edgeMetrics(d.metrics);
+  const gate = d.gate ?? openGate;
   return (req, res) => {
     const requestId = newRequestId();
     const ctx: RequestContext = {
@@ -49,6 +53,7 @@ export function createEdge(d: EdgeDeps): (req: IncomingMessage, res: ServerRespo
       log: {},
       overheadNs: undefined,
       extraHeaders: undefined,
+      admit: undefined,
     };
     res.setHeader('x-request-id', requestId);
     d.metrics.inFlight.inc();
@@ -81,7 +86,7 @@ export function createEdge(d: EdgeDeps): (req: IncomingMessage, res: ServerRespo
     }
     ctx.route = match.pattern;
     ctx.params = match.params;
-    match.handler(ctx).then(done, failed);
+    gate(match.route, ctx).then(done, failed);
   };
 }
 

@@ -27,7 +27,7 @@ const U = 0x75;
  * `content`, `reasoning_content` (vLLM < 0.10) / `reasoning` (vLLM ≥ 0.10), `refusal`, tool-call
  * `arguments`; plus `usage`. The kind is told afterwards by the key's first letter and the value's byte.
  */
-const CANDIDATE = /"(?:content|reasoning_content|reasoning|refusal|arguments|usage)"[ \t\n\r]*:[ \t\n\r]*["{]/g;
+export const CHAT_CANDIDATE = /"(?:content|reasoning_content|reasoning|refusal|arguments|usage)"[ \t\n\r]*:[ \t\n\r]*["{]/g;
 
 /**
  * Finds candidates in one buffer at a time. It keeps the buffer's latin1 copy (one byte per char, so
@@ -36,6 +36,8 @@ const CANDIDATE = /"(?:content|reasoning_content|reasoning|refusal|arguments|usa
  * when the buffer may change or be freed.
  */
 export class KeyFinder {
+  /** The API's candidate pattern (formats.ts; chat's is CHAT_CANDIDATE): shared, lastIndex set before every (synchronous) use. */
+  private readonly re: RegExp;
   private buf: Buffer | null = null;
   private str = '';
   /** Cached answer: the first candidate at or after `from` is at `at` (-1: none, -2: no answer cached),
@@ -43,6 +45,10 @@ export class KeyFinder {
   private from = 0;
   private at = -2;
   private value = 0;
+
+  constructor(candidate: RegExp = CHAT_CANDIDATE) {
+    this.re = candidate;
+  }
 
   /** Index of the first candidate at or after `pos` in `buf` (its opening quote), or -1. */
   next(buf: Buffer, pos: number): number {
@@ -53,7 +59,7 @@ export class KeyFinder {
     } else if (this.at !== -2 && this.from <= pos && (this.at === -1 || this.at >= pos)) {
       return this.at;
     }
-    const re = CANDIDATE; // shared: lastIndex is set before every (synchronous) use
+    const re = this.re;
     re.lastIndex = pos;
     const m = re.exec(this.str);
     this.from = pos;

@@ -8,9 +8,10 @@
 import type { ServerResponse } from 'node:http';
 import type { UpstreamCall } from '../upstream/call.ts';
 import { createSseMeter, type SseOutput } from './sse-scanner.ts';
-import { readUsage, readUsageFromJson } from './usage.ts';
+import { readUsageFromJson } from './usage.ts';
 import { JsonUsageScanner } from './json-usage.ts';
 import type { Usage } from './usage.ts';
+import { CHAT, type ApiFormat } from './formats.ts';
 
 export interface RelayOutcome {
   /** The upstream's usage, when it reported one (0 is a real value; absent is null). */
@@ -25,10 +26,6 @@ export interface RelayOutcome {
   uncounted?: boolean;
 }
 
-/** A stream that breaks after its first byte ends with this event and no [DONE] (SPEC §2a). */
-const STREAM_ERROR = Buffer.from(
-  `data: ${JSON.stringify({ error: { message: 'The upstream stream failed before completing.', type: 'upstream_error', code: 'upstream_error', param: null } })}\n\n`,
-);
 /**
  * Non-streaming bodies up to this size are kept whole and parsed once at the end (usage and, without
  * usage, the text to count). A larger one (logprobs can make a 16 MiB answer) is relayed as it comes and
@@ -90,8 +87,9 @@ export async function relaySse(
   res: ServerResponse,
   dropUsageOnlyChunk: boolean,
   clientGone: () => boolean,
+  format: ApiFormat = CHAT,
 ): Promise<RelayOutcome> {
-  const meter = createSseMeter({ dropUsageOnlyChunk });
+  const meter = createSseMeter({ dropUsageOnlyChunk, format });
   let finished = false;
   /** The upstream body is complete: the held tail (if any) and the response's end go out with the last chunk. */
   const finish = () => {
@@ -118,15 +116,21 @@ export async function relaySse(
     }
     if (clientGone()) end = 'client_gone';
     else {
+      // A stream that breaks after its first byte ends with the API's error event and no [DONE] (SPEC §2a).
       end = 'upstream_failed';
-      res.end(STREAM_ERROR);
+      res.end(format.streamError);
     }
   }
   return { usage: meter.usage, text: () => meter.completionText(), end, chunkNs: spent() };
 }
 
 /** Relays a JSON body unchanged; usage is read from the whole body at the end, or by a scan when it is large. */
-export async function relayJson(call: UpstreamCall, res: ServerResponse, clientGone: () => boolean): Promise<RelayOutcome> {
+export async function relayJson(
+  call: UpstreamCall,
+  res: ServerResponse,
+  clientGone: () => boolean,
+  format: ApiFormat = CHAT,
+): Promise<RelayOutcome> {
   let chunks: Buffer[] = [];
   let size = 0;
   let scanner: JsonUsageScanner | undefined;
@@ -161,13 +165,13 @@ export async function relayJson(call: UpstreamCall, res: ServerResponse, clientG
   if (scanner) {
     let usage = null;
     try {
-      usage = scanner.result === null ? null : readUsage(JSON.parse(scanner.result));
+      usage = scanner.result === null ? null : format.usage(JSON.parse(scanner.result));
     } catch {
       // not JSON after all: no usage
     }
     return { usage, text: () => '', end, chunkNs: spent() + process.hrtime.bigint() - t, ...(usage === null && { uncounted: true }) };
   }
-  const parsed = readUsageFromJson(chunks.length === 1 ? chunks[0]! : Buffer.concat(chunks, size));
+  const parsed = readUsageFromJson(chunks.length === 1 ? chunks[0]! : Buffer.concat(chunks, size), format);
   const chunkNs = spent() + process.hrtime.bigint() - t;
   // With usage present it covers the whole body; the text is only needed when it is absent.
   return { usage: parsed.usage, text: parsed.usage ? () => '' : parsed.completionText, end, chunkNs };

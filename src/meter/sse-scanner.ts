@@ -1,5 +1,6 @@
 /**
- * Incremental SSE meter for an upstream `/v1/chat/completions` stream (OpenAI / vLLM format).
+ * Incremental SSE meter for an upstream OpenAI-format stream (chat completions, completions, responses:
+ * where each keeps its usage and text is the table in formats.ts; OpenAI / vLLM wire format).
  *
  * Feed it the upstream's bytes with `push()`; it returns the bytes to forward now — whole events only,
  * byte-for-byte, never re-serialised — and holds an incomplete trailing event until its end arrives.
@@ -17,7 +18,8 @@
 import { KeyFinder, scanData } from './data-scan.ts';
 import { dataRange, eventData, isDone } from './sse-event.ts';
 import { TextCollector } from './text-slices.ts';
-import { readUsage, type Usage } from './usage.ts';
+import type { Usage } from './usage.ts';
+import { CHAT, type ApiFormat } from './formats.ts';
 
 const LF = 0x0a;
 const CR = 0x0d;
@@ -40,6 +42,8 @@ export interface SseMeterOptions {
   maxPendingBytes?: number;
   /** Cap on retained completion text bytes. Default 8 MiB (see TextCollector). */
   maxTextBytes?: number;
+  /** Where the stream keeps its usage and text (formats.ts). Default chat. */
+  format?: ApiFormat;
 }
 
 /** Bytes to forward: one buffer, or several to write in order. */
@@ -76,6 +80,7 @@ class Scanner implements SseMeter {
   sawDone = false;
   events = 0;
   private readonly drop: boolean;
+  private readonly format: ApiFormat;
   private readonly max: number;
   private readonly text: TextCollector;
   /** Copies of the bytes of the incomplete event, oldest first; copied so upstream chunks can be freed. */
@@ -88,12 +93,14 @@ class Scanner implements SseMeter {
   /** Scratch for eventData: where the current event's data is. */
   private readonly data = dataRange();
   /** Key search over the chunk being pushed, shared by its events; released when push() returns. */
-  private readonly keys = new KeyFinder();
+  private readonly keys: KeyFinder;
 
   constructor(opts: SseMeterOptions) {
     const max = opts.maxPendingBytes ?? 1024 * 1024;
     if (!Number.isSafeInteger(max) || max < 1) throw new RangeError(`maxPendingBytes must be a positive integer, got ${max}`);
     this.drop = opts.dropUsageOnlyChunk;
+    this.format = opts.format ?? CHAT;
+    this.keys = new KeyFinder(this.format.candidate);
     this.max = max;
     this.text = new TextCollector(opts.maxTextBytes === undefined ? {} : { maxBytes: opts.maxTextBytes });
   }
@@ -193,7 +200,7 @@ class Scanner implements SseMeter {
       } catch {
         parsed = null; // not JSON: forward untouched, meter only its text
       }
-      const usage = readUsage((parsed as { usage?: unknown } | null)?.usage);
+      const usage = this.format.eventUsage(parsed);
       if (usage !== null) {
         this.usage = usage;
         this.text.reset();

@@ -32,7 +32,9 @@ function pushString(out: string[], v: unknown): void {
   if (typeof v === 'string' && v.length > 0) out.push(v);
 }
 
-function choiceText(choices: unknown): string {
+/** Generated text of a chat completion body (every choice's content, reasoning, refusal, tool-call arguments). */
+export function chatText(body: Record<string, unknown>): string {
+  const choices = body['choices'];
   if (!Array.isArray(choices)) return '';
   const out: string[] = [];
   for (const choice of choices) {
@@ -50,11 +52,19 @@ function choiceText(choices: unknown): string {
   return out.join('');
 }
 
+/** Where a non-streaming body keeps its usage and text (meter/formats.ts); chat by default. */
+export interface BodyReader {
+  usage(value: unknown): Usage | null;
+  bodyText(body: Record<string, unknown>): string;
+}
+
+const CHAT_BODY: BodyReader = { usage: readUsage, bodyText: chatText };
+
 /**
- * Usage and completion text of a non-streaming chat completion. The body is bounded by the upstream
+ * Usage and completion text of a non-streaming response body. The body is bounded by the upstream
  * response and parsed once; a body that is not JSON yields no usage and empty text.
  */
-export function readUsageFromJson(body: Buffer): JsonUsage {
+export function readUsageFromJson(body: Buffer, reader: BodyReader = CHAT_BODY): JsonUsage {
   let parsed: unknown;
   try {
     parsed = JSON.parse(body.toString('utf8'));
@@ -64,7 +74,7 @@ export function readUsageFromJson(body: Buffer): JsonUsage {
   const obj = typeof parsed === 'object' && parsed !== null ? (parsed as Record<string, unknown>) : {};
   let text: string | undefined;
   return {
-    usage: readUsage(obj['usage']),
-    completionText: () => (text ??= choiceText(obj['choices'])),
+    usage: reader.usage(obj['usage']),
+    completionText: () => (text ??= reader.bodyText(obj)),
   };
 }

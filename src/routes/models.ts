@@ -2,23 +2,12 @@
 import { sendJson } from '../http/respond.ts';
 import type { Route } from '../http/router.ts';
 import type { RequestContext } from '../http/context.ts';
-import type { Authenticator } from '../auth/authenticate.ts';
-import { requireScope } from '../auth/authenticate.ts';
 import type { ModelConfig } from '../config/schema.ts';
-import type { Concurrency } from '../limits/concurrency.ts';
 
-export function modelRoutes(d: {
-  auth: Authenticator;
-  models: readonly ModelConfig[];
-  admit: (ctx: RequestContext) => Promise<void>;
-  concurrency: Concurrency;
-}): Route[] {
+export function modelRoutes(d: { models: readonly ModelConfig[] }): Route[] {
   const all = d.models.map((m) => ({ id: m.name, object: 'model' as const, created: m.created, owned_by: m.ownedBy }));
   async function list(ctx: RequestContext) {
-    const key = (ctx.key = await d.auth.authenticate(ctx.req));
-    requireScope(key, 'models');
-    d.concurrency.enter(key.id, ctx.res);
-    await d.admit(ctx);
+    const key = ctx.key!;
     const data = key.models.length === 0 ? all : all.filter((m) => key.models.includes(m.id));
     sendJson(ctx.res, 200, { object: 'list', data }, ctx.extraHeaders);
   }
@@ -27,6 +16,7 @@ export function modelRoutes(d: {
       method: 'GET',
       pattern: '/v1/models',
       handler: list,
+      auth: 'models',
       doc: {
         summary: 'The models this key may use (OpenAI list shape)',
         auth: 'key',

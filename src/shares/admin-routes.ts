@@ -12,7 +12,6 @@ import type { ShareService } from './service.ts';
 import { validateSlug } from './validate.ts';
 
 export interface ShareAdminRouteDeps {
-  guard: (ctx: RequestContext) => void;
   service: ShareService;
   limits: ShareBodyLimits;
 }
@@ -20,7 +19,6 @@ export interface ShareAdminRouteDeps {
 /** The admin share routes. */
 export function shareAdminRoutes(d: ShareAdminRouteDeps): Route[] {
   async function create(ctx: RequestContext) {
-    d.guard(ctx);
     const body = await readShareBody(ctx.req, d.limits, true);
     const account = body.account!;
     const created = await d.service.create(account, body);
@@ -29,7 +27,6 @@ export function shareAdminRoutes(d: ShareAdminRouteDeps): Route[] {
   }
 
   async function revoke(ctx: RequestContext) {
-    d.guard(ctx);
     await d.service.revoke(validateSlug(ctx.params.slug!), undefined);
     sendEmpty(ctx.res, 204);
   }
@@ -39,6 +36,7 @@ export function shareAdminRoutes(d: ShareAdminRouteDeps): Route[] {
       method: 'POST',
       pattern: '/admin/shares',
       handler: create,
+      admin: true,
       doc: {
         auth: 'admin',
         summary: "Publish a share for an account (counts against the account's quota)",
@@ -54,6 +52,7 @@ export function shareAdminRoutes(d: ShareAdminRouteDeps): Route[] {
       method: 'DELETE',
       pattern: '/admin/shares/{slug}',
       handler: revoke,
+      admin: true,
       doc: { auth: 'admin', summary: 'Revoke any share', responses: { 204: 'Revoked', ...ADMIN_ERRORS } },
     },
   ];

@@ -3,12 +3,10 @@
  * the slug is the capability), `DELETE /v1/shares/{slug}` (a key of the owning account).
  */
 import type { ServerResponse } from 'node:http';
-import { requireScope, type Authenticator } from '../auth/authenticate.ts';
 import type { RequestContext } from '../http/context.ts';
 import { sendEmpty, sendJson } from '../http/respond.ts';
 import type { Route } from '../http/router.ts';
 import type { Metrics } from '../obs/metrics.ts';
-import type { Concurrency } from '../limits/concurrency.ts';
 import type { BodyBudget } from '../limits/body-budget.ts';
 import type { FailureWindow } from '../auth/failure-window.ts';
 import type { ClientAddress } from '../http/client-address.ts';
@@ -18,12 +16,8 @@ import type { ShareService } from './service.ts';
 import { validateSlug } from './validate.ts';
 
 export interface ShareRouteDeps {
-  auth: Authenticator;
-  /** Rate limiting of authenticated /v1 requests. */
-  admit: (ctx: RequestContext) => Promise<void>;
   service: ShareService;
   limits: ShareBodyLimits;
-  concurrency: Concurrency;
   bodyBudget: BodyBudget;
   metrics: Pick<Metrics, 'shareReads'>;
   /** Failed share reads per client address (shares.failed_reads_per_minute). */
@@ -111,10 +105,7 @@ const CREATED_SHARE_SCHEMA = {
 /** The public share routes. */
 export function shareRoutes(d: ShareRouteDeps): Route[] {
   async function create(ctx: RequestContext) {
-    const key = (ctx.key = await d.auth.authenticate(ctx.req));
-    requireScope(key, 'shares');
-    d.concurrency.enter(key.id, ctx.res);
-    await d.admit(ctx);
+    const key = ctx.key!;
     const body = await readShareBody(ctx.req, d.limits, false, d.bodyBudget);
     const created = await d.service.create(key.account, body, key.id);
     ctx.log.share_files = body.files.length;
@@ -143,10 +134,7 @@ export function shareRoutes(d: ShareRouteDeps): Route[] {
   }
 
   async function revoke(ctx: RequestContext) {
-    const key = (ctx.key = await d.auth.authenticate(ctx.req));
-    requireScope(key, 'shares');
-    d.concurrency.enter(key.id, ctx.res);
-    await d.admit(ctx);
+    const key = ctx.key!;
     await d.service.revoke(validateSlug(ctx.params.slug!), key.account);
     noContent(ctx);
   }
@@ -156,6 +144,7 @@ export function shareRoutes(d: ShareRouteDeps): Route[] {
       method: 'POST',
       pattern: '/v1/shares',
       handler: create,
+      auth: 'shares',
       doc: {
         summary: 'Publish a conversation share; returns presigned upload URLs for its files',
         auth: 'key',
@@ -204,6 +193,7 @@ export function shareRoutes(d: ShareRouteDeps): Route[] {
       method: 'DELETE',
       pattern: '/v1/shares/{slug}',
       handler: revoke,
+      auth: 'shares',
       doc: {
         summary: "Revoke one of the key's account's shares",
         auth: 'key',

@@ -1,10 +1,29 @@
 /**
- * `POST /v1/chat/completions`: turns a parsed body and its steering options into what an
- * OpenAI-compatible server would send, or into the fault it was asked for.
+ * A generating endpoint (chat completions, completions, responses): turns a parsed body and its
+ * steering options into what an OpenAI-compatible server would send, or into the fault it was asked
+ * for. What differs per API (its plan, its stream events, its JSON body) is a SimApi.
  */
 import type { Exchange } from './exchange.ts';
 import type { SimOptions } from './steer.ts';
-import { completionBody, DONE_EVENT, errorBody, planCompletion, streamChunks } from './output.ts';
+import { completionBody, DONE_EVENT, errorBody, planCompletion, streamChunks, type ChunkSource, type CompletionPlan } from './output.ts';
+
+/** One API's wire shapes. */
+export interface SimApi {
+  plan(requestId: number, body: unknown, opts: SimOptions): CompletionPlan;
+  /** The stream's events; token events are `firstToken … firstToken + plan.emit - 1`. */
+  stream(plan: CompletionPlan, body: unknown): ChunkSource;
+  /** The terminating event ([DONE]), or '' for an API whose last typed event ends the stream. */
+  done: string;
+  json(plan: CompletionPlan, body: unknown): string;
+}
+
+/** POST /v1/chat/completions. */
+export const CHAT_API: SimApi = {
+  plan: planCompletion,
+  stream: (plan, body) => streamChunks(plan, includeUsage(body)),
+  done: DONE_EVENT,
+  json: completionBody,
+};
 
 // Node adds no `server` header; we add one so the gateway's header stripping has something to strip.
 const SSE_HEADERS = {
@@ -14,8 +33,8 @@ const SSE_HEADERS = {
 };
 const JSON_HEADERS = { 'content-type': 'application/json', server: 'tollgate-simulator' };
 
-/** Answers one chat completion request as steered by `opts`. */
-export async function respondChat(x: Exchange, body: unknown, opts: SimOptions): Promise<void> {
+/** Answers one generation request of `api` as steered by `opts`. */
+export async function respondGenerate(x: Exchange, body: unknown, opts: SimOptions, api: SimApi = CHAT_API): Promise<void> {
   if (opts.refuse) return x.refuse();
   await x.sleep(opts.headersDelayMs);
   if (x.done) return;
@@ -24,14 +43,14 @@ export async function respondChat(x: Exchange, body: unknown, opts: SimOptions):
     x.res.writeHead(opts.status, { ...JSON_HEADERS, 'content-length': Buffer.byteLength(payload) });
     return x.end(payload);
   }
-  const plan = planCompletion(x.rec.id, body, opts);
+  const plan = api.plan(x.rec.id, body, opts);
   const headers = { ...(isStream(body) ? SSE_HEADERS : JSON_HEADERS), 'x-sim-request-id': String(x.rec.id) };
-  if (isStream(body)) return streamCompletion(x, plan, includeUsage(body), opts, headers);
+  if (isStream(body)) return streamCompletion(x, plan, api.stream(plan, body), api.done, opts, headers);
 
   // A non-streaming server answers only when generation is over: headers after every token's delay.
   await x.sleep(opts.delayMs * plan.emit);
   if (x.done) return;
-  const payload = completionBody(plan);
+  const payload = api.json(plan, body);
   if (opts.cutAfter !== undefined) {
     // Headers and half of the JSON, then the socket closes: a body broken mid-way.
     x.res.writeHead(200, headers);
@@ -45,12 +64,13 @@ export async function respondChat(x: Exchange, body: unknown, opts: SimOptions):
 
 async function streamCompletion(
   x: Exchange,
-  plan: ReturnType<typeof planCompletion>,
-  withUsage: boolean,
+  plan: CompletionPlan,
+  chunks: ChunkSource,
+  done: string,
   opts: SimOptions,
   headers: Record<string, string>,
 ): Promise<void> {
-  const chunks = streamChunks(plan, withUsage);
+  const first = chunks.firstToken;
   const cutAt = opts.cutAfter ?? Number.POSITIVE_INFINITY;
   x.res.writeHead(200, headers);
   // Without delays the whole stream is one synchronous burst: cork it into a single writev
@@ -60,7 +80,7 @@ async function streamCompletion(
   try {
     for (let k = 0; k < chunks.count; k++) {
       if (k >= cutAt) return x.cut();
-      const isToken = k >= 1 && k <= plan.emit;
+      const isToken = k >= first && k < first + plan.emit;
       if (isToken && opts.delayMs > 0) await x.sleep(opts.delayMs);
       if (x.done) return;
       if (!x.writeChunk(chunks.event(k), isToken ? 1 : 0)) {
@@ -73,7 +93,7 @@ async function streamCompletion(
     }
     // A steered cut never sends [DONE], even when the stream had fewer chunks than cut_after.
     if (opts.cutAfter !== undefined) return x.cut();
-    x.end(DONE_EVENT);
+    x.end(done || undefined);
   } finally {
     // cut() may have uncorked already; never drive the count below zero.
     if (corked && x.res.writableCorked > 0) x.res.uncork();

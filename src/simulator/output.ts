@@ -68,21 +68,37 @@ export function simCompletionTokens(
   opts: Pick<SimOptions, 'tokens' | 'ignoreMaxTokens'>,
 ): { emit: number; finishReason: 'stop' | 'length' } {
   const cap = isObject(body) ? (positiveInt(body['max_completion_tokens']) ?? positiveInt(body['max_tokens'])) : undefined;
+  return simOutputTokens(cap, opts);
+}
+
+/** Tokens produced under an output cap (`undefined`: none): `tokens`, cut by the cap unless `ignoreMaxTokens`. */
+export function simOutputTokens(
+  cap: number | undefined,
+  opts: Pick<SimOptions, 'tokens' | 'ignoreMaxTokens'>,
+): { emit: number; finishReason: 'stop' | 'length' } {
   if (cap === undefined || opts.ignoreMaxTokens || opts.tokens <= cap) return { emit: opts.tokens, finishReason: 'stop' };
   return { emit: cap, finishReason: 'length' };
 }
 
-/** Plans one completion from the request body and its steering options. */
-export function planCompletion(requestId: number, body: unknown, opts: SimOptions): CompletionPlan {
-  const { emit, finishReason } = simCompletionTokens(body, opts);
+/** Plans one generation of any API from its prompt count and output cap (the field names differ per API). */
+export function planWith(id: string, body: unknown, opts: SimOptions, promptTokens: number, cap: number | undefined): CompletionPlan {
+  const { emit, finishReason } = simOutputTokens(cap, opts);
   const model = isObject(body) && typeof body['model'] === 'string' ? body['model'] : 'sim-model';
   let usage: SimUsage | undefined;
   if (opts.usage === 'zero') usage = { prompt_tokens: 0, completion_tokens: 0, total_tokens: 0 };
-  else if (opts.usage === 'present') {
-    const prompt = simPromptTokens(body);
-    usage = { prompt_tokens: prompt, completion_tokens: emit, total_tokens: prompt + emit };
-  }
-  return { id: `chatcmpl-sim-${requestId}`, created: Math.floor(Date.now() / 1000), model, emit, finishReason, usage };
+  else if (opts.usage === 'present') usage = { prompt_tokens: promptTokens, completion_tokens: emit, total_tokens: promptTokens + emit };
+  return { id, created: Math.floor(Date.now() / 1000), model, emit, finishReason, usage };
+}
+
+/** Plans one chat completion from the request body and its steering options. */
+export function planCompletion(requestId: number, body: unknown, opts: SimOptions): CompletionPlan {
+  const cap = isObject(body) ? (positiveInt(body['max_completion_tokens']) ?? positiveInt(body['max_tokens'])) : undefined;
+  return planWith(`chatcmpl-sim-${requestId}`, body, opts, simPromptTokens(body), cap);
+}
+
+/** `tokens` of text: its UTF-16 length divided by 4, rounded up (the simulator's one tokenizer rule). */
+export function simTextTokens(chars: number): number {
+  return Math.ceil(chars / 4);
 }
 
 /** The SSE events of one streamed completion, built lazily from shared prefixes. */
@@ -91,6 +107,8 @@ export interface ChunkSource {
   count: number;
   /** The `data: …\n\n` event of chunk `k` (0-based). */
   event(k: number): string;
+  /** The index of the first token chunk (the role chunk comes before it in chat). */
+  firstToken: number;
 }
 
 /** The terminating SSE event. */
@@ -108,6 +126,7 @@ export function streamChunks(plan: CompletionPlan, includeUsage: boolean): Chunk
   const count = plan.emit + 2 + (withUsage ? 1 : 0);
   return {
     count,
+    firstToken: 1,
     event(k) {
       if (k === 0) return `${head}{"role":"assistant","content":""},"logprobs":null,"finish_reason":null}]${tail}`;
       if (k <= plan.emit) return `${head}{"content":"tok${k - 1} "},"logprobs":null,"finish_reason":null}]${tail}`;
@@ -138,10 +157,10 @@ export function errorBody(status: number, message: string): string {
   return JSON.stringify({ error: { message, type, param: null, code: `sim_${status}` } });
 }
 
-function positiveInt(v: unknown): number | undefined {
+export function positiveInt(v: unknown): number | undefined {
   return typeof v === 'number' && Number.isSafeInteger(v) && v > 0 ? v : undefined;
 }
 
-function isObject(v: unknown): v is Record<string, unknown> {
+export function isObject(v: unknown): v is Record<string, unknown> {
   return typeof v === 'object' && v !== null && !Array.isArray(v);
 }

@@ -1,12 +1,14 @@
 /**
  * A deterministic OpenAI-compatible model server for tests, the demo and benchmarks: it stands in for
- * vLLM/SGLang. Output is `tok0 tok1 …`, usage follows simPromptTokens, and each request can be steered
+ * vLLM/SGLang on /v1/chat/completions, /v1/completions, /v1/responses and /v1/embeddings. Output is `tok0 tok1 …`, usage follows simPromptTokens, and each request can be steered
  * into delays, errors and broken streams (see steer.ts). Every request is recorded so tests can assert
  * what the gateway forwarded and when it let go.
  */
 import { createServer, type IncomingMessage, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
-import { respondChat } from './chat.ts';
+import { CHAT_API, respondGenerate, type SimApi } from './chat.ts';
+import { COMPLETIONS_API, respondEmbeddings } from './completions.ts';
+import { RESPONSES_API } from './responses.ts';
 import { createExchange } from './exchange.ts';
 import { errorBody } from './output.ts';
 import { preciseNow, Recorder, type RecordedRequest } from './record.ts';
@@ -44,6 +46,13 @@ export interface Simulator {
   /** The first request, recorded or future, that satisfies `pred` (re-checked whenever a request changes). */
   waitFor(pred: (r: RecordedRequest) => boolean, timeoutMs?: number): Promise<RecordedRequest>;
 }
+
+/** The generating endpoints and their wire shapes; /v1/embeddings is answered apart (no generation). */
+const GENERATE = new Map<string, SimApi>([
+  ['/v1/chat/completions', CHAT_API],
+  ['/v1/completions', COMPLETIONS_API],
+  ['/v1/responses', RESPONSES_API],
+]);
 
 // Bodies above this are refused with 413: far beyond any test, and it bounds memory under abuse.
 const MAX_BODY_BYTES = 32 * 1024 * 1024;
@@ -93,7 +102,8 @@ export async function startSimulator(opts: SimulatorOptions = {}): Promise<Simul
       if (req.method !== 'GET') return sendJson(res, 405, errorBody(405, 'method not allowed'));
       return sendJson(res, 200, modelsBody);
     }
-    if (path !== '/v1/chat/completions') return sendJson(res, 404, errorBody(404, `no route ${req.method} ${path}`));
+    const api = GENERATE.get(path);
+    if (api === undefined && path !== '/v1/embeddings') return sendJson(res, 404, errorBody(404, `no route ${req.method} ${path}`));
     if (req.method !== 'POST') return sendJson(res, 405, errorBody(405, 'method not allowed'));
     if (typeof rec.body !== 'object' || rec.body === null || Array.isArray(rec.body)) {
       return sendJson(res, 400, errorBody(400, 'body must be a JSON object'));
@@ -105,7 +115,8 @@ export async function startSimulator(opts: SimulatorOptions = {}): Promise<Simul
       if (err instanceof SimSteerError) return sendJson(res, 400, errorBody(400, err.message));
       throw err;
     }
-    await respondChat(x, rec.body, steer);
+    if (api === undefined) await respondEmbeddings(x, rec.body, steer);
+    else await respondGenerate(x, rec.body, steer, api);
   }
 
   // Longer than any client pool's idle timeout (undici: 4 s; NOTES suggests 30 s), so the client,

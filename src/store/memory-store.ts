@@ -91,6 +91,7 @@ export function createMemoryStore(now: () => number = Date.now): Store {
       if (patch.name !== undefined) r.name = patch.name;
       if (patch.active !== undefined) r.active = patch.active;
       if (patch.rate_limits !== undefined) r.rate_limits = patch.rate_limits;
+      if (patch.scopes !== undefined) r.scopes = [...patch.scopes];
       r.version++;
       return { record: clone(r), hash };
     },

@@ -17,6 +17,7 @@ import {
   type KeyPatch,
   type KeyRecord,
   type LedgerEntry,
+  type Scope,
   type ShareRecord,
   type Store,
 } from './types.ts';
@@ -108,7 +109,15 @@ async function guard<T>(p: Promise<T>): Promise<T> {
 function parseKey(h: Record<string, string>): KeyRecord | null {
   if (!h.rec) return null;
   const base = JSON.parse(h.rec) as Omit<KeyRecord, 'name' | 'active' | 'rate_limits' | 'version'>;
-  return { ...base, name: h.name ?? '', active: h.active === '1', rate_limits: h.rl ? JSON.parse(h.rl) : null, version: Number(h.v ?? 0) };
+  // `sc`: scopes set by a patch after creation (the creation record `rec` is never rewritten).
+  return {
+    ...base,
+    ...(h.sc && { scopes: JSON.parse(h.sc) as Scope[] }),
+    name: h.name ?? '',
+    active: h.active === '1',
+    rate_limits: h.rl ? JSON.parse(h.rl) : null,
+    version: Number(h.v ?? 0),
+  };
 }
 
 const NUMERIC = new Set(['amount_micros', 'prompt_tokens', 'completion_tokens', 'hold_micros']);
@@ -235,6 +244,7 @@ export async function createRedisStore(o: RedisStoreOptions & { client?: Client 
           if (patch.name !== undefined) fields.name = patch.name;
           if (patch.active !== undefined) fields.active = patch.active ? '1' : '0';
           if (patch.rate_limits !== undefined) fields.rl = patch.rate_limits ? JSON.stringify(patch.rate_limits) : '';
+          if (patch.scopes !== undefined) fields.sc = JSON.stringify(patch.scopes);
           const key = K.keyRecord(hash);
           const m = redis.multi();
           if (Object.keys(fields).length > 0) m.hset(key, fields);

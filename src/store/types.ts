@@ -7,8 +7,8 @@ import type { Cluster, Redis } from 'ioredis';
 import type { LimiterClient } from './limiter-client.ts';
 
 export type KeyEnv = 'live' | 'test';
-export type Scope = 'chat' | 'models' | 'shares';
-export const SCOPES: readonly Scope[] = ['chat', 'models', 'shares'];
+export type Scope = 'chat' | 'models' | 'shares' | 'embeddings';
+export const SCOPES: readonly Scope[] = ['chat', 'models', 'shares', 'embeddings'];
 
 export interface RateLimitOverride {
   requests_per_minute?: number;
@@ -35,6 +35,8 @@ export interface KeyPatch {
   name?: string;
   active?: boolean;
   rate_limits?: RateLimitOverride | null;
+  /** Replaces the key's scopes (how an operator grants a scope added after the key was made). */
+  scopes?: Scope[];
 }
 
 export interface AccountState {

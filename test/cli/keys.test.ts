@@ -129,6 +129,18 @@ t.test('rename and limits patch the key', async (t) => {
   t.equal((await gw.admin(`/admin/keys/${k.id}`)).body.rate_limits, null);
 });
 
+t.test('keys scopes replaces the scopes: how a key made before a scope existed is granted it', async (t) => {
+  const k = JSON.parse(
+    (await cli('keys', 'create', '--account', 'acme', '--env', 'test', '--name', 's', '--scopes', 'chat', '--json')).stdout,
+  );
+  const r = await cli('keys', 'scopes', k.id, 'chat,models,embeddings');
+  t.equal(r.code, 0, 'exits 0', { stderr: r.stderr });
+  t.equal(parseFields(r.stdout).scopes, 'chat,models,embeddings');
+  t.same((await gw.admin(`/admin/keys/${k.id}`)).body.scopes, ['chat', 'models', 'embeddings']);
+  const bad = await cli('keys', 'scopes', k.id, 'chat,admin');
+  t.equal(bad.code, 1, "a scope that does not exist is the API's 422");
+});
+
 t.test('usage errors exit 2 without calling the gateway', async (t) => {
   const cases: Array<[string[], RegExp]> = [
     [['keys', 'create', '--account', 'acme', '--name', 'x'], /--env is required/],

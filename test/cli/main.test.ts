@@ -11,6 +11,7 @@ const COMMANDS = [
   'keys enable',
   'keys rename',
   'keys limits',
+  'keys scopes',
   'credits grant',
   'credits show',
   'credits ledger',

@@ -173,6 +173,17 @@ t.test('numbers: ports are integers in range, other fields typed', async (t) => 
   );
 });
 
+t.test('models[].endpoints: default chat, responses, completions; an unknown or empty list is refused', async (t) => {
+  t.same(parseConfig(VALID, {}).models[0]!.endpoints, ['chat', 'responses', 'completions']);
+  const embed = `models:\n  - name: e1\n    endpoints: [embeddings]\n    price: { input: 0.02, output: 0 }\n    upstreams: [{ url: "http://x" }]\n`;
+  t.same(parseConfig(embed, {}).models[0]!.endpoints, ['embeddings']);
+  const bad = (list: string) =>
+    `models:\n  - name: m1\n    endpoints: ${list}\n    price: { input: 1, output: 1 }\n    upstreams: [{ url: "http://x" }]\n`;
+  namesField(t, bad('[chat, images]'), 'models[0].endpoints[1]', {}, /one of chat, responses, completions, embeddings/);
+  namesField(t, bad('[]'), 'models[0].endpoints', {}, /at least one/);
+  namesField(t, bad('chat'), 'models[0].endpoints');
+});
+
 t.test('log_level must be a level the logger knows (else the process dies later, in pino, without the field)', async (t) => {
   namesField(t, `log_level: verbose\n${VALID}`, 'log_level');
   const e = configError(t, VALID, { LOG_LEVEL: 'loud' });

@@ -171,7 +171,7 @@ for (const storeKind of ['memory', 'redis'] as const) {
     t.equal(k.env, 'live');
     t.equal(k.name, 'prod backend');
     t.equal(k.active, true);
-    t.same(k.scopes, ['chat', 'models', 'shares'], 'all scopes by default');
+    t.same(k.scopes, ['chat', 'models', 'shares', 'embeddings'], 'all scopes by default');
     t.same(k.models, [], 'no allow-list by default');
     t.equal(k.rate_limits, null);
     t.equal(k.last4, k.key.slice(-4));

@@ -299,10 +299,10 @@ t.test('422 on POST /admin/keys: missing fields, wrong types, literals, scopes, 
     [
       {
         loc: ['body', 'scopes', '1'],
-        msg: "Input should be 'chat', 'models' or 'shares'",
+        msg: "Input should be 'chat', 'models', 'shares' or 'embeddings'",
         type: 'literal_error',
         input: 'admin',
-        ctx: { expected: "'chat', 'models' or 'shares'" },
+        ctx: { expected: "'chat', 'models', 'shares' or 'embeddings'" },
       },
     ],
     'array indexes in loc are strings',

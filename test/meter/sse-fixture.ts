@@ -87,3 +87,52 @@ export function withoutUsageEvent(sse: string, eol = '\n'): string {
     .filter((e) => !(e.includes('"choices":[]') && e.includes('"usage":{')))
     .join(`${eol}${eol}`);
 }
+
+/**
+ * A Responses API stream (typed events: `event: <type>` + JSON data with `type` and `sequence_number`)
+ * carrying `pieces` as output_text deltas; usage (input/output_tokens) in response.completed, or
+ * `usage: null` there when `usage` is null. The final events repeat the whole text, as OpenAI's do.
+ */
+export function buildResponsesStream(opts: { pieces?: string[]; usage?: { input_tokens: number; output_tokens: number } | null } = {}): {
+  sse: string;
+  text: string;
+} {
+  const pieces = opts.pieces ?? PIECES;
+  const text = pieces.join('');
+  let seq = 0;
+  const ev = (type: string, fields: Record<string, unknown>) =>
+    `event: ${type}\ndata: ${JSON.stringify({ type, sequence_number: seq++, ...fields })}\n\n`;
+  const response = (final: boolean) => ({
+    id: 'resp_67ccd2bed1ec8190',
+    object: 'response',
+    created_at: 1741476542,
+    status: final ? 'completed' : 'in_progress',
+    model: 'meta-llama/Llama-3.1-8B-Instruct',
+    output: final
+      ? [
+          {
+            id: 'msg_1',
+            type: 'message',
+            status: 'completed',
+            role: 'assistant',
+            content: [{ type: 'output_text', text, annotations: [] }],
+          },
+        ]
+      : [],
+    usage: final && opts.usage !== null ? { ...(opts.usage ?? { input_tokens: 21, output_tokens: pieces.length }), total_tokens: 0 } : null,
+  });
+  const part = { item_id: 'msg_1', output_index: 0, content_index: 0 };
+  let sse = ev('response.created', { response: response(false) });
+  sse += ev('response.in_progress', { response: response(false) });
+  sse += ev('response.output_item.added', {
+    output_index: 0,
+    item: { id: 'msg_1', type: 'message', status: 'in_progress', role: 'assistant', content: [] },
+  });
+  sse += ev('response.content_part.added', { ...part, part: { type: 'output_text', text: '', annotations: [] } });
+  for (const p of pieces) sse += ev('response.output_text.delta', { ...part, delta: p, logprobs: [] });
+  sse += ev('response.output_text.done', { ...part, text, logprobs: [] });
+  sse += ev('response.content_part.done', { ...part, part: { type: 'output_text', text, annotations: [] } });
+  sse += ev('response.output_item.done', { output_index: 0, item: response(true).output[0] });
+  sse += ev('response.completed', { response: response(true) });
+  return { sse, text };
+}

@@ -331,7 +331,7 @@ t.test('bad steering and bad requests get 4xx OpenAI errors', async (t) => {
   const rec = await sim.waitFor((r) => r.body === '{nope');
   t.equal(rec.finished, true, 'unparseable bodies are recorded as text');
 
-  const missing = await fetch(`${sim.url}/completions`, { method: 'POST', body: '{}' });
+  const missing = await fetch(`${sim.url}/audio/speech`, { method: 'POST', body: '{}' });
   t.equal(missing.status, 404);
   await missing.text();
   const wrongMethod = await fetch(`${sim.url}/chat/completions`);

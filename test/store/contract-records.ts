@@ -66,6 +66,16 @@ export function recordCases(test: Case, makePeer: MakePeer): void {
     t.equal(await store.updateKey('key_unknown0000000', { name: 'x' }), null, 'unknown id → null');
   });
 
+  test('updateKey replaces the scopes; later patches keep them', async (t, { store }) => {
+    const k = keyRecord('key_BBBBBBBBBBBBBBB2', uniqueAccount());
+    await store.createKey('hash-b2', k);
+    const granted = await store.updateKey(k.id, { scopes: ['chat', 'embeddings'] });
+    t.strictSame(granted?.record, { ...k, scopes: ['chat', 'embeddings'], version: 2 });
+    const renamed = await store.updateKey(k.id, { name: 'still scoped' });
+    t.strictSame(renamed?.record.scopes, ['chat', 'embeddings'], 'a patch without scopes leaves them');
+    t.strictSame((await store.getKeyByHash('hash-b2'))?.scopes, ['chat', 'embeddings'], 'stored');
+  });
+
   test('shares round-trip byte-exact; revoke sets revoked_at once', async (t, { store }) => {
     const snapshot =
       '{"title": "Ünïcødé 🌍 —\u2028 raw, \\u2028 escaped",\n  "messages":[{"role":"user","content":"日本語 \\"quoted\\" \\u0000"}],"metadata":{}}';

@@ -1,0 +1,128 @@
+/**
+ * POST /v1/completions (scope chat): legacy prompt completions, metered like chat (routes/metered.ts).
+ * Each prompt of a list gets `n` choices (`best_of` generated, when larger), so the hold covers
+ * prompts × max(n, best_of) × max_tokens. `max_tokens` defaults to 16 as in OpenAI's and vLLM's
+ * completions API, clamped to the model's cap.
+ */
+import type { ModelConfig } from '../config/schema.ts';
+import type { RouteDoc } from '../http/openapi.ts';
+import { Issues, bool, int, isObj, rootObject, str, type Obj } from '../http/validate.ts';
+import { COMPLETIONS } from '../meter/formats.ts';
+import type { MeteredEndpoint, OutputBound } from './endpoint.ts';
+import { countInput, inputItems, inputTokenBound, textInput, type TextInput } from './text-input.ts';
+
+export interface CompletionsBody extends Obj {
+  model: string;
+  prompt: TextInput;
+  suffix?: string | null;
+  stream?: boolean | null;
+  stream_options?: unknown;
+  max_tokens?: number | null;
+  n?: number | null;
+  best_of?: number | null;
+}
+
+/** The API's default output cap when `max_tokens` is absent (OpenAI and vLLM: 16). */
+export const DEFAULT_MAX_TOKENS = 16;
+/** Prompts in one request, as OpenAI's API allows. */
+export const MAX_PROMPTS = 2048;
+/** BOS/EOS a tokenizer may add around each prompt. */
+const PER_PROMPT = 2;
+
+/** The validated body, or a ValidationError; `maxN` bounds `n` and `best_of` (limits.max_n, SPEC §12). */
+export function validateCompletionsBody(value: unknown, maxN: number): CompletionsBody {
+  const issues = new Issues();
+  if (!rootObject(value, issues)) issues.done();
+  const body = value as Obj;
+  const opt = (k: string) => (body[k] === null ? {} : body);
+  str(body, 'model', ['body'], issues, { required: true, minLength: 1 });
+  textInput(body, 'prompt', issues, MAX_PROMPTS);
+  str(opt('suffix'), 'suffix', ['body'], issues);
+  bool(opt('stream'), 'stream', ['body'], issues);
+  int(opt('max_tokens'), 'max_tokens', ['body'], issues, { gt: 0 });
+  int(opt('n'), 'n', ['body'], issues, { gt: 0, le: maxN });
+  int(opt('best_of'), 'best_of', ['body'], issues, { gt: 0, le: maxN });
+  if (body.stream_options !== undefined && body.stream_options !== null && !isObj(body.stream_options)) {
+    issues.add(['body', 'stream_options'], 'dict_type', 'Input should be a valid dictionary', body.stream_options);
+  }
+  issues.done();
+  return body as CompletionsBody;
+}
+
+function outputBound(body: CompletionsBody, model: ModelConfig): OutputBound {
+  const perChoice = Math.min(body.max_tokens ?? DEFAULT_MAX_TOKENS, model.maxOutputTokens);
+  const choices = Math.max(body.n ?? 1, body.best_of ?? 1) * inputItems(body.prompt);
+  return { perChoice, total: perChoice * choices };
+}
+
+/** Model rewritten, output capped by what was held, usage forced on streams (as for chat). */
+function upstreamBody(body: CompletionsBody, model: ModelConfig, perChoice: number): Buffer {
+  const out: Record<string, unknown> = { ...body, model: model.upstreamModel, max_tokens: perChoice };
+  if (body.stream === true) {
+    const so = isObj(body.stream_options) ? body.stream_options : {};
+    out.stream_options = { ...so, include_usage: true };
+  }
+  return Buffer.from(JSON.stringify(out));
+}
+
+const DOC: RouteDoc = {
+  summary: 'Create a legacy text completion (streamed with stream: true), metered and billed',
+  auth: 'key',
+  scope: 'chat',
+  body: {
+    type: 'object',
+    required: ['model', 'prompt'],
+    additionalProperties: true,
+    properties: {
+      model: { type: 'string', minLength: 1 },
+      prompt: {
+        description: 'a string, a list of strings, a list of token ids or a list of token-id lists',
+        type: ['string', 'array'],
+      },
+      suffix: { type: ['string', 'null'] },
+      stream: { type: ['boolean', 'null'] },
+      stream_options: { type: ['object', 'null'] },
+      max_tokens: { type: ['integer', 'null'], exclusiveMinimum: 0, description: "default 16, clamped to the model's max_output_tokens" },
+      n: { type: ['integer', 'null'], exclusiveMinimum: 0, description: 'at most limits.max_n' },
+      best_of: { type: ['integer', 'null'], exclusiveMinimum: 0, description: 'at most limits.max_n' },
+    },
+  },
+  responses: {
+    200: { description: "The upstream's text_completion (JSON), or its stream (text/event-stream)", schema: { type: 'object' } },
+    401: 'Missing or invalid key',
+    402: 'Not enough credit for the hold',
+    403: 'Key lacks the chat scope or the model',
+    404: 'Unknown model, or a model that does not serve /v1/completions',
+    413: 'Body over limits.max_body_bytes',
+    415: 'Not application/json',
+    422: 'Invalid body',
+    429: 'Rate, concurrency or failed-auth limit',
+    502: 'Upstream failed',
+    503: 'Upstream unavailable, store unavailable or overloaded',
+    504: 'Upstream timed out',
+  },
+};
+
+/** The completions endpoint. */
+export const COMPLETIONS_ENDPOINT: MeteredEndpoint<CompletionsBody> = {
+  endpoint: 'completions',
+  scope: 'chat',
+  pattern: '/v1/completions',
+  upstreamPath: '/completions',
+  doc: DOC,
+  format: COMPLETIONS,
+  validate: (value, limits) => validateCompletionsBody(value, limits.maxN),
+  output: outputBound,
+  estimatePrompt: (body) =>
+    inputTokenBound(body.prompt, PER_PROMPT) + (typeof body.suffix === 'string' ? Buffer.byteLength(body.suffix) : 0),
+  payload: upstreamBody,
+  reply: (body) => ({
+    stream: body.stream === true,
+    wantsUsage: (body.stream_options as { include_usage?: unknown } | undefined)?.include_usage === true,
+  }),
+  countPrompt: async (payload, tokenizer, budget) => {
+    const body = JSON.parse(payload.toString('utf8')) as CompletionsBody;
+    const suffix = typeof body.suffix === 'string' ? await tokenizer.countTextBounded(body.suffix, budget) : 0;
+    return (await countInput(body.prompt, tokenizer, budget)) + suffix;
+  },
+};

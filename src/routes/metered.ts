@@ -1,0 +1,294 @@
+/**
+ * The metered pipeline every model endpoint shares (SPEC §1.2, §2a, §4). The gate (http/gate.ts) has
+ * authenticated the key, checked the endpoint's scope and taken its concurrency slot; from there:
+ * read + validate (endpoint) → model and the endpoints it serves → rate limit with the token estimate →
+ * credit hold → forward (pick upstream, retry before the first byte) → relay + meter (formats.ts) →
+ * settle (in a `finally` no abort can skip) → `recordFinalBilling`. What differs per endpoint is a
+ * MeteredEndpoint declaration (routes/chat-completions.ts, responses.ts, completions.ts, embeddings.ts).
+ */
+import type { ServerResponse } from 'node:http';
+import { GatewayError } from '../http/errors.ts';
+import { readJson } from '../http/body.ts';
+import type { Route } from '../http/router.ts';
+import type { RequestContext } from '../http/context.ts';
+import { requireModel } from '../auth/authenticate.ts';
+import type { Config, Endpoint, ModelConfig } from '../config/schema.ts';
+import type { BodyBudget } from '../limits/body-budget.ts';
+import { holdTtlMs as holdTtlOf, type Credit } from '../credit/credit.ts';
+import { costMicros } from '../credit/pricing.ts';
+import { createHeaderPolicy } from '../upstream/headers.ts';
+import { ClientGoneError, forward, type Answered } from '../upstream/forward.ts';
+import type { UpstreamCall } from '../upstream/call.ts';
+import type { Upstreams } from '../upstream/pool.ts';
+import { relayJson, relaySse, type RelayOutcome } from '../meter/relay.ts';
+import type { Tokenizer } from '../meter/tokenizer.ts';
+import type { MeteredEndpoint, OutputBound } from './endpoint.ts';
+import { bill, NOTHING_PRODUCED, type Billed } from '../meter/bill.ts';
+import { bound, type Metrics } from '../obs/metrics.ts';
+import type { KeyEnv, UsageSource } from '../store/types.ts';
+
+export interface MeteredDeps {
+  config: Config;
+  /** Request body bytes held across the process (limits.max_inflight_body_bytes). */
+  bodyBudget: BodyBudget;
+  credit: Credit;
+  upstreams: Upstreams;
+  tokenizer: Tokenizer;
+  metrics: Metrics;
+  now: () => number;
+}
+
+/** A request's final billing, known once it has settled (or, for a test key, once it was counted). */
+export interface FinalBilling {
+  requestId: string;
+  endpoint: Endpoint;
+  account: string;
+  keyId: string;
+  env: KeyEnv;
+  model: string;
+  promptTokens: number;
+  completionTokens: number;
+  costMicros: number;
+  source: UsageSource;
+}
+
+/** What a request carries past its body (see prepare). */
+interface Prepared {
+  model: ModelConfig;
+  output: OutputBound;
+  promptEstimate: number;
+  payload: Buffer;
+  reply: { model: string; stream: boolean; wantsUsage: boolean };
+}
+
+/** The route of one metered endpoint. */
+export function meteredRoute<B extends { model: string }>(d: MeteredDeps, ep: MeteredEndpoint<B>): Route {
+  const models = new Map(d.config.models.map((m) => [m.name, m]));
+  const up = d.config.upstream;
+  const holdTtlMs = holdTtlOf(d.config);
+  // Metric children bound once (labels: model / model, kind, source).
+  const ttfb = bound(d.metrics.upstreamTtfb);
+  const tokens = bound(d.metrics.tokens);
+  const debited = bound(d.metrics.creditDebited);
+  const overruns = bound(d.metrics.upstreamOverruns);
+  const headerPolicy = createHeaderPolicy({ forward: up.forwardHeaders, return: up.returnHeaders });
+
+  /**
+   * The one place where a request's final billing is known, after its settle was issued: the log line,
+   * the token and credit metrics. Anything else that wants per-request billing hooks in here.
+   */
+  function recordFinalBilling(ctx: RequestContext, f: FinalBilling, maxOutput: number): void {
+    Object.assign(ctx.log, {
+      prompt_tokens: f.promptTokens,
+      completion_tokens: f.completionTokens,
+      usage_source: f.source,
+      cost_micros: f.costMicros,
+    });
+    if (f.completionTokens > maxOutput) {
+      // An upstream that ignored its output cap: debited in full (SPEC §4's only overspend), counted, logged.
+      overruns(f.model).inc();
+      ctx.log.overrun_tokens = f.completionTokens - maxOutput;
+    }
+    if (f.promptTokens > 0) tokens(f.model, 'prompt', f.source).inc(f.promptTokens);
+    if (f.completionTokens > 0) tokens(f.model, 'completion', f.source).inc(f.completionTokens);
+    if (f.env === 'live' && f.costMicros > 0) debited(f.model).inc(f.costMicros);
+  }
+
+  async function handle(ctx: RequestContext): Promise<void> {
+    // Watch for the client leaving from the very start: a client gone during the hold's round trip must
+    // still abort everything after it (otherwise the upstream runs until total_timeout_ms).
+    const aborter = new AbortController();
+    const onClose = () => {
+      if (!ctx.res.writableFinished) aborter.abort();
+    };
+    // Gone while the gate authenticated: its 'close' has been emitted already.
+    if (ctx.res.destroyed && !ctx.res.writableFinished) aborter.abort();
+    ctx.res.once('close', onClose);
+    try {
+      await pipeline(ctx, aborter.signal);
+    } finally {
+      ctx.res.off('close', onClose);
+    }
+  }
+
+  async function pipeline(ctx: RequestContext, signal: AbortSignal): Promise<void> {
+    // The upstream attempt in flight; the client leaving aborts it, whenever that happens.
+    let current: UpstreamCall | undefined;
+    signal.addEventListener('abort', () => current?.abort(new ClientGoneError()), { once: true });
+    const track = (c: UpstreamCall | undefined) => {
+      current = c;
+      if (c && signal.aborted) c.abort(new ClientGoneError());
+    };
+    const key = ctx.key!;
+    const { model, output, promptEstimate, payload, reply } = await prepare(ctx);
+    ctx.log.model = model.name;
+    const admission = await ctx.admit!(promptEstimate + output.total);
+    const live = key.env === 'live';
+    /** The request's one settle (SPEC §4): not awaited by the response, tracked for shutdown, retried until it lands. */
+    const settle = (b: Billed, costMicros: number) =>
+      void d.credit.settle({
+        account: key.account,
+        requestId: ctx.requestId,
+        costMicros,
+        keyId: key.id,
+        model: model.name,
+        promptTokens: b.promptTokens,
+        completionTokens: b.completionTokens,
+        usageSource: b.source,
+        ts: new Date(d.now()).toISOString(),
+      });
+    if (live) {
+      const hold = costMicros(model.price, promptEstimate, output.total);
+      try {
+        await d.credit.hold(key.account, ctx.requestId, hold, d.now() + holdTtlMs);
+      } catch (err) {
+        // The hold may have run in Redis after our command timed out: settle at 0 in the background (it lands
+        // behind the hold, is idempotent, and stops a late hold), so the credit is not locked until the reaper.
+        if ((err as GatewayError).code === 'store_unavailable') {
+          settle(NOTHING_PRODUCED, 0);
+        }
+        throw err;
+      }
+      ctx.log.hold_micros = hold;
+    }
+    // Shutdown waits for this request's settle even while billing still awaits the tokenizer.
+    const settleStarted = live ? d.credit.expect() : undefined;
+
+    // From here on, whatever happens, the request is settled exactly once.
+    const gone = () => !ctx.res.writableFinished && ctx.res.destroyed;
+    const deadline = d.now() + up.totalTimeoutMs;
+    // Past the total deadline the current attempt is cut; forward() tries no other upstream after it.
+    const total = setTimeout(
+      () => current?.abort(Object.assign(new Error('total upstream timeout'), { code: 'UND_ERR_HEADERS_TIMEOUT' })),
+      up.totalTimeoutMs,
+    );
+    const t0 = process.hrtime.bigint();
+    let answered: Answered | undefined;
+    let outcome: RelayOutcome | undefined;
+    try {
+      answered = await forward(
+        d,
+        model,
+        {
+          path: ep.upstreamPath,
+          body: payload,
+          headersTimeoutMs: up.headersTimeoutMs,
+          idleTimeoutMs: up.idleTimeoutMs,
+          deadline,
+          headers: (auth) => headerPolicy.upstreamRequest(ctx.req.headers, ctx.requestId, auth, payload.length),
+        },
+        signal,
+        track,
+      );
+      if (signal.aborted) throw new ClientGoneError();
+      ctx.log.upstream = answered.call.upstream.label;
+      ctx.log.upstream_status = answered.status;
+      ttfb(model.name).observe(Number(answered.waitedNs) / 1e9);
+      outcome = await respond(ctx, answered, reply);
+      if (outcome?.end === 'upstream_failed') {
+        // A stream that broke after its first byte counts toward ejecting its upstream too.
+        d.metrics.upstreamErrors.inc({ upstream: answered.call.upstream.label, reason: 'stream_broken' });
+        d.upstreams.failed(answered.call.upstream, d.now());
+      }
+    } catch (err) {
+      if (!(err instanceof ClientGoneError)) throw err;
+    } finally {
+      clearTimeout(total);
+      const t1 = process.hrtime.bigint();
+      const ok = answered !== undefined && answered.status >= 200 && answered.status < 300;
+      const b = await bill(
+        d.tokenizer,
+        (budget) => ep.countPrompt(payload, d.tokenizer, budget),
+        promptEstimate,
+        ok,
+        outcome,
+        output.total,
+      );
+      const cost = costMicros(model.price, b.promptTokens, b.completionTokens);
+      admission.settle(b.promptTokens + b.completionTokens);
+      ctx.log.relay_end = outcome?.end ?? (gone() ? 'client_gone' : 'none');
+      if (live) {
+        settle(b, cost);
+        settleStarted?.(); // the settle itself is tracked from here on
+      }
+      recordFinalBilling(
+        ctx,
+        {
+          requestId: ctx.requestId,
+          endpoint: ep.endpoint,
+          account: key.account,
+          keyId: key.id,
+          env: key.env,
+          model: model.name,
+          promptTokens: b.promptTokens,
+          completionTokens: b.completionTokens,
+          costMicros: cost,
+          source: b.source,
+        },
+        output.total,
+      );
+      // Arrival → upstream call, plus chunk handling, plus settling; upstream waiting excluded.
+      ctx.overheadNs = t0 - ctx.start + (outcome?.chunkNs ?? 0n) + (process.hrtime.bigint() - t1);
+    }
+  }
+
+  /**
+   * Reads and validates the body and turns it into what the rest of the request needs: the model, the
+   * output bound, the prompt's hold estimate, the upstream payload and the few facts the response needs.
+   * The parsed body (its text and objects, 2–3× its bytes) dies with this call (SPEC §12); billing
+   * re-reads the prompt from the payload in the rare case it must count it. A failure here is admitted
+   * by the gate (without tokens) before it reaches the client.
+   */
+  async function prepare(ctx: RequestContext): Promise<Prepared> {
+    const read = await readJson(ctx.req, d.config.limits.maxBodyBytes, d.bodyBudget);
+    // The body's bytes stay reserved until the request ends: its upstream payload lives that long.
+    ctx.res.once('close', read.release);
+    const body = ep.validate(read.value, d.config.limits);
+    const model = models.get(body.model);
+    if (!model) throw new GatewayError('model_not_found', `The model '${body.model}' does not exist.`, { param: 'model' });
+    if (!model.endpoints.includes(ep.endpoint)) {
+      throw new GatewayError('model_not_found', `The model '${body.model}' does not serve ${ep.pattern}.`, { param: 'model' });
+    }
+    requireModel(ctx.key!, model.name);
+    const output = ep.output(body, model);
+    return {
+      model,
+      output,
+      promptEstimate: ep.estimatePrompt(body, read.bytes),
+      payload: ep.payload(body, model, output.perChoice),
+      reply: { model: body.model, ...ep.reply(body) },
+    };
+  }
+
+  /** Writes the response for an answered upstream call; returns what the relay metered. */
+  async function respond(ctx: RequestContext, a: Answered, body: Prepared['reply']): Promise<RelayOutcome | undefined> {
+    const res: ServerResponse = ctx.res;
+    const headers = headerPolicy.clientResponse(a.headers);
+    if (ctx.extraHeaders) Object.assign(headers, ctx.extraHeaders);
+    if (a.status >= 500) {
+      // A 500/501 is not retried (only 502/503/504/429 are) and its body may identify the upstream: 502.
+      a.call.abort(new Error('upstream 5xx not relayed'));
+      throw new GatewayError('upstream_error', `The upstream of model '${body.model}' failed.`);
+    }
+    // The relay follows what the upstream sent, not what was asked: an upstream that ignores `stream`
+    // must still be metered from its own format.
+    const ct = a.headers['content-type'];
+    const stream = a.status < 300 && (typeof ct === 'string' ? ct.includes('text/event-stream') : body.stream);
+    if (!stream && a.headers['content-length'] !== undefined) headers['content-length'] = a.headers['content-length'];
+    res.writeHead(a.status, headers);
+    if (stream) {
+      // Headers go out with the first chunk when it already arrived (one write instead of two); otherwise
+      // now, so the client sees the stream open before the first token.
+      if (!a.call.hasEarlyData) res.flushHeaders();
+      d.metrics.streams.inc();
+      try {
+        return await relaySse(a.call, res, !body.wantsUsage, () => res.destroyed && !res.writableFinished, ep.format);
+      } finally {
+        d.metrics.streams.dec();
+      }
+    }
+    return relayJson(a.call, res, () => res.destroyed && !res.writableFinished, ep.format);
+  }
+
+  return { method: 'POST', pattern: ep.pattern, handler: handle, doc: ep.doc, auth: ep.scope, meteredAdmit: true };
+}

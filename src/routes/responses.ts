@@ -1,0 +1,157 @@
+/**
+ * POST /v1/responses (scope chat): the Responses API's declaration for the metered pipeline
+ * (routes/metered.ts). Streams are typed SSE events whose usage arrives in `response.completed`'s
+ * `response.usage` (input_tokens / output_tokens: meter/formats.ts). `max_output_tokens` is clamped to
+ * the model's cap and sizes the hold. `previous_response_id`, `store` and `conversation` pass through:
+ * the stored state lives on the upstream that answered (docs/behaviour.md, "Responses").
+ */
+import type { ModelConfig } from '../config/schema.ts';
+import type { RouteDoc } from '../http/openapi.ts';
+import { Issues, bool, int, isObj, list, rootObject, str, type Obj } from '../http/validate.ts';
+import { PER_MESSAGE, PER_NON_TEXT_PART, PER_REQUEST, PER_TOOLS_BLOCK } from '../credit/hold-estimate.ts';
+import { CHAT_OVERHEAD, type Budget, type Tokenizer } from '../meter/tokenizer.ts';
+import { RESPONSES } from '../meter/formats.ts';
+import type { MeteredEndpoint, OutputBound } from './endpoint.ts';
+
+export interface ResponsesBody extends Obj {
+  model: string;
+  input?: string | unknown[];
+  instructions?: string | null;
+  stream?: boolean | null;
+  max_output_tokens?: number | null;
+}
+
+/** The validated body: only the fields Tollgate acts on are checked; every other field passes through. */
+export function validateResponsesBody(value: unknown): ResponsesBody {
+  const issues = new Issues();
+  if (!rootObject(value, issues)) issues.done();
+  const body = value as Obj;
+  const opt = (k: string) => (body[k] === null ? {} : body);
+  str(body, 'model', ['body'], issues, { required: true, minLength: 1 });
+  // `input` may be absent when previous_response_id or conversation carries the context.
+  if (body.input !== undefined && body.input !== null && typeof body.input !== 'string') list(body, 'input', ['body'], issues);
+  str(opt('instructions'), 'instructions', ['body'], issues);
+  bool(opt('stream'), 'stream', ['body'], issues);
+  int(opt('max_output_tokens'), 'max_output_tokens', ['body'], issues, { gt: 0 });
+  str(opt('previous_response_id'), 'previous_response_id', ['body'], issues);
+  bool(opt('store'), 'store', ['body'], issues);
+  issues.done();
+  return body as ResponsesBody;
+}
+
+function bytes(v: unknown): number {
+  return typeof v === 'string' ? Buffer.byteLength(v) : 0;
+}
+
+/**
+ * Upper bound on an input item's tokens: the bytes of every string it holds (role, text, ids, call
+ * arguments: a template may render any of them), and an allowance for a part with no text of its own
+ * (an image or file by id). Bytes bound tokens: credit/hold-estimate.ts.
+ */
+function itemBound(v: unknown, depth = 0): number {
+  if (typeof v === 'string') return Buffer.byteLength(v);
+  if (depth > 32) return 0; // validated JSON of bounded size; the depth guard only keeps the stack small
+  if (Array.isArray(v)) {
+    let n = 0;
+    for (const x of v) n += itemBound(x, depth + 1);
+    return n;
+  }
+  if (!isObj(v)) return 0;
+  let n = 0;
+  const t = v['type'];
+  if (typeof t === 'string' && (t === 'input_image' || t === 'input_file' || t === 'input_audio')) n += PER_NON_TEXT_PART;
+  for (const k in v) n += itemBound(v[k], depth + 1);
+  return n;
+}
+
+/** Upper bound on the prompt: instructions, each input item plus its template tokens, tool definitions. */
+export function estimateResponsesPrompt(body: ResponsesBody): number {
+  let n = PER_REQUEST + bytes(body.instructions);
+  const input = body.input;
+  if (typeof input === 'string') n += PER_MESSAGE + Buffer.byteLength(input);
+  else if (Array.isArray(input)) for (const item of input) n += PER_MESSAGE + itemBound(item);
+  const tools = body['tools'];
+  if (Array.isArray(tools) && tools.length > 0) n += PER_TOOLS_BLOCK + 2 * Buffer.byteLength(JSON.stringify(tools));
+  return n;
+}
+
+/** Prompt tokens by the fallback tokenizer: instructions and the text of every input item. */
+async function countResponsesPrompt(payload: Buffer, tokenizer: Tokenizer, budget: Budget): Promise<number> {
+  const body = JSON.parse(payload.toString('utf8')) as ResponsesBody;
+  const count = (s: unknown) => (typeof s === 'string' && s.length > 0 ? tokenizer.countTextBounded(s, budget) : Promise.resolve(0));
+  let n = CHAT_OVERHEAD.perRequest;
+  if (typeof body.instructions === 'string') n += CHAT_OVERHEAD.perMessage + (await count(body.instructions));
+  const input = body.input;
+  if (typeof input === 'string') return n + CHAT_OVERHEAD.perMessage + (await count(input));
+  if (!Array.isArray(input)) return n;
+  for (const item of input) {
+    if (!isObj(item)) continue;
+    n += CHAT_OVERHEAD.perMessage + (await count(item['role'])) + (await count(item['arguments'])) + (await count(item['output']));
+    const content = item['content'];
+    if (typeof content === 'string') n += await count(content);
+    else if (Array.isArray(content)) for (const part of content) if (isObj(part)) n += await count(part['text']);
+  }
+  return n;
+}
+
+/** One response, no `n`: the requested maximum clamped to the model's cap, the cap when none was asked. */
+function outputBound(body: ResponsesBody, model: ModelConfig): OutputBound {
+  const perChoice = Math.min(body.max_output_tokens ?? model.maxOutputTokens, model.maxOutputTokens);
+  return { perChoice, total: perChoice };
+}
+
+/** Model rewritten, output capped by what was held. Streams always carry usage (response.completed). */
+function upstreamBody(body: ResponsesBody, model: ModelConfig, perChoice: number): Buffer {
+  return Buffer.from(JSON.stringify({ ...body, model: model.upstreamModel, max_output_tokens: perChoice }));
+}
+
+const DOC: RouteDoc = {
+  summary: 'Create a model response (Responses API; typed SSE events with stream: true), metered and billed',
+  auth: 'key',
+  scope: 'chat',
+  body: {
+    type: 'object',
+    required: ['model'],
+    additionalProperties: true,
+    properties: {
+      model: { type: 'string', minLength: 1 },
+      input: { type: ['string', 'array'], description: 'text, or a list of input items' },
+      instructions: { type: ['string', 'null'] },
+      stream: { type: ['boolean', 'null'] },
+      max_output_tokens: { type: ['integer', 'null'], exclusiveMinimum: 0, description: "clamped to the model's max_output_tokens" },
+      previous_response_id: { type: ['string', 'null'], description: 'passed through: the state lives on the upstream that stored it' },
+      store: { type: ['boolean', 'null'], description: 'passed through' },
+    },
+  },
+  responses: {
+    200: { description: "The upstream's response object (JSON), or its event stream (text/event-stream)", schema: { type: 'object' } },
+    401: 'Missing or invalid key',
+    402: 'Not enough credit for the hold',
+    403: 'Key lacks the chat scope or the model',
+    404: 'Unknown model, or a model that does not serve /v1/responses',
+    413: 'Body over limits.max_body_bytes',
+    415: 'Not application/json',
+    422: 'Invalid body',
+    429: 'Rate, concurrency or failed-auth limit',
+    502: 'Upstream failed',
+    503: 'Upstream unavailable, store unavailable or overloaded',
+    504: 'Upstream timed out',
+  },
+};
+
+/** The Responses endpoint. */
+export const RESPONSES_ENDPOINT: MeteredEndpoint<ResponsesBody> = {
+  endpoint: 'responses',
+  scope: 'chat',
+  pattern: '/v1/responses',
+  upstreamPath: '/responses',
+  doc: DOC,
+  format: RESPONSES,
+  validate: validateResponsesBody,
+  output: outputBound,
+  estimatePrompt: estimateResponsesPrompt,
+  payload: upstreamBody,
+  // Usage is part of response.completed, never an event of its own: nothing to drop.
+  reply: (body) => ({ stream: body.stream === true, wantsUsage: true }),
+  countPrompt: countResponsesPrompt,
+};

@@ -1,0 +1,118 @@
+/**
+ * `POST /v1/completions` (legacy) and `POST /v1/embeddings` in the simulator. Completions stream one
+ * `text_completion` chunk per token, a finish chunk, the usage chunk when `stream_options.include_usage`
+ * asks for it, then [DONE]; `max_tokens` defaults to 16 as in OpenAI's and vLLM's API. Embeddings answer
+ * one deterministic vector per input, as floats or as base64 little-endian float32 (the openai SDK asks
+ * for base64 by default).
+ */
+import type { SimApi } from './chat.ts';
+import type { Exchange } from './exchange.ts';
+import type { SimOptions } from './steer.ts';
+import { DONE_EVENT, errorBody, isObject, planWith, positiveInt, simCompletionText, simTextTokens, type CompletionPlan } from './output.ts';
+
+const JSON_HEADERS = { 'content-type': 'application/json', server: 'tollgate-simulator' };
+
+/**
+ * Tokens of a `prompt` or `input` (string, strings, token ids or lists of them): strings by the
+ * simulator's rule (UTF-16 length / 4, rounded up, per string), token ids as themselves, at least 1.
+ */
+export function simInputTokens(v: unknown): number {
+  if (typeof v === 'string') return Math.max(1, simTextTokens(v.length));
+  if (!Array.isArray(v)) return 1;
+  let n = 0;
+  for (const x of v) {
+    if (typeof x === 'string') n += simTextTokens(x.length);
+    else if (typeof x === 'number') n += 1;
+    else if (Array.isArray(x)) n += x.length;
+  }
+  return Math.max(1, n);
+}
+
+/** The number of inputs: a string or one token list is one. */
+function inputCount(v: unknown): number {
+  return Array.isArray(v) && v.length > 0 && typeof v[0] !== 'number' ? v.length : 1;
+}
+
+function includeUsage(body: unknown): boolean {
+  const so = isObject(body) ? body['stream_options'] : undefined;
+  return isObject(so) && so['include_usage'] === true;
+}
+
+export const COMPLETIONS_API: SimApi = {
+  plan: (requestId, body, opts) =>
+    planWith(`cmpl-sim-${requestId}`, body, opts, simInputTokens(isObject(body) ? body['prompt'] : undefined), completionsCap(body)),
+  stream(plan, body) {
+    const withUsage = includeUsage(body) && plan.usage !== undefined;
+    const head = `data: {"id":"${plan.id}","object":"text_completion","created":${plan.created},"model":${JSON.stringify(plan.model)},"choices":[{"index":0,"text":`;
+    const tail = withUsage ? ',"usage":null}\n\n' : '}\n\n';
+    return {
+      count: plan.emit + 1 + (withUsage ? 1 : 0),
+      firstToken: 0,
+      event(k) {
+        if (k < plan.emit) return `${head}"tok${k} ","logprobs":null,"finish_reason":null}]${tail}`;
+        if (k === plan.emit) return `${head}"","logprobs":null,"finish_reason":"${plan.finishReason}"}]${tail}`;
+        return `data: {"id":"${plan.id}","object":"text_completion","created":${plan.created},"model":${JSON.stringify(plan.model)},"choices":[],"usage":${JSON.stringify(plan.usage)}}\n\n`;
+      },
+    };
+  },
+  done: DONE_EVENT,
+  json(plan: CompletionPlan) {
+    const body: Record<string, unknown> = {
+      id: plan.id,
+      object: 'text_completion',
+      created: plan.created,
+      model: plan.model,
+      choices: [{ index: 0, text: simCompletionText(plan.emit), logprobs: null, finish_reason: plan.finishReason }],
+    };
+    if (plan.usage !== undefined) body['usage'] = plan.usage;
+    return JSON.stringify(body);
+  },
+};
+
+/** `max_tokens`, 16 when absent (the completions API's own default). */
+function completionsCap(body: unknown): number {
+  return (isObject(body) ? positiveInt(body['max_tokens']) : undefined) ?? 16;
+}
+
+/** Dimensions of a simulated embedding when the request names none. */
+export const SIM_EMBEDDING_DIMENSIONS = 8;
+
+/** The deterministic vector of input `i`: component j is ((i + 1)(j + 1) mod 7) / 8, exact in float32. */
+export function simEmbedding(i: number, dims: number): number[] {
+  const v: number[] = [];
+  for (let j = 0; j < dims; j++) v.push((((i + 1) * (j + 1)) % 7) / 8);
+  return v;
+}
+
+/** Answers one embeddings request as steered by `opts` (status, refuse, headers delay, usage, cut_after). */
+export async function respondEmbeddings(x: Exchange, body: unknown, opts: SimOptions): Promise<void> {
+  if (opts.refuse) return x.refuse();
+  await x.sleep(opts.headersDelayMs);
+  if (x.done) return;
+  if (opts.status !== undefined) {
+    const payload = errorBody(opts.status, `simulated upstream error ${opts.status}`);
+    x.res.writeHead(opts.status, { ...JSON_HEADERS, 'content-length': Buffer.byteLength(payload) });
+    return x.end(payload);
+  }
+  const b = isObject(body) ? body : {};
+  const dims = positiveInt(b['dimensions']) ?? SIM_EMBEDDING_DIMENSIONS;
+  const base64 = b['encoding_format'] === 'base64';
+  const data = [];
+  for (let i = 0; i < inputCount(b['input']); i++) {
+    const v = simEmbedding(i, dims);
+    const embedding = base64 ? Buffer.from(new Float32Array(v).buffer).toString('base64') : v;
+    data.push({ object: 'embedding', index: i, embedding });
+  }
+  const prompt = opts.usage === 'zero' ? 0 : simInputTokens(b['input']);
+  const out: Record<string, unknown> = { object: 'list', data, model: typeof b['model'] === 'string' ? b['model'] : 'sim-model' };
+  if (opts.usage !== 'absent') out['usage'] = { prompt_tokens: prompt, total_tokens: prompt };
+  const payload = JSON.stringify(out);
+  const headers = { ...JSON_HEADERS, 'x-sim-request-id': String(x.rec.id) };
+  if (opts.cutAfter !== undefined) {
+    x.res.writeHead(200, headers);
+    x.res.write(payload.slice(0, payload.length >> 1));
+    return x.cut();
+  }
+  x.res.writeHead(200, { ...headers, 'content-length': Buffer.byteLength(payload) });
+  x.end(payload);
+}

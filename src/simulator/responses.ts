@@ -1,0 +1,109 @@
+/**
+ * `POST /v1/responses` in the simulator: the Responses API's typed events (`event: <type>` and a JSON
+ * `data` with the same `type` and a `sequence_number`), as OpenAI and vLLM send them: created,
+ * in_progress, output_item.added, content_part.added, one output_text.delta per token, the three
+ * `.done` events, then response.completed (or response.incomplete when max_output_tokens cut it) whose
+ * `response.usage` carries input_tokens / output_tokens. No [DONE].
+ */
+import type { SimApi } from './chat.ts';
+import { isObject, planWith, positiveInt, simCompletionText, simTextTokens, type CompletionPlan } from './output.ts';
+
+/**
+ * Prompt tokens: the UTF-16 length of the instructions and of every input text (the string input, an
+ * item's string content, each content part's `text`), summed, divided by 4, rounded up, at least 1.
+ */
+export function simResponsesPromptTokens(body: unknown): number {
+  if (!isObject(body)) return 1;
+  let chars = typeof body['instructions'] === 'string' ? body['instructions'].length : 0;
+  const input = body['input'];
+  if (typeof input === 'string') chars += input.length;
+  else if (Array.isArray(input)) {
+    for (const item of input) {
+      const content = isObject(item) ? item['content'] : undefined;
+      if (typeof content === 'string') chars += content.length;
+      else if (Array.isArray(content)) for (const p of content) if (isObject(p) && typeof p['text'] === 'string') chars += p['text'].length;
+    }
+  }
+  return Math.max(1, simTextTokens(chars));
+}
+
+/** The response object at a stage of its life (`in_progress` without output and usage, then final). */
+function responseObject(plan: CompletionPlan, body: unknown, final: boolean): Record<string, unknown> {
+  const b = isObject(body) ? body : {};
+  const incomplete = final && plan.finishReason === 'length';
+  return {
+    id: plan.id,
+    object: 'response',
+    created_at: plan.created,
+    status: final ? (incomplete ? 'incomplete' : 'completed') : 'in_progress',
+    incomplete_details: incomplete ? { reason: 'max_output_tokens' } : null,
+    error: null,
+    model: plan.model,
+    instructions: b['instructions'] ?? null,
+    max_output_tokens: b['max_output_tokens'] ?? null,
+    previous_response_id: b['previous_response_id'] ?? null,
+    store: b['store'] ?? true,
+    output: final ? [message(plan, simCompletionText(plan.emit), 'completed')] : [],
+    usage: final && plan.usage ? usage(plan) : null,
+  };
+}
+
+function usage(plan: CompletionPlan): Record<string, unknown> {
+  const u = plan.usage!;
+  return {
+    input_tokens: u.prompt_tokens,
+    input_tokens_details: { cached_tokens: 0 },
+    output_tokens: u.completion_tokens,
+    output_tokens_details: { reasoning_tokens: 0 },
+    total_tokens: u.total_tokens,
+  };
+}
+
+function message(plan: CompletionPlan, text: string | null, status: string): Record<string, unknown> {
+  const content = text === null ? [] : [{ type: 'output_text', text, annotations: [] }];
+  return { id: `msg_${plan.id}`, type: 'message', status, role: 'assistant', content };
+}
+
+/** Events before the first delta (created, in_progress, output_item.added, content_part.added). */
+const HEAD = 4;
+/** Events after the last delta (output_text.done, content_part.done, output_item.done, completed). */
+const TAIL = 4;
+
+export const RESPONSES_API: SimApi = {
+  plan: (requestId, body, opts) =>
+    planWith(
+      `resp_sim_${requestId}`,
+      body,
+      opts,
+      simResponsesPromptTokens(body),
+      isObject(body) ? positiveInt(body['max_output_tokens']) : undefined,
+    ),
+  stream(plan, body) {
+    const itemId = `msg_${plan.id}`;
+    const ev = (type: string, k: number, fields: Record<string, unknown>) =>
+      `event: ${type}\ndata: ${JSON.stringify({ type, sequence_number: k, ...fields })}\n\n`;
+    const part = { item_id: itemId, output_index: 0, content_index: 0 };
+    // A delta is a template concatenation, like chat's token chunks (no JSON.stringify per token).
+    const deltaHead = `event: response.output_text.delta\ndata: {"type":"response.output_text.delta","item_id":"${itemId}","output_index":0,"content_index":0,"logprobs":[],"sequence_number":`;
+    return {
+      count: HEAD + plan.emit + TAIL,
+      firstToken: HEAD,
+      event(k) {
+        if (k === 0) return ev('response.created', k, { response: responseObject(plan, body, false) });
+        if (k === 1) return ev('response.in_progress', k, { response: responseObject(plan, body, false) });
+        if (k === 2) return ev('response.output_item.added', k, { output_index: 0, item: message(plan, null, 'in_progress') });
+        if (k === 3) return ev('response.content_part.added', k, { ...part, part: { type: 'output_text', text: '', annotations: [] } });
+        if (k < HEAD + plan.emit) return `${deltaHead}${k},"delta":"tok${k - HEAD} "}\n\n`;
+        const text = simCompletionText(plan.emit);
+        const t = k - HEAD - plan.emit;
+        if (t === 0) return ev('response.output_text.done', k, { ...part, text, logprobs: [] });
+        if (t === 1) return ev('response.content_part.done', k, { ...part, part: { type: 'output_text', text, annotations: [] } });
+        if (t === 2) return ev('response.output_item.done', k, { output_index: 0, item: message(plan, text, 'completed') });
+        const type = plan.finishReason === 'length' ? 'response.incomplete' : 'response.completed';
+        return ev(type, k, { response: responseObject(plan, body, true) });
+      },
+    };
+  },
+  done: '',
+  json: (plan, body) => JSON.stringify(responseObject(plan, body, true)),
+};

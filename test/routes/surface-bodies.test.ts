@@ -1,0 +1,189 @@
+// The bodies of /v1/responses, /v1/completions and /v1/embeddings (routes/responses.ts, completions.ts,
+// embeddings.ts, text-input.ts): what is refused with a 422 and where, and that each hold bound is never
+// below what the fallback tokenizer counts for the same prompt (SPEC §4: the hold covers the cost).
+import t from 'tap';
+import { ValidationError } from '../../src/http/errors.ts';
+import { createTokenizer } from '../../src/meter/tokenizer.ts';
+import { estimateResponsesPrompt, RESPONSES_ENDPOINT, validateResponsesBody } from '../../src/routes/responses.ts';
+import { COMPLETIONS_ENDPOINT, validateCompletionsBody } from '../../src/routes/completions.ts';
+import { EMBEDDINGS_ENDPOINT, validateEmbeddingsBody } from '../../src/routes/embeddings.ts';
+import { inputItems, inputTokenBound } from '../../src/routes/text-input.ts';
+
+const tokenizer = createTokenizer();
+await tokenizer.load();
+const budget = () => ({ deadline: Date.now() + 5000 });
+
+function issues(f: () => unknown): { loc: string; type: string }[] {
+  try {
+    f();
+  } catch (e) {
+    if (e instanceof ValidationError) return e.detail.map((d) => ({ loc: d.loc.join('.'), type: d.type }));
+    throw e;
+  }
+  return [];
+}
+
+t.test('responses: the fields Tollgate acts on are checked, the rest passes', async (t) => {
+  t.same(
+    issues(() => validateResponsesBody({ model: 'm', input: 'x', tools: [{ type: 'web_search' }], reasoning: { effort: 'low' } })),
+    [],
+  );
+  t.same(
+    issues(() => validateResponsesBody({ model: 'm', previous_response_id: 'resp_1' })),
+    [],
+    'input is optional',
+  );
+  t.same(
+    issues(() => validateResponsesBody({ model: 'm', input: null, max_output_tokens: null, stream: null })),
+    [],
+    'null = not set',
+  );
+  t.same(
+    issues(() => validateResponsesBody({ input: 5, max_output_tokens: 0, stream: 'yes', store: 1 })),
+    [
+      { loc: 'body.model', type: 'missing' },
+      { loc: 'body.input', type: 'list_type' },
+      { loc: 'body.stream', type: 'bool_type' },
+      { loc: 'body.max_output_tokens', type: 'greater_than' },
+      { loc: 'body.store', type: 'bool_type' },
+    ],
+  );
+  t.same(
+    issues(() => validateResponsesBody([])),
+    [{ loc: 'body', type: 'model_attributes_type' }],
+  );
+});
+
+t.test('completions and embeddings: prompt / input shapes', async (t) => {
+  for (const ok of ['x', ['a', 'b'], [1, 2, 3], [[1], [2, 3]]]) {
+    t.same(
+      issues(() => validateCompletionsBody({ model: 'm', prompt: ok }, 8)),
+      [],
+      JSON.stringify(ok),
+    );
+    t.same(
+      issues(() => validateEmbeddingsBody({ model: 'm', input: ok })),
+      [],
+      JSON.stringify(ok),
+    );
+  }
+  for (const bad of [[], 5, ['a', 1], [[1], 'a'], [-1], [1.5], [[]], { text: 'x' }]) {
+    t.same(
+      issues(() => validateCompletionsBody({ model: 'm', prompt: bad }, 8)),
+      [{ loc: 'body.prompt', type: 'text_input_type' }],
+      JSON.stringify(bad),
+    );
+  }
+  t.same(
+    issues(() => validateEmbeddingsBody({ model: 'm' })),
+    [{ loc: 'body.input', type: 'missing' }],
+  );
+  t.same(
+    issues(() => validateEmbeddingsBody({ model: 'm', input: Array(2049).fill('x') })),
+    [{ loc: 'body.input', type: 'too_long' }],
+  );
+  t.same(
+    issues(() => validateEmbeddingsBody({ model: 'm', input: 'x', encoding_format: 'int8', dimensions: 0 })),
+    [
+      { loc: 'body.encoding_format', type: 'literal_error' },
+      { loc: 'body.dimensions', type: 'greater_than' },
+    ],
+  );
+  t.same(
+    issues(() => validateCompletionsBody({ model: 'm', prompt: 'x', n: 9, best_of: 9, max_tokens: 0 }, 8)),
+    [
+      { loc: 'body.max_tokens', type: 'greater_than' },
+      { loc: 'body.n', type: 'less_than_equal' },
+      { loc: 'body.best_of', type: 'less_than_equal' },
+    ],
+  );
+  t.equal(inputItems('x'), 1);
+  t.equal(inputItems([1, 2]), 1, 'one token list is one prompt');
+  t.equal(inputItems([[1], [2]]), 2);
+  t.equal(inputItems(['a', 'b', 'c']), 3);
+});
+
+t.test(
+  'output bounds: responses clamp max_output_tokens; completions hold prompts × max(n, best_of) × max_tokens (16 by default)',
+  async (t) => {
+    const model = { maxOutputTokens: 100 } as Parameters<typeof RESPONSES_ENDPOINT.output>[1];
+    t.same(RESPONSES_ENDPOINT.output({ model: 'm', max_output_tokens: 500 }, model), { perChoice: 100, total: 100 });
+    t.same(RESPONSES_ENDPOINT.output({ model: 'm' }, model), { perChoice: 100, total: 100 });
+    t.same(RESPONSES_ENDPOINT.output({ model: 'm', max_output_tokens: 7 }, model), { perChoice: 7, total: 7 });
+    t.same(COMPLETIONS_ENDPOINT.output({ model: 'm', prompt: 'x' }, model), { perChoice: 16, total: 16 });
+    t.same(COMPLETIONS_ENDPOINT.output({ model: 'm', prompt: ['a', 'b'], n: 2, best_of: 3, max_tokens: 500 }, model), {
+      perChoice: 100,
+      total: 600,
+    });
+    t.same(EMBEDDINGS_ENDPOINT.output({ model: 'm', input: 'x' }, model), { perChoice: 0, total: 0 });
+  },
+);
+
+t.test('hold bounds are never below the fallback count of the same prompt', async (t) => {
+  const texts = [
+    'Hello there',
+    'naïve café 日本語のテキスト 😀😀',
+    'x'.repeat(500),
+    'function f(x) { return x * 2; }\n'.repeat(20),
+    '<|endoftext|> 12345',
+  ];
+  for (const text of texts) {
+    const bodies = [
+      { model: 'm', input: text, instructions: text },
+      {
+        model: 'm',
+        input: [
+          { role: 'user', content: text },
+          { role: 'assistant', content: [{ type: 'output_text', text }] },
+        ],
+      },
+    ];
+    for (const body of bodies) {
+      const payload = Buffer.from(JSON.stringify(body));
+      const counted = await RESPONSES_ENDPOINT.countPrompt(payload, tokenizer, budget());
+      t.ok(estimateResponsesPrompt(body) >= counted, `responses ${estimateResponsesPrompt(body)} ≥ ${counted}`);
+    }
+    for (const input of [text, [text, text.slice(0, 3)]]) {
+      const payload = Buffer.from(JSON.stringify({ model: 'm', input, prompt: input }));
+      t.ok(inputTokenBound(input, 2) >= (await EMBEDDINGS_ENDPOINT.countPrompt(payload, tokenizer, budget())), 'embeddings');
+      t.ok(
+        COMPLETIONS_ENDPOINT.estimatePrompt({ model: 'm', prompt: input }, 0) >=
+          (await COMPLETIONS_ENDPOINT.countPrompt(payload, tokenizer, budget())),
+        'completions',
+      );
+    }
+  }
+  t.equal(inputTokenBound([[1, 2, 3], [4]], 2), 8, 'token ids count as themselves, plus 2 per item');
+});
+
+t.test('upstream payloads: model rewritten, caps sent, usage forced on completion streams only', async (t) => {
+  const model = { upstreamModel: 'up/m', maxOutputTokens: 100 } as Parameters<typeof RESPONSES_ENDPOINT.payload>[1];
+  t.same(JSON.parse(RESPONSES_ENDPOINT.payload({ model: 'm', input: 'x', stream: true, store: false }, model, 40).toString()), {
+    model: 'up/m',
+    input: 'x',
+    stream: true,
+    store: false,
+    max_output_tokens: 40,
+  });
+  t.same(
+    JSON.parse(COMPLETIONS_ENDPOINT.payload({ model: 'm', prompt: 'x', stream: true, stream_options: { foo: 1 } }, model, 16).toString()),
+    {
+      model: 'up/m',
+      prompt: 'x',
+      stream: true,
+      stream_options: { foo: 1, include_usage: true },
+      max_tokens: 16,
+    },
+  );
+  t.same(JSON.parse(EMBEDDINGS_ENDPOINT.payload({ model: 'm', input: ['a'], dimensions: 3 }, model, 0).toString()), {
+    model: 'up/m',
+    input: ['a'],
+    dimensions: 3,
+  });
+  t.same(COMPLETIONS_ENDPOINT.reply({ model: 'm', prompt: 'x', stream: true }), { stream: true, wantsUsage: false });
+  t.same(
+    RESPONSES_ENDPOINT.reply({ model: 'm', stream: true }),
+    { stream: true, wantsUsage: true },
+    'nothing to drop from a Responses stream',
+  );
+});

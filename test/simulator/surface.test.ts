@@ -1,0 +1,108 @@
+// The simulator's /v1/responses, /v1/completions and /v1/embeddings (src/simulator/responses.ts,
+// completions.ts): deterministic like chat, read by the official openai SDK directly (no gateway), with
+// the same steering (tokens, usage, status, cut_after) as chat.
+import t from 'tap';
+import OpenAI from 'openai';
+import { simCompletionText, startSimulator } from '../../src/simulator/simulator.ts';
+import { simResponsesPromptTokens } from '../../src/simulator/responses.ts';
+import { simEmbedding, simInputTokens, SIM_EMBEDDING_DIMENSIONS } from '../../src/simulator/completions.ts';
+
+const sim = await startSimulator();
+t.teardown(() => sim.close());
+const openai = new OpenAI({ apiKey: 'x', baseURL: sim.url, maxRetries: 0 });
+
+t.test('responses: the final response, and the same text and usage as typed events', async (t) => {
+  const body = { model: 'm', input: [{ role: 'user' as const, content: 'twelve chars' }], instructions: 'be brief', max_output_tokens: 5 };
+  const r = await openai.responses.create(body, { headers: { 'x-sim-tokens': '9' } });
+  t.equal(r.output_text, simCompletionText(5));
+  t.equal(r.status, 'incomplete', 'cut by max_output_tokens');
+  t.match(r.usage, { input_tokens: simResponsesPromptTokens(body), output_tokens: 5 });
+  t.equal(simResponsesPromptTokens(body), Math.ceil(('twelve chars'.length + 'be brief'.length) / 4));
+
+  const stream = await openai.responses.create({ model: 'm', input: 'hi', stream: true }, { headers: { 'x-sim-tokens': '3' } });
+  const events: OpenAI.Responses.ResponseStreamEvent[] = [];
+  for await (const ev of stream) events.push(ev);
+  t.same(
+    events.map((e) => e.type),
+    [
+      'response.created',
+      'response.in_progress',
+      'response.output_item.added',
+      'response.content_part.added',
+      'response.output_text.delta',
+      'response.output_text.delta',
+      'response.output_text.delta',
+      'response.output_text.done',
+      'response.content_part.done',
+      'response.output_item.done',
+      'response.completed',
+    ],
+  );
+  t.same(
+    events.map((e) => e.sequence_number),
+    events.map((_, i) => i),
+    'sequence numbers count up from 0',
+  );
+  const done = events.at(-1) as OpenAI.Responses.ResponseCompletedEvent;
+  t.match(done.response.usage, { input_tokens: 1, output_tokens: 3 });
+
+  const helper = await openai.responses.stream({ model: 'm', input: 'again' }, { headers: { 'x-sim-tokens': '4' } }).finalResponse();
+  t.equal(helper.output_text, simCompletionText(4), "the SDK's stream helper assembles the response");
+});
+
+t.test('responses: usage absent is usage null; a cut closes the socket after N events', async (t) => {
+  const r = await openai.responses.create({ model: 'm', input: 'x' }, { headers: { 'x-sim-usage': 'absent' } });
+  t.equal(r.usage, null);
+  const res = await fetch(`${sim.url}/responses`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json', 'x-sim-cut-after': '6' },
+    body: JSON.stringify({ model: 'm', input: 'x', stream: true }),
+  });
+  let text = '';
+  try {
+    for await (const part of res.body!) text += Buffer.from(part).toString();
+  } catch {
+    // the steered cut
+  }
+  t.equal(text.split('\n\n').filter(Boolean).length, 6);
+});
+
+t.test('completions: max_tokens defaults to 16; streams end with [DONE] and carry usage only when asked', async (t) => {
+  const plain = await openai.completions.create({ model: 'm', prompt: 'abcdefgh' }, { headers: { 'x-sim-tokens': '40' } });
+  t.equal(plain.choices[0]!.text, simCompletionText(16));
+  t.equal(plain.choices[0]!.finish_reason, 'length');
+  t.match(plain.usage, { prompt_tokens: 2, completion_tokens: 16 });
+  for (const includeUsage of [false, true]) {
+    const stream = await openai.completions.create(
+      { model: 'm', prompt: ['ab', 'cdef'], stream: true, max_tokens: 3, ...(includeUsage && { stream_options: { include_usage: true } }) },
+      { headers: { 'x-sim-tokens': '8' } },
+    );
+    let text = '';
+    let usage;
+    for await (const c of stream) {
+      text += c.choices[0]?.text ?? '';
+      if (c.usage) usage = c.usage;
+    }
+    t.equal(text, simCompletionText(3));
+    t.same(usage, includeUsage ? { prompt_tokens: simInputTokens(['ab', 'cdef']), completion_tokens: 3, total_tokens: 5 } : undefined);
+  }
+});
+
+t.test('embeddings: one deterministic vector per input, float or base64; usage is prompt tokens', async (t) => {
+  const batch = await openai.embeddings.create({ model: 'e', input: ['one', 'two two', 'three'] });
+  t.same(
+    batch.data.map((d) => d.embedding),
+    [0, 1, 2].map((i) => simEmbedding(i, SIM_EMBEDDING_DIMENSIONS)),
+  );
+  t.same(batch.usage, { prompt_tokens: 5, total_tokens: 5 }, '1 + 2 + 2: each string by length / 4, rounded up');
+  const floats = await fetch(`${sim.url}/embeddings`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json' },
+    body: JSON.stringify({ model: 'e', input: 'x', dimensions: 2 }),
+  });
+  t.same(((await floats.json()) as any).data[0].embedding, simEmbedding(0, 2));
+  const failed = await openai.embeddings
+    .create({ model: 'e', input: 'x' }, { headers: { 'x-sim-status': '503' } })
+    .catch((e: unknown) => e);
+  t.match(failed, { status: 503 });
+});
