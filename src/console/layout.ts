@@ -65,29 +65,28 @@ export function page(assets: Assets, o: PageOptions): Html {
       </div>`
     : '';
   return html`<!doctype html>
-<html lang="en">
-  <head>
-    <meta charset="utf-8" />
-    <meta name="viewport" content="width=device-width, initial-scale=1" />
-    <meta name="htmx-config" content="${HTMX_CONFIG}" />
-    <title>${o.title} · Tollgate console</title>
-    <link rel="stylesheet" href="${assets.url('console.css')}" />
-    <script src="${assets.url('htmx.js')}" defer></script>
-    <script src="${assets.url('console.js')}" defer></script>
-  </head>
-  <body>
-    <header class="top">
-      <a class="brand" href="/console/">Tollgate</a>
-      <nav aria-label="Sections">${nav}</nav>
-      ${who}
-    </header>
-    <main>
-      <div id="flash" role="status" aria-live="polite"></div>
-      ${o.body}
-    </main>
-  </body>
-</html>
-`;
+    <html lang="en">
+      <head>
+        <meta charset="utf-8" />
+        <meta name="viewport" content="width=device-width, initial-scale=1" />
+        <meta name="htmx-config" content="${HTMX_CONFIG}" />
+        <title>${o.title} · Tollgate console</title>
+        <link rel="stylesheet" href="${assets.url('console.css')}" />
+        <script src="${assets.url('htmx.js')}" defer></script>
+        <script src="${assets.url('console.js')}" defer></script>
+      </head>
+      <body>
+        <header class="top">
+          <a class="brand" href="/console/">Tollgate</a>
+          <nav aria-label="Sections">${nav}</nav>
+          ${who}
+        </header>
+        <main>
+          <div id="flash" role="status" aria-live="polite"></div>
+          ${o.body}
+        </main>
+      </body>
+    </html> `;
 }
 
 /** A short page with one message (sign-in errors, signed out, not found). */

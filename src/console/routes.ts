@@ -168,7 +168,12 @@ export function consoleRoutes(d: ConsoleRouteDeps): Route[] {
       older: entries.length === LEDGER_PAGE ? entries.at(-1)!.id : undefined,
       paged: before !== undefined,
       operator: viewer.account === null,
-      notice: q.granted === 'new' ? 'Credit granted.' : q.granted === 'replay' ? 'This grant was already made; nothing was added twice.' : undefined,
+      notice:
+        q.granted === 'new'
+          ? 'Credit granted.'
+          : q.granted === 'replay'
+            ? 'This grant was already made; nothing was added twice.'
+            : undefined,
     });
     show(ctx, viewer, 'Credit', 'credit', body, account);
   }

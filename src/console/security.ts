@@ -26,16 +26,21 @@ export const CONSOLE_HEADERS: Readonly<Record<string, string>> = Object.freeze({
 const SAFE_METHODS = new Set(['GET', 'HEAD']);
 
 /**
- * Refuses (403 permission_denied) any request other than GET/HEAD whose `Origin` is not the console's
- * own origin, or that the browser marks `Sec-Fetch-Site: cross-site`. A missing Origin is refused too:
- * every browser sends one on a POST, so only a non-browser client omits it, and it has no business here.
+ * Refuses (403 permission_denied) any request other than GET/HEAD that does not come from the console's
+ * own pages: its `Origin` must be the console's origin, and `Sec-Fetch-Site` must not be `cross-site`.
+ *
+ * One exception, forced by SPEC §9's own `Referrer-Policy: no-referrer`: under that policy browsers send
+ * `Origin: null` on a plain form post (Fetch: "serializing a request origin"), even to the same origin.
+ * `null` is accepted only together with `Sec-Fetch-Site: same-origin`, a header pages cannot set. A
+ * missing Origin is refused: every browser sends one on a POST, so only a non-browser client omits it.
  */
 export function createCsrfGuard(origin: () => string): (req: IncomingMessage) => void {
   return (req) => {
     if (SAFE_METHODS.has(req.method!)) return;
     const site = req.headers['sec-fetch-site'];
     const from = req.headers.origin;
-    if (site === 'cross-site' || from !== origin()) {
+    const own = from === origin() || (from === 'null' && site === 'same-origin');
+    if (site === 'cross-site' || !own) {
       throw new GatewayError(
         'permission_denied',
         from === undefined

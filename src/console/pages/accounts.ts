@@ -5,7 +5,7 @@ import { accountPath, when } from '../layout.ts';
 
 export function accountsBody(search: string, ids: readonly string[], limit: number): Html {
   // Accounts exist implicitly (SPEC §2a): any valid id can be opened, even one with nothing in it yet.
-  const openable = search !== '' && ACCOUNT_ID.test(search) && !ids.includes(search);
+  const openable = ids.length === 0 && ACCOUNT_ID.test(search);
   return html`<div class="head">
       <div>
         <h1>Accounts</h1>
@@ -28,20 +28,31 @@ export function accountsBody(search: string, ids: readonly string[], limit: numb
         </thead>
         <tbody>
           ${ids.map(
-            (id) => html`<tr>
-              <td><a href="${accountPath(id, '/keys')}">${id}</a></td>
-              <td class="actions">
-                <a href="${accountPath(id, '/keys')}">Keys</a> · <a href="${accountPath(id, '/credit')}">Credit</a> ·
-                <a href="${accountPath(id, '/shares')}">Shares</a>
-              </td>
-            </tr>`,
+            (id) =>
+              html`<tr>
+                <td><a href="${accountPath(id, '/keys')}">${id}</a></td>
+                <td class="actions">
+                  <a href="${accountPath(id, '/keys')}">Keys</a> · <a href="${accountPath(id, '/credit')}">Credit</a> ·
+                  <a href="${accountPath(id, '/shares')}">Shares</a>
+                </td>
+              </tr>`,
           )}
-          ${ids.length === 0 && !openable ? html`<tr><td colspan="2" class="empty">No account matches.</td></tr>` : ''}
-          ${openable
-            ? html`<tr>
-                <td colspan="2"><a href="${accountPath(search, '/keys')}">Open account “${search}”</a> <span class="sub">(nothing in it yet)</span></td>
-              </tr>`
-            : ''}
+          ${
+            ids.length === 0 && !openable
+              ? html`<tr>
+                  <td colspan="2" class="empty">No account matches.</td>
+                </tr>`
+              : ''
+          }
+          ${
+            openable
+              ? html`<tr>
+                  <td colspan="2">
+                    <a href="${accountPath(search, '/keys')}">Open account “${search}”</a> <span class="sub">(nothing in it yet)</span>
+                  </td>
+                </tr>`
+              : ''
+          }
         </tbody>
       </table>
       ${ids.length === limit ? html`<div class="pager"><span class="sub">The first ${limit} matches are shown; narrow the search.</span></div>` : ''}

@@ -51,15 +51,26 @@ export function creditBody(v: CreditView): Html {
   return html`<div class="head">
       <div>
         <h1>Credit</h1>
-        <p class="sub">Balance of account <strong>${v.account}</strong>, in credits. Requests hold credit while they run and settle when they end.</p>
+        <p class="sub">
+          Balance of account <strong>${v.account}</strong>, in credits. Requests hold credit while they run and settle when they end.
+        </p>
       </div>
       <a class="button" href="${accountPath(v.account, '/ledger.csv')}" download>Download ledger (CSV)</a>
     </div>
     ${v.notice ? html`<div class="flash ok" role="status">${v.notice}</div>` : ''}
     <div class="figures">
-      <div class="figure"><div class="label">Balance</div><div class="value" id="balance">${credits(s.balance_micros)}</div></div>
-      <div class="figure"><div class="label">Held by requests in flight</div><div class="value" id="held">${credits(s.held_micros)}</div></div>
-      <div class="figure"><div class="label">Available</div><div class="value">${credits(s.balance_micros - s.held_micros)}</div></div>
+      <div class="figure">
+        <div class="label">Balance</div>
+        <div class="value" id="balance">${credits(s.balance_micros)}</div>
+      </div>
+      <div class="figure">
+        <div class="label">Held by requests in flight</div>
+        <div class="value" id="held">${credits(s.held_micros)}</div>
+      </div>
+      <div class="figure">
+        <div class="label">Available</div>
+        <div class="value">${credits(s.balance_micros - s.held_micros)}</div>
+      </div>
     </div>
     ${v.operator ? grantForm(v.account) : ''}
     <section class="panel flush">
@@ -77,27 +88,34 @@ export function creditBody(v: CreditView): Html {
           </tr>
         </thead>
         <tbody>
-          ${v.entries.length === 0
-            ? html`<tr><td colspan="7" class="empty">No entries yet.</td></tr>`
-            : v.entries.map(
-                (e) => html`<tr data-entry="${e.id}">
-                  <td>${when(e.ts)}</td>
-                  <td><span class="badge">${e.kind.replace('_', ' ')}</span></td>
-                  <td class="num">${amount(e.amount_micros)}</td>
-                  <td class="hide-sm">${e.model ?? ''}</td>
-                  <td class="hide-sm num">${tokens(e)}</td>
-                  <td class="hide-sm mono">${e.key_id ?? ''}</td>
-                  <td class="hide-sm">${e.note ?? html`<span class="mono">${e.request_id ?? ''}</span>`}</td>
-                </tr>`,
-              )}
+          ${
+            v.entries.length === 0
+              ? html`<tr>
+                  <td colspan="7" class="empty">No entries yet.</td>
+                </tr>`
+              : v.entries.map(
+                  (e) =>
+                    html`<tr data-entry="${e.id}">
+                      <td>${when(e.ts)}</td>
+                      <td><span class="badge">${e.kind.replace('_', ' ')}</span></td>
+                      <td class="num">${amount(e.amount_micros)}</td>
+                      <td class="hide-sm">${e.model ?? ''}</td>
+                      <td class="hide-sm num">${tokens(e)}</td>
+                      <td class="hide-sm mono">${e.key_id ?? ''}</td>
+                      <td class="hide-sm">${e.note ?? html`<span class="mono">${e.request_id ?? ''}</span>`}</td>
+                    </tr>`,
+                )
+          }
         </tbody>
       </table>
-      ${v.paged || v.older
-        ? html`<div class="pager">
-            ${v.paged ? html`<a href="${base}">← Newest</a>` : html`<span></span>`}
-            ${v.older ? html`<a href="${base}?before=${v.older}" rel="next">Older →</a>` : ''}
-          </div>`
-        : ''}
+      ${
+        v.paged || v.older
+          ? html`<div class="pager">
+              ${v.paged ? html`<a href="${base}">← Newest</a>` : html`<span></span>`}
+              ${v.older ? html`<a href="${base}?before=${v.older}" rel="next">Older →</a>` : ''}
+            </div>`
+          : ''
+      }
     </section>`;
 }
 

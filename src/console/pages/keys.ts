@@ -31,7 +31,12 @@ export function keyRow(account: string, k: KeyRecord): Html {
   const action = accountPath(account, `/keys/${encodeURIComponent(k.id)}`);
   const swap = html`hx-post="${action}" hx-target="closest tr" hx-swap="outerHTML"`;
   const toggle = k.active
-    ? html`<form method="post" action="${action}" ${swap} hx-confirm="Disable “${k.name}”? Every request with this key is refused from now on, on every instance.">
+    ? html`<form
+        method="post"
+        action="${action}"
+        ${swap}
+        hx-confirm="Disable “${k.name}”? Every request with this key is refused from now on, on every instance."
+      >
         <input type="hidden" name="action" value="disable" /><button class="small danger" type="submit">Disable</button>
       </form>`
     : html`<form method="post" action="${action}" ${swap} hx-confirm="Enable “${k.name}” again? Requests with this key are accepted again.">
@@ -70,7 +75,13 @@ export function keyTable(account: string, keys: readonly KeyRecord[], oob = fals
         </tr>
       </thead>
       <tbody id="key-rows">
-        ${keys.length === 0 ? html`<tr><td colspan="7" class="empty">No keys yet: create the first one above.</td></tr>` : keys.map((k) => keyRow(account, k))}
+        ${
+          keys.length === 0
+            ? html`<tr>
+                <td colspan="7" class="empty">No keys yet: create the first one above.</td>
+              </tr>`
+            : keys.map((k) => keyRow(account, k))
+        }
       </tbody>
     </table>
   </section>`;
@@ -80,12 +91,18 @@ export function keyTable(account: string, keys: readonly KeyRecord[], oob = fals
 export function createdDialog(account: string, key: string, record: KeyRecord): Html {
   return html`<dialog id="new-key" data-modal open aria-labelledby="new-key-title">
     <h2 id="new-key-title">Your new key “${record.name}”</h2>
-    <p>This is the only time the full key is shown. Copy it now and keep it in an environment variable or a secret store, never in source code, a repository or a chat message.</p>
+    <p>
+      This is the only time the full key is shown. Copy it now and keep it in an environment variable or a secret store, never in source
+      code, a repository or a chat message.
+    </p>
     <div class="secret">
       <code id="new-key-value">${key}</code>
       <button type="button" data-copy="new-key-value">Copy</button>
     </div>
-    <p class="warn">Tollgate keeps only a hash of this key: nobody can show it again, not even an operator. If it is lost, create a new key and disable this one.</p>
+    <p class="warn">
+      Tollgate keeps only a hash of this key: nobody can show it again, not even an operator. If it is lost, create a new key and disable
+      this one.
+    </p>
     <div class="dialog-actions">
       <a class="button primary" href="${accountPath(account, '/keys')}" data-close>I have saved it</a>
     </div>

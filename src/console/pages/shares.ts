@@ -22,18 +22,20 @@ export function shareRow(account: string, r: ShareRecord): Html {
     <td class="hide-sm num">${r.files.length}</td>
     <td><span class="badge ${r.revoked_at ? 'revoked' : 'active'}">${r.revoked_at ? 'revoked' : 'live'}</span></td>
     <td class="actions">
-      ${r.revoked_at
-        ? html`<span class="sub">${when(r.revoked_at)}</span>`
-        : html`<form
-            method="post"
-            action="${action}"
-            hx-post="${action}"
-            hx-target="closest tr"
-            hx-swap="outerHTML"
-            hx-confirm="Revoke this share? Its link stops working everywhere within a second."
-          >
-            <button class="small danger" type="submit">Revoke</button>
-          </form>`}
+      ${
+        r.revoked_at
+          ? html`<span class="sub">${when(r.revoked_at)}</span>`
+          : html`<form
+              method="post"
+              action="${action}"
+              hx-post="${action}"
+              hx-target="closest tr"
+              hx-swap="outerHTML"
+              hx-confirm="Revoke this share? Its link stops working everywhere within a second."
+            >
+              <button class="small danger" type="submit">Revoke</button>
+            </form>`
+      }
     </td>
   </tr>`;
 }
@@ -58,9 +60,13 @@ export function sharesBody(account: string, shares: readonly ShareRecord[], limi
           </tr>
         </thead>
         <tbody>
-          ${shares.length === 0
-            ? html`<tr><td colspan="6" class="empty">No shares yet.</td></tr>`
-            : shares.map((r) => shareRow(account, r))}
+          ${
+            shares.length === 0
+              ? html`<tr>
+                  <td colspan="6" class="empty">No shares yet.</td>
+                </tr>`
+              : shares.map((r) => shareRow(account, r))
+          }
         </tbody>
       </table>
       ${shares.length === limit ? html`<div class="pager"><span class="sub">The newest ${limit} shares are shown.</span></div>` : ''}

@@ -6,6 +6,9 @@ function openDialogs(root) {
   for (const d of root.querySelectorAll('dialog[data-modal]')) {
     if (!d.open) d.showModal();
     else if (!d.matches(':modal')) {
+      // Rendered open for browsers without JavaScript; reopen it as a modal. close() fires a 'close'
+      // event later: mark it so the listener below keeps this dialog.
+      d.dataset.reopening = '';
       d.close();
       d.showModal();
     }
@@ -40,9 +43,16 @@ document.addEventListener('click', async (ev) => {
 });
 
 // Escape closes a modal dialog: remove it too, never just hide it.
-document.addEventListener('close', (ev) => {
-  if (ev.target instanceof HTMLDialogElement && ev.target.dataset.modal !== undefined) ev.target.remove();
-}, true);
+document.addEventListener(
+  'close',
+  (ev) => {
+    const d = ev.target;
+    if (!(d instanceof HTMLDialogElement) || d.dataset.modal === undefined) return;
+    if (d.dataset.reopening !== undefined) delete d.dataset.reopening;
+    else d.remove();
+  },
+  true,
+);
 
 document.addEventListener('DOMContentLoaded', () => openDialogs(document));
 document.addEventListener('htmx:afterSettle', (ev) => openDialogs(ev.detail.elt.ownerDocument));
