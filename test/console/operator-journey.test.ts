@@ -40,9 +40,9 @@ if (redis && browser) {
     // The same form (one idempotency key) posted twice, as a double click or a resubmit would.
     await page.fill('input[name="amount"]', '1');
     await page.fill('input[name="note"]', 'double');
-    const statuses = await page.evaluate(async () => {
-      const form = document.querySelector<HTMLFormElement>('form[action$="/credit"]')!;
-      const body = new URLSearchParams(new FormData(form) as unknown as Record<string, string>);
+    // Evaluated in the browser (DOM types are not in this project's lib, hence `any`).
+    const statuses = await page.locator('form[action$="/credit"]').evaluate(async (form: any) => {
+      const body = new URLSearchParams(new (globalThis as any).FormData(form));
       const post = () => fetch(form.action, { method: 'POST', body, redirect: 'manual' }).then((r) => r.type);
       return Promise.all([post(), post()]);
     });
