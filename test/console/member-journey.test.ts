@@ -51,7 +51,7 @@ if (redis && browser) {
     t.equal(await page.locator('#key-rows tr').count(), 1, 'the table behind it already lists the key');
 
     await page.click('button[data-copy="new-key-value"]');
-    t.equal(await page.evaluate(() => navigator.clipboard.readText()), key, 'the copy button put the key on the clipboard');
+    t.equal(await page.evaluate(() => (navigator as any).clipboard.readText()), key, 'the copy button put the key on the clipboard');
     t.equal((await page.textContent('button[data-copy]'))!.trim(), 'Copied');
 
     await page.click('text=I have saved it');
