@@ -17,6 +17,7 @@ const COMMANDS = [
   'shares create',
   'shares revoke',
   'shares show',
+  'console link',
   'serve',
 ];
 
