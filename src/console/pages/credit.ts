@@ -96,10 +96,10 @@ export function creditBody(v: CreditView): Html {
               : v.entries.map(
                   (e) =>
                     html`<tr data-entry="${e.id}">
-                      <td>${when(e.ts)}</td>
+                      <td class="when">${when(e.ts)}</td>
                       <td><span class="badge">${e.kind.replace('_', ' ')}</span></td>
                       <td class="num">${amount(e.amount_micros)}</td>
-                      <td class="hide-sm">${e.model ?? ''}</td>
+                      <td class="hide-sm model">${e.model ?? ''}</td>
                       <td class="hide-sm num">${tokens(e)}</td>
                       <td class="hide-sm mono">${e.key_id ?? ''}</td>
                       <td class="hide-sm">${e.note ?? html`<span class="mono">${e.request_id ?? ''}</span>`}</td>

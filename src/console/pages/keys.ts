@@ -53,7 +53,7 @@ export function keyRow(account: string, k: KeyRecord): Html {
     <td class="mono">svc-${k.env}-…${k.last4}</td>
     <td><span class="badge ${k.env}">${k.env}</span></td>
     <td class="hide-sm">${k.scopes.join(', ')}</td>
-    <td class="hide-sm">${when(k.created_at)}</td>
+    <td class="hide-sm when">${when(k.created_at)}</td>
     <td><span class="badge ${k.active ? 'active' : 'disabled'}">${k.active ? 'active' : 'disabled'}</span></td>
     <td class="actions">${toggle}</td>
   </tr>`;
@@ -62,7 +62,7 @@ export function keyRow(account: string, k: KeyRecord): Html {
 /** The table of keys, swapped as a whole (out of band) after a create. */
 export function keyTable(account: string, keys: readonly KeyRecord[], oob = false): Html {
   return html`<section id="key-table" class="panel flush" ${oob ? html`hx-swap-oob="true"` : ''}>
-    <table>
+    <table class="cards">
       <thead>
         <tr>
           <th>Name</th>

@@ -48,7 +48,7 @@ export function sharesBody(account: string, shares: readonly ShareRecord[], limi
       </div>
     </div>
     <section class="panel flush">
-      <table id="shares">
+      <table id="shares" class="cards">
         <thead>
           <tr>
             <th>Slug</th>
