@@ -137,6 +137,8 @@ export function createGateway(d: GatewayDeps): Gateway {
         shares: shares.service,
         listenerUrl: () => publicListenerUrl,
         adminGuard: guard,
+        failedLogins: createFailureWindow({ perWindow: config.auth.failedPerMinute, now }),
+        clientAddress,
       })
     : undefined;
   // Built on first request from the final route tables (every route describes itself: http/openapi.ts).

@@ -15,6 +15,8 @@ import { ENTRY_ID, MAX_GRANT, accountParam } from '../admin/accounts.ts';
 import type { AccountService } from '../admin/account-service.ts';
 import type { KeyTable } from '../auth/key-table.ts';
 import type { ShareService } from '../shares/service.ts';
+import type { FailureWindow } from '../auth/failure-window.ts';
+import type { ClientAddress } from '../http/client-address.ts';
 import { SCOPES, type KeyRecord, type Scope } from '../store/types.ts';
 import type { Store } from '../store/types.ts';
 import { creditsToMicros } from '../cli/money.ts';
@@ -35,6 +37,9 @@ export interface ConsoleRouteDeps {
   shares: ShareService;
   store: Store;
   assets: Assets;
+  /** Failed sign-ins per client address (auth.failed_per_minute): a flood of made-up tokens is refused before the store. */
+  failedLogins: FailureWindow;
+  clientAddress: ClientAddress;
 }
 
 const LEDGER_PAGE = 50;
@@ -256,9 +261,18 @@ export function consoleRoutes(d: ConsoleRouteDeps): Route[] {
   }
 
   async function login(ctx: RequestContext) {
+    const address = d.clientAddress(ctx.req);
+    const wait = d.failedLogins.blockedFor(address);
+    if (wait > 0) {
+      const s = Math.max(1, Math.ceil(wait / 1000));
+      throw new GatewayError('rate_limit_exceeded', `Too many failed sign-ins from this address; retry in ${s}s.`, {
+        headers: { 'retry-after': String(s) },
+      });
+    }
     const token = query(ctx.req.url!).token;
     const r = await d.sessions.signIn(typeof token === 'string' ? token : undefined);
     if (!r) {
+      d.failedLogins.fail(address);
       return sendHtml(
         ctx.res,
         401,

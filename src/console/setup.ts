@@ -20,6 +20,8 @@ import { createConsoleSessions } from './sessions.ts';
 import { consoleRoutes } from './routes.ts';
 import { consoleAdminRoutes } from './admin-routes.ts';
 import { createErrorPage } from './error-page.ts';
+import type { FailureWindow } from '../auth/failure-window.ts';
+import type { ClientAddress } from '../http/client-address.ts';
 
 export interface ConsoleDeps {
   config: Config['console'];
@@ -33,6 +35,8 @@ export interface ConsoleDeps {
   /** The public listener's own URL once listening: the console's origin when console.public_url is unset. */
   listenerUrl: () => string;
   adminGuard: (ctx: RequestContext) => void;
+  failedLogins: FailureWindow;
+  clientAddress: ClientAddress;
 }
 
 export interface Console {
@@ -50,7 +54,16 @@ export function createConsole(d: ConsoleDeps): Console {
   const publicUrl = () => d.config.publicUrl ?? d.listenerUrl();
   const sessions = createConsoleSessions({ store: d.store, now: d.now, publicUrl, sessionTtlSeconds: d.config.sessionTtlSeconds });
   const assets = loadAssets();
-  const routes = consoleRoutes({ sessions, keys: d.keys, accounts: d.accounts, shares: d.shares, store: d.store, assets });
+  const routes = consoleRoutes({
+    sessions,
+    keys: d.keys,
+    accounts: d.accounts,
+    shares: d.shares,
+    store: d.store,
+    assets,
+    failedLogins: d.failedLogins,
+    clientAddress: d.clientAddress,
+  });
   const csrf = createCsrfGuard(publicUrl);
   const handler = createEdge({
     router: createRouter(routes),

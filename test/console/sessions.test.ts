@@ -77,6 +77,17 @@ t.test('sign-in: 303 to /console/ with an HttpOnly, Strict, /console cookie; the
   t.equal((await page(gw, '/console/', op.cookie)).headers.get('location'), '/console/accounts', 'an operator goes to the accounts');
 });
 
+t.test('failed sign-ins are limited per address (auth.failed_per_minute)', async (t) => {
+  const gw = await startGateway(t, { config: { auth: { failed_per_minute: 3 } } });
+  const { body } = await mint(gw, { account: 'acme' });
+  for (let i = 0; i < 3; i++) t.equal((await fetch(`${gw.url}/console/login?token=${'x'.repeat(43)}`)).status, 401);
+  const refused = await fetch(`${gw.url}/console/login?token=${'x'.repeat(43)}`);
+  t.equal(refused.status, 429, 'past the limit');
+  t.ok(Number(refused.headers.get('retry-after')) > 0);
+  t.equal((await signIn(body.url)).status, 429, 'even a valid link waits for the window: the token is not spent');
+  t.equal(await gw.store.takeLoginToken(sha256(TOKEN_URL.exec(body.url)![1]!)).then((g) => g?.account), 'acme');
+});
+
 t.test('links and sessions expire', async (t) => {
   let now = Date.now();
   const gw = await startGateway(t, { now: () => now, config: { console: { session_ttl_seconds: 60 } } });
