@@ -13,7 +13,7 @@ import type { AccountService } from '../admin/account-service.ts';
 import type { KeyTable } from '../auth/key-table.ts';
 import type { ShareService } from '../shares/service.ts';
 import { SCOPES, type KeyRecord, type Scope, type Store } from '../store/types.ts';
-import { creditsToMicros } from '../cli/money.ts';
+import { creditsToMicros } from '../credit/money.ts';
 import { html, type Html } from './html.ts';
 import { accountPath, page, sendHtml, type SectionId } from './layout.ts';
 import type { Assets } from './assets.ts';

@@ -1,7 +1,7 @@
 /** The credit page (SPEC §9): balance and held credit, the ledger newest first, and the operator's grant form. */
 import { randomUUID } from 'node:crypto';
 import type { AccountState, LedgerEntry } from '../../store/types.ts';
-import { formatCredits } from '../../cli/money.ts';
+import { formatCredits } from '../../credit/money.ts';
 import { html, type Html } from '../html.ts';
 import { accountPath, when } from '../layout.ts';
 
