@@ -43,6 +43,15 @@ export function createMemoryStore(now: () => number = Date.now): Store {
   // Console tokens and sessions by hash, each with its expiry (ms); expired entries are dropped on read.
   const loginTokens = new Map<string, { grant: ConsoleGrant; expiresAt: number }>();
   const sessions = new Map<string, { session: ConsoleSession; expiresAt: number }>();
+  // Entries that are never read again would stay: each time the two maps have doubled, drop the expired.
+  let sweepAt = 1024;
+  function sweepExpired(): void {
+    if (loginTokens.size + sessions.size < sweepAt) return;
+    const t = now();
+    for (const [k, v] of loginTokens) if (v.expiresAt <= t) loginTokens.delete(k);
+    for (const [k, v] of sessions) if (v.expiresAt <= t) sessions.delete(k);
+    sweepAt = Math.max(1024, 2 * (loginTokens.size + sessions.size));
+  }
   let lastMs = 0;
   let seq = 0;
 
@@ -221,6 +230,7 @@ export function createMemoryStore(now: () => number = Date.now): Store {
     },
 
     async putLoginToken(hash, grant, ttlSeconds) {
+      sweepExpired();
       loginTokens.set(hash, { grant: clone(grant), expiresAt: now() + ttlSeconds * 1000 });
     },
     async takeLoginToken(hash) {
@@ -229,6 +239,7 @@ export function createMemoryStore(now: () => number = Date.now): Store {
       return t && t.expiresAt > now() ? t.grant : null;
     },
     async putSession(hash, session, ttlSeconds) {
+      sweepExpired();
       sessions.set(hash, { session: clone(session), expiresAt: now() + ttlSeconds * 1000 });
     },
     async getSession(hash) {
