@@ -92,6 +92,28 @@ if (redis && browser) {
     );
   });
 
+  t.test('without JavaScript: every page reads, and a key can still be created and shown once', async (t) => {
+    const context = await browser.newContext({ javaScriptEnabled: false });
+    const plain = await context.newPage();
+    await plain.goto(await memberLink(a, 'acme'));
+    t.equal(await plain.locator('#key-rows tr').count(), 1, 'keys');
+    await plain.click('nav >> text=Credit');
+    t.match(await plain.textContent('#balance'), /\d/, 'credit');
+    t.ok((await plain.locator('#ledger tbody tr').count()) >= 2, 'the ledger: the grant and the debit');
+    await plain.click('nav >> text=Shares');
+    t.match(await plain.textContent('#shares'), /No shares yet/, 'shares');
+    await plain.click('nav >> text=API keys');
+    await plain.fill('input[name="name"]', 'no-js key');
+    await plain.click('button:has-text("Create key")');
+    const key = (await plain.textContent('#new-key-value'))!.trim();
+    t.match(key, KEY_FORMAT, 'the creation answer is the page, with the dialog open');
+    await plain.click('text=I have saved it');
+    t.equal(new URL(plain.url()).pathname, '/console/accounts/acme/keys', '"I have saved it" is a link back to the keys');
+    t.notOk((await plain.content()).includes(key), 'which never shows the key again');
+    t.equal(await plain.locator('#key-rows tr').count(), 2);
+    await context.close();
+  });
+
   t.test("a member's attempt on another account's key or pages → 404, nothing changed", async (t) => {
     const other = await a.createKey({ account: 'globex', env: 'test', name: 'not yours' });
     const status = await page.evaluate(
