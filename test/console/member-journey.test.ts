@@ -114,6 +114,25 @@ if (redis && browser) {
     await context.close();
   });
 
+  t.test('shares: listed with slug, title, created and state; revoked in the console, gone on B within 1 s', async (t) => {
+    const share = await a.admin('/admin/shares', {
+      body: { account: 'acme', snapshot: { title: 'Quarterly <summary>', messages: [{ role: 'user', content: 'hi' }] } },
+    });
+    t.equal(share.status, 201, 'published through the admin API');
+    const slug = share.body.slug as string;
+    const read = async () => (await fetch(`${b.url}/v1/shares/${slug}`)).status;
+    t.equal(await read(), 200, 'readable (and cached) on B');
+    await page.goto(`${a.url}/console/accounts/acme/shares`);
+    const row = page.locator(`#share-${slug}`);
+    t.match(await row.textContent(), /Quarterly <summary>[\s\S]*UTC[\s\S]*live/, 'title (as text), created, state');
+    page.once('dialog', (d) => void d.accept());
+    await row.locator('button:has-text("Revoke")').click();
+    await page.locator(`#share-${slug} .badge.revoked`).waitFor();
+    await waitFor(async () => (await read()) === 410, 1000, 'B to answer 410 for the revoked share');
+    await page.reload();
+    t.match(await page.locator(`#share-${slug}`).textContent(), /revoked/, 'still revoked after a reload');
+  });
+
   t.test("a member's attempt on another account's key or pages → 404, nothing changed", async (t) => {
     const other = await a.createKey({ account: 'globex', env: 'test', name: 'not yours' });
     const status = await page.evaluate(
