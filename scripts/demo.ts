@@ -1,7 +1,7 @@
 /**
  * `npm run demo`: the upstream simulator, a local S3 server (share file uploads) and a gateway on the
- * embedded store, one test key and one funded live key, and ready-to-paste curl and OpenAI SDK
- * snippets. Ctrl-C stops all three.
+ * embedded store, one test key and one funded live key, console sign-in links for a member of the
+ * demo account and for an operator, and ready-to-paste curl and OpenAI SDK snippets. Ctrl-C stops all three.
  */
 import { randomBytes } from 'node:crypto';
 import { readFile } from 'node:fs/promises';
@@ -56,6 +56,9 @@ const testKey = await admin('/admin/keys', { account: 'demo', env: 'test', name:
 const liveKey = await admin('/admin/keys', { account: 'demo', env: 'live', name: 'demo live key' });
 await admin('/admin/accounts/demo/credits', { amount_micros: 10_000_000, idempotency_key: 'demo-grant', note: 'demo: 10 credits' });
 const model = config.models[0]!.name;
+// Console links (SPEC §9) live an hour here, the longest allowed: time to read this screen first.
+const memberLink = await admin('/admin/console/sessions', { account: 'demo', ttl_seconds: 3600 });
+const operatorLink = await admin('/admin/console/sessions', { operator: true, ttl_seconds: 3600 });
 
 process.stdout.write(`
 Tollgate demo is running (embedded store: state is lost when you stop it).
@@ -67,6 +70,11 @@ Tollgate demo is running (embedded store: state is lost when you stop it).
 
   test key (free, rate-limited)  ${testKey.key}
   live key (account "demo", 10 credits)  ${liveKey.key}
+
+  web console (each link signs in once, within the hour):
+    member of "demo"  ${memberLink.url}
+    operator          ${operatorLink.url}
+  new links: TOLLGATE_ADMIN_TOKEN=${adminToken} TOLLGATE_ADMIN_URL=${adminUrl} node bin/tollgate.js console link --account demo
 
 Try it:
 

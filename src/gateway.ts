@@ -20,6 +20,7 @@ import { createClientAddress } from './http/client-address.ts';
 import { createFailureWindow } from './auth/failure-window.ts';
 import { keyRoutes } from './admin/keys.ts';
 import { accountRoutes } from './admin/accounts.ts';
+import { createAccountService } from './admin/account-service.ts';
 import { opsRoutes } from './admin/ops.ts';
 import { modelRoutes } from './routes/models.ts';
 import { startReaper } from './credit/reaper.ts';
@@ -42,6 +43,7 @@ import { shareAdminRoutes } from './shares/admin-routes.ts';
 import type { ClusterLink } from './cluster/worker-link.ts';
 import { openApiDocument } from './http/openapi.ts';
 import { createRequire } from 'node:module';
+import { createConsole, isConsolePath, type Console } from './console/setup.ts';
 
 /** The package version, for the OpenAPI document (read once at load). */
 const VERSION = (createRequire(import.meta.url)('../package.json') as { version: string }).version;
@@ -64,7 +66,7 @@ export interface GatewayDeps {
 export interface Gateway {
   readonly metrics: Metrics;
   /** The route tables of the two listeners (the OpenAPI document is generated from them). */
-  readonly routes: { readonly public: readonly Route[]; readonly admin: readonly Route[] };
+  readonly routes: { readonly public: readonly Route[]; readonly admin: readonly Route[]; readonly console: readonly Route[] };
   readonly publicHandler: (req: IncomingMessage, res: ServerResponse) => void;
   readonly adminHandler: (req: IncomingMessage, res: ServerResponse) => void;
   /** Listens on the configured hosts/ports (0 = any free port); metricsUrl when server.metrics_port is set. */
@@ -96,6 +98,7 @@ export function createGateway(d: GatewayDeps): Gateway {
     onFailure: (reason) => metrics.authFailures.inc({ reason }),
   });
   const keyTable = createKeyTable({ store, now });
+  const accounts = createAccountService({ store, now });
   const adminGuard = createAdminGuard(config.adminToken, {
     failures: createFailureWindow({ perWindow: config.auth.adminFailedPerMinute, now }),
     clientAddress,
@@ -127,16 +130,38 @@ export function createGateway(d: GatewayDeps): Gateway {
       ...shares,
     }),
   ];
+  // The web console (SPEC §9): its own edge under /console on the public listener, its link minting on the admin one.
+  let publicListenerUrl = '';
+  const webConsole: Console | undefined = config.console.enabled
+    ? createConsole({
+        config: config.console,
+        store,
+        now,
+        logger,
+        metrics,
+        keys: keyTable,
+        accounts,
+        shares: shares.service,
+        listenerUrl: () => publicListenerUrl,
+        failedLogins: createFailureWindow({ perWindow: config.auth.failedPerMinute, now }),
+        clientAddress,
+      })
+    : undefined;
   // Built on first request from the final route tables (every route describes itself: http/openapi.ts).
   let openapi: Record<string, unknown> | undefined;
   const describe = () => (openapi ??= openApiDocument({ version: VERSION, publicRoutes, adminRoutes }));
   const adminRoutes: Route[] = [
     ...opsRoutes({ metrics, store, cluster: d.cluster, openapi: describe }),
     ...keyRoutes({ keys: keyTable, models: config.models.map((m) => m.name) }),
-    ...accountRoutes({ store, now }),
+    ...accountRoutes({ accounts }),
     ...shareAdminRoutes(shares),
+    ...(webConsole?.adminRoutes ?? []),
   ];
-  const publicHandler = createEdge({ router: createRouter(publicRoutes), logger, metrics, listener: 'public', gate });
+  const apiHandler = createEdge({ router: createRouter(publicRoutes), logger, metrics, listener: 'public', gate });
+  const consoleHandler = webConsole?.handler;
+  const publicHandler = consoleHandler
+    ? (req: IncomingMessage, res: ServerResponse) => (isConsolePath(req.url!) ? consoleHandler : apiHandler)(req, res)
+    : apiHandler;
   const adminHandler = createEdge({ router: createRouter(adminRoutes), logger, metrics, listener: 'admin', gate });
   // server.metrics_port: /metrics alone on a listener of its own, so Prometheus can reach it without /admin/.
   const metricsRoutes = opsRoutes({ metrics, store, cluster: d.cluster }).filter((r) => r.pattern === '/metrics');
@@ -149,13 +174,14 @@ export function createGateway(d: GatewayDeps): Gateway {
 
   return {
     metrics,
-    routes: { public: publicRoutes, admin: adminRoutes },
+    routes: { public: publicRoutes, admin: adminRoutes, console: webConsole?.routes ?? [] },
     publicHandler,
     adminHandler,
     async listen() {
       const s = config.server;
       const opts = { headersTimeoutMs: s.headersTimeoutMs, requestTimeoutMs: s.requestTimeoutMs };
       const pub = await listen(publicHandler, { ...opts, host: s.host, port: s.port });
+      publicListenerUrl = url(s.host, pub);
       const adm = await listen(adminHandler, { ...opts, host: s.adminHost, port: s.adminPort });
       servers = [pub, adm];
       if (s.metricsPort !== undefined) {

@@ -5,15 +5,17 @@ import { sendJson } from '../http/respond.ts';
 import { Issues, forbidExtra, int, query, queryInt, rootObject, str } from '../http/validate.ts';
 import type { Route } from '../http/router.ts';
 import type { RequestContext } from '../http/context.ts';
-import { ACCOUNT_ID, ACCOUNT_ID_PATTERN, type Store } from '../store/types.ts';
+import { ACCOUNT_ID, ACCOUNT_ID_PATTERN } from '../store/types.ts';
+import type { AccountService } from './account-service.ts';
 import { ADMIN_ERRORS } from './keys.ts';
 
-const ENTRY_ID = /^\d{1,16}-\d{1,16}$/;
+export const ENTRY_ID = /^\d{1,16}-\d{1,16}$/;
 /** Grants are bounded so a typo cannot overflow Redis' int64 or JavaScript's safe integers: 10^15 micros = 10^9 credits. */
-const MAX_GRANT = 1e15;
+export const MAX_GRANT = 1e15;
 
-function accountParam(ctx: RequestContext): string {
-  const raw = ctx.params.id!;
+/** The `{id}` path segment, percent-decoded and checked against the account id pattern (422). */
+export function accountParam(ctx: RequestContext, param = 'id'): string {
+  const raw = ctx.params[param]!;
   let id = raw;
   try {
     id = decodeURIComponent(raw);
@@ -38,7 +40,7 @@ const GRANT_SCHEMA = {
   },
 };
 
-export function accountRoutes(d: { store: Store; now: () => number }): Route[] {
+export function accountRoutes(d: { accounts: AccountService }): Route[] {
   async function grant(ctx: RequestContext) {
     const account = accountParam(ctx);
     const { value } = await readJson(ctx.req, 64 * 1024);
@@ -49,7 +51,7 @@ export function accountRoutes(d: { store: Store; now: () => number }): Route[] {
     const idem = str(value, 'idempotency_key', ['body'], issues, { minLength: 1, maxLength: 200 });
     const note = str(value, 'note', ['body'], issues, { maxLength: 1000 });
     issues.done();
-    const r = await d.store.grant(account, amount!, idem, note || undefined, new Date(d.now()).toISOString());
+    const r = await d.accounts.grant(account, amount!, idem, note);
     sendJson(ctx.res, r.replayed ? 200 : 201, {
       account: r.account,
       balance_micros: r.balance_micros,
@@ -59,7 +61,7 @@ export function accountRoutes(d: { store: Store; now: () => number }): Route[] {
   }
 
   async function show(ctx: RequestContext) {
-    sendJson(ctx.res, 200, await d.store.getAccount(accountParam(ctx)));
+    sendJson(ctx.res, 200, await d.accounts.show(accountParam(ctx)));
   }
 
   async function ledger(ctx: RequestContext) {
@@ -69,7 +71,7 @@ export function accountRoutes(d: { store: Store; now: () => number }): Route[] {
     const after = str(q, 'after', ['query'], issues, { pattern: ENTRY_ID, patternText: ENTRY_ID.source });
     const limit = queryInt(q, 'limit', issues, { ge: 1, le: 1000, fallback: 100 });
     issues.done();
-    const entries = await d.store.ledger(account, after, limit);
+    const entries = await d.accounts.ledger(account, after, limit);
     sendJson(ctx.res, 200, { entries, next_after: entries.length === limit ? entries.at(-1)!.id : null });
   }
 

@@ -1,7 +1,7 @@
 /** `tollgate credits …`: grant (idempotent), show a balance, read the ledger (SPEC §2, §2a, §4). */
 import { expectPositionals, optPositiveInt, optString, UsageError } from './args.ts';
 import type { CliContext, CommandGroup } from './context.ts';
-import { creditsToMicros, formatCredits, parseMicros } from './money.ts';
+import { creditsToMicros, formatCredits, parseMicros } from '../credit/money.ts';
 import { cell, fields, json, table } from './output.ts';
 import type { LedgerEntry } from '../store/types.ts';
 

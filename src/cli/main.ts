@@ -5,6 +5,7 @@
 import { InputError, locate, parse, UsageError } from './args.ts';
 import { ApiError } from './client.ts';
 import { createContext, type CliDeps, type CommandGroup } from './context.ts';
+import { consoleGroup } from './console.ts';
 import { creditsGroup } from './credits.ts';
 import { keysGroup } from './keys.ts';
 import { serveGroup } from './serve.ts';
@@ -12,7 +13,7 @@ import { sharesGroup } from './shares.ts';
 import { briefUsage, groupUsage, mainUsage } from './usage.ts';
 
 /** Every command group, in the order the help lists them. */
-export const GROUPS: CommandGroup[] = [keysGroup, creditsGroup, sharesGroup, serveGroup];
+export const GROUPS: CommandGroup[] = [keysGroup, creditsGroup, sharesGroup, consoleGroup, serveGroup];
 
 const wantsHelp = (argv: string[]) => argv.some((a) => a === '--help' || a === '-h');
 

@@ -116,6 +116,13 @@ export interface Config {
     readonly s3: S3Config;
   };
   readonly models: readonly ModelConfig[];
+  /** The web console (SPEC §9). */
+  readonly console: {
+    readonly enabled: boolean;
+    /** The console's origin in minted links and the CSRF check; undefined → http://127.0.0.1:<public port>. */
+    readonly publicUrl: string | undefined;
+    readonly sessionTtlSeconds: number;
+  };
 }
 
 const TOP = [
@@ -128,6 +135,7 @@ const TOP = [
   'rate_limits',
   'shares',
   'models',
+  'console',
   'log_level',
   'log_format',
 ] as const;
@@ -246,6 +254,9 @@ export function compileConfig(doc: unknown, rawEnv: NodeJS.ProcessEnv): Config {
   ]);
   const s3 = object(shares.s3, 'shares.s3', true);
   noUnknown(s3, 'shares.s3', ['endpoint', 'region', 'bucket', 'force_path_style', 'access_key_id', 'secret_access_key']);
+
+  const consoleDoc = object(root.console, 'console', true);
+  noUnknown(consoleDoc, 'console', ['enabled', 'public_url', 'session_ttl_seconds']);
 
   const models = list(root.models, 'models').map((m, i) => model(m, at('models', i)));
   const seen = new Set<string>();
@@ -376,6 +387,16 @@ export function compileConfig(doc: unknown, rawEnv: NodeJS.ProcessEnv): Config {
       },
     },
     models,
+    console: {
+      enabled: bool(consoleDoc.enabled, 'console.enabled', true),
+      publicUrl: origin(optional(consoleDoc.public_url, 'console.public_url'), 'console.public_url'),
+      sessionTtlSeconds: num(consoleDoc.session_ttl_seconds, 'console.session_ttl_seconds', {
+        fallback: 43_200,
+        min: 60,
+        max: 30 * 86_400,
+        integer: true,
+      }),
+    },
   };
   if (config.adminToken !== undefined && config.adminToken.length < MIN_ADMIN_TOKEN) {
     // Never echo the token: its length says enough.
@@ -404,6 +425,24 @@ const MIN_ADMIN_TOKEN = 32;
 
 /** Share file types a browser may render inline from the S3 origin: raster images only, never HTML or SVG. */
 const DEFAULT_INLINE_TYPES = ['image/png', 'image/jpeg', 'image/gif', 'image/webp'];
+
+/**
+ * The console's public origin (`https://console.example.com`): http or https, no path, query or
+ * fragment, because it is compared with browsers' `Origin` header (SPEC §9) and prefixed to `/console/`.
+ */
+function origin(v: string | undefined, path: string): string | undefined {
+  if (v === undefined) return undefined;
+  let u: URL;
+  try {
+    u = new URL(v);
+  } catch {
+    throw new ConfigError(path, `is not a URL: ${JSON.stringify(v)}`);
+  }
+  if (u.protocol !== 'http:' && u.protocol !== 'https:') throw new ConfigError(path, 'must be http or https');
+  if (u.pathname !== '/' || u.search || u.hash || u.username || u.password)
+    throw new ConfigError(path, `must be an origin only (scheme, host, port), like https://console.example.com; got ${JSON.stringify(v)}`);
+  return u.origin;
+}
 
 /** A CIDR (`10.0.0.0/8`, `::1/128`) or a bare address, checked with node:net so the runtime accepts it too. */
 function cidr(v: string, path: string): string {

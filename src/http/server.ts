@@ -23,6 +23,12 @@ export interface EdgeDeps {
   listener: 'public' | 'admin' | 'metrics';
   /** Runs each route behind the credentials and limits it declares; default: routes that declare none. */
   gate?: Gate;
+  /** Headers set on every response of this edge, errors included (the console's security headers). */
+  headers?: Readonly<Record<string, string>>;
+  /** Runs before routing; a throw is answered like a handler's (the console's CSRF check, SPEC §9). */
+  before?: (req: IncomingMessage, path: string) => void;
+  /** Writes an error response instead of the JSON envelope (the console answers HTML). */
+  sendError?: (res: ServerResponse, err: unknown) => void;
 }
 
 /**
@@ -56,6 +62,7 @@ export function createEdge(d: EdgeDeps): (req: IncomingMessage, res: ServerRespo
       admit: undefined,
     };
     res.setHeader('x-request-id', requestId);
+    if (d.headers) for (const h in d.headers) res.setHeader(h, d.headers[h]!);
     d.metrics.inFlight.inc();
     // The line is written once both the response has closed and the handler has returned: a client that
     // leaves mid-stream closes the response before the handler has billed what was produced, and the
@@ -71,7 +78,7 @@ export function createEdge(d: EdgeDeps): (req: IncomingMessage, res: ServerRespo
     });
     const failed = (e: unknown) => {
       try {
-        fail(ctx, e);
+        fail(ctx, e, d.sendError ?? sendError);
       } finally {
         done();
       }
@@ -80,6 +87,7 @@ export function createEdge(d: EdgeDeps): (req: IncomingMessage, res: ServerRespo
     const path = q < 0 ? req.url! : req.url!.slice(0, q);
     let match;
     try {
+      d.before?.(req, path);
       match = d.router.match(req.method!, path);
     } catch (e) {
       return failed(e);
@@ -90,11 +98,11 @@ export function createEdge(d: EdgeDeps): (req: IncomingMessage, res: ServerRespo
   };
 }
 
-function fail(ctx: RequestContext, err: unknown): void {
+function fail(ctx: RequestContext, err: unknown, send: (res: ServerResponse, err: unknown) => void): void {
   if (!(err instanceof GatewayError) && !(err instanceof ValidationError)) ctx.log.err = err;
   else if (err instanceof GatewayError) ctx.log.error_code = err.code;
   if (ctx.extraHeaders && !ctx.res.headersSent) for (const h in ctx.extraHeaders) ctx.res.setHeader(h, ctx.extraHeaders[h]!);
-  sendError(ctx.res, err);
+  send(ctx.res, err);
 }
 
 /** The edge's metric children, bound once per listener. */

@@ -6,6 +6,8 @@
 import { EventEmitter } from 'node:events';
 import type {
   AccountState,
+  ConsoleGrant,
+  ConsoleSession,
   GrantResult,
   HoldResult,
   Invalidation,
@@ -38,6 +40,18 @@ export function createMemoryStore(now: () => number = Date.now): Store {
   // Per account: the bytes of each live share counted against its quota.
   const quotas = new Map<string, Map<string, number>>();
   const bus = new EventEmitter();
+  // Console tokens and sessions by hash, each with its expiry (ms); expired entries are dropped on read.
+  const loginTokens = new Map<string, { grant: ConsoleGrant; expiresAt: number }>();
+  const sessions = new Map<string, { session: ConsoleSession; expiresAt: number }>();
+  // Entries that are never read again would stay: each time the two maps have doubled, drop the expired.
+  let sweepAt = 1024;
+  function sweepExpired(): void {
+    if (loginTokens.size + sessions.size < sweepAt) return;
+    const t = now();
+    for (const [k, v] of loginTokens) if (v.expiresAt <= t) loginTokens.delete(k);
+    for (const [k, v] of sessions) if (v.expiresAt <= t) sessions.delete(k);
+    sweepAt = Math.max(1024, 2 * (loginTokens.size + sessions.size));
+  }
   let lastMs = 0;
   let seq = 0;
 
@@ -214,6 +228,71 @@ export function createMemoryStore(now: () => number = Date.now): Store {
     },
     async close() {
       bus.removeAllListeners();
+    },
+
+    async putLoginToken(hash, grant, ttlSeconds) {
+      sweepExpired();
+      loginTokens.set(hash, { grant: clone(grant), expiresAt: now() + ttlSeconds * 1000 });
+    },
+    async takeLoginToken(hash) {
+      const t = loginTokens.get(hash);
+      loginTokens.delete(hash);
+      return t && t.expiresAt > now() ? t.grant : null;
+    },
+    async putSession(hash, session, ttlSeconds) {
+      sweepExpired();
+      sessions.set(hash, { session: clone(session), expiresAt: now() + ttlSeconds * 1000 });
+    },
+    async getSession(hash) {
+      const s = sessions.get(hash);
+      if (s && s.expiresAt > now()) return clone(s.session);
+      sessions.delete(hash);
+      return null;
+    },
+    async deleteSession(hash) {
+      sessions.delete(hash);
+    },
+    async deleteAccountSessions(acct) {
+      let n = 0;
+      for (const [hash, s] of sessions) {
+        if (s.session.account !== acct) continue;
+        sessions.delete(hash);
+        if (s.expiresAt > now()) n++;
+      }
+      return n;
+    },
+    async listAccounts(search, limit) {
+      const needle = search.toLowerCase();
+      const ids = new Set<string>();
+      for (const [id, a] of accounts) if (a.ledger.length > 0) ids.add(id);
+      for (const r of keysByHash.values()) ids.add(r.account);
+      return [...ids]
+        .filter((id) => id.toLowerCase().includes(needle))
+        .sort()
+        .slice(0, limit);
+    },
+    async ledgerBefore(acct, before, limit) {
+      const list = accounts.get(acct)?.ledger ?? [];
+      let end = list.length;
+      if (before !== undefined) {
+        const [bms, bseq] = before.split('-').map(Number) as [number, number];
+        end = list.findIndex((e) => {
+          const [ms, s] = e.id.split('-').map(Number) as [number, number];
+          return ms > bms || (ms === bms && s >= bseq);
+        });
+        if (end < 0) end = list.length;
+      }
+      return list
+        .slice(Math.max(0, end - limit), end)
+        .reverse()
+        .map(clone);
+    },
+    async listShares(acct, limit) {
+      return [...shares.values()]
+        .filter((r) => r.account === acct)
+        .sort((a, b) => b.created_at.localeCompare(a.created_at) || b.slug.localeCompare(a.slug))
+        .slice(0, limit)
+        .map(clone);
     },
   };
 }

@@ -16,3 +16,13 @@ export const share = (slug: string) => `tg:share:${slug}`;
 /** An account's live shares and their bytes (SPEC §12 quotas), in the account's slot. */
 export const shareQuota = (acct: string) => `{acct:${acct}}:shares`;
 export const INVALIDATION_CHANNEL = 'tg:inval';
+/** An account's shares by creation time (ms), for the console's list; in the account's slot. */
+export const shareList = (acct: string) => `{acct:${acct}}:share-list`;
+/** Console sign-in tokens and sessions, by the SHA-256 of their secret (SPEC §9). */
+export const consoleLogin = (hash: string) => `tg:console:login:${hash}`;
+export const consoleSession = (hash: string) => `tg:console:session:${hash}`;
+/** A member account's session hashes, so an operator can end them all. */
+export const consoleSessions = (acct: string) => `{acct:${acct}}:console-sessions`;
+/** Matches every per-account key; the console's account list reads ids out of the names. */
+export const ACCOUNT_KEYS_PATTERN = '{acct:*}:*';
+export const ACCOUNT_OF_KEY = /^\{acct:([^}]+)\}:(?:keys|bal|ledger)$/;

@@ -115,6 +115,18 @@ export interface ShareRecord {
   revoked_at: string | null;
 }
 
+/** What a console sign-in token grants: a member of one account, or an operator (`account: null`). */
+export interface ConsoleGrant {
+  account: string | null;
+}
+
+/** A console session (SPEC §9). */
+export interface ConsoleSession {
+  account: string | null;
+  created_at: string;
+  expires_at: string;
+}
+
 /** Invalidation messages, broadcast to every instance (Redis pub/sub; local for the embedded store). */
 export type Invalidation = { kind: 'key'; hash: string; version: number } | { kind: 'share'; slug: string };
 
@@ -179,6 +191,28 @@ export interface Store {
   /** True when the store answers. */
   ping(): Promise<boolean>;
   close(): Promise<void>;
+
+  // Console (SPEC §9): sign-in tokens and sessions, stored only under the SHA-256 of their secret.
+  /** Stores a single-use sign-in token that expires after `ttlSeconds`. */
+  putLoginToken(hash: string, grant: ConsoleGrant, ttlSeconds: number): Promise<void>;
+  /** Returns and deletes the token in one atomic step: a second take of the same token gets null. */
+  takeLoginToken(hash: string): Promise<ConsoleGrant | null>;
+  /** Stores a session that expires after `ttlSeconds`, indexed by account so it can be ended with the others. */
+  putSession(hash: string, session: ConsoleSession, ttlSeconds: number): Promise<void>;
+  /** The live session, or null (unknown, ended or expired). */
+  getSession(hash: string): Promise<ConsoleSession | null>;
+  deleteSession(hash: string): Promise<void>;
+  /** Ends every session of a member account; returns how many were live. */
+  deleteAccountSessions(account: string): Promise<number>;
+  /**
+   * Account ids that have keys or a ledger and contain `search` (case-insensitive), sorted, at most
+   * `limit`. Redis: SCAN over account keys (every master of a Cluster), never KEYS; an operator page.
+   */
+  listAccounts(search: string, limit: number): Promise<string[]>;
+  /** Ledger entries newest first, strictly before `before` when given (the console's pages). */
+  ledgerBefore(account: string, before: string | undefined, limit: number): Promise<LedgerEntry[]>;
+  /** The account's shares, live and revoked, newest first, at most `limit`. */
+  listShares(account: string, limit: number): Promise<ShareRecord[]>;
 }
 
 /** Account ids become part of Redis keys inside a `{acct:<id>}` hash tag, so `{`/`}` must never appear. */

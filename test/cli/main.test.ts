@@ -18,6 +18,7 @@ const COMMANDS = [
   'shares create',
   'shares revoke',
   'shares show',
+  'console link',
   'serve',
 ];
 

@@ -1,5 +1,5 @@
 /**
- * Credits ↔ micro-credits for the CLI, by string and BigInt math: SPEC §4 says no floating point
+ * Credits ↔ micro-credits for people (the CLI and the console), by string and BigInt math: SPEC §4 says no floating point
  * touches a balance, and `0.1 * 1e6` is 100000.00000000001 in binary floating point.
  */
 

@@ -1,5 +1,5 @@
 import t from 'tap';
-import { creditsToMicros, formatCredits, parseMicros } from '../../src/cli/money.ts';
+import { creditsToMicros, formatCredits, parseMicros } from '../../src/credit/money.ts';
 
 t.test('creditsToMicros converts exact decimals without floating point', async (t) => {
   t.equal(creditsToMicros('1.5'), 1_500_000);

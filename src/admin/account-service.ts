@@ -1,0 +1,24 @@
+/**
+ * Credit administration independent of HTTP (SPEC §2, §4): grants, balances and ledger reads. The JSON
+ * admin API (accounts.ts) and the console (console/routes.ts) are two front doors onto these calls.
+ */
+import type { AccountState, GrantResult, LedgerEntry, Store } from '../store/types.ts';
+
+export interface AccountService {
+  /** Credits (negative: corrects) the account; a repeated idempotency key credits nothing and returns the first entry. */
+  grant(account: string, amountMicros: number, idempotencyKey: string | undefined, note: string | undefined): Promise<GrantResult>;
+  show(account: string): Promise<AccountState>;
+  /** Entries oldest first, strictly after `after`. */
+  ledger(account: string, after: string | undefined, limit: number): Promise<LedgerEntry[]>;
+  /** Entries newest first, strictly before `before`. */
+  recent(account: string, before: string | undefined, limit: number): Promise<LedgerEntry[]>;
+}
+
+export function createAccountService(d: { store: Store; now: () => number }): AccountService {
+  return {
+    grant: (account, amount, idem, note) => d.store.grant(account, amount, idem, note || undefined, new Date(d.now()).toISOString()),
+    show: (account) => d.store.getAccount(account),
+    ledger: (account, after, limit) => d.store.ledger(account, after, limit),
+    recent: (account, before, limit) => d.store.ledgerBefore(account, before, limit),
+  };
+}

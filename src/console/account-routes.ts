@@ -1,0 +1,224 @@
+/**
+ * The account pages and their actions (SPEC §9): keys, credit, shares, and the operator's account list,
+ * grants, member links and "sign all members out". Each action calls the service the JSON admin API
+ * calls (keys: KeyTable, credit: AccountService, shares: ShareService, links: ConsoleSessions): two
+ * front doors, one implementation.
+ */
+import type { RequestContext } from '../http/context.ts';
+import { GatewayError } from '../http/errors.ts';
+import type { Route } from '../http/router.ts';
+import { Issues, literal, query, str } from '../http/validate.ts';
+import { ENTRY_ID, MAX_GRANT } from '../admin/accounts.ts';
+import type { AccountService } from '../admin/account-service.ts';
+import type { KeyTable } from '../auth/key-table.ts';
+import type { ShareService } from '../shares/service.ts';
+import { SCOPES, type KeyRecord, type Scope, type Store } from '../store/types.ts';
+import { creditsToMicros } from '../credit/money.ts';
+import { html, type Html } from './html.ts';
+import { accountPath, page, sendHtml, type SectionId } from './layout.ts';
+import type { Assets } from './assets.ts';
+import { fields, readForm } from './forms.ts';
+import type { ConsoleSessions, Viewer } from './sessions.ts';
+import { isHtmx, notFound, redirect, type SignedIn } from './access.ts';
+import { createdDialog, keyRow, keyTable, keysBody } from './pages/keys.ts';
+import { CSV_HEADER, creditBody, csvLine } from './pages/credit.ts';
+import { shareRow, sharesBody } from './pages/shares.ts';
+import { accountsBody, linkBody } from './pages/accounts.ts';
+
+export interface AccountRouteDeps {
+  sessions: ConsoleSessions;
+  keys: KeyTable;
+  accounts: AccountService;
+  shares: ShareService;
+  store: Store;
+  assets: Assets;
+  signedIn: SignedIn;
+}
+
+const LEDGER_PAGE = 50;
+const CSV_BATCH = 1000;
+const SHARES_SHOWN = 200;
+const ACCOUNTS_SHOWN = 200;
+const SLUG = /^[1-9A-HJ-NP-Za-km-z]{22}$/;
+
+/** Resolves when a full response can take more (drain) or is gone (close), leaving no listener behind. */
+function writable(res: RequestContext['res']): Promise<void> {
+  return new Promise((resolve) => {
+    const done = () => {
+      res.off('drain', done);
+      res.off('close', done);
+      resolve();
+    };
+    res.on('drain', done);
+    res.on('close', done);
+  });
+}
+
+export function accountRoutes(d: AccountRouteDeps): Route[] {
+  const { assets, signedIn } = d;
+  const show = (ctx: RequestContext, viewer: Viewer, title: string, section: SectionId, body: Html, account?: string, status = 200) =>
+    sendHtml(ctx.res, status, page(assets, { title, viewer, account, section, body }));
+
+  /** The key of this account with this id, or 404 (another account's key is not found either). */
+  async function ownKey(account: string, id: string): Promise<KeyRecord> {
+    const k = await d.keys.get(id);
+    if (!k || k.account !== account) throw notFound('key');
+    return k;
+  }
+
+  async function keysPage(ctx: RequestContext, viewer: Viewer, account: string, created?: Html, status = 200) {
+    const keys = await d.keys.list(account);
+    show(ctx, viewer, 'API keys', 'keys', keysBody({ account, keys, operator: viewer.account === null, created }), account, status);
+  }
+
+  async function createKey(ctx: RequestContext, viewer: Viewer, account: string) {
+    const form = await readForm(ctx.req);
+    const issues = new Issues();
+    const o = fields(form, ['name', 'env']);
+    const name = str(o, 'name', ['form'], issues, { required: true, minLength: 1, maxLength: 200 });
+    const env = literal(o, 'env', ['live', 'test'] as const, ['form'], issues, true);
+    const scopes = form.getAll('scopes');
+    scopes.forEach((s, i) => literal({ [i]: s }, String(i), SCOPES, ['form', 'scopes'], issues));
+    if (scopes.length === 0) issues.add(['form', 'scopes'], 'too_short', 'Choose at least one scope', scopes);
+    issues.done();
+    const { key, record } = await d.keys.create({ account, env: env!, name: name!, scopes: [...new Set(scopes)] as Scope[] });
+    ctx.log.key_id = record.id;
+    const dialog = createdDialog(account, key, record);
+    // The one response that carries the full key (SPEC §9): a fragment for htmx (the dialog, plus the
+    // refreshed table out of band), the whole page without JavaScript. Never a redirect target.
+    if (isHtmx(ctx)) return sendHtml(ctx.res, 201, html`${dialog}${keyTable(account, await d.keys.list(account), true)}`);
+    await keysPage(ctx, viewer, account, dialog, 201);
+  }
+
+  async function changeKey(ctx: RequestContext, _viewer: Viewer, account: string) {
+    await ownKey(account, ctx.params.id!);
+    const form = await readForm(ctx.req);
+    const issues = new Issues();
+    const o = fields(form, ['action', 'name']);
+    const action = literal(o, 'action', ['rename', 'disable', 'enable'] as const, ['form'], issues, true);
+    const name = action === 'rename' ? str(o, 'name', ['form'], issues, { required: true, minLength: 1, maxLength: 200 }) : undefined;
+    issues.done();
+    const patch = action === 'rename' ? { name: name! } : { active: action === 'enable' };
+    const r = await d.keys.update(ctx.params.id!, patch);
+    if (!r) throw notFound('key');
+    ctx.log.key_id = r.id;
+    if (isHtmx(ctx)) return sendHtml(ctx.res, 200, keyRow(account, r));
+    redirect(ctx, accountPath(account, '/keys'));
+  }
+
+  async function creditPage(ctx: RequestContext, viewer: Viewer, account: string) {
+    const q = query(ctx.req.url!);
+    const issues = new Issues();
+    const before = str(q, 'before', ['query'], issues, { pattern: ENTRY_ID, patternText: ENTRY_ID.source });
+    issues.done();
+    const [state, entries] = await Promise.all([d.accounts.show(account), d.accounts.recent(account, before, LEDGER_PAGE)]);
+    const body = creditBody({
+      account,
+      state,
+      entries,
+      older: entries.length === LEDGER_PAGE ? entries.at(-1)!.id : undefined,
+      paged: before !== undefined,
+      operator: viewer.account === null,
+      notice:
+        q.granted === 'new'
+          ? 'Credit granted.'
+          : q.granted === 'replay'
+            ? 'This grant was already made; nothing was added twice.'
+            : undefined,
+    });
+    show(ctx, viewer, 'Credit', 'credit', body, account);
+  }
+
+  async function grant(ctx: RequestContext, _viewer: Viewer, account: string) {
+    const form = await readForm(ctx.req);
+    const issues = new Issues();
+    const o = fields(form, ['amount', 'note', 'idempotency_key']);
+    const text = str(o, 'amount', ['form'], issues, { required: true, minLength: 1, maxLength: 40 });
+    const note = str(o, 'note', ['form'], issues, { maxLength: 1000 });
+    const idem = str(o, 'idempotency_key', ['form'], issues, { required: true, minLength: 1, maxLength: 200 });
+    let micros: number | undefined;
+    if (text) {
+      try {
+        micros = creditsToMicros(text);
+        if (Math.abs(micros) > MAX_GRANT) issues.add(['form', 'amount'], 'less_than_equal', `At most ${MAX_GRANT / 1e6} credits`, text);
+        else if (micros === 0) issues.add(['form', 'amount'], 'value_error', 'The amount must not be zero', text);
+      } catch (e) {
+        issues.add(['form', 'amount'], 'decimal_parsing', (e as Error).message, text);
+      }
+    }
+    issues.done();
+    const r = await d.accounts.grant(account, micros!, idem, note);
+    ctx.log.entry_id = r.entry_id;
+    redirect(ctx, `${accountPath(account, '/credit')}?granted=${r.replayed ? 'replay' : 'new'}`);
+  }
+
+  async function ledgerCsv(ctx: RequestContext, _viewer: Viewer, account: string) {
+    const res = ctx.res;
+    res.writeHead(200, {
+      'content-type': 'text/csv; charset=utf-8',
+      'content-disposition': `attachment; filename="ledger-${account.replace(/[^\w.-]/g, '_')}.csv"`,
+    });
+    res.write(CSV_HEADER);
+    // Oldest first, a page at a time, waiting for the socket when it is full: the ledger may be long.
+    let after: string | undefined;
+    for (;;) {
+      const page = await d.accounts.ledger(account, after, CSV_BATCH);
+      if (page.length > 0 && !res.write(page.map(csvLine).join(''))) await writable(res);
+      if (page.length < CSV_BATCH || res.destroyed) break;
+      after = page.at(-1)!.id;
+    }
+    res.end();
+  }
+
+  async function sharesPage(ctx: RequestContext, viewer: Viewer, account: string) {
+    const shares = await d.store.listShares(account, SHARES_SHOWN);
+    show(ctx, viewer, 'Shares', 'shares', sharesBody(account, shares, SHARES_SHOWN), account);
+  }
+
+  async function revokeShare(ctx: RequestContext, _viewer: Viewer, account: string) {
+    const slug = ctx.params.slug!;
+    if (!SLUG.test(slug)) throw new GatewayError('share_not_found', 'No share exists with this slug.');
+    // The service's owner check: another account's share is the same 404 as an unknown one.
+    await d.shares.revoke(slug, account);
+    if (!isHtmx(ctx)) return redirect(ctx, accountPath(account, '/shares'));
+    const r = await d.store.getShare(slug);
+    sendHtml(ctx.res, 200, r ? shareRow(account, r) : html``);
+  }
+
+  async function accountsPage(ctx: RequestContext, viewer: Viewer) {
+    const q = query(ctx.req.url!);
+    const search = typeof q.q === 'string' ? q.q.trim().slice(0, 128) : '';
+    const ids = await d.store.listAccounts(search, ACCOUNTS_SHOWN);
+    show(ctx, viewer, 'Accounts', 'accounts', accountsBody(search, ids, ACCOUNTS_SHOWN));
+  }
+
+  async function mintMemberLink(ctx: RequestContext, viewer: Viewer, account: string) {
+    ctx.req.resume();
+    const link = await d.sessions.mintLink({ account });
+    show(ctx, viewer, 'Member sign-in link', 'keys', linkBody(account, link), account, 201);
+  }
+
+  async function endSessions(ctx: RequestContext, _viewer: Viewer, account: string) {
+    ctx.req.resume();
+    const n = await d.sessions.endAccount(account);
+    const text = `${n} member session${n === 1 ? '' : 's'} of ${account} ended.`;
+    if (isHtmx(ctx)) return sendHtml(ctx.res, 200, html`<div class="flash ok">${text}</div>`);
+    redirect(ctx, accountPath(account, '/keys'));
+  }
+
+  const A = '/console/accounts/{account}';
+  return [
+    { method: 'GET', pattern: '/console/accounts', handler: signedIn(accountsPage, { operator: true }) },
+    { method: 'GET', pattern: A, handler: signedIn(async (ctx, _v, account) => redirect(ctx, accountPath(account, '/keys'))) },
+    { method: 'GET', pattern: `${A}/keys`, handler: signedIn((ctx, v, account) => keysPage(ctx, v, account)) },
+    { method: 'POST', pattern: `${A}/keys`, handler: signedIn(createKey) },
+    { method: 'POST', pattern: `${A}/keys/{id}`, handler: signedIn(changeKey) },
+    { method: 'GET', pattern: `${A}/credit`, handler: signedIn(creditPage) },
+    { method: 'POST', pattern: `${A}/credit`, handler: signedIn(grant, { operator: true }) },
+    { method: 'GET', pattern: `${A}/ledger.csv`, handler: signedIn(ledgerCsv) },
+    { method: 'GET', pattern: `${A}/shares`, handler: signedIn(sharesPage) },
+    { method: 'POST', pattern: `${A}/shares/{slug}/revoke`, handler: signedIn(revokeShare) },
+    { method: 'POST', pattern: `${A}/links`, handler: signedIn(mintMemberLink, { operator: true }) },
+    { method: 'POST', pattern: `${A}/sessions/end`, handler: signedIn(endSessions, { operator: true }) },
+  ];
+}

@@ -1,0 +1,142 @@
+/** The keys page (SPEC §9): the account's keys, the create form, and the dialog that shows a new key once. */
+import type { KeyRecord } from '../../store/types.ts';
+import { SCOPES } from '../../store/types.ts';
+import { html, type Html } from '../html.ts';
+import { accountPath, when } from '../layout.ts';
+
+/** What an operator sees above an account's keys: mint a member sign-in link, end the members' sessions. */
+function operatorTools(account: string): Html {
+  return html`<section class="panel">
+    <h2>Operator</h2>
+    <div class="inline-forms">
+      <form class="inline" method="post" action="${accountPath(account, '/links')}">
+        <button type="submit">Create a member sign-in link</button>
+      </form>
+      <form
+        class="inline"
+        method="post"
+        action="${accountPath(account, '/sessions/end')}"
+        hx-post="${accountPath(account, '/sessions/end')}"
+        hx-target="#flash"
+        hx-confirm="Sign every member of ${account} out of the console now?"
+      >
+        <button class="danger" type="submit">Sign all members out</button>
+      </form>
+    </div>
+  </section>`;
+}
+
+/** One row; every action swaps the row in place with htmx, or posts and redirects without it. */
+export function keyRow(account: string, k: KeyRecord): Html {
+  const action = accountPath(account, `/keys/${encodeURIComponent(k.id)}`);
+  const swap = html`hx-post="${action}" hx-target="closest tr" hx-swap="outerHTML"`;
+  const toggle = k.active
+    ? html`<form
+        method="post"
+        action="${action}"
+        ${swap}
+        hx-confirm="Disable “${k.name}”? Every request with this key is refused from now on, on every instance."
+      >
+        <input type="hidden" name="action" value="disable" /><button class="small danger" type="submit">Disable</button>
+      </form>`
+    : html`<form method="post" action="${action}" ${swap} hx-confirm="Enable “${k.name}” again? Requests with this key are accepted again.">
+        <input type="hidden" name="action" value="enable" /><button class="small" type="submit">Enable</button>
+      </form>`;
+  return html`<tr id="key-${k.id}" class="${k.active ? '' : 'off'}" data-key-id="${k.id}">
+    <td>
+      <form class="inline" method="post" action="${action}" ${swap}>
+        <input type="hidden" name="action" value="rename" />
+        <input class="name" type="text" name="name" value="${k.name}" required maxlength="200" aria-label="Name of key ${k.id}" />
+        <button class="small" type="submit">Rename</button>
+      </form>
+    </td>
+    <td class="mono">svc-${k.env}-…${k.last4}</td>
+    <td><span class="badge ${k.env}">${k.env}</span></td>
+    <td class="hide-sm">${k.scopes.join(', ')}</td>
+    <td class="hide-sm when">${when(k.created_at)}</td>
+    <td><span class="badge ${k.active ? 'active' : 'disabled'}">${k.active ? 'active' : 'disabled'}</span></td>
+    <td class="actions">${toggle}</td>
+  </tr>`;
+}
+
+/** The table of keys, swapped as a whole (out of band) after a create. */
+export function keyTable(account: string, keys: readonly KeyRecord[], oob = false): Html {
+  return html`<section id="key-table" class="panel flush" ${oob ? html`hx-swap-oob="true"` : ''}>
+    <table class="cards">
+      <thead>
+        <tr>
+          <th>Name</th>
+          <th>Key</th>
+          <th>Env</th>
+          <th class="hide-sm">Scopes</th>
+          <th class="hide-sm">Created</th>
+          <th>Status</th>
+          <th class="actions"><span class="hide-sm">Actions</span></th>
+        </tr>
+      </thead>
+      <tbody id="key-rows">
+        ${
+          keys.length === 0
+            ? html`<tr>
+                <td colspan="7" class="empty">No keys yet: create the first one above.</td>
+              </tr>`
+            : keys.map((k) => keyRow(account, k))
+        }
+      </tbody>
+    </table>
+  </section>`;
+}
+
+/** The one-time dialog with the full key, a copy button and the handling advice. */
+export function createdDialog(account: string, key: string, record: KeyRecord): Html {
+  return html`<dialog id="new-key" data-modal open aria-labelledby="new-key-title">
+    <h2 id="new-key-title">Your new key “${record.name}”</h2>
+    <p>
+      This is the only time the full key is shown. Copy it now and keep it in an environment variable or a secret store, never in source
+      code, a repository or a chat message.
+    </p>
+    <div class="secret">
+      <code id="new-key-value">${key}</code>
+      <button type="button" data-copy="new-key-value">Copy</button>
+    </div>
+    <p class="warn">
+      Tollgate keeps only a hash of this key: nobody can show it again, not even an operator. If it is lost, create a new key and disable
+      this one.
+    </p>
+    <div class="dialog-actions">
+      <a class="button primary" href="${accountPath(account, '/keys')}" data-close>I have saved it</a>
+    </div>
+  </dialog>`;
+}
+
+/** The page body: create form, dialog slot (filled on a create), and the table. */
+export function keysBody(o: { account: string; keys: readonly KeyRecord[]; operator: boolean; created?: Html | undefined }): Html {
+  const action = accountPath(o.account, '/keys');
+  return html`<div class="head">
+      <div>
+        <h1>API keys</h1>
+        <p class="sub">Keys of account <strong>${o.account}</strong>. A key is shown in full once, when it is created.</p>
+      </div>
+    </div>
+    ${o.operator ? operatorTools(o.account) : ''}
+    <section class="panel">
+      <h2>Create a key</h2>
+      <form class="stack" method="post" action="${action}" hx-post="${action}" hx-target="#dialog-slot" hx-swap="innerHTML">
+        <label>Name <input type="text" name="name" required maxlength="200" placeholder="e.g. production backend" /></label>
+        <label
+          >Environment
+          <select name="env">
+            <option value="live">live: billed from credit</option>
+            <option value="test">test: free, rate-limited</option>
+          </select>
+        </label>
+        <fieldset>
+          <legend>Scopes</legend>
+          ${SCOPES.map((s) => html`<label><input type="checkbox" name="scopes" value="${s}" checked /> ${s}</label>`)}
+        </fieldset>
+        <div><button class="primary" type="submit">Create key</button></div>
+      </form>
+    </section>
+    <div id="dialog-slot">${o.created ?? ''}</div>
+    ${keyTable(o.account, o.keys)}`;
+}

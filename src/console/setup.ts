@@ -1,0 +1,77 @@
+/**
+ * Builds the console (SPEC §9) from the gateway's services: its sessions, its routes behind their own
+ * edge (CSRF check before routing, security headers on every response, errors as HTML), and the admin
+ * routes that mint sign-in links. The gateway sends every /console path to `handler`.
+ */
+import type { IncomingMessage, ServerResponse } from 'node:http';
+import type { Config } from '../config/schema.ts';
+import type { Store } from '../store/types.ts';
+import type { Logger } from '../obs/logger.ts';
+import type { Metrics } from '../obs/metrics.ts';
+import type { RequestContext } from '../http/context.ts';
+import { createRouter, type Route } from '../http/router.ts';
+import { createEdge } from '../http/server.ts';
+import type { KeyTable } from '../auth/key-table.ts';
+import type { AccountService } from '../admin/account-service.ts';
+import type { ShareService } from '../shares/service.ts';
+import { loadAssets } from './assets.ts';
+import { CONSOLE_HEADERS, createCsrfGuard } from './security.ts';
+import { createConsoleSessions } from './sessions.ts';
+import { consoleRoutes } from './routes.ts';
+import { consoleAdminRoutes } from './admin-routes.ts';
+import { createErrorPage } from './error-page.ts';
+import type { FailureWindow } from '../auth/failure-window.ts';
+import type { ClientAddress } from '../http/client-address.ts';
+
+export interface ConsoleDeps {
+  config: Config['console'];
+  store: Store;
+  now: () => number;
+  logger: Logger;
+  metrics: Metrics;
+  keys: KeyTable;
+  accounts: AccountService;
+  shares: ShareService;
+  /** The public listener's own URL once listening: the console's origin when console.public_url is unset. */
+  listenerUrl: () => string;
+  failedLogins: FailureWindow;
+  clientAddress: ClientAddress;
+}
+
+export interface Console {
+  readonly routes: readonly Route[];
+  readonly adminRoutes: readonly Route[];
+  readonly handler: (req: IncomingMessage, res: ServerResponse) => void;
+}
+
+/** True for the paths the console serves (`/console`, `/console/…`, `/console?…`). */
+export function isConsolePath(url: string): boolean {
+  return url.startsWith('/console') && (url.length === 8 || url[8] === '/' || url[8] === '?');
+}
+
+export function createConsole(d: ConsoleDeps): Console {
+  const publicUrl = () => d.config.publicUrl ?? d.listenerUrl();
+  const sessions = createConsoleSessions({ store: d.store, now: d.now, publicUrl, sessionTtlSeconds: d.config.sessionTtlSeconds });
+  const assets = loadAssets();
+  const routes = consoleRoutes({
+    sessions,
+    keys: d.keys,
+    accounts: d.accounts,
+    shares: d.shares,
+    store: d.store,
+    assets,
+    failedLogins: d.failedLogins,
+    clientAddress: d.clientAddress,
+  });
+  const csrf = createCsrfGuard(publicUrl);
+  const handler = createEdge({
+    router: createRouter(routes),
+    logger: d.logger,
+    metrics: d.metrics,
+    listener: 'public',
+    headers: CONSOLE_HEADERS,
+    before: (req) => csrf(req),
+    sendError: createErrorPage(assets),
+  });
+  return { routes, adminRoutes: consoleAdminRoutes({ sessions }), handler };
+}

@@ -1,0 +1,87 @@
+// SPEC §9, the operator in a real browser against a gateway on Redis: find an account by search, grant
+// it credit (the ledger shows the grant; the same form submitted twice grants once), mint a member link
+// that signs a member in, end that member's sessions, and sign out.
+import t from 'tap';
+import { startGateway } from '../helpers/gateway.ts';
+import { startRedis } from '../helpers/redis.ts';
+import { startBrowser, newPage } from '../helpers/browser.ts';
+
+const redis = await startRedis(t);
+const browser = redis && (await startBrowser(t));
+if (redis && browser) {
+  await redis.client.flushdb();
+  const gw = await startGateway(t, { redisUrl: redis.url });
+  await gw.createKey({ account: 'globex', env: 'test', name: 'k' });
+  await gw.grant('acme', 1_000_000);
+  const page = await newPage(browser, gw.url);
+  const operatorLink = (await gw.admin('/admin/console/sessions', { body: { operator: true } })).body.url as string;
+
+  t.test('search an account, grant credit, the ledger shows it; a double submit grants once', async (t) => {
+    await page.goto(operatorLink);
+    t.equal(new URL(page.url()).pathname, '/console/accounts', 'an operator lands on the account list');
+    t.same(await page.locator('#accounts tbody a[href$="/keys"]').allTextContents(), ['acme', 'Keys', 'globex', 'Keys'], 'every account');
+
+    await page.fill('input[name="q"]', 'GLOB');
+    await page.click('button:has-text("Search")');
+    t.same(await page.locator('#accounts tbody td:first-child a').allTextContents(), ['globex'], 'search narrows the list');
+    await page.click('#accounts >> text=globex');
+    t.equal(new URL(page.url()).pathname, '/console/accounts/globex/keys');
+    await page.click('nav >> text=Credit');
+
+    await page.fill('input[name="amount"]', '2.5');
+    await page.fill('input[name="note"]', 'welcome, "team", =1+1');
+    await page.click('button:has-text("Grant")');
+    await page.locator('.flash.ok').waitFor();
+    t.match(await page.textContent('.flash.ok'), /Credit granted/);
+    t.equal((await page.textContent('#balance'))!.trim(), '2.5', 'balance');
+    const first = page.locator('#ledger tbody tr').first();
+    t.match(await first.textContent(), /grant[\s\S]*\+2\.5[\s\S]*welcome, "team", =1\+1/, 'the newest ledger row is the grant');
+
+    // The same form (one idempotency key) posted twice, as a double click or a resubmit would.
+    await page.fill('input[name="amount"]', '1');
+    await page.fill('input[name="note"]', 'double');
+    // Evaluated in the browser (DOM types are not in this project's lib, hence `any`).
+    const statuses = await page.locator('form[action$="/credit"]').evaluate(async (form: any) => {
+      const body = new URLSearchParams(new (globalThis as any).FormData(form));
+      const post = () => fetch(form.action, { method: 'POST', body, redirect: 'manual' }).then((r) => r.type);
+      return Promise.all([post(), post()]);
+    });
+    t.same(statuses, ['opaqueredirect', 'opaqueredirect'], 'both posts answered with the redirect');
+    await page.reload();
+    t.equal(await page.locator('#ledger tbody tr:has-text("double")').count(), 1, 'one ledger entry');
+    t.equal((await page.textContent('#balance'))!.trim(), '3.5', 'credited once');
+    const api = await gw.admin('/admin/accounts/globex');
+    t.equal(api.body.balance_micros, 3_500_000, 'the admin API agrees');
+
+    const csv = await page.evaluate(async () => (await fetch('/console/accounts/globex/ledger.csv')).text());
+    t.match(csv, /^id,ts,kind,amount_micros,/, 'CSV header');
+    t.match(csv, /,2500000,.*,"welcome, ""team"", =1\+1"\r\n/, 'CSV quotes a note with commas and quotes');
+  });
+
+  t.test('mint a member link, the member signs in with it; end their sessions; sign out', async (t) => {
+    await page.goto(`${gw.url}/console/accounts/globex/keys`);
+    await page.click('button:has-text("Create a member sign-in link")');
+    const link = (await page.textContent('#member-link'))!.trim();
+    t.match(link, new RegExp(`^${gw.url}/console/login\\?token=[A-Za-z0-9_-]{43}$`));
+
+    const member = await newPage(browser, gw.url);
+    await member.goto(link);
+    t.equal(new URL(member.url()).pathname, '/console/accounts/globex/keys', 'the member is in globex');
+    t.equal(await member.locator('nav >> text=Accounts').count(), 0, 'without the operator pages');
+    t.equal((await member.goto(`${gw.url}/console/accounts`))?.status(), 404, 'the account list is not a member page');
+
+    await page.goto(`${gw.url}/console/accounts/globex/keys`);
+    page.once('dialog', (d) => void d.accept());
+    await page.click('button:has-text("Sign all members out")');
+    await page.locator('#flash .flash.ok').waitFor();
+    t.match(await page.textContent('#flash'), /1 member session of globex ended/);
+    const after = await member.goto(`${gw.url}/console/accounts/globex/keys`);
+    t.equal(after?.status(), 401, "the member's session has ended");
+    t.match(await member.textContent('h1'), /signed out/);
+
+    await page.click('button:has-text("Sign out")');
+    t.match(await page.textContent('h1'), /Signed out/);
+    t.equal((await page.goto(`${gw.url}/console/accounts`))?.status(), 401, 'the operator session has ended too');
+    await member.context().close();
+  });
+}

@@ -1,0 +1,116 @@
+// The console's pages at the HTTP level, where a browser adds nothing: the ledger's pages newest first,
+// the grant form's validation, the account search, the share list's states, and the operator's link page.
+import t from 'tap';
+import { startGateway, type TestGateway } from '../helpers/gateway.ts';
+
+const gw = await startGateway(t);
+async function session(gw: TestGateway, body: unknown): Promise<string> {
+  const { body: link } = await gw.admin('/admin/console/sessions', { body });
+  return (await fetch(link.url, { redirect: 'manual' })).headers.get('set-cookie')!.split(';')[0]!;
+}
+const operator = await session(gw, { operator: true });
+const get = async (path: string, cookie = operator) => {
+  const res = await fetch(`${gw.url}${path}`, { headers: { cookie }, redirect: 'manual' });
+  return { status: res.status, text: await res.text(), location: res.headers.get('location') };
+};
+const post = (path: string, body: string, cookie = operator) =>
+  fetch(`${gw.url}${path}`, {
+    method: 'POST',
+    redirect: 'manual',
+    headers: { cookie, origin: gw.url, 'content-type': 'application/x-www-form-urlencoded' },
+    body,
+  });
+const notes = (text: string) => [...text.matchAll(/<tr data-entry="[^"]+">[\s\S]*?<\/tr>/g)].map((m) => /\bn(\d+)\b/.exec(m[0])?.[1]);
+
+t.test('the ledger pages newest first, 50 a page, with Older and Newest links', async (t) => {
+  for (let i = 1; i <= 120; i++) await gw.admin('/admin/accounts/paged/credits', { body: { amount_micros: i, note: `n${i}` } });
+  const first = await get('/console/accounts/paged/credit');
+  const p1 = notes(first.text);
+  t.equal(p1.length, 50);
+  t.same([p1[0], p1.at(-1)], ['120', '71'], 'the newest 50');
+  const older = /href="([^"]+\?before=[^"]+)" rel="next"/.exec(first.text)![1]!;
+  t.notMatch(first.text, /← Newest/, 'no Newest link on the first page');
+  const second = await get(older);
+  t.same([notes(second.text)[0], notes(second.text).at(-1)], ['70', '21']);
+  t.match(second.text, /← Newest/);
+  const third = await get(/href="([^"]+\?before=[^"]+)" rel="next"/.exec(second.text)![1]!);
+  t.same(
+    notes(third.text),
+    Array.from({ length: 20 }, (_, i) => String(20 - i)),
+    'the last 20, then no Older link',
+  );
+  t.notMatch(third.text, /rel="next"/);
+  t.match(first.text, /id="balance">0\.00726</, 'Σ 1..120 micros = 0.00726 credits');
+  t.equal((await get('/console/accounts/paged/credit?before=nonsense')).status, 422, 'a malformed cursor');
+});
+
+t.test('grant form: credits as exact decimals; bad amounts are explained, not granted', async (t) => {
+  const cases: [string, RegExp][] = [
+    ['amount=&idempotency_key=a', /amount: String should have at least 1 character/],
+    ['amount=abc&idempotency_key=b', /amount: not a decimal number of credits/],
+    ['amount=0.0000001&idempotency_key=c', /at most 6 decimals/],
+    ['amount=0&idempotency_key=d', /must not be zero/],
+    ['amount=2000000000&idempotency_key=e', /At most 1000000000 credits/],
+    ['amount=1', /idempotency_key: Field required/],
+  ];
+  for (const [body, message] of cases) {
+    const res = await post('/console/accounts/granted/credit', body);
+    t.equal(res.status, 422, body);
+    t.match(await res.text(), message);
+  }
+  t.equal((await gw.admin('/admin/accounts/granted')).body.balance_micros, 0, 'nothing granted');
+  const ok = await post('/console/accounts/granted/credit', 'amount=-0.5&note=correction&idempotency_key=k1');
+  t.equal(ok.status, 303);
+  t.equal(ok.headers.get('location'), '/console/accounts/granted/credit?granted=new');
+  const replay = await post('/console/accounts/granted/credit', 'amount=-0.5&note=correction&idempotency_key=k1');
+  t.equal(replay.headers.get('location'), '/console/accounts/granted/credit?granted=replay', 'the replay is told so');
+  t.match((await get('/console/accounts/granted/credit?granted=replay')).text, /already made; nothing was added twice/);
+  t.equal((await gw.admin('/admin/accounts/granted')).body.balance_micros, -500_000, 'a correction, once');
+});
+
+t.test('account search: substring, case-insensitive; an unknown valid id can be opened', async (t) => {
+  await gw.createKey({ account: 'Search-Alpha', env: 'test' });
+  await gw.createKey({ account: 'search-beta', env: 'test' });
+  const names = (text: string) =>
+    [...text.matchAll(/<td><a href="\/console\/accounts\/([^/]+)\/keys">/g)].map((m) => decodeURIComponent(m[1]!));
+  t.same(names((await get('/console/accounts?q=SEARCH')).text), ['Search-Alpha', 'search-beta']);
+  t.same(names((await get('/console/accounts?q=alpha')).text), ['Search-Alpha']);
+  const none = await get('/console/accounts?q=brand-new');
+  t.match(none.text, /Open account “brand-new”/);
+  t.match(
+    (await get('/console/accounts?q=%3Cscript%3E')).text,
+    /No account matches/,
+    'not a valid id: nothing to open, nothing echoed raw',
+  );
+  t.notMatch((await get('/console/accounts?q=%3Cscript%3E')).text, /<script>/);
+});
+
+t.test("shares: live and revoked listed for the account; another account's slug is a 404", async (t) => {
+  const mk = async (account: string, title: string) =>
+    (await gw.admin('/admin/shares', { body: { account, snapshot: { title, messages: [{ role: 'user', content: 'x' }] } } })).body
+      .slug as string;
+  const live = await mk('sharer', 'Live one');
+  const gone = await mk('sharer', 'Revoked one');
+  const theirs = await mk('other-sharer', 'Not yours');
+  await gw.admin(`/admin/shares/${gone}`, { method: 'DELETE' });
+  const member = await session(gw, { account: 'sharer' });
+  const page = (await get('/console/accounts/sharer/shares', member)).text;
+  t.match(page, new RegExp(`id="share-${live}"[\\s\\S]*?Live one[\\s\\S]*?live`));
+  t.match(page, new RegExp(`id="share-${gone}" class="off"[\\s\\S]*?Revoked one[\\s\\S]*?revoked`));
+  t.notMatch(page, /Not yours/);
+  t.equal((await post(`/console/accounts/sharer/shares/${theirs}/revoke`, '', member)).status, 404, "another account's share");
+  t.equal((await fetch(`${gw.url}/v1/shares/${theirs}`)).status, 200, 'untouched');
+  const revoked = await post(`/console/accounts/sharer/shares/${live}/revoke`, '', member);
+  t.equal(revoked.status, 303);
+  t.equal((await fetch(`${gw.url}/v1/shares/${live}`)).status, 410);
+});
+
+t.test("the operator's member link page shows a working link once", async (t) => {
+  const res = await post('/console/accounts/linked/links', '');
+  t.equal(res.status, 201);
+  const url = /<code id="member-link">([^<]+)<\/code>/.exec(await res.text())![1]!.trim();
+  const signedIn = await fetch(url, { redirect: 'manual' });
+  t.equal(signedIn.status, 303);
+  const cookie = signedIn.headers.get('set-cookie')!.split(';')[0]!;
+  t.equal((await get('/console/', cookie)).location, '/console/accounts/linked/keys');
+});
