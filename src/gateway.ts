@@ -37,6 +37,12 @@ import { shareAdminRoutes } from './shares/admin-routes.ts';
 import type { ClusterLink } from './cluster/worker-link.ts';
 import { openApiDocument } from './http/openapi.ts';
 import { createRequire } from 'node:module';
+import { createUsage, type Usage } from './usage/usage.ts';
+import { rebuildUsage } from './usage/rebuild.ts';
+import { usageRoutes } from './usage/routes.ts';
+import { createLedgerExporter, type LedgerExporter } from './ledger/exporter.ts';
+import { createS3Sink, type LedgerSink } from './ledger/sink.ts';
+import { ledgerRoutes } from './ledger/routes.ts';
 
 /** The package version, for the OpenAPI document (read once at load). */
 const VERSION = (createRequire(import.meta.url)('../package.json') as { version: string }).version;
@@ -54,12 +60,18 @@ export interface GatewayDeps {
   tokenizer?: Tokenizer;
   /** Set in a worker of `server.workers > 1`: cluster-wide metrics and readiness come from the primary. */
   cluster?: ClusterLink;
+  /** Where the ledger export writes; defaults to the configured S3 bucket (ledger.export.s3, else shares.s3). */
+  ledgerSink?: LedgerSink;
 }
 
 export interface Gateway {
   readonly metrics: Metrics;
   /** The route tables of the two listeners (the OpenAPI document is generated from them). */
   readonly routes: { readonly public: readonly Route[]; readonly admin: readonly Route[] };
+  /** Usage aggregates (SPEC §10): the query service the admin API and the console read. */
+  readonly usage: Usage;
+  /** The ledger export, when enabled. */
+  readonly exporter: LedgerExporter | undefined;
   readonly publicHandler: (req: IncomingMessage, res: ServerResponse) => void;
   readonly adminHandler: (req: IncomingMessage, res: ServerResponse) => void;
   /** Listens on the configured hosts/ports (0 = any free port); metricsUrl when server.metrics_port is set. */
@@ -105,9 +117,26 @@ export function createGateway(d: GatewayDeps): Gateway {
   // Per process (per worker with server.workers): SPEC §12's bounds on what one key or the whole mix can hold.
   const concurrency = createConcurrency(config.limits.maxConcurrentPerKey);
   const bodyBudget = createBodyBudget(config.limits.maxInflightBodyBytes, (used) => metrics.inflightBodyBytes.set(used));
+  const usage = createUsage({ store, logger, retentionDays: config.usage.retentionDays, flushIntervalMs: config.usage.flushIntervalMs });
+  const ex = config.ledger.export;
+  const ledgerSink = d.ledgerSink ?? (ex.enabled ? createS3Sink(ex.s3) : undefined);
+  const exporter = ledgerSink
+    ? createLedgerExporter({
+        store,
+        sink: ledgerSink,
+        logger,
+        now,
+        prefix: ex.prefix,
+        batchSize: ex.batchSize,
+        retentionDays: config.ledger.retentionDays,
+        intervalSeconds: ex.intervalSeconds,
+      })
+    : undefined;
+  const rebuild = (account: string, from: string, to: string) =>
+    rebuildUsage({ store, sink: ledgerSink, prefix: ex.prefix, retentionDays: config.usage.retentionDays }, account, from, to);
 
   const publicRoutes: Route[] = [
-    ...chatRoutes({ config, auth, limits, credit, upstreams, tokenizer, metrics, now, concurrency, bodyBudget }),
+    ...chatRoutes({ config, auth, limits, credit, upstreams, tokenizer, metrics, now, concurrency, bodyBudget, usage }),
     ...modelRoutes({ auth, models: config.models, admit, concurrency }),
     ...shareRoutes({
       auth,
@@ -125,8 +154,10 @@ export function createGateway(d: GatewayDeps): Gateway {
   const describe = () => (openapi ??= openApiDocument({ version: VERSION, publicRoutes, adminRoutes }));
   const adminRoutes: Route[] = [
     ...opsRoutes({ metrics, store, cluster: d.cluster, openapi: describe }),
-    ...keyRoutes({ keys: keyTable, guard, models: config.models.map((m) => m.name) }),
+    ...keyRoutes({ keys: keyTable, guard, models: config.models.map((m) => m.name), lastUsed: (account) => usage.lastUsed(account) }),
     ...accountRoutes({ store, now, guard }),
+    ...usageRoutes({ usage, rebuild, now, retentionDays: config.usage.retentionDays, guard }),
+    ...ledgerRoutes({ exporter, guard }),
     ...shareAdminRoutes({ guard, ...shares }),
   ];
   const publicHandler = createEdge({ router: createRouter(publicRoutes), logger, metrics, listener: 'public' });
@@ -143,6 +174,8 @@ export function createGateway(d: GatewayDeps): Gateway {
   return {
     metrics,
     routes: { public: publicRoutes, admin: adminRoutes },
+    usage,
+    exporter,
     publicHandler,
     adminHandler,
     async listen() {
@@ -157,6 +190,8 @@ export function createGateway(d: GatewayDeps): Gateway {
         metricsUrl = url(s.adminHost, met);
       }
       reaper = startReaper({ store, now, intervalMs: config.credit.reaperIntervalMs, logger, onReaped: (n) => metrics.holdsReaped.inc(n) });
+      usage.start();
+      exporter?.start();
       return { publicUrl: url(s.host, pub), adminUrl: url(s.adminHost, adm), ...(metricsUrl && { metricsUrl }) };
     },
     async close(deadlineMs = config.server.drainSeconds * 1000) {
@@ -164,6 +199,9 @@ export function createGateway(d: GatewayDeps): Gateway {
       await Promise.all(servers.map((srv) => drain(srv, deadlineMs)));
       servers = [];
       await credit.drain(deadlineMs);
+      // After the drain: the last requests' usage is in the final flush.
+      await usage.stop();
+      await exporter?.stop();
       await upstreams.close();
       await limits.close?.();
     },

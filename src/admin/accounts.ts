@@ -12,7 +12,8 @@ const ENTRY_ID = /^\d{1,16}-\d{1,16}$/;
 /** Grants are bounded so a typo cannot overflow Redis' int64 or JavaScript's safe integers: 10^15 micros = 10^9 credits. */
 const MAX_GRANT = 1e15;
 
-function accountParam(ctx: RequestContext): string {
+/** The `{id}` path segment, percent-decoded and checked against ACCOUNT_ID (422 otherwise). */
+export function accountParam(ctx: RequestContext): string {
   const raw = ctx.params.id!;
   let id = raw;
   try {
@@ -72,8 +73,12 @@ export function accountRoutes(d: { store: Store; now: () => number; guard: (ctx:
     const after = str(q, 'after', ['query'], issues, { pattern: ENTRY_ID, patternText: ENTRY_ID.source });
     const limit = queryInt(q, 'limit', issues, { ge: 1, le: 1000, fallback: 100 });
     issues.done();
-    const entries = await d.store.ledger(account, after, limit);
-    sendJson(ctx.res, 200, { entries, next_after: entries.length === limit ? entries.at(-1)!.id : null });
+    const [entries, exported] = await Promise.all([d.store.ledger(account, after, limit), d.store.exportState(account)]);
+    sendJson(ctx.res, 200, {
+      entries,
+      next_after: entries.length === limit ? entries.at(-1)!.id : null,
+      archived_before: exported.archived_before,
+    });
   }
 
   return [
@@ -133,7 +138,14 @@ export function accountRoutes(d: { store: Store; now: () => number; guard: (ctx:
             description: 'A page of entries',
             schema: {
               type: 'object',
-              properties: { entries: { type: 'array', items: { type: 'object' } }, next_after: { type: ['string', 'null'] } },
+              properties: {
+                entries: { type: 'array', items: { type: 'object' } },
+                next_after: { type: ['string', 'null'] },
+                archived_before: {
+                  type: ['string', 'null'],
+                  description: 'Entries before this id were trimmed from Redis and are only in the exported objects (SPEC §10)',
+                },
+              },
             },
           },
           ...ADMIN_ERRORS,

@@ -26,6 +26,7 @@ import { COUNT_BUDGET_MS, type Tokenizer } from '../meter/tokenizer.ts';
 import { bound, type Metrics } from '../obs/metrics.ts';
 import type { KeyRecord, UsageSource } from '../store/types.ts';
 import { validateChatBody, type ChatBody } from './chat-validate.ts';
+import type { Usage } from '../usage/usage.ts';
 
 export interface ChatDeps {
   config: Config;
@@ -40,6 +41,8 @@ export interface ChatDeps {
   tokenizer: Tokenizer;
   metrics: Metrics;
   now: () => number;
+  /** Usage aggregates (SPEC §10): one in-process record per billed request. */
+  usage?: Usage;
 }
 
 interface Billed {
@@ -303,6 +306,16 @@ export function chatRoutes(d: ChatDeps): Route[] {
         settle(b, cost);
         settleStarted?.(); // the settle itself is tracked from here on
       }
+      d.usage?.record({
+        account: key.account,
+        keyId: key.id,
+        live,
+        model: model.name,
+        promptTokens: b.promptTokens,
+        completionTokens: b.completionTokens,
+        costMicros: live ? cost : 0,
+        at: d.now(),
+      });
       // Arrival → upstream call, plus chunk handling, plus settling; upstream waiting excluded.
       ctx.overheadNs = t0 - ctx.start + (outcome?.chunkNs ?? 0n) + (process.hrtime.bigint() - t1);
     }

@@ -16,3 +16,12 @@ export const share = (slug: string) => `tg:share:${slug}`;
 /** An account's live shares and their bytes (SPEC §12 quotas), in the account's slot. */
 export const shareQuota = (acct: string) => `{acct:${acct}}:shares`;
 export const INVALIDATION_CHANNEL = 'tg:inval';
+/** Global index of accounts with ledger entries, for the export (SPEC §11: never in an account's script). */
+export const LEDGER_ACCOUNTS = 'tg:ledger:accounts';
+/** An account's export cursor and archived_before (hash), and its export lease (string, PX). */
+export const exportState = (acct: string) => `{acct:${acct}}:export`;
+export const exportLease = (acct: string) => `{acct:${acct}}:export:lease`;
+/** An account's usage aggregates of one UTC day: fields `<key id>|<model>|<r|p|c|$>`. */
+export const usageDay = (acct: string, day: string) => `{acct:${acct}}:usage:${day}`;
+/** An account's keys' last use: key id → ISO minute. */
+export const keysUsed = (acct: string) => `{acct:${acct}}:used`;
