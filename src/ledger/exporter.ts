@@ -76,7 +76,7 @@ export function createLedgerExporter(d: LedgerExporterDeps): LedgerExporter {
         const { cursor } = await d.store.exportState(account);
         const entries = await d.store.ledger(account, cursor ?? undefined, d.batchSize);
         if (entries.length === 0) break;
-        const signal = AbortSignal.timeout(Math.max(0, leasedAt + leaseMs / 2 - performance.now()));
+        const signal = AbortSignal.timeout(Math.max(0, Math.floor(leasedAt + leaseMs / 2 - performance.now())));
         for (const [day, list] of byDay(entries)) {
           signal.throwIfAborted();
           await d.sink.put(objectKey(d.prefix, day, account, list[0]!.id), encodeObject(account, list), signal);

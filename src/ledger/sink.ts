@@ -27,6 +27,16 @@ export function createS3Sink(cfg: S3Config): LedgerSink {
   }
   const s3 = new S3Client(options);
   const Bucket = cfg.bucket;
+  // A path-style list is sent as `/<bucket>/`; S3 takes `/<bucket>` alike, and S3-compatible servers
+  // that canonicalise the path without its slash (s3rver) then agree with the signature.
+  s3.middlewareStack.add(
+    (next) => async (args) => {
+      const req = args.request as { path?: string };
+      if (req.path === `/${Bucket}/`) req.path = `/${Bucket}`;
+      return next(args);
+    },
+    { step: 'build', name: 'tollgateBucketPath' },
+  );
   return {
     async put(key, body, signal) {
       await s3.send(new PutObjectCommand({ Bucket, Key: key, Body: body, ContentType: 'application/gzip' }), { abortSignal: signal });

@@ -267,17 +267,11 @@ export async function createRedisStore(o: RedisStoreOptions & { client?: Client 
       guard(
         (async () => {
           // Indexed for the export (SPEC §10) in the same flush as the grant; a separate key (SPEC §11).
-          const indexed = redis.sadd(K.LEDGER_ACCOUNTS, acct);
-          const [entryId, replayed, bal, held] = (await s.tgGrant(
-            K.balance(acct),
-            K.ledger(acct),
-            K.idempotency(acct),
-            amount,
-            idem ?? '',
-            note ?? '',
-            ts,
-          )) as [string, number, number, number];
-          await indexed;
+          const [, reply] = await Promise.all([
+            redis.sadd(K.LEDGER_ACCOUNTS, acct),
+            s.tgGrant(K.balance(acct), K.ledger(acct), K.idempotency(acct), amount, idem ?? '', note ?? '', ts),
+          ]);
+          const [entryId, replayed, bal, held] = reply as [string, number, number, number];
           return { account: acct, balance_micros: bal, held_micros: held, entry_id: entryId, replayed: replayed === 1 };
         })(),
       ),
