@@ -117,7 +117,13 @@ export function createGateway(d: GatewayDeps): Gateway {
   // Per process (per worker with server.workers): SPEC §12's bounds on what one key or the whole mix can hold.
   const concurrency = createConcurrency(config.limits.maxConcurrentPerKey);
   const bodyBudget = createBodyBudget(config.limits.maxInflightBodyBytes, (used) => metrics.inflightBodyBytes.set(used));
-  const usage = createUsage({ store, logger, retentionDays: config.usage.retentionDays, flushIntervalMs: config.usage.flushIntervalMs });
+  const usage = createUsage({
+    store,
+    logger,
+    retentionDays: config.usage.retentionDays,
+    flushIntervalMs: config.usage.flushIntervalMs,
+    onFlushFailed: () => metrics.usageFlushFailures.inc(),
+  });
   const ex = config.ledger.export;
   const ledgerSink = d.ledgerSink ?? (ex.enabled ? createS3Sink(ex.s3) : undefined);
   const exporter = ledgerSink
@@ -130,6 +136,11 @@ export function createGateway(d: GatewayDeps): Gateway {
         batchSize: ex.batchSize,
         retentionDays: config.ledger.retentionDays,
         intervalSeconds: ex.intervalSeconds,
+        onReport: (r) => {
+          metrics.ledgerExported.inc(r.entries);
+          metrics.ledgerTrimmed.inc(r.trimmed);
+          metrics.ledgerExportFailures.inc(r.failed);
+        },
       })
     : undefined;
   const rebuild = (account: string, from: string, to: string) =>

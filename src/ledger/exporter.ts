@@ -50,6 +50,8 @@ export interface LedgerExporterDeps {
   leaseMs?: number;
   /** Accounts exported in parallel by one process. */
   concurrency?: number;
+  /** Told after each pass what it did (metrics). */
+  onReport?: (r: ExportReport) => void;
 }
 
 const DAY_MS = 86_400_000;
@@ -118,6 +120,7 @@ export function createLedgerExporter(d: LedgerExporterDeps): LedgerExporter {
       await Promise.all(Array.from({ length: Math.min(concurrency, accounts.length) }, worker));
     });
     if (r.entries > 0 || r.trimmed > 0 || r.failed > 0) d.logger.info({ ledger_export: r }, 'ledger export run');
+    d.onReport?.(r);
     return r;
   }
 

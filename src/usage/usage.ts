@@ -60,6 +60,8 @@ export interface UsageDeps {
    * line (a rebuild restores them from the ledger). Bounds memory through a long outage.
    */
   maxPendingCells?: number;
+  /** Told of each flush the store refused (metrics). */
+  onFlushFailed?: () => void;
 }
 
 type Cell = UsageCell & { account: string };
@@ -106,6 +108,7 @@ export function createUsage(d: UsageDeps): Usage {
       for (const c of batch.cells) add(c);
       for (const u of batch.lastUsed) if (!lastUsed.has(`${u.account}\n${u.key_id}`)) lastUsed.set(`${u.account}\n${u.key_id}`, u);
       for (const a of batch.ledgerAccounts) ledgerAccounts.add(a);
+      d.onFlushFailed?.();
       d.logger.warn({ err: (err as Error).message, cells: cells.size }, 'usage flush failed; kept for the next flush');
     }
     if (dropped > 0) {

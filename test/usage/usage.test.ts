@@ -215,6 +215,9 @@ if (redis) {
     const f = parseFields(exported.stdout);
     t.equal(Number(f.entries), ledgerBefore.length, 'every entry exported');
     t.equal(Number(f.trimmed), ledgerBefore.length, 'and trimmed (retention_days 0)');
+    const metrics = await (await fetch(`${gw.adminUrl}/metrics`)).text();
+    t.match(metrics, new RegExp(`^tollgate_ledger_exported_entries_total ${ledgerBefore.length}$`, 'm'), 'the export counted in /metrics');
+    t.match(metrics, new RegExp(`^tollgate_ledger_trimmed_entries_total ${ledgerBefore.length}$`, 'm'), 'and the trim');
     const page = (await gw.admin(`/admin/accounts/${ACCOUNT}/ledger`)).body;
     t.same(page.entries, [], 'Redis holds no entry of the account');
     t.match(page.archived_before, /^\d+-\d+$/, 'archived_before says where the objects take over');
