@@ -94,7 +94,10 @@ export function createLedgerExporter(d: LedgerExporterDeps): LedgerExporter {
         leasedAt = performance.now();
         if (!(await d.store.acquireExportLease(account, token, leaseMs))) return;
       }
-      r.trimmed += await d.store.trimLedger(account, idAtMs(d.now() - d.retentionDays * DAY_MS));
+      // Awaited first: `r.trimmed += await …` would read r.trimmed before the await and lose the other
+      // accounts' counts added meanwhile (accounts run concurrently).
+      const trimmed = await d.store.trimLedger(account, idAtMs(d.now() - d.retentionDays * DAY_MS));
+      r.trimmed += trimmed;
     } catch (err) {
       r.failed++;
       d.logger.warn({ account, err: (err as Error).message }, 'ledger export failed for an account; retried on the next run');

@@ -146,10 +146,16 @@ export function createUsage(d: UsageDeps): Usage {
     async query(account, from, to, groupBy) {
       const rows = new Map<string, UsageRow>();
       for (const c of await d.store.usageCells(account, from, to)) {
-        const row: UsageRow = { requests: 0, prompt_tokens: 0, completion_tokens: 0, cost_micros: 0 };
-        if (groupBy.includes('day')) row.day = c.day;
-        if (groupBy.includes('key')) row.key_id = c.key_id;
-        if (groupBy.includes('model')) row.model = c.model;
+        // SPEC §10's field order: the grouped dimensions, then the sums.
+        const row: UsageRow = {
+          ...(groupBy.includes('day') && { day: c.day }),
+          ...(groupBy.includes('key') && { key_id: c.key_id }),
+          ...(groupBy.includes('model') && { model: c.model }),
+          requests: 0,
+          prompt_tokens: 0,
+          completion_tokens: 0,
+          cost_micros: 0,
+        };
         const id = `${row.day ?? ''}\n${row.key_id ?? ''}\n${row.model ?? ''}`;
         const have = rows.get(id) ?? rows.set(id, row).get(id)!;
         have.requests += c.requests;

@@ -31,8 +31,10 @@ const FIELD = { day: 'day', key: 'key_id', model: 'model' } as const;
 function regroup(rows: Row[], dims: readonly (typeof DIMENSIONS)[number][]): Row[] {
   const out = new Map<string, Row>();
   for (const r of rows) {
-    const g: Row = { requests: 0, prompt_tokens: 0, completion_tokens: 0, cost_micros: 0 };
-    for (const d of dims) (g as unknown as Record<string, unknown>)[FIELD[d]] = r[FIELD[d]];
+    // SPEC §10's field order: the grouped dimensions, then the sums.
+    const g = {} as Row;
+    for (const d of DIMENSIONS) if (dims.includes(d)) (g as unknown as Record<string, unknown>)[FIELD[d]] = r[FIELD[d]];
+    Object.assign(g, { requests: 0, prompt_tokens: 0, completion_tokens: 0, cost_micros: 0 });
     const id = `${g.day ?? ''}\n${g.key_id ?? ''}\n${g.model ?? ''}`;
     const have = out.get(id) ?? out.set(id, g).get(id)!;
     have.requests += r.requests;
