@@ -74,6 +74,18 @@ export function createUsage(d: UsageDeps): Usage {
   let dropped = 0;
   let timer: NodeJS.Timeout | undefined;
   let flushing: Promise<void> | undefined;
+  // The UTC day and minute of the last record, reused within that minute: formatting a date per
+  // request was three quarters of record()'s cost (bench/micro/usage-record.bench.ts: 624 → 153 ns).
+  let minuteStart = -1;
+  let stamp = { day: '', minute: '' };
+  const clock = (at: number) => {
+    if (at < minuteStart || at >= minuteStart + 60_000) {
+      minuteStart = at - (at % 60_000);
+      const iso = new Date(minuteStart).toISOString();
+      stamp = { day: iso.slice(0, 10), minute: `${iso.slice(0, 16)}:00Z` };
+    }
+    return stamp;
+  };
 
   function add(c: Cell): void {
     const id = `${c.account}\n${c.day}\n${c.key_id}\n${c.model}`;
@@ -128,10 +140,10 @@ export function createUsage(d: UsageDeps): Usage {
 
   return {
     record(r) {
-      const iso = new Date(r.at).toISOString();
+      const { day, minute } = clock(r.at);
       add({
         account: r.account,
-        day: iso.slice(0, 10),
+        day,
         key_id: r.keyId,
         model: r.model,
         requests: 1,
@@ -139,7 +151,7 @@ export function createUsage(d: UsageDeps): Usage {
         completion_tokens: r.completionTokens,
         cost_micros: r.costMicros,
       });
-      lastUsed.set(`${r.account}\n${r.keyId}`, { account: r.account, key_id: r.keyId, at: `${iso.slice(0, 16)}:00Z` });
+      lastUsed.set(`${r.account}\n${r.keyId}`, { account: r.account, key_id: r.keyId, at: minute });
       if (r.live) ledgerAccounts.add(r.account);
     },
     flush,
