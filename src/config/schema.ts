@@ -248,7 +248,8 @@ export function compileConfig(doc: unknown, rawEnv: NodeJS.ProcessEnv): Config {
     'failed_reads_per_minute',
     's3',
   ]);
-  const sharesS3 = s3Section(shares.s3, 'shares.s3', env, 'shares');
+  const s3 = object(shares.s3, 'shares.s3', true);
+  noUnknown(s3, 'shares.s3', ['endpoint', 'region', 'bucket', 'force_path_style', 'access_key_id', 'secret_access_key']);
 
   const ledger = object(root.ledger, 'ledger', true);
   noUnknown(ledger, 'ledger', ['retention_days', 'export']);
@@ -256,6 +257,8 @@ export function compileConfig(doc: unknown, rawEnv: NodeJS.ProcessEnv): Config {
   noUnknown(exp, 'ledger.export', ['enabled', 'interval_seconds', 'batch_size', 'prefix', 's3']);
   const usage = object(root.usage, 'usage', true);
   noUnknown(usage, 'usage', ['retention_days', 'flush_interval_ms']);
+  // The export's bucket: its own section, else the shares' (parsed the same way, same field paths).
+  const exportS3 = exp.s3 === undefined ? s3Section(shares.s3, 'shares.s3', env, 'shares') : s3Section(exp.s3, 'ledger.export.s3', env);
 
   const models = list(root.models, 'models').map((m, i) => model(m, at('models', i)));
   const seen = new Set<string>();
@@ -376,22 +379,25 @@ export function compileConfig(doc: unknown, rawEnv: NodeJS.ProcessEnv): Config {
         str(v, at('shares.inline_types', i)).toLowerCase(),
       ),
       failedReadsPerMinute: num(shares.failed_reads_per_minute, 'shares.failed_reads_per_minute', { fallback: 120, min: 1, integer: true }),
-      s3: sharesS3,
+      s3: {
+        endpoint: optional(s3.endpoint, 'shares.s3.endpoint'),
+        region: str(s3.region, 'shares.s3.region', env.AWS_REGION || 'us-east-1'),
+        bucket: str(s3.bucket, 'shares.s3.bucket', 'shares'),
+        forcePathStyle: bool(s3.force_path_style, 'shares.s3.force_path_style', false),
+        accessKeyId: optional(s3.access_key_id, 'shares.s3.access_key_id') ?? (env.AWS_ACCESS_KEY_ID || undefined),
+        secretAccessKey: optional(s3.secret_access_key, 'shares.s3.secret_access_key') ?? (env.AWS_SECRET_ACCESS_KEY || undefined),
+      },
     },
     models,
     ledger: {
       retentionDays: num(ledger.retention_days, 'ledger.retention_days', { fallback: 7, min: 0, max: 36_500 }),
       export: {
         // SPEC §10: on by default wherever there is a bucket to export to.
-        enabled: bool(
-          exp.enabled,
-          'ledger.export.enabled',
-          s3Configured(exp.s3 === undefined ? sharesS3 : s3Section(exp.s3, 'ledger.export.s3', env)),
-        ),
+        enabled: bool(exp.enabled, 'ledger.export.enabled', s3Configured(exportS3)),
         intervalSeconds: num(exp.interval_seconds, 'ledger.export.interval_seconds', { fallback: 60, min: 1, max: 86_400 }),
         batchSize: num(exp.batch_size, 'ledger.export.batch_size', { fallback: 10_000, min: 1, max: 1_000_000, integer: true }),
         prefix: str(exp.prefix, 'ledger.export.prefix', 'ledger/').replace(/\/*$/, '/'),
-        s3: exp.s3 === undefined ? sharesS3 : s3Section(exp.s3, 'ledger.export.s3', env),
+        s3: exportS3,
       },
     },
     usage: {
@@ -420,7 +426,7 @@ function s3Configured(s3: S3Config): boolean {
   return s3.endpoint !== undefined || s3.accessKeyId !== undefined;
 }
 
-/** An S3 location (`shares.s3`, `ledger.export.s3`); credentials fall back to the AWS_* variables. */
+/** An S3 location as `shares.s3` is read (for `ledger.export.s3`); credentials fall back to the AWS_* variables. */
 function s3Section(v: unknown, path: string, env: NodeJS.ProcessEnv, defaultBucket?: string): S3Config {
   const s3 = object(v, path, true);
   noUnknown(s3, path, ['endpoint', 'region', 'bucket', 'force_path_style', 'access_key_id', 'secret_access_key']);
