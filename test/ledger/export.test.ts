@@ -8,6 +8,7 @@ import t from 'tap';
 import { createLedgerExporter, type ExportReport, type LedgerExporterDeps } from '../../src/ledger/exporter.ts';
 import { createLogger } from '../../src/obs/logger.ts';
 import type { LedgerEntry, Store } from '../../src/store/types.ts';
+import * as K from '../../src/store/redis-keys.ts';
 import { startRedis } from '../helpers/redis.ts';
 import { startS3 } from '../helpers/s3.ts';
 import { waitFor } from '../helpers/wait.ts';
@@ -143,5 +144,18 @@ if (redis) {
     const balanceFromObjects = lines.filter((l) => l.entry.account === 'fine').reduce((s, l) => s + l.entry.amount_micros, 0);
     t.equal((await store.getAccount('fine')).balance_micros, balanceFromObjects, 'balance = Σ exported entries (SPEC §4)');
     await checkExactlyOnce(t, s3sink, new Map([['fine', full.get('fine')!]]));
+  });
+
+  t.test('upgrade: a ledger written before the account index existed is found by the first pass', async (t) => {
+    await redis.client.flushdb();
+    const s3 = await startS3(t, 'ledger-upgrade');
+    const store = await openRedisStore(t, redis.url);
+    await grants(store, 'old-timer', 3);
+    // As a deployment from before this version left it: the ledger stream, no index.
+    await redis.client.del(K.LEDGER_ACCOUNTS);
+    const r = await exporter(store, { sink: sinkFor(s3) }).runOnce();
+    t.equal(r.entries, 3, 'its entries exported');
+    t.equal(await redis.client.sismember(K.LEDGER_ACCOUNTS, 'old-timer'), 1, 'and the account indexed');
+    await checkExactlyOnce(t, sinkFor(s3), new Map([['old-timer', await ledgerOf(store, 'old-timer')]]));
   });
 }
