@@ -44,6 +44,12 @@ import type { ClusterLink } from './cluster/worker-link.ts';
 import { openApiDocument } from './http/openapi.ts';
 import { createRequire } from 'node:module';
 import { createConsole, isConsolePath, type Console } from './console/setup.ts';
+import { createUsage, type Usage } from './usage/usage.ts';
+import { rebuildUsage } from './usage/rebuild.ts';
+import { usageRoutes } from './usage/routes.ts';
+import { createLedgerExporter, type LedgerExporter } from './ledger/exporter.ts';
+import { createS3Sink, type LedgerSink } from './ledger/sink.ts';
+import { ledgerRoutes } from './ledger/routes.ts';
 
 /** The package version, for the OpenAPI document (read once at load). */
 const VERSION = (createRequire(import.meta.url)('../package.json') as { version: string }).version;
@@ -61,12 +67,18 @@ export interface GatewayDeps {
   tokenizer?: Tokenizer;
   /** Set in a worker of `server.workers > 1`: cluster-wide metrics and readiness come from the primary. */
   cluster?: ClusterLink;
+  /** Where the ledger export writes; defaults to the configured S3 bucket (ledger.export.s3, else shares.s3). */
+  ledgerSink?: LedgerSink;
 }
 
 export interface Gateway {
   readonly metrics: Metrics;
   /** The route tables of the two listeners (the OpenAPI document is generated from them). */
   readonly routes: { readonly public: readonly Route[]; readonly admin: readonly Route[]; readonly console: readonly Route[] };
+  /** Usage aggregates (SPEC §10): the query service the admin API and the console read. */
+  readonly usage: Usage;
+  /** The ledger export, when enabled. */
+  readonly exporter: LedgerExporter | undefined;
   readonly publicHandler: (req: IncomingMessage, res: ServerResponse) => void;
   readonly adminHandler: (req: IncomingMessage, res: ServerResponse) => void;
   /** Listens on the configured hosts/ports (0 = any free port); metricsUrl when server.metrics_port is set. */
@@ -112,10 +124,38 @@ export function createGateway(d: GatewayDeps): Gateway {
   // Per process (per worker with server.workers): SPEC §12's bounds on what one key or the whole mix can hold.
   const concurrency = createConcurrency(config.limits.maxConcurrentPerKey);
   const bodyBudget = createBodyBudget(config.limits.maxInflightBodyBytes, (used) => metrics.inflightBodyBytes.set(used));
+  const usage = createUsage({
+    store,
+    logger,
+    retentionDays: config.usage.retentionDays,
+    flushIntervalMs: config.usage.flushIntervalMs,
+    onFlushFailed: () => metrics.usageFlushFailures.inc(),
+  });
+  const ex = config.ledger.export;
+  const ledgerSink = d.ledgerSink ?? (ex.enabled ? createS3Sink(ex.s3) : undefined);
+  const exporter = ledgerSink
+    ? createLedgerExporter({
+        store,
+        sink: ledgerSink,
+        logger,
+        now,
+        prefix: ex.prefix,
+        batchSize: ex.batchSize,
+        retentionDays: config.ledger.retentionDays,
+        intervalSeconds: ex.intervalSeconds,
+        onReport: (r) => {
+          metrics.ledgerExported.inc(r.entries);
+          metrics.ledgerTrimmed.inc(r.trimmed);
+          metrics.ledgerExportFailures.inc(r.failed);
+        },
+      })
+    : undefined;
+  const rebuild = (account: string, from: string, to: string) =>
+    rebuildUsage({ store, sink: ledgerSink, prefix: ex.prefix, retentionDays: config.usage.retentionDays }, account, from, to);
 
   // Every key-authenticated route is authenticated, scoped and admitted once, by the edge's gate (http/gate.ts).
   const gate = createGate({ auth, limits, concurrency, adminGuard: guard });
-  const metered = { config, credit, upstreams, tokenizer, metrics, now, bodyBudget };
+  const metered = { config, credit, upstreams, tokenizer, metrics, now, bodyBudget, usage };
   const publicRoutes: Route[] = [
     meteredRoute(metered, CHAT_COMPLETIONS),
     meteredRoute(metered, RESPONSES_ENDPOINT),
@@ -152,11 +192,19 @@ export function createGateway(d: GatewayDeps): Gateway {
   const describe = () => (openapi ??= openApiDocument({ version: VERSION, publicRoutes, adminRoutes }));
   const adminRoutes: Route[] = [
     ...opsRoutes({ metrics, store, cluster: d.cluster, openapi: describe }),
-    ...keyRoutes({ keys: keyTable, models: config.models.map((m) => m.name) }),
+    ...keyRoutes({ keys: keyTable, models: config.models.map((m) => m.name), lastUsed: (account) => usage.lastUsed(account) }),
     ...accountRoutes({ accounts }),
+    ...usageRoutes({ usage, rebuild, now, retentionDays: config.usage.retentionDays }),
+    ...ledgerRoutes({ exporter }),
     ...shareAdminRoutes(shares),
     ...(webConsole?.adminRoutes ?? []),
   ];
+  // The admin token guards /admin/ only through the gate: a route there that forgot `admin: true` would be
+  // open to anyone who reaches the listener. Refuse to build such a gateway.
+  for (const r of adminRoutes) {
+    if (r.pattern.startsWith('/admin/') && r.admin !== true)
+      throw new Error(`admin route ${r.method} ${r.pattern} must declare admin: true`);
+  }
   const apiHandler = createEdge({ router: createRouter(publicRoutes), logger, metrics, listener: 'public', gate });
   const consoleHandler = webConsole?.handler;
   const publicHandler = consoleHandler
@@ -175,6 +223,8 @@ export function createGateway(d: GatewayDeps): Gateway {
   return {
     metrics,
     routes: { public: publicRoutes, admin: adminRoutes, console: webConsole?.routes ?? [] },
+    usage,
+    exporter,
     publicHandler,
     adminHandler,
     async listen() {
@@ -190,6 +240,8 @@ export function createGateway(d: GatewayDeps): Gateway {
         metricsUrl = url(s.adminHost, met);
       }
       reaper = startReaper({ store, now, intervalMs: config.credit.reaperIntervalMs, logger, onReaped: (n) => metrics.holdsReaped.inc(n) });
+      usage.start();
+      exporter?.start();
       return { publicUrl: url(s.host, pub), adminUrl: url(s.adminHost, adm), ...(metricsUrl && { metricsUrl }) };
     },
     async close(deadlineMs = config.server.drainSeconds * 1000) {
@@ -197,6 +249,9 @@ export function createGateway(d: GatewayDeps): Gateway {
       await Promise.all(servers.map((srv) => drain(srv, deadlineMs)));
       servers = [];
       await credit.drain(deadlineMs);
+      // After the drain: the last requests' usage is in the final flush.
+      await usage.stop();
+      await exporter?.stop();
       await upstreams.close();
       await limits.close?.();
     },

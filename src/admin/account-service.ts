@@ -2,7 +2,7 @@
  * Credit administration independent of HTTP (SPEC §2, §4): grants, balances and ledger reads. The JSON
  * admin API (accounts.ts) and the console (console/routes.ts) are two front doors onto these calls.
  */
-import type { AccountState, GrantResult, LedgerEntry, Store } from '../store/types.ts';
+import type { AccountState, ExportState, GrantResult, LedgerEntry, Store } from '../store/types.ts';
 
 export interface AccountService {
   /** Credits (negative: corrects) the account; a repeated idempotency key credits nothing and returns the first entry. */
@@ -12,6 +12,8 @@ export interface AccountService {
   ledger(account: string, after: string | undefined, limit: number): Promise<LedgerEntry[]>;
   /** Entries newest first, strictly before `before`. */
   recent(account: string, before: string | undefined, limit: number): Promise<LedgerEntry[]>;
+  /** How far the ledger was exported, and before which entry it was trimmed (SPEC §10). */
+  exportState(account: string): Promise<ExportState>;
 }
 
 export function createAccountService(d: { store: Store; now: () => number }): AccountService {
@@ -20,5 +22,6 @@ export function createAccountService(d: { store: Store; now: () => number }): Ac
     show: (account) => d.store.getAccount(account),
     ledger: (account, after, limit) => d.store.ledger(account, after, limit),
     recent: (account, before, limit) => d.store.ledgerBefore(account, before, limit),
+    exportState: (account) => d.store.exportState(account),
   };
 }

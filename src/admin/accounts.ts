@@ -71,8 +71,12 @@ export function accountRoutes(d: { accounts: AccountService }): Route[] {
     const after = str(q, 'after', ['query'], issues, { pattern: ENTRY_ID, patternText: ENTRY_ID.source });
     const limit = queryInt(q, 'limit', issues, { ge: 1, le: 1000, fallback: 100 });
     issues.done();
-    const entries = await d.accounts.ledger(account, after, limit);
-    sendJson(ctx.res, 200, { entries, next_after: entries.length === limit ? entries.at(-1)!.id : null });
+    const [entries, exported] = await Promise.all([d.accounts.ledger(account, after, limit), d.accounts.exportState(account)]);
+    sendJson(ctx.res, 200, {
+      entries,
+      next_after: entries.length === limit ? entries.at(-1)!.id : null,
+      archived_before: exported.archived_before,
+    });
   }
 
   return [
@@ -135,7 +139,14 @@ export function accountRoutes(d: { accounts: AccountService }): Route[] {
             description: 'A page of entries',
             schema: {
               type: 'object',
-              properties: { entries: { type: 'array', items: { type: 'object' } }, next_after: { type: ['string', 'null'] } },
+              properties: {
+                entries: { type: 'array', items: { type: 'object' } },
+                next_after: { type: ['string', 'null'] },
+                archived_before: {
+                  type: ['string', 'null'],
+                  description: 'Entries before this id were trimmed from Redis and are only in the exported objects (SPEC §10)',
+                },
+              },
             },
           },
           ...ADMIN_ERRORS,

@@ -6,7 +6,7 @@ import { Issues, bool, forbidExtra, int, isObj, list, literal, query, rootObject
 import type { Route } from '../http/router.ts';
 import type { RequestContext } from '../http/context.ts';
 import { publicKey, type KeyTable } from '../auth/key-table.ts';
-import { ACCOUNT_ID, ACCOUNT_ID_PATTERN, SCOPES, type RateLimitOverride, type Scope } from '../store/types.ts';
+import { ACCOUNT_ID, ACCOUNT_ID_PATTERN, SCOPES, type KeyRecord, type RateLimitOverride, type Scope } from '../store/types.ts';
 
 const MAX_ADMIN_BODY = 64 * 1024;
 
@@ -74,6 +74,10 @@ export const KEY_SCHEMA: Record<string, unknown> = {
     rate_limits: RATE_LIMITS_SCHEMA,
     created_at: { type: 'string', format: 'date-time' },
     last4: { type: 'string' },
+    last_used_at: {
+      type: ['string', 'null'],
+      description: 'ISO minute of the last request (SPEC §10; lags by ≤ 2 s); null before the first',
+    },
   },
 };
 
@@ -105,7 +109,15 @@ const PATCH_KEY_SCHEMA = {
 };
 
 /** `models` is the configured model names: a key naming any other model could never use it, so it is refused. */
-export function keyRoutes(d: { keys: KeyTable; models: readonly string[] }): Route[] {
+export function keyRoutes(d: {
+  keys: KeyTable;
+  models: readonly string[];
+  /** key id → ISO minute of its last request, per account (SPEC §10, src/usage/). */
+  lastUsed: (account: string) => Promise<Record<string, string>>;
+}): Route[] {
+  /** A key's public view with its last use (null until its first request was flushed). */
+  const withUse = async (r: KeyRecord) => ({ ...publicKey(r), last_used_at: (await d.lastUsed(r.account))[r.id] ?? null });
+
   async function create(ctx: RequestContext) {
     const { value } = await readJson(ctx.req, MAX_ADMIN_BODY);
     const issues = new Issues();
@@ -119,7 +131,7 @@ export function keyRoutes(d: { keys: KeyTable; models: readonly string[] }): Rou
     const rate_limits = rateLimitsField(value, issues);
     issues.done();
     const { key, record } = await d.keys.create({ account: account!, env: env!, name: name!, scopes, models, rate_limits });
-    sendJson(ctx.res, 201, { key, ...publicKey(record) });
+    sendJson(ctx.res, 201, { key, ...publicKey(record), last_used_at: null });
   }
 
   async function listKeys(ctx: RequestContext) {
@@ -127,14 +139,14 @@ export function keyRoutes(d: { keys: KeyTable; models: readonly string[] }): Rou
     const issues = new Issues();
     const account = str(q, 'account', ['query'], issues, { required: true, minLength: 1, maxLength: 128 });
     issues.done();
-    const records = await d.keys.list(account!);
-    sendJson(ctx.res, 200, { data: records.map(publicKey) });
+    const [records, used] = await Promise.all([d.keys.list(account!), d.lastUsed(account!)]);
+    sendJson(ctx.res, 200, { data: records.map((r) => ({ ...publicKey(r), last_used_at: used[r.id] ?? null })) });
   }
 
   async function getKey(ctx: RequestContext) {
     const r = await d.keys.get(ctx.params.id!);
     if (!r) throw new GatewayError('not_found', `No key with id ${JSON.stringify(ctx.params.id!.slice(0, 64))}.`);
-    sendJson(ctx.res, 200, publicKey(r));
+    sendJson(ctx.res, 200, await withUse(r));
   }
 
   async function patchKey(ctx: RequestContext) {
@@ -155,7 +167,7 @@ export function keyRoutes(d: { keys: KeyTable; models: readonly string[] }): Rou
     };
     const r = await d.keys.update(ctx.params.id!, patch);
     if (!r) throw new GatewayError('not_found', `No key with id ${JSON.stringify(ctx.params.id!.slice(0, 64))}.`);
-    sendJson(ctx.res, 200, publicKey(r));
+    sendJson(ctx.res, 200, await withUse(r));
   }
 
   const admin = { auth: 'admin' as const };

@@ -8,12 +8,14 @@ import { createContext, type CliDeps, type CommandGroup } from './context.ts';
 import { consoleGroup } from './console.ts';
 import { creditsGroup } from './credits.ts';
 import { keysGroup } from './keys.ts';
+import { ledgerGroup } from './ledger.ts';
 import { serveGroup } from './serve.ts';
 import { sharesGroup } from './shares.ts';
+import { usageGroup } from './usage-group.ts';
 import { briefUsage, groupUsage, mainUsage } from './usage.ts';
 
 /** Every command group, in the order the help lists them. */
-export const GROUPS: CommandGroup[] = [keysGroup, creditsGroup, sharesGroup, consoleGroup, serveGroup];
+export const GROUPS: CommandGroup[] = [keysGroup, creditsGroup, usageGroup, ledgerGroup, sharesGroup, consoleGroup, serveGroup];
 
 const wantsHelp = (argv: string[]) => argv.some((a) => a === '--help' || a === '-h');
 

@@ -123,6 +123,28 @@ export interface Config {
     readonly publicUrl: string | undefined;
     readonly sessionTtlSeconds: number;
   };
+  /** SPEC §10: what stays in Redis, and the export of the ledger to S3 (docs/ledger-export.md). */
+  readonly ledger: {
+    /** Exported entries older than this are trimmed from Redis; 0 = as soon as exported. */
+    readonly retentionDays: number;
+    readonly export: {
+      readonly enabled: boolean;
+      readonly intervalSeconds: number;
+      /** Entries per object at most (one account's run, one day). */
+      readonly batchSize: number;
+      /** Where objects go: `ledger.export.s3`, else `shares.s3`. */
+      readonly s3: S3Config;
+      /** Object key prefix inside the bucket. */
+      readonly prefix: string;
+    };
+  };
+  /** SPEC §10 usage aggregates (src/usage/). */
+  readonly usage: {
+    /** Days an aggregate (account × day) is kept. */
+    readonly retentionDays: number;
+    /** How often each process flushes what it aggregated (one pipeline per flush). */
+    readonly flushIntervalMs: number;
+  };
 }
 
 const TOP = [
@@ -138,6 +160,8 @@ const TOP = [
   'console',
   'log_level',
   'log_format',
+  'ledger',
+  'usage',
 ] as const;
 
 function limitSpec(v: unknown, path: string, fallback: LimitSpec): LimitSpec {
@@ -257,6 +281,14 @@ export function compileConfig(doc: unknown, rawEnv: NodeJS.ProcessEnv): Config {
 
   const consoleDoc = object(root.console, 'console', true);
   noUnknown(consoleDoc, 'console', ['enabled', 'public_url', 'session_ttl_seconds']);
+  const ledger = object(root.ledger, 'ledger', true);
+  noUnknown(ledger, 'ledger', ['retention_days', 'export']);
+  const exp = object(ledger.export, 'ledger.export', true);
+  noUnknown(exp, 'ledger.export', ['enabled', 'interval_seconds', 'batch_size', 'prefix', 's3']);
+  const usage = object(root.usage, 'usage', true);
+  noUnknown(usage, 'usage', ['retention_days', 'flush_interval_ms']);
+  // The export's bucket: its own section, else the shares' (parsed the same way, same field paths).
+  const exportS3 = exp.s3 === undefined ? s3Section(shares.s3, 'shares.s3', env, 'shares') : s3Section(exp.s3, 'ledger.export.s3', env);
 
   const models = list(root.models, 'models').map((m, i) => model(m, at('models', i)));
   const seen = new Set<string>();
@@ -397,6 +429,21 @@ export function compileConfig(doc: unknown, rawEnv: NodeJS.ProcessEnv): Config {
         integer: true,
       }),
     },
+    ledger: {
+      retentionDays: num(ledger.retention_days, 'ledger.retention_days', { fallback: 7, min: 0, max: 36_500 }),
+      export: {
+        // SPEC §10: on by default wherever there is a bucket to export to.
+        enabled: bool(exp.enabled, 'ledger.export.enabled', s3Configured(exportS3)),
+        intervalSeconds: num(exp.interval_seconds, 'ledger.export.interval_seconds', { fallback: 60, min: 1, max: 86_400 }),
+        batchSize: num(exp.batch_size, 'ledger.export.batch_size', { fallback: 10_000, min: 1, max: 1_000_000, integer: true }),
+        prefix: str(exp.prefix, 'ledger.export.prefix', 'ledger/').replace(/\/*$/, '/'),
+        s3: exportS3,
+      },
+    },
+    usage: {
+      retentionDays: num(usage.retention_days, 'usage.retention_days', { fallback: 400, min: 1, max: 36_500, integer: true }),
+      flushIntervalMs: num(usage.flush_interval_ms, 'usage.flush_interval_ms', { fallback: 1_000, min: 10, max: 1_000 }),
+    },
   };
   if (config.adminToken !== undefined && config.adminToken.length < MIN_ADMIN_TOKEN) {
     // Never echo the token: its length says enough.
@@ -412,6 +459,26 @@ export function compileConfig(doc: unknown, rawEnv: NodeJS.ProcessEnv): Config {
     );
   }
   return deepFreeze(config);
+}
+
+/** An endpoint or static credentials: the same test as share files (file-urls.ts filesConfigured). */
+function s3Configured(s3: S3Config): boolean {
+  return s3.endpoint !== undefined || s3.accessKeyId !== undefined;
+}
+
+/** An S3 location as `shares.s3` is read (for `ledger.export.s3`); credentials fall back to the AWS_* variables. */
+function s3Section(v: unknown, path: string, env: NodeJS.ProcessEnv, defaultBucket?: string): S3Config {
+  const s3 = object(v, path, true);
+  noUnknown(s3, path, ['endpoint', 'region', 'bucket', 'force_path_style', 'access_key_id', 'secret_access_key']);
+  const optional = (x: unknown, p: string) => str(x, p, '') || undefined;
+  return {
+    endpoint: optional(s3.endpoint, at(path, 'endpoint')),
+    region: str(s3.region, at(path, 'region'), env.AWS_REGION || 'us-east-1'),
+    bucket: str(s3.bucket, at(path, 'bucket'), defaultBucket),
+    forcePathStyle: bool(s3.force_path_style, at(path, 'force_path_style'), false),
+    accessKeyId: optional(s3.access_key_id, at(path, 'access_key_id')) ?? (env.AWS_ACCESS_KEY_ID || undefined),
+    secretAccessKey: optional(s3.secret_access_key, at(path, 'secret_access_key')) ?? (env.AWS_SECRET_ACCESS_KEY || undefined),
+  };
 }
 
 /** `server.workers`: a whole number ≥ 1, or `auto` (the cores this process may use). */

@@ -125,6 +125,26 @@ export function createMetrics(opts: { defaults?: boolean } = {}) {
       registers: r,
     }),
     holdsReaped: new Counter({ name: 'tollgate_holds_reaped_total', help: 'Expired credit holds released by the reaper', registers: r }),
+    ledgerExported: new Counter({
+      name: 'tollgate_ledger_exported_entries_total',
+      help: 'Ledger entries acknowledged by S3',
+      registers: r,
+    }),
+    ledgerTrimmed: new Counter({
+      name: 'tollgate_ledger_trimmed_entries_total',
+      help: 'Ledger entries trimmed from Redis (exported and past ledger.retention_days)',
+      registers: r,
+    }),
+    ledgerExportFailures: new Counter({
+      name: 'tollgate_ledger_export_failures_total',
+      help: 'Accounts whose export pass failed (S3 or store); their entries stay in Redis',
+      registers: r,
+    }),
+    usageFlushFailures: new Counter({
+      name: 'tollgate_usage_flush_failures_total',
+      help: 'Usage aggregate flushes the store refused (kept for the next flush)',
+      registers: r,
+    }),
     shareReads: new Counter({ name: 'tollgate_share_reads_total', help: 'Share reads by outcome', labelNames: ['status'], registers: r }),
     presign: new Histogram({
       name: 'tollgate_presign_seconds',

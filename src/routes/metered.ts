@@ -26,6 +26,7 @@ import type { MeteredEndpoint, OutputBound } from './endpoint.ts';
 import { bill, NOTHING_PRODUCED, type Billed } from '../meter/bill.ts';
 import { bound, type Metrics } from '../obs/metrics.ts';
 import type { KeyEnv, UsageSource } from '../store/types.ts';
+import type { Usage } from '../usage/usage.ts';
 
 export interface MeteredDeps {
   config: Config;
@@ -36,6 +37,8 @@ export interface MeteredDeps {
   tokenizer: Tokenizer;
   metrics: Metrics;
   now: () => number;
+  /** Usage aggregates (SPEC §10): one in-process record per billed request. */
+  usage?: Usage;
 }
 
 /** A request's final billing, known once it has settled (or, for a test key, once it was counted). */
@@ -92,6 +95,17 @@ export function meteredRoute<B extends { model: string }>(d: MeteredDeps, ep: Me
     if (f.promptTokens > 0) tokens(f.model, 'prompt', f.source).inc(f.promptTokens);
     if (f.completionTokens > 0) tokens(f.model, 'completion', f.source).inc(f.completionTokens);
     if (f.env === 'live' && f.costMicros > 0) debited(f.model).inc(f.costMicros);
+    // Usage aggregates (SPEC §10): summed in process, flushed at most every second; no Redis round trip here.
+    d.usage?.record({
+      account: f.account,
+      keyId: f.keyId,
+      live: f.env === 'live',
+      model: f.model,
+      promptTokens: f.promptTokens,
+      completionTokens: f.completionTokens,
+      costMicros: f.env === 'live' ? f.costMicros : 0,
+      at: d.now(),
+    });
   }
 
   async function handle(ctx: RequestContext): Promise<void> {

@@ -18,7 +18,9 @@ import type {
   SettleResult,
   ShareRecord,
   Store,
+  UsageCell,
 } from './types.ts';
+import { daysBetween, parseUsageHash, usageField, type UsageCounter } from './usage-fields.ts';
 
 interface Account {
   balance: number;
@@ -27,6 +29,19 @@ interface Account {
   idem: Map<string, string>;
   holds: Map<string, { amount: number; expiresAt: number }>;
   settled: Map<string, string>;
+  exportCursor: string | null;
+  archivedBefore: string | null;
+  lease: { token: string; until: number } | null;
+  /** day → the Redis store's hash layout (usage-fields.ts), so both parse alike. */
+  usage: Map<string, Record<string, string>>;
+  used: Record<string, string>;
+}
+
+/** Orders two `<ms>-<seq>` ids numerically. */
+function compareIds(a: string, b: string): number {
+  const [am = 0, as = 0] = a.split('-').map(Number);
+  const [bm = 0, bs = 0] = b.split('-').map(Number);
+  return am - bm || as - bs;
 }
 
 const clone = <T>(v: T): T => structuredClone(v);
@@ -52,6 +67,7 @@ export function createMemoryStore(now: () => number = Date.now): Store {
     for (const [k, v] of sessions) if (v.expiresAt <= t) sessions.delete(k);
     sweepAt = Math.max(1024, 2 * (loginTokens.size + sessions.size));
   }
+  const ledgerIndex = new Set<string>();
   let lastMs = 0;
   let seq = 0;
 
@@ -66,7 +82,19 @@ export function createMemoryStore(now: () => number = Date.now): Store {
   function account(id: string): Account {
     let a = accounts.get(id);
     if (!a) {
-      a = { balance: 0, held: 0, ledger: [], idem: new Map(), holds: new Map(), settled: new Map() };
+      a = {
+        balance: 0,
+        held: 0,
+        ledger: [],
+        idem: new Map(),
+        holds: new Map(),
+        settled: new Map(),
+        exportCursor: null,
+        archivedBefore: null,
+        lease: null,
+        usage: new Map(),
+        used: {},
+      };
       accounts.set(id, a);
     }
     return a;
@@ -115,6 +143,7 @@ export function createMemoryStore(now: () => number = Date.now): Store {
       const prev = idempotencyKey === undefined ? undefined : a.idem.get(idempotencyKey);
       if (prev) return { account: acct, balance_micros: a.balance, held_micros: a.held, entry_id: prev, replayed: true };
       a.balance += amount;
+      ledgerIndex.add(acct);
       const entryId = append(a, { ts, kind: 'grant', amount_micros: amount, ...(note ? { note } : {}) });
       if (idempotencyKey !== undefined) a.idem.set(idempotencyKey, entryId);
       return { account: acct, balance_micros: a.balance, held_micros: a.held, entry_id: entryId, replayed: false };
@@ -293,6 +322,98 @@ export function createMemoryStore(now: () => number = Date.now): Store {
         .sort((a, b) => b.created_at.localeCompare(a.created_at) || b.slug.localeCompare(a.slug))
         .slice(0, limit)
         .map(clone);
+    },
+    async indexLedgerAccounts(list) {
+      for (const acct of list) ledgerIndex.add(acct);
+    },
+    async scanLedgerAccounts(onBatch) {
+      const all = [...ledgerIndex];
+      for (let i = 0; i < all.length; i += 500) await onBatch(all.slice(i, i + 500));
+    },
+    async backfillLedgerIndex() {
+      let n = 0;
+      for (const [id, a] of accounts)
+        if (a.ledger.length > 0 || a.exportCursor) {
+          ledgerIndex.add(id);
+          n++;
+        }
+      return n;
+    },
+    async exportState(acct) {
+      const a = accounts.get(acct);
+      return { cursor: a?.exportCursor ?? null, archived_before: a?.archivedBefore ?? null };
+    },
+    async acquireExportLease(acct, token, ttlMs) {
+      const a = account(acct);
+      if (a.lease && a.lease.until > now() && a.lease.token !== token) return false;
+      a.lease = { token, until: now() + ttlMs };
+      return true;
+    },
+    async releaseExportLease(acct, token) {
+      const a = accounts.get(acct);
+      if (a?.lease?.token === token) a.lease = null;
+    },
+    async commitExport(acct, token, from, to) {
+      const a = account(acct);
+      if (!a.lease || a.lease.token !== token || a.lease.until <= now() || a.exportCursor !== from) return false;
+      a.exportCursor = to;
+      return true;
+    },
+    async trimLedger(acct, beforeId) {
+      const a = accounts.get(acct);
+      if (!a?.exportCursor) return 0;
+      // Below min(before, the entry after the cursor), exactly like ledger-export.lua.
+      const [cms, cseq] = a.exportCursor.split('-').map(Number) as [number, number];
+      const next = `${cms}-${cseq + 1}`;
+      const minId = compareIds(beforeId, next) < 0 ? beforeId : next;
+      let n = 0;
+      while (n < a.ledger.length && compareIds(a.ledger[n]!.id, minId) < 0) n++;
+      if (n > 0) {
+        a.ledger.splice(0, n);
+        a.archivedBefore = minId;
+      }
+      return n;
+    },
+
+    async flushUsage(f) {
+      const add = (h: Record<string, string>, field: string, n: number) => {
+        if (n) h[field] = String(Number(h[field] ?? 0) + n);
+      };
+      for (const c of f.cells) {
+        const a = account(c.account);
+        let h = a.usage.get(c.day);
+        if (!h) a.usage.set(c.day, (h = {}));
+        const counters: [UsageCounter, number][] = [
+          ['r', c.requests],
+          ['p', c.prompt_tokens],
+          ['c', c.completion_tokens],
+          ['$', c.cost_micros],
+        ];
+        for (const [k, n] of counters) add(h, usageField(c.key_id, c.model, k), n);
+      }
+      for (const u of f.lastUsed) account(u.account).used[u.key_id] = u.at;
+      for (const acct of f.ledgerAccounts) ledgerIndex.add(acct);
+    },
+    async usageCells(acct, from, to) {
+      const a = accounts.get(acct);
+      if (!a) return [];
+      return daysBetween(from, to).flatMap((d) => parseUsageHash(d, a.usage.get(d) ?? {}));
+    },
+    async replaceUsage(acct, day, keyIds, cells: readonly UsageCell[]) {
+      const a = account(acct);
+      const replaced = new Set(keyIds);
+      const h = a.usage.get(day) ?? {};
+      for (const f of Object.keys(h)) if (replaced.has(f.slice(0, f.indexOf('|')))) delete h[f];
+      for (const c of cells) {
+        h[usageField(c.key_id, c.model, 'r')] = String(c.requests);
+        h[usageField(c.key_id, c.model, 'p')] = String(c.prompt_tokens);
+        h[usageField(c.key_id, c.model, 'c')] = String(c.completion_tokens);
+        h[usageField(c.key_id, c.model, '$')] = String(c.cost_micros);
+      }
+      a.usage.set(day, h);
+    },
+    async lastUsed(acct) {
+      return { ...(accounts.get(acct)?.used ?? {}) };
     },
   };
 }

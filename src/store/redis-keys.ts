@@ -26,3 +26,12 @@ export const consoleSessions = (acct: string) => `{acct:${acct}}:console-session
 /** Matches every per-account key; the console's account list reads ids out of the names. */
 export const ACCOUNT_KEYS_PATTERN = '{acct:*}:*';
 export const ACCOUNT_OF_KEY = /^\{acct:([^}]+)\}:(?:keys|bal|ledger)$/;
+/** Global index of accounts with ledger entries, for the export (SPEC §11: never in an account's script). */
+export const LEDGER_ACCOUNTS = 'tg:ledger:accounts';
+/** An account's export cursor and archived_before (hash), and its export lease (string, PX). */
+export const exportState = (acct: string) => `{acct:${acct}}:export`;
+export const exportLease = (acct: string) => `{acct:${acct}}:export:lease`;
+/** An account's usage aggregates of one UTC day: fields `<key id>|<model>|<r|p|c|$>`. */
+export const usageDay = (acct: string, day: string) => `{acct:${acct}}:usage:${day}`;
+/** An account's keys' last use: key id → ISO minute. */
+export const keysUsed = (acct: string) => `{acct:${acct}}:used`;

@@ -22,7 +22,9 @@ import {
   type Scope,
   type ShareRecord,
   type Store,
+  type UsageCell,
 } from './types.ts';
+import { dayEndsAtSeconds, daysBetween, parseUsageHash, usageField } from './usage-fields.ts';
 
 type Client = Redis | Cluster;
 type ScriptFn = (...args: (string | number)[]) => Promise<unknown>;
@@ -42,6 +44,7 @@ const SCRIPTS = {
   tgReap: ['reap', 3],
   tgRevokeShare: ['revoke-share', 1],
   tgShareQuota: ['share-quota', 1],
+  tgLedgerExport: ['ledger-export', 3],
 } as const;
 const REAP_BATCH = 200;
 
@@ -143,6 +146,20 @@ function parseShare(h: Record<string, string> | string[]): ShareRecord | null {
     files: JSON.parse(o.files ?? '[]'),
     revoked_at: o.revoked_at || null,
   };
+}
+
+const exportKeys = (acct: string) => [K.exportLease(acct), K.exportState(acct), K.ledger(acct)] as const;
+
+/** The hash fields of a rebuild's cells (absolute values). */
+function usageHashFields(cells: readonly UsageCell[]): Record<string, string> {
+  const out: Record<string, string> = {};
+  for (const c of cells) {
+    out[usageField(c.key_id, c.model, 'r')] = String(c.requests);
+    out[usageField(c.key_id, c.model, 'p')] = String(c.prompt_tokens);
+    out[usageField(c.key_id, c.model, 'c')] = String(c.completion_tokens);
+    out[usageField(c.key_id, c.model, '$')] = String(c.cost_micros);
+  }
+  return out;
 }
 
 /** Connects (or keeps retrying in the background) and returns the Redis-backed store. */
@@ -261,15 +278,12 @@ export async function createRedisStore(o: RedisStoreOptions & { client?: Client 
     grant: (acct, amount, idem, note, ts) =>
       guard(
         (async () => {
-          const [entryId, replayed, bal, held] = (await s.tgGrant(
-            K.balance(acct),
-            K.ledger(acct),
-            K.idempotency(acct),
-            amount,
-            idem ?? '',
-            note ?? '',
-            ts,
-          )) as [string, number, number, number];
+          // Indexed for the export (SPEC §10) in the same flush as the grant; a separate key (SPEC §11).
+          const [, reply] = await Promise.all([
+            redis.sadd(K.LEDGER_ACCOUNTS, acct),
+            s.tgGrant(K.balance(acct), K.ledger(acct), K.idempotency(acct), amount, idem ?? '', note ?? '', ts),
+          ]);
+          const [entryId, replayed, bal, held] = reply as [string, number, number, number];
           return { account: acct, balance_micros: bal, held_micros: held, entry_id: entryId, replayed: replayed === 1 };
         })(),
       ),
@@ -444,6 +458,97 @@ export async function createRedisStore(o: RedisStoreOptions & { client?: Client 
           return found.filter((r): r is ShareRecord => r !== null);
         })(),
       ),
+    indexLedgerAccounts: (accounts) =>
+      guard(accounts.length === 0 ? Promise.resolve() : redis.sadd(K.LEDGER_ACCOUNTS, ...accounts).then(() => undefined)),
+    scanLedgerAccounts: (onBatch) =>
+      guard(
+        (async () => {
+          let cursor = '0';
+          do {
+            const [next, members] = await redis.sscan(K.LEDGER_ACCOUNTS, cursor, 'COUNT', 500);
+            cursor = next;
+            if (members.length > 0) await onBatch(members);
+          } while (cursor !== '0');
+        })(),
+      ),
+    backfillLedgerIndex: () =>
+      guard(
+        (async () => {
+          const nodes = cluster ? (redis as Cluster).nodes('master') : [redis as Redis];
+          let found = 0;
+          for (const node of nodes) {
+            let cursor = '0';
+            do {
+              const [next, names] = await node.scan(cursor, 'MATCH', K.ledger('*'), 'COUNT', 1000);
+              cursor = next;
+              const accounts = names.map((n) => n.slice('{acct:'.length, -'}:ledger'.length));
+              if (accounts.length > 0) await redis.sadd(K.LEDGER_ACCOUNTS, ...accounts);
+              found += accounts.length;
+            } while (cursor !== '0');
+          }
+          return found;
+        })(),
+      ),
+    exportState: (acct) =>
+      guard(
+        redis
+          .hmget(K.exportState(acct), 'cursor', 'archived_before')
+          .then(([cursor, archived]) => ({ cursor: cursor || null, archived_before: archived || null })),
+      ),
+    acquireExportLease: (acct, token, ttlMs) =>
+      guard((s.tgLedgerExport(...exportKeys(acct), 'lease', token, ttlMs) as Promise<number>).then((r) => r === 1)),
+    releaseExportLease: (acct, token) =>
+      guard((s.tgLedgerExport(...exportKeys(acct), 'release', token) as Promise<number>).then(() => undefined)),
+    commitExport: (acct, token, from, to) =>
+      guard((s.tgLedgerExport(...exportKeys(acct), 'commit', token, from ?? '', to) as Promise<number>).then((r) => r === 1)),
+    trimLedger: (acct, beforeId) => guard(s.tgLedgerExport(...exportKeys(acct), 'trim', beforeId) as Promise<number>),
+
+    flushUsage: (f) =>
+      guard(
+        (async () => {
+          // Every command is issued in this one turn: ioredis' autopipelining sends them as one pipeline
+          // per node, and each is single-key, so Cluster never sees a cross-slot pipeline (NOTES §1).
+          const sent: Promise<unknown>[] = [];
+          const expiring = new Set<string>();
+          for (const c of f.cells) {
+            const key = K.usageDay(c.account, c.day);
+            if (c.requests) sent.push(redis.hincrby(key, usageField(c.key_id, c.model, 'r'), c.requests));
+            if (c.prompt_tokens) sent.push(redis.hincrby(key, usageField(c.key_id, c.model, 'p'), c.prompt_tokens));
+            if (c.completion_tokens) sent.push(redis.hincrby(key, usageField(c.key_id, c.model, 'c'), c.completion_tokens));
+            if (c.cost_micros) sent.push(redis.hincrby(key, usageField(c.key_id, c.model, '$'), c.cost_micros));
+            if (!expiring.has(key)) {
+              expiring.add(key);
+              sent.push(redis.expireat(key, dayEndsAtSeconds(c.day, f.retentionDays)));
+            }
+          }
+          for (const u of f.lastUsed) sent.push(redis.hset(K.keysUsed(u.account), u.key_id, u.at));
+          if (f.ledgerAccounts.length > 0) sent.push(redis.sadd(K.LEDGER_ACCOUNTS, ...f.ledgerAccounts));
+          await Promise.all(sent);
+        })(),
+      ),
+    usageCells: (acct, from, to) =>
+      guard(
+        (async () => {
+          const days = daysBetween(from, to);
+          const hashes = await Promise.all(days.map((d) => redis.hgetall(K.usageDay(acct, d))));
+          return hashes.flatMap((h, i) => parseUsageHash(days[i]!, h));
+        })(),
+      ),
+    replaceUsage: (acct, day, keyIds, cells, retentionDays) =>
+      guard(
+        (async () => {
+          const key = K.usageDay(acct, day);
+          const replaced = new Set(keyIds);
+          const stale = Object.keys(await redis.hgetall(key)).filter((f) => replaced.has(f.slice(0, f.indexOf('|'))));
+          const fields = usageHashFields(cells);
+          const m = redis.multi();
+          if (stale.length > 0) m.hdel(key, ...stale);
+          if (Object.keys(fields).length > 0) m.hset(key, fields);
+          m.expireat(key, dayEndsAtSeconds(day, retentionDays));
+          await m.exec();
+        })(),
+      ),
+    lastUsed: (acct) => guard(redis.hgetall(K.keysUsed(acct))),
 
     async close() {
       handlers.length = 0;

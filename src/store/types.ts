@@ -127,6 +127,37 @@ export interface ConsoleSession {
   expires_at: string;
 }
 
+/** Where an account's ledger export stands (SPEC §10); ids are ledger entry ids. */
+export interface ExportState {
+  /** The last entry acknowledged by S3; null before the first export. */
+  cursor: string | null;
+  /** Entries before this id were trimmed from Redis and are only in the exported objects; null until a trim. */
+  archived_before: string | null;
+}
+
+/** One usage aggregate cell: an account's day × key × model (SPEC §10). */
+export interface UsageCell {
+  day: string;
+  key_id: string;
+  model: string;
+  requests: number;
+  prompt_tokens: number;
+  completion_tokens: number;
+  cost_micros: number;
+}
+
+/** What one process aggregated since its last flush. */
+export interface UsageFlush {
+  /** Added to the stored counters (HINCRBY), per account. */
+  cells: (UsageCell & { account: string })[];
+  /** account → key id → ISO minute of the last request seen. */
+  lastUsed: { account: string; key_id: string; at: string }[];
+  /** Accounts that wrote ledger entries (live keys): kept in the export's account index. */
+  ledgerAccounts: string[];
+  /** An aggregate expires this many days after its day ends. */
+  retentionDays: number;
+}
+
 /** Invalidation messages, broadcast to every instance (Redis pub/sub; local for the embedded store). */
 export type Invalidation = { kind: 'key'; hash: string; version: number } | { kind: 'share'; slug: string };
 
@@ -213,6 +244,41 @@ export interface Store {
   ledgerBefore(account: string, before: string | undefined, limit: number): Promise<LedgerEntry[]>;
   /** The account's shares, live and revoked, newest first, at most `limit`. */
   listShares(account: string, limit: number): Promise<ShareRecord[]>;
+
+  // Ledger export and retention (SPEC §10, docs/ledger-export.md).
+  /** Adds accounts to the global index of accounts with ledger entries (its own key: SPEC §11). */
+  indexLedgerAccounts(accounts: readonly string[]): Promise<void>;
+  /** Every indexed account, in batches (SSCAN). */
+  scanLedgerAccounts(onBatch: (accounts: string[]) => Promise<void>): Promise<void>;
+  /** Indexes every account that has a ledger (a SCAN of the keyspace: accounts from before the index existed). */
+  backfillLedgerIndex(): Promise<number>;
+  exportState(account: string): Promise<ExportState>;
+  /** Takes the account's export lease for `ttlMs` when free (or already `token`'s); false when another holds it. */
+  acquireExportLease(account: string, token: string, ttlMs: number): Promise<boolean>;
+  releaseExportLease(account: string, token: string): Promise<void>;
+  /**
+   * Moves the export cursor from `from` to `to`, only while `token` holds the lease and the cursor is
+   * still `from` (a fenced compare-and-set); false when either is not so, and nothing changes.
+   */
+  commitExport(account: string, token: string, from: string | null, to: string): Promise<boolean>;
+  /**
+   * Trims entries older than `beforeId` that are also at or before the export cursor (XTRIM MINID); an
+   * unexported entry is never trimmed. Returns how many were removed (archived_before moves when > 0).
+   */
+  trimLedger(account: string, beforeId: string): Promise<number>;
+
+  // Usage aggregates (SPEC §10, src/usage/).
+  /** Adds one process's aggregates in one flush: single-key commands, so any slot layout works. */
+  flushUsage(f: UsageFlush): Promise<void>;
+  /** The stored cells of an account for the days `from`..`to` (YYYY-MM-DD, inclusive). */
+  usageCells(account: string, from: string, to: string): Promise<UsageCell[]>;
+  /**
+   * Replaces the cells of `day` for the given keys with `cells` (a rebuild from the ledger); cells of
+   * other keys (test keys, which write no ledger) stay.
+   */
+  replaceUsage(account: string, day: string, keyIds: readonly string[], cells: readonly UsageCell[], retentionDays: number): Promise<void>;
+  /** key id → ISO minute of its last request, for an account's keys. */
+  lastUsed(account: string): Promise<Record<string, string>>;
 }
 
 /** Account ids become part of Redis keys inside a `{acct:<id>}` hash tag, so `{`/`}` must never appear. */

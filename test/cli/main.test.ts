@@ -2,7 +2,7 @@ import t from 'tap';
 import { GROUPS } from '../../src/cli/main.ts';
 import { runCli } from './run-cli.ts';
 
-// The commands SPEC §2 and the CLI brief name; the help must list each one (a test, not GROUPS, is the list).
+// The commands SPEC §2, §10 and the CLI brief name; the help must list each one (a test, not GROUPS, is the list).
 const COMMANDS = [
   'keys create',
   'keys list',
@@ -15,6 +15,9 @@ const COMMANDS = [
   'credits grant',
   'credits show',
   'credits ledger',
+  'usage show',
+  'usage rebuild',
+  'ledger export',
   'shares create',
   'shares revoke',
   'shares show',

@@ -35,7 +35,7 @@ for (const storeKind of ['redis', 'memory'] as const) {
       t.same(r.body, { id: 'never-seen', balance_micros: 0, held_micros: 0 });
       const l = await gw.admin('/admin/accounts/never-seen/ledger');
       t.equal(l.status, 200);
-      t.same(l.body, { entries: [], next_after: null });
+      t.same(l.body, { entries: [], next_after: null, archived_before: null });
     });
 
     t.test('a grant is 201 with the account state and the ledger entry id', async (t) => {
@@ -162,7 +162,7 @@ for (const storeKind of ['redis', 'memory'] as const) {
         'after is exclusive',
       );
       const pastEnd = await gw.admin(`/admin/accounts/g5/ledger?after=${ids[4]}`);
-      t.same(pastEnd.body, { entries: [], next_after: null });
+      t.same(pastEnd.body, { entries: [], next_after: null, archived_before: null });
       const beforeAll = await gw.admin('/admin/accounts/g5/ledger?after=0-0&limit=1');
       t.same(
         beforeAll.body.entries.map((e: { id: string }) => e.id),

@@ -4,6 +4,7 @@ import type { Test } from 'tap';
 import { creditCases } from './contract-credit.ts';
 import { recordCases } from './contract-records.ts';
 import { consoleCases } from './contract-console.ts';
+import { exportCases } from './contract-export.ts';
 import { checkInvariants, track, type ContractOptions, type Harness, type MakeStore } from './harness.ts';
 
 export type { ContractOptions, MakeStore } from './harness.ts';
@@ -21,4 +22,5 @@ export function runStoreContract(t: Test, makeStore: MakeStore, opts: ContractOp
   creditCases(test);
   recordCases(test, makePeer);
   consoleCases(test);
+  exportCases(test);
 }

@@ -124,7 +124,7 @@ if (redis) {
       keys.push(...batch);
     } while (cursor !== '0');
     // Keys that belong to no account: key records (looked up by hash), the id index, shares, the hold index.
-    const global = /^(tg:key:|tg:keyid:|tg:share:)|^tg:holds$/;
+    const global = /^(tg:key:|tg:keyid:|tg:share:)|^tg:holds$|^tg:ledger:accounts$/;
     const stray = keys.filter((k) => !global.test(k) && !accounts.some((a) => k.startsWith(`{acct:${a}}:`)));
     t.strictSame(stray, [], 'no key outside an account tag except the global ones');
     for (const acct of accounts) {

@@ -1,0 +1,153 @@
+/**
+ * The ledger export (SPEC §4, §10; the argument is in docs/ledger-export.md). Every instance runs it;
+ * per account, one at a time holds a lease in Redis and:
+ *   1. reads up to `batch_size` entries after the account's cursor,
+ *   2. writes them to S3, one object per UTC day named by its first entry id (a retry rewrites the same
+ *      object whole),
+ *   3. moves the cursor to the last entry only after S3 acknowledged every object, fenced by the lease
+ *      token and by the cursor it started from,
+ * then trims what is both exported and older than `retention_days`. An S3 write is abandoned before the
+ * lease can lapse, so no holder that lost its lease still writes an object that a newer holder made.
+ */
+import { randomUUID } from 'node:crypto';
+import { performance } from 'node:perf_hooks';
+import type { Logger } from '../obs/logger.ts';
+import type { Store } from '../store/types.ts';
+import { byDay, encodeObject, idAtMs, objectKey } from './entries.ts';
+import type { LedgerSink } from './sink.ts';
+
+export interface ExportReport {
+  /** Accounts this run exported or trimmed (their lease was taken). */
+  accounts: number;
+  /** Accounts skipped: another exporter held the lease. */
+  busy: number;
+  entries: number;
+  objects: number;
+  trimmed: number;
+  /** Accounts whose export failed (S3 or store); retried next run. */
+  failed: number;
+}
+
+export interface LedgerExporter {
+  /** One pass over every indexed account; concurrent calls share the pass in progress. */
+  runOnce(): Promise<ExportReport>;
+  /** Runs a pass every `intervalSeconds` until stop(). */
+  start(): void;
+  /** Stops the timer and waits for a pass in progress. */
+  stop(): Promise<void>;
+}
+
+export interface LedgerExporterDeps {
+  store: Store;
+  sink: LedgerSink;
+  logger: Logger;
+  now: () => number;
+  prefix: string;
+  batchSize: number;
+  retentionDays: number;
+  intervalSeconds: number;
+  /** The lease's lifetime (default 60 s); S3 writes are cut at half of it. */
+  leaseMs?: number;
+  /** Accounts exported in parallel by one process. */
+  concurrency?: number;
+  /** Told after each pass what it did (metrics). */
+  onReport?: (r: ExportReport) => void;
+}
+
+const DAY_MS = 86_400_000;
+
+export function createLedgerExporter(d: LedgerExporterDeps): LedgerExporter {
+  const leaseMs = d.leaseMs ?? 60_000;
+  const concurrency = d.concurrency ?? 4;
+  let backfilled = false;
+  let current: Promise<ExportReport> | undefined;
+  let timer: NodeJS.Timeout | undefined;
+
+  /** Exports one account's new entries, then trims; the lease is released whatever happens. */
+  async function exportAccount(account: string, r: ExportReport): Promise<void> {
+    const token = randomUUID();
+    // Measured before the lease command is sent: Redis starts its PX later, so our deadline is never past its.
+    let leasedAt = performance.now();
+    if (!(await d.store.acquireExportLease(account, token, leaseMs))) {
+      r.busy++;
+      return;
+    }
+    r.accounts++;
+    try {
+      for (;;) {
+        const { cursor } = await d.store.exportState(account);
+        const entries = await d.store.ledger(account, cursor ?? undefined, d.batchSize);
+        if (entries.length === 0) break;
+        const signal = AbortSignal.timeout(Math.max(0, Math.floor(leasedAt + leaseMs / 2 - performance.now())));
+        for (const [day, list] of byDay(entries)) {
+          signal.throwIfAborted();
+          await d.sink.put(objectKey(d.prefix, day, account, list[0]!.id), encodeObject(account, list), signal);
+          r.objects++;
+        }
+        if (!(await d.store.commitExport(account, token, cursor, entries.at(-1)!.id))) {
+          // Fenced: another exporter took over (our lease lapsed) or moved the cursor. Its objects stand.
+          d.logger.warn({ account }, 'ledger export: lease lost before the cursor moved; another exporter continues');
+          return;
+        }
+        r.entries += entries.length;
+        if (entries.length < d.batchSize) break;
+        leasedAt = performance.now();
+        if (!(await d.store.acquireExportLease(account, token, leaseMs))) return;
+      }
+      // Awaited first: `r.trimmed += await …` would read r.trimmed before the await and lose the other
+      // accounts' counts added meanwhile (accounts run concurrently).
+      const trimmed = await d.store.trimLedger(account, idAtMs(d.now() - d.retentionDays * DAY_MS));
+      r.trimmed += trimmed;
+    } catch (err) {
+      r.failed++;
+      d.logger.warn({ account, err: (err as Error).message }, 'ledger export failed for an account; retried on the next run');
+    } finally {
+      await d.store.releaseExportLease(account, token).catch(() => {});
+    }
+  }
+
+  async function pass(): Promise<ExportReport> {
+    const r: ExportReport = { accounts: 0, busy: 0, entries: 0, objects: 0, trimmed: 0, failed: 0 };
+    if (!backfilled) {
+      // Accounts whose ledger predates the index (an upgrade), or whose entries were never indexed
+      // (a process died between its settle and its usage flush): found once per process.
+      const n = await d.store.backfillLedgerIndex();
+      backfilled = true;
+      if (n > 0) d.logger.info({ accounts: n }, 'ledger export: indexed accounts with a ledger');
+    }
+    await d.store.scanLedgerAccounts(async (accounts) => {
+      let next = 0;
+      const worker = async () => {
+        while (next < accounts.length) await exportAccount(accounts[next++]!, r);
+      };
+      await Promise.all(Array.from({ length: Math.min(concurrency, accounts.length) }, worker));
+    });
+    if (r.entries > 0 || r.trimmed > 0 || r.failed > 0) d.logger.info({ ledger_export: r }, 'ledger export run');
+    d.onReport?.(r);
+    return r;
+  }
+
+  function runOnce(): Promise<ExportReport> {
+    current ??= pass().finally(() => (current = undefined));
+    return current;
+  }
+
+  return {
+    runOnce,
+    start() {
+      timer ??= setInterval(
+        () =>
+          void runOnce().catch((err: unknown) =>
+            d.logger.warn({ err: (err as Error).message }, 'ledger export run failed; retried next run'),
+          ),
+        d.intervalSeconds * 1000,
+      );
+      timer.unref();
+    },
+    async stop() {
+      clearInterval(timer);
+      timer = undefined;
+      await current?.catch(() => {});
+    },
+  };
+}

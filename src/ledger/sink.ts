@@ -1,0 +1,59 @@
+/**
+ * Where exported ledger objects go: an S3 bucket (ledger.export.s3, else shares.s3), through the same
+ * client settings as share presigning (src/shares/presign.ts: static credentials or the SDK's default
+ * chain, checksums only when required so S3-compatible servers accept the requests).
+ */
+import { GetObjectCommand, ListObjectsV2Command, PutObjectCommand, S3Client, type S3ClientConfig } from '@aws-sdk/client-s3';
+import type { S3Config } from '../config/schema.ts';
+
+export interface LedgerSink {
+  /** Resolves once the bucket acknowledged the object; rejects on any failure or when `signal` aborts. */
+  put(key: string, body: Buffer, signal: AbortSignal): Promise<void>;
+  /** Every object key under `prefix`. */
+  list(prefix: string): Promise<string[]>;
+  get(key: string): Promise<Uint8Array>;
+}
+
+export function createS3Sink(cfg: S3Config): LedgerSink {
+  const options: S3ClientConfig = {
+    region: cfg.region,
+    forcePathStyle: cfg.forcePathStyle,
+    requestChecksumCalculation: 'WHEN_REQUIRED',
+    responseChecksumValidation: 'WHEN_REQUIRED',
+  };
+  if (cfg.endpoint !== undefined) options.endpoint = cfg.endpoint;
+  if (cfg.accessKeyId !== undefined && cfg.secretAccessKey !== undefined) {
+    options.credentials = { accessKeyId: cfg.accessKeyId, secretAccessKey: cfg.secretAccessKey };
+  }
+  const s3 = new S3Client(options);
+  const Bucket = cfg.bucket;
+  // A path-style list is sent as `/<bucket>/`; S3 takes `/<bucket>` alike, and S3-compatible servers
+  // that canonicalise the path without its slash (s3rver) then agree with the signature.
+  s3.middlewareStack.add(
+    (next) => async (args) => {
+      const req = args.request as { path?: string };
+      if (req.path === `/${Bucket}/`) req.path = `/${Bucket}`;
+      return next(args);
+    },
+    { step: 'build', name: 'tollgateBucketPath' },
+  );
+  return {
+    async put(key, body, signal) {
+      await s3.send(new PutObjectCommand({ Bucket, Key: key, Body: body, ContentType: 'application/gzip' }), { abortSignal: signal });
+    },
+    async list(prefix) {
+      const keys: string[] = [];
+      let token: string | undefined;
+      do {
+        const r = await s3.send(new ListObjectsV2Command({ Bucket, Prefix: prefix, ...(token && { ContinuationToken: token }) }));
+        for (const o of r.Contents ?? []) if (o.Key) keys.push(o.Key);
+        token = r.IsTruncated ? r.NextContinuationToken : undefined;
+      } while (token);
+      return keys;
+    },
+    async get(key) {
+      const r = await s3.send(new GetObjectCommand({ Bucket, Key: key }));
+      return r.Body!.transformToByteArray();
+    },
+  };
+}

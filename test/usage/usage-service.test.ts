@@ -1,0 +1,125 @@
+// The usage service on the embedded store (SPEC §10): records add up in process and reach the store
+// in one flush; a refused flush is kept and merged into the next, never lost nor doubled; the pending
+// map is bounded through an outage; concurrent flushes share one.
+import { Writable } from 'node:stream';
+import t from 'tap';
+import { createLogger } from '../../src/obs/logger.ts';
+import { createMemoryStore } from '../../src/store/memory-store.ts';
+import type { Store, UsageFlush } from '../../src/store/types.ts';
+import { createUsage, type UsageRecord } from '../../src/usage/usage.ts';
+
+const AT = Date.parse('2026-11-25T10:07:31.123Z');
+const rec = (o: Partial<UsageRecord> = {}): UsageRecord => ({
+  account: 'acme',
+  keyId: 'key_a',
+  live: true,
+  model: 'm1',
+  promptTokens: 10,
+  completionTokens: 20,
+  costMicros: 7,
+  at: AT,
+  ...o,
+});
+
+/** The embedded store with flushUsage failing while `down` is true, counting the calls that reached it. */
+function flaky(): { store: Store; calls: UsageFlush[]; setDown(v: boolean): void } {
+  const inner = createMemoryStore();
+  let down = false;
+  const calls: UsageFlush[] = [];
+  const store: Store = {
+    ...inner,
+    flushUsage: async (f) => {
+      calls.push(f);
+      if (down) throw new Error('store down');
+      return inner.flushUsage(f);
+    },
+  };
+  return { store, calls, setDown: (v) => (down = v) };
+}
+
+function capture() {
+  const lines: Record<string, unknown>[] = [];
+  const logger = createLogger('warn', new Writable({ write: (c, _e, cb) => void (lines.push(JSON.parse(String(c))), cb()) }));
+  return { lines, logger };
+}
+
+t.test('records add up per cell; one flush writes them; last_used_at is the minute', async (t) => {
+  const { store, calls } = flaky();
+  const usage = createUsage({ store, logger: capture().logger, retentionDays: 400, flushIntervalMs: 1000 });
+  usage.record(rec());
+  usage.record(rec({ promptTokens: 1, completionTokens: 2, costMicros: 3 }));
+  usage.record(rec({ keyId: 'key_t', live: false, costMicros: 0 }));
+  usage.record(rec({ model: 'm2', at: AT + 86_400_000 }));
+  t.equal(calls.length, 0, 'record does no I/O');
+  await usage.flush();
+  t.equal(calls.length, 1, 'one flush');
+  t.same(calls[0]!.ledgerAccounts, ['acme'], 'live use indexes the account for the export');
+  t.same(await store.usageCells('acme', '2026-11-25', '2026-11-26'), [
+    { day: '2026-11-25', key_id: 'key_a', model: 'm1', requests: 2, prompt_tokens: 11, completion_tokens: 22, cost_micros: 10 },
+    { day: '2026-11-25', key_id: 'key_t', model: 'm1', requests: 1, prompt_tokens: 10, completion_tokens: 20, cost_micros: 0 },
+    { day: '2026-11-26', key_id: 'key_a', model: 'm2', requests: 1, prompt_tokens: 10, completion_tokens: 20, cost_micros: 7 },
+  ]);
+  t.same(await usage.lastUsed('acme'), { key_a: '2026-11-26T10:07:00Z', key_t: '2026-11-25T10:07:00Z' });
+  await usage.flush();
+  t.equal(calls.length, 1, 'nothing pending: no flush sent');
+  t.same(await usage.query('acme', '2026-11-25', '2026-11-26', ['model']), [
+    { model: 'm1', requests: 3, prompt_tokens: 21, completion_tokens: 42, cost_micros: 10 },
+    { model: 'm2', requests: 1, prompt_tokens: 10, completion_tokens: 20, cost_micros: 7 },
+  ]);
+});
+
+t.test('a refused flush is kept and merged into the next: nothing lost, nothing doubled', async (t) => {
+  const { store, calls, setDown } = flaky();
+  const { lines, logger } = capture();
+  let failures = 0;
+  const usage = createUsage({ store, logger, retentionDays: 400, flushIntervalMs: 1000, onFlushFailed: () => failures++ });
+  usage.record(rec());
+  setDown(true);
+  await usage.flush();
+  t.equal(failures, 1);
+  t.ok(lines.some((l) => l.msg === 'usage flush failed; kept for the next flush'));
+  usage.record(rec());
+  setDown(false);
+  await usage.flush();
+  t.equal(calls.length, 2);
+  t.same(await store.usageCells('acme', '2026-11-25', '2026-11-25'), [
+    { day: '2026-11-25', key_id: 'key_a', model: 'm1', requests: 2, prompt_tokens: 20, completion_tokens: 40, cost_micros: 14 },
+  ]);
+});
+
+t.test('through a long outage the pending cells are bounded; what was dropped is said, with the remedy', async (t) => {
+  const { store, setDown } = flaky();
+  const { lines, logger } = capture();
+  const usage = createUsage({ store, logger, retentionDays: 400, flushIntervalMs: 1000, maxPendingCells: 2 });
+  setDown(true);
+  for (const model of ['a', 'b', 'c']) usage.record(rec({ model }));
+  usage.record(rec({ model: 'a' }));
+  await usage.flush();
+  setDown(false);
+  await usage.flush();
+  t.same(
+    (await store.usageCells('acme', '2026-11-25', '2026-11-25')).map((c) => [c.model, c.requests]),
+    [
+      ['a', 2],
+      ['b', 1],
+    ],
+    'the two first cells kept (and still added to), the third dropped',
+  );
+  t.ok(
+    lines.some((l) => l.dropped === 1 && String(l.msg).includes('tollgate usage rebuild')),
+    'the drop is logged with the remedy',
+  );
+});
+
+t.test('concurrent flushes share one; stop() flushes what is left', async (t) => {
+  const { store, calls } = flaky();
+  const usage = createUsage({ store, logger: capture().logger, retentionDays: 400, flushIntervalMs: 1000 });
+  usage.record(rec());
+  await Promise.all([usage.flush(), usage.flush()]);
+  t.equal(calls.length, 1, 'one store call');
+  usage.start();
+  usage.record(rec({ model: 'late' }));
+  await usage.stop();
+  t.equal(calls.length, 2, 'the last records flushed on stop');
+  t.equal((await store.usageCells('acme', '2026-11-25', '2026-11-25')).length, 2);
+});
