@@ -1,9 +1,10 @@
 /**
  * Where exported ledger objects go: an S3 bucket (ledger.export.s3, else shares.s3), through the same
- * client settings as share presigning (src/shares/presign.ts: static credentials or the SDK's default
+ * client as share presigning (src/s3/client.ts: static credentials or the SDK's default
  * chain, checksums only when required so S3-compatible servers accept the requests).
  */
-import { GetObjectCommand, ListObjectsV2Command, PutObjectCommand, S3Client, type S3ClientConfig } from '@aws-sdk/client-s3';
+import { GetObjectCommand, ListObjectsV2Command, PutObjectCommand } from '@aws-sdk/client-s3';
+import { createS3Client } from '../s3/client.ts';
 import type { S3Config } from '../config/schema.ts';
 
 export interface LedgerSink {
@@ -15,17 +16,7 @@ export interface LedgerSink {
 }
 
 export function createS3Sink(cfg: S3Config): LedgerSink {
-  const options: S3ClientConfig = {
-    region: cfg.region,
-    forcePathStyle: cfg.forcePathStyle,
-    requestChecksumCalculation: 'WHEN_REQUIRED',
-    responseChecksumValidation: 'WHEN_REQUIRED',
-  };
-  if (cfg.endpoint !== undefined) options.endpoint = cfg.endpoint;
-  if (cfg.accessKeyId !== undefined && cfg.secretAccessKey !== undefined) {
-    options.credentials = { accessKeyId: cfg.accessKeyId, secretAccessKey: cfg.secretAccessKey };
-  }
-  const s3 = new S3Client(options);
+  const s3 = createS3Client(cfg);
   const Bucket = cfg.bucket;
   // A path-style list is sent as `/<bucket>/`; S3 takes `/<bucket>` alike, and S3-compatible servers
   // that canonicalise the path without its slash (s3rver) then agree with the signature.

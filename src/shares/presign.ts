@@ -3,7 +3,8 @@
  * them from S3, so Tollgate never carries file bytes. Signing is local (HMAC, no network) once
  * credentials are known.
  */
-import { GetObjectCommand, PutObjectCommand, S3Client, type S3ClientConfig } from '@aws-sdk/client-s3';
+import { GetObjectCommand, PutObjectCommand } from '@aws-sdk/client-s3';
+import { createS3Client } from '../s3/client.ts';
 import { getSignedUrl } from '@aws-sdk/s3-request-presigner';
 import { LRUCache } from 'lru-cache';
 
@@ -74,17 +75,7 @@ export function createPresigner(cfg: PresignerConfig, clock: () => number): Pres
   if ((cfg.accessKeyId === undefined) !== (cfg.secretAccessKey === undefined)) {
     throw new Error('shares.s3: set both accessKeyId and secretAccessKey, or neither (SDK default credential chain)');
   }
-  const options: S3ClientConfig = {
-    region: cfg.region,
-    forcePathStyle: cfg.forcePathStyle,
-    requestChecksumCalculation: 'WHEN_REQUIRED',
-    responseChecksumValidation: 'WHEN_REQUIRED',
-  };
-  if (cfg.endpoint !== undefined) options.endpoint = cfg.endpoint;
-  if (cfg.accessKeyId !== undefined && cfg.secretAccessKey !== undefined) {
-    options.credentials = { accessKeyId: cfg.accessKeyId, secretAccessKey: cfg.secretAccessKey };
-  }
-  const s3 = new S3Client(options);
+  const s3 = createS3Client(cfg);
   const bucket = cfg.bucket;
 
   return {
