@@ -6,7 +6,7 @@ import type { ModelConfig } from '../config/schema.ts';
 import type { RouteDoc } from '../http/openapi.ts';
 import { estimatePromptTokens } from '../credit/hold-estimate.ts';
 import { CHAT } from '../meter/formats.ts';
-import type { MeteredEndpoint } from './endpoint.ts';
+import { meteredResponses, type MeteredEndpoint } from './endpoint.ts';
 import { validateChatBody, type ChatBody } from './chat-validate.ts';
 
 /** The route's OpenAPI description: the fields validateChatBody checks; every other field passes through. */
@@ -39,20 +39,7 @@ const CHAT_DOC: RouteDoc = {
       n: { type: ['integer', 'null'], exclusiveMinimum: 0, description: 'at most limits.max_n' },
     },
   },
-  responses: {
-    200: { description: "The upstream's completion (JSON), or its stream (text/event-stream)", schema: { type: 'object' } },
-    401: 'Missing or invalid key',
-    402: 'Not enough credit for the hold',
-    403: 'Key lacks the chat scope or the model',
-    404: 'Unknown model',
-    413: 'Body over limits.max_body_bytes',
-    415: 'Not application/json',
-    422: 'Invalid body',
-    429: 'Rate, concurrency or failed-auth limit',
-    502: 'Upstream failed',
-    503: 'Upstream unavailable, store unavailable or overloaded',
-    504: 'Upstream timed out',
-  },
+  responses: meteredResponses("The upstream's completion (JSON), or its stream (text/event-stream)", 'chat', '/v1/chat/completions'),
 };
 
 /**

@@ -8,7 +8,7 @@ import type { ModelConfig } from '../config/schema.ts';
 import type { RouteDoc } from '../http/openapi.ts';
 import { Issues, bool, int, isObj, rootObject, str, type Obj } from '../http/validate.ts';
 import { COMPLETIONS } from '../meter/formats.ts';
-import type { MeteredEndpoint, OutputBound } from './endpoint.ts';
+import { meteredResponses, type MeteredEndpoint, type OutputBound } from './endpoint.ts';
 import { countInput, inputItems, inputTokenBound, textInput, type TextInput } from './text-input.ts';
 
 export interface CompletionsBody extends Obj {
@@ -87,20 +87,7 @@ const DOC: RouteDoc = {
       best_of: { type: ['integer', 'null'], exclusiveMinimum: 0, description: 'at most limits.max_n' },
     },
   },
-  responses: {
-    200: { description: "The upstream's text_completion (JSON), or its stream (text/event-stream)", schema: { type: 'object' } },
-    401: 'Missing or invalid key',
-    402: 'Not enough credit for the hold',
-    403: 'Key lacks the chat scope or the model',
-    404: 'Unknown model, or a model that does not serve /v1/completions',
-    413: 'Body over limits.max_body_bytes',
-    415: 'Not application/json',
-    422: 'Invalid body',
-    429: 'Rate, concurrency or failed-auth limit',
-    502: 'Upstream failed',
-    503: 'Upstream unavailable, store unavailable or overloaded',
-    504: 'Upstream timed out',
-  },
+  responses: meteredResponses("The upstream's text_completion (JSON), or its stream (text/event-stream)", 'chat', '/v1/completions'),
 };
 
 /** The completions endpoint. */

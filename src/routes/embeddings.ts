@@ -7,7 +7,7 @@
 import type { RouteDoc } from '../http/openapi.ts';
 import { Issues, int, literal, rootObject, str, type Obj } from '../http/validate.ts';
 import { EMBEDDINGS } from '../meter/formats.ts';
-import type { MeteredEndpoint } from './endpoint.ts';
+import { meteredResponses, type MeteredEndpoint } from './endpoint.ts';
 import { countInput, inputTokenBound, textInput, type TextInput } from './text-input.ts';
 
 export interface EmbeddingsBody extends Obj {
@@ -52,20 +52,7 @@ const DOC: RouteDoc = {
       dimensions: { type: ['integer', 'null'], exclusiveMinimum: 0 },
     },
   },
-  responses: {
-    200: { description: "The upstream's embedding list (JSON)", schema: { type: 'object' } },
-    401: 'Missing or invalid key',
-    402: 'Not enough credit for the hold',
-    403: 'Key lacks the embeddings scope or the model',
-    404: 'Unknown model, or a model that does not serve /v1/embeddings',
-    413: 'Body over limits.max_body_bytes',
-    415: 'Not application/json',
-    422: 'Invalid body',
-    429: 'Rate, concurrency or failed-auth limit',
-    502: 'Upstream failed',
-    503: 'Upstream unavailable, store unavailable or overloaded',
-    504: 'Upstream timed out',
-  },
+  responses: meteredResponses("The upstream's embedding list (JSON)", 'embeddings', '/v1/embeddings'),
 };
 
 /** The embeddings endpoint. */

@@ -39,3 +39,21 @@ export interface MeteredEndpoint<B extends { model: string }> {
   /** Prompt tokens by the fallback tokenizer, re-read from the upstream payload (usage missing: the rare path). */
   countPrompt(payload: Buffer, tokenizer: Tokenizer, budget: Budget): Promise<number>;
 }
+
+/** The OpenAPI answers every metered endpoint shares; `ok` describes its 200. */
+export function meteredResponses(ok: string, scope: Scope, pattern: string): RouteDoc['responses'] {
+  return {
+    200: { description: ok, schema: { type: 'object' } },
+    401: 'Missing or invalid key',
+    402: 'Not enough credit for the hold',
+    403: `Key lacks the ${scope} scope or the model`,
+    404: `Unknown model, or a model that does not serve ${pattern}`,
+    413: 'Body over limits.max_body_bytes',
+    415: 'Not application/json',
+    422: 'Invalid body',
+    429: 'Rate, concurrency or failed-auth limit',
+    502: 'Upstream failed',
+    503: 'Upstream unavailable, store unavailable or overloaded',
+    504: 'Upstream timed out',
+  };
+}

@@ -11,7 +11,7 @@ import { Issues, bool, int, isObj, list, rootObject, str, type Obj } from '../ht
 import { PER_MESSAGE, PER_NON_TEXT_PART, PER_REQUEST, PER_TOOLS_BLOCK } from '../credit/hold-estimate.ts';
 import { CHAT_OVERHEAD, type Budget, type Tokenizer } from '../meter/tokenizer.ts';
 import { RESPONSES } from '../meter/formats.ts';
-import type { MeteredEndpoint, OutputBound } from './endpoint.ts';
+import { meteredResponses, type MeteredEndpoint, type OutputBound } from './endpoint.ts';
 
 export interface ResponsesBody extends Obj {
   model: string;
@@ -123,20 +123,7 @@ const DOC: RouteDoc = {
       store: { type: ['boolean', 'null'], description: 'passed through' },
     },
   },
-  responses: {
-    200: { description: "The upstream's response object (JSON), or its event stream (text/event-stream)", schema: { type: 'object' } },
-    401: 'Missing or invalid key',
-    402: 'Not enough credit for the hold',
-    403: 'Key lacks the chat scope or the model',
-    404: 'Unknown model, or a model that does not serve /v1/responses',
-    413: 'Body over limits.max_body_bytes',
-    415: 'Not application/json',
-    422: 'Invalid body',
-    429: 'Rate, concurrency or failed-auth limit',
-    502: 'Upstream failed',
-    503: 'Upstream unavailable, store unavailable or overloaded',
-    504: 'Upstream timed out',
-  },
+  responses: meteredResponses("The upstream's response object (JSON), or its event stream (text/event-stream)", 'chat', '/v1/responses'),
 };
 
 /** The Responses endpoint. */
