@@ -328,6 +328,7 @@ t.test('fail fast while Redis is down, reconnect by itself when it is back', asy
   t.ok(await waitFor(() => !pipe.connected, 500), 'connected is false');
   const refused = await rejection(pipe.run(ECHO, ['c'], [3]));
   t.match(refused.err.message, /not connected/, 'while disconnected a call is refused');
+  t.equal((refused.err as PipeError).sent, false, 'and says it was never sent (a settle retry relies on it)');
   t.ok(refused.ms < 100, `without touching the network (${refused.ms.toFixed(0)} ms)`);
   t.ok(
     await waitFor(() => errors.some((e) => (e as NodeJS.ErrnoException).code === 'ECONNREFUSED'), 2000),
@@ -355,6 +356,7 @@ t.test('a command unanswered past commandTimeoutMs fails, and the pipe recovers'
   const { err, ms } = await rejection(first);
   t.match(err.message, /timed out after 200 ms/, 'the call rejects with a timeout');
   t.ok(err instanceof PipeError, 'as a PipeError');
+  t.equal((err as PipeError).sent, true, 'that was sent: it may still run (a settle retry must say so)');
   t.ok(ms >= 150 && ms < 1000, `about commandTimeoutMs after the call (${ms.toFixed(0)} ms), long before the pause ends`);
   t.equal(connectedAtFailure, false, 'the stuck connection is dropped');
   for (const p of behind) t.match((await rejection(p, 100)).err.message, /timed out/, 'the calls queued behind it fail with it');
