@@ -4,6 +4,7 @@
  * Lua counterpart in the Redis store. State is lost on restart (main.ts logs that).
  */
 import { EventEmitter } from 'node:events';
+import { bucketDue, settleBucketDue } from './hold-bucket.ts';
 import type {
   AccountState,
   GrantResult,
@@ -18,19 +19,41 @@ import type {
   Store,
 } from './types.ts';
 
+/**
+ * One request's record, the twin of its field in a Redis hold bucket (lua/settle.lua): open, settled,
+ * reaped, or settled after a reap. `due` is its bucket's due time; `keepUntil` bounds a reaped record.
+ */
+type HoldRecord = { requestId: string; due: number; keepUntil: number } & (
+  { state: 'open' | 'reaped'; amount: number } | { state: 'settled' | 'settledAfterReap'; entryId: string }
+);
+
+/** Records are found by bucket and request id, like fields of the Redis store's hold buckets. */
+const recordKey = (due: number, requestId: string) => `${due} ${requestId}`;
+
 interface Account {
   balance: number;
   held: number;
+  /** Due time of the last bucket the reaper emptied (the Redis store's `reaped` field). */
+  reaped: number | undefined;
   ledger: LedgerEntry[];
   idem: Map<string, string>;
-  holds: Map<string, { amount: number; expiresAt: number }>;
-  settled: Map<string, string>;
+  /** By recordKey(due, request id). */
+  holds: Map<string, HoldRecord>;
+}
+
+export interface MemoryStoreOptions {
+  /** For a settle that does not say when its hold expires (as the Redis store's option). Default 660 s. */
+  holdTtlMs?: number;
+  /** How long a reaped hold is remembered (the Redis store's settledTtlSeconds, in ms). Default 4260 s. */
+  reapedKeepMs?: number;
 }
 
 const clone = <T>(v: T): T => structuredClone(v);
 
 /** Creates an embedded store; `now` is the clock used for ledger entry ids. */
-export function createMemoryStore(now: () => number = Date.now): Store {
+export function createMemoryStore(now: () => number = Date.now, opts: MemoryStoreOptions = {}): Store {
+  const holdTtlMs = opts.holdTtlMs ?? 660_000;
+  const reapedKeepMs = opts.reapedKeepMs ?? 4_260_000;
   const keysByHash = new Map<string, KeyRecord>();
   const hashById = new Map<string, string>();
   const accounts = new Map<string, Account>();
@@ -52,7 +75,7 @@ export function createMemoryStore(now: () => number = Date.now): Store {
   function account(id: string): Account {
     let a = accounts.get(id);
     if (!a) {
-      a = { balance: 0, held: 0, ledger: [], idem: new Map(), holds: new Map(), settled: new Map() };
+      a = { balance: 0, held: 0, reaped: undefined, ledger: [], idem: new Map(), holds: new Map() };
       accounts.set(id, a);
     }
     return a;
@@ -123,21 +146,35 @@ export function createMemoryStore(now: () => number = Date.now): Store {
     },
     async hold(acct, requestId, amount, expiresAt): Promise<HoldResult> {
       const a = account(acct);
-      if (a.holds.has(requestId) || a.settled.has(requestId)) return { ok: true, balance_micros: a.balance, held_micros: a.held };
-      if (a.balance - a.held < amount) return { ok: false, balance_micros: a.balance, held_micros: a.held };
+      const result = (ok: boolean): HoldResult => ({ ok, balance_micros: a.balance, held_micros: a.held });
+      const due = bucketDue(expiresAt);
+      if (a.reaped !== undefined && due <= a.reaped) return result(false);
+      if (a.holds.has(recordKey(due, requestId))) return result(true);
+      if (a.balance - a.held < amount) return result(false);
       a.held += amount;
-      a.holds.set(requestId, { amount, expiresAt });
-      return { ok: true, balance_micros: a.balance, held_micros: a.held };
+      a.holds.set(recordKey(due, requestId), { requestId, state: 'open', amount, due, keepUntil: Infinity });
+      return result(true);
     },
     async settle(i: SettleInput): Promise<SettleResult> {
       // `0 - cost`, not `-cost`: a free request's entry must read 0, not -0 (which prints as "-0").
       const a = account(i.account);
-      const prev = a.settled.get(i.requestId);
-      if (prev) return { entry_id: prev, replayed: true, balance_micros: a.balance, held_micros: a.held };
-      const h = a.holds.get(i.requestId);
-      if (h) {
-        a.holds.delete(i.requestId);
-        a.held -= h.amount;
+      const replay = (entryId: string): SettleResult => ({
+        entry_id: entryId,
+        replayed: true,
+        balance_micros: a.balance,
+        held_micros: a.held,
+      });
+      const due = settleBucketDue(i.holdExpiresAtMs, i.ts, holdTtlMs);
+      const key = recordKey(due, i.requestId);
+      const r = a.holds.get(key);
+      if (r && (r.state === 'settled' || r.state === 'settledAfterReap')) return replay(r.entryId);
+      // No record, and its bucket already emptied by the reaper: nothing is recorded there any more.
+      const emptied = !r && a.reaped !== undefined && due <= a.reaped;
+      if (emptied && i.mayHaveRun) return replay('');
+      let holdAmount = 0;
+      if (r?.state === 'open') {
+        holdAmount = r.amount;
+        a.held -= r.amount;
       }
       a.balance -= i.costMicros;
       const entryId = append(a, {
@@ -150,20 +187,31 @@ export function createMemoryStore(now: () => number = Date.now): Store {
         prompt_tokens: i.promptTokens,
         completion_tokens: i.completionTokens,
         usage_source: i.usageSource,
-        hold_micros: h?.amount ?? 0,
+        hold_micros: holdAmount,
       });
-      a.settled.set(i.requestId, entryId);
+      if (!emptied)
+        a.holds.set(
+          key,
+          r?.state === 'reaped'
+            ? { requestId: i.requestId, state: 'settledAfterReap', entryId, due, keepUntil: r.keepUntil }
+            : { requestId: i.requestId, state: 'settled', entryId, due, keepUntil: Infinity },
+        );
       return { entry_id: entryId, replayed: false, balance_micros: a.balance, held_micros: a.held };
     },
     async reapExpiredHolds(nowMs, ts) {
       let n = 0;
       for (const a of accounts.values()) {
-        for (const [requestId, h] of a.holds) {
-          if (h.expiresAt > nowMs) continue;
-          a.holds.delete(requestId);
-          a.held -= h.amount;
-          append(a, { ts, kind: 'hold_expired', amount_micros: 0, request_id: requestId, hold_micros: h.amount });
-          n++;
+        for (const [key, r] of a.holds) {
+          if (r.due > nowMs) continue;
+          if (a.reaped === undefined || r.due > a.reaped) a.reaped = r.due;
+          if (r.state === 'open') {
+            a.held -= r.amount;
+            append(a, { ts, kind: 'hold_expired', amount_micros: 0, request_id: r.requestId, hold_micros: r.amount });
+            a.holds.set(key, { ...r, state: 'reaped', keepUntil: nowMs + reapedKeepMs });
+            n++;
+          } else if (r.state === 'settled' || r.keepUntil <= nowMs) {
+            a.holds.delete(key);
+          }
         }
       }
       return n;

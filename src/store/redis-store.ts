@@ -7,6 +7,7 @@ import { readFile } from 'node:fs/promises';
 import { Cluster, Redis } from 'ioredis';
 import { GatewayError } from '../http/errors.ts';
 import * as K from './redis-keys.ts';
+import { bucketDue, settleBucketDue } from './hold-bucket.ts';
 import { limiterClient } from './limiter-client.ts';
 import { createScriptPipe, luaScript, type LuaScript, type PipeTarget, type ScriptPipe } from './script-pipe.ts';
 import {
@@ -25,32 +26,36 @@ type Client = Redis | Cluster;
 type ScriptFn = (...args: (string | number)[]) => Promise<unknown>;
 
 /**
- * Lua scripts by command name: [file, number of keys]. On a single node the hold index goes into the hold
- * and settle scripts as an extra key (one command each instead of two: ioredis was ~12 % of the gateway's
- * CPU at four commands per live request); on Cluster the index lives in another slot, so it is a separate
- * command pipelined in the same flush.
+ * Lua scripts by command name: [file, number of keys]. The hold bucket index is global (SPEC §11), so it
+ * is never a key of these scripts: the store writes it beside them (hold()).
  */
 const SCRIPTS = {
   tgGrant: ['grant', 3],
-  tgHold: ['hold', 3],
-  tgHoldIndexed: ['hold', 4],
-  tgSettle: ['settle', 4],
-  tgSettleIndexed: ['settle', 5],
-  tgReap: ['reap', 3],
+  tgHold: ['hold', 2],
+  tgSettle: ['settle', 5],
+  tgReapBucket: ['reap-bucket', 3],
+  tgLegacyReap: ['legacy-reap', 3],
   tgRevokeShare: ['revoke-share', 1],
   tgShareQuota: ['share-quota', 1],
 } as const;
 const REAP_BATCH = 200;
+/** credit.ts holdTtlMs of the default config (600 s total upstream timeout + 60 s margin). */
+const DEFAULT_HOLD_TTL_MS = 660_000;
+/** Clock skew between instances the bucket index cache allows for. */
+const INDEX_MARGIN_MS = 5_000;
 
 export interface RedisStoreOptions {
   url?: string | undefined;
   clusterNodes?: readonly string[];
   commandTimeoutMs: number;
   /**
-   * Lifetime of a request's settled marker, the settle's idempotency (credit.ts settledMarkerTtlSeconds):
-   * one key per settled live request, so this bounds that share of Redis memory.
+   * How long a reaped hold is remembered, so a settle arriving after the reaper still debits once
+   * (credit.ts settledMarkerTtlSeconds: the hold TTL + the settle retry window). Only reaped holds are
+   * kept that long; a settled request's record goes with its hold bucket (docs/ledger.md).
    */
   settledTtlSeconds: number;
+  /** The hold TTL (credit.ts holdTtlMs), for a settle that does not say when its hold expires. Default 660 s. */
+  holdTtlMs?: number;
   onError?: (err: Error) => void;
   /** Hold and settle through the script pipe on a single node (default); false keeps them on ioredis. */
   scriptPipe?: boolean;
@@ -167,6 +172,55 @@ export async function createRedisStore(o: RedisStoreOptions & { client?: Client 
   if (!cluster) sub.on('ready', () => void sub.subscribe(K.INVALIDATION_CHANNEL).catch(onError));
 
   const s = scripts as Record<keyof typeof SCRIPTS, ScriptFn>;
+  const holdTtlMs = o.holdTtlMs ?? DEFAULT_HOLD_TTL_MS;
+  /**
+   * Buckets this process indexed, by member, with the pipe connection they were indexed on: a hold into a
+   * bucket already indexed sends no ZADD (one per account and second instead of one per request,
+   * bench/results/ledger.md). Only on the pipe, which never resends a command; a new connection (maybe a
+   * restarted, empty server) starts over. Entries go once their bucket is due (the reaper removes the
+   * member then), and a bucket due within INDEX_MARGIN_MS is always re-indexed, in case a reaper whose
+   * clock runs ahead removed it already.
+   */
+  const indexed = new Map<string, { due: number; generation: number }>();
+  /** Puts the bucket in the global index (SPEC §11: its own command), before the script that writes it. */
+  function index(acct: string, due: number): void {
+    const member = JSON.stringify([acct, due]);
+    if (pipe) {
+      const known = indexed.get(member);
+      if (known && known.generation === pipe.generation) return;
+      // Same connection, same write, before the script: the hold is never in Redis unindexed. Refused (say
+      // OOM), it is forgotten, so the next hold into the bucket sends it again.
+      pipe.call(['ZADD', K.HOLD_BUCKETS, due, member]).catch((err: Error) => {
+        indexed.delete(member);
+        onError(err);
+      });
+      if (due > Date.now() + INDEX_MARGIN_MS) indexed.set(member, { due, generation: pipe.generation });
+      return;
+    }
+    // ioredis: queued ahead of the script in the same flush (Cluster: another node, maybe); an index entry
+    // without a hold is harmless, and a resent hold is resent after its ZADD.
+    redis.zadd(K.HOLD_BUCKETS, due, member).catch(onError);
+  }
+  /**
+   * Holds of the layout before hold buckets (docs/ledger.md "Migration"), indexed one request at a time:
+   * released as before until that index is empty, then one ZRANGEBYSCORE per run.
+   */
+  async function reapLegacy(nowMs: number, ts: string): Promise<number> {
+    let reaped = 0;
+    // Members not due yet (-1) stay in the index; skip past them, or a batch full of them is re-read forever.
+    let kept = 0;
+    for (;;) {
+      const due = await redis.zrangebyscore(K.HOLD_INDEX, '-inf', nowMs, 'LIMIT', kept, REAP_BATCH);
+      for (const member of due) {
+        const [acct, requestId] = JSON.parse(member) as [string, string];
+        const r = (await s.tgLegacyReap(K.balance(acct), K.holds(acct), K.ledger(acct), requestId, nowMs, ts)) as number;
+        if (r === 1) reaped++;
+        if (r !== -1) await redis.zrem(K.HOLD_INDEX, member);
+        else kept++;
+      }
+      if (due.length < REAP_BATCH) return reaped;
+    }
+  }
   const readAccount = async (acct: string): Promise<AccountState> => {
     const [bal, held] = await redis.hmget(K.balance(acct), 'balance', 'held');
     return { id: acct, balance_micros: Number(bal ?? 0), held_micros: Number(held ?? 0) };
@@ -272,46 +326,47 @@ export async function createRedisStore(o: RedisStoreOptions & { client?: Client 
     hold: (acct, requestId, amount, expiresAt) =>
       guard(
         (async () => {
-          const member = JSON.stringify([acct, requestId]);
-          const keys = [K.balance(acct), K.holds(acct), K.settled(acct, requestId)];
-          let reply: Promise<unknown>;
-          if (pipe) {
-            reply = pipe.run(lua.hold!, [...keys, K.HOLD_INDEX], [requestId, amount, expiresAt, member]);
-          } else if (cluster) {
-            // Indexed first, in the same pipeline flush as the script: one round trip, and a process that dies
-            // after the hold always leaves it findable by the reaper. An index entry without a hold is harmless.
-            redis.zadd(K.HOLD_INDEX, expiresAt, member).catch(onError);
-            reply = s.tgHold(...keys, requestId, amount, expiresAt, member);
-          } else {
-            reply = s.tgHoldIndexed(...keys, K.HOLD_INDEX, requestId, amount, expiresAt, member);
-          }
-          const [ok, bal, held] = (await reply) as [number, number, number];
-          return { ok: ok === 1, balance_micros: bal, held_micros: held };
+          const due = bucketDue(expiresAt);
+          index(acct, due);
+          const keys = [K.balance(acct), K.holdBucket(acct, due)];
+          const args = [requestId, amount, due];
+          const [code, bal, held] = (await (pipe ? pipe.run(lua.hold!, keys, args) : s.tgHold(...keys, ...args))) as [
+            number,
+            number,
+            number,
+          ];
+          return { ok: code > 0, balance_micros: bal, held_micros: held };
         })(),
       ),
     settle: (i) =>
       guard(
         (async () => {
-          const member = JSON.stringify([i.account, i.requestId]);
-          const keys = [K.balance(i.account), K.holds(i.account), K.ledger(i.account), K.settled(i.account, i.requestId)];
+          const due = settleBucketDue(i.holdExpiresAtMs, i.ts, holdTtlMs);
+          const keys = [
+            K.balance(i.account),
+            K.holdBucket(i.account, due),
+            K.ledger(i.account),
+            K.holds(i.account),
+            K.settled(i.account, i.requestId),
+          ];
           const args = [
             i.requestId,
-            i.costMicros,
+            // The entry's amount, as settle.lua writes it: 0 − cost is never "-0" (0 − 0 is +0).
+            String(0 - i.costMicros),
             i.ts,
             i.keyId,
             i.model,
             i.promptTokens,
             i.completionTokens,
             i.usageSource,
-            o.settledTtlSeconds,
-            member,
+            i.mayHaveRun ? '1' : '0',
+            due,
           ];
-          const [entryId, replayed, bal, held] = (await (pipe
-            ? pipe.run(lua.settle!, [...keys, K.HOLD_INDEX], args)
-            : cluster
-              ? s.tgSettle(...keys, ...args)
-              : s.tgSettleIndexed(...keys, K.HOLD_INDEX, ...args))) as [string, number, number, number];
-          if (cluster) redis.zrem(K.HOLD_INDEX, member).catch(onError);
+          const [entryId, replayed, bal, held, fresh] = (await (pipe
+            ? pipe.run(lua.settle!, keys, args)
+            : s.tgSettle(...keys, ...args))) as [string, number, number, number, number];
+          // A settle without its hold wrote the bucket's first field, maybe: index it too (rare path).
+          if (fresh === 1) index(i.account, due);
           return { entry_id: entryId, replayed: replayed === 1, balance_micros: bal, held_micros: held };
         })(),
       ),
@@ -319,20 +374,24 @@ export async function createRedisStore(o: RedisStoreOptions & { client?: Client 
       guard(
         (async () => {
           let reaped = 0;
-          // Members whose hold is not due yet (-1: a replayed hold() re-scored the index with an earlier
-          // expiry) stay in the index; skip past them, or a batch full of them would be re-read forever.
-          let kept = 0;
+          for (const [member, { due }] of indexed) if (due <= nowMs) indexed.delete(member);
           for (;;) {
-            const due = await redis.zrangebyscore(K.HOLD_INDEX, '-inf', nowMs, 'LIMIT', kept, REAP_BATCH);
+            const due = await redis.zrangebyscore(K.HOLD_BUCKETS, '-inf', nowMs, 'LIMIT', 0, REAP_BATCH);
             for (const member of due) {
-              const [acct, requestId] = JSON.parse(member) as [string, string];
-              const r = (await s.tgReap(K.balance(acct), K.holds(acct), K.ledger(acct), requestId, nowMs, ts)) as number;
-              if (r === 1) reaped++;
-              if (r !== -1) await redis.zrem(K.HOLD_INDEX, member);
-              else kept++;
+              const [acct, dueMs] = JSON.parse(member) as [string, number];
+              reaped += (await s.tgReapBucket(
+                K.balance(acct),
+                K.holdBucket(acct, dueMs),
+                K.ledger(acct),
+                dueMs,
+                ts,
+                o.settledTtlSeconds,
+              )) as number;
             }
-            if (due.length < REAP_BATCH) return reaped;
+            if (due.length > 0) await redis.zrem(K.HOLD_BUCKETS, ...due);
+            if (due.length < REAP_BATCH) break;
           }
+          return reaped + (await reapLegacy(nowMs, ts));
         })(),
       ),
 
