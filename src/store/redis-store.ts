@@ -379,14 +379,13 @@ export async function createRedisStore(o: RedisStoreOptions & { client?: Client 
             const due = await redis.zrangebyscore(K.HOLD_BUCKETS, '-inf', nowMs, 'LIMIT', 0, REAP_BATCH);
             for (const member of due) {
               const [acct, dueMs] = JSON.parse(member) as [string, number];
-              reaped += (await s.tgReapBucket(
-                K.balance(acct),
-                K.holdBucket(acct, dueMs),
-                K.ledger(acct),
-                dueMs,
-                ts,
-                o.settledTtlSeconds,
-              )) as number;
+              const keys = [K.balance(acct), K.holdBucket(acct, dueMs), K.ledger(acct)];
+              let cursor = '0';
+              do {
+                const [next, n] = (await s.tgReapBucket(...keys, dueMs, ts, o.settledTtlSeconds, cursor)) as [string, number];
+                reaped += n;
+                cursor = next;
+              } while (cursor !== '0');
             }
             if (due.length > 0) await redis.zrem(K.HOLD_BUCKETS, ...due);
             if (due.length < REAP_BATCH) break;
