@@ -32,7 +32,8 @@ type ScriptFn = (...args: (string | number)[]) => Promise<unknown>;
 const SCRIPTS = {
   tgGrant: ['grant', 3],
   tgHold: ['hold', 2],
-  tgSettle: ['settle', 5],
+  // Called with 3 keys or 5 (settle.lua): null = the key count is the call's first argument (ioredis).
+  tgSettle: ['settle', null],
   tgReapBucket: ['reap-bucket', 3],
   tgLegacyReap: ['legacy-reap', 3],
   tgRevokeShare: ['revoke-share', 1],
@@ -148,7 +149,7 @@ export async function createRedisStore(o: RedisStoreOptions & { client?: Client 
   const lua: Record<string, LuaScript> = {};
   for (const [name, [file, numberOfKeys]] of Object.entries(SCRIPTS)) {
     lua[file] ??= luaScript(await readFile(new URL(`./lua/${file}.lua`, import.meta.url), 'utf8'));
-    redis.defineCommand(name, { numberOfKeys, lua: lua[file]!.lua });
+    redis.defineCommand(name, { ...(numberOfKeys === null ? {} : { numberOfKeys }), lua: lua[file]!.lua });
     scripts[name] = (...args) => (redis as unknown as Record<string, ScriptFn>)[name]!(...args);
   }
   // Single node: hold and settle, the two scripts of every live request, take the lean pipe (script-pipe.ts).
@@ -342,14 +343,8 @@ export async function createRedisStore(o: RedisStoreOptions & { client?: Client 
       guard(
         (async () => {
           const due = settleBucketDue(i.holdExpiresAtMs, i.ts, holdTtlMs);
-          const keys = [
-            K.balance(i.account),
-            K.holdBucket(i.account, due),
-            K.ledger(i.account),
-            K.holds(i.account),
-            K.settled(i.account, i.requestId),
-          ];
-          const args = [
+          const keys = [K.balance(i.account), K.holdBucket(i.account, due), K.ledger(i.account)];
+          const args: (string | number)[] = [
             i.requestId,
             // The entry's amount, as settle.lua writes it: 0 − cost is never "-0" (0 − 0 is +0).
             String(0 - i.costMicros),
@@ -359,12 +354,15 @@ export async function createRedisStore(o: RedisStoreOptions & { client?: Client 
             i.promptTokens,
             i.completionTokens,
             i.usageSource,
-            i.mayHaveRun ? '1' : '0',
-            due,
           ];
-          const [entryId, replayed, bal, held, fresh] = (await (pipe
-            ? pipe.run(lua.settle!, keys, args)
-            : s.tgSettle(...keys, ...args))) as [string, number, number, number, number];
+          const run = (k: string[], a: (string | number)[]) => (pipe ? pipe.run(lua.settle!, k, a) : s.tgSettle(k.length, ...k, ...a));
+          let reply = (await run(keys, args)) as [string, number, number, number, number];
+          // No field in the bucket (rare: no hold reached it, or one of the previous layout): the whole script.
+          if (reply[0] === '?') {
+            const all = [...keys, K.holds(i.account), K.settled(i.account, i.requestId)];
+            reply = (await run(all, [...args, i.mayHaveRun ? '1' : '0', due])) as typeof reply;
+          }
+          const [entryId, replayed, bal, held, fresh] = reply;
           // A settle without its hold wrote the bucket's first field, maybe: index it too (rare path).
           if (fresh === 1) index(i.account, due);
           return { entry_id: entryId, replayed: replayed === 1, balance_micros: bal, held_micros: held };

@@ -80,6 +80,21 @@ if (redis) {
     { makePeer: (t) => openStore(t, redis.url) },
   );
 
+  // The credit scripts through ioredis (defineCommand), as on Cluster and Sentinel, instead of the script pipe.
+  t.test('the contract without the script pipe', async (t) => {
+    runStoreContract(t, async (t) => {
+      await redis.client.flushdb();
+      const store = await createRedisStore({
+        url: redis.url,
+        commandTimeoutMs: COMMAND_TIMEOUT_MS,
+        settledTtlSeconds: SETTLED_TTL_S,
+        scriptPipe: false,
+      });
+      t.teardown(() => store.close());
+      return store;
+    });
+  });
+
   /** Every key on the server (SCAN, never KEYS). */
   async function allKeys(): Promise<string[]> {
     const keys: string[] = [];

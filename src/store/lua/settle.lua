@@ -10,14 +10,17 @@
 --                reaper, where a settled field is gone too: then nothing is debited and '' is returned as
 --                the entry id (the caller logs it for reconciliation). Into an emptied bucket nothing is
 --                written (no reaper would visit it again; a late hold is refused there anyway, hold.lua).
--- KEYS: 1 balance hash, 2 hold bucket, 3 ledger stream, 4 old-layout holds hash, 5 old-layout settled
---       marker (all {acct:<id>})
+-- KEYS: 1 balance hash, 2 hold bucket, 3 ledger stream (all {acct:<id>}); for the absent case also
+--       4 old-layout holds hash, 5 old-layout settled marker. Called with 3 keys and 8 arguments first
+--       (the common case: fewer arguments to copy into Lua), it answers {'?'} when the field is absent,
+--       and the store calls it again with everything.
 -- ARGV: 1 request id, 2 the debit's amount_micros (0 - cost, as text: "0" for a free request),
 --       3 ts, 4 key id, 5 model, 6 prompt tokens, 7 completion tokens, 8 usage source,
 --       9 '1' when an earlier attempt may have run, 10 the bucket's due time (ms)
 -- Amounts stay text end to end (a Lua number would be formatted again for every command).
 -- Returns {entry id, replayed (1/0), balance, held, wrote into a bucket no hold of it indexed (1/0)}.
 local v = redis.call('HGET', KEYS[2], ARGV[1])
+if not v and not KEYS[5] then return {'?'} end
 local hold = '0'
 local mark = '='
 local fresh = 0
