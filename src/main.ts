@@ -9,6 +9,7 @@ import { loadConfig } from './config/load.ts';
 import { ConfigError } from './config/errors.ts';
 import type { Config } from './config/schema.ts';
 import { holdTtlMs, settledMarkerTtlSeconds } from './credit/credit.ts';
+import { bucketMsFor } from './store/hold-bucket.ts';
 import { createLogger, prettyDestination } from './obs/logger.ts';
 import { createMemoryStore } from './store/memory-store.ts';
 import { createRedisStore } from './store/redis-store.ts';
@@ -31,6 +32,7 @@ export async function openStore(config: Config, env: NodeJS.ProcessEnv, logger: 
       commandTimeoutMs,
       settledTtlSeconds: settledMarkerTtlSeconds(config),
       holdTtlMs: holdTtlMs(config),
+      bucketMs: bucketMsFor(holdTtlMs(config)),
       onError: (err) => {
         // ioredis emits an error per reconnect attempt; one line every 5 s is enough to see an outage.
         if (Date.now() - lastLogged > 5_000) {
@@ -48,7 +50,11 @@ export async function openStore(config: Config, env: NodeJS.ProcessEnv, logger: 
   logger.warn(
     'no REDIS_URL: using the embedded in-process store; keys, credit and shares are lost on restart and not shared between instances',
   );
-  return createMemoryStore(Date.now, { holdTtlMs: holdTtlMs(config), reapedKeepMs: settledMarkerTtlSeconds(config) * 1000 });
+  return createMemoryStore(Date.now, {
+    holdTtlMs: holdTtlMs(config),
+    reapedKeepMs: settledMarkerTtlSeconds(config) * 1000,
+    bucketMs: bucketMsFor(holdTtlMs(config)),
+  });
 }
 
 /**

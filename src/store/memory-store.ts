@@ -4,7 +4,7 @@
  * Lua counterpart in the Redis store. State is lost on restart (main.ts logs that).
  */
 import { EventEmitter } from 'node:events';
-import { bucketDue, settleBucketDue } from './hold-bucket.ts';
+import { bucketDue, DEFAULT_BUCKET_MS, settleBucketDue } from './hold-bucket.ts';
 import type {
   AccountState,
   GrantResult,
@@ -46,6 +46,8 @@ export interface MemoryStoreOptions {
   holdTtlMs?: number;
   /** How long a reaped hold is remembered (the Redis store's settledTtlSeconds, in ms). Default 4260 s. */
   reapedKeepMs?: number;
+  /** Hold bucket size (hold-bucket.ts bucketMsFor; default 1 s). */
+  bucketMs?: number;
 }
 
 const clone = <T>(v: T): T => structuredClone(v);
@@ -54,6 +56,7 @@ const clone = <T>(v: T): T => structuredClone(v);
 export function createMemoryStore(now: () => number = Date.now, opts: MemoryStoreOptions = {}): Store {
   const holdTtlMs = opts.holdTtlMs ?? 660_000;
   const reapedKeepMs = opts.reapedKeepMs ?? 4_260_000;
+  const bucketMs = opts.bucketMs ?? DEFAULT_BUCKET_MS;
   const keysByHash = new Map<string, KeyRecord>();
   const hashById = new Map<string, string>();
   const accounts = new Map<string, Account>();
@@ -147,7 +150,7 @@ export function createMemoryStore(now: () => number = Date.now, opts: MemoryStor
     async hold(acct, requestId, amount, expiresAt): Promise<HoldResult> {
       const a = account(acct);
       const result = (ok: boolean): HoldResult => ({ ok, balance_micros: a.balance, held_micros: a.held });
-      const due = bucketDue(expiresAt);
+      const due = bucketDue(expiresAt, bucketMs);
       if (a.reaped !== undefined && due <= a.reaped) return result(false);
       if (a.holds.has(recordKey(due, requestId))) return result(true);
       if (a.balance - a.held < amount) return result(false);
@@ -164,7 +167,7 @@ export function createMemoryStore(now: () => number = Date.now, opts: MemoryStor
         balance_micros: a.balance,
         held_micros: a.held,
       });
-      const due = settleBucketDue(i.holdExpiresAtMs, i.ts, holdTtlMs);
+      const due = settleBucketDue(i.holdExpiresAtMs, i.ts, holdTtlMs, bucketMs);
       const key = recordKey(due, i.requestId);
       const r = a.holds.get(key);
       if (r && (r.state === 'settled' || r.state === 'settledAfterReap')) return replay(r.entryId);

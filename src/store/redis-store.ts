@@ -7,7 +7,7 @@ import { readFile } from 'node:fs/promises';
 import { Cluster, Redis } from 'ioredis';
 import { GatewayError } from '../http/errors.ts';
 import * as K from './redis-keys.ts';
-import { bucketDue, settleBucketDue } from './hold-bucket.ts';
+import { bucketDue, DEFAULT_BUCKET_MS, settleBucketDue } from './hold-bucket.ts';
 import { limiterClient } from './limiter-client.ts';
 import { createScriptPipe, luaScript, type LuaScript, type PipeTarget, type ScriptPipe } from './script-pipe.ts';
 import {
@@ -44,6 +44,8 @@ const REAP_BATCH = 200;
 const DEFAULT_HOLD_TTL_MS = 660_000;
 /** Clock skew between instances the bucket index cache allows for. */
 const INDEX_MARGIN_MS = 5_000;
+/** Buckets the index cache remembers (~100 bytes each). */
+const INDEX_CACHE_MAX = 10_000;
 
 export interface RedisStoreOptions {
   url?: string | undefined;
@@ -57,6 +59,8 @@ export interface RedisStoreOptions {
   settledTtlSeconds: number;
   /** The hold TTL (credit.ts holdTtlMs), for a settle that does not say when its hold expires. Default 660 s. */
   holdTtlMs?: number;
+  /** Hold bucket size (hold-bucket.ts bucketMsFor; default 1 s). */
+  bucketMs?: number;
   onError?: (err: Error) => void;
   /** Hold and settle through the script pipe on a single node (default); false keeps them on ioredis. */
   scriptPipe?: boolean;
@@ -174,9 +178,10 @@ export async function createRedisStore(o: RedisStoreOptions & { client?: Client 
 
   const s = scripts as Record<keyof typeof SCRIPTS, ScriptFn>;
   const holdTtlMs = o.holdTtlMs ?? DEFAULT_HOLD_TTL_MS;
+  const bucketMs = o.bucketMs ?? DEFAULT_BUCKET_MS;
   /**
    * Buckets this process indexed, by member, with the pipe connection they were indexed on: a hold into a
-   * bucket already indexed sends no ZADD (one per account and second instead of one per request,
+   * bucket already indexed sends no ZADD (one per account and bucket instead of one per request,
    * bench/results/ledger.md). Only on the pipe, which never resends a command; a new connection (maybe a
    * restarted, empty server) starts over. Entries go once their bucket is due (the reaper removes the
    * member then), and a bucket due within INDEX_MARGIN_MS is always re-indexed, in case a reaper whose
@@ -195,7 +200,12 @@ export async function createRedisStore(o: RedisStoreOptions & { client?: Client 
         indexed.delete(member);
         onError(err);
       });
-      if (due > Date.now() + INDEX_MARGIN_MS) indexed.set(member, { due, generation: pipe.generation });
+      if (due > Date.now() + INDEX_MARGIN_MS) {
+        indexed.set(member, { due, generation: pipe.generation });
+        // Bounded: many accounts with a request now and then would otherwise keep one entry per request for
+        // the hold TTL. The oldest entry goes; forgetting one costs a ZADD that was not needed.
+        if (indexed.size > INDEX_CACHE_MAX) indexed.delete(indexed.keys().next().value!);
+      }
       return;
     }
     // ioredis: queued ahead of the script in the same flush (Cluster: another node, maybe); an index entry
@@ -327,7 +337,7 @@ export async function createRedisStore(o: RedisStoreOptions & { client?: Client 
     hold: (acct, requestId, amount, expiresAt) =>
       guard(
         (async () => {
-          const due = bucketDue(expiresAt);
+          const due = bucketDue(expiresAt, bucketMs);
           index(acct, due);
           const keys = [K.balance(acct), K.holdBucket(acct, due)];
           const args = [requestId, amount, due];
@@ -342,7 +352,7 @@ export async function createRedisStore(o: RedisStoreOptions & { client?: Client 
     settle: (i) =>
       guard(
         (async () => {
-          const due = settleBucketDue(i.holdExpiresAtMs, i.ts, holdTtlMs);
+          const due = settleBucketDue(i.holdExpiresAtMs, i.ts, holdTtlMs, bucketMs);
           const keys = [K.balance(i.account), K.holdBucket(i.account, due), K.ledger(i.account)];
           const args: (string | number)[] = [
             i.requestId,

@@ -185,7 +185,10 @@ if (redis) {
     const ids = Array.from({ length: 300 }, (_, i) => `req-${i}`);
     // Expiries spread over 3 seconds: 3 buckets.
     const expiry = (i: number) => future + (i % 3) * 1000;
+    await redis.client.config('RESETSTAT');
     await Promise.all(ids.map((id, i) => store.hold('acme', id, 100, expiry(i))));
+    const zadds = /cmdstat_zadd:calls=(\d+)/.exec(await redis.client.info('commandstats'))?.[1];
+    t.equal(Number(zadds), 3, 'one ZADD per bucket, not per hold (the store remembers what it indexed)');
     await Promise.all(ids.map((id, i) => store.settle(settleOf('acme', id, expiry(i)))));
     t.equal((await allKeys()).length, baseline.length + 4, '3 buckets and the bucket index, for 300 requests');
     t.equal(await redis.client.zcard(K.HOLD_BUCKETS), 3, 'the index has a member per bucket, not per request');
