@@ -62,7 +62,13 @@ async function settled(r: Redis): Promise<void> {
 
 const usedMemory = async (r: Redis) => Number(/used_memory:(\d+)/.exec(await r.info('memory'))![1]);
 
-async function runCase(name: string, src: string): Promise<CaseResult> {
+/** In batches, so N commands never sit in one pipeline at once. */
+async function each<T>(xs: readonly T[], fn: (x: T) => Promise<unknown>): Promise<void> {
+  for (let i = 0; i < xs.length; i += 1000) await Promise.all(xs.slice(i, i + 1000).map(fn));
+}
+
+/** `accounts`: the N requests go round-robin over this many accounts (1: one hot account; N: one each). */
+async function runCase(name: string, src: string, accounts: number): Promise<CaseResult> {
   const port = await freePort();
   const server = await start('redis', 'redis-server', ['--port', String(port), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no'], {
     ready: (l) => l.some((x) => x.includes('Ready to accept connections')),
@@ -71,7 +77,8 @@ async function runCase(name: string, src: string): Promise<CaseResult> {
   const admin = new Redis(url);
   const mod = (await import(resolve(src, 'store/redis-store.ts'))) as typeof import('../src/store/redis-store.ts');
   const store: Store = await mod.createRedisStore({ url, commandTimeoutMs: 2000, settledTtlSeconds: 4260 });
-  await store.grant(ACCT, 1e15, 'bench-grant', undefined, new Date().toISOString());
+  const accts = Array.from({ length: accounts }, (_, i) => (accounts === 1 ? ACCT : `${ACCT}-${i}`));
+  await each(accts, (a) => store.grant(a, 1e15, 'bench-grant', undefined, new Date().toISOString()));
   // As the gateway sets it: now + the hold TTL, so holds spread over buckets at the request rate.
   const ttlMs = 60_000;
   let seq = 0;
@@ -92,31 +99,31 @@ async function runCase(name: string, src: string): Promise<CaseResult> {
       holdExpiresAtMs: expiresAt,
     });
   };
-  const run = async (acct: string, count: number) => {
+  const run = async (pool: readonly string[], count: number) => {
     let left = count;
+    let next = 0;
     await Promise.all(
       Array.from({ length: IN_FLIGHT }, async () => {
-        while (left-- > 0) await pair(acct);
+        while (left-- > 0) await pair(pool[next++ % pool.length]!);
       }),
     );
   };
   const pastEveryHold = () => Date.now() + ttlMs + 60_000;
   // Scripts cached and code warm, on another account (its reaper run marks only that one reaped).
   await store.grant('warm-up', 1e15, 'bench-grant', undefined, new Date().toISOString());
-  await run('warm-up', 2_000);
+  await run(['warm-up'], 2_000);
   await store.reapExpiredHolds(pastEveryHold(), new Date().toISOString());
   await admin.xtrim(`{acct:warm-up}:ledger`, 'MAXLEN', 0);
+  await each(accts, (a) => admin.xtrim(`{acct:${a}}:ledger`, 'MAXLEN', 0));
   await settled(admin);
   const mem0 = await usedMemory(admin);
   const keys0 = await admin.dbsize();
   await admin.config('RESETSTAT');
-  await run(ACCT, N);
+  await run(accts, N);
   const mem1 = await usedMemory(admin);
-  const before = commandStats(await admin.info('commandstats'));
-  await admin.xtrim(`{acct:${ACCT}}:ledger`, 'MAXLEN', 0);
+  await each(accts, (a) => admin.xtrim(`{acct:${a}}:ledger`, 'MAXLEN', 0));
   await settled(admin);
   const mem2 = await usedMemory(admin);
-  const trimStats = commandStats(await admin.info('commandstats'));
   const reaped = await store.reapExpiredHolds(pastEveryHold(), new Date().toISOString());
   const after = commandStats(await admin.info('commandstats'));
   await settled(admin);
@@ -131,8 +138,6 @@ async function runCase(name: string, src: string): Promise<CaseResult> {
     for (const [, cmd] of readFileSync(resolve(src, 'store/lua', f), 'utf8').matchAll(/redis\.call\('([A-Za-z]+)'/g))
       nested.add(cmd!.toLowerCase());
   }
-  void before;
-  void trimStats;
   const commands = [...after]
     .filter(([cmd]) => !own.test(cmd))
     .map(([cmd, s]) => ({ cmd, calls: s.calls, usecPerCall: s.usec / s.calls, usPerReq: s.usec / N, nested: nested.has(cmd) }))
@@ -164,9 +169,15 @@ try {
 // Rounds alternate the cases, each on a fresh redis-server, so drift on a shared machine (commandstats
 // time is wall time inside Redis: a preempted server looks slower) hits every case alike; the round
 // with the median CPU per request is reported.
-const rounds = new Map<string, CaseResult[]>(cases.map(([name]) => [name, []]));
-for (let r = 0; r < ROUNDS; r++) for (const [name, src] of cases) rounds.get(name)!.push(await runCase(name, src));
-const results = cases.map(([name]) => {
+// Each layout twice: every request on one hot account, and every request on an account of its own (the
+// most index entries and reaper visits per request a layout can need).
+const variants = cases.flatMap(([name, src]) => [
+  [`${name}, one account`, src, 1] as const,
+  [`${name}, an account per request`, src, N] as const,
+]);
+const rounds = new Map<string, CaseResult[]>(variants.map(([name]) => [name, []]));
+for (let r = 0; r < ROUNDS; r++) for (const [name, src, accounts] of variants) rounds.get(name)!.push(await runCase(name, src, accounts));
+const results = variants.map(([name]) => {
   const all = rounds.get(name)!.sort((a, b) => a.usPerReq - b.usPerReq);
   return { ...all[Math.floor(all.length / 2)]!, range: [all[0]!.usPerReq, all.at(-1)!.usPerReq] as const };
 });
@@ -183,7 +194,7 @@ const commit = (() => {
 const L: string[] = [
   '# Redis cost of a live request (hold + settle)',
   '',
-  `${redisVersion.split(' ').slice(0, 3).join(' ')} · commit \`${commit}\` · N = ${N} requests, ${IN_FLIGHT} in flight, one account · median of ${ROUNDS} rounds · load average ${loadavg()
+  `${redisVersion.split(' ').slice(0, 3).join(' ')} · commit \`${commit}\` · N = ${N} requests, ${IN_FLIGHT} in flight · median of ${ROUNDS} rounds · load average ${loadavg()
     .map((x) => x.toFixed(2))
     .join(' ')} · ${new Date().toISOString()}`,
   '',
