@@ -34,7 +34,8 @@ const SCRIPTS = {
   tgHold: ['hold', 2],
   // Called with 3 keys or 5 (settle.lua): null = the key count is the call's first argument (ioredis).
   tgSettle: ['settle', null],
-  tgReapBucket: ['reap-bucket', 3],
+  // A batch of buckets, 3 keys each (reap-bucket.lua).
+  tgReapBucket: ['reap-bucket', null],
   tgLegacyReap: ['legacy-reap', 3],
   tgRevokeShare: ['revoke-share', 1],
   tgShareQuota: ['share-quota', 1],
@@ -385,15 +386,33 @@ export async function createRedisStore(o: RedisStoreOptions & { client?: Client 
           for (const [member, { due }] of indexed) if (due <= nowMs) indexed.delete(member);
           for (;;) {
             const due = await redis.zrangebyscore(K.HOLD_BUCKETS, '-inf', nowMs, 'LIMIT', 0, REAP_BATCH);
-            for (const member of due) {
-              const [acct, dueMs] = JSON.parse(member) as [string, number];
-              const keys = [K.balance(acct), K.holdBucket(acct, dueMs), K.ledger(acct)];
-              let cursor = '0';
-              do {
-                const [next, n] = (await s.tgReapBucket(...keys, dueMs, ts, o.settledTtlSeconds, cursor)) as [string, number];
+            // Single node: the batch's first slices in one call; Cluster: a call per bucket (one slot each).
+            const groups = cluster ? due.map((m) => [m]) : due.length > 0 ? [due] : [];
+            for (const group of groups) {
+              const buckets = group.map((m) => {
+                const [acct, dueMs] = JSON.parse(m) as [string, number];
+                return { keys: [K.balance(acct), K.holdBucket(acct, dueMs), K.ledger(acct)], dueMs };
+              });
+              const first = (await s.tgReapBucket(
+                buckets.length * 3,
+                ...buckets.flatMap((b) => b.keys),
+                ts,
+                o.settledTtlSeconds,
+                ...buckets.flatMap((b) => [b.dueMs, '0']),
+              )) as (string | number)[];
+              /** One more slice of bucket `b` alone; resolves with the next cursor. */
+              const slice = async (b: (typeof buckets)[number], cursor: string): Promise<string> => {
+                const [next, n] = (await s.tgReapBucket(3, ...b.keys, ts, o.settledTtlSeconds, b.dueMs, cursor)) as [string, number];
                 reaped += n;
-                cursor = next;
-              } while (cursor !== '0');
+                return next;
+              };
+              for (const [i, b] of buckets.entries()) {
+                reaped += Number(first[2 * i + 1]);
+                // A bucket larger than one slice goes on alone, as does one the call had no budget left for ('n').
+                let cursor = String(first[2 * i]);
+                if (cursor === 'n') cursor = await slice(b, '0');
+                while (cursor !== '0') cursor = await slice(b, cursor);
+              }
             }
             if (due.length > 0) await redis.zrem(K.HOLD_BUCKETS, ...due);
             if (due.length < REAP_BATCH) break;

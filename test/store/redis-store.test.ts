@@ -197,6 +197,40 @@ if (redis) {
     t.equal((await allEntries(store, 'acme')).filter((e) => e.kind === 'debit').length, 301, 'the ledger stays the record: one debit each');
   });
 
+  t.test('the reaper empties large buckets of several accounts in slices, each hold once', async (t) => {
+    await redis.client.flushdb();
+    const store = await openStore(t, redis.url);
+    // 3 accounts × 700 holds in one bucket each: more than one HSCAN slice per bucket and more than one
+    // call's budget (~1,000 fields), so slices, buckets continued alone and buckets not started all occur.
+    const accounts = ['big-a', 'big-b', 'big-c'];
+    const expiry = 7_000;
+    for (const acct of accounts) {
+      await store.grant(acct, 10_000_000, undefined, undefined, TS);
+      await Promise.all(Array.from({ length: 700 }, (_, i) => store.hold(acct, `r${i}`, 10, expiry)));
+      // Every third request is settled; the rest are left to the reaper.
+      await Promise.all(
+        Array.from({ length: 700 }, (_, i) => i)
+          .filter((i) => i % 3 === 0)
+          .map((i) => store.settle(settleOf(acct, `r${i}`, expiry))),
+      );
+    }
+    const open = 700 - Math.ceil(700 / 3);
+    t.equal(await store.reapExpiredHolds(expiry, TS2), 3 * open, 'every open hold released once');
+    t.equal(await store.reapExpiredHolds(expiry + 1_000, TS2), 0, 'and never again');
+    for (const acct of accounts) {
+      t.equal((await store.getAccount(acct)).held_micros, 0, `${acct}: nothing held`);
+      const bucket = await redis.client.hgetall(K.holdBucket(acct, expiry));
+      t.equal(Object.keys(bucket).length, open, `${acct}: only the reaped holds are remembered`);
+      t.ok(
+        Object.values(bucket).every((v) => v === 'r10'),
+        `${acct}: each as r<amount>`,
+      );
+      const expired = (await allEntries(store, acct)).filter((e) => e.kind === 'hold_expired');
+      t.equal(new Set(expired.map((e) => e.request_id)).size, open, `${acct}: one hold_expired per open hold`);
+      t.equal(expired.length, open);
+    }
+  });
+
   t.test('migration: holds and settled markers of the previous layout are honoured', async (t) => {
     await redis.client.flushdb();
     const now = Date.now();
