@@ -169,8 +169,8 @@ export interface Store {
    */
   settle(input: SettleInput): Promise<SettleResult>;
   /**
-   * Releases holds whose expiry bucket is due (⌈expiry / 1 s⌉ ≤ now, hold-bucket.ts), each with a
-   * `hold_expired` entry, and drops the records of settled requests with them; returns how many holds.
+   * Releases holds whose expiry bucket is due (⌈expiry / bucket⌉ · bucket ≤ now, hold-bucket.ts), each
+   * with a `hold_expired` entry, and drops the records of settled requests with them; returns how many holds.
    */
   reapExpiredHolds(nowMs: number, ts: string): Promise<number>;
 
