@@ -21,14 +21,11 @@ import type {
 
 /**
  * One request's record, the twin of its field in a Redis hold bucket (lua/settle.lua): open, settled,
- * reaped, or settled after a reap. `due` is its bucket's due time; `keepUntil` bounds a reaped record.
+ * reaped, or settled after a reap. `keepUntil` bounds a reaped record.
  */
-type HoldRecord = { requestId: string; due: number; keepUntil: number } & (
+type HoldRecord = { keepUntil: number } & (
   { state: 'open' | 'reaped'; amount: number } | { state: 'settled' | 'settledAfterReap'; entryId: string }
 );
-
-/** Records are found by bucket and request id, like fields of the Redis store's hold buckets. */
-const recordKey = (due: number, requestId: string) => `${due} ${requestId}`;
 
 interface Account {
   balance: number;
@@ -37,8 +34,8 @@ interface Account {
   reaped: number | undefined;
   ledger: LedgerEntry[];
   idem: Map<string, string>;
-  /** By recordKey(due, request id). */
-  holds: Map<string, HoldRecord>;
+  /** Hold buckets by due time, each by request id (the Redis store's `{acct:<id>}:hb:<due>`). */
+  buckets: Map<number, Map<string, HoldRecord>>;
 }
 
 export interface MemoryStoreOptions {
@@ -78,10 +75,16 @@ export function createMemoryStore(now: () => number = Date.now, opts: MemoryStor
   function account(id: string): Account {
     let a = accounts.get(id);
     if (!a) {
-      a = { balance: 0, held: 0, reaped: undefined, ledger: [], idem: new Map(), holds: new Map() };
+      a = { balance: 0, held: 0, reaped: undefined, ledger: [], idem: new Map(), buckets: new Map() };
       accounts.set(id, a);
     }
     return a;
+  }
+
+  function bucketOf(a: Account, due: number): Map<string, HoldRecord> {
+    let b = a.buckets.get(due);
+    if (!b) a.buckets.set(due, (b = new Map()));
+    return b;
   }
 
   function append(a: Account, e: Omit<LedgerEntry, 'id'>): string {
@@ -152,10 +155,10 @@ export function createMemoryStore(now: () => number = Date.now, opts: MemoryStor
       const result = (ok: boolean): HoldResult => ({ ok, balance_micros: a.balance, held_micros: a.held });
       const due = bucketDue(expiresAt, bucketMs);
       if (a.reaped !== undefined && due <= a.reaped) return result(false);
-      if (a.holds.has(recordKey(due, requestId))) return result(true);
+      if (a.buckets.get(due)?.has(requestId)) return result(true);
       if (a.balance - a.held < amount) return result(false);
       a.held += amount;
-      a.holds.set(recordKey(due, requestId), { requestId, state: 'open', amount, due, keepUntil: Infinity });
+      bucketOf(a, due).set(requestId, { state: 'open', amount, keepUntil: Infinity });
       return result(true);
     },
     async settle(i: SettleInput): Promise<SettleResult> {
@@ -168,8 +171,7 @@ export function createMemoryStore(now: () => number = Date.now, opts: MemoryStor
         held_micros: a.held,
       });
       const due = settleBucketDue(i.holdExpiresAtMs, i.ts, holdTtlMs, bucketMs);
-      const key = recordKey(due, i.requestId);
-      const r = a.holds.get(key);
+      const r = a.buckets.get(due)?.get(i.requestId);
       if (r && (r.state === 'settled' || r.state === 'settledAfterReap')) return replay(r.entryId);
       // No record, and its bucket already emptied by the reaper: nothing is recorded there any more.
       const emptied = !r && a.reaped !== undefined && due <= a.reaped;
@@ -193,28 +195,31 @@ export function createMemoryStore(now: () => number = Date.now, opts: MemoryStor
         hold_micros: holdAmount,
       });
       if (!emptied)
-        a.holds.set(
-          key,
+        bucketOf(a, due).set(
+          i.requestId,
           r?.state === 'reaped'
-            ? { requestId: i.requestId, state: 'settledAfterReap', entryId, due, keepUntil: r.keepUntil }
-            : { requestId: i.requestId, state: 'settled', entryId, due, keepUntil: Infinity },
+            ? { state: 'settledAfterReap', entryId, keepUntil: r.keepUntil }
+            : { state: 'settled', entryId, keepUntil: Infinity },
         );
       return { entry_id: entryId, replayed: false, balance_micros: a.balance, held_micros: a.held };
     },
     async reapExpiredHolds(nowMs, ts) {
       let n = 0;
       for (const a of accounts.values()) {
-        for (const [key, r] of a.holds) {
-          if (r.due > nowMs) continue;
-          if (a.reaped === undefined || r.due > a.reaped) a.reaped = r.due;
-          if (r.state === 'open') {
-            a.held -= r.amount;
-            append(a, { ts, kind: 'hold_expired', amount_micros: 0, request_id: r.requestId, hold_micros: r.amount });
-            a.holds.set(key, { ...r, state: 'reaped', keepUntil: nowMs + reapedKeepMs });
-            n++;
-          } else if (r.state === 'settled' || r.keepUntil <= nowMs) {
-            a.holds.delete(key);
+        for (const [due, bucket] of a.buckets) {
+          if (due > nowMs) continue;
+          if (a.reaped === undefined || due > a.reaped) a.reaped = due;
+          for (const [requestId, r] of bucket) {
+            if (r.state === 'open') {
+              a.held -= r.amount;
+              append(a, { ts, kind: 'hold_expired', amount_micros: 0, request_id: requestId, hold_micros: r.amount });
+              bucket.set(requestId, { state: 'reaped', amount: r.amount, keepUntil: nowMs + reapedKeepMs });
+              n++;
+            } else if (r.state === 'settled' || r.keepUntil <= nowMs) {
+              bucket.delete(requestId);
+            }
           }
+          if (bucket.size === 0) a.buckets.delete(due);
         }
       }
       return n;
