@@ -42,7 +42,7 @@ export function createRedisCredit(d: RedisCreditDeps): Pick<Store, 'hold' | 'set
   const holdTtlMs = d.holdTtlMs ?? DEFAULT_HOLD_TTL_MS;
   const bucketMs = d.bucketMs ?? DEFAULT_BUCKET_MS;
   /**
-   * Buckets this process indexed, by member, with the pipe connection they were indexed on: a hold into a
+   * Buckets this process indexed (by `<due> <account>`), with the pipe connection they were indexed on: a hold into a
    * bucket already indexed sends no ZADD (one per account and bucket instead of one per request,
    * bench/results/ledger.md). Only on the pipe, which never resends a command; a new connection (maybe a
    * restarted, empty server) starts over. Entries go once their bucket is due (the reaper removes the
@@ -53,18 +53,19 @@ export function createRedisCredit(d: RedisCreditDeps): Pick<Store, 'hold' | 'set
 
   /** Puts the bucket in the global index (SPEC §11: its own command), before the script that writes it. */
   function index(acct: string, due: number): void {
-    const member = JSON.stringify([acct, due]);
     if (pipe) {
-      const known = indexed.get(member);
+      const cacheKey = `${due} ${acct}`;
+      const known = indexed.get(cacheKey);
       if (known && known.generation === pipe.generation) return;
+      const member = JSON.stringify([acct, due]);
       // Same connection, same write, before the script: the hold is never in Redis unindexed. Refused (say
       // OOM), it is forgotten, so the next hold into the bucket sends it again.
       pipe.call(['ZADD', K.HOLD_BUCKETS, due, member]).catch((err: Error) => {
-        indexed.delete(member);
+        indexed.delete(cacheKey);
         onError(err);
       });
       if (due > Date.now() + INDEX_MARGIN_MS) {
-        indexed.set(member, { due, generation: pipe.generation });
+        indexed.set(cacheKey, { due, generation: pipe.generation });
         // Bounded: many accounts with a request now and then would otherwise keep one entry per request for
         // the hold TTL. The oldest entry goes; forgetting one costs a ZADD that was not needed.
         if (indexed.size > INDEX_CACHE_MAX) indexed.delete(indexed.keys().next().value!);
@@ -73,7 +74,7 @@ export function createRedisCredit(d: RedisCreditDeps): Pick<Store, 'hold' | 'set
     }
     // ioredis: queued ahead of the script in the same flush (Cluster: another node, maybe); an index entry
     // without a hold is harmless, and a resent hold is resent after its ZADD.
-    redis.zadd(K.HOLD_BUCKETS, due, member).catch(onError);
+    redis.zadd(K.HOLD_BUCKETS, due, JSON.stringify([acct, due])).catch(onError);
   }
 
   /**
@@ -176,7 +177,7 @@ export function createRedisCredit(d: RedisCreditDeps): Pick<Store, 'hold' | 'set
     },
 
     async reapExpiredHolds(nowMs, ts) {
-      for (const [member, { due }] of indexed) if (due <= nowMs) indexed.delete(member);
+      for (const [cacheKey, { due }] of indexed) if (due <= nowMs) indexed.delete(cacheKey);
       return (await reapBuckets(nowMs, ts)) + (await reapLegacy(nowMs, ts));
     },
   };
