@@ -197,10 +197,11 @@ async function randomRun(t: Test, h: Harness, seed: number, steps: number): Prom
       return `replayed hold ${q.id}`;
     }
     if (r < 0.85) {
-      // A later attempt says an earlier one may have run: in this model every earlier attempt did.
-      await store.settle(settleOf(acct, q.id, q.cost, q.expiry, { mayHaveRun: q.settles > 0 }));
-      q.settles++;
-      return `settle ${q.id} #${q.settles}`;
+      // A later attempt says an earlier one may have run (counted when it is made, as Credit does: only
+      // one first attempt per request): in this model every earlier attempt did.
+      const attempt = ++q.settles;
+      await store.settle(settleOf(acct, q.id, q.cost, q.expiry, { mayHaveRun: attempt > 1 }));
+      return `settle ${q.id} #${attempt}`;
     }
     clock += Math.floor(rnd() * 2500);
     await store.reapExpiredHolds(clock, TS2);
