@@ -17,17 +17,20 @@ import { bootSummary, bootWarnings, keyModelWarnings, listenErrorMessage } from 
 /** Opens the store SPEC §5 asks for: Redis when configured, else the embedded one (refused in production). */
 export async function openStore(config: Config, env: NodeJS.ProcessEnv, logger: Logger): Promise<Store> {
   const { redisUrl, clusterNodes, commandTimeoutMs } = config.store;
+  const [{ holdTtlMs, settledMarkerTtlSeconds }, { bucketMsFor }] = await Promise.all([
+    import('./credit/credit.ts'),
+    import('./store/hold-bucket.ts'),
+  ]);
   if (redisUrl || clusterNodes.length > 0) {
-    const [{ createRedisStore }, { settledMarkerTtlSeconds }] = await Promise.all([
-      import('./store/redis-store.ts'),
-      import('./credit/credit.ts'),
-    ]);
+    const { createRedisStore } = await import('./store/redis-store.ts');
     let lastLogged = 0;
     return createRedisStore({
       url: redisUrl,
       clusterNodes,
       commandTimeoutMs,
       settledTtlSeconds: settledMarkerTtlSeconds(config),
+      holdTtlMs: holdTtlMs(config),
+      bucketMs: bucketMsFor(holdTtlMs(config)),
       onError: (err) => {
         // ioredis emits an error per reconnect attempt; one line every 5 s is enough to see an outage.
         if (Date.now() - lastLogged > 5_000) {
@@ -45,7 +48,12 @@ export async function openStore(config: Config, env: NodeJS.ProcessEnv, logger: 
   logger.warn(
     'no REDIS_URL: using the embedded in-process store; keys, credit and shares are lost on restart and not shared between instances',
   );
-  return (await import('./store/memory-store.ts')).createMemoryStore();
+  const { createMemoryStore } = await import('./store/memory-store.ts');
+  return createMemoryStore(Date.now, {
+    holdTtlMs: holdTtlMs(config),
+    reapedKeepMs: settledMarkerTtlSeconds(config) * 1000,
+    bucketMs: bucketMsFor(holdTtlMs(config)),
+  });
 }
 
 /**

@@ -34,7 +34,8 @@ async function pairs(store: Store, count: number): Promise<number> {
   let seq = 0;
   const one = async () => {
     const id = `req_${seq++}_${Math.random().toString(36).slice(2)}`;
-    await store.hold('bench', id, 1000, Date.now() + 60_000);
+    const expiresAt = Date.now() + 60_000;
+    await store.hold('bench', id, 1000, expiresAt);
     await store.settle({
       account: 'bench',
       requestId: id,
@@ -45,6 +46,7 @@ async function pairs(store: Store, count: number): Promise<number> {
       completionTokens: 64,
       usageSource: 'upstream',
       ts: new Date().toISOString(),
+      holdExpiresAtMs: expiresAt,
     });
   };
   let left = count;

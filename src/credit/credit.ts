@@ -5,8 +5,11 @@
  * a settle after the reaper released the hold still debits, so a blip never leaves a completion
  * unbilled. Shutdown waits for pending settles.
  *
- * Idempotency has a window: the store keeps a request's settled marker for `settledMarkerTtlSeconds`,
- * and retries stop well inside it (SETTLE_RETRY_WINDOW_MS), so a retry can never debit twice.
+ * Idempotency (docs/ledger.md): the request's own field in its hold bucket records the settle until the
+ * reaper empties that bucket, after the hold's expiry. A retry after an attempt that may have run says so
+ * (`mayHaveRun`); should it come after that bucket was emptied, the store debits nothing rather than risk a
+ * second debit, and the settle is logged for reconciliation. Reaped holds are remembered for
+ * `settledMarkerTtlSeconds`, longer than any retry, so a settle after a reap still debits once.
  */
 import type { Config } from '../config/schema.ts';
 import { GatewayError } from '../http/errors.ts';
@@ -45,13 +48,18 @@ export function holdTtlMs(config: Pick<Config, 'upstream' | 'credit'>): number {
 }
 
 /**
- * How long the store keeps a request's settled marker, the idempotency of its settle. It must outlive
- * every later attempt of the same settle (all start within the retry window of the first) and any hold of
- * the same request reaching Redis late (a hold is useless once expired). Markers are ~180 bytes of Redis
- * memory per request; a week's worth was ~11 GB at 100 req/s, this is ~75 MB with the default config.
+ * How long the store remembers a reaped hold (the Redis store's `settledTtlSeconds`): it must outlive every
+ * later attempt of the request's settle (all start within the retry window of the first, and the hold
+ * is reaped after it was taken), so a settle after a reap debits exactly once. Only reaped holds are kept:
+ * a process that died, or an outage longer than the hold TTL.
  */
 export function settledMarkerTtlSeconds(config: Pick<Config, 'upstream' | 'credit'>): number {
   return Math.ceil((holdTtlMs(config) + SETTLE_RETRY_WINDOW_MS) / 1000);
+}
+
+/** A store error that says the command was refused before it was sent (types.ts Store.settle). */
+function neverSent(err: unknown): boolean {
+  return (err as { cause?: { sent?: unknown } } | null)?.cause?.sent === false;
 }
 
 export interface CreditDeps {
@@ -74,14 +82,22 @@ export function createCredit(d: CreditDeps): Credit {
     return p;
   }
 
-  async function settleWithRetry(input: SettleInput): Promise<SettleResult | undefined> {
+  async function settleWithRetry(first: SettleInput): Promise<SettleResult | undefined> {
     const giveUpAt = now() + retryWindowMs;
+    let input = first;
     for (let wait = FIRST_RETRY_MS, attempt = 1; ; attempt++, wait = Math.min(wait * 2, MAX_RETRY_MS)) {
       try {
         const r = await d.store.settle(input);
         if (attempt > 1) d.logger.warn({ request_id: input.requestId, attempts: attempt }, 'settle landed after retries');
+        if (r.replayed && r.entry_id === '') {
+          d.logger.error(
+            { settle: input, attempts: attempt },
+            'settle retried after its hold bucket was reaped: an earlier attempt may have debited it; nothing debited again; reconcile the ledger from this line',
+          );
+        }
         return r;
       } catch (err) {
+        if (!input.mayHaveRun && !neverSent(err)) input = { ...input, mayHaveRun: true };
         const last = now() + wait > giveUpAt;
         if (last) {
           // Every field of the ledger entry that did not land, so it can be entered by hand.

@@ -138,6 +138,8 @@ export function meteredRoute<B extends { model: string }>(d: MeteredDeps, ep: Me
     ctx.log.model = model.name;
     const admission = await ctx.admit!(promptEstimate + output.total);
     const live = key.env === 'live';
+    // The settle names its hold's expiry: that is where the store finds the hold (docs/ledger.md).
+    const holdExpiresAtMs = Math.ceil(d.now() + holdTtlMs);
     /** The request's one settle (SPEC §4): not awaited by the response, tracked for shutdown, retried until it lands. */
     const settle = (b: Billed, costMicros: number) =>
       void d.credit.settle({
@@ -150,11 +152,12 @@ export function meteredRoute<B extends { model: string }>(d: MeteredDeps, ep: Me
         completionTokens: b.completionTokens,
         usageSource: b.source,
         ts: new Date(d.now()).toISOString(),
+        holdExpiresAtMs,
       });
     if (live) {
       const hold = costMicros(model.price, promptEstimate, output.total);
       try {
-        await d.credit.hold(key.account, ctx.requestId, hold, d.now() + holdTtlMs);
+        await d.credit.hold(key.account, ctx.requestId, hold, holdExpiresAtMs);
       } catch (err) {
         // The hold may have run in Redis after our command timed out: settle at 0 in the background (it lands
         // behind the hold, is idempotent, and stops a late hold), so the credit is not locked until the reaper.

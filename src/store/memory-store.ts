@@ -4,6 +4,7 @@
  * Lua counterpart in the Redis store. State is lost on restart (main.ts logs that).
  */
 import { EventEmitter } from 'node:events';
+import { bucketDue, DEFAULT_BUCKET_MS, settleBucketDue } from './hold-bucket.ts';
 import type {
   AccountState,
   ConsoleGrant,
@@ -22,13 +23,23 @@ import type {
 } from './types.ts';
 import { daysBetween, parseUsageHash, usageField, type UsageCounter } from './usage-fields.ts';
 
+/**
+ * One request's record, the twin of its field in a Redis hold bucket (lua/settle.lua): open, settled,
+ * reaped, or settled after a reap. `keepUntil` bounds a reaped record.
+ */
+type HoldRecord = { keepUntil: number } & (
+  { state: 'open' | 'reaped'; amount: number } | { state: 'settled' | 'settledAfterReap'; entryId: string }
+);
+
 interface Account {
   balance: number;
   held: number;
+  /** Due time of the last bucket the reaper emptied (the Redis store's `reaped` field). */
+  reaped: number | undefined;
   ledger: LedgerEntry[];
   idem: Map<string, string>;
-  holds: Map<string, { amount: number; expiresAt: number }>;
-  settled: Map<string, string>;
+  /** Hold buckets by due time, each by request id (the Redis store's `{acct:<id>}:hb:<due>`). */
+  buckets: Map<number, Map<string, HoldRecord>>;
   exportCursor: string | null;
   archivedBefore: string | null;
   lease: { token: string; until: number } | null;
@@ -44,10 +55,22 @@ function compareIds(a: string, b: string): number {
   return am - bm || as - bs;
 }
 
+export interface MemoryStoreOptions {
+  /** For a settle that does not say when its hold expires (as the Redis store's option). Default 660 s. */
+  holdTtlMs?: number;
+  /** How long a reaped hold is remembered (the Redis store's settledTtlSeconds, in ms). Default 4260 s. */
+  reapedKeepMs?: number;
+  /** Hold bucket size (hold-bucket.ts bucketMsFor; default 1 s). */
+  bucketMs?: number;
+}
+
 const clone = <T>(v: T): T => structuredClone(v);
 
 /** Creates an embedded store; `now` is the clock used for ledger entry ids. */
-export function createMemoryStore(now: () => number = Date.now): Store {
+export function createMemoryStore(now: () => number = Date.now, opts: MemoryStoreOptions = {}): Store {
+  const holdTtlMs = opts.holdTtlMs ?? 660_000;
+  const reapedKeepMs = opts.reapedKeepMs ?? 4_260_000;
+  const bucketMs = opts.bucketMs ?? DEFAULT_BUCKET_MS;
   const keysByHash = new Map<string, KeyRecord>();
   const hashById = new Map<string, string>();
   const accounts = new Map<string, Account>();
@@ -85,10 +108,10 @@ export function createMemoryStore(now: () => number = Date.now): Store {
       a = {
         balance: 0,
         held: 0,
+        reaped: undefined,
         ledger: [],
         idem: new Map(),
-        holds: new Map(),
-        settled: new Map(),
+        buckets: new Map(),
         exportCursor: null,
         archivedBefore: null,
         lease: null,
@@ -98,6 +121,12 @@ export function createMemoryStore(now: () => number = Date.now): Store {
       accounts.set(id, a);
     }
     return a;
+  }
+
+  function bucketOf(a: Account, due: number): Map<string, HoldRecord> {
+    let b = a.buckets.get(due);
+    if (!b) a.buckets.set(due, (b = new Map()));
+    return b;
   }
 
   function append(a: Account, e: Omit<LedgerEntry, 'id'>): string {
@@ -167,21 +196,34 @@ export function createMemoryStore(now: () => number = Date.now): Store {
     },
     async hold(acct, requestId, amount, expiresAt): Promise<HoldResult> {
       const a = account(acct);
-      if (a.holds.has(requestId) || a.settled.has(requestId)) return { ok: true, balance_micros: a.balance, held_micros: a.held };
-      if (a.balance - a.held < amount) return { ok: false, balance_micros: a.balance, held_micros: a.held };
+      const result = (ok: boolean): HoldResult => ({ ok, balance_micros: a.balance, held_micros: a.held });
+      const due = bucketDue(expiresAt, bucketMs);
+      if (a.reaped !== undefined && due <= a.reaped) return result(false);
+      if (a.buckets.get(due)?.has(requestId)) return result(true);
+      if (a.balance - a.held < amount) return result(false);
       a.held += amount;
-      a.holds.set(requestId, { amount, expiresAt });
-      return { ok: true, balance_micros: a.balance, held_micros: a.held };
+      bucketOf(a, due).set(requestId, { state: 'open', amount, keepUntil: Infinity });
+      return result(true);
     },
     async settle(i: SettleInput): Promise<SettleResult> {
       // `0 - cost`, not `-cost`: a free request's entry must read 0, not -0 (which prints as "-0").
       const a = account(i.account);
-      const prev = a.settled.get(i.requestId);
-      if (prev) return { entry_id: prev, replayed: true, balance_micros: a.balance, held_micros: a.held };
-      const h = a.holds.get(i.requestId);
-      if (h) {
-        a.holds.delete(i.requestId);
-        a.held -= h.amount;
+      const replay = (entryId: string): SettleResult => ({
+        entry_id: entryId,
+        replayed: true,
+        balance_micros: a.balance,
+        held_micros: a.held,
+      });
+      const due = settleBucketDue(i.holdExpiresAtMs, i.ts, holdTtlMs, bucketMs);
+      const r = a.buckets.get(due)?.get(i.requestId);
+      if (r && (r.state === 'settled' || r.state === 'settledAfterReap')) return replay(r.entryId);
+      // No record, and its bucket already emptied by the reaper: nothing is recorded there any more.
+      const emptied = !r && a.reaped !== undefined && due <= a.reaped;
+      if (emptied && i.mayHaveRun) return replay('');
+      let holdAmount = 0;
+      if (r?.state === 'open') {
+        holdAmount = r.amount;
+        a.held -= r.amount;
       }
       a.balance -= i.costMicros;
       const entryId = append(a, {
@@ -194,20 +236,34 @@ export function createMemoryStore(now: () => number = Date.now): Store {
         prompt_tokens: i.promptTokens,
         completion_tokens: i.completionTokens,
         usage_source: i.usageSource,
-        hold_micros: h?.amount ?? 0,
+        hold_micros: holdAmount,
       });
-      a.settled.set(i.requestId, entryId);
+      if (!emptied)
+        bucketOf(a, due).set(
+          i.requestId,
+          r?.state === 'reaped'
+            ? { state: 'settledAfterReap', entryId, keepUntil: r.keepUntil }
+            : { state: 'settled', entryId, keepUntil: Infinity },
+        );
       return { entry_id: entryId, replayed: false, balance_micros: a.balance, held_micros: a.held };
     },
     async reapExpiredHolds(nowMs, ts) {
       let n = 0;
       for (const a of accounts.values()) {
-        for (const [requestId, h] of a.holds) {
-          if (h.expiresAt > nowMs) continue;
-          a.holds.delete(requestId);
-          a.held -= h.amount;
-          append(a, { ts, kind: 'hold_expired', amount_micros: 0, request_id: requestId, hold_micros: h.amount });
-          n++;
+        for (const [due, bucket] of a.buckets) {
+          if (due > nowMs) continue;
+          if (a.reaped === undefined || due > a.reaped) a.reaped = due;
+          for (const [requestId, r] of bucket) {
+            if (r.state === 'open') {
+              a.held -= r.amount;
+              append(a, { ts, kind: 'hold_expired', amount_micros: 0, request_id: requestId, hold_micros: r.amount });
+              bucket.set(requestId, { state: 'reaped', amount: r.amount, keepUntil: nowMs + reapedKeepMs });
+              n++;
+            } else if (r.state === 'settled' || r.keepUntil <= nowMs) {
+              bucket.delete(requestId);
+            }
+          }
+          if (bucket.size === 0) a.buckets.delete(due);
         }
       }
       return n;

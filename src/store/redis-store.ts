@@ -7,6 +7,7 @@ import { readFile } from 'node:fs/promises';
 import { Cluster, Redis } from 'ioredis';
 import { GatewayError } from '../http/errors.ts';
 import * as K from './redis-keys.ts';
+import { createRedisCredit } from './redis-credit.ts';
 import { limiterClient } from './limiter-client.ts';
 import { createScriptPipe, luaScript, type LuaScript, type PipeTarget, type ScriptPipe } from './script-pipe.ts';
 import {
@@ -30,33 +31,36 @@ type Client = Redis | Cluster;
 type ScriptFn = (...args: (string | number)[]) => Promise<unknown>;
 
 /**
- * Lua scripts by command name: [file, number of keys]. On a single node the hold index goes into the hold
- * and settle scripts as an extra key (one command each instead of two: ioredis was ~12 % of the gateway's
- * CPU at four commands per live request); on Cluster the index lives in another slot, so it is a separate
- * command pipelined in the same flush.
+ * Lua scripts by command name: [file, number of keys]. The hold bucket index is global (SPEC §11), so it
+ * is never a key of these scripts: redis-credit.ts writes it beside them.
  */
 const SCRIPTS = {
   tgGrant: ['grant', 3],
-  tgHold: ['hold', 3],
-  tgHoldIndexed: ['hold', 4],
-  tgSettle: ['settle', 4],
-  tgSettleIndexed: ['settle', 5],
-  tgReap: ['reap', 3],
+  tgHold: ['hold', 2],
+  // Called with 3 keys or 5 (settle.lua): null = the key count is the call's first argument (ioredis).
+  tgSettle: ['settle', null],
+  // A batch of buckets, 3 keys each (reap-bucket.lua).
+  tgReapBucket: ['reap-bucket', null],
+  tgLegacyReap: ['legacy-reap', 3],
   tgRevokeShare: ['revoke-share', 1],
   tgShareQuota: ['share-quota', 1],
   tgLedgerExport: ['ledger-export', 3],
 } as const;
-const REAP_BATCH = 200;
 
 export interface RedisStoreOptions {
   url?: string | undefined;
   clusterNodes?: readonly string[];
   commandTimeoutMs: number;
   /**
-   * Lifetime of a request's settled marker, the settle's idempotency (credit.ts settledMarkerTtlSeconds):
-   * one key per settled live request, so this bounds that share of Redis memory.
+   * How long a reaped hold is remembered, so a settle arriving after the reaper still debits once
+   * (credit.ts settledMarkerTtlSeconds: the hold TTL + the settle retry window). Only reaped holds are
+   * kept that long; a settled request's record goes with its hold bucket (docs/ledger.md).
    */
   settledTtlSeconds: number;
+  /** The hold TTL (credit.ts holdTtlMs), for a settle that does not say when its hold expires. Default 660 s. */
+  holdTtlMs?: number;
+  /** Hold bucket size (hold-bucket.ts bucketMsFor; default 1 s). */
+  bucketMs?: number;
   onError?: (err: Error) => void;
   /** Hold and settle through the script pipe on a single node (default); false keeps them on ioredis. */
   scriptPipe?: boolean;
@@ -171,7 +175,7 @@ export async function createRedisStore(o: RedisStoreOptions & { client?: Client 
   const lua: Record<string, LuaScript> = {};
   for (const [name, [file, numberOfKeys]] of Object.entries(SCRIPTS)) {
     lua[file] ??= luaScript(await readFile(new URL(`./lua/${file}.lua`, import.meta.url), 'utf8'));
-    redis.defineCommand(name, { numberOfKeys, lua: lua[file]!.lua });
+    redis.defineCommand(name, { ...(numberOfKeys === null ? {} : { numberOfKeys }), lua: lua[file]!.lua });
     scripts[name] = (...args) => (redis as unknown as Record<string, ScriptFn>)[name]!(...args);
   }
   // Single node: hold and settle, the two scripts of every live request, take the lean pipe (script-pipe.ts).
@@ -195,6 +199,16 @@ export async function createRedisStore(o: RedisStoreOptions & { client?: Client 
   if (!cluster) sub.on('ready', () => void sub.subscribe(K.INVALIDATION_CHANNEL).catch(onError));
 
   const s = scripts as Record<keyof typeof SCRIPTS, ScriptFn>;
+  const credit = createRedisCredit({
+    redis,
+    pipe,
+    scripts: s,
+    lua: { hold: lua.hold!, settle: lua.settle! },
+    onError,
+    reapedTtlSeconds: o.settledTtlSeconds,
+    holdTtlMs: o.holdTtlMs,
+    bucketMs: o.bucketMs,
+  });
   const readAccount = async (acct: string): Promise<AccountState> => {
     const [bal, held] = await redis.hmget(K.balance(acct), 'balance', 'held');
     return { id: acct, balance_micros: Number(bal ?? 0), held_micros: Number(held ?? 0) };
@@ -295,72 +309,9 @@ export async function createRedisStore(o: RedisStoreOptions & { client?: Client 
           return (rows as [string, string[]][]).map(parseEntry);
         })(),
       ),
-    hold: (acct, requestId, amount, expiresAt) =>
-      guard(
-        (async () => {
-          const member = JSON.stringify([acct, requestId]);
-          const keys = [K.balance(acct), K.holds(acct), K.settled(acct, requestId)];
-          let reply: Promise<unknown>;
-          if (pipe) {
-            reply = pipe.run(lua.hold!, [...keys, K.HOLD_INDEX], [requestId, amount, expiresAt, member]);
-          } else if (cluster) {
-            // Indexed first, in the same pipeline flush as the script: one round trip, and a process that dies
-            // after the hold always leaves it findable by the reaper. An index entry without a hold is harmless.
-            redis.zadd(K.HOLD_INDEX, expiresAt, member).catch(onError);
-            reply = s.tgHold(...keys, requestId, amount, expiresAt, member);
-          } else {
-            reply = s.tgHoldIndexed(...keys, K.HOLD_INDEX, requestId, amount, expiresAt, member);
-          }
-          const [ok, bal, held] = (await reply) as [number, number, number];
-          return { ok: ok === 1, balance_micros: bal, held_micros: held };
-        })(),
-      ),
-    settle: (i) =>
-      guard(
-        (async () => {
-          const member = JSON.stringify([i.account, i.requestId]);
-          const keys = [K.balance(i.account), K.holds(i.account), K.ledger(i.account), K.settled(i.account, i.requestId)];
-          const args = [
-            i.requestId,
-            i.costMicros,
-            i.ts,
-            i.keyId,
-            i.model,
-            i.promptTokens,
-            i.completionTokens,
-            i.usageSource,
-            o.settledTtlSeconds,
-            member,
-          ];
-          const [entryId, replayed, bal, held] = (await (pipe
-            ? pipe.run(lua.settle!, [...keys, K.HOLD_INDEX], args)
-            : cluster
-              ? s.tgSettle(...keys, ...args)
-              : s.tgSettleIndexed(...keys, K.HOLD_INDEX, ...args))) as [string, number, number, number];
-          if (cluster) redis.zrem(K.HOLD_INDEX, member).catch(onError);
-          return { entry_id: entryId, replayed: replayed === 1, balance_micros: bal, held_micros: held };
-        })(),
-      ),
-    reapExpiredHolds: (nowMs, ts) =>
-      guard(
-        (async () => {
-          let reaped = 0;
-          // Members whose hold is not due yet (-1: a replayed hold() re-scored the index with an earlier
-          // expiry) stay in the index; skip past them, or a batch full of them would be re-read forever.
-          let kept = 0;
-          for (;;) {
-            const due = await redis.zrangebyscore(K.HOLD_INDEX, '-inf', nowMs, 'LIMIT', kept, REAP_BATCH);
-            for (const member of due) {
-              const [acct, requestId] = JSON.parse(member) as [string, string];
-              const r = (await s.tgReap(K.balance(acct), K.holds(acct), K.ledger(acct), requestId, nowMs, ts)) as number;
-              if (r === 1) reaped++;
-              if (r !== -1) await redis.zrem(K.HOLD_INDEX, member);
-              else kept++;
-            }
-            if (due.length < REAP_BATCH) return reaped;
-          }
-        })(),
-      ),
+    hold: (acct, requestId, amount, expiresAt) => guard(credit.hold(acct, requestId, amount, expiresAt)),
+    settle: (i) => guard(credit.settle(i)),
+    reapExpiredHolds: (nowMs, ts) => guard(credit.reapExpiredHolds(nowMs, ts)),
 
     putShare: (r) =>
       guard(

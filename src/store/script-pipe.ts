@@ -60,6 +60,13 @@ export interface ScriptPipe {
    * loop turn it was made in, with every other call of that turn.
    */
   run(script: LuaScript, keys: readonly string[], args: readonly (string | number)[]): Promise<Reply>;
+  /** Sends one plain command, in order with the scripts of the same turn (they share a write). */
+  call(args: readonly (string | number)[]): Promise<Reply>;
+  /**
+   * Counts the connections made so far (bumped by each successful handshake): what a caller learnt
+   * about the server on one connection (e.g. "this index entry exists") may not hold on the next.
+   */
+  readonly generation: number;
   /** Resolves once connected and authenticated (rejects on the first failed attempt; retries continue). */
   readonly ready: Promise<void>;
   /** Connected now (a call would be sent, not refused). */
@@ -80,6 +87,12 @@ const CONNECT_TIMEOUT_MS = 10_000;
 
 export class PipeError extends Error {
   override name = 'PipeError';
+  /** False only when the command was refused before it was written: it certainly did not run. */
+  readonly sent: boolean;
+  constructor(message: string, sent = true) {
+    super(message);
+    this.sent = sent;
+  }
 }
 
 export function createScriptPipe(o: ScriptPipeOptions): ScriptPipe {
@@ -95,6 +108,7 @@ export function createScriptPipe(o: ScriptPipeOptions): ScriptPipe {
   let prelude: boolean[] = [];
   let out: string[] = [];
   let flushScheduled = false;
+  let generation = 0;
 
   const reader = new RespReader((r) => {
     if (prelude.length > 0) {
@@ -163,6 +177,7 @@ export function createScriptPipe(o: ScriptPipeOptions): ScriptPipe {
   }
   /** The handshake succeeded: the connection counts as good (backoff restarts from its minimum). */
   function handshaken(): void {
+    generation++;
     backoff = FIRST_RECONNECT_MS;
     settleFirst();
   }
@@ -231,7 +246,7 @@ export function createScriptPipe(o: ScriptPipeOptions): ScriptPipe {
   watchdog.unref();
 
   function send(args: readonly (string | number)[]): Promise<Reply> {
-    if (!connected || !socket) return Promise.reject(new PipeError('redis not connected'));
+    if (!connected || !socket) return Promise.reject(new PipeError('redis not connected', false));
     out.push(encodeCommand(args));
     if (!flushScheduled) {
       flushScheduled = true;
@@ -251,6 +266,10 @@ export function createScriptPipe(o: ScriptPipeOptions): ScriptPipe {
     get connected() {
       return connected;
     },
+    get generation() {
+      return generation;
+    },
+    call: send,
     async run(script, keys, args) {
       try {
         return await send(['EVALSHA', script.sha, keys.length, ...keys, ...args]);

@@ -90,6 +90,17 @@ export interface SettleInput {
   usageSource: UsageSource;
   /** ISO time of the ledger entry. */
   ts: string;
+  /**
+   * The expiry the request's hold was taken with (hold()'s `expiresAtMs`): where the settle finds it
+   * (docs/ledger.md). Without it the settle releases no hold (the reaper does, with a hold_expired entry).
+   */
+  holdExpiresAtMs?: number;
+  /**
+   * True when an earlier attempt of this same settle was sent and no answer came (it may have run). Once
+   * the request's hold bucket has been emptied by the reaper, such a settle that finds no trace of its
+   * request debits nothing and answers `entry_id: ''` (docs/ledger.md), never a second debit.
+   */
+  mayHaveRun?: boolean;
 }
 
 export interface SettleResult {
@@ -191,11 +202,21 @@ export interface Store {
   getAccount(account: string): Promise<AccountState>;
   /** Entries oldest first, strictly after `after` when given. */
   ledger(account: string, after: string | undefined, limit: number): Promise<LedgerEntry[]>;
-  /** Takes a hold when balance − held ≥ amount; idempotent per request id. */
+  /**
+   * Takes a hold when balance − held ≥ amount; idempotent per request id and expiry (a replay repeats
+   * both). A hold for a request already settled or reaped takes nothing; one whose expiry bucket the reaper
+   * has already emptied is refused (`ok: false`).
+   */
   hold(account: string, requestId: string, amountMicros: number, expiresAtMs: number): Promise<HoldResult>;
-  /** Debits the cost, releases the hold, appends the debit entry; idempotent per request id. */
+  /**
+   * Debits the cost, releases the hold, appends the debit entry; idempotent per request id. A store error
+   * whose `cause.sent === false` never reached the store (the settle certainly did not run).
+   */
   settle(input: SettleInput): Promise<SettleResult>;
-  /** Releases holds whose expiry has passed, each with a `hold_expired` entry; returns how many. */
+  /**
+   * Releases holds whose expiry bucket is due (⌈expiry / bucket⌉ · bucket ≤ now, hold-bucket.ts), each
+   * with a `hold_expired` entry, and drops the records of settled requests with them; returns how many holds.
+   */
   reapExpiredHolds(nowMs: number, ts: string): Promise<number>;
 
   putShare(record: ShareRecord): Promise<void>;

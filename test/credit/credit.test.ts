@@ -3,6 +3,7 @@
 import { Writable } from 'node:stream';
 import t, { type Test } from 'tap';
 import { createCredit, holdTtlMs, settledMarkerTtlSeconds, SETTLE_RETRY_WINDOW_MS } from '../../src/credit/credit.ts';
+import { GatewayError } from '../../src/http/errors.ts';
 import { createLogger } from '../../src/obs/logger.ts';
 import { createMemoryStore } from '../../src/store/memory-store.ts';
 import type { SettleInput } from '../../src/store/types.ts';
@@ -10,8 +11,11 @@ import type { SettleInput } from '../../src/store/types.ts';
 const TS = '2026-11-22T00:00:00.000Z';
 const quiet = createLogger('silent');
 
+const EXPIRY = Date.now() + 60_000;
+
 function input(requestId: string): SettleInput {
   return {
+    holdExpiresAtMs: EXPIRY,
     account: 'acme',
     requestId,
     costMicros: 40,
@@ -27,7 +31,7 @@ function input(requestId: string): SettleInput {
 t.test('drain waits for an expected settle, then for the settle it starts', async (t) => {
   const store = createMemoryStore();
   await store.grant('acme', 1000, undefined, undefined, TS);
-  await store.hold('acme', 'req-1', 100, Date.now() + 60_000);
+  await store.hold('acme', 'req-1', 100, EXPIRY);
   // A store whose settle takes 50 ms, as a Redis round trip under load might.
   const slow = { ...store, settle: async (i: SettleInput) => (await new Promise((r) => setTimeout(r, 50)), store.settle(i)) };
   const credit = createCredit({ store: slow, logger: quiet });
@@ -79,16 +83,21 @@ function capture(): { logger: ReturnType<typeof createLogger>; lines: Record<str
   return { logger: createLogger('info', sink), lines };
 }
 
-/** A store whose settle fails its first `failures` calls (Redis unreachable), recording when each call started. */
-function flaky(failures: number) {
+/**
+ * A store whose settle fails its first `failures` calls, recording when each call started and what it was
+ * given. `cause` is what the store error carries: by default a command that was sent and never answered.
+ */
+function flaky(failures: number, cause: unknown = new Error('redis command timed out after 300 ms')) {
   const store = createMemoryStore();
   const calls: number[] = [];
+  const inputs: SettleInput[] = [];
   const settle = async (i: SettleInput) => {
     calls.push(Date.now());
-    if (calls.length <= failures) throw new Error('Connection is closed.');
+    inputs.push(i);
+    if (calls.length <= failures) throw new GatewayError('store_unavailable', 'down', { cause });
     return store.settle(i);
   };
-  return { store: { ...store, settle }, inner: store, calls };
+  return { store: { ...store, settle }, inner: store, calls, inputs };
 }
 
 /** Retry sleeps are unref'd (they must not keep a stopping gateway alive): keep this test's process up. */
@@ -126,7 +135,7 @@ t.test('a settle that lands inside its window debits once', async (t) => {
   keepAlive(t);
   const { store, inner, calls } = flaky(2);
   await inner.grant('acme', 1000, undefined, undefined, TS);
-  await inner.hold('acme', 'req-3', 100, Date.now() + 60_000);
+  await inner.hold('acme', 'req-3', 100, EXPIRY);
   const { logger, lines } = capture();
   const credit = createCredit({ store, logger, retryWindowMs: 1000 });
   const result = await credit.settle(input('req-3'));
@@ -139,12 +148,48 @@ t.test('a settle that lands inside its window debits once', async (t) => {
   );
 });
 
-t.test('the settled marker outlives the hold and every retry of the settle', async (t) => {
+t.test('a retry says an earlier attempt may have run, unless that attempt was never sent', async (t) => {
+  keepAlive(t);
+  const sent = flaky(2);
+  const result = await createCredit({ store: sent.store, logger: quiet, retryWindowMs: 2000 }).settle(input('req-4'));
+  t.equal(result?.replayed, false);
+  t.strictSame(
+    sent.inputs.map((i) => i.mayHaveRun ?? false),
+    [false, true, true],
+    'after a timed-out attempt every retry carries mayHaveRun',
+  );
+  const refused = flaky(2, Object.assign(new Error('redis not connected'), { sent: false }));
+  await createCredit({ store: refused.store, logger: quiet, retryWindowMs: 2000 }).settle(input('req-5'));
+  t.strictSame(
+    refused.inputs.map((i) => i.mayHaveRun ?? false),
+    [false, false, false],
+    'attempts refused before they were sent (cause.sent === false) certainly did not run',
+  );
+});
+
+t.test('a retry that finds its bucket reaped and no record debits nothing and logs the settle to reconcile', async (t) => {
+  keepAlive(t);
+  const { store, inner } = flaky(1);
+  await inner.grant('acme', 1000, undefined, undefined, TS);
+  await inner.hold('acme', 'req-6', 100, 1000);
+  // The first attempt ran in the store, but its answer was lost; then the hold's bucket was emptied.
+  await inner.settle({ ...input('req-6'), holdExpiresAtMs: 1000 });
+  await inner.reapExpiredHolds(1000, TS);
+  const { logger, lines } = capture();
+  const result = await createCredit({ store, logger, retryWindowMs: 2000 }).settle({ ...input('req-6'), holdExpiresAtMs: 1000 });
+  t.strictSame([result?.replayed, result?.entry_id], [true, ''], 'no second debit');
+  t.equal((await inner.getAccount('acme')).balance_micros, 960, 'debited once');
+  const line = lines.find((l) => typeof l.msg === 'string' && l.msg.startsWith('settle retried after its hold bucket was reaped'));
+  t.equal(line?.level, 50, 'an error line to reconcile from');
+  t.match(line?.settle, { requestId: 'req-6', costMicros: 40, mayHaveRun: true }, 'with the whole settle');
+});
+
+t.test('reaped holds are remembered longer than the hold and every retry of the settle', async (t) => {
   const config = { upstream: { totalTimeoutMs: 600_000 }, credit: { holdMarginSeconds: 60 } } as Parameters<
     typeof settledMarkerTtlSeconds
   >[0];
   t.equal(holdTtlMs(config), 660_000, 'hold: total upstream timeout + margin');
-  t.equal(settledMarkerTtlSeconds(config), 660 + SETTLE_RETRY_WINDOW_MS / 1000, 'marker: the hold TTL + the retry window');
+  t.equal(settledMarkerTtlSeconds(config), 660 + SETTLE_RETRY_WINDOW_MS / 1000, 'reaped holds: the hold TTL + the retry window');
   t.ok(
     settledMarkerTtlSeconds(config) * 1000 > SETTLE_RETRY_WINDOW_MS + holdTtlMs(config) - 1,
     'longer than the window in which retries start',

@@ -18,6 +18,8 @@ function settleInput(account: string, requestId: string, costMicros: number, ext
     completionTokens: 34,
     usageSource: 'upstream',
     ts: TS2,
+    // Where the settle finds its hold (the expiry hold() was given); these cases hold with FAR unless they say.
+    holdExpiresAtMs: FAR,
     ...extra,
   };
 }
@@ -221,7 +223,7 @@ export function creditCases(test: Case): void {
     t.equal(await store.reapExpiredHolds(4999, TS2), 0, 'the live hold stays');
     t.equal((await allEntries(store, acct)).length, 3, 'no duplicate entries');
 
-    const s = await store.settle(settleInput(acct, 'exp-1', 80));
+    const s = await store.settle(settleInput(acct, 'exp-1', 80, { holdExpiresAtMs: 1000 }));
     t.strictSame(
       { balance: s.balance_micros, held: s.held_micros },
       { balance: 920, held: 300 },
@@ -232,17 +234,20 @@ export function creditCases(test: Case): void {
     t.strictSame(await store.getAccount(acct), { id: acct, balance_micros: 920, held_micros: 0 });
   });
 
-  test('a repeated hold keeps its first expiry, and many not-yet-due holds do not stall the reaper', async (t, { store }) => {
+  test('a repeated hold (same request, same expiry) holds once, and many not-yet-due holds do not stall the reaper', async (t, {
+    store,
+  }) => {
     const acct = uniqueAccount();
     await store.grant(acct, 1_000_000, undefined, undefined, TS);
-    // 250 > one reaper batch (200 in the Redis store).
+    // 250 > one reaper batch (200 in the Redis store), and across several hold buckets (1 s each).
     for (let i = 0; i < 250; i++) {
-      await store.hold(acct, `req-${i}`, 10, 10_000);
-      t.equal((await store.hold(acct, `req-${i}`, 10, 1_000)).ok, true);
+      await store.hold(acct, `req-${i}`, 10, 7_001 + i * 10);
+      t.equal((await store.hold(acct, `req-${i}`, 10, 7_001 + i * 10)).ok, true);
     }
     t.equal(await within(store.reapExpiredHolds(5_000, TS2), 5_000, 'reaper run'), 0, 'nothing has expired yet');
     t.equal((await store.getAccount(acct)).held_micros, 2500);
-    t.equal(await within(store.reapExpiredHolds(10_000, TS2), 5_000, 'reaper run'), 250);
+    t.equal(await within(store.reapExpiredHolds(8_000, TS2), 5_000, 'reaper run'), 100, 'the bucket due at 8 s: expiries 7001..7991');
+    t.equal(await within(store.reapExpiredHolds(10_000, TS2), 5_000, 'reaper run'), 150);
     t.equal((await store.getAccount(acct)).held_micros, 0);
   });
 }

@@ -2,6 +2,7 @@
 // store, and ends by checking balance = Σ ledger and held = Σ open holds for every account it touched.
 import type { Test } from 'tap';
 import { creditCases } from './contract-credit.ts';
+import { ledgerCases } from './contract-ledger.ts';
 import { recordCases } from './contract-records.ts';
 import { consoleCases } from './contract-console.ts';
 import { exportCases } from './contract-export.ts';
@@ -20,6 +21,7 @@ export function runStoreContract(t: Test, makeStore: MakeStore, opts: ContractOp
     });
   };
   creditCases(test);
+  ledgerCases(test);
   recordCases(test, makePeer);
   consoleCases(test);
   exportCases(test);

@@ -6,10 +6,11 @@ import t from 'tap';
 import type { Test } from 'tap';
 import { GatewayError } from '../../src/http/errors.ts';
 import { createRedisStore } from '../../src/store/redis-store.ts';
-import type { Invalidation, Store } from '../../src/store/types.ts';
+import * as K from '../../src/store/redis-keys.ts';
+import type { Invalidation, SettleInput, Store } from '../../src/store/types.ts';
 import { startRedis } from '../helpers/redis.ts';
 import { runStoreContract } from './contract.ts';
-import { TS, waitFor } from './harness.ts';
+import { allEntries, TS, TS2, waitFor } from './harness.ts';
 
 /**
  * A TCP relay in front of Redis. `cut()` drops every connection (the clients reconnect); after it, on
@@ -58,7 +59,7 @@ async function startHoldingRelay(t: Test, port: number): Promise<{ url: string; 
 
 // 300 ms: fail fast like production (NOTES §1), yet far above a loopback round trip (~0.1 ms).
 const COMMAND_TIMEOUT_MS = 300;
-// The settled marker's lifetime (production derives it from the config: credit.ts settledMarkerTtlSeconds).
+// How long a reaped hold is remembered (production derives it from the config: credit.ts settledMarkerTtlSeconds).
 const SETTLED_TTL_S = 4260;
 
 async function openStore(t: Test, url: string): Promise<Store> {
@@ -78,6 +79,47 @@ if (redis) {
     // Another gateway instance: a second store (own connections) on the same server, no flush.
     { makePeer: (t) => openStore(t, redis.url) },
   );
+
+  // The credit scripts through ioredis (defineCommand), as on Cluster and Sentinel, instead of the script pipe.
+  t.test('the contract without the script pipe', async (t) => {
+    runStoreContract(t, async (t) => {
+      await redis.client.flushdb();
+      const store = await createRedisStore({
+        url: redis.url,
+        commandTimeoutMs: COMMAND_TIMEOUT_MS,
+        settledTtlSeconds: SETTLED_TTL_S,
+        scriptPipe: false,
+      });
+      t.teardown(() => store.close());
+      return store;
+    });
+  });
+
+  /** Every key on the server (SCAN, never KEYS). */
+  async function allKeys(): Promise<string[]> {
+    const keys: string[] = [];
+    let cursor = '0';
+    do {
+      const [next, batch] = await redis!.client.scan(cursor, 'COUNT', 1000);
+      cursor = next;
+      keys.push(...batch);
+    } while (cursor !== '0');
+    return keys.sort();
+  }
+
+  const settleOf = (account: string, requestId: string, holdExpiresAtMs: number, extra: Partial<SettleInput> = {}): SettleInput => ({
+    account,
+    requestId,
+    costMicros: 10,
+    keyId: 'key_a',
+    model: 'm',
+    promptTokens: 1,
+    completionTokens: 1,
+    usageSource: 'upstream',
+    ts: TS,
+    holdExpiresAtMs,
+    ...extra,
+  });
 
   t.test('every key of an account carries the {acct:<id>} hash tag', async (t) => {
     await redis.client.flushdb();
@@ -101,74 +143,164 @@ if (redis) {
       await store.hold(acct, 'req-settled', 100, 5_000);
       await store.hold(acct, 'req-open', 100, 9_000_000_000_000);
       await store.hold(acct, 'req-expired', 100, 1_000);
-      await store.settle({
-        account: acct,
-        requestId: 'req-settled',
-        costMicros: 10,
-        keyId: `key_${acct}`,
-        model: 'm',
-        promptTokens: 1,
-        completionTokens: 1,
-        usageSource: 'upstream',
-        ts: TS,
-      });
+      await store.settle(settleOf(acct, 'req-settled', 5_000));
     }
     await store.reapExpiredHolds(2_000, TS);
     await store.putShare({ slug: 'A1b2C3d4E5f6G7h8J9k1m2', account: 'acme', created_at: TS, snapshot: '{}', files: [], revoked_at: null });
 
-    const keys: string[] = [];
-    let cursor = '0';
-    do {
-      const [next, batch] = await redis.client.scan(cursor, 'COUNT', 1000);
-      cursor = next;
-      keys.push(...batch);
-    } while (cursor !== '0');
-    // Keys that belong to no account: key records (looked up by hash), the id index, shares, the hold index.
-    const global = /^(tg:key:|tg:keyid:|tg:share:)|^tg:holds$|^tg:ledger:accounts$/;
+    const keys = await allKeys();
+    // Keys that belong to no account: key records (looked up by hash), the id index, shares, the bucket index.
+    const global = /^(tg:key:|tg:keyid:|tg:share:)|^tg:hold-buckets$|^tg:ledger:accounts$/;
     const stray = keys.filter((k) => !global.test(k) && !accounts.some((a) => k.startsWith(`{acct:${a}}:`)));
     t.strictSame(stray, [], 'no key outside an account tag except the global ones');
     for (const acct of accounts) {
-      const mine = keys
-        .filter((k) => k.startsWith(`{acct:${acct}}:`))
-        .map((k) => k.slice(`{acct:${acct}}:`.length))
-        .sort();
-      // acme published the share: its account's share list (the console's) is in its slot too.
+      const mine = keys.filter((k) => k.startsWith(`{acct:${acct}}:`)).map((k) => k.slice(`{acct:${acct}}:`.length));
       t.strictSame(
         mine,
-        ['bal', 'done:req-settled', 'holds', 'idem', 'keys', 'ledger', ...(acct === 'acme' ? ['share-list'] : [])],
-        `${acct}: balance, ledger, idempotency, holds, settled marker, key set`,
+        ['bal', 'hb:1000', 'hb:5000', 'hb:9000000000000', 'idem', 'keys', 'ledger', ...(acct === 'acme' ? ['share-list'] : [])],
+        `${acct}: balance, hold buckets (reaped, settled, open), idempotency, key set, ledger: no key per request`,
       );
+    }
+    t.strictSame(await redis.client.hgetall('{acct:acme}:hb:1000'), { 'req-expired': 'r100' }, 'the reaped hold is remembered');
+    const ttl = await redis.client.ttl('{acct:acme}:hb:1000');
+    t.ok(ttl > SETTLED_TTL_S - 5 && ttl <= SETTLED_TTL_S, `for the configured ${SETTLED_TTL_S} s (${ttl} s left)`);
+    t.match(await redis.client.hgetall('{acct:acme}:hb:5000'), { 'req-settled': /^=\d+-\d+$/ }, 'the settled record: "=" and its entry id');
+    t.strictSame(await redis.client.hgetall('{acct:acme}:hb:9000000000000'), { 'req-open': 'o100' }, 'the open hold: "o" and its amount');
+  });
+
+  t.test('settled requests leave nothing behind once the reaper passed their bucket; one index member per bucket', async (t) => {
+    await redis.client.flushdb();
+    const store = await openStore(t, redis.url);
+    await store.grant('acme', 1_000_000, undefined, undefined, TS);
+    await store.hold('acme', 'warm', 1, 1_000);
+    await store.settle(settleOf('acme', 'warm', 1_000));
+    await store.reapExpiredHolds(1_000, TS);
+    const baseline = await allKeys();
+    t.strictSame(
+      baseline.filter((k) => !k.endsWith(':ledger')),
+      ['tg:ledger:accounts', '{acct:acme}:bal'],
+      'only the balance, the ledger and the export index (one member per account) stay once the reaper passed',
+    );
+    const future = Date.now() + 600_000;
+    const ids = Array.from({ length: 300 }, (_, i) => `req-${i}`);
+    // Expiries spread over 3 seconds: 3 buckets.
+    const expiry = (i: number) => future + (i % 3) * 1000;
+    await redis.client.config('RESETSTAT');
+    await Promise.all(ids.map((id, i) => store.hold('acme', id, 100, expiry(i))));
+    const zadds = /cmdstat_zadd:calls=(\d+)/.exec(await redis.client.info('commandstats'))?.[1];
+    t.equal(Number(zadds), 3, 'one ZADD per bucket, not per hold (the store remembers what it indexed)');
+    await Promise.all(ids.map((id, i) => store.settle(settleOf('acme', id, expiry(i)))));
+    t.equal((await allKeys()).length, baseline.length + 4, '3 buckets and the bucket index, for 300 requests');
+    t.equal(await redis.client.zcard(K.HOLD_BUCKETS), 3, 'the index has a member per bucket, not per request');
+    t.equal(await store.reapExpiredHolds(future + 3_000, TS), 0, 'nothing to release: all were settled');
+    t.strictSame(await allKeys(), baseline, 'buckets and index are gone with them');
+    t.equal((await allEntries(store, 'acme')).filter((e) => e.kind === 'debit').length, 301, 'the ledger stays the record: one debit each');
+  });
+
+  t.test('the reaper empties large buckets of several accounts in slices, each hold once', async (t) => {
+    await redis.client.flushdb();
+    const store = await openStore(t, redis.url);
+    // 3 accounts × 700 holds in one bucket each: more than one HSCAN slice per bucket and more than one
+    // call's budget (~1,000 fields), so slices, buckets continued alone and buckets not started all occur.
+    const accounts = ['big-a', 'big-b', 'big-c'];
+    const expiry = 7_000;
+    for (const acct of accounts) {
+      await store.grant(acct, 10_000_000, undefined, undefined, TS);
+      await Promise.all(Array.from({ length: 700 }, (_, i) => store.hold(acct, `r${i}`, 10, expiry)));
+      // Every third request is settled; the rest are left to the reaper.
+      await Promise.all(
+        Array.from({ length: 700 }, (_, i) => i)
+          .filter((i) => i % 3 === 0)
+          .map((i) => store.settle(settleOf(acct, `r${i}`, expiry))),
+      );
+    }
+    const open = 700 - Math.ceil(700 / 3);
+    t.equal(await store.reapExpiredHolds(expiry, TS2), 3 * open, 'every open hold released once');
+    t.equal(await store.reapExpiredHolds(expiry + 1_000, TS2), 0, 'and never again');
+    for (const acct of accounts) {
+      t.equal((await store.getAccount(acct)).held_micros, 0, `${acct}: nothing held`);
+      const bucket = await redis.client.hgetall(K.holdBucket(acct, expiry));
+      t.equal(Object.keys(bucket).length, open, `${acct}: only the reaped holds are remembered`);
+      t.ok(
+        Object.values(bucket).every((v) => v === 'r10'),
+        `${acct}: each as r<amount>`,
+      );
+      const expired = (await allEntries(store, acct)).filter((e) => e.kind === 'hold_expired');
+      t.equal(new Set(expired.map((e) => e.request_id)).size, open, `${acct}: one hold_expired per open hold`);
+      t.equal(expired.length, open);
     }
   });
 
-  t.test('the settled marker lives for the configured TTL, and is the only per-request key left behind', async (t) => {
+  t.test('migration: holds and settled markers of the previous layout are honoured', async (t) => {
     await redis.client.flushdb();
+    const now = Date.now();
+    const acct = 'legacy';
+    const bal = `{acct:${acct}}:bal`;
+    const ledger = `{acct:${acct}}:ledger`;
+    // Written the way the previous hold.lua / settle.lua did: a grant, two open holds (one expired), a
+    // request settled with its marker, all indexed one request at a time in tg:holds.
+    await redis.client.xadd(ledger, '*', 'kind', 'grant', 'amount_micros', 10_000, 'ts', TS);
+    const settledId = await redis.client.xadd(
+      ledger,
+      '*',
+      'kind',
+      'debit',
+      'amount_micros',
+      -40,
+      'ts',
+      TS,
+      'request_id',
+      'old-settled',
+      'hold_micros',
+      100,
+    );
+    await redis.client.hset(bal, 'balance', 9_960, 'held', 500);
+    await redis.client.hset(`{acct:${acct}}:holds`, 'old-open', `200:${now + 600_000}`, 'old-expired', `300:${now - 1_000}`);
+    await redis.client.zadd(
+      'tg:holds',
+      now + 600_000,
+      JSON.stringify([acct, 'old-open']),
+      now - 1_000,
+      JSON.stringify([acct, 'old-expired']),
+    );
+    await redis.client.set(`{acct:${acct}}:done:old-settled`, settledId!, 'EX', 3600);
+
     const store = await openStore(t, redis.url);
-    await store.grant('acme', 1000, undefined, undefined, TS);
-    const before = await redis.client.dbsize();
-    for (const id of ['req-1', 'req-2']) {
-      await store.hold('acme', id, 100, 9_000_000_000_000);
-      await store.settle({
-        account: 'acme',
-        requestId: id,
-        costMicros: 10,
-        keyId: 'key_a',
-        model: 'm',
-        promptTokens: 1,
-        completionTokens: 1,
-        usageSource: 'upstream',
-        ts: TS,
-      });
-    }
-    // Two settled requests: their two markers (holds hash and index emptied, so deleted); nothing else grew.
-    t.equal(await redis.client.dbsize(), before + 2, 'one key per settled request');
-    for (const id of ['req-1', 'req-2']) {
-      const ttl = await redis.client.pttl(`{acct:acme}:done:${id}`);
-      t.ok(
-        ttl > (SETTLED_TTL_S - 5) * 1000 && ttl <= SETTLED_TTL_S * 1000,
-        `${id}: marker TTL ${ttl} ms is the configured ${SETTLED_TTL_S} s`,
-      );
-    }
+    // The upgraded gateway's settle of an old-layout hold (no bucket of the new layout has it).
+    const s = await store.settle(settleOf(acct, 'old-open', now + 600_000, { costMicros: 150 }));
+    t.strictSame([s.replayed, s.balance_micros, s.held_micros], [false, 9_810, 300], 'debited once, its 200 released');
+    const again = await store.settle(settleOf(acct, 'old-open', now + 600_000, { costMicros: 150, mayHaveRun: true }));
+    t.strictSame([again.replayed, again.entry_id], [true, s.entry_id], 'its retry replays');
+    t.equal(await redis.client.hexists(`{acct:${acct}}:holds`, 'old-open'), 0, 'the old hold is gone');
+
+    const marker = await store.settle(settleOf(acct, 'old-settled', now + 600_000, { costMicros: 40 }));
+    t.strictSame(
+      [marker.replayed, marker.entry_id, marker.balance_micros],
+      [true, settledId, 9_810],
+      'an old marker still stops a second debit',
+    );
+
+    t.equal(await store.reapExpiredHolds(Date.now(), TS2), 1, 'the reaper releases the expired old-layout hold');
+    t.equal(await redis.client.zcard('tg:holds'), 1, 'old-open stays indexed until its expiry');
+    t.equal(await store.reapExpiredHolds(now + 600_000, TS2), 0, 'then it is not released again: its settle did that');
+    t.equal(await redis.client.zcard('tg:holds'), 0, 'and the old index is drained');
+    t.strictSame(await store.getAccount(acct), { id: acct, balance_micros: 9_810, held_micros: 0 });
+    const entries = await allEntries(store, acct);
+    t.strictSame(
+      entries.map((e) => [e.kind, e.request_id, e.amount_micros, e.hold_micros]),
+      [
+        ['grant', undefined, 10_000, undefined],
+        ['debit', 'old-settled', -40, 100],
+        ['debit', 'old-open', -150, 200],
+        ['hold_expired', 'old-expired', 0, 300],
+      ],
+      'the ledger: one debit per request, the expired hold recorded',
+    );
+    t.equal(
+      entries.reduce((sum, e) => sum + e.amount_micros, 0),
+      9_810,
+      'balance = Σ ledger',
+    );
   });
 
   t.test('Redis down: fails fast with store_unavailable, then the same store recovers', async (t) => {

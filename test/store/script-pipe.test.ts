@@ -145,15 +145,31 @@ t.test('the credit scripts come back the way the store reads them', async (t) =>
   const settle = luaScript(await readFile(new URL('../../src/store/lua/settle.lua', import.meta.url), 'utf8'));
   const acct = 'pipe';
   await redis.client.hset(K.balance(acct), 'balance', 1000);
-  const member = JSON.stringify([acct, 'r1']);
-  const holdKeys = [K.balance(acct), K.holds(acct), K.settled(acct, 'r1'), K.HOLD_INDEX];
-  t.same(await pipe.run(hold, holdKeys, ['r1', 100, Date.now() + 60_000, member]), [1, 1000, 100], 'hold: [ok, balance, held]');
-  t.equal((await redis.client.zscore(K.HOLD_INDEX, member)) !== null, true, 'the hold is indexed');
-  const settleKeys = [K.balance(acct), K.holds(acct), K.ledger(acct), K.settled(acct, 'r1'), K.HOLD_INDEX];
-  const args = ['r1', 40, '2026-11-22T10:00:00.000Z', 'key_1', 'm', 3, 5, 'reported', 60, member];
-  const first = (await pipe.run(settle, settleKeys, args)) as [string, number, number, number];
-  t.match(first, [/^\d+-\d+$/, 0, 960, 0], 'settle: [stream entry id, not replayed, balance, held]');
-  t.same(await pipe.run(settle, settleKeys, args), [first[0], 1, 960, 0], 'a second settle replays the same entry id');
+  const due = 9_000_000_000_000;
+  const holdKeys = [K.balance(acct), K.holdBucket(acct, due)];
+  t.same(await pipe.run(hold, holdKeys, ['r1', 100, due]), [1, 1000, 100], 'hold: [taken, balance, held]');
+  t.same(await pipe.run(hold, holdKeys, ['r1', 100, due]), [2, 1000, 100], 'hold again: [already there, balance, held]');
+  const settleKeys = [K.balance(acct), K.holdBucket(acct, due), K.ledger(acct), K.holds(acct), K.settled(acct, 'r1')];
+  const args = ['r1', '-40', '2026-11-22T10:00:00.000Z', 'key_1', 'm', 3, 5, 'reported', '0', due];
+  const first = (await pipe.run(settle, settleKeys, args)) as [string, number, number, number, number];
+  t.match(first, [/^\d+-\d+$/, 0, 960, 0, 0], 'settle: [stream entry id, not replayed, balance, held, not a fresh bucket]');
+  t.same(await pipe.run(settle, settleKeys, args), [first[0], 1, 960, 0, 0], 'a second settle replays the same entry id');
+});
+
+t.test('call() sends a plain command in order with the scripts; generation counts connections', async (t) => {
+  const redis = await startRedis(t);
+  if (!redis) return;
+  const pipe = openPipe(t, { target: targetOf(redis) });
+  await pipe.ready;
+  t.equal(pipe.generation, 1, 'the first connection');
+  const [added, seen] = await Promise.all([
+    pipe.call(['ZADD', 'pipe:z', 5, 'm']),
+    pipe.run(luaScript("return redis.call('ZSCORE', KEYS[1], ARGV[1])"), ['pipe:z'], ['m']),
+  ]);
+  t.strictSame([added, seen], [1, '5'], 'the script sent after the command in the same turn sees its write');
+  await redis.client.call('CLIENT', 'KILL', 'TYPE', 'normal', 'SKIPME', 'yes');
+  await waitFor(() => pipe.generation === 2, 5000, 'the reconnect');
+  t.pass('a new connection is a new generation');
 });
 
 t.test('500 calls in one tick each resolve with their own reply, in order', async (t) => {
@@ -328,6 +344,7 @@ t.test('fail fast while Redis is down, reconnect by itself when it is back', asy
   t.ok(await waitFor(() => !pipe.connected, 500), 'connected is false');
   const refused = await rejection(pipe.run(ECHO, ['c'], [3]));
   t.match(refused.err.message, /not connected/, 'while disconnected a call is refused');
+  t.equal((refused.err as PipeError).sent, false, 'and says it was never sent (a settle retry relies on it)');
   t.ok(refused.ms < 100, `without touching the network (${refused.ms.toFixed(0)} ms)`);
   t.ok(
     await waitFor(() => errors.some((e) => (e as NodeJS.ErrnoException).code === 'ECONNREFUSED'), 2000),
@@ -355,6 +372,7 @@ t.test('a command unanswered past commandTimeoutMs fails, and the pipe recovers'
   const { err, ms } = await rejection(first);
   t.match(err.message, /timed out after 200 ms/, 'the call rejects with a timeout');
   t.ok(err instanceof PipeError, 'as a PipeError');
+  t.equal((err as PipeError).sent, true, 'that was sent: it may still run (a settle retry must say so)');
   t.ok(ms >= 150 && ms < 1000, `about commandTimeoutMs after the call (${ms.toFixed(0)} ms), long before the pause ends`);
   t.equal(connectedAtFailure, false, 'the stuck connection is dropped');
   for (const p of behind) t.match((await rejection(p, 100)).err.message, /timed out/, 'the calls queued behind it fail with it');

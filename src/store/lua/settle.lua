@@ -1,33 +1,64 @@
--- Settle a request: debit the actual cost, release its hold, append one debit entry. Idempotent per
--- request id through the settled marker, kept ARGV[9] seconds (the hold TTL + the settle retry window).
--- A hold already reaped is simply not released twice; the debit is still recorded, so nothing the
--- upstream produced goes unbilled.
--- KEYS: 1 balance hash, 2 holds hash, 3 ledger stream, 4 settled marker (all {acct:<id>}),
---       5 (single node only) the global hold index
--- ARGV: 1 request id, 2 cost_micros, 3 ts, 4 key id, 5 model, 6 prompt tokens, 7 completion tokens,
---       8 usage source, 9 marker ttl seconds, 10 index member
-local prev = redis.call('GET', KEYS[4])
+-- Settle a request: debit the actual cost, release its hold, append one debit entry; idempotent per
+-- request id. The hold's own field in its bucket is the record (docs/ledger.md):
+--   'o<amount>'  open: debit, release, and the field becomes '=<entry id>' (settled)
+--   '=<id>'      settled: a replay, nothing debited, the first entry id returned
+--   'r<amount>'  reaped (the reaper released it, with a hold_expired entry): debit once, field '+<id>'
+--   '+<id>'      settled after a reap: a replay
+--   absent       no hold reached this bucket: an old-layout hold or marker (before the upgrade), else a
+--                settle without a hold (debited, hold_micros 0, field '=<id>') — unless an earlier attempt
+--                of this settle may have run (ARGV[9] = '1') and the bucket was already emptied by the
+--                reaper, where a settled field is gone too: then nothing is debited and '' is returned as
+--                the entry id (the caller logs it for reconciliation). Into an emptied bucket nothing is
+--                written (no reaper would visit it again; a late hold is refused there anyway, hold.lua).
+-- KEYS: 1 balance hash, 2 hold bucket, 3 ledger stream (all {acct:<id>}); for the absent case also
+--       4 old-layout holds hash, 5 old-layout settled marker. Called with 3 keys and 8 arguments first
+--       (the common case: fewer arguments to copy into Lua), it answers {'?'} when the field is absent,
+--       and the store calls it again with everything.
+-- ARGV: 1 request id, 2 the debit's amount_micros (0 - cost, as text: "0" for a free request),
+--       3 ts, 4 key id, 5 model, 6 prompt tokens, 7 completion tokens, 8 usage source,
+--       9 '1' when an earlier attempt may have run, 10 the bucket's due time (ms)
+-- Amounts stay text end to end (a Lua number would be formatted again for every command).
+-- Returns {entry id, replayed (1/0), balance, held, wrote into a bucket no hold of it indexed (1/0)}.
+local v = redis.call('HGET', KEYS[2], ARGV[1])
+if not v and not KEYS[5] then return {'?'} end
+local hold = '0'
+local mark = '='
+local fresh = 0
+local prev
+if v then
+  local state = string.sub(v, 1, 1)
+  if state == 'o' then
+    hold = string.sub(v, 2)
+  elseif state == 'r' then
+    mark = '+'
+  else
+    prev = string.sub(v, 2)
+  end
+else
+  -- Has the reaper emptied this bucket already? Then a record written now would never be cleaned.
+  local through = redis.call('HGET', KEYS[1], 'reaped')
+  local emptied = through and tonumber(ARGV[10]) <= tonumber(through)
+  local old = redis.call('HGET', KEYS[4], ARGV[1])
+  if old then
+    hold = string.match(old, '^(%d+)')
+    redis.call('HDEL', KEYS[4], ARGV[1])
+  else
+    prev = redis.call('GET', KEYS[5])
+    if not prev and emptied and ARGV[9] == '1' then prev = '' end
+  end
+  if emptied then mark = nil else fresh = 1 end
+end
 if prev then
   local b = redis.call('HMGET', KEYS[1], 'balance', 'held')
-  return {prev, 1, tonumber(b[1] or '0'), tonumber(b[2] or '0')}
+  return {prev, 1, tonumber(b[1] or '0'), tonumber(b[2] or '0'), 0}
 end
--- `0 - x`, never `-x`: Lua's -0 reaches Redis as the string "-0", which HINCRBY rejects ("not an
--- integer"), so a request costing 0 (or holding 0) could never settle.
-local cost = tonumber(ARGV[2])
-local holdAmount = 0
+-- "-0" is not an integer to HINCRBY: a hold of 0 releases nothing (and ARGV[2] is "0", never "-0").
 local held
-local h = redis.call('HGET', KEYS[2], ARGV[1])
-if h then
-  holdAmount = tonumber(string.match(h, '^(%d+)'))
-  redis.call('HDEL', KEYS[2], ARGV[1])
-  held = redis.call('HINCRBY', KEYS[1], 'held', 0 - holdAmount)
-end
-local bal = redis.call('HINCRBY', KEYS[1], 'balance', 0 - cost)
--- Only a settle without its hold (reaped, or never taken) reads `held`: the common path already has it.
+if hold ~= '0' then held = redis.call('HINCRBY', KEYS[1], 'held', '-' .. hold) end
+local bal = redis.call('HINCRBY', KEYS[1], 'balance', ARGV[2])
 if not held then held = tonumber(redis.call('HGET', KEYS[1], 'held') or '0') end
-local id = redis.call('XADD', KEYS[3], '*', 'kind', 'debit', 'amount_micros', 0 - cost, 'ts', ARGV[3],
+local id = redis.call('XADD', KEYS[3], '*', 'kind', 'debit', 'amount_micros', ARGV[2], 'ts', ARGV[3],
   'request_id', ARGV[1], 'key_id', ARGV[4], 'model', ARGV[5], 'prompt_tokens', ARGV[6],
-  'completion_tokens', ARGV[7], 'usage_source', ARGV[8], 'hold_micros', holdAmount)
-redis.call('SET', KEYS[4], id, 'EX', ARGV[9])
-if KEYS[5] then redis.call('ZREM', KEYS[5], ARGV[10]) end
-return {id, 0, bal, held}
+  'completion_tokens', ARGV[7], 'usage_source', ARGV[8], 'hold_micros', hold)
+if mark then redis.call('HSET', KEYS[2], ARGV[1], mark .. id) end
+return {id, 0, bal, held, fresh}

@@ -1,5 +1,7 @@
--- Release one hold if it has expired, with a hold_expired ledger entry (amount 0, the hold recorded).
--- KEYS: 1 balance hash, 2 holds hash, 3 ledger stream (all {acct:<id>})
+-- The reaper of the layout before docs/ledger.md (one field per open hold in {acct:<id>}:holds, indexed
+-- one request at a time in tg:holds): releases one such hold if it has expired, with a hold_expired
+-- ledger entry (amount 0, the hold recorded). Kept so holds taken before an upgrade are still reaped.
+-- KEYS: 1 balance hash, 2 old-layout holds hash, 3 ledger stream (all {acct:<id>})
 -- ARGV: 1 request id, 2 now_ms, 3 ts
 -- Returns 1 reaped, 0 no such hold (settled already), -1 not expired yet.
 local h = redis.call('HGET', KEYS[2], ARGV[1])

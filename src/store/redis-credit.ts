@@ -1,0 +1,184 @@
+/**
+ * Holds, settles and the reaper on Redis (SPEC §4), in the hold bucket layout of docs/ledger.md: every
+ * hold of an account expiring in the same bucket of time is one field of one hash, which is also the
+ * request's idempotency record, so no key is made per request. The global bucket index is written with
+ * its own command, never from a script with an account's keys (SPEC §11). redis-store.ts wraps these
+ * calls so any Redis failure becomes 503 `store_unavailable`.
+ */
+import { Cluster, type Redis } from 'ioredis';
+import { bucketDue, DEFAULT_BUCKET_MS, settleBucketDue } from './hold-bucket.ts';
+import * as K from './redis-keys.ts';
+import type { LuaScript, ScriptPipe } from './script-pipe.ts';
+import type { Store } from './types.ts';
+
+type ScriptFn = (...args: (string | number)[]) => Promise<unknown>;
+
+const REAP_BATCH = 200;
+/** credit.ts holdTtlMs of the default config (600 s total upstream timeout + 60 s margin). */
+const DEFAULT_HOLD_TTL_MS = 660_000;
+/** Clock skew between instances the bucket index cache allows for. */
+const INDEX_MARGIN_MS = 5_000;
+/** Buckets the index cache remembers (~100 bytes each). */
+const INDEX_CACHE_MAX = 10_000;
+
+export interface RedisCreditDeps {
+  redis: Redis | Cluster;
+  /** The script pipe on a single node; undefined on Cluster or Sentinel (ioredis carries everything). */
+  pipe: ScriptPipe | undefined;
+  /** The store's defineCommand scripts by name (redis-store.ts SCRIPTS). */
+  scripts: Record<'tgHold' | 'tgSettle' | 'tgReapBucket' | 'tgLegacyReap', ScriptFn>;
+  /** hold.lua and settle.lua, for the pipe. */
+  lua: { hold: LuaScript; settle: LuaScript };
+  onError: (err: Error) => void;
+  /** How long a reaped hold is remembered (RedisStoreOptions.settledTtlSeconds). */
+  reapedTtlSeconds: number;
+  holdTtlMs?: number | undefined;
+  bucketMs?: number | undefined;
+}
+
+export function createRedisCredit(d: RedisCreditDeps): Pick<Store, 'hold' | 'settle' | 'reapExpiredHolds'> {
+  const { redis, pipe, scripts: s, lua, onError } = d;
+  const cluster = redis instanceof Cluster;
+  const holdTtlMs = d.holdTtlMs ?? DEFAULT_HOLD_TTL_MS;
+  const bucketMs = d.bucketMs ?? DEFAULT_BUCKET_MS;
+  /**
+   * Buckets this process indexed (by `<due> <account>`), with the pipe connection they were indexed on: a hold into a
+   * bucket already indexed sends no ZADD (one per account and bucket instead of one per request,
+   * bench/results/ledger.md). Only on the pipe, which never resends a command; a new connection (maybe a
+   * restarted, empty server) starts over. Entries go once their bucket is due (the reaper removes the
+   * member then), and a bucket due within INDEX_MARGIN_MS is always re-indexed, in case a reaper whose
+   * clock runs ahead removed it already.
+   */
+  const indexed = new Map<string, { due: number; generation: number }>();
+
+  /** Puts the bucket in the global index (SPEC §11: its own command), before the script that writes it. */
+  function index(acct: string, due: number): void {
+    if (pipe) {
+      const cacheKey = `${due} ${acct}`;
+      const known = indexed.get(cacheKey);
+      if (known && known.generation === pipe.generation) return;
+      const member = JSON.stringify([acct, due]);
+      // Same connection, same write, before the script: the hold is never in Redis unindexed. Refused (say
+      // OOM), it is forgotten, so the next hold into the bucket sends it again.
+      pipe.call(['ZADD', K.HOLD_BUCKETS, due, member]).catch((err: Error) => {
+        indexed.delete(cacheKey);
+        onError(err);
+      });
+      if (due > Date.now() + INDEX_MARGIN_MS) {
+        indexed.set(cacheKey, { due, generation: pipe.generation });
+        // Bounded: many accounts with a request now and then would otherwise keep one entry per request for
+        // the hold TTL. The oldest entry goes; forgetting one costs a ZADD that was not needed.
+        if (indexed.size > INDEX_CACHE_MAX) indexed.delete(indexed.keys().next().value!);
+      }
+      return;
+    }
+    // ioredis: queued ahead of the script in the same flush (Cluster: another node, maybe); an index entry
+    // without a hold is harmless, and a resent hold is resent after its ZADD.
+    redis.zadd(K.HOLD_BUCKETS, due, JSON.stringify([acct, due])).catch(onError);
+  }
+
+  /**
+   * Empties the due buckets of the index (reap-bucket.lua), a batch of up to REAP_BATCH members at a time;
+   * returns how many holds were released.
+   */
+  async function reapBuckets(nowMs: number, ts: string): Promise<number> {
+    let reaped = 0;
+    for (;;) {
+      const due = await redis.zrangebyscore(K.HOLD_BUCKETS, '-inf', nowMs, 'LIMIT', 0, REAP_BATCH);
+      // Single node: the batch's first slices in one call; Cluster: a call per bucket (one slot each).
+      const groups = cluster ? due.map((m) => [m]) : due.length > 0 ? [due] : [];
+      for (const group of groups) {
+        const buckets = group.map((m) => {
+          const [acct, dueMs] = JSON.parse(m) as [string, number];
+          return { keys: [K.balance(acct), K.holdBucket(acct, dueMs), K.ledger(acct)], dueMs };
+        });
+        /** One more slice of bucket `b` alone; resolves with the next cursor. */
+        const slice = async (b: (typeof buckets)[number], cursor: string): Promise<string> => {
+          const [next, n] = (await s.tgReapBucket(3, ...b.keys, ts, d.reapedTtlSeconds, b.dueMs, cursor)) as [string, number];
+          reaped += n;
+          return next;
+        };
+        const first = (await s.tgReapBucket(
+          buckets.length * 3,
+          ...buckets.flatMap((b) => b.keys),
+          ts,
+          d.reapedTtlSeconds,
+          ...buckets.flatMap((b) => [b.dueMs, '0']),
+        )) as (string | number)[];
+        for (const [i, b] of buckets.entries()) {
+          reaped += Number(first[2 * i + 1]);
+          // A bucket larger than one slice goes on alone, as does one the call had no budget left for ('n').
+          let cursor = String(first[2 * i]);
+          if (cursor === 'n') cursor = await slice(b, '0');
+          while (cursor !== '0') cursor = await slice(b, cursor);
+        }
+      }
+      if (due.length > 0) await redis.zrem(K.HOLD_BUCKETS, ...due);
+      if (due.length < REAP_BATCH) return reaped;
+    }
+  }
+
+  /**
+   * Holds of the layout before hold buckets (docs/ledger.md "Migration"), indexed one request at a time:
+   * released as before until that index is empty, then one ZRANGEBYSCORE per run.
+   */
+  async function reapLegacy(nowMs: number, ts: string): Promise<number> {
+    let reaped = 0;
+    // Members not due yet (-1) stay in the index; skip past them, or a batch full of them is re-read forever.
+    let kept = 0;
+    for (;;) {
+      const due = await redis.zrangebyscore(K.HOLD_INDEX, '-inf', nowMs, 'LIMIT', kept, REAP_BATCH);
+      for (const member of due) {
+        const [acct, requestId] = JSON.parse(member) as [string, string];
+        const r = (await s.tgLegacyReap(K.balance(acct), K.holds(acct), K.ledger(acct), requestId, nowMs, ts)) as number;
+        if (r === 1) reaped++;
+        if (r !== -1) await redis.zrem(K.HOLD_INDEX, member);
+        else kept++;
+      }
+      if (due.length < REAP_BATCH) return reaped;
+    }
+  }
+
+  return {
+    async hold(acct, requestId, amount, expiresAt) {
+      const due = bucketDue(expiresAt, bucketMs);
+      index(acct, due);
+      const keys = [K.balance(acct), K.holdBucket(acct, due)];
+      const args = [requestId, amount, due];
+      const [code, bal, held] = (await (pipe ? pipe.run(lua.hold, keys, args) : s.tgHold(...keys, ...args))) as [number, number, number];
+      return { ok: code > 0, balance_micros: bal, held_micros: held };
+    },
+
+    async settle(i) {
+      const due = settleBucketDue(i.holdExpiresAtMs, i.ts, holdTtlMs, bucketMs);
+      const keys = [K.balance(i.account), K.holdBucket(i.account, due), K.ledger(i.account)];
+      const args: (string | number)[] = [
+        i.requestId,
+        // The entry's amount, as settle.lua writes it: 0 − cost is never "-0" (0 − 0 is +0).
+        String(0 - i.costMicros),
+        i.ts,
+        i.keyId,
+        i.model,
+        i.promptTokens,
+        i.completionTokens,
+        i.usageSource,
+      ];
+      const run = (k: string[], a: (string | number)[]) => (pipe ? pipe.run(lua.settle, k, a) : s.tgSettle(k.length, ...k, ...a));
+      let reply = (await run(keys, args)) as [string, number, number, number, number];
+      // No field in the bucket (rare: no hold reached it, or one of the previous layout): the whole script.
+      if (reply[0] === '?') {
+        const all = [...keys, K.holds(i.account), K.settled(i.account, i.requestId)];
+        reply = (await run(all, [...args, i.mayHaveRun ? '1' : '0', due])) as typeof reply;
+      }
+      const [entryId, replayed, bal, held, fresh] = reply;
+      // A settle without its hold wrote the bucket's first field, maybe: index it too (rare path).
+      if (fresh === 1) index(i.account, due);
+      return { entry_id: entryId, replayed: replayed === 1, balance_micros: bal, held_micros: held };
+    },
+
+    async reapExpiredHolds(nowMs, ts) {
+      for (const [cacheKey, { due }] of indexed) if (due <= nowMs) indexed.delete(cacheKey);
+      return (await reapBuckets(nowMs, ts)) + (await reapLegacy(nowMs, ts));
+    },
+  };
+}
