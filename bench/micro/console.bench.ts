@@ -57,7 +57,12 @@ report.add(
         viewer,
         account: 'acme',
         section: 'keys',
-        body: keysBody({ account: 'acme', keys, operator: false }),
+        body: keysBody({
+          account: 'acme',
+          keys,
+          used: Object.fromEntries(keys.map((k) => [k.id, '2026-11-25T08:04:00Z'])),
+          operator: false,
+        }),
       }).value.length,
     2_000,
   ) / 1000,

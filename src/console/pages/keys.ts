@@ -26,8 +26,11 @@ function operatorTools(account: string): Html {
   </section>`;
 }
 
+/** key id → ISO minute of its last request (usage.lastUsed); a key missing from it was never used. */
+export type LastUsed = Readonly<Record<string, string>>;
+
 /** One row; every action swaps the row in place with htmx, or posts and redirects without it. */
-export function keyRow(account: string, k: KeyRecord): Html {
+export function keyRow(account: string, k: KeyRecord, lastUsed: string | undefined): Html {
   const action = accountPath(account, `/keys/${encodeURIComponent(k.id)}`);
   const swap = html`hx-post="${action}" hx-target="closest tr" hx-swap="outerHTML"`;
   const toggle = k.active
@@ -54,13 +57,14 @@ export function keyRow(account: string, k: KeyRecord): Html {
     <td><span class="badge ${k.env}">${k.env}</span></td>
     <td class="hide-sm">${k.scopes.join(', ')}</td>
     <td class="hide-sm when">${when(k.created_at)}</td>
+    <td class="when last-used"><span class="show-sm">Last used </span>${lastUsed ? when(lastUsed) : 'never'}</td>
     <td><span class="badge ${k.active ? 'active' : 'disabled'}">${k.active ? 'active' : 'disabled'}</span></td>
     <td class="actions">${toggle}</td>
   </tr>`;
 }
 
 /** The table of keys, swapped as a whole (out of band) after a create. */
-export function keyTable(account: string, keys: readonly KeyRecord[], oob = false): Html {
+export function keyTable(account: string, keys: readonly KeyRecord[], used: LastUsed, oob = false): Html {
   return html`<section id="key-table" class="panel flush" ${oob ? html`hx-swap-oob="true"` : ''}>
     <table class="cards">
       <thead>
@@ -70,6 +74,7 @@ export function keyTable(account: string, keys: readonly KeyRecord[], oob = fals
           <th>Env</th>
           <th class="hide-sm">Scopes</th>
           <th class="hide-sm">Created</th>
+          <th>Last used</th>
           <th>Status</th>
           <th class="actions"><span class="hide-sm">Actions</span></th>
         </tr>
@@ -78,9 +83,9 @@ export function keyTable(account: string, keys: readonly KeyRecord[], oob = fals
         ${
           keys.length === 0
             ? html`<tr>
-                <td colspan="7" class="empty">No keys yet: create the first one above.</td>
+                <td colspan="8" class="empty">No keys yet: create the first one above.</td>
               </tr>`
-            : keys.map((k) => keyRow(account, k))
+            : keys.map((k) => keyRow(account, k, used[k.id]))
         }
       </tbody>
     </table>
@@ -110,7 +115,13 @@ export function createdDialog(account: string, key: string, record: KeyRecord): 
 }
 
 /** The page body: create form, dialog slot (filled on a create), and the table. */
-export function keysBody(o: { account: string; keys: readonly KeyRecord[]; operator: boolean; created?: Html | undefined }): Html {
+export function keysBody(o: {
+  account: string;
+  keys: readonly KeyRecord[];
+  used: LastUsed;
+  operator: boolean;
+  created?: Html | undefined;
+}): Html {
   const action = accountPath(o.account, '/keys');
   return html`<div class="head">
       <div>
@@ -138,5 +149,5 @@ export function keysBody(o: { account: string; keys: readonly KeyRecord[]; opera
       </form>
     </section>
     <div id="dialog-slot">${o.created ?? ''}</div>
-    ${keyTable(o.account, o.keys)}`;
+    ${keyTable(o.account, o.keys, o.used)}`;
 }
