@@ -29,6 +29,12 @@ function operatorTools(account: string): Html {
 /** key id → ISO minute of its last request (usage.lastUsed); a key missing from it was never used. */
 export type LastUsed = Readonly<Record<string, string>>;
 
+/** `when()` in two unbreakable halves (day, time), so the two date columns wrap between them, not mid-date. */
+function stamp(iso: string): Html {
+  const [day, time] = when(iso).split(/ (.*)/);
+  return html`<span class="stamp">${day}</span> <span class="stamp">${time}</span>`;
+}
+
 /** One row; every action swaps the row in place with htmx, or posts and redirects without it. */
 export function keyRow(account: string, k: KeyRecord, lastUsed: string | undefined): Html {
   const action = accountPath(account, `/keys/${encodeURIComponent(k.id)}`);
@@ -56,8 +62,8 @@ export function keyRow(account: string, k: KeyRecord, lastUsed: string | undefin
     <td class="mono">svc-${k.env}-…${k.last4}</td>
     <td><span class="badge ${k.env}">${k.env}</span></td>
     <td class="hide-sm">${k.scopes.join(', ')}</td>
-    <td class="hide-sm when">${when(k.created_at)}</td>
-    <td class="when last-used"><span class="show-sm">Last used </span>${lastUsed ? when(lastUsed) : 'never'}</td>
+    <td class="hide-sm">${stamp(k.created_at)}</td>
+    <td class="last-used"><span class="show-sm">Last used </span>${lastUsed ? stamp(lastUsed) : 'never'}</td>
     <td><span class="badge ${k.active ? 'active' : 'disabled'}">${k.active ? 'active' : 'disabled'}</span></td>
     <td class="actions">${toggle}</td>
   </tr>`;

@@ -26,7 +26,8 @@ export interface ChartSpec {
 const W = 340;
 const H = 170;
 const LEFT = 46;
-const RIGHT = 4;
+// Room on the right for the newest day's label, centred under the last bar.
+const RIGHT = 14;
 const TOP = 8;
 const BOTTOM = 22;
 
@@ -111,7 +112,7 @@ export function barChart(c: ChartSpec): Html {
       : '';
   return html`<figure class="chart" id="${c.id}">
     <figcaption>${c.title}</figcaption>
-    ${legend}
     <svg viewBox="0 0 ${W} ${H}" role="img" aria-label="${c.title} per day, ${c.days[0]} to ${c.days.at(-1)}">${grid}${bars}${labels}</svg>
+    ${legend}
   </figure>`;
 }

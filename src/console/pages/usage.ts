@@ -89,7 +89,7 @@ export function usageBody(v: UsageView): Html {
       </section>`;
 
   return html`${head}
-    <div class="figures">
+    <div class="figures totals">
       <div class="figure">
         <div class="label">Requests</div>
         <div class="value" id="total-requests">${sum(requests)}</div>
@@ -136,7 +136,7 @@ export function usageBody(v: UsageView): Html {
             (r) =>
               html`<tr data-day="${r.day}" data-key-id="${r.key_id}" data-model="${r.model}">
                 <td class="when">${r.day}</td>
-                <td>${keyCell(r.key_id!, names)}</td>
+                <td class="key">${keyCell(r.key_id!, names)}</td>
                 <td class="model">${r.model}</td>
                 <td class="num">${r.requests}</td>
                 <td class="num hide-sm">${r.prompt_tokens}</td>
