@@ -1,8 +1,9 @@
 /**
  * Regenerates the console screenshots in docs/console/ (README, docs/console.md): a gateway on the
- * embedded store with the demo config, seeded with keys, grants, a few billed requests and shares,
- * photographed in Debian's Chromium (CHROMIUM_PATH, default /usr/bin/chromium) at a fixed laptop
- * viewport, plus the keys page on a phone. Run: node scripts/console-screenshots.ts
+ * embedded store with the demo config, seeded with keys, grants, three weeks of billed requests (on a
+ * clock moved back, so the usage page has history) and shares, photographed in Debian's Chromium
+ * (CHROMIUM_PATH, default /usr/bin/chromium) at a fixed laptop viewport, plus the keys and usage pages
+ * on a phone. Run: node scripts/console-screenshots.ts
  */
 import { readFile } from 'node:fs/promises';
 import { chromium, type Page } from 'playwright-core';
@@ -17,8 +18,12 @@ const adminToken = 'screenshots-admin-token-0123456789abcdef';
 const sim = await startSimulator({ record: false });
 const env = { SIM_URL: sim.url, PORT: '0', ADMIN_PORT: '0', TOLLGATE_ADMIN_TOKEN: adminToken };
 const config = parseConfig(await readFile(new URL('../config/demo.yaml', import.meta.url), 'utf8'), env);
-const store = createMemoryStore();
-const gateway = createGateway({ config, store, logger: createLogger('error') });
+const DAY_MS = 86_400_000;
+const HISTORY_DAYS = 20;
+let clock = Date.now() - HISTORY_DAYS * DAY_MS;
+const now = () => clock;
+const store = createMemoryStore(now);
+const gateway = createGateway({ config, store, logger: createLogger('error'), now });
 const { publicUrl, adminUrl } = await gateway.listen();
 
 async function admin(method: string, path: string, body?: unknown): Promise<any> {
@@ -33,21 +38,34 @@ async function admin(method: string, path: string, body?: unknown): Promise<any>
 
 // A believable account: three keys (one disabled), credit, billed requests, shares (one revoked).
 const prod = await admin('POST', '/admin/keys', { account: 'acme', env: 'live', name: 'production backend' });
-await admin('POST', '/admin/keys', { account: 'acme', env: 'test', name: 'staging', scopes: ['chat', 'models'] });
+const staging = await admin('POST', '/admin/keys', { account: 'acme', env: 'test', name: 'staging', scopes: ['chat', 'models'] });
 const old = await admin('POST', '/admin/keys', { account: 'acme', env: 'live', name: 'old laptop' });
 await admin('PATCH', `/admin/keys/${old.id}`, { active: false });
 await admin('POST', '/admin/accounts/acme/credits', { amount_micros: 25_000_000, note: 'Welcome credit' });
+async function chat(key: string, model: string, tokens: number): Promise<void> {
+  const res = await fetch(`${publicUrl}/v1/chat/completions`, {
+    method: 'POST',
+    headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json' },
+    body: JSON.stringify({ model, messages: [{ role: 'user', content: 'Summarise our Q3 numbers' }], max_tokens: tokens, sim: { tokens } }),
+  });
+  await res.arrayBuffer();
+}
+// A working week's rhythm: more on weekdays, a quiet weekend, the staging key now and then.
+for (let d = HISTORY_DAYS - 1; d >= 1; d--) {
+  clock = Date.now() - d * DAY_MS;
+  const weekday = new Date(clock).getUTCDay() % 6 !== 0;
+  const n = weekday ? 3 + ((d * 7) % 5) : 1;
+  for (let i = 0; i < n; i++) await chat(prod.key, i % 3 === 2 ? 'demo-qwen' : 'demo-llama', 80 + ((d * 37 + i * 53) % 400));
+  if (d % 4 === 0) await chat(staging.key, 'demo-llama', 60);
+}
+clock = Date.now();
 for (const [model, tokens] of [
   ['demo-llama', 120],
   ['demo-qwen', 340],
   ['demo-llama', 60],
   ['demo-qwen', 900],
 ] as const) {
-  await fetch(`${publicUrl}/v1/chat/completions`, {
-    method: 'POST',
-    headers: { authorization: `Bearer ${prod.key}`, 'content-type': 'application/json' },
-    body: JSON.stringify({ model, messages: [{ role: 'user', content: 'Summarise our Q3 numbers' }], max_tokens: tokens, sim: { tokens } }),
-  });
+  await chat(prod.key, model, tokens);
 }
 await admin('POST', '/admin/accounts/acme/credits', { amount_micros: 10_000_000, note: 'Top-up, invoice 2026-11' });
 for (const title of ['Onboarding checklist', 'Q3 summary for the board', 'Support reply draft']) {
@@ -58,6 +76,7 @@ for (const account of ['globex', 'initech', 'umbrella-labs']) {
   await admin('POST', '/admin/keys', { account, env: 'live', name: 'backend' });
   await admin('POST', `/admin/accounts/${account}/credits`, { amount_micros: 5_000_000 });
 }
+await gateway.usage.flush();
 
 const browser = await chromium.launch({ executablePath: process.env.CHROMIUM_PATH ?? '/usr/bin/chromium', args: ['--no-sandbox'] });
 async function signedIn(body: unknown, viewport = { width: 1280, height: 800 }, isMobile = false): Promise<Page> {
@@ -77,6 +96,8 @@ await shot(member, 'key-created');
 await member.click('text=I have saved it');
 await member.goto(`${publicUrl}/console/accounts/acme/credit`);
 await shot(member, 'credit');
+await member.goto(`${publicUrl}/console/accounts/acme/usage`);
+await shot(member, 'usage');
 await member.goto(`${publicUrl}/console/accounts/acme/shares`);
 await shot(member, 'shares');
 
@@ -93,6 +114,8 @@ await shot(stranger, 'link-used');
 
 const phone = await signedIn({ account: 'acme' }, { width: 390, height: 844 }, true);
 await shot(phone, 'keys-phone');
+await phone.goto(`${publicUrl}/console/accounts/acme/usage`);
+await shot(phone, 'usage-phone');
 
 await browser.close();
 await gateway.close(1000);

@@ -182,6 +182,7 @@ export function createGateway(d: GatewayDeps): Gateway {
         keys: keyTable,
         accounts,
         shares: shares.service,
+        usage,
         listenerUrl: () => publicListenerUrl,
         failedLogins: createFailureWindow({ perWindow: config.auth.failedPerMinute, now }),
         clientAddress,

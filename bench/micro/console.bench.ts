@@ -1,13 +1,14 @@
 /**
  * What the console costs. On the API's hot path: the one prefix test every public request now passes
- * (gateway.ts sends /console paths to the console's edge). Off it: rendering the two heaviest pages,
- * 50 keys and a 50-entry ledger page, with escaping. Run: `node bench/micro/console.bench.ts`.
+ * (gateway.ts sends /console paths to the console's edge). Off it: rendering the heaviest pages, 50
+ * keys, a 50-entry ledger page and a usage page of 30 days × 5 keys × 3 models, with escaping. Run: `node bench/micro/console.bench.ts`.
  */
 import { isConsolePath } from '../../src/console/setup.ts';
 import { loadAssets } from '../../src/console/assets.ts';
 import { page } from '../../src/console/layout.ts';
 import { keysBody } from '../../src/console/pages/keys.ts';
 import { creditBody } from '../../src/console/pages/credit.ts';
+import { lastDays, usageBody } from '../../src/console/pages/usage.ts';
 import type { KeyRecord, LedgerEntry } from '../../src/store/types.ts';
 import { createReport, nsPerOp } from './timing.ts';
 
@@ -57,7 +58,12 @@ report.add(
         viewer,
         account: 'acme',
         section: 'keys',
-        body: keysBody({ account: 'acme', keys, operator: false }),
+        body: keysBody({
+          account: 'acme',
+          keys,
+          used: Object.fromEntries(keys.map((k) => [k.id, '2026-11-25T08:04:00Z'])),
+          operator: false,
+        }),
       }).value.length,
     2_000,
   ) / 1000,
@@ -75,6 +81,43 @@ report.add(
         body: creditBody({ account: 'acme', state, entries, older: entries.at(-1)!.id, paged: false, operator: true }),
       }).value.length,
     2_000,
+  ) / 1000,
+  'µs/op',
+);
+const days = lastDays('2026-11-25', 30);
+const usageRows = days.flatMap((day, d) =>
+  keys.slice(0, 5).flatMap((k, i) =>
+    ['llama', 'qwen', 'mistral'].map((model, m) => ({
+      day,
+      key_id: k.id,
+      model,
+      requests: 1 + ((d + i + m) % 40),
+      prompt_tokens: 1000 * (d + 1),
+      completion_tokens: 300 * (i + m + 1),
+      cost_micros: 1234 * (d + i + m + 1),
+    })),
+  ),
+);
+report.add(
+  'usage page, 450 rows (30 days × 5 keys × 3 models)',
+  nsPerOp(
+    () =>
+      page(assets, {
+        title: 'Usage',
+        viewer,
+        account: 'acme',
+        section: 'usage',
+        body: usageBody({
+          account: 'acme',
+          days,
+          rows: usageRows,
+          keys,
+          models: ['llama', 'mistral', 'qwen'],
+          key: undefined,
+          model: undefined,
+        }),
+      }).value.length,
+    500,
   ) / 1000,
   'µs/op',
 );

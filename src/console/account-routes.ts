@@ -12,6 +12,7 @@ import { ENTRY_ID, MAX_GRANT } from '../admin/accounts.ts';
 import type { AccountService } from '../admin/account-service.ts';
 import type { KeyTable } from '../auth/key-table.ts';
 import type { ShareService } from '../shares/service.ts';
+import type { Usage } from '../usage/usage.ts';
 import { SCOPES, type KeyRecord, type Scope, type Store } from '../store/types.ts';
 import { creditsToMicros } from '../credit/money.ts';
 import { html, type Html } from './html.ts';
@@ -24,6 +25,7 @@ import { createdDialog, keyRow, keyTable, keysBody } from './pages/keys.ts';
 import { CSV_HEADER, creditBody, csvLine } from './pages/credit.ts';
 import { shareRow, sharesBody } from './pages/shares.ts';
 import { accountsBody, linkBody } from './pages/accounts.ts';
+import { lastDays, usageBody } from './pages/usage.ts';
 
 export interface AccountRouteDeps {
   sessions: ConsoleSessions;
@@ -31,6 +33,9 @@ export interface AccountRouteDeps {
   accounts: AccountService;
   shares: ShareService;
   store: Store;
+  /** The usage aggregates' read service (the admin API's GET …/usage), and each key's last use. */
+  usage: Usage;
+  now: () => number;
   assets: Assets;
   signedIn: SignedIn;
 }
@@ -38,6 +43,7 @@ export interface AccountRouteDeps {
 const LEDGER_PAGE = 50;
 const CSV_BATCH = 1000;
 const SHARES_SHOWN = 200;
+const USAGE_DAYS = 30;
 const ACCOUNTS_SHOWN = 200;
 const SLUG = /^[1-9A-HJ-NP-Za-km-z]{22}$/;
 
@@ -67,8 +73,8 @@ export function accountRoutes(d: AccountRouteDeps): Route[] {
   }
 
   async function keysPage(ctx: RequestContext, viewer: Viewer, account: string, created?: Html, status = 200) {
-    const keys = await d.keys.list(account);
-    show(ctx, viewer, 'API keys', 'keys', keysBody({ account, keys, operator: viewer.account === null, created }), account, status);
+    const [keys, used] = await Promise.all([d.keys.list(account), d.usage.lastUsed(account)]);
+    show(ctx, viewer, 'API keys', 'keys', keysBody({ account, keys, used, operator: viewer.account === null, created }), account, status);
   }
 
   async function createKey(ctx: RequestContext, viewer: Viewer, account: string) {
@@ -86,7 +92,10 @@ export function accountRoutes(d: AccountRouteDeps): Route[] {
     const dialog = createdDialog(account, key, record);
     // The one response that carries the full key (SPEC §9): a fragment for htmx (the dialog, plus the
     // refreshed table out of band), the whole page without JavaScript. Never a redirect target.
-    if (isHtmx(ctx)) return sendHtml(ctx.res, 201, html`${dialog}${keyTable(account, await d.keys.list(account), true)}`);
+    if (isHtmx(ctx)) {
+      const [keys, used] = await Promise.all([d.keys.list(account), d.usage.lastUsed(account)]);
+      return sendHtml(ctx.res, 201, html`${dialog}${keyTable(account, keys, used, true)}`);
+    }
     await keysPage(ctx, viewer, account, dialog, 201);
   }
 
@@ -102,7 +111,7 @@ export function accountRoutes(d: AccountRouteDeps): Route[] {
     const r = await d.keys.update(ctx.params.id!, patch);
     if (!r) throw notFound('key');
     ctx.log.key_id = r.id;
-    if (isHtmx(ctx)) return sendHtml(ctx.res, 200, keyRow(account, r));
+    if (isHtmx(ctx)) return sendHtml(ctx.res, 200, keyRow(account, r, (await d.usage.lastUsed(account))[r.id]));
     redirect(ctx, accountPath(account, '/keys'));
   }
 
@@ -170,6 +179,19 @@ export function accountRoutes(d: AccountRouteDeps): Route[] {
     res.end();
   }
 
+  async function usagePage(ctx: RequestContext, viewer: Viewer, account: string) {
+    const q = query(ctx.req.url!);
+    const issues = new Issues();
+    const key = str(q, 'key', ['query'], issues, { maxLength: 200 }) || undefined;
+    const model = str(q, 'model', ['query'], issues, { maxLength: 200 }) || undefined;
+    issues.done();
+    const days = lastDays(new Date(d.now()).toISOString().slice(0, 10), USAGE_DAYS);
+    const [rows, keys] = await Promise.all([d.usage.query(account, days[0]!, days.at(-1)!, ['day', 'key', 'model']), d.keys.list(account)]);
+    const models = [...new Set(rows.map((r) => r.model!))].sort();
+    const shown = rows.filter((r) => (key === undefined || r.key_id === key) && (model === undefined || r.model === model));
+    show(ctx, viewer, 'Usage', 'usage', usageBody({ account, days, rows: shown, keys, models, key, model }), account);
+  }
+
   async function sharesPage(ctx: RequestContext, viewer: Viewer, account: string) {
     const shares = await d.store.listShares(account, SHARES_SHOWN);
     show(ctx, viewer, 'Shares', 'shares', sharesBody(account, shares, SHARES_SHOWN), account);
@@ -216,6 +238,7 @@ export function accountRoutes(d: AccountRouteDeps): Route[] {
     { method: 'GET', pattern: `${A}/credit`, handler: signedIn(creditPage) },
     { method: 'POST', pattern: `${A}/credit`, handler: signedIn(grant, { operator: true }) },
     { method: 'GET', pattern: `${A}/ledger.csv`, handler: signedIn(ledgerCsv) },
+    { method: 'GET', pattern: `${A}/usage`, handler: signedIn(usagePage) },
     { method: 'GET', pattern: `${A}/shares`, handler: signedIn(sharesPage) },
     { method: 'POST', pattern: `${A}/shares/{slug}/revoke`, handler: signedIn(revokeShare) },
     { method: 'POST', pattern: `${A}/links`, handler: signedIn(mintMemberLink, { operator: true }) },

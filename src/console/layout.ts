@@ -8,10 +8,11 @@ import { html, type Html } from './html.ts';
 import type { Assets } from './assets.ts';
 import type { Viewer } from './sessions.ts';
 
-/** An account's sections, in nav order. The usage page (SPEC §9) joins here when its service lands. */
+/** An account's sections, in nav order. */
 export const SECTIONS = [
   { id: 'keys', label: 'API keys' },
   { id: 'credit', label: 'Credit' },
+  { id: 'usage', label: 'Usage' },
   { id: 'shares', label: 'Shares' },
 ] as const;
 export type SectionId = (typeof SECTIONS)[number]['id'] | 'accounts';

@@ -14,6 +14,7 @@ import { createEdge } from '../http/server.ts';
 import type { KeyTable } from '../auth/key-table.ts';
 import type { AccountService } from '../admin/account-service.ts';
 import type { ShareService } from '../shares/service.ts';
+import type { Usage } from '../usage/usage.ts';
 import { loadAssets } from './assets.ts';
 import { CONSOLE_HEADERS, createCsrfGuard } from './security.ts';
 import { createConsoleSessions } from './sessions.ts';
@@ -32,6 +33,7 @@ export interface ConsoleDeps {
   keys: KeyTable;
   accounts: AccountService;
   shares: ShareService;
+  usage: Usage;
   /** The public listener's own URL once listening: the console's origin when console.public_url is unset. */
   listenerUrl: () => string;
   failedLogins: FailureWindow;
@@ -59,6 +61,8 @@ export function createConsole(d: ConsoleDeps): Console {
     accounts: d.accounts,
     shares: d.shares,
     store: d.store,
+    usage: d.usage,
+    now: d.now,
     assets,
     failedLogins: d.failedLogins,
     clientAddress: d.clientAddress,

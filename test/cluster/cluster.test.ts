@@ -1,7 +1,8 @@
 // Two gateways on a real 3-master + 3-replica Redis Cluster (SPEC §11, issue 17), one of them a
 // `node src/main.ts` with two workers: exact debits on
 // accounts in different slots, key disables and share revocations across instances within 1 s, the
-// reaper finding holds on every master, shared test-key limits, and a master failover under live load.
+// reaper finding holds on every master, shared test-key limits, console sign-in links and sessions
+// across instances, and a master failover under live load.
 import t from 'tap';
 import { startRedisCluster } from '../helpers/redis-cluster.ts';
 import { startGateway, type TestGateway } from '../helpers/gateway.ts';
@@ -123,6 +124,21 @@ if (cluster) {
     t.equal((await fetch(`${b.url}/v1/shares/${slug}`)).status, 200, 'read (and cached) on B');
     t.equal((await fetch(`${a.url}/v1/shares/${slug}`, { method: 'DELETE', headers: a.auth(key) })).status, 204);
     await waitFor(async () => (await fetch(`${b.url}/v1/shares/${slug}`)).status === 410, 1000, 'B to answer 410');
+  });
+
+  t.test('console sessions across instances: a link minted on A signs in on B once; ended on A, refused on B', async (t) => {
+    const acct = 'console-x';
+    const link = new URL((await a.admin('/admin/console/sessions', { body: { account: acct } })).body.url);
+    const signIn = await fetch(`${b.url}/console/login${link.search}`, { redirect: 'manual' });
+    t.equal(signIn.status, 303, 'the token stored through A is taken on B');
+    const cookie = signIn.headers.get('set-cookie')!.split(';')[0]!;
+    const keysPage = async (gw: { url: string }) =>
+      (await fetch(`${gw.url}/console/accounts/${acct}/keys`, { headers: { cookie }, redirect: 'manual' })).status;
+    t.same([await keysPage(b), await keysPage(a)], [200, 200], 'the session reads on both instances');
+    t.equal((await fetch(`${a.url}/console/login${link.search}`, { redirect: 'manual' })).status, 401, 'the link is spent on A too');
+    const ended = await a.admin(`/admin/console/sessions?account=${acct}`, { method: 'DELETE' });
+    t.same([ended.status, ended.body.ended], [200, 1], 'one session ended');
+    t.equal(await keysPage(b), 401, 'ended on A: B refuses the session at once (no session cache)');
   });
 
   t.test(

@@ -26,8 +26,17 @@ function operatorTools(account: string): Html {
   </section>`;
 }
 
+/** key id → ISO minute of its last request (usage.lastUsed); a key missing from it was never used. */
+export type LastUsed = Readonly<Record<string, string>>;
+
+/** `when()` in two unbreakable halves (day, time), so the two date columns wrap between them, not mid-date. */
+function stamp(iso: string): Html {
+  const [day, time] = when(iso).split(/ (.*)/);
+  return html`<span class="stamp">${day}</span> <span class="stamp">${time}</span>`;
+}
+
 /** One row; every action swaps the row in place with htmx, or posts and redirects without it. */
-export function keyRow(account: string, k: KeyRecord): Html {
+export function keyRow(account: string, k: KeyRecord, lastUsed: string | undefined): Html {
   const action = accountPath(account, `/keys/${encodeURIComponent(k.id)}`);
   const swap = html`hx-post="${action}" hx-target="closest tr" hx-swap="outerHTML"`;
   const toggle = k.active
@@ -53,14 +62,15 @@ export function keyRow(account: string, k: KeyRecord): Html {
     <td class="mono">svc-${k.env}-…${k.last4}</td>
     <td><span class="badge ${k.env}">${k.env}</span></td>
     <td class="hide-sm">${k.scopes.join(', ')}</td>
-    <td class="hide-sm when">${when(k.created_at)}</td>
+    <td class="hide-sm">${stamp(k.created_at)}</td>
+    <td class="last-used"><span class="show-sm">Last used </span>${lastUsed ? stamp(lastUsed) : 'never'}</td>
     <td><span class="badge ${k.active ? 'active' : 'disabled'}">${k.active ? 'active' : 'disabled'}</span></td>
     <td class="actions">${toggle}</td>
   </tr>`;
 }
 
 /** The table of keys, swapped as a whole (out of band) after a create. */
-export function keyTable(account: string, keys: readonly KeyRecord[], oob = false): Html {
+export function keyTable(account: string, keys: readonly KeyRecord[], used: LastUsed, oob = false): Html {
   return html`<section id="key-table" class="panel flush" ${oob ? html`hx-swap-oob="true"` : ''}>
     <table class="cards">
       <thead>
@@ -70,6 +80,7 @@ export function keyTable(account: string, keys: readonly KeyRecord[], oob = fals
           <th>Env</th>
           <th class="hide-sm">Scopes</th>
           <th class="hide-sm">Created</th>
+          <th>Last used</th>
           <th>Status</th>
           <th class="actions"><span class="hide-sm">Actions</span></th>
         </tr>
@@ -78,9 +89,9 @@ export function keyTable(account: string, keys: readonly KeyRecord[], oob = fals
         ${
           keys.length === 0
             ? html`<tr>
-                <td colspan="7" class="empty">No keys yet: create the first one above.</td>
+                <td colspan="8" class="empty">No keys yet: create the first one above.</td>
               </tr>`
-            : keys.map((k) => keyRow(account, k))
+            : keys.map((k) => keyRow(account, k, used[k.id]))
         }
       </tbody>
     </table>
@@ -110,7 +121,13 @@ export function createdDialog(account: string, key: string, record: KeyRecord): 
 }
 
 /** The page body: create form, dialog slot (filled on a create), and the table. */
-export function keysBody(o: { account: string; keys: readonly KeyRecord[]; operator: boolean; created?: Html | undefined }): Html {
+export function keysBody(o: {
+  account: string;
+  keys: readonly KeyRecord[];
+  used: LastUsed;
+  operator: boolean;
+  created?: Html | undefined;
+}): Html {
   const action = accountPath(o.account, '/keys');
   return html`<div class="head">
       <div>
@@ -138,5 +155,5 @@ export function keysBody(o: { account: string; keys: readonly KeyRecord[]; opera
       </form>
     </section>
     <div id="dialog-slot">${o.created ?? ''}</div>
-    ${keyTable(o.account, o.keys)}`;
+    ${keyTable(o.account, o.keys, o.used)}`;
 }
