@@ -9,7 +9,8 @@
 import { writeFile } from 'node:fs/promises';
 import { parseArgs } from 'node:util';
 import { describeRef } from './git.ts';
-import { runSoak, soakMarkdown } from './soak.ts';
+import { runSoak } from './soak.ts';
+import { soakMarkdown } from './soak-report.ts';
 
 const { values } = parseArgs({
   options: {
