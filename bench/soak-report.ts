@@ -11,7 +11,7 @@ export interface SoakRound {
   usedAfter: number;
   /** (usedBefore − usedAfter) / N: what export + trim + reaper freed per request of this round. */
   freedPerReq: number;
-  /** (usedAfter − baseline) / requests since the baseline: includes one-off growth (first usage hash, stream nodes). */
+  /** (usedAfter − baseline) / requests since the baseline: includes round 1's one-off growth. */
   sinceBaselinePerReq: number;
   /** (usedAfter − the previous round's usedAfter) / N; round 1: against the baseline. */
   growthPerReq: number;
@@ -39,6 +39,8 @@ export interface SoakResult {
   retainedPerReq: number;
 }
 
+const fmtKB = (bytes: number) => `${(bytes / 1000).toFixed(1)} KB`;
+
 /** The soak's table and how to read it (Markdown lines), for ledger-soak.md and the bench report. */
 export function soakMarkdown(s: SoakResult): string[] {
   return [
@@ -56,7 +58,7 @@ export function soakMarkdown(s: SoakResult): string[] {
     `passes (${s.baseline} bytes, ${s.baselineKeys} keys). "Freed" is what a request costs Redis until it is exported, trimmed and`,
     'reaped (its ledger entry and its hold bucket field). Memory is flat when used_memory after the passes and the key count stay',
     'level from round to round. **Retained per request**: (last round − round 1, after the passes) / requests of the rounds in',
-    `between = ${Number.isFinite(s.retainedPerReq) ? s.retainedPerReq.toFixed(1) : '–'} bytes; "since the baseline" also spreads one-off growth of round 1 (an allocation`,
-    'that does not recur: the first usage aggregates, stream nodes) over the requests so far, so it falls round after round.',
+    `between = ${Number.isFinite(s.retainedPerReq) ? s.retainedPerReq.toFixed(1) : '–'} bytes; "since the baseline" also spreads the growth of round 1 (${fmtKB(s.rounds[0]!.usedAfter - s.baseline)},`,
+    'a one-off step in every run so far, not identified) over the requests so far, so it falls round after round.',
   ];
 }
