@@ -121,6 +121,11 @@ export async function runSoak(o: SoakOptions): Promise<SoakResult> {
       );
     };
     const usedMemory = async () => Number(/used_memory:(\d+)/.exec(await redis.info('memory'))![1]);
+    /** used_memory once UNLINKed values are freed (Redis frees them on a background thread). */
+    const freedMemory = async () => {
+      while (!/lazyfree_pending_objects:0\r?\n/.test(await redis.info('memory'))) await new Promise((r) => setTimeout(r, 20));
+      return usedMemory();
+    };
     /** Settles are not awaited by the response: wait until no credit is held (every request held some). */
     const settled = async () => {
       while (((await admin('GET', `/admin/accounts/${ACCOUNT}`)) as { held_micros: number }).held_micros !== 0)
@@ -136,15 +141,13 @@ export async function runSoak(o: SoakOptions): Promise<SoakResult> {
       const exportMs = performance.now() - t0;
       // A failed pass would leave entries in Redis and read as retained memory.
       if (report.failed > 0) throw new Error(`soak: export pass failed for ${report.failed} account(s)`);
+      const usedAfterExport = await freedMemory();
       await store.reapExpiredHolds(Date.now(), new Date().toISOString());
-      // UNLINKed values are freed on a background thread.
-      while (!/lazyfree_pending_objects:0\r?\n/.test(await redis.info('memory'))) await new Promise((r) => setTimeout(r, 20));
-      return { report, exportMs };
+      return { report, exportMs, usedAfterExport, usedAfter: await freedMemory() };
     };
 
     await load(o.requests);
-    await passes(Date.now());
-    const baseline = await usedMemory();
+    const baseline = (await passes(Date.now())).usedAfter;
     const baselineKeys = await redis.dbsize();
     log(`soak: baseline ${baseline} bytes, ${baselineKeys} keys after a warm-up round of ${o.requests} requests`);
     const rounds: SoakRound[] = [];
@@ -154,14 +157,15 @@ export async function runSoak(o: SoakOptions): Promise<SoakResult> {
       await settled();
       const usedBefore = await usedMemory();
       const xlenBefore = await redis.xlen(K.ledger(ACCOUNT));
-      const { report, exportMs } = await passes(lastRequestAt);
-      const usedAfter = await usedMemory();
+      const { report, exportMs, usedAfterExport, usedAfter } = await passes(lastRequestAt);
       const r: SoakRound = {
         round,
         total: (round + 1) * o.requests,
         usedBefore,
+        usedAfterExport,
         usedAfter,
-        freedPerReq: (usedBefore - usedAfter) / o.requests,
+        exportFreedPerReq: (usedBefore - usedAfterExport) / o.requests,
+        reaperFreedPerReq: (usedAfterExport - usedAfter) / o.requests,
         sinceBaselinePerReq: (usedAfter - baseline) / (round * o.requests),
         growthPerReq: (usedAfter - (rounds.at(-1)?.usedAfter ?? baseline)) / o.requests,
         xlenBefore,
