@@ -25,6 +25,7 @@ import { loadavg } from 'node:os';
 import { Redis } from 'ioredis';
 import type { Store } from '../src/store/types.ts';
 import { freePort, start } from './procs.ts';
+import { commandStats, luaCommands } from './redis-stats.ts';
 
 const args = process.argv.slice(2);
 const N = Number(args[args.indexOf('--n') + 1] || 0) || 50_000;
@@ -45,14 +46,6 @@ interface CaseResult {
   bytesAfterReap: number;
   keysAfterReap: number;
   reaped: number;
-}
-
-function commandStats(info: string): Map<string, { calls: number; usec: number }> {
-  const m = new Map<string, { calls: number; usec: number }>();
-  for (const [, cmd, calls, usec] of info.matchAll(/^cmdstat_([^:]+):calls=(\d+),usec=(\d+)/gm)) {
-    m.set(cmd!, { calls: Number(calls), usec: Number(usec) });
-  }
-  return m;
 }
 
 /** Waits until UNLINKed values are freed (Redis frees them on a background thread). */
@@ -135,8 +128,7 @@ async function runCase(name: string, src: string, accounts: number): Promise<Cas
   const own = /^(info|config|xtrim|dbsize)/;
   const nested = new Set<string>();
   for (const f of readdirSync(resolve(src, 'store/lua'))) {
-    for (const [, cmd] of readFileSync(resolve(src, 'store/lua', f), 'utf8').matchAll(/redis\.call\('([A-Za-z]+)'/g))
-      nested.add(cmd!.toLowerCase());
+    for (const cmd of luaCommands(readFileSync(resolve(src, 'store/lua', f), 'utf8'))) nested.add(cmd);
   }
   const commands = [...after]
     .filter(([cmd]) => !own.test(cmd))

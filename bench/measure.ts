@@ -8,6 +8,8 @@ import { cpuMs, listenOverflows, sample, sumRssMB, withChildren, type Usage } fr
 import type { LoadResult } from './load-result.ts';
 import type { Scenario } from './scenarios.ts';
 import type { Target } from './stack.ts';
+import { Redis } from 'ioredis';
+import { commandStats, usecBetween } from './redis-stats.ts';
 
 /** A run's numbers. */
 export interface Measurement {
@@ -21,8 +23,13 @@ export interface Measurement {
   rssIdleMB: number;
   /** CPU of the target's processes per completed request, µs. */
   cpuUsPerReq: number;
-  /** CPU of redis-server per completed request, µs (tollgate targets on the Redis store). */
+  /** CPU of redis-server per completed request, µs, from /proc (its network and syscall work included). */
   redisUsPerReq?: number;
+  /**
+   * redis-server's time inside the gateway's commands per completed request, µs, from `INFO commandstats`
+   * (tollgate targets on the Redis store; absent in reports before it was measured).
+   */
+  redisCmdUsPerReq?: number;
   /** SYNs dropped on full listen queues during the whole run, warm-up included (machine-wide). */
   listenOverflows: number;
 }
@@ -41,8 +48,18 @@ function members(t: Target): () => readonly number[] {
   return () => withChildren(t.pid);
 }
 
-/** Runs scenario × target once; `ours` are the benchmark's other processes (for foreign CPU). */
-export async function measure(s: Scenario, t: Target, round: number, quick: boolean, ours: readonly number[] = []): Promise<Measurement> {
+/**
+ * Runs scenario × target once; `ours` are the benchmark's other processes (for foreign CPU);
+ * `scriptCommands`: commands the gateway runs only inside scripts (left out of the commandstats total).
+ */
+export async function measure(
+  s: Scenario,
+  t: Target,
+  round: number,
+  quick: boolean,
+  ours: readonly number[] = [],
+  scriptCommands: ReadonlySet<string> = new Set(),
+): Promise<Measurement> {
   const spec = s.spec(t, quick);
   const pids = members(t);
   const rssIdleMB = sumRssMB(pids());
@@ -52,19 +69,35 @@ export async function measure(s: Scenario, t: Target, round: number, quick: bool
   let result: LoadResult | undefined;
   let redis0 = 0;
   let redisMs: number | undefined;
-  await runChild(process.execPath, [CLIENT_FILE[s.client], JSON.stringify(spec)], (line, childPid) => {
-    const msg = JSON.parse(line) as { event: string } & LoadResult;
-    if (msg.event === 'measure') {
-      sampler = sample(pids, [...ours, childPid, process.pid]);
-      if (t.redisPid) redis0 = cpuMs(t.redisPid);
-    } else if (msg.event === 'end') {
-      proc = sampler?.end();
-      if (t.redisPid) redisMs = cpuMs(t.redisPid) - redis0;
-    } else if (msg.event === 'result') {
-      const { event: _e, ...r } = msg;
-      result = r;
-    }
-  });
+  // Connected before the window, so its own HELLO/CLIENT commands fall outside it (they are left out anyway).
+  const redis = t.redisUrl ? new Redis(t.redisUrl, { lazyConnect: true }) : undefined;
+  // A failed INFO leaves the figure out rather than failing the run (caught now: read after the child exits).
+  const info = () => redis?.info('commandstats').catch(() => undefined);
+  let stats0: Promise<string | undefined> | undefined;
+  let stats1: Promise<string | undefined> | undefined;
+  let redisCmdUs: number | undefined;
+  try {
+    await redis?.connect();
+    await runChild(process.execPath, [CLIENT_FILE[s.client], JSON.stringify(spec)], (line, childPid) => {
+      const msg = JSON.parse(line) as { event: string } & LoadResult;
+      if (msg.event === 'measure') {
+        sampler = sample(pids, [...ours, childPid, process.pid]);
+        if (t.redisPid) redis0 = cpuMs(t.redisPid);
+        stats0 = info();
+      } else if (msg.event === 'end') {
+        proc = sampler?.end();
+        if (t.redisPid) redisMs = cpuMs(t.redisPid) - redis0;
+        stats1 = info();
+      } else if (msg.event === 'result') {
+        const { event: _e, ...r } = msg;
+        result = r;
+      }
+    });
+    const [a, b] = [await stats0, await stats1];
+    if (a && b) redisCmdUs = usecBetween(commandStats(a), commandStats(b), scriptCommands);
+  } finally {
+    redis?.disconnect();
+  }
   if (!result || !proc) throw new Error(`${s.id} → ${t.name}: the load child reported no result`);
   const overflows = listenOverflows() - overflows0;
   const perReq = (ms: number) => (result!.requests > 0 ? (ms * 1000) / result!.requests : NaN);
@@ -78,5 +111,6 @@ export async function measure(s: Scenario, t: Target, round: number, quick: bool
     cpuUsPerReq: perReq(proc.cpuMs),
     listenOverflows: overflows,
     ...(redisMs !== undefined && { redisUsPerReq: perReq(redisMs) }),
+    ...(redisCmdUs !== undefined && { redisCmdUsPerReq: perReq(redisCmdUs / 1000) }),
   };
 }

@@ -6,6 +6,7 @@
 import type { Measurement } from './measure.ts';
 import { SCENARIOS, type ScenarioId } from './scenarios.ts';
 import type { Target } from './stack.ts';
+import { soakMarkdown, type SoakResult } from './soak-report.ts';
 
 export interface Meta {
   node: string;
@@ -46,8 +47,10 @@ export interface Row {
   /** Of one core, summed over the target's processes (a gateway's primary and workers). */
   cpuPct: number;
   cpuUsPerReq: number;
-  /** redis-server CPU per request, µs (tollgate targets on Redis). */
+  /** redis-server CPU per request, µs, from /proc (tollgate targets on Redis): its network and syscall work included. */
   redisUsPerReq?: number;
+  /** redis-server's time inside the gateway's commands per request, µs (`INFO commandstats`; tollgate targets on Redis). */
+  redisCmdUsPerReq?: number;
   rssMaxMB: number;
   /** RSS just before the run, MB. */
   rssIdleMB: number;
@@ -86,6 +89,8 @@ export interface Report {
   rows: Row[];
   checks: Check[];
   measurements: Measurement[];
+  /** The soak phase (bench/soak.ts); absent with --no-soak, without redis-server, and in reports before it. */
+  soak?: SoakResult;
 }
 
 const TARGETS: Target['name'][] = ['direct', 'bare', 'bare+redis', 'tollgate/test', 'tollgate/live', 'tollgate/live-w2'];
@@ -104,7 +109,7 @@ function median(xs: number[]): number {
 }
 
 /** Aggregates measurements into rows and checks. */
-export function buildReport(meta: Meta, ms: Measurement[]): Report {
+export function buildReport(meta: Meta, ms: Measurement[], soak?: SoakResult): Report {
   const rows: Row[] = [];
   const get = (s: ScenarioId, t: Target['name'], round: number) => ms.find((m) => m.scenario === s && m.target === t && m.round === round);
   for (const sc of SCENARIOS) {
@@ -149,6 +154,7 @@ export function buildReport(meta: Meta, ms: Measurement[]): Report {
         cpuPct: med((m) => m.proc.cpuPct),
         cpuUsPerReq: med((m) => m.cpuUsPerReq),
         ...(mine.some((m) => m.redisUsPerReq !== undefined) && { redisUsPerReq: med((m) => m.redisUsPerReq ?? NaN) }),
+        ...(mine.some((m) => m.redisCmdUsPerReq !== undefined) && { redisCmdUsPerReq: med((m) => m.redisCmdUsPerReq ?? NaN) }),
         rssMaxMB: med((m) => m.proc.rssMaxMB),
         rssIdleMB: med((m) => m.rssIdleMB),
         readsPerReq: med((m) => m.proc.reads / m.result.requests),
@@ -174,7 +180,7 @@ export function buildReport(meta: Meta, ms: Measurement[]): Report {
       rows.push(row);
     }
   }
-  return { meta, rows, checks: checks(rows), measurements: ms };
+  return { meta, rows, checks: [...checks(rows), ...ledgerChecks(rows, soak)], measurements: ms, ...(soak && { soak }) };
 }
 
 /** The hot-path issue's targets (wrk, same run, this 2-core machine), each met or not. */
@@ -259,6 +265,35 @@ function checks(rows: Row[]): Check[] {
   return out;
 }
 
+/**
+ * Issue 15's targets: Redis time per live request (the first scenario that measured it, non-streaming
+ * when it ran) and Redis memory retained per live request once exported, trimmed and reaped (the soak).
+ * Rows are left out when the run has no such figure (embedded store, --no-soak, older reports).
+ */
+function ledgerChecks(rows: Row[], soak: SoakResult | undefined): Check[] {
+  const out: Check[] = [];
+  const live = rows.find((r) => r.target === 'tollgate/live' && r.redisCmdUsPerReq !== undefined);
+  if (live) {
+    const cpu = live.redisUsPerReq === undefined ? '' : `; redis-server CPU ${fmt(live.redisUsPerReq, 1)} µs (/proc)`;
+    out.push({
+      what: 'Redis time per live request (commandstats)',
+      target: '≤ 10 µs',
+      got: `${fmt(live.redisCmdUsPerReq!, 1)} µs, ${SCENARIOS.find((s) => s.id === live.scenario)!.title}${cpu}`,
+      pass: live.redisCmdUsPerReq! <= 10,
+    });
+  }
+  if (soak && soak.rounds.length > 1) {
+    const after = soak.rounds.map((r) => r.usedAfter);
+    out.push({
+      what: 'Redis memory retained per live request after export + trim (soak)',
+      target: '≤ 10 bytes',
+      got: `${fmt(soak.retainedPerReq, 1)} bytes (used_memory after each round's passes: ${after.map((x) => `${(x / 1e6).toFixed(3)}`).join(' → ')} MB)`,
+      pass: soak.retainedPerReq <= 10,
+    });
+  }
+  return out;
+}
+
 function fmt(v: number, d: number): string {
   return Number.isFinite(v) ? v.toFixed(d) : '–';
 }
@@ -276,7 +311,7 @@ function workersSection(rows: Row[], L: string[]): void {
     '',
     'tollgate/live-w2 is a second gateway from the same `src/main.ts` with `server.workers: 2` (a node:cluster primary and two workers sharing the port), on the same Redis, loaded with the same live key right after tollgate/live. Its CPU, RSS and syscalls are summed over the primary and both workers. The load generator, simulator and Redis share the same cores, so a second worker can only use what they leave: read "× 1 worker" with the CPU % beside it. On a machine with spare cores the ratio approaches 2 only if Redis and the upstream keep up.',
     '',
-    '| scenario | req/s 1 worker | req/s 2 workers | × 1 worker | CPU % 1 / 2 | CPU µs/req 1 / 2 | CPU/req × 1 worker | Redis µs/req 1 / 2 | p50 ms 1 / 2 | p99 ms 1 / 2 | RSS MB 1 / 2 |',
+    '| scenario | req/s 1 worker | req/s 2 workers | × 1 worker | CPU % 1 / 2 | CPU µs/req 1 / 2 | CPU/req × 1 worker | Redis CPU µs/req 1 / 2 | p50 ms 1 / 2 | p99 ms 1 / 2 | RSS MB 1 / 2 |',
     '|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|',
   );
   for (const [one, two] of pairs) {
@@ -305,7 +340,7 @@ export function toMarkdown(r: Report, chartFile?: string): string {
       (hasWorkers ? ' → tollgate/live-w2 (the live key on a second gateway with `server.workers: 2`, same Redis)' : '') +
       "), then the median. CPU and RSS are those of the target's process (the simulator for direct, the proxy otherwise" +
       (hasWorkers ? '; for tollgate/live-w2 summed over the primary and its two workers' : '') +
-      '); CPU % is of one core; "Redis µs/req" is redis-server\'s CPU per request, on the same cores; syscalls/req are the target process\'s read + write system calls per completed request (/proc/<pid>/io), a large share of a proxy\'s CPU on loopback; "others CPU %" is what processes outside the benchmark used meanwhile (other work on a shared machine: high values make a row untrustworthy).',
+      '); CPU % is of one core; "Redis CPU µs/req" is redis-server\'s CPU per request from /proc, on the same cores (its network and syscall work included); "Redis cmd µs/req" is its time inside the gateway\'s commands per request, from `INFO commandstats` (issue 15\'s measure); syscalls/req are the target process\'s read + write system calls per completed request (/proc/<pid>/io), a large share of a proxy\'s CPU on loopback; "others CPU %" is what processes outside the benchmark used meanwhile (other work on a shared machine: high values make a row untrustworthy).',
     '',
   );
   const all = r.measurements;
@@ -321,13 +356,13 @@ export function toMarkdown(r: Report, chartFile?: string): string {
     L.push(`| ${c.what} | ${c.target} | ${c.got} | ${c.pass === null ? 'calibration' : c.pass ? 'met' : '**not met**'} |`);
   L.push('', '## Throughput and latency', '');
   L.push(
-    '| scenario | target | req/s | × direct | × bare | × bare+redis | p50 ms | p99 ms | p99.9 ms | CPU % | CPU µs/req | Redis µs/req | syscalls/req r+w | RSS MB | errors/non-2xx | others CPU % |',
+    '| scenario | target | req/s | × direct | × bare | × bare+redis | p50 ms | p99 ms | p99.9 ms | CPU % | CPU µs/req | Redis CPU µs/req | Redis cmd µs/req | syscalls/req r+w | RSS MB | errors/non-2xx | others CPU % |',
   );
-  L.push('|---|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|');
+  L.push('|---|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|');
   for (const x of r.rows) {
     const title = SCENARIOS.find((s) => s.id === x.scenario)!.title;
     L.push(
-      `| ${title} | ${x.target} | ${fmt(x.rps, 0)} | ${fmt(x.vsDirect, 2)} | ${fmt(x.vsBare, 2)}${x.vsBareRange[1] - x.vsBareRange[0] >= 0.005 ? ` (${fmt(x.vsBareRange[0], 2)}–${fmt(x.vsBareRange[1], 2)})` : ''} | ${x.vsBareRedis === undefined ? '–' : fmt(x.vsBareRedis, 2)} | ${fmt(x.p50, 2)} | ${fmt(x.p99, 2)} | ${fmt(x.p999, 2)} | ${fmt(x.cpuPct, 0)} | ${fmt(x.cpuUsPerReq, 0)} | ${x.redisUsPerReq === undefined ? '–' : fmt(x.redisUsPerReq, 0)} | ${fmt(x.readsPerReq, 1)}+${fmt(x.writesPerReq, 1)} | ${fmt(x.rssMaxMB, 0)} | ${x.errors}/${x.non2xx} | ${fmt(x.foreignPct, 0)} |`,
+      `| ${title} | ${x.target} | ${fmt(x.rps, 0)} | ${fmt(x.vsDirect, 2)} | ${fmt(x.vsBare, 2)}${x.vsBareRange[1] - x.vsBareRange[0] >= 0.005 ? ` (${fmt(x.vsBareRange[0], 2)}–${fmt(x.vsBareRange[1], 2)})` : ''} | ${x.vsBareRedis === undefined ? '–' : fmt(x.vsBareRedis, 2)} | ${fmt(x.p50, 2)} | ${fmt(x.p99, 2)} | ${fmt(x.p999, 2)} | ${fmt(x.cpuPct, 0)} | ${fmt(x.cpuUsPerReq, 0)} | ${x.redisUsPerReq === undefined ? '–' : fmt(x.redisUsPerReq, 0)} | ${x.redisCmdUsPerReq === undefined ? '–' : fmt(x.redisCmdUsPerReq, 1)} | ${fmt(x.readsPerReq, 1)}+${fmt(x.writesPerReq, 1)} | ${fmt(x.rssMaxMB, 0)} | ${x.errors}/${x.non2xx} | ${fmt(x.foreignPct, 0)} |`,
     );
   }
   workersSection(r.rows, L);
@@ -380,6 +415,9 @@ export function toMarkdown(r: Report, chartFile?: string): string {
       L.push(
         `| ${x.target} | ${fmt(x.rps, 0)} | ${fmt(x.p50, 3)} | ${fmt(x.p99, 3)} | ${x.target === 'direct' ? '0' : fmt(x.addedP50 ?? NaN, 3)} | ${x.target === 'direct' ? '–' : fmt(x.p50 - bareP50, 3)} |`,
       );
+  }
+  if (r.soak) {
+    L.push('', '## Ledger soak: Redis memory per live request with the export on', '', ...soakMarkdown(r.soak));
   }
   L.push('');
   return L.join('\n');

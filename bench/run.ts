@@ -12,6 +12,7 @@
  *   --no-reference     leave out the bare+redis target (bare proxy + two autopipelined Redis round trips; on by default)
  *   --no-workers       leave out the tollgate/live-w2 target (a gateway with server.workers: 2; on by default on Redis)
  *   --node-args="…"    extra node flags for the gateway (e.g. --node-args="--max-semi-space-size=32")
+ *   --no-soak          leave out the last phase: Redis memory per live request with the ledger export on (bench/soak.ts)
  *   --render <file>    no load: rebuild the Markdown/SVG (and README section) from a saved report JSON
  * A full run writes bench/results/latest.{md,json,svg} (committed); every run also keeps a copy
  * under bench/results/runs/ (not committed).
@@ -20,12 +21,13 @@ import { parseArgs } from 'node:util';
 import { cpus, loadavg } from 'node:os';
 import { mkdirSync, readFileSync, writeFileSync, existsSync } from 'node:fs';
 import { join } from 'node:path';
-import { startStack } from './stack.ts';
+import { hasRedis, startStack } from './stack.ts';
 import { measure, type Measurement } from './measure.ts';
 import { SCENARIOS, type ScenarioId } from './scenarios.ts';
 import { buildReport, toMarkdown, type Meta, type Report } from './report.ts';
 import { toSvg } from './chart.ts';
 import { describeRef } from './git.ts';
+import type { SoakResult } from './soak-report.ts';
 
 const { values } = parseArgs({
   allowNegative: true,
@@ -38,6 +40,7 @@ const { values } = parseArgs({
     reference: { type: 'boolean', default: true },
     workers: { type: 'boolean', default: true },
     'node-args': { type: 'string' },
+    soak: { type: 'boolean', default: true },
     render: { type: 'string' },
   },
 });
@@ -79,11 +82,12 @@ async function runAll(): Promise<Report> {
         0,
         true,
         stack.pids,
+        stack.redisScriptCommands,
       );
     for (let round = 1; round <= rounds; round++) {
       for (const s of scenarios) {
         for (const t of stack.targets) {
-          const m = await measure(s, t, round, quick, stack.pids);
+          const m = await measure(s, t, round, quick, stack.pids, stack.redisScriptCommands);
           ms.push(m);
           const r = m.result;
           const extra = r.ttfb ? ` ttfb p99 ${r.ttfb.p99.toFixed(1)} ms, open ${r.maxOpen}` : '';
@@ -100,6 +104,24 @@ async function runAll(): Promise<Report> {
     await stack.stop();
   }
 
+  // Last, on its own redis-server with the load phases' processes stopped: a memory figure, not a speed one.
+  // It runs the working tree's src/ in this process (imported only now), so not with --ref.
+  let soak: SoakResult | undefined;
+  const noSoak = !values.soak
+    ? '--no-soak'
+    : values.embedded || !hasRedis()
+      ? 'needs redis-server and no --embedded'
+      : ref
+        ? 'not with --ref'
+        : undefined;
+  if (noSoak) log(`no soak phase (${noSoak})`);
+  else {
+    const size = quick ? { rounds: 3, requests: 1000 } : { rounds: 4, requests: 3000 };
+    log(`soak: ${size.rounds + 1} rounds of ${size.requests} live requests, ledger export on (bench/soak.ts)`);
+    const { runSoak } = await import('./soak.ts');
+    soak = await runSoak({ ...size, concurrency: 16, log });
+  }
+
   const meta: Meta = {
     node: process.version,
     cpus: cpus().length,
@@ -111,12 +133,12 @@ async function runAll(): Promise<Report> {
     gatewayNodeArgs,
     ...meta0,
   };
-  return buildReport(meta, ms);
+  return buildReport(meta, ms, soak);
 }
 
 const report: Report = values.render ? (JSON.parse(readFileSync(values.render, 'utf8')) as Report) : await runAll();
 // Re-rendering rebuilds rows and checks from the raw measurements, so report changes apply to old runs.
-if (values.render) Object.assign(report, buildReport(report.meta, report.measurements));
+if (values.render) Object.assign(report, buildReport(report.meta, report.measurements, report.soak));
 const meta = report.meta;
 const dir = join(import.meta.dirname, 'results');
 mkdirSync(join(dir, 'runs'), { recursive: true });

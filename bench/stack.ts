@@ -11,6 +11,7 @@ import { join } from 'node:path';
 import { execFileSync } from 'node:child_process';
 import { answers, freePort, start, type Proc } from './procs.ts';
 import { withChildren } from './proc-stats.ts';
+import { scriptCommands } from './redis-stats.ts';
 
 export const MODEL = 'bench-model';
 /** The gateway's node flags in production (Dockerfile NODE_OPTIONS, `npm start`); later flags override. */
@@ -30,6 +31,8 @@ export interface Target {
   readonly workers?: number;
   /** redis-server, when this target uses it (bare+redis, tollgate/* on the Redis store): its CPU is reported too. */
   readonly redisPid?: number;
+  /** tollgate/* on the Redis store: where `INFO commandstats` is read (Redis time per request, bench/redis-stats.ts). */
+  readonly redisUrl?: string;
 }
 
 export interface Stack {
@@ -40,6 +43,8 @@ export interface Stack {
   readonly gateway: Proc;
   /** Every process of the stack, the workers found at start included (the load child and the runner are added per run). */
   readonly pids: number[];
+  /** Commands the gateway runs only inside Lua scripts (of the src/ it runs): left out of the commandstats total. */
+  readonly redisScriptCommands: ReadonlySet<string>;
   stop(): Promise<void>;
 }
 
@@ -76,7 +81,7 @@ function exportRef(ref: string, dir: string): string {
   return root;
 }
 
-function hasRedis(): boolean {
+export function hasRedis(): boolean {
   try {
     execFileSync('redis-server', ['--version'], { stdio: 'ignore' });
     return true;
@@ -215,6 +220,7 @@ export async function startStack(o: StackOptions = {}): Promise<Stack> {
           authorization: `Bearer ${testKey.key as string}`,
           pid: gateway.pid,
           ...(redisPid && { redisPid }),
+          ...(redisUrl && { redisUrl }),
         },
         {
           name: 'tollgate/live',
@@ -222,6 +228,7 @@ export async function startStack(o: StackOptions = {}): Promise<Stack> {
           authorization: `Bearer ${liveKey.key as string}`,
           pid: gateway.pid,
           ...(redisPid && { redisPid }),
+          ...(redisUrl && { redisUrl }),
         },
         ...(gw2
           ? [
@@ -232,6 +239,7 @@ export async function startStack(o: StackOptions = {}): Promise<Stack> {
                 pid: gw2.proc.pid,
                 workers: WORKERS,
                 ...(redisPid && { redisPid }),
+                ...(redisUrl && { redisUrl }),
               } as const,
             ]
           : []),
@@ -242,6 +250,7 @@ export async function startStack(o: StackOptions = {}): Promise<Stack> {
       gateway,
       // Idle workers of one gateway while another target runs are ours too, not foreign CPU.
       pids: procs.flatMap((p) => (p === gw2?.proc ? withChildren(p.pid) : [p.pid])),
+      redisScriptCommands: scriptCommands(join(cwd ?? process.cwd(), 'src')),
       stop,
     };
   } catch (e) {
