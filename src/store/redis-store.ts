@@ -5,27 +5,22 @@
  */
 import { readFile } from 'node:fs/promises';
 import { Cluster, Redis } from 'ioredis';
-import { GatewayError } from '../http/errors.ts';
 import * as K from './redis-keys.ts';
 import { createRedisCredit } from './redis-credit.ts';
+import { redisConsoleStore } from './redis-console.ts';
+import { redisExportStore } from './redis-export.ts';
+import { guard, parseEntry, parseKey, parseShare } from './redis-records.ts';
 import { limiterClient } from './limiter-client.ts';
 import { createScriptPipe, luaScript, type LuaScript, type PipeTarget, type ScriptPipe } from './script-pipe.ts';
 import {
   decodeInvalidation,
   encodeInvalidation,
   type AccountState,
-  type ConsoleGrant,
-  type ConsoleSession,
   type Invalidation,
   type KeyPatch,
   type KeyRecord,
-  type LedgerEntry,
-  type Scope,
-  type ShareRecord,
   type Store,
-  type UsageCell,
 } from './types.ts';
-import { dayEndsAtSeconds, daysBetween, parseUsageHash, usageField } from './usage-fields.ts';
 
 type Client = Redis | Cluster;
 type ScriptFn = (...args: (string | number)[]) => Promise<unknown>;
@@ -85,10 +80,6 @@ export function createRedisClient(o: Pick<RedisStoreOptions, 'url' | 'clusterNod
   return new Redis(o.url ?? 'redis://127.0.0.1:6379', common);
 }
 
-function unavailable(err: unknown): GatewayError {
-  return new GatewayError('store_unavailable', 'The credit and key store is unavailable; try again shortly.', { cause: err });
-}
-
 /**
  * The script pipe for a single-node client, connected exactly like it (same options); none for Cluster
  * or Sentinel, which keep ioredis' routing.
@@ -104,66 +95,6 @@ function pipeFor(
   if (opts.sentinels && opts.sentinels.length > 0) return undefined;
   const { host, port, path, family, tls, username, password, db } = opts;
   return createScriptPipe({ target: { host, port, path, family, tls, username, password, db }, commandTimeoutMs, onError, scripts });
-}
-
-/** Wraps a store call so any Redis failure becomes store_unavailable. */
-async function guard<T>(p: Promise<T>): Promise<T> {
-  try {
-    return await p;
-  } catch (e) {
-    throw e instanceof GatewayError ? e : unavailable(e);
-  }
-}
-
-function parseKey(h: Record<string, string>): KeyRecord | null {
-  if (!h.rec) return null;
-  const base = JSON.parse(h.rec) as Omit<KeyRecord, 'name' | 'active' | 'rate_limits' | 'version'>;
-  // `sc`: scopes set by a patch after creation (the creation record `rec` is never rewritten).
-  return {
-    ...base,
-    ...(h.sc && { scopes: JSON.parse(h.sc) as Scope[] }),
-    name: h.name ?? '',
-    active: h.active === '1',
-    rate_limits: h.rl ? JSON.parse(h.rl) : null,
-    version: Number(h.v ?? 0),
-  };
-}
-
-const NUMERIC = new Set(['amount_micros', 'prompt_tokens', 'completion_tokens', 'hold_micros']);
-
-function parseEntry([id, fields]: [string, string[]]): LedgerEntry {
-  const e: Record<string, unknown> = { id };
-  for (let i = 0; i < fields.length; i += 2) e[fields[i]!] = NUMERIC.has(fields[i]!) ? Number(fields[i + 1]) : fields[i + 1];
-  return e as unknown as LedgerEntry;
-}
-
-function parseShare(h: Record<string, string> | string[]): ShareRecord | null {
-  const o: Record<string, string> = {};
-  if (Array.isArray(h)) for (let i = 0; i < h.length; i += 2) o[h[i]!] = h[i + 1]!;
-  else Object.assign(o, h);
-  if (!o.slug) return null;
-  return {
-    slug: o.slug,
-    account: o.account ?? '',
-    created_at: o.created_at ?? '',
-    snapshot: o.snapshot ?? '{}',
-    files: JSON.parse(o.files ?? '[]'),
-    revoked_at: o.revoked_at || null,
-  };
-}
-
-const exportKeys = (acct: string) => [K.exportLease(acct), K.exportState(acct), K.ledger(acct)] as const;
-
-/** The hash fields of a rebuild's cells (absolute values). */
-function usageHashFields(cells: readonly UsageCell[]): Record<string, string> {
-  const out: Record<string, string> = {};
-  for (const c of cells) {
-    out[usageField(c.key_id, c.model, 'r')] = String(c.requests);
-    out[usageField(c.key_id, c.model, 'p')] = String(c.prompt_tokens);
-    out[usageField(c.key_id, c.model, 'c')] = String(c.completion_tokens);
-    out[usageField(c.key_id, c.model, '$')] = String(c.cost_micros);
-  }
-  return out;
 }
 
 /** Connects (or keeps retrying in the background) and returns the Redis-backed store. */
@@ -348,159 +279,8 @@ export async function createRedisStore(o: RedisStoreOptions & { client?: Client 
         return false;
       }
     },
-    putLoginToken: (hash, grant, ttl) => guard(redis.set(K.consoleLogin(hash), JSON.stringify(grant), 'EX', ttl).then(() => undefined)),
-    takeLoginToken: (hash) => guard(redis.getdel(K.consoleLogin(hash)).then((v) => (v ? (JSON.parse(v) as ConsoleGrant) : null))),
-    putSession: (hash, session, ttl) =>
-      guard(
-        (async () => {
-          await redis.set(K.consoleSession(hash), JSON.stringify(session), 'EX', ttl);
-          if (session.account === null) return;
-          // The index lives as long as its longest-lived session (NX: a new index; GT: only ever extended,
-          // so a short session cannot expire it under a longer one). Members of ended sessions are harmless.
-          const index = K.consoleSessions(session.account);
-          await Promise.all([redis.sadd(index, hash), redis.expire(index, ttl, 'NX'), redis.expire(index, ttl, 'GT')]);
-        })(),
-      ),
-    getSession: (hash) => guard(redis.get(K.consoleSession(hash)).then((v) => (v ? (JSON.parse(v) as ConsoleSession) : null))),
-    deleteSession: (hash) => guard(redis.del(K.consoleSession(hash)).then(() => undefined)),
-    deleteAccountSessions: (acct) =>
-      guard(
-        (async () => {
-          const index = K.consoleSessions(acct);
-          const hashes = await redis.smembers(index);
-          // One key per DEL: session keys live in different Cluster slots.
-          const deleted = await Promise.all(hashes.map((h) => redis.del(K.consoleSession(h))));
-          await redis.del(index);
-          return deleted.reduce((n, d) => n + d, 0);
-        })(),
-      ),
-    listAccounts: (search, limit) =>
-      guard(
-        (async () => {
-          const needle = search.toLowerCase();
-          const ids = new Set<string>();
-          const nodes = cluster ? (redis as Cluster).nodes('master') : [redis as Redis];
-          for (const node of nodes) {
-            let cursor = '0';
-            do {
-              const [next, names] = await node.scan(cursor, 'MATCH', K.ACCOUNT_KEYS_PATTERN, 'COUNT', 1000);
-              cursor = next;
-              for (const n of names) {
-                const id = K.ACCOUNT_OF_KEY.exec(n)?.[1];
-                if (id !== undefined && id.toLowerCase().includes(needle)) ids.add(id);
-              }
-            } while (cursor !== '0');
-          }
-          return [...ids].sort().slice(0, limit);
-        })(),
-      ),
-    ledgerBefore: (acct, before, limit) =>
-      guard(
-        (async () => {
-          const rows = await redis.xrevrange(K.ledger(acct), before ? `(${before}` : '+', '-', 'COUNT', limit);
-          return (rows as [string, string[]][]).map(parseEntry);
-        })(),
-      ),
-    listShares: (acct, limit) =>
-      guard(
-        (async () => {
-          const slugs = await redis.zrevrange(K.shareList(acct), 0, limit - 1);
-          const found = await Promise.all(slugs.map((slug) => redis.hgetall(K.share(slug)).then(parseShare)));
-          return found.filter((r): r is ShareRecord => r !== null);
-        })(),
-      ),
-    indexLedgerAccounts: (accounts) =>
-      guard(accounts.length === 0 ? Promise.resolve() : redis.sadd(K.LEDGER_ACCOUNTS, ...accounts).then(() => undefined)),
-    scanLedgerAccounts: (onBatch) =>
-      guard(
-        (async () => {
-          let cursor = '0';
-          do {
-            const [next, members] = await redis.sscan(K.LEDGER_ACCOUNTS, cursor, 'COUNT', 500);
-            cursor = next;
-            if (members.length > 0) await onBatch(members);
-          } while (cursor !== '0');
-        })(),
-      ),
-    backfillLedgerIndex: () =>
-      guard(
-        (async () => {
-          const nodes = cluster ? (redis as Cluster).nodes('master') : [redis as Redis];
-          let found = 0;
-          for (const node of nodes) {
-            let cursor = '0';
-            do {
-              const [next, names] = await node.scan(cursor, 'MATCH', K.ledger('*'), 'COUNT', 1000);
-              cursor = next;
-              const accounts = names.map((n) => n.slice('{acct:'.length, -'}:ledger'.length));
-              if (accounts.length > 0) await redis.sadd(K.LEDGER_ACCOUNTS, ...accounts);
-              found += accounts.length;
-            } while (cursor !== '0');
-          }
-          return found;
-        })(),
-      ),
-    exportState: (acct) =>
-      guard(
-        redis
-          .hmget(K.exportState(acct), 'cursor', 'archived_before')
-          .then(([cursor, archived]) => ({ cursor: cursor || null, archived_before: archived || null })),
-      ),
-    acquireExportLease: (acct, token, ttlMs) =>
-      guard((s.tgLedgerExport(...exportKeys(acct), 'lease', token, ttlMs) as Promise<number>).then((r) => r === 1)),
-    releaseExportLease: (acct, token) =>
-      guard((s.tgLedgerExport(...exportKeys(acct), 'release', token) as Promise<number>).then(() => undefined)),
-    commitExport: (acct, token, from, to) =>
-      guard((s.tgLedgerExport(...exportKeys(acct), 'commit', token, from ?? '', to) as Promise<number>).then((r) => r === 1)),
-    trimLedger: (acct, beforeId) => guard(s.tgLedgerExport(...exportKeys(acct), 'trim', beforeId) as Promise<number>),
-
-    flushUsage: (f) =>
-      guard(
-        (async () => {
-          // Every command is issued in this one turn: ioredis' autopipelining sends them as one pipeline
-          // per node, and each is single-key, so Cluster never sees a cross-slot pipeline (NOTES §1).
-          const sent: Promise<unknown>[] = [];
-          const expiring = new Set<string>();
-          for (const c of f.cells) {
-            const key = K.usageDay(c.account, c.day);
-            if (c.requests) sent.push(redis.hincrby(key, usageField(c.key_id, c.model, 'r'), c.requests));
-            if (c.prompt_tokens) sent.push(redis.hincrby(key, usageField(c.key_id, c.model, 'p'), c.prompt_tokens));
-            if (c.completion_tokens) sent.push(redis.hincrby(key, usageField(c.key_id, c.model, 'c'), c.completion_tokens));
-            if (c.cost_micros) sent.push(redis.hincrby(key, usageField(c.key_id, c.model, '$'), c.cost_micros));
-            if (!expiring.has(key)) {
-              expiring.add(key);
-              sent.push(redis.expireat(key, dayEndsAtSeconds(c.day, f.retentionDays)));
-            }
-          }
-          for (const u of f.lastUsed) sent.push(redis.hset(K.keysUsed(u.account), u.key_id, u.at));
-          if (f.ledgerAccounts.length > 0) sent.push(redis.sadd(K.LEDGER_ACCOUNTS, ...f.ledgerAccounts));
-          await Promise.all(sent);
-        })(),
-      ),
-    usageCells: (acct, from, to) =>
-      guard(
-        (async () => {
-          const days = daysBetween(from, to);
-          const hashes = await Promise.all(days.map((d) => redis.hgetall(K.usageDay(acct, d))));
-          return hashes.flatMap((h, i) => parseUsageHash(days[i]!, h));
-        })(),
-      ),
-    replaceUsage: (acct, day, keyIds, cells, retentionDays) =>
-      guard(
-        (async () => {
-          const key = K.usageDay(acct, day);
-          const replaced = new Set(keyIds);
-          const stale = Object.keys(await redis.hgetall(key)).filter((f) => replaced.has(f.slice(0, f.indexOf('|'))));
-          const fields = usageHashFields(cells);
-          const m = redis.multi();
-          if (stale.length > 0) m.hdel(key, ...stale);
-          if (Object.keys(fields).length > 0) m.hset(key, fields);
-          m.expireat(key, dayEndsAtSeconds(day, retentionDays));
-          await m.exec();
-        })(),
-      ),
-    lastUsed: (acct) => guard(redis.hgetall(K.keysUsed(acct))),
-
+    ...redisConsoleStore(redis),
+    ...redisExportStore(redis, s.tgLedgerExport),
     async close() {
       handlers.length = 0;
       pipe?.close();

@@ -1,0 +1,139 @@
+/**
+ * The ledger export's and usage aggregates' part of the Redis store (SPEC §10, docs/ledger-export.md):
+ * the global account index, the per-account export lease and cursor (ledger-export.lua), trimming, and
+ * the usage cells.
+ */
+import { Cluster, Redis } from 'ioredis';
+import * as K from './redis-keys.ts';
+import { guard } from './redis-records.ts';
+import type { Store, UsageCell } from './types.ts';
+import { dayEndsAtSeconds, daysBetween, parseUsageHash, usageField } from './usage-fields.ts';
+
+type ExportStore = Pick<
+  Store,
+  | 'indexLedgerAccounts'
+  | 'scanLedgerAccounts'
+  | 'backfillLedgerIndex'
+  | 'exportState'
+  | 'acquireExportLease'
+  | 'releaseExportLease'
+  | 'commitExport'
+  | 'trimLedger'
+  | 'flushUsage'
+  | 'usageCells'
+  | 'replaceUsage'
+  | 'lastUsed'
+>;
+
+const exportKeys = (acct: string) => [K.exportLease(acct), K.exportState(acct), K.ledger(acct)] as const;
+
+/** The hash fields of a rebuild's cells (absolute values). */
+function usageHashFields(cells: readonly UsageCell[]): Record<string, string> {
+  const out: Record<string, string> = {};
+  for (const c of cells) {
+    out[usageField(c.key_id, c.model, 'r')] = String(c.requests);
+    out[usageField(c.key_id, c.model, 'p')] = String(c.prompt_tokens);
+    out[usageField(c.key_id, c.model, 'c')] = String(c.completion_tokens);
+    out[usageField(c.key_id, c.model, '$')] = String(c.cost_micros);
+  }
+  return out;
+}
+
+/** `ledgerExport` is the registered ledger-export.lua (lease, commit, trim, release in one script). */
+export function redisExportStore(redis: Redis | Cluster, ledgerExport: (...args: (string | number)[]) => Promise<unknown>): ExportStore {
+  const cluster = redis instanceof Cluster;
+  const s = { tgLedgerExport: ledgerExport };
+  return {
+    indexLedgerAccounts: (accounts) =>
+      guard(accounts.length === 0 ? Promise.resolve() : redis.sadd(K.LEDGER_ACCOUNTS, ...accounts).then(() => undefined)),
+    scanLedgerAccounts: (onBatch) =>
+      guard(
+        (async () => {
+          let cursor = '0';
+          do {
+            const [next, members] = await redis.sscan(K.LEDGER_ACCOUNTS, cursor, 'COUNT', 500);
+            cursor = next;
+            if (members.length > 0) await onBatch(members);
+          } while (cursor !== '0');
+        })(),
+      ),
+    backfillLedgerIndex: () =>
+      guard(
+        (async () => {
+          const nodes = cluster ? (redis as Cluster).nodes('master') : [redis as Redis];
+          let found = 0;
+          for (const node of nodes) {
+            let cursor = '0';
+            do {
+              const [next, names] = await node.scan(cursor, 'MATCH', K.ledger('*'), 'COUNT', 1000);
+              cursor = next;
+              const accounts = names.map((n) => n.slice('{acct:'.length, -'}:ledger'.length));
+              if (accounts.length > 0) await redis.sadd(K.LEDGER_ACCOUNTS, ...accounts);
+              found += accounts.length;
+            } while (cursor !== '0');
+          }
+          return found;
+        })(),
+      ),
+    exportState: (acct) =>
+      guard(
+        redis
+          .hmget(K.exportState(acct), 'cursor', 'archived_before')
+          .then(([cursor, archived]) => ({ cursor: cursor || null, archived_before: archived || null })),
+      ),
+    acquireExportLease: (acct, token, ttlMs) =>
+      guard((s.tgLedgerExport(...exportKeys(acct), 'lease', token, ttlMs) as Promise<number>).then((r) => r === 1)),
+    releaseExportLease: (acct, token) =>
+      guard((s.tgLedgerExport(...exportKeys(acct), 'release', token) as Promise<number>).then(() => undefined)),
+    commitExport: (acct, token, from, to) =>
+      guard((s.tgLedgerExport(...exportKeys(acct), 'commit', token, from ?? '', to) as Promise<number>).then((r) => r === 1)),
+    trimLedger: (acct, beforeId) => guard(s.tgLedgerExport(...exportKeys(acct), 'trim', beforeId) as Promise<number>),
+
+    flushUsage: (f) =>
+      guard(
+        (async () => {
+          // Every command is issued in this one turn: ioredis' autopipelining sends them as one pipeline
+          // per node, and each is single-key, so Cluster never sees a cross-slot pipeline (NOTES §1).
+          const sent: Promise<unknown>[] = [];
+          const expiring = new Set<string>();
+          for (const c of f.cells) {
+            const key = K.usageDay(c.account, c.day);
+            if (c.requests) sent.push(redis.hincrby(key, usageField(c.key_id, c.model, 'r'), c.requests));
+            if (c.prompt_tokens) sent.push(redis.hincrby(key, usageField(c.key_id, c.model, 'p'), c.prompt_tokens));
+            if (c.completion_tokens) sent.push(redis.hincrby(key, usageField(c.key_id, c.model, 'c'), c.completion_tokens));
+            if (c.cost_micros) sent.push(redis.hincrby(key, usageField(c.key_id, c.model, '$'), c.cost_micros));
+            if (!expiring.has(key)) {
+              expiring.add(key);
+              sent.push(redis.expireat(key, dayEndsAtSeconds(c.day, f.retentionDays)));
+            }
+          }
+          for (const u of f.lastUsed) sent.push(redis.hset(K.keysUsed(u.account), u.key_id, u.at));
+          if (f.ledgerAccounts.length > 0) sent.push(redis.sadd(K.LEDGER_ACCOUNTS, ...f.ledgerAccounts));
+          await Promise.all(sent);
+        })(),
+      ),
+    usageCells: (acct, from, to) =>
+      guard(
+        (async () => {
+          const days = daysBetween(from, to);
+          const hashes = await Promise.all(days.map((d) => redis.hgetall(K.usageDay(acct, d))));
+          return hashes.flatMap((h, i) => parseUsageHash(days[i]!, h));
+        })(),
+      ),
+    replaceUsage: (acct, day, keyIds, cells, retentionDays) =>
+      guard(
+        (async () => {
+          const key = K.usageDay(acct, day);
+          const replaced = new Set(keyIds);
+          const stale = Object.keys(await redis.hgetall(key)).filter((f) => replaced.has(f.slice(0, f.indexOf('|'))));
+          const fields = usageHashFields(cells);
+          const m = redis.multi();
+          if (stale.length > 0) m.hdel(key, ...stale);
+          if (Object.keys(fields).length > 0) m.hset(key, fields);
+          m.expireat(key, dayEndsAtSeconds(day, retentionDays));
+          await m.exec();
+        })(),
+      ),
+    lastUsed: (acct) => guard(redis.hgetall(K.keysUsed(acct))),
+  };
+}

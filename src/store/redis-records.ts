@@ -1,0 +1,56 @@
+/**
+ * What every part of the Redis store shares: Redis failures become 503 `store_unavailable`, and the
+ * stored hashes and stream entries become records.
+ */
+import { GatewayError } from '../http/errors.ts';
+import type { KeyRecord, LedgerEntry, Scope, ShareRecord } from './types.ts';
+
+export function unavailable(err: unknown): GatewayError {
+  return new GatewayError('store_unavailable', 'The credit and key store is unavailable; try again shortly.', { cause: err });
+}
+
+/** Wraps a store call so any Redis failure becomes store_unavailable. */
+export async function guard<T>(p: Promise<T>): Promise<T> {
+  try {
+    return await p;
+  } catch (e) {
+    throw e instanceof GatewayError ? e : unavailable(e);
+  }
+}
+
+export function parseKey(h: Record<string, string>): KeyRecord | null {
+  if (!h.rec) return null;
+  const base = JSON.parse(h.rec) as Omit<KeyRecord, 'name' | 'active' | 'rate_limits' | 'version'>;
+  // `sc`: scopes set by a patch after creation (the creation record `rec` is never rewritten).
+  return {
+    ...base,
+    ...(h.sc && { scopes: JSON.parse(h.sc) as Scope[] }),
+    name: h.name ?? '',
+    active: h.active === '1',
+    rate_limits: h.rl ? JSON.parse(h.rl) : null,
+    version: Number(h.v ?? 0),
+  };
+}
+
+const NUMERIC = new Set(['amount_micros', 'prompt_tokens', 'completion_tokens', 'hold_micros']);
+
+export function parseEntry([id, fields]: [string, string[]]): LedgerEntry {
+  const e: Record<string, unknown> = { id };
+  for (let i = 0; i < fields.length; i += 2) e[fields[i]!] = NUMERIC.has(fields[i]!) ? Number(fields[i + 1]) : fields[i + 1];
+  return e as unknown as LedgerEntry;
+}
+
+export function parseShare(h: Record<string, string> | string[]): ShareRecord | null {
+  const o: Record<string, string> = {};
+  if (Array.isArray(h)) for (let i = 0; i < h.length; i += 2) o[h[i]!] = h[i + 1]!;
+  else Object.assign(o, h);
+  if (!o.slug) return null;
+  return {
+    slug: o.slug,
+    account: o.account ?? '',
+    created_at: o.created_at ?? '',
+    snapshot: o.snapshot ?? '{}',
+    files: JSON.parse(o.files ?? '[]'),
+    revoked_at: o.revoked_at || null,
+  };
+}
