@@ -4,11 +4,11 @@
  * Lua counterpart in the Redis store. State is lost on restart (main.ts logs that).
  */
 import { EventEmitter } from 'node:events';
+import { memorySessions } from './memory-sessions.ts';
+import { memoryExportStore } from './memory-export.ts';
 import { bucketDue, DEFAULT_BUCKET_MS, settleBucketDue } from './hold-bucket.ts';
 import type {
   AccountState,
-  ConsoleGrant,
-  ConsoleSession,
   GrantResult,
   HoldResult,
   Invalidation,
@@ -19,9 +19,7 @@ import type {
   SettleResult,
   ShareRecord,
   Store,
-  UsageCell,
 } from './types.ts';
-import { daysBetween, parseUsageHash, usageField, type UsageCounter } from './usage-fields.ts';
 
 /**
  * One request's record, the twin of its field in a Redis hold bucket (lua/settle.lua): open, settled,
@@ -40,19 +38,6 @@ interface Account {
   idem: Map<string, string>;
   /** Hold buckets by due time, each by request id (the Redis store's `{acct:<id>}:hb:<due>`). */
   buckets: Map<number, Map<string, HoldRecord>>;
-  exportCursor: string | null;
-  archivedBefore: string | null;
-  lease: { token: string; until: number } | null;
-  /** day → the Redis store's hash layout (usage-fields.ts), so both parse alike. */
-  usage: Map<string, Record<string, string>>;
-  used: Record<string, string>;
-}
-
-/** Orders two `<ms>-<seq>` ids numerically. */
-function compareIds(a: string, b: string): number {
-  const [am = 0, as = 0] = a.split('-').map(Number);
-  const [bm = 0, bs = 0] = b.split('-').map(Number);
-  return am - bm || as - bs;
 }
 
 export interface MemoryStoreOptions {
@@ -78,19 +63,11 @@ export function createMemoryStore(now: () => number = Date.now, opts: MemoryStor
   // Per account: the bytes of each live share counted against its quota.
   const quotas = new Map<string, Map<string, number>>();
   const bus = new EventEmitter();
-  // Console tokens and sessions by hash, each with its expiry (ms); expired entries are dropped on read.
-  const loginTokens = new Map<string, { grant: ConsoleGrant; expiresAt: number }>();
-  const sessions = new Map<string, { session: ConsoleSession; expiresAt: number }>();
-  // Entries that are never read again would stay: each time the two maps have doubled, drop the expired.
-  let sweepAt = 1024;
-  function sweepExpired(): void {
-    if (loginTokens.size + sessions.size < sweepAt) return;
-    const t = now();
-    for (const [k, v] of loginTokens) if (v.expiresAt <= t) loginTokens.delete(k);
-    for (const [k, v] of sessions) if (v.expiresAt <= t) sessions.delete(k);
-    sweepAt = Math.max(1024, 2 * (loginTokens.size + sessions.size));
-  }
-  const ledgerIndex = new Set<string>();
+  const exported = memoryExportStore({
+    now,
+    ledgers: () => [...accounts].map(([id, a]) => [id, a.ledger] as [string, LedgerEntry[]]),
+    ledgerOf: (acct) => accounts.get(acct)?.ledger,
+  });
   let lastMs = 0;
   let seq = 0;
 
@@ -112,11 +89,6 @@ export function createMemoryStore(now: () => number = Date.now, opts: MemoryStor
         ledger: [],
         idem: new Map(),
         buckets: new Map(),
-        exportCursor: null,
-        archivedBefore: null,
-        lease: null,
-        usage: new Map(),
-        used: {},
       };
       accounts.set(id, a);
     }
@@ -172,7 +144,7 @@ export function createMemoryStore(now: () => number = Date.now, opts: MemoryStor
       const prev = idempotencyKey === undefined ? undefined : a.idem.get(idempotencyKey);
       if (prev) return { account: acct, balance_micros: a.balance, held_micros: a.held, entry_id: prev, replayed: true };
       a.balance += amount;
-      ledgerIndex.add(acct);
+      exported.indexAccount(acct);
       const entryId = append(a, { ts, kind: 'grant', amount_micros: amount, ...(note ? { note } : {}) });
       if (idempotencyKey !== undefined) a.idem.set(idempotencyKey, entryId);
       return { account: acct, balance_micros: a.balance, held_micros: a.held, entry_id: entryId, replayed: false };
@@ -315,37 +287,7 @@ export function createMemoryStore(now: () => number = Date.now, opts: MemoryStor
       bus.removeAllListeners();
     },
 
-    async putLoginToken(hash, grant, ttlSeconds) {
-      sweepExpired();
-      loginTokens.set(hash, { grant: clone(grant), expiresAt: now() + ttlSeconds * 1000 });
-    },
-    async takeLoginToken(hash) {
-      const t = loginTokens.get(hash);
-      loginTokens.delete(hash);
-      return t && t.expiresAt > now() ? t.grant : null;
-    },
-    async putSession(hash, session, ttlSeconds) {
-      sweepExpired();
-      sessions.set(hash, { session: clone(session), expiresAt: now() + ttlSeconds * 1000 });
-    },
-    async getSession(hash) {
-      const s = sessions.get(hash);
-      if (s && s.expiresAt > now()) return clone(s.session);
-      sessions.delete(hash);
-      return null;
-    },
-    async deleteSession(hash) {
-      sessions.delete(hash);
-    },
-    async deleteAccountSessions(acct) {
-      let n = 0;
-      for (const [hash, s] of sessions) {
-        if (s.session.account !== acct) continue;
-        sessions.delete(hash);
-        if (s.expiresAt > now()) n++;
-      }
-      return n;
-    },
+    ...memorySessions(now),
     async listAccounts(search, limit) {
       const needle = search.toLowerCase();
       const ids = new Set<string>();
@@ -379,97 +321,6 @@ export function createMemoryStore(now: () => number = Date.now, opts: MemoryStor
         .slice(0, limit)
         .map(clone);
     },
-    async indexLedgerAccounts(list) {
-      for (const acct of list) ledgerIndex.add(acct);
-    },
-    async scanLedgerAccounts(onBatch) {
-      const all = [...ledgerIndex];
-      for (let i = 0; i < all.length; i += 500) await onBatch(all.slice(i, i + 500));
-    },
-    async backfillLedgerIndex() {
-      let n = 0;
-      for (const [id, a] of accounts)
-        if (a.ledger.length > 0 || a.exportCursor) {
-          ledgerIndex.add(id);
-          n++;
-        }
-      return n;
-    },
-    async exportState(acct) {
-      const a = accounts.get(acct);
-      return { cursor: a?.exportCursor ?? null, archived_before: a?.archivedBefore ?? null };
-    },
-    async acquireExportLease(acct, token, ttlMs) {
-      const a = account(acct);
-      if (a.lease && a.lease.until > now() && a.lease.token !== token) return false;
-      a.lease = { token, until: now() + ttlMs };
-      return true;
-    },
-    async releaseExportLease(acct, token) {
-      const a = accounts.get(acct);
-      if (a?.lease?.token === token) a.lease = null;
-    },
-    async commitExport(acct, token, from, to) {
-      const a = account(acct);
-      if (!a.lease || a.lease.token !== token || a.lease.until <= now() || a.exportCursor !== from) return false;
-      a.exportCursor = to;
-      return true;
-    },
-    async trimLedger(acct, beforeId) {
-      const a = accounts.get(acct);
-      if (!a?.exportCursor) return 0;
-      // Below min(before, the entry after the cursor), exactly like ledger-export.lua.
-      const [cms, cseq] = a.exportCursor.split('-').map(Number) as [number, number];
-      const next = `${cms}-${cseq + 1}`;
-      const minId = compareIds(beforeId, next) < 0 ? beforeId : next;
-      let n = 0;
-      while (n < a.ledger.length && compareIds(a.ledger[n]!.id, minId) < 0) n++;
-      if (n > 0) {
-        a.ledger.splice(0, n);
-        a.archivedBefore = minId;
-      }
-      return n;
-    },
-
-    async flushUsage(f) {
-      const add = (h: Record<string, string>, field: string, n: number) => {
-        if (n) h[field] = String(Number(h[field] ?? 0) + n);
-      };
-      for (const c of f.cells) {
-        const a = account(c.account);
-        let h = a.usage.get(c.day);
-        if (!h) a.usage.set(c.day, (h = {}));
-        const counters: [UsageCounter, number][] = [
-          ['r', c.requests],
-          ['p', c.prompt_tokens],
-          ['c', c.completion_tokens],
-          ['$', c.cost_micros],
-        ];
-        for (const [k, n] of counters) add(h, usageField(c.key_id, c.model, k), n);
-      }
-      for (const u of f.lastUsed) account(u.account).used[u.key_id] = u.at;
-      for (const acct of f.ledgerAccounts) ledgerIndex.add(acct);
-    },
-    async usageCells(acct, from, to) {
-      const a = accounts.get(acct);
-      if (!a) return [];
-      return daysBetween(from, to).flatMap((d) => parseUsageHash(d, a.usage.get(d) ?? {}));
-    },
-    async replaceUsage(acct, day, keyIds, cells: readonly UsageCell[]) {
-      const a = account(acct);
-      const replaced = new Set(keyIds);
-      const h = a.usage.get(day) ?? {};
-      for (const f of Object.keys(h)) if (replaced.has(f.slice(0, f.indexOf('|')))) delete h[f];
-      for (const c of cells) {
-        h[usageField(c.key_id, c.model, 'r')] = String(c.requests);
-        h[usageField(c.key_id, c.model, 'p')] = String(c.prompt_tokens);
-        h[usageField(c.key_id, c.model, 'c')] = String(c.completion_tokens);
-        h[usageField(c.key_id, c.model, '$')] = String(c.cost_micros);
-      }
-      a.usage.set(day, h);
-    },
-    async lastUsed(acct) {
-      return { ...(accounts.get(acct)?.used ?? {}) };
-    },
+    ...exported,
   };
 }
