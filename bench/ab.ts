@@ -63,10 +63,12 @@ try {
       const cpu = runs.map((r) => r.map((m) => m.cpuUsPerReq));
       const rps = runs.map((r) => r.map((m) => m.result.rps));
       const ratio = cpu[0]!.map((x, i) => cpu[1]![i]! / x);
+      const redis = runs.map((r) => median(r.map((m) => m.redisUsPerReq ?? NaN)));
       process.stdout.write(
         `${id} ${key}: CPU µs/req A ${median(cpu[0]!).toFixed(1)} [${cpu[0]!.map((x) => x.toFixed(0)).join(' ')}]` +
           ` B ${median(cpu[1]!).toFixed(1)} [${cpu[1]!.map((x) => x.toFixed(0)).join(' ')}]` +
-          ` · B/A median ${median(ratio).toFixed(3)} · req/s A ${median(rps[0]!).toFixed(0)} B ${median(rps[1]!).toFixed(0)}\n`,
+          ` · B/A median ${median(ratio).toFixed(3)} · req/s A ${median(rps[0]!).toFixed(0)} B ${median(rps[1]!).toFixed(0)}` +
+          ` · Redis µs/req A ${redis[0]!.toFixed(1)} B ${redis[1]!.toFixed(1)}\n`,
       );
     }
   }
