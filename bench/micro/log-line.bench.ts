@@ -1,11 +1,12 @@
 /**
- * Cost of the one log line per request (SPEC §7) with the gateway's logger (redaction on), next to the
- * same pino logger without redaction: the profile of the live-key path shows @pinojs/redact re-parsing
- * its paths on every line. Lines go to a no-op destination, so only formatting is measured.
+ * Cost of the one log line per request (SPEC §7): the request line's writer (createLineWriter, what the
+ * edge uses), the gateway's pino logger (redaction on) and the same pino logger without redaction.
+ * Lines go to a no-op destination, so only formatting is measured.
  * Run: `node bench/micro/log-line.bench.ts`.
  */
 import { pino } from 'pino';
-import { createLogger } from '../../src/obs/logger.ts';
+import { createLineWriter, createLogger } from '../../src/obs/logger.ts';
+import { isoTime } from '../../src/obs/iso-time.ts';
 import { createReport, nsPerOp } from './timing.ts';
 
 let bytes = 0;
@@ -35,7 +36,14 @@ const line = () => ({
   account: 'acme',
 });
 
+const requestLine = createLineWriter(withRedact, 'request');
+
 const report = createReport();
+report.add(
+  'request line writer (the edge)',
+  nsPerOp(() => requestLine(line()), 100_000),
+  'ns/op',
+);
 report.add(
   'logger.info(request line), redaction on',
   nsPerOp(() => withRedact.info(line(), 'request'), 100_000),
@@ -44,6 +52,16 @@ report.add(
 report.add(
   'same line, pino without redaction',
   nsPerOp(() => plain.info(line(), 'request'), 100_000),
+  'ns/op',
+);
+report.add(
+  'isoTime(Date.now()) (cached head)',
+  nsPerOp(() => isoTime(Date.now()), 100_000),
+  'ns/op',
+);
+report.add(
+  'new Date().toISOString()',
+  nsPerOp(() => new Date(Date.now()).toISOString(), 100_000),
   'ns/op',
 );
 report.print();

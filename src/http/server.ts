@@ -12,7 +12,7 @@ import { errorBody, sendError } from './respond.ts';
 import type { RequestContext } from './context.ts';
 import type { Router } from './router.ts';
 import { openGate, type Gate } from './gate.ts';
-import type { Logger } from '../obs/logger.ts';
+import { createLineWriter, type Logger } from '../obs/logger.ts';
 import { bound, type Metrics } from '../obs/metrics.ts';
 
 export interface EdgeDeps {
@@ -45,6 +45,7 @@ const NS_PER_S = 1e9;
 /** The request listener for one server. */
 export function createEdge(d: EdgeDeps): (req: IncomingMessage, res: ServerResponse) => void {
   const m = edgeMetrics(d.metrics);
+  const requestLine = createLineWriter(d.logger, 'request');
   const gate = d.gate ?? openGate;
   return (req, res) => {
     const requestId = newRequestId();
@@ -70,7 +71,7 @@ export function createEdge(d: EdgeDeps): (req: IncomingMessage, res: ServerRespo
     let closedNs = 0n;
     let open = 2;
     const done = () => {
-      if (--open === 0) finish(d, m, ctx, closedNs);
+      if (--open === 0) finish(d, m, requestLine, ctx, closedNs);
     };
     res.once('close', () => {
       closedNs = process.hrtime.bigint();
@@ -111,7 +112,13 @@ function edgeMetrics(metrics: Metrics) {
 }
 type EdgeMetrics = ReturnType<typeof edgeMetrics>;
 
-function finish(d: EdgeDeps, m: EdgeMetrics, ctx: RequestContext, closedNs: bigint): void {
+function finish(
+  d: EdgeDeps,
+  m: EdgeMetrics,
+  requestLine: (fields: Record<string, unknown>) => void,
+  ctx: RequestContext,
+  closedNs: bigint,
+): void {
   d.metrics.inFlight.dec();
   const totalNs = closedNs - ctx.start;
   const status = ctx.res.headersSent ? ctx.res.statusCode : 499;
@@ -140,7 +147,7 @@ function finish(d: EdgeDeps, m: EdgeMetrics, ctx: RequestContext, closedNs: bigi
   }
   if (!ctx.res.writableFinished) line.aborted = true;
   if (status >= 500 && line.err) d.logger.error(line, 'request failed');
-  else d.logger.info(line, 'request');
+  else requestLine(line);
 }
 
 export interface ListenOptions {

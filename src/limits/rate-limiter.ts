@@ -4,6 +4,9 @@
  * optional live defaults, and any key may carry an override. The request limit counts every
  * authenticated /v1 request; the token limit admits chat requests on their estimate (prompt estimate +
  * max output) and is corrected with the real usage at settle, so a window's total is what was used.
+ * A correction rides on the key's next admission (one counter script instead of two) or, when none
+ * comes within CORRECTION_FLUSH_MS, is sent by itself: this instance's decisions and headers always
+ * include it; another instance sees it that much later.
  *
  * Counters live in Redis (shared by every instance: one Lua script per dimension, both in one round
  * trip, on the script pipe on a single node: store/limiter-client.ts). While Redis is unreachable each
@@ -39,6 +42,18 @@ export interface RateLimitOptions {
  */
 const UNCAPPED = 2 ** 40;
 const NOTHING: Admission = { settle() {} };
+/**
+ * How long a token correction may wait for its key's next admission before it is sent alone. Under load
+ * the next admission comes first and carries it: a test-key chat request then runs two counter scripts
+ * instead of three (bench/README.md, "What changed the numbers").
+ */
+export const CORRECTION_FLUSH_MS = 20;
+
+/** Token corrections of one key not yet in the counter, and the end of the window they belong to. */
+interface Pending {
+  delta: number;
+  windowEnd: number;
+}
 
 type Dimension = 'requests' | 'tokens';
 
@@ -83,6 +98,45 @@ export function createRateLimits(o: RateLimitOptions): Limits {
   const onInsurance = () => void insuranceUses++;
   const requests = limiter(o, 'tg:rl:req', onInsurance);
   const tokens = limiter(o, 'tg:rl:tok', onInsurance);
+  const windowMs = o.windowSeconds * 1000;
+  const pending = new Map<string, Pending>();
+  let flushTimer: NodeJS.Timeout | undefined;
+
+  /** Sends one key's correction by itself (reward or penalty); dropped once its window is over. */
+  function send(keyId: string, p: Pending): Promise<unknown> {
+    if (p.delta === 0 || now() >= p.windowEnd) return Promise.resolve();
+    const call = p.delta < 0 ? tokens.reward(keyId, -p.delta) : tokens.penalty(keyId, p.delta);
+    return call.catch((err: unknown) => o.logger.warn({ err: (err as Error).message }, 'rate limiter: token correction failed'));
+  }
+
+  function flush(): Promise<unknown> {
+    flushTimer = undefined;
+    const sends = [...pending].map(([keyId, p]) => send(keyId, p));
+    pending.clear();
+    return Promise.all(sends);
+  }
+
+  /** Queues a correction for the key's next admission, or for the flush timer. */
+  function correct(keyId: string, delta: number, windowEnd: number): void {
+    const p = pending.get(keyId);
+    // Ends computed by two admissions of one window differ by milliseconds, of two windows by about a window.
+    if (p && Math.abs(p.windowEnd - windowEnd) < windowMs / 2) {
+      p.delta += delta;
+      p.windowEnd = Math.min(p.windowEnd, windowEnd);
+    } else {
+      if (p) void send(keyId, p);
+      pending.set(keyId, { delta, windowEnd });
+    }
+    flushTimer ??= setTimeout(() => void flush(), CORRECTION_FLUSH_MS).unref();
+  }
+
+  /** Takes the key's queued correction if its window is still current. */
+  function takeCorrection(keyId: string): Pending | undefined {
+    const p = pending.get(keyId);
+    if (!p) return undefined;
+    pending.delete(keyId);
+    return now() < p.windowEnd ? p : undefined;
+  }
 
   function limitsOf(key: KeyRecord): { rpm: number | undefined; tpm: number | undefined } {
     const d = key.env === 'test' ? o.test : o.live;
@@ -122,11 +176,24 @@ export function createRateLimits(o: RateLimitOptions): Limits {
       const usesBefore = insuranceUses;
       const t0 = process.hrtime.bigint();
       const tokenCost = estimate === undefined ? undefined : Math.max(0, Math.ceil(estimate));
+      // Earlier requests' corrections go into this admission's counter call, so its count and headers include them.
+      const taken = tpm === undefined ? undefined : takeCorrection(key.id);
+      const tokenCall =
+        tpm === undefined
+          ? undefined
+          : tokenCost !== undefined || taken
+            ? tokens.consume(key.id, (tokenCost ?? 0) + (taken?.delta ?? 0))
+            : tokens.get(key.id);
       // Both dimensions in the same tick: one round trip (one write on the script pipe, or one ioredis autopipeline batch).
-      const [r, t] = await Promise.all([
-        rpm === undefined ? undefined : requests.consume(key.id, 1),
-        tpm === undefined ? undefined : tokenCost === undefined ? tokens.get(key.id) : tokens.consume(key.id, tokenCost),
-      ]);
+      let r: RateLimiterRes | undefined;
+      let t: RateLimiterRes | null | undefined;
+      try {
+        [r, t] = await Promise.all([rpm === undefined ? undefined : requests.consume(key.id, 1), tokenCall]);
+      } catch (err) {
+        // The call carried the correction and failed: queue it again.
+        if (taken) correct(key.id, taken.delta, taken.windowEnd);
+        throw err;
+      }
       o.metrics.limiterLatency.observe(Number(process.hrtime.bigint() - t0) / 1e9);
       if (o.redis) setFallback(insuranceUses !== usesBefore);
       const headers: Record<string, string> = {};
@@ -173,10 +240,13 @@ export function createRateLimits(o: RateLimitOptions): Limits {
         settle(actual) {
           const delta = Math.ceil(actual) - tokenCost;
           if (delta === 0 || now() >= windowEnd) return;
-          const p = delta < 0 ? tokens.reward(key.id, -delta) : tokens.penalty(key.id, delta);
-          void p.catch((err: unknown) => o.logger.warn({ err: (err as Error).message }, 'rate limiter: token correction failed'));
+          correct(key.id, delta, windowEnd);
         },
       };
+    },
+    async close() {
+      if (flushTimer) clearTimeout(flushTimer);
+      await flush();
     },
   };
 }

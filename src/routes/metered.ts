@@ -25,6 +25,7 @@ import type { Tokenizer } from '../meter/tokenizer.ts';
 import type { MeteredEndpoint, OutputBound } from './endpoint.ts';
 import { bill, NOTHING_PRODUCED, type Billed } from '../meter/bill.ts';
 import { bound, type Metrics } from '../obs/metrics.ts';
+import { isoTime } from '../obs/iso-time.ts';
 import type { KeyEnv, UsageSource } from '../store/types.ts';
 import type { Usage } from '../usage/usage.ts';
 
@@ -151,7 +152,7 @@ export function meteredRoute<B extends { model: string }>(d: MeteredDeps, ep: Me
         promptTokens: b.promptTokens,
         completionTokens: b.completionTokens,
         usageSource: b.source,
-        ts: new Date(d.now()).toISOString(),
+        ts: isoTime(d.now()),
         holdExpiresAtMs,
       });
     if (live) {

@@ -1,7 +1,8 @@
 /**
  * The Redis client handed to rate-limiter-flexible on a single node. Every consume, reward and penalty
  * of RateLimiterRedis runs one script, `rlflxIncr` (its own Lua, registered through `defineCommand`);
- * a test-key chat request runs it three times. Through ioredis each run costs a Command, a timeout timer
+ * a test-key chat request runs it twice under load (its token correction rides on the next consume:
+ * limits/rate-limiter.ts), three times when the correction goes alone. Through ioredis each run costs a Command, a timeout timer
  * and an autopipeline batch; through the pipe it is one string and shares the pipe's writes with holds
  * and settles (the test key's CPU per request, either way: `bench/results/latest.md`). get() (a MULTI of GET and PTTL: every non-chat request of a key with a token limit) runs one
  * script on the pipe too, so readiness and the calls that depend on it share one connection. What is
