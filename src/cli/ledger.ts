@@ -1,19 +1,11 @@
 /** `tollgate ledger export --once`: one export pass now, through the admin API (SPEC §10). */
+import type { ExportReport } from '../ledger/exporter.ts';
 import { expectPositionals, UsageError } from './args.ts';
 import { ApiError } from './client.ts';
 import type { CommandGroup } from './context.ts';
 import { fields, json } from './output.ts';
 
 const G = 'ledger';
-
-interface ExportReport {
-  accounts: number;
-  busy: number;
-  entries: number;
-  objects: number;
-  trimmed: number;
-  failed: number;
-}
 
 export const ledgerGroup: CommandGroup = {
   name: G,

@@ -1,19 +1,10 @@
 /** `tollgate usage show|rebuild`: usage aggregates per day × key × model (SPEC §10). */
+import type { UsageRow } from '../usage/usage.ts';
 import { expectPositionals, needString, optString } from './args.ts';
 import type { CommandGroup } from './context.ts';
 import { fields, json, table } from './output.ts';
 
 const G = 'usage';
-
-interface Row {
-  day?: string;
-  key_id?: string;
-  model?: string;
-  requests: number;
-  prompt_tokens: number;
-  completion_tokens: number;
-  cost_micros: number;
-}
 
 const range = (from: string | undefined, to: string | undefined) => ({
   ...(from !== undefined && { from }),
@@ -41,7 +32,7 @@ export const usageGroup: CommandGroup = {
         if (groupBy !== undefined) q.set('group_by', groupBy);
         const qs = q.toString();
         const { body } = await ctx.admin().call('GET', `/admin/accounts/${encodeURIComponent(account)}/usage${qs ? `?${qs}` : ''}`);
-        const rows = (body as { rows: Row[] }).rows;
+        const rows = (body as { rows: UsageRow[] }).rows;
         if (ctx.json) return ctx.io.out(json(body));
         const dims = (['day', 'key_id', 'model'] as const).filter((d) => rows.some((r) => r[d] !== undefined));
         ctx.io.out(

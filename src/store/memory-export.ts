@@ -2,24 +2,8 @@
  * The embedded store's ledger export state and usage aggregates (SPEC §10), the twin of redis-export.ts:
  * the account index, each account's export lease and cursor, trimming its ledger, and the usage cells.
  */
-import type { LedgerEntry, Store, UsageCell } from './types.ts';
+import type { ExportStore, LedgerEntry, UsageCell } from './types.ts';
 import { daysBetween, parseUsageHash, usageField, type UsageCounter } from './usage-fields.ts';
-
-type ExportStore = Pick<
-  Store,
-  | 'indexLedgerAccounts'
-  | 'scanLedgerAccounts'
-  | 'backfillLedgerIndex'
-  | 'exportState'
-  | 'acquireExportLease'
-  | 'releaseExportLease'
-  | 'commitExport'
-  | 'trimLedger'
-  | 'flushUsage'
-  | 'usageCells'
-  | 'replaceUsage'
-  | 'lastUsed'
->;
 
 interface ExportState {
   exportCursor: string | null;

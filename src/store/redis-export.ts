@@ -6,24 +6,8 @@
 import { Cluster, Redis } from 'ioredis';
 import * as K from './redis-keys.ts';
 import { guard } from './redis-records.ts';
-import type { Store, UsageCell } from './types.ts';
+import type { ExportStore, UsageCell } from './types.ts';
 import { dayEndsAtSeconds, daysBetween, parseUsageHash, usageField } from './usage-fields.ts';
-
-type ExportStore = Pick<
-  Store,
-  | 'indexLedgerAccounts'
-  | 'scanLedgerAccounts'
-  | 'backfillLedgerIndex'
-  | 'exportState'
-  | 'acquireExportLease'
-  | 'releaseExportLease'
-  | 'commitExport'
-  | 'trimLedger'
-  | 'flushUsage'
-  | 'usageCells'
-  | 'replaceUsage'
-  | 'lastUsed'
->;
 
 const exportKeys = (acct: string) => [K.exportLease(acct), K.exportState(acct), K.ledger(acct)] as const;
 

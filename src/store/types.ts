@@ -317,3 +317,20 @@ export function decodeInvalidation(s: string): Invalidation | null {
   if (kind === 'share' && a) return { kind: 'share', slug: a };
   return null;
 }
+
+/** The ledger export's and usage aggregates' part of the store (redis-export.ts, memory-export.ts). */
+export type ExportStore = Pick<
+  Store,
+  | 'indexLedgerAccounts'
+  | 'scanLedgerAccounts'
+  | 'backfillLedgerIndex'
+  | 'exportState'
+  | 'acquireExportLease'
+  | 'releaseExportLease'
+  | 'commitExport'
+  | 'trimLedger'
+  | 'flushUsage'
+  | 'usageCells'
+  | 'replaceUsage'
+  | 'lastUsed'
+>;
