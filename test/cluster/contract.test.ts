@@ -1,0 +1,35 @@
+// The store contract (test/store/contract.ts) on a real 3-master + 3-replica Redis Cluster: the third
+// store mode beside the script pipe and plain ioredis on one node (test/store/redis-store.test.ts).
+// On a Cluster every script goes through ioredis' Cluster client, routed by its account's hash tag,
+// and the global keys (hold bucket index, export index, key records) live on other masters.
+import t from 'tap';
+import { Cluster } from 'ioredis';
+import { startRedisCluster } from '../helpers/redis-cluster.ts';
+import { createRedisStore } from '../../src/store/redis-store.ts';
+import { runStoreContract } from '../store/contract.ts';
+
+const cluster = await startRedisCluster(t);
+if (cluster) {
+  const open = async (t: Parameters<Parameters<typeof runStoreContract>[1]>[0]) => {
+    const store = await createRedisStore({ clusterNodes: cluster.addresses, commandTimeoutMs: 1000, settledTtlSeconds: 4260 });
+    t.teardown(() => store.close());
+    return store;
+  };
+  runStoreContract(
+    t,
+    async (t) => {
+      // A fresh keyspace on every master (replicas follow).
+      // Ready first: until the slot map is loaded, ioredis counts every startup node as a master.
+      const admin = new Cluster(
+        cluster.addresses.map((a) => ({ host: a.split(':')[0]!, port: Number(a.split(':')[1]) })),
+        { lazyConnect: true },
+      );
+      await admin.connect();
+      await Promise.all(admin.nodes('master').map((n) => n.flushall()));
+      await admin.quit();
+      return open(t);
+    },
+    // Another gateway instance: a second store (own connections) on the same cluster, no flush.
+    { makePeer: (t) => open(t) },
+  );
+}
