@@ -26,7 +26,7 @@ export interface RedisCreditDeps {
   /** The script pipe on a single node; undefined on Cluster or Sentinel (ioredis carries everything). */
   pipe: ScriptPipe | undefined;
   /** The store's defineCommand scripts by name (redis-store.ts SCRIPTS). */
-  scripts: Record<'tgHold' | 'tgSettle' | 'tgReapBucket' | 'tgLegacyReap', ScriptFn>;
+  scripts: Record<'tgHold' | 'tgSettle3' | 'tgSettle5' | 'tgReapBucket3' | 'tgReapBucket' | 'tgLegacyReap', ScriptFn>;
   /** hold.lua and settle.lua, for the pipe. */
   lua: { hold: LuaScript; settle: LuaScript };
   onError: (err: Error) => void;
@@ -94,17 +94,14 @@ export function createRedisCredit(d: RedisCreditDeps): Pick<Store, 'hold' | 'set
         });
         /** One more slice of bucket `b` alone; resolves with the next cursor. */
         const slice = async (b: (typeof buckets)[number], cursor: string): Promise<string> => {
-          const [next, n] = (await s.tgReapBucket(3, ...b.keys, ts, d.reapedTtlSeconds, b.dueMs, cursor)) as [string, number];
+          const [next, n] = (await s.tgReapBucket3(...b.keys, ts, d.reapedTtlSeconds, b.dueMs, cursor)) as [string, number];
           reaped += n;
           return next;
         };
-        const first = (await s.tgReapBucket(
-          buckets.length * 3,
-          ...buckets.flatMap((b) => b.keys),
-          ts,
-          d.reapedTtlSeconds,
-          ...buckets.flatMap((b) => [b.dueMs, '0']),
-        )) as (string | number)[];
+        const rest = [ts, d.reapedTtlSeconds, ...buckets.flatMap((b) => [b.dueMs, '0'])];
+        const first = (await (buckets.length === 1
+          ? s.tgReapBucket3(...buckets[0]!.keys, ...rest)
+          : s.tgReapBucket(buckets.length * 3, ...buckets.flatMap((b) => b.keys), ...rest))) as (string | number)[];
         for (const [i, b] of buckets.entries()) {
           reaped += Number(first[2 * i + 1]);
           // A bucket larger than one slice goes on alone, as does one the call had no budget left for ('n').
@@ -163,7 +160,8 @@ export function createRedisCredit(d: RedisCreditDeps): Pick<Store, 'hold' | 'set
         i.completionTokens,
         i.usageSource,
       ];
-      const run = (k: string[], a: (string | number)[]) => (pipe ? pipe.run(lua.settle, k, a) : s.tgSettle(k.length, ...k, ...a));
+      const run = (k: string[], a: (string | number)[]) =>
+        pipe ? pipe.run(lua.settle, k, a) : k.length === 3 ? s.tgSettle3(...k, ...a) : s.tgSettle5(...k, ...a);
       let reply = (await run(keys, args)) as [string, number, number, number, number];
       // No field in the bucket (rare: no hold reached it, or one of the previous layout): the whole script.
       if (reply[0] === '?') {

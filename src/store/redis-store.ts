@@ -32,9 +32,15 @@ type ScriptFn = (...args: (string | number)[]) => Promise<unknown>;
 const SCRIPTS = {
   tgGrant: ['grant', 3],
   tgHold: ['hold', 2],
-  // Called with 3 keys or 5 (settle.lua): null = the key count is the call's first argument (ioredis).
-  tgSettle: ['settle', null],
-  // A batch of buckets, 3 keys each (reap-bucket.lua).
+  // settle.lua with 3 keys (the common case) or 5 (the whole script). A fixed key count per command, not
+  // ioredis' variable one (numberOfKeys: null): on Cluster, autopipelining groups a command by its first
+  // argument, which for a variable count is the number, not a key, so a settle joined a batch bound for
+  // another node and the batch failed ("All keys in the pipeline should belong to the same slots
+  // allocation group": store_unavailable under load, test/cluster/contract.test.ts).
+  tgSettle3: ['settle', 3],
+  tgSettle5: ['settle', 5],
+  // reap-bucket.lua: one bucket (3 keys; every call on Cluster), or a batch of buckets on one node.
+  tgReapBucket3: ['reap-bucket', 3],
   tgReapBucket: ['reap-bucket', null],
   tgLegacyReap: ['legacy-reap', 3],
   tgRevokeShare: ['revoke-share', 1],
