@@ -5,7 +5,7 @@ import type { AddressInfo } from 'node:net';
 import OpenAI from 'openai';
 import { startSimulator, type Simulator } from '../../src/simulator/simulator.ts';
 import type { LedgerEntry } from '../../src/store/types.ts';
-import type { TestGateway } from '../helpers/gateway.ts';
+import { startGateway, type TestGateway } from '../helpers/gateway.ts';
 
 interface Teardown {
   teardown(fn: () => unknown): void;
@@ -180,4 +180,30 @@ export function sample(text: string, name: string, labels: Record<string, string
     if (Object.entries(labels).every(([k, v]) => got[k] === v)) total += Number(m[3]);
   }
   return total;
+}
+
+/**
+ * A gateway whose model `m` (the sim's prices) has two upstreams, so a retry after the first byte would be
+ * visible, and a funded live key of `account`.
+ */
+export async function twoUpstreamGateway(t: Teardown, account: string) {
+  const a = await startSim(t);
+  const b = await startSim(t);
+  const gw = await startGateway(t, {
+    upstreamUrl: a.url,
+    config: {
+      models: [
+        {
+          name: 'm',
+          upstream_model: 'sim/small-1',
+          max_output_tokens: 256,
+          price: { input: 1.5, output: 2.25 },
+          upstreams: [{ url: a.url }, { url: b.url }],
+        },
+      ],
+    },
+  });
+  const { key } = await gw.createKey({ account, env: 'live' });
+  await gw.grant(account, 1_000_000);
+  return { gw, key, requests: () => [...a.requests, ...b.requests], sims: [a, b] as const };
 }

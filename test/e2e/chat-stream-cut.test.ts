@@ -2,44 +2,32 @@
 // with one SSE error event and no [DONE], the SDK raises an APIError, and the ledger bills what the
 // upstream produced (tokenizer-estimated when usage never arrived). A client that leaves aborts the
 // upstream and is billed for what was produced.
-import t, { type Test } from 'tap';
+import t from 'tap';
 import OpenAI from 'openai';
 import { simCompletionText, simPromptTokens } from '../../src/simulator/simulator.ts';
 import { createTokenizer } from '../../src/meter/tokenizer.ts';
 import { startGateway } from '../helpers/gateway.ts';
-import { SIM_SMALL, accountVsLedger, expectedCost, postChat, sdk, sseData, startSim, waitForDebit } from './chat-fixture.ts';
+import {
+  SIM_SMALL,
+  accountVsLedger,
+  expectedCost,
+  postChat,
+  sdk,
+  sseData,
+  startSim,
+  twoUpstreamGateway,
+  waitForDebit,
+} from './chat-fixture.ts';
 
 const tokenizer = createTokenizer();
 await tokenizer.load();
 
 const ERROR_EVENT = { error: { message: String, type: 'upstream_error', code: 'upstream_error', param: null } };
 
-/** Two upstreams for one model, so a retry after the first byte would be visible. */
-async function setup(t: Test, account: string) {
-  const a = await startSim(t);
-  const b = await startSim(t);
-  const gw = await startGateway(t, {
-    upstreamUrl: a.url,
-    config: {
-      models: [
-        {
-          name: 'm',
-          upstream_model: 'sim/small-1',
-          max_output_tokens: 256,
-          price: { input: 1.5, output: 2.25 },
-          upstreams: [{ url: a.url }, { url: b.url }],
-        },
-      ],
-    },
-  });
-  const { key } = await gw.createKey({ account, env: 'live' });
-  await gw.grant(account, 1_000_000);
-  return { gw, key, requests: () => [...a.requests, ...b.requests], sims: [a, b] };
-}
 t.test(
   'cut after N chunks (raw SSE): N chunks, then the error event, no [DONE], one upstream request, partial tokens billed',
   async (t) => {
-    const { gw, key, requests } = await setup(t, 'cut-a');
+    const { gw, key, requests } = await twoUpstreamGateway(t, 'cut-a');
     const messages = [{ role: 'user', content: 'Write a long story about a lighthouse keeper.' }];
     for (const n of [1, 4, 9]) {
       const before = requests().length;
@@ -78,7 +66,7 @@ t.test(
 );
 
 t.test('the OpenAI SDK raises an APIError for the error event, after the content that arrived', async (t) => {
-  const { gw, key, requests } = await setup(t, 'cut-b');
+  const { gw, key, requests } = await twoUpstreamGateway(t, 'cut-b');
   const stream = await sdk(gw, key).chat.completions.create(
     { model: 'm', messages: [{ role: 'user', content: 'go' }], stream: true },
     { headers: { 'x-sim-tokens': '20', 'x-sim-cut-after': '6' } },
@@ -94,7 +82,7 @@ t.test('the OpenAI SDK raises an APIError for the error event, after the content
 });
 
 t.test('a stream cut after its usage chunk (before [DONE]) is billed from that usage', async (t) => {
-  const { gw, key } = await setup(t, 'cut-c');
+  const { gw, key } = await twoUpstreamGateway(t, 'cut-c');
   const messages = [{ role: 'user', content: 'twelve chars' }];
   // 3 tokens: role, 3 tokens, finish, usage = 6 chunks, all sent; then the socket closes without [DONE].
   const res = await postChat(gw, key, { model: 'm', messages, stream: true, sim: { tokens: 3, cut_after: 100 } });
@@ -108,7 +96,7 @@ t.test('a stream cut after its usage chunk (before [DONE]) is billed from that u
 });
 
 t.test('a non-streaming body cut mid-way: the client sees a broken response, the prompt is billed as estimated', async (t) => {
-  const { gw, key, requests } = await setup(t, 'cut-d');
+  const { gw, key, requests } = await twoUpstreamGateway(t, 'cut-d');
   const messages = [{ role: 'user', content: 'a question' }];
   const res = await postChat(gw, key, { model: 'm', messages, sim: { tokens: 40, cut_after: 1 } });
   t.equal(res.status, 200);
@@ -142,7 +130,7 @@ t.test('an upstream idle longer than idle_timeout_ms mid-stream: error event, up
 });
 
 t.test('client abort mid-stream: the upstream request is aborted and the produced tokens are billed (estimated)', async (t) => {
-  const { gw, key, sims } = await setup(t, 'cut-e');
+  const { gw, key, sims } = await twoUpstreamGateway(t, 'cut-e');
   const messages = [{ role: 'user', content: 'stream slowly' }];
   const res = await postChat(gw, key, { model: 'm', messages, stream: true, sim: { tokens: 500, delay_ms: 10 } });
   const rid = res.headers.get('x-request-id')!;

@@ -10,7 +10,16 @@ import { createTokenizer, CHAT_OVERHEAD } from '../../src/meter/tokenizer.ts';
 import { estimateResponsesPrompt } from '../../src/routes/responses.ts';
 import { startGateway, type TestGateway } from '../helpers/gateway.ts';
 import { startRedis } from '../helpers/redis.ts';
-import { SIM_SMALL, accountVsLedger, expectedCost, sdk, startSim, startSteeredFront, waitForDebit } from './chat-fixture.ts';
+import {
+  SIM_SMALL,
+  accountVsLedger,
+  expectedCost,
+  sdk,
+  startSim,
+  startSteeredFront,
+  twoUpstreamGateway,
+  waitForDebit,
+} from './chat-fixture.ts';
 
 const tokenizer = createTokenizer();
 await tokenizer.load();
@@ -193,24 +202,11 @@ t.test('client abort mid-stream bills the produced tokens; the upstream is abort
 });
 
 t.test('upstream cut mid-stream: the Responses error event, no retry, the SDK raises an APIError, produced tokens billed', async (t) => {
-  const a = await startSim(t);
-  const b = await startSim(t);
-  const gw = await startGateway(t, {
-    upstreamUrl: a.url,
-    config: {
-      models: [
-        {
-          name: 'm',
-          upstream_model: 'sim/small-1',
-          max_output_tokens: 256,
-          price: { input: 1.5, output: 2.25 },
-          upstreams: [{ url: a.url }, { url: b.url }],
-        },
-      ],
-    },
-  });
-  const { key } = await gw.createKey({ account: 'resp-g', env: 'live' });
-  await gw.grant('resp-g', 1_000_000);
+  const {
+    gw,
+    key,
+    sims: [a, b],
+  } = await twoUpstreamGateway(t, 'resp-g');
   const input = 'a story';
   // 4 events before the first delta, then 5 deltas, then the socket closes.
   const res = await postResponses(gw, key, { model: 'm', input, stream: true }, { 'x-sim-tokens': '50', 'x-sim-cut-after': '9' });
