@@ -81,7 +81,7 @@ export async function serve(env: NodeJS.ProcessEnv = process.env): Promise<{ pub
     return undefined;
   }
   // The gateway's modules (undici, ioredis, the AWS SDK, prom-client's registry…) load only in a process
-  // that serves: a primary that only forks workers imported them all before, ~32 MB of RSS for nothing (import of main.ts: 131 → 98 MB).
+  // that serves: a primary that only forks workers imported them all before, tens of MB of RSS for nothing.
   const [{ createGateway }, { createMetrics }, { linkWorker }] = await Promise.all([
     import('./gateway.ts'),
     import('./obs/metrics.ts'),

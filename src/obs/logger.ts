@@ -75,8 +75,8 @@ const LOGGER_STATE = pino.symbols;
 /**
  * An info-level writer for one message with flat fields: the request line, once per request (SPEC §7).
  * Writes exactly the line pino would (level, time, the logger's bindings, the fields in order, msg) with
- * one JSON.stringify instead of pino's per-field serialisation and redaction checks (2.2 → 0.4 µs a line:
- * bench/micro/log-line.bench.ts). A line pino must shape (an object field such as `err`, a field name
+ * one JSON.stringify instead of pino's per-field serialisation and redaction checks (bench/micro/log-line.bench.ts:
+ * the writer against logger.info, in bench/results/micro.md). A line pino must shape (an object field such as `err`, a field name
  * it redacts) or a destination that wants metadata goes through `logger.info` unchanged.
  */
 export function createLineWriter(logger: Logger, msg: string): (fields: Record<string, unknown>) => void {

@@ -75,7 +75,7 @@ export function createUsage(d: UsageDeps): Usage {
   let timer: NodeJS.Timeout | undefined;
   let flushing: Promise<void> | undefined;
   // The UTC day and minute of the last record, reused within that minute: formatting a date per
-  // request was three quarters of record()'s cost (bench/micro/usage-record.bench.ts: 624 → 153 ns).
+  // request was most of record()'s cost (bench/micro/usage-record.bench.ts, bench/results/micro.md).
   let minuteStart = -1;
   let stamp = { day: '', minute: '' };
   const clock = (at: number) => {
