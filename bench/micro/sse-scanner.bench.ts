@@ -1,7 +1,9 @@
 /**
  * Cost of metering a streamed completion: the SSE meter over a realistic 64-token vLLM/OpenAI stream
  * (with `"usage":null` on every chunk, the worst case for the usage check, and a final usage-only chunk
- * that is dropped), per chunk and per stream, for three chunkings. The baseline "parse every event"
+ * that is dropped), per chunk and per stream, for three chunkings, one chunk per event-loop turn (a
+ * token-paced stream), and the same stream arriving in one turn (a burst: the relay hands the meter
+ * all of a turn's chunks, then flushes once). The baseline "parse every event"
  * is what the meter avoids. The same 64 tokens as a Responses API stream (typed events, usage in
  * response.completed, the text repeated by the .done events) go through the same scanner with the
  * Responses row of meter/formats.ts. Run: `node bench/micro/sse-scanner.bench.ts`.
@@ -38,6 +40,21 @@ function meterStream(chunks: Buffer[]): number {
   if (m.usage === null || !m.sawDone) throw new Error('bench stream not metered');
   return n;
 }
+
+/** All chunks in one event-loop turn, as the relay feeds a burst: add each, flush once. */
+function meterBurst(chunks: Buffer[]): number {
+  const m = createSseMeter({ dropUsageOnlyChunk: true });
+  for (const c of chunks) m.add(c);
+  const out = m.flush();
+  let n = Buffer.isBuffer(out) ? out.length : 0;
+  if (Array.isArray(out)) for (const b of out) n += b.length;
+  n += m.end()?.length ?? 0;
+  if (m.usage === null || !m.sawDone) throw new Error('bench stream not metered');
+  return n;
+}
+
+const perBurst = nsPerOp(() => meterBurst(oneEach), 2_000, 500);
+report.add('meter, one event per chunk, all in one turn: per stream', perBurst, 'ns/op', `${oneEach.length} chunks, one flush`);
 
 for (const [name, chunks] of [
   ['one event per chunk', oneEach],

@@ -1,9 +1,9 @@
 /**
  * Relays an answered upstream response to the client while metering it. SSE bytes go through the
  * incremental meter (whole events, byte-for-byte, the usage-only chunk dropped when the client did not
- * ask for it); JSON bodies are written through as they arrive and read for usage once, at the end.
- * Backpressure: a full client pauses the upstream read until it drains. Per chunk: no await, no Redis,
- * no logging, no JSON parse (except the usage event).
+ * ask for it), metered and written once per event-loop turn; JSON bodies are written through as they
+ * arrive and read for usage once, at the end. Backpressure: a full client pauses the upstream read until
+ * it drains. Per chunk: no await, no Redis, no logging, no JSON parse (except the usage event).
  */
 import type { ServerResponse } from 'node:http';
 import type { UpstreamCall } from '../upstream/call.ts';
@@ -33,49 +33,99 @@ export interface RelayOutcome {
  */
 const MAX_JSON_RETAINED = 1024 * 1024;
 
+/** Writes `out` (corked by the caller: several buffers still go out as one socket write); false when the client is full. */
+function write(res: ServerResponse, out: SseOutput): boolean {
+  if (Buffer.isBuffer(out)) return res.write(out);
+  let ok = true;
+  for (const b of out) ok = res.write(b);
+  return ok;
+}
+
 /**
- * Feeds the call's body chunks through `transform` to the client; returns the time spent so far.
- * A full client pauses the upstream until it drains; a destroyed one (it never drains) stops the upstream.
+ * Feeds the call's body chunks through `transform` to the client, and once per event-loop turn that had
+ * chunks, after the last of them, writes what `turn` returns; returns the time spent so far. A full
+ * client pauses the upstream until it drains; a destroyed one (it never drains) stops the upstream.
  */
-function pipe(call: UpstreamCall, res: ServerResponse, transform: (chunk: Buffer) => SseOutput | null, end: () => void): () => bigint {
+function pipe(
+  call: UpstreamCall,
+  res: ServerResponse,
+  transform: (chunk: Buffer) => SseOutput | null,
+  end: () => void,
+  turn?: () => SseOutput | null,
+): () => bigint {
   let ns = 0n;
   // Writes of one tick share a socket write, the response's end included (it comes in the tick of the
   // last chunk): Node's ServerResponse no longer corks per tick by itself, and the end of a chunked
   // response was a write (and a receiver wake-up) of its own.
   let corked = false;
+  // Time on chunks is taken per turn, from its first chunk to its writes (two clock reads a turn, not
+  // two a chunk: a 64-token burst is 68 chunks); undici's parsing between the chunks is counted too.
+  let turnStart = 0n;
+  /** Bytes taken this turn and not written yet (written at its end, by `turn`). */
+  let turnBytes = 0;
+  /** Waiting for the client's 'drain'. */
+  let full = false;
+  /** The upstream was told to pause (a chunk returned false); resumed at the drain, or at the turn's end if its writes fit. */
+  let paused = false;
+  let resume: () => void = () => {};
+  const resumeIfPaused = () => {
+    if (!paused) return;
+    paused = false;
+    resume();
+  };
+  const drained = () => {
+    full = false;
+    resumeIfPaused();
+  };
+  const written = (ok: boolean) => {
+    if (ok || full) return;
+    full = true;
+    // Registered before the tick's uncork, which may flush everything and emit 'drain' at once.
+    res.once('drain', drained);
+  };
   const uncork = () => {
     corked = false;
+    if (turn) {
+      try {
+        const out = turn();
+        if (out && !res.writableEnded && !res.destroyed) written(write(res, out));
+      } catch (err) {
+        call.abort(err as Error);
+      }
+      turnBytes = 0;
+      if (!full) resumeIfPaused();
+    }
+    ns += process.hrtime.bigint() - turnStart;
     // end() already flushed and reset the response's cork count; uncorking again would take it below zero.
     if (!res.writableEnded) res.uncork();
   };
   call.attach({
     end,
-    data(chunk, resume) {
+    data(chunk, resumeUpstream) {
       if (res.destroyed) {
         call.abort(new Error('client connection closed'));
         return true;
       }
+      resume = resumeUpstream;
       if (!corked) {
         corked = true;
+        turnStart = process.hrtime.bigint();
         res.cork();
         process.nextTick(uncork);
       }
-      const t = process.hrtime.bigint();
-      let ok = true;
       try {
         const out = transform(chunk);
-        if (out) {
-          // Corked for this tick (above): several buffers still go out as one socket write.
-          if (Buffer.isBuffer(out)) ok = res.write(out);
-          else for (const b of out) ok = res.write(b);
-          // Registered before the tick's uncork, which may flush everything and emit 'drain' at once.
-          if (!ok) res.once('drain', resume);
-        }
+        if (out) written(write(res, out));
+        else if (turn) turnBytes += chunk.length;
       } catch (err) {
         call.abort(err as Error);
       }
-      ns += process.hrtime.bigint() - t;
-      return ok;
+      // Past the high-water mark (counting what this turn will write at its end): pause the upstream.
+      if (full || res.writableLength + turnBytes > res.writableHighWaterMark) {
+        paused = true;
+        return false;
+      }
+      return true;
     },
   });
   return () => ns;
@@ -91,18 +141,29 @@ export async function relaySse(
 ): Promise<RelayOutcome> {
   const meter = createSseMeter({ dropUsageOnlyChunk, format });
   let finished = false;
-  /** The upstream body is complete: the held tail (if any) and the response's end go out with the last chunk. */
+  /** The upstream body is complete: the turn's events, the held tail (if any) and the response's end go out with the last chunk. */
   const finish = () => {
     if (finished) return;
     finished = true;
     try {
+      const out = meter.flush();
+      if (out) write(res, out);
       const tail = meter.end();
       if (tail) res.write(tail);
     } finally {
       res.end();
     }
   };
-  const spent = pipe(call, res, (chunk) => meter.push(chunk), finish);
+  const spent = pipe(
+    call,
+    res,
+    (chunk) => {
+      meter.add(chunk);
+      return null;
+    },
+    finish,
+    () => meter.flush(),
+  );
   let end: RelayOutcome['end'] = 'complete';
   try {
     await call.done;
@@ -110,6 +171,9 @@ export async function relaySse(
   } catch {
     // Meter the held tail too: a usage event cut before its blank line still counts.
     try {
+      // This turn's complete events go out before the error event, as they would have at the turn's end.
+      const out = meter.flush();
+      if (out && !clientGone()) write(res, out);
       meter.end();
     } catch {
       // a meter that already failed (event too large) has nothing more to give

@@ -2,20 +2,29 @@
  * Incremental SSE meter for an upstream OpenAI-format stream (chat completions, completions, responses:
  * where each keeps its usage and text is the table in formats.ts; OpenAI / vLLM wire format).
  *
- * Feed it the upstream's bytes with `push()`; it returns the bytes to forward now — whole events only,
- * byte-for-byte, never re-serialised — and holds an incomplete trailing event until its end arrives.
- * While doing so it records the latest `usage`, whether `data: [DONE]` was seen, and the raw text needed
- * by the tokenizer fallback.
+ * Feed it the upstream's bytes with `add()`, chunk by chunk, and call `flush()` once per event-loop
+ * turn: it meters the turn's complete events and returns the bytes to forward — whole events only,
+ * byte-for-byte, never re-serialised; an incomplete trailing event is held until its end arrives.
+ * `push()` is add + flush, for one chunk. The meter records the latest `usage`, whether `data: [DONE]`
+ * was seen, and the raw text needed by the tokenizer fallback.
+ *
+ * Why per turn: a usage object covers all the text before it, so when a turn holds many events (a
+ * stream that arrives in one burst: a fast upstream, or a gateway that is behind, which is when its CPU
+ * matters), the meter looks for the turn's last usage from the end, one native `indexOf` per event
+ * (data-scan.ts, UsageFinder), and never scans the text that usage covers. A token-paced stream (one
+ * or two events a turn) is metered event by event, text and usage in one regex pass, as before. The
+ * relay corks the client's socket per turn anyway, so the bytes leave at the same moment.
  *
  * Hot-path budget (SPEC §1.2, STYLE "Per-chunk hot path"): O(bytes) scanning — Buffer.indexOf for line
- * feeds, one compiled-regex pass over each chunk's event data (data-scan.ts); no JSON.parse except for
- * an event whose data holds a `"usage":{` object (one per stream, normally the last); no
- * re-serialisation; the only buffers are the held tail (≤ maxPendingBytes), the retained text (see
- * TextCollector) and, during push(), a latin1 copy of the chunk for the key search.
+ * feeds and the usage key, one compiled-regex pass over the data of each event whose text is needed;
+ * no JSON.parse except for an event whose data holds a `"usage":{` object (one per stream, normally the
+ * last); no re-serialisation; the only buffers are the held tail (≤ maxPendingBytes), the retained
+ * text (see TextCollector), references to the current turn's events (views of the upstream's chunks of
+ * this turn: at most one socket read) and, during a scan, a latin1 copy of the chunk for the key search.
  *
  * Events end at an empty line; lines end in LF or CRLF (see sse-event.ts).
  */
-import { KeyFinder, scanData } from './data-scan.ts';
+import { KeyFinder, scanData, UsageFinder } from './data-scan.ts';
 import { dataRange, eventData, isDone } from './sse-event.ts';
 import { TextCollector } from './text-slices.ts';
 import type { Usage } from './usage.ts';
@@ -24,7 +33,7 @@ import { CHAT, type ApiFormat } from './formats.ts';
 const LF = 0x0a;
 const CR = 0x0d;
 
-/** Thrown by push() when one event grows beyond maxPendingBytes; the meter is unusable afterwards. */
+/** Thrown by add() / push() when one event grows beyond maxPendingBytes; the meter is unusable afterwards. */
 export class SseEventTooLargeError extends Error {
   readonly code = 'SSE_EVENT_TOO_LARGE';
   readonly limit: number;
@@ -51,34 +60,41 @@ export type SseOutput = Buffer | readonly Buffer[];
 
 /** The meter's public face; see createSseMeter. */
 export interface SseMeter {
+  /** Takes upstream bytes; their complete events are metered and returned by the next flush(). Throws SseEventTooLargeError. */
+  add(chunk: Buffer): void;
   /**
-   * Feeds upstream bytes; returns the complete events to forward now: the chunk itself or a view of it,
-   * several views in order when an event between them was dropped, or null. Throws SseEventTooLargeError.
+   * Meters the events added since the last flush and returns those to forward, in order: one buffer (a
+   * chunk itself or a view of it) or several (one per chunk, and split where an event was dropped), or
+   * null. Call at least once per event-loop turn: the events are views of the upstream's chunks.
    */
+  flush(): SseOutput | null;
+  /** add() then flush(): one chunk's complete events. */
   push(chunk: Buffer): SseOutput | null;
-  /** At upstream end: meters and returns the held incomplete tail as-is, or null. Call once, last. */
+  /** At upstream end, after the last flush(): meters and returns the held incomplete tail as-is, or null. Call once, last. */
   end(): Buffer | null;
   /** Latest valid usage object seen (cumulative: the latest wins); null when none. */
   readonly usage: Usage | null;
-  /** True once `data: [DONE]` was seen. */
+  /** True once `data: [DONE]` was seen (as a stream's last event, which is where it is). */
   readonly sawDone: boolean;
-  /** Complete events with a data field seen so far ([DONE] included; comments and keep-alives not). */
-  readonly events: number;
   /**
    * Generated text (delta content, reasoning, refusal, tool-call arguments) produced AFTER the latest
    * usage object, or since the start when there was none. Usage is authoritative, so the text it covers
-   * is released when it arrives: bill `usage + count(completionText())`, which is just `usage` in a
-   * normal stream (usage is the last event). Decoding happens here, on demand.
+   * is released (or never scanned) when it arrives: bill `usage + count(completionText())`, which is
+   * just `usage` in a normal stream (usage is the last event). Decoding happens here, on demand.
    */
   completionText(): string;
   /** Raw text bytes beyond maxTextBytes that were counted but not retained (0 in practice). */
   readonly droppedTextBytes: number;
 }
 
+const EMPTY = Buffer.alloc(0);
+
+/** A turn with at most this many events is metered front to back (text and usage in one pass per event). */
+const SMALL_TURN = 2;
+
 class Scanner implements SseMeter {
   usage: Usage | null = null;
   sawDone = false;
-  events = 0;
   private readonly drop: boolean;
   private readonly format: ApiFormat;
   private readonly max: number;
@@ -90,10 +106,20 @@ class Scanner implements SseMeter {
   private last1 = 0;
   private last2 = 0;
   private ended = false;
+  /** The complete events of this turn, in order: the buffer each is in, and its start / end there. */
+  private readonly turnBufs: Buffer[] = [];
+  private readonly turnRanges: number[] = [];
+  /** Events in this turn (the arrays are reused: resetting an array's length is a runtime call). */
+  private turnCount = 0;
+  /** Events of this turn not to forward (usage-only chunks the client did not ask for); rarely more than one. */
+  private readonly dropped: number[] = [];
+  private droppedCount = 0;
   /** Scratch for eventData: where the current event's data is. */
   private readonly data = dataRange();
-  /** Key search over the chunk being pushed, shared by its events; released when push() returns. */
+  /** Key search over the buffer being scanned, shared by its events; released after each flush. */
   private readonly keys: KeyFinder;
+  /** Usage key search, likewise. */
+  private readonly usageKeys = new UsageFinder();
 
   constructor(opts: SseMeterOptions) {
     const max = opts.maxPendingBytes ?? 1024 * 1024;
@@ -114,11 +140,14 @@ class Scanner implements SseMeter {
   }
 
   push(chunk: Buffer): SseOutput | null {
-    if (this.ended) throw new Error('SseMeter.push() after end()');
+    this.add(chunk);
+    return this.flush();
+  }
+
+  add(chunk: Buffer): void {
+    if (this.ended) throw new Error('SseMeter.add() after end()');
     const len = chunk.length;
-    if (len === 0) return null;
-    let parts: Buffer[] | null = null;
-    let keepFrom = 0; // start of the run of chunk bytes to forward that is not yet in `parts`
+    if (len === 0) return;
     let evStart = 0; // start in `chunk` of the event being read (its older bytes are in `pending`)
     let nl = chunk.indexOf(LF);
     while (nl !== -1) {
@@ -135,11 +164,9 @@ class Scanner implements SseMeter {
           const ev = Buffer.concat(this.pending, size);
           this.pending = [];
           this.pendingLen = 0;
-          if (this.meter(ev, 0, ev.length)) (parts ??= []).push(ev);
-          keepFrom = end;
-        } else if (!this.meter(chunk, evStart, end)) {
-          if (evStart > keepFrom) (parts ??= []).push(chunk.subarray(keepFrom, evStart));
-          keepFrom = end;
+          this.record(ev, 0, size);
+        } else {
+          this.record(chunk, evStart, end);
         }
         evStart = end;
       }
@@ -147,24 +174,48 @@ class Scanner implements SseMeter {
       const b = chunk[nl + 1];
       nl = b === LF ? nl + 1 : b === CR && chunk[nl + 2] === LF ? nl + 2 : chunk.indexOf(LF, nl + 1);
     }
-    this.keys.release(); // the chunk is the upstream's: its copy must not outlive this call
     if (evStart < len) this.hold(chunk, evStart);
     this.last2 = len >= 2 ? chunk[len - 2]! : this.last1;
     this.last1 = chunk[len - 1]!;
-    if (evStart > keepFrom) {
-      // The common case: the upstream chunk itself (one or more whole events), or a view of it.
-      const run = keepFrom === 0 && evStart === len ? chunk : chunk.subarray(keepFrom, evStart);
-      if (parts === null) return run;
-      parts.push(run);
+  }
+
+  flush(): SseOutput | null {
+    const bufs = this.turnBufs;
+    const n = this.turnCount;
+    if (n === 0) return null;
+    const ranges = this.turnRanges;
+    if (n <= SMALL_TURN) {
+      for (let i = 0; i < n; i++) if (!this.meter(bufs[i]!, ranges[2 * i]!, ranges[2 * i + 1]!)) this.drops(i);
+    } else {
+      // From the end: the last event with a valid usage covers the text of every event before it.
+      let last = -1;
+      let keepLast = true;
+      for (let i = n - 1; i >= 0; i--) {
+        const keep = this.usageEvent(bufs[i]!, ranges[2 * i]!, ranges[2 * i + 1]!);
+        if (keep !== null) {
+          last = i;
+          keepLast = keep;
+          break;
+        }
+      }
+      // Before it, only usage-only chunks to drop are looked for (one usage search per event, no text scan).
+      if (this.drop) for (let i = 0; i < last; i++) if (this.isDroppedUsage(bufs[i]!, ranges[2 * i]!, ranges[2 * i + 1]!)) this.drops(i);
+      if (!keepLast) this.drops(last);
+      // The events after it (all of them when the turn has no usage): their text, in order.
+      for (let i = last + 1; i < n; i++) this.scanText(bufs[i]!, ranges[2 * i]!, ranges[2 * i + 1]!);
     }
-    if (parts === null) return null;
-    // Several runs (an event dropped between them) go out as they are: joining them copied the whole
-    // chunk (~16 KB for 64 tokens) into fresh external memory per stream, which drove most major GCs.
-    return parts.length === 1 ? parts[0]! : parts;
+    this.keys.release(); // the buffers are the upstream's: their copy must not outlive this call
+    this.usageKeys.release();
+    const out = this.output();
+    for (let i = 0; i < n; i++) bufs[i] = EMPTY; // let go of the upstream's chunks
+    this.turnCount = 0;
+    this.droppedCount = 0;
+    return out;
   }
 
   end(): Buffer | null {
     if (this.ended) return null;
+    if (this.turnCount > 0) throw new Error('SseMeter.end() before flush()');
     this.ended = true;
     if (this.pendingLen === 0) return null;
     const tail = Buffer.concat(this.pending, this.pendingLen);
@@ -176,6 +227,53 @@ class Scanner implements SseMeter {
     return tail;
   }
 
+  /** The turn's events minus the dropped ones, as runs of adjacent bytes: whole chunks where possible. */
+  private output(): SseOutput | null {
+    const bufs = this.turnBufs;
+    const ranges = this.turnRanges;
+    const dropped = this.dropped;
+    let parts: Buffer[] | null = null;
+    let runBuf: Buffer | null = null;
+    let runStart = 0;
+    let runEnd = 0;
+    let d = 0;
+    const dn = this.droppedCount;
+    for (let i = 0; i < this.turnCount; i++) {
+      if (d < dn && dropped[d] === i) {
+        d++;
+        continue;
+      }
+      const buf = bufs[i]!;
+      const start = ranges[2 * i]!;
+      if (buf === runBuf && start === runEnd) {
+        runEnd = ranges[2 * i + 1]!;
+        continue;
+      }
+      if (runBuf !== null) (parts ??= []).push(run(runBuf, runStart, runEnd));
+      runBuf = buf;
+      runStart = start;
+      runEnd = ranges[2 * i + 1]!;
+    }
+    if (runBuf === null) return parts === null ? null : parts.length === 1 ? parts[0]! : parts;
+    const last = run(runBuf, runStart, runEnd);
+    if (parts === null) return last;
+    // Several runs go out as they are: joining them copied the whole turn (~16 KB for 64 tokens) into
+    // fresh external memory per stream, which drove most major GCs.
+    parts.push(last);
+    return parts;
+  }
+
+  private record(buf: Buffer, start: number, end: number): void {
+    const i = this.turnCount++;
+    this.turnBufs[i] = buf;
+    this.turnRanges[2 * i] = start;
+    this.turnRanges[2 * i + 1] = end;
+  }
+
+  private drops(i: number): void {
+    this.dropped[this.droppedCount++] = i;
+  }
+
   private hold(chunk: Buffer, from: number): void {
     const n = chunk.length - from;
     if (this.pendingLen + n > this.max) throw new SseEventTooLargeError(this.max);
@@ -183,33 +281,80 @@ class Scanner implements SseMeter {
     this.pendingLen += n;
   }
 
-  /** Meters the event `buf[start, end)`; returns false when it must not be forwarded. */
+  /**
+   * Looking back from the end of a turn: when the event `buf[start, end)` carries a valid usage, records
+   * it and returns whether to forward the event (false: the usage-only chunk the client did not ask
+   * for); null when it has no valid usage.
+   */
+  private usageEvent(buf: Buffer, start: number, end: number): boolean | null {
+    const d = this.data;
+    if (!eventData(buf, start, end, d)) return null;
+    if (isDone(d)) {
+      this.sawDone = true;
+      return null;
+    }
+    return this.usageKeys.hasObject(d.buf, d.start, d.end) ? this.takeUsage(d.buf, d.start, d.end) : null;
+  }
+
+  /** True for a usage-only chunk with a valid usage (covered by a later usage: not recorded, only dropped). */
+  private isDroppedUsage(buf: Buffer, start: number, end: number): boolean {
+    // The raw event first (no data line to find): almost every event has no usage object at all. (A
+    // `"usage"` key split from its `:{` across two data lines is missed here: that chunk is forwarded.)
+    if (!this.usageKeys.hasObject(buf, start, end)) return false;
+    const d = this.data;
+    if (!eventData(buf, start, end, d) || !this.usageKeys.hasObject(d.buf, d.start, d.end)) return false;
+    let parsed: unknown;
+    try {
+      parsed = JSON.parse(d.buf.toString('utf8', d.start, d.end));
+    } catch {
+      return false;
+    }
+    const choices = (parsed as { choices?: unknown }).choices;
+    return this.format.eventUsage(parsed) !== null && Array.isArray(choices) && choices.length === 0;
+  }
+
+  /** Collects the text of the event `buf[start, end)`: one that no later usage covers. */
+  private scanText(buf: Buffer, start: number, end: number): void {
+    const d = this.data;
+    if (eventData(buf, start, end, d) && !isDone(d)) scanData(d.buf, d.start, d.end, this.text, this.keys);
+  }
+
+  /** Meters the event `buf[start, end)` on its own; returns false when it must not be forwarded. */
   private meter(buf: Buffer, start: number, end: number): boolean {
     const d = this.data;
     if (!eventData(buf, start, end, d)) return true;
-    this.events++;
     if (isDone(d)) {
       this.sawDone = true;
       return true;
     }
     // Text is collected first; if this event's usage proves valid, it covers that text and all before.
-    if (scanData(d.buf, d.start, d.end, this.text, this.keys)) {
-      let parsed: unknown;
-      try {
-        parsed = JSON.parse(d.buf.toString('utf8', d.start, d.end));
-      } catch {
-        parsed = null; // not JSON: forward untouched, meter only its text
-      }
-      const usage = this.format.eventUsage(parsed);
-      if (usage !== null) {
-        this.usage = usage;
-        this.text.reset();
-        const choices = (parsed as { choices?: unknown }).choices;
-        return !(this.drop && Array.isArray(choices) && choices.length === 0);
-      }
-    }
+    if (scanData(d.buf, d.start, d.end, this.text, this.keys)) return this.takeUsage(d.buf, d.start, d.end) ?? true;
     return true;
   }
+
+  /**
+   * Parses an event's data that has a `"usage":{`: when its usage is valid, records it (the text so far
+   * is covered) and returns whether to forward the event; null when there is no valid usage.
+   */
+  private takeUsage(buf: Buffer, start: number, end: number): boolean | null {
+    let parsed: unknown;
+    try {
+      parsed = JSON.parse(buf.toString('utf8', start, end));
+    } catch {
+      return null; // not JSON: forward untouched, meter only its text
+    }
+    const usage = this.format.eventUsage(parsed);
+    if (usage === null) return null;
+    this.usage = usage;
+    this.text.reset();
+    const choices = (parsed as { choices?: unknown }).choices;
+    return !(this.drop && Array.isArray(choices) && choices.length === 0);
+  }
+}
+
+/** `buf[start, end)`: the buffer itself when that is all of it (no view to allocate). */
+function run(buf: Buffer, start: number, end: number): Buffer {
+  return start === 0 && end === buf.length ? buf : buf.subarray(start, end);
 }
 
 /**

@@ -35,7 +35,7 @@ t.test('one push: forwards byte-for-byte, records usage and [DONE]', async (t) =
   t.equal(feed(m, [Buffer.from(sse)]), sse);
   t.same(m.usage, { prompt_tokens: 21, completion_tokens: 10 });
   t.equal(m.sawDone, true);
-  t.equal(m.events, 14, 'role + 10 pieces + finish + usage + [DONE]');
+  t.equal(m.completionText(), '', 'the usage covers every piece before it');
 });
 
 t.test('drops the usage-only chunk when asked, and only it', async (t) => {
@@ -60,7 +60,7 @@ t.test('split at every byte offset: same output, usage, text; CRLF and LF', asyn
       for (let i = 0; i <= buf.length; i++) {
         const m = createSseMeter(opts);
         const out = feed(m, splitAt(buf, i));
-        if (out !== expected || m.usage?.completion_tokens !== 10 || !m.sawDone || m.events !== 17) bad++;
+        if (out !== expected || m.usage?.completion_tokens !== 10 || !m.sawDone || m.completionText() !== '') bad++;
       }
       t.equal(bad, 0, `eol ${JSON.stringify(eol)} drop=${opts.dropUsageOnlyChunk}: ${buf.length + 1} splits`);
     }
@@ -108,7 +108,7 @@ t.test('holds an incomplete event until its end arrives', async (t) => {
   t.equal(m.push(Buffer.from(a + b.slice(0, 10)))?.toString(), a, 'complete event forwarded, partial held');
   t.equal(m.push(Buffer.from(b.slice(10, -1))), null, 'still incomplete (one LF missing)');
   t.equal(m.push(Buffer.from('\n'))?.toString(), b);
-  t.equal(m.events, 2);
+  t.equal(m.completionText(), 'ab');
   t.equal(m.end(), null);
 });
 
@@ -217,7 +217,6 @@ t.test('comments, keep-alives, other fields and multi-line data', async (t) => {
   const ping = ': ping\n\n';
   const named = 'event: message\nid: 7\ndata: {"choices":[{"delta":{"content":"hi"}}]}\n\n';
   t.equal(m.push(Buffer.from(ping + named + '\n'))?.toString(), ping + named + '\n', 'stray blank line forwarded');
-  t.equal(m.events, 1, 'comments and blank lines are not events');
   t.equal(m.completionText(), 'hi');
   const multi = 'data: {"choices":[],\ndata: "usage":{"prompt_tokens":2,"completion_tokens":3}}\n\n';
   t.equal(m.push(Buffer.from(multi)), null, 'multi-line usage-only event dropped');
@@ -279,7 +278,136 @@ t.test('random partitions of a long stream (seeded)', async (t) => {
     const cuts: number[] = [];
     for (let at = rnd(64); at < buf.length; at += 1 + rnd(run % 2 === 0 ? 16 : 400)) cuts.push(at);
     const m = createSseMeter(drop);
-    if (feed(m, splitAt(buf, ...cuts)) !== sse || m.completionText() !== text || m.events !== 66 || m.sawDone) bad++;
+    if (feed(m, splitAt(buf, ...cuts)) !== sse || m.completionText() !== text || m.sawDone) bad++;
   }
   t.equal(bad, 0);
+});
+
+/** Feeds `chunks` in turns of `turnSizes` chunks each (add… then flush), as the relay does; returns everything forwarded. */
+function feedTurns(meter: SseMeter, chunks: Buffer[], turnSize: (turn: number) => number): string {
+  const out: Buffer[] = [];
+  const take = (o: ReturnType<SseMeter['flush']>) => {
+    if (Buffer.isBuffer(o)) out.push(o);
+    else if (o !== null) out.push(...o);
+  };
+  for (let i = 0, turn = 0; i < chunks.length; turn++) {
+    const n = Math.max(1, turnSize(turn));
+    for (const c of chunks.slice(i, i + n)) meter.add(c);
+    i += n;
+    take(meter.flush());
+  }
+  const tail = meter.end();
+  if (tail !== null) out.push(tail);
+  return Buffer.concat(out).toString('utf8');
+}
+
+const eventsOf = (sse: string): Buffer[] => sse.split(/(?<=\n\n)/).map((e) => Buffer.from(e));
+
+t.test('turns of many chunks: the same bytes, usage and text as one chunk a turn', async (t) => {
+  const cases = [
+    { name: 'usage at the end', ...buildStream({ usageNullOnChunks: true }), usage: { prompt_tokens: 21, completion_tokens: 10 } },
+    { name: 'no usage', ...buildStream({ usage: null, reasoning: ['r "1"'], toolArgs: ['{"a":', '1}'] }), usage: null },
+  ];
+  for (const c of cases) {
+    const chunks = eventsOf(c.sse);
+    for (const opts of [drop, keep]) {
+      const expected = opts.dropUsageOnlyChunk ? withoutUsageEvent(c.sse) : c.sse;
+      for (const size of [1, 2, 3, 5, chunks.length]) {
+        const m = createSseMeter(opts);
+        const label = `${c.name}, ${size} a turn, drop ${opts.dropUsageOnlyChunk}`;
+        t.equal(
+          feedTurns(m, chunks, () => size),
+          expected,
+          label,
+        );
+        t.same(m.usage, c.usage, `${label}: usage`);
+        t.equal(m.completionText(), c.usage === null ? c.text : '', `${label}: text`);
+        t.equal(m.sawDone, true, `${label}: [DONE]`);
+      }
+    }
+  }
+});
+
+t.test('a turn with usage in the middle: only the text after it is kept, the last usage wins', async (t) => {
+  const piece = (s: string) => event({ choices: [{ delta: { content: s } }] });
+  const usage = (n: number) => event({ choices: [], usage: { prompt_tokens: 1, completion_tokens: n } });
+  const m = createSseMeter(drop);
+  const chunks = [piece('a'), piece('b'), usage(2), piece('c'), piece('d')].map((e) => Buffer.from(e));
+  t.equal(
+    feedTurns(m, chunks, () => 5),
+    piece('a') + piece('b') + piece('c') + piece('d'),
+    'usage-only chunk dropped',
+  );
+  t.same(m.usage, { prompt_tokens: 1, completion_tokens: 2 });
+  t.equal(m.completionText(), 'cd', 'the text the usage does not cover');
+
+  const two = createSseMeter(keep);
+  feedTurns(
+    two,
+    [piece('a'), usage(1), piece('b'), usage(2), piece('c')].map((e) => Buffer.from(e)),
+    () => 5,
+  );
+  t.same(two.usage, { prompt_tokens: 1, completion_tokens: 2 }, 'cumulative usage: the latest wins');
+  t.equal(two.completionText(), 'c');
+});
+
+t.test('a turn whose usage is not valid still counts every piece of text', async (t) => {
+  const piece = (s: string) => event({ choices: [{ delta: { content: s } }] });
+  const chunks = [
+    piece('a'),
+    piece('b'),
+    event({ choices: [], usage: { prompt_tokens: 'x', completion_tokens: 2 } }),
+    'data: {"choices":[],"usage":{"prompt_tokens":1,\n\n',
+    piece('c'),
+  ].map((e) => Buffer.from(e));
+  const m = createSseMeter(drop);
+  t.equal(
+    feedTurns(m, chunks, () => 5),
+    chunks.join(''),
+    'events without a valid usage are forwarded',
+  );
+  t.equal(m.usage, null);
+  t.equal(m.completionText(), 'abc');
+});
+
+t.test('the events of a turn are kept by reference until flush; end() refuses an unflushed turn', async (t) => {
+  const a = Buffer.from(event({ choices: [{ delta: { content: 'a' } }] }));
+  const b = Buffer.from(event({ choices: [{ delta: { content: 'b' } }] }));
+  const m = createSseMeter(keep);
+  m.add(a);
+  m.add(b);
+  t.throws(() => m.end(), /before flush/);
+  const out = m.flush();
+  t.ok(Array.isArray(out) && out[0] === a && out[1] === b, 'each chunk forwarded as itself, no copy');
+  t.equal(m.flush(), null, 'nothing left');
+  t.equal(m.end(), null);
+});
+
+t.test('random partitions and random turns of a long stream with usage (seeded)', async (t) => {
+  let seed = 0x51ed27;
+  const rnd = (n: number): number => {
+    seed = (seed + 0x6d2b79f5) | 0;
+    let x = Math.imul(seed ^ (seed >>> 15), 1 | seed);
+    x = (x + Math.imul(x ^ (x >>> 7), 61 | x)) ^ x;
+    return ((x ^ (x >>> 14)) >>> 0) % n;
+  };
+  const pieces = Array.from({ length: 48 }, (_, i) => ['tok', ' "q"', '\\', '\n', 'é', '😀', '漢'][i % 7]! + i);
+  const full = buildStream({ eol: '\r\n', pieces, usageNullOnChunks: true, usage: { prompt_tokens: 5, completion_tokens: 48 } });
+  const buf = Buffer.from(full.sse);
+  const expected = withoutUsageEvent(full.sse, '\r\n');
+  let bad = 0;
+  for (let run = 0; run < 300; run++) {
+    // Cut the stream short in a third of the runs: the text after the last complete usage must be exact.
+    const cutAt = run % 3 === 0 ? rnd(buf.length) : buf.length;
+    const cuts: number[] = [];
+    for (let at = rnd(64); at < cutAt; at += 1 + rnd(run % 2 === 0 ? 16 : 400)) cuts.push(at);
+    const chunks = splitAt(buf.subarray(0, cutAt), ...cuts);
+    const m = createSseMeter(drop);
+    const out = feedTurns(m, chunks, () => 1 + rnd(12));
+    const ref = createSseMeter(drop);
+    const refOut = feed(ref, chunks);
+    if (out !== refOut || JSON.stringify(m.usage) !== JSON.stringify(ref.usage) || m.completionText() !== ref.completionText()) bad++;
+    if (cutAt === buf.length && (out !== expected || m.usage?.completion_tokens !== 48 || m.completionText() !== '')) bad++;
+  }
+  t.equal(bad, 0, 'turns give what one chunk a turn gives');
 });
