@@ -10,8 +10,10 @@
  *
  * Why per turn: a usage object covers all the text before it, so when a turn holds many events (a
  * stream that arrives in one burst: a fast upstream, or a gateway that is behind, which is when its CPU
- * matters), the meter looks for the turn's last usage from the end, one native `indexOf` per event
- * (data-scan.ts, UsageFinder), and never scans the text that usage covers. A token-paced stream (one
+ * matters), the meter looks for the turn's last usage from the end (one native `indexOf` per event
+ * looked at, data-scan.ts UsageFinder: normally two, [DONE] and the usage chunk) and never looks at the
+ * events that usage covers: their text is not scanned, and none of them can be the usage-only chunk
+ * to drop, which a stream sends once, last before [DONE]. A token-paced stream (one
  * or two events a turn) is metered event by event, text and usage in one regex pass, as before. The
  * relay corks the client's socket per turn anyway, so the bytes leave at the same moment.
  *
@@ -198,8 +200,9 @@ class Scanner implements SseMeter {
           break;
         }
       }
-      // Before it, only usage-only chunks to drop are looked for (one usage search per event, no text scan).
-      if (this.drop) for (let i = 0; i < last; i++) if (this.isDroppedUsage(bufs[i]!, ranges[2 * i]!, ranges[2 * i + 1]!)) this.drops(i);
+      // Events before it are not looked at: their text is covered, and the usage-only chunk the gateway
+      // asked for on the client's behalf is the stream's last before [DONE] (OpenAI: "an additional
+      // chunk will be streamed before the data: [DONE] message"), so only this one can be it.
       if (!keepLast) this.drops(last);
       // The events after it (all of them when the turn has no usage): their text, in order.
       for (let i = last + 1; i < n; i++) this.scanText(bufs[i]!, ranges[2 * i]!, ranges[2 * i + 1]!);
@@ -294,23 +297,6 @@ class Scanner implements SseMeter {
       return null;
     }
     return this.usageKeys.hasObject(d.buf, d.start, d.end) ? this.takeUsage(d.buf, d.start, d.end) : null;
-  }
-
-  /** True for a usage-only chunk with a valid usage (covered by a later usage: not recorded, only dropped). */
-  private isDroppedUsage(buf: Buffer, start: number, end: number): boolean {
-    // The raw event first (no data line to find): almost every event has no usage object at all. (A
-    // `"usage"` key split from its `:{` across two data lines is missed here: that chunk is forwarded.)
-    if (!this.usageKeys.hasObject(buf, start, end)) return false;
-    const d = this.data;
-    if (!eventData(buf, start, end, d) || !this.usageKeys.hasObject(d.buf, d.start, d.end)) return false;
-    let parsed: unknown;
-    try {
-      parsed = JSON.parse(d.buf.toString('utf8', d.start, d.end));
-    } catch {
-      return false;
-    }
-    const choices = (parsed as { choices?: unknown }).choices;
-    return this.format.eventUsage(parsed) !== null && Array.isArray(choices) && choices.length === 0;
   }
 
   /** Collects the text of the event `buf[start, end)`: one that no later usage covers. */

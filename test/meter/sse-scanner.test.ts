@@ -411,3 +411,29 @@ t.test('random partitions and random turns of a long stream with usage (seeded)'
   }
   t.equal(bad, 0, 'turns give what one chunk a turn gives');
 });
+
+t.test('in a turn of many events only the last usage-only chunk is dropped (the one a stream ends with)', async (t) => {
+  const piece = (s: string) => event({ choices: [{ delta: { content: s } }] });
+  const usage = (n: number) => event({ choices: [], usage: { prompt_tokens: 1, completion_tokens: n } });
+  const events = [piece('a'), usage(1), piece('b'), usage(2), 'data: [DONE]\n\n'];
+  const m = createSseMeter(drop);
+  t.equal(
+    feedTurns(
+      m,
+      events.map((e) => Buffer.from(e)),
+      () => events.length,
+    ),
+    piece('a') + usage(1) + piece('b') + 'data: [DONE]\n\n',
+  );
+  t.same(m.usage, { prompt_tokens: 1, completion_tokens: 2 });
+  const paced = createSseMeter(drop);
+  t.equal(
+    feedTurns(
+      paced,
+      events.map((e) => Buffer.from(e)),
+      () => 1,
+    ),
+    piece('a') + piece('b') + 'data: [DONE]\n\n',
+    'one event a turn: each is dropped',
+  );
+});
