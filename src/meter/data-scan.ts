@@ -98,8 +98,8 @@ export function findStringEnd(buf: Buffer, from: number, limit = buf.length): nu
 /**
  * The needle of UsageFinder: `usage"`, the one key every API keeps its usage under (formats.ts) without
  * its opening quote, which is checked after. Node's Buffer.indexOf goes from one occurrence of the
- * needle's first byte to the next: a `"` is ~30 stops in a chunk event, a `u` ~2 (~175 → ~75 ns on
- * one 240-byte event, `node bench/micro/sse-scanner.bench.ts`).
+ * needle's first byte to the next: a `"` is ~30 stops in a chunk event, a `u` ~2 (~175 → ~75 ns for a
+ * forward search over one 240-byte event).
  */
 const USAGE_KEY = Buffer.from('usage"', 'latin1');
 const COLON = 0x3a;
@@ -109,53 +109,53 @@ function isJsonSpace(b: number | undefined): boolean {
 }
 
 /**
- * Tells whether an event's data has a `"usage"` key holding an object, by a native `Buffer.indexOf` for
- * the key alone (~0.1 ns per byte), without the text scan: the meter asks this of every event as it
- * arrives and scans text later, only when no usage comes to cover it (sse-scanner.ts). The answer for
- * one buffer is cached like KeyFinder's, so the events of one buffer share one forward search. Sound for
- * the reason scanData is: a `"usage"` with both quotes unescaped and a `:` after it is a key.
+ * Tells whether an event has a `"usage"` key holding an object, by a native `Buffer.lastIndexOf` for
+ * the key alone, without the text scan: the SSE meter asks it of a turn's last events, from the end
+ * (sse-scanner.ts). The search state is kept per buffer, so asking events of one buffer from its end
+ * back is one backward pass over it (a search per event from its start would rescan the rest of the
+ * buffer each time). Sound for the reason scanData is: a `"usage"` with both quotes unescaped and a `:`
+ * after it is a key.
  */
 export class UsageFinder {
   private buf: Buffer | null = null;
-  private from = 0;
-  private at = -2;
+  /** In `buf`, the last needle at or before `limit` starts at `at` (-1: none at or before `limit`). */
+  private limit = -1;
+  private at = -1;
 
   /** True when `data[start, end)` has a `"usage"` key whose value is an object. */
   hasObject(data: Buffer, start: number, end: number): boolean {
-    let pos = start;
-    for (;;) {
-      const i = this.next(data, pos);
-      if (i === -1 || i >= end) return false;
-      pos = i + 1;
+    // The key's tail `usage"` is searched; its opening quote is checked after.
+    let i = this.last(data, end - USAGE_KEY.length);
+    while (i > start) {
       const q = i - 1; // the key's opening quote
-      if (q < start || data[q] !== QUOTE) continue;
-      if (q > start && data[q - 1] === BACKSLASH && isEscaped(data, q, start)) continue;
-      let j = i + USAGE_KEY.length;
-      while (j < end && isJsonSpace(data[j])) j++;
-      if (j >= end || data[j] !== COLON) continue;
-      j++;
-      while (j < end && isJsonSpace(data[j])) j++;
-      if (j < end && data[j] === OPEN_BRACE) return true;
-      // `"usage":null}` ends a chunk: too few bytes left for another key, so no second native search.
-      if (end - j < USAGE_KEY.length + 2) return false;
+      if (data[q] === QUOTE && !(q > start && data[q - 1] === BACKSLASH && isEscaped(data, q, start))) {
+        let j = i + USAGE_KEY.length;
+        while (j < end && isJsonSpace(data[j])) j++;
+        if (j < end && data[j] === COLON) {
+          j++;
+          while (j < end && isJsonSpace(data[j])) j++;
+          if (j < end && data[j] === OPEN_BRACE) return true;
+        }
+      }
+      i = this.last(data, i - 1);
     }
+    return false;
   }
 
   /** Forgets the buffer. */
   release(): void {
     this.buf = null;
-    this.at = -2;
+    this.limit = -1;
+    this.at = -1;
   }
 
-  private next(buf: Buffer, pos: number): number {
-    if (buf !== this.buf) {
-      this.buf = buf;
-      this.at = -2;
-    } else if (this.at !== -2 && this.from <= pos && (this.at === -1 || this.at >= pos)) {
-      return this.at;
-    }
-    this.from = pos;
-    this.at = buf.indexOf(USAGE_KEY, pos);
+  /** Start of the last needle in `buf` at or before `pos`, or -1. */
+  private last(buf: Buffer, pos: number): number {
+    if (pos < 0) return -1;
+    if (buf === this.buf && pos <= this.limit && this.at <= pos) return this.at; // none in (at, limit]
+    this.buf = buf;
+    this.limit = pos;
+    this.at = buf.lastIndexOf(USAGE_KEY, pos);
     return this.at;
   }
 }

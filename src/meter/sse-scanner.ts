@@ -10,12 +10,12 @@
  *
  * Why per turn: a usage object covers all the text before it, so when a turn holds many events (a
  * stream that arrives in one burst: a fast upstream, or a gateway that is behind, which is when its CPU
- * matters), the meter looks for the turn's last usage from the end (one native `indexOf` per event
- * looked at, data-scan.ts UsageFinder: normally two, [DONE] and the usage chunk) and never looks at the
- * events that usage covers: their text is not scanned, and none of them can be the usage-only chunk
- * to drop, which a stream sends once, last before [DONE]. A token-paced stream (one
- * or two events a turn) is metered event by event, text and usage in one regex pass, as before. The
- * relay corks the client's socket per turn anyway, so the bytes leave at the same moment.
+ * matters) and one of its last two events with data carries the usage (where a stream puts it: last
+ * before [DONE]), found by one native `lastIndexOf` for `usage"` each (data-scan.ts UsageFinder), the
+ * events before it are not looked at: their text is covered, and none of them is the usage-only chunk
+ * to drop, which a stream sends once. Every other turn — a token-paced stream's one event, a burst cut
+ * before its end — is metered front to back, text and usage in one regex pass per event, as before.
+ * The relay corks the client's socket per turn anyway, so the bytes leave at the same moment.
  *
  * Hot-path budget (SPEC §1.2, STYLE "Per-chunk hot path"): O(bytes) scanning — Buffer.indexOf for line
  * feeds and the usage key, one compiled-regex pass over the data of each event whose text is needed;
@@ -91,8 +91,8 @@ export interface SseMeter {
 
 const EMPTY = Buffer.alloc(0);
 
-/** A turn with at most this many events is metered front to back (text and usage in one pass per event). */
-const SMALL_TURN = 2;
+/** How many of a turn's last events with data are looked at for the usage chunk (it is normally the last one). */
+const LOOK_BACK = 2;
 
 class Scanner implements SseMeter {
   usage: Usage | null = null;
@@ -186,25 +186,37 @@ class Scanner implements SseMeter {
     const n = this.turnCount;
     if (n === 0) return null;
     const ranges = this.turnRanges;
-    if (n <= SMALL_TURN) {
+    if (n === 1) {
+      // A token-paced stream: one event a turn, forwarded unless it is the usage-only chunk to drop.
+      const buf = bufs[0]!;
+      bufs[0] = EMPTY;
+      this.turnCount = 0;
+      const keep = this.meter(buf, ranges[0]!, ranges[1]!);
+      this.keys.release();
+      return keep ? run(buf, ranges[0]!, ranges[1]!) : null;
+    }
+    // The usage chunk is a stream's last event with data before [DONE]: look for it among the turn's
+    // last LOOK_BACK events with data, from the end.
+    let last = -1;
+    let keepLast = true;
+    for (let i = n - 1, looked = 0; i >= 0 && looked < LOOK_BACK; i--) {
+      const keep = this.usageEvent(bufs[i]!, ranges[2 * i]!, ranges[2 * i + 1]!);
+      if (keep === null) {
+        if (this.data.end > this.data.start) looked++; // an event with data that had no usage
+        continue;
+      }
+      last = i;
+      keepLast = keep;
+      break;
+    }
+    if (last === -1) {
+      // No usage at the turn's end: every event metered front to back, text and usage in one pass each.
       for (let i = 0; i < n; i++) if (!this.meter(bufs[i]!, ranges[2 * i]!, ranges[2 * i + 1]!)) this.drops(i);
     } else {
-      // From the end: the last event with a valid usage covers the text of every event before it.
-      let last = -1;
-      let keepLast = true;
-      for (let i = n - 1; i >= 0; i--) {
-        const keep = this.usageEvent(bufs[i]!, ranges[2 * i]!, ranges[2 * i + 1]!);
-        if (keep !== null) {
-          last = i;
-          keepLast = keep;
-          break;
-        }
-      }
-      // Events before it are not looked at: their text is covered, and the usage-only chunk the gateway
-      // asked for on the client's behalf is the stream's last before [DONE] (OpenAI: "an additional
-      // chunk will be streamed before the data: [DONE] message"), so only this one can be it.
+      // The events before it are not looked at: their text is covered, and none of them is the
+      // usage-only chunk to drop, which a stream sends once, last before [DONE] (OpenAI: "an
+      // additional chunk will be streamed before the data: [DONE] message").
       if (!keepLast) this.drops(last);
-      // The events after it (all of them when the turn has no usage): their text, in order.
       for (let i = last + 1; i < n; i++) this.scanText(bufs[i]!, ranges[2 * i]!, ranges[2 * i + 1]!);
     }
     this.keys.release(); // the buffers are the upstream's: their copy must not outlive this call
@@ -291,9 +303,8 @@ class Scanner implements SseMeter {
    */
   private usageEvent(buf: Buffer, start: number, end: number): boolean | null {
     const d = this.data;
-    if (!eventData(buf, start, end, d)) return null;
-    if (isDone(d)) {
-      this.sawDone = true;
+    if (!eventData(buf, start, end, d) || isDone(d)) {
+      d.end = d.start; // not counted as looked at
       return null;
     }
     return this.usageKeys.hasObject(d.buf, d.start, d.end) ? this.takeUsage(d.buf, d.start, d.end) : null;
@@ -302,7 +313,9 @@ class Scanner implements SseMeter {
   /** Collects the text of the event `buf[start, end)`: one that no later usage covers. */
   private scanText(buf: Buffer, start: number, end: number): void {
     const d = this.data;
-    if (eventData(buf, start, end, d) && !isDone(d)) scanData(d.buf, d.start, d.end, this.text, this.keys);
+    if (!eventData(buf, start, end, d)) return;
+    if (isDone(d)) this.sawDone = true;
+    else scanData(d.buf, d.start, d.end, this.text, this.keys);
   }
 
   /** Meters the event `buf[start, end)` on its own; returns false when it must not be forwarded. */

@@ -341,6 +341,24 @@ t.test('a turn with usage in the middle: only the text after it is kept, the las
   t.same(m.usage, { prompt_tokens: 1, completion_tokens: 2 });
   t.equal(m.completionText(), 'cd', 'the text the usage does not cover');
 
+  for (const after of [['c'], ['c', 'd', 'e']]) {
+    // One event after the usage: found looking back from the end; three: found metering front to back.
+    const done = 'data: [DONE]\n\n';
+    const turn = [piece('a'), usage(2), ...after.map(piece), done];
+    const mm = createSseMeter(drop);
+    t.equal(
+      feedTurns(
+        mm,
+        turn.map((e) => Buffer.from(e)),
+        () => turn.length,
+      ),
+      [piece('a'), ...after.map(piece), done].join(''),
+    );
+    t.same(mm.usage, { prompt_tokens: 1, completion_tokens: 2 });
+    t.equal(mm.completionText(), after.join(''), `${after.length} after the usage: their text only`);
+    t.equal(mm.sawDone, true);
+  }
+
   const two = createSseMeter(keep);
   feedTurns(
     two,
