@@ -2,18 +2,13 @@ import t from 'tap';
 import { readFileSync } from 'node:fs';
 import { estimatePromptTokens, PER_MESSAGE, PER_NON_TEXT_PART, PER_REQUEST, PER_TOOLS_BLOCK } from '../../src/credit/hold-estimate.ts';
 import { createTokenizer } from '../../src/meter/tokenizer.ts';
+import { seededInts } from '../helpers/seeded.ts';
 
 const tok = createTokenizer();
 await tok.load();
 
-let seed = 0x5eed;
-function rnd(n: number): number {
-  // mulberry32, fixed seed: reproducible "random" prompts.
-  seed = (seed + 0x6d2b79f5) | 0;
-  let x = Math.imul(seed ^ (seed >>> 15), 1 | seed);
-  x = (x + Math.imul(x ^ (x >>> 7), 61 | x)) ^ x;
-  return ((x ^ (x >>> 14)) >>> 0) % n;
-}
+/** Reproducible "random" prompts. */
+const rnd = seededInts(0x5eed);
 
 /** Code points from many scripts, plus lone surrogates and control characters (adversarial for BPE). */
 function randomUnicode(len: number): string {

@@ -1,6 +1,7 @@
 import t from 'tap';
 import { createSseMeter, SseEventTooLargeError, type SseMeter, type SseMeterOptions } from '../../src/meter/sse-scanner.ts';
 import { buildStream, event, withoutUsageEvent } from './sse-fixture.ts';
+import { seededInts } from '../helpers/seeded.ts';
 
 /** Feeds `chunks` and returns everything forwarded, end() included. */
 function feed(meter: SseMeter, chunks: Buffer[]): string {
@@ -262,14 +263,7 @@ t.test('retained text is capped; the overflow is counted', async (t) => {
 });
 
 t.test('random partitions of a long stream (seeded)', async (t) => {
-  let seed = 0x2f6b1d;
-  const rnd = (n: number): number => {
-    // mulberry32: a fixed seed keeps failures reproducible.
-    seed = (seed + 0x6d2b79f5) | 0;
-    let x = Math.imul(seed ^ (seed >>> 15), 1 | seed);
-    x = (x + Math.imul(x ^ (x >>> 7), 61 | x)) ^ x;
-    return ((x ^ (x >>> 14)) >>> 0) % n;
-  };
+  const rnd = seededInts(0x2f6b1d);
   const pieces = Array.from({ length: 64 }, (_, i) => ['tok', ' "q"', '\\', '\n', 'é', '😀', '漢'][i % 7]! + i);
   const { sse, text } = buildStream({ eol: '\r\n', pieces, usage: null, done: false });
   const buf = Buffer.from(sse);
@@ -402,13 +396,7 @@ t.test('the events of a turn are kept by reference until flush; end() refuses an
 });
 
 t.test('random partitions and random turns of a long stream with usage (seeded)', async (t) => {
-  let seed = 0x51ed27;
-  const rnd = (n: number): number => {
-    seed = (seed + 0x6d2b79f5) | 0;
-    let x = Math.imul(seed ^ (seed >>> 15), 1 | seed);
-    x = (x + Math.imul(x ^ (x >>> 7), 61 | x)) ^ x;
-    return ((x ^ (x >>> 14)) >>> 0) % n;
-  };
+  const rnd = seededInts(0x51ed27);
   const pieces = Array.from({ length: 48 }, (_, i) => ['tok', ' "q"', '\\', '\n', 'é', '😀', '漢'][i % 7]! + i);
   const full = buildStream({ eol: '\r\n', pieces, usageNullOnChunks: true, usage: { prompt_tokens: 5, completion_tokens: 48 } });
   const buf = Buffer.from(full.sse);
