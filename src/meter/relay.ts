@@ -61,8 +61,9 @@ function pipe(
   // Time on chunks is taken per turn, from its first chunk to its writes (two clock reads a turn, not
   // two a chunk: a 64-token burst is 68 chunks); undici's parsing between the chunks is counted too.
   let turnStart = 0n;
-  /** Bytes taken this turn and not written yet (written at its end, by `turn`). */
+  /** Bytes taken this turn and not written yet (written at its end, by `turn`), and how many fit under the high-water mark. */
   let turnBytes = 0;
+  let turnRoom = 0;
   /** Waiting for the client's 'drain'. */
   let full = false;
   /** The upstream was told to pause (a chunk returned false); resumed at the drain, or at the turn's end if its writes fit. */
@@ -110,6 +111,8 @@ function pipe(
       if (!corked) {
         corked = true;
         turnStart = process.hrtime.bigint();
+        // Nothing is written until the turn's end: what the client's buffer can still take is fixed for the turn.
+        turnRoom = res.writableHighWaterMark - res.writableLength;
         res.cork();
         process.nextTick(uncork);
       }
@@ -121,7 +124,7 @@ function pipe(
         call.abort(err as Error);
       }
       // Past the high-water mark (counting what this turn will write at its end): pause the upstream.
-      if (full || res.writableLength + turnBytes > res.writableHighWaterMark) {
+      if (full || (turn !== undefined && turnBytes > turnRoom)) {
         paused = true;
         return false;
       }
