@@ -96,12 +96,11 @@ export function findStringEnd(buf: Buffer, from: number, limit = buf.length): nu
 }
 
 /**
- * The needle of UsageFinder: `usage"`, the one key every API keeps its usage under (formats.ts) without
- * its opening quote, which is checked after. Node's Buffer.indexOf goes from one occurrence of the
- * needle's first byte to the next: a `"` is ~30 stops in a chunk event, a `u` ~2 (~175 → ~75 ns for a
- * forward search over one 240-byte event).
+ * The needle of UsageFinder: `"usage`, the one key every API keeps its usage under (formats.ts), without
+ * its closing quote, which is checked after. Node's backward search ran faster with it than with
+ * `usage"` or `"usage"` over a chunk event that has no usage (measured when this was written).
  */
-const USAGE_KEY = Buffer.from('usage"', 'latin1');
+const USAGE_KEY = Buffer.from('"usage', 'latin1');
 const COLON = 0x3a;
 
 function isJsonSpace(b: number | undefined): boolean {
@@ -124,12 +123,12 @@ export class UsageFinder {
 
   /** True when `data[start, end)` has a `"usage"` key whose value is an object. */
   hasObject(data: Buffer, start: number, end: number): boolean {
-    // The key's tail `usage"` is searched; its opening quote is checked after.
-    let i = this.last(data, end - USAGE_KEY.length);
-    while (i > start) {
-      const q = i - 1; // the key's opening quote
-      if (data[q] === QUOTE && !(q > start && data[q - 1] === BACKSLASH && isEscaped(data, q, start))) {
-        let j = i + USAGE_KEY.length;
+    // Room for the closing quote after the needle.
+    let i = this.last(data, end - USAGE_KEY.length - 1);
+    while (i >= start) {
+      const close = i + USAGE_KEY.length;
+      if (data[close] === QUOTE && !(i > start && data[i - 1] === BACKSLASH && isEscaped(data, i, start))) {
+        let j = close + 1;
         while (j < end && isJsonSpace(data[j])) j++;
         if (j < end && data[j] === COLON) {
           j++;

@@ -1,5 +1,5 @@
 import t from 'tap';
-import { findStringEnd, KeyFinder, scanData } from '../../src/meter/data-scan.ts';
+import { findStringEnd, KeyFinder, scanData, UsageFinder } from '../../src/meter/data-scan.ts';
 import { TextCollector } from '../../src/meter/text-slices.ts';
 
 function scan(json: string): { usage: boolean; text: string } {
@@ -112,4 +112,28 @@ t.test('release() forgets the copy: a buffer rewritten in place is read again', 
   buf.write(after, 'latin1');
   scanData(buf, 0, buf.length, c, f);
   t.equal(c.text(), 'aaaabbbbbbbbb');
+});
+
+t.test('UsageFinder: a usage key holding an object, in one event or several of one buffer asked from the end', async (t) => {
+  const has = (s: string) => new UsageFinder().hasObject(Buffer.from(s), 0, Buffer.byteLength(s));
+  t.equal(has('{"choices":[],"usage":{"prompt_tokens":1}}'), true);
+  t.equal(has('{"usage" :\n {"prompt_tokens":1}}'), true, 'whitespace around the colon');
+  t.equal(has('{"choices":[{"delta":{"content":"x"}}],"usage":null}'), false, 'usage null');
+  t.equal(has('{"usage_stats":{"a":1}}'), false, 'a longer key');
+  t.equal(has('{"content":"usage"}'), false, 'the word as a value');
+  t.equal(has('{"content":"say \\"usage\\":{ here"}'), false, 'an escaped key inside a string');
+  t.equal(has('{"content":"a\\\\","usage":{"prompt_tokens":1}}'), true, 'an escaped backslash before the key');
+  t.equal(has('{"k":"a\\"usage":{"p":1}}'), false, 'an escaped quote cannot open the key (not JSON: never parsed)');
+  t.equal(has('{"usage":null,"response":{"usage":{"input_tokens":1}}}'), true, 'a nested usage behind a null one');
+
+  // Events of one buffer asked last to first (as the meter does) get the answers a fresh finder gives.
+  const events = ['{"usage":null}', '{"content":"a"}', '{"choices":[],"usage":{"p":1}}', '{"usage":null}', '{"x":1}'];
+  const buf = Buffer.from(events.join('\n'));
+  const shared = new UsageFinder();
+  const starts: number[] = [];
+  events.reduce((at, e) => (starts.push(at), at + Buffer.byteLength(e) + 1), 0);
+  for (let i = events.length - 1; i >= 0; i--) {
+    const end = starts[i]! + Buffer.byteLength(events[i]!);
+    t.equal(shared.hasObject(buf, starts[i]!, end), has(events[i]!), `event ${i}`);
+  }
 });
