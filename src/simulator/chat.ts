@@ -5,7 +5,16 @@
  */
 import type { Exchange } from './exchange.ts';
 import type { SimOptions } from './steer.ts';
-import { completionBody, DONE_EVENT, errorBody, planCompletion, streamChunks, type ChunkSource, type CompletionPlan } from './output.ts';
+import {
+  answeredBySteering,
+  completionBody,
+  DONE_EVENT,
+  JSON_HEADERS,
+  planCompletion,
+  streamChunks,
+  type ChunkSource,
+  type CompletionPlan,
+} from './output.ts';
 
 /** One API's wire shapes. */
 export interface SimApi {
@@ -31,18 +40,10 @@ const SSE_HEADERS = {
   'cache-control': 'no-cache',
   server: 'tollgate-simulator',
 };
-const JSON_HEADERS = { 'content-type': 'application/json', server: 'tollgate-simulator' };
 
 /** Answers one generation request of `api` as steered by `opts`. */
 export async function respondGenerate(x: Exchange, body: unknown, opts: SimOptions, api: SimApi = CHAT_API): Promise<void> {
-  if (opts.refuse) return x.refuse();
-  await x.sleep(opts.headersDelayMs);
-  if (x.done) return;
-  if (opts.status !== undefined) {
-    const payload = errorBody(opts.status, `simulated upstream error ${opts.status}`);
-    x.res.writeHead(opts.status, { ...JSON_HEADERS, 'content-length': Buffer.byteLength(payload) });
-    return x.end(payload);
-  }
+  if (await answeredBySteering(x, opts)) return;
   const plan = api.plan(x.rec.id, body, opts);
   const headers = { ...(isStream(body) ? SSE_HEADERS : JSON_HEADERS), 'x-sim-request-id': String(x.rec.id) };
   if (isStream(body)) return streamCompletion(x, plan, api.stream(plan, body), api.done, opts, headers);

@@ -8,9 +8,17 @@
 import type { SimApi } from './chat.ts';
 import type { Exchange } from './exchange.ts';
 import type { SimOptions } from './steer.ts';
-import { DONE_EVENT, errorBody, isObject, planWith, positiveInt, simCompletionText, simTextTokens, type CompletionPlan } from './output.ts';
-
-const JSON_HEADERS = { 'content-type': 'application/json', server: 'tollgate-simulator' };
+import {
+  answeredBySteering,
+  DONE_EVENT,
+  isObject,
+  JSON_HEADERS,
+  planWith,
+  positiveInt,
+  simCompletionText,
+  simTextTokens,
+  type CompletionPlan,
+} from './output.ts';
 
 /**
  * Tokens of a `prompt` or `input` (string, strings, token ids or lists of them): strings by the
@@ -86,14 +94,7 @@ export function simEmbedding(i: number, dims: number): number[] {
 
 /** Answers one embeddings request as steered by `opts` (status, refuse, headers delay, usage, cut_after). */
 export async function respondEmbeddings(x: Exchange, body: unknown, opts: SimOptions): Promise<void> {
-  if (opts.refuse) return x.refuse();
-  await x.sleep(opts.headersDelayMs);
-  if (x.done) return;
-  if (opts.status !== undefined) {
-    const payload = errorBody(opts.status, `simulated upstream error ${opts.status}`);
-    x.res.writeHead(opts.status, { ...JSON_HEADERS, 'content-length': Buffer.byteLength(payload) });
-    return x.end(payload);
-  }
+  if (await answeredBySteering(x, opts)) return;
   const b = isObject(body) ? body : {};
   const dims = positiveInt(b['dimensions']) ?? SIM_EMBEDDING_DIMENSIONS;
   const base64 = b['encoding_format'] === 'base64';

@@ -4,6 +4,7 @@
  * token chunk costs one template concatenation, not a JSON.stringify.
  */
 import type { SimOptions } from './steer.ts';
+import type { Exchange } from './exchange.ts';
 
 /** Usage as OpenAI reports it. */
 export interface SimUsage {
@@ -163,4 +164,25 @@ export function positiveInt(v: unknown): number | undefined {
 
 export function isObject(v: unknown): v is Record<string, unknown> {
   return typeof v === 'object' && v !== null && !Array.isArray(v);
+}
+
+/** Headers of every JSON answer the simulator sends. */
+export const JSON_HEADERS = { 'content-type': 'application/json', server: 'tollgate-simulator' };
+
+/**
+ * The steering every endpoint honours before it answers: refuse the connection, wait before the
+ * headers, or answer with an error status. Returns true when the exchange is over (nothing more to send).
+ */
+export async function answeredBySteering(x: Exchange, opts: SimOptions): Promise<boolean> {
+  if (opts.refuse) {
+    x.refuse();
+    return true;
+  }
+  await x.sleep(opts.headersDelayMs);
+  if (x.done) return true;
+  if (opts.status === undefined) return false;
+  const payload = errorBody(opts.status, `simulated upstream error ${opts.status}`);
+  x.res.writeHead(opts.status, { ...JSON_HEADERS, 'content-length': Buffer.byteLength(payload) });
+  x.end(payload);
+  return true;
 }

@@ -10,7 +10,7 @@ import { CHAT_API, respondGenerate, type SimApi } from './chat.ts';
 import { COMPLETIONS_API, respondEmbeddings } from './completions.ts';
 import { RESPONSES_API } from './responses.ts';
 import { createExchange } from './exchange.ts';
-import { errorBody } from './output.ts';
+import { errorBody, JSON_HEADERS } from './output.ts';
 import { preciseNow, Recorder, type RecordedRequest } from './record.ts';
 import { readSimOptions, SimSteerError } from './steer.ts';
 
@@ -56,7 +56,6 @@ const GENERATE = new Map<string, SimApi>([
 
 // Bodies above this are refused with 413: far beyond any test, and it bounds memory under abuse.
 const MAX_BODY_BYTES = 32 * 1024 * 1024;
-const JSON_HEADERS = { 'content-type': 'application/json', server: 'tollgate-simulator' };
 
 /** Starts a simulator on host:port (default 127.0.0.1, a free port). */
 export async function startSimulator(opts: SimulatorOptions = {}): Promise<Simulator> {
