@@ -27,3 +27,12 @@ export function describeRef(ref: string | undefined): { sha: string | undefined;
     return { sha: ref, label: ref ?? 'unknown' };
   }
 }
+
+/** The short SHA of HEAD, for a results header; 'unknown' outside a git checkout. */
+export function shortHead(): string {
+  try {
+    return git('rev-parse', '--short', 'HEAD');
+  } catch {
+    return 'unknown';
+  }
+}

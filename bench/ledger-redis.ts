@@ -26,6 +26,7 @@ import { Redis } from 'ioredis';
 import type { Store } from '../src/store/types.ts';
 import { freePort, start } from './procs.ts';
 import { commandStats, luaCommands } from './redis-stats.ts';
+import { shortHead } from './git.ts';
 
 const args = process.argv.slice(2);
 const N = Number(args[args.indexOf('--n') + 1] || 0) || 50_000;
@@ -176,13 +177,7 @@ const results = variants.map(([name]) => {
 
 const f1 = (x: number) => x.toFixed(1);
 const redisVersion = execFileSync('redis-server', ['--version'], { encoding: 'utf8' }).trim();
-const commit = (() => {
-  try {
-    return execFileSync('git', ['rev-parse', '--short', 'HEAD'], { encoding: 'utf8' }).trim();
-  } catch {
-    return 'unknown';
-  }
-})();
+const commit = shortHead();
 const L: string[] = [
   '# Redis cost of a live request (hold + settle)',
   '',

@@ -8,8 +8,8 @@
 import { readdirSync, writeFileSync, mkdirSync } from 'node:fs';
 import { join } from 'node:path';
 import { cpus, loadavg } from 'node:os';
-import { execFileSync } from 'node:child_process';
 import { runChild } from '../procs.ts';
+import { shortHead } from '../git.ts';
 
 const dir = import.meta.dirname;
 const filter = process.argv[2] ?? '';
@@ -27,13 +27,7 @@ function fmt(ns: number): string {
   return ns >= 10_000 ? `${(ns / 1000).toFixed(1)} µs` : `${ns.toFixed(0)} ns`;
 }
 
-const commit = (() => {
-  try {
-    return execFileSync('git', ['rev-parse', '--short', 'HEAD'], { encoding: 'utf8' }).trim();
-  } catch {
-    return 'unknown';
-  }
-})();
+const commit = shortHead();
 const L: string[] = [
   '# Micro-benchmarks',
   '',
