@@ -22,7 +22,7 @@ import { fields, readForm } from './forms.ts';
 import type { ConsoleSessions, Viewer } from './sessions.ts';
 import { isHtmx, notFound, redirect, type SignedIn } from './access.ts';
 import { createdDialog, keyRow, keyTable, keysBody } from './pages/keys.ts';
-import { CSV_HEADER, creditBody, csvLine } from './pages/credit.ts';
+import { CSV_HEADER, creditBody, csvLine, type GrantDraft } from './pages/credit.ts';
 import { shareRow, sharesBody } from './pages/shares.ts';
 import { accountsBody, linkBody } from './pages/accounts.ts';
 import { lastDays, usageBody } from './pages/usage.ts';
@@ -38,6 +38,8 @@ export interface AccountRouteDeps {
   now: () => number;
   assets: Assets;
   signedIn: SignedIn;
+  /** Console grants above this many micro-credits (absolute) are confirmed first (console.confirm_grant_credits). */
+  confirmGrantMicros: number;
 }
 
 const LEDGER_PAGE = 50;
@@ -115,12 +117,16 @@ export function accountRoutes(d: AccountRouteDeps): Route[] {
     redirect(ctx, accountPath(account, '/keys'));
   }
 
-  async function creditPage(ctx: RequestContext, viewer: Viewer, account: string) {
+  async function creditPage(ctx: RequestContext, viewer: Viewer, account: string, draft?: GrantDraft, status = 200) {
     const q = query(ctx.req.url!);
     const issues = new Issues();
-    const before = str(q, 'before', ['query'], issues, { pattern: ENTRY_ID, patternText: ENTRY_ID.source });
+    const before = draft ? undefined : str(q, 'before', ['query'], issues, { pattern: ENTRY_ID, patternText: ENTRY_ID.source });
     issues.done();
-    const [state, entries] = await Promise.all([d.accounts.show(account), d.accounts.recent(account, before, LEDGER_PAGE)]);
+    const [state, entries, keys] = await Promise.all([
+      d.accounts.show(account),
+      d.accounts.recent(account, before, LEDGER_PAGE),
+      d.keys.list(account),
+    ]);
     const body = creditBody({
       account,
       state,
@@ -129,19 +135,27 @@ export function accountRoutes(d: AccountRouteDeps): Route[] {
       paged: before !== undefined,
       operator: viewer.account === null,
       notice:
-        q.granted === 'new'
+        draft === undefined && q.granted === 'new'
           ? 'Credit granted.'
-          : q.granted === 'replay'
+          : draft === undefined && q.granted === 'replay'
             ? 'This grant was already made; nothing was added twice.'
             : undefined,
+      draft,
+      confirmAboveMicros: d.confirmGrantMicros,
+      keyNames: new Map(keys.map((k) => [k.id, k])),
     });
-    show(ctx, viewer, 'Credit', 'credit', body, account);
+    show(ctx, viewer, 'Credit', 'credit', body, account, status);
   }
 
-  async function grant(ctx: RequestContext, _viewer: Viewer, account: string) {
+  /**
+   * A grant from the credit page's form. A refused one draws the page again (422) with what was typed
+   * and the message beside its field; one above console.confirm_grant_credits draws it with a
+   * confirmation first, and is booked when posted again with `confirm` equal to its micro-credits.
+   */
+  async function grant(ctx: RequestContext, viewer: Viewer, account: string) {
     const form = await readForm(ctx.req);
     const issues = new Issues();
-    const o = fields(form, ['amount', 'note', 'idempotency_key']);
+    const o = fields(form, ['amount', 'note', 'idempotency_key', 'confirm']);
     const text = str(o, 'amount', ['form'], issues, { required: true, minLength: 1, maxLength: 40 });
     const note = str(o, 'note', ['form'], issues, { maxLength: 1000 });
     const idem = str(o, 'idempotency_key', ['form'], issues, { required: true, minLength: 1, maxLength: 200 });
@@ -155,7 +169,25 @@ export function accountRoutes(d: AccountRouteDeps): Route[] {
         issues.add(['form', 'amount'], 'decimal_parsing', (e as Error).message, text);
       }
     }
-    issues.done();
+    const typed = (f: string) => (typeof o[f] === 'string' ? (o[f] as string).slice(0, 1000) : '');
+    const draft = (errors: Record<string, string>, confirm?: number): GrantDraft => ({
+      amount: typed('amount').slice(0, 40),
+      note: typed('note'),
+      idempotencyKey: idem ?? '',
+      errors,
+      confirm,
+    });
+    if (issues.list.length > 0) {
+      const errors: Record<string, string> = {};
+      for (const i of issues.list) {
+        const field = i.loc[1] === 'amount' || i.loc[1] === 'note' ? i.loc[1] : 'form';
+        errors[field] ??= field === 'form' ? `${i.loc.slice(1).join('.')}: ${i.msg}` : i.msg;
+      }
+      return creditPage(ctx, viewer, account, draft(errors), 422);
+    }
+    if (Math.abs(micros!) > d.confirmGrantMicros && o.confirm !== String(micros)) {
+      return creditPage(ctx, viewer, account, draft({}, micros));
+    }
     const r = await d.accounts.grant(account, micros!, idem, note);
     ctx.log.entry_id = r.entry_id;
     redirect(ctx, `${accountPath(account, '/credit')}?granted=${r.replayed ? 'replay' : 'new'}`);

@@ -66,6 +66,7 @@ export function createConsole(d: ConsoleDeps): Console {
     assets,
     failedLogins: d.failedLogins,
     clientAddress: d.clientAddress,
+    confirmGrantMicros: Math.round(d.config.confirmGrantCredits * 1e6),
   });
   const csrf = createCsrfGuard(publicUrl);
   const handler = createEdge({

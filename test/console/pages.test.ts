@@ -44,19 +44,27 @@ t.test('the ledger pages newest first, 50 a page, with Older and Newest links', 
   t.equal((await get('/console/accounts/paged/credit?before=nonsense')).status, 422, 'a malformed cursor');
 });
 
-t.test('grant form: credits as exact decimals; bad amounts are explained, not granted', async (t) => {
+t.test('grant form: credits as exact decimals; bad amounts are explained beside the field, what was typed kept', async (t) => {
   const cases: [string, RegExp][] = [
-    ['amount=&idempotency_key=a', /amount: String should have at least 1 character/],
-    ['amount=abc&idempotency_key=b', /amount: not a decimal number of credits/],
-    ['amount=0.0000001&idempotency_key=c', /at most 6 decimals/],
-    ['amount=0&idempotency_key=d', /must not be zero/],
-    ['amount=2000000000&idempotency_key=e', /At most 1000000000 credits/],
-    ['amount=1', /idempotency_key: Field required/],
+    ['amount=&note=kept+note&idempotency_key=a', /id="amount-error">String should have at least 1 character/],
+    ['amount=abc&note=kept+note&idempotency_key=b', /id="amount-error">not a decimal number of credits/],
+    ['amount=0.0000001&note=kept+note&idempotency_key=c', /id="amount-error">[^<]*at most 6 decimals/],
+    ['amount=0&note=kept+note&idempotency_key=d', /id="amount-error">The amount must not be zero/],
+    ['amount=2000000000&note=kept+note&idempotency_key=e', /id="amount-error">At most 1000000000 credits/],
+    ['amount=1&note=kept+note', /id="grant-error">idempotency_key: Field required/],
   ];
   for (const [body, message] of cases) {
     const res = await post('/console/accounts/granted/credit', body);
     t.equal(res.status, 422, body);
-    t.match(await res.text(), message);
+    const text = await res.text();
+    t.match(text, message);
+    t.match(text, /<nav aria-label="Sections">[\s\S]*Credit/, 'the whole page, navigation included');
+    t.match(text, /name="note"[^>]*value="kept note"/, 'the typed note is kept');
+    const amount = new URLSearchParams(body).get('amount')!;
+    t.match(text, new RegExp(`name="amount"[^>]*value="${amount.replace('.', '\\.')}"`), 'the typed amount is kept');
+    const idem = new URLSearchParams(body).get('idempotency_key');
+    if (idem) t.match(text, new RegExp(`name="idempotency_key" value="${idem}"`), 'the same idempotency key');
+    else t.match(text, /name="idempotency_key" value="console-[0-9a-f-]{36}"/, 'a fresh idempotency key');
   }
   t.equal((await gw.admin('/admin/accounts/granted')).body.balance_micros, 0, 'nothing granted');
   const ok = await post('/console/accounts/granted/credit', 'amount=-0.5&note=correction&idempotency_key=k1');
@@ -66,6 +74,36 @@ t.test('grant form: credits as exact decimals; bad amounts are explained, not gr
   t.equal(replay.headers.get('location'), '/console/accounts/granted/credit?granted=replay', 'the replay is told so');
   t.match((await get('/console/accounts/granted/credit?granted=replay')).text, /already made; nothing was added twice/);
   t.equal((await gw.admin('/admin/accounts/granted')).body.balance_micros, -500_000, 'a correction, once');
+});
+
+t.test('a grant above console.confirm_grant_credits is booked only once confirmed, for that amount', async (t) => {
+  const balance = async () => (await gw.admin('/admin/accounts/big')).body.balance_micros;
+  const atLimit = await post('/console/accounts/big/credit', 'amount=1000&idempotency_key=c0');
+  t.equal(atLimit.status, 303, 'the default threshold (1000 credits) itself needs no confirmation');
+  const ask = await post('/console/accounts/big/credit', 'amount=5000.5&note=big+one&idempotency_key=c1');
+  t.equal(ask.status, 200);
+  const text = await ask.text();
+  t.match(text, /id="grant-confirm"[\s\S]*Grant <strong[^>]*>5000\.5 credits<\/strong>[\s\S]*to account <strong>big<\/strong>/);
+  t.match(text, /name="confirm" value="5000500000"/);
+  t.equal(await balance(), 1_000_000_000, 'nothing booked by the first post');
+  const stale = await post('/console/accounts/big/credit', 'amount=9000&note=big+one&idempotency_key=c1&confirm=5000500000');
+  t.equal(stale.status, 200, 'a confirmation of another amount asks again');
+  t.match(await stale.text(), /name="confirm" value="9000000000"/);
+  const yes = await post('/console/accounts/big/credit', 'amount=5000.5&note=big+one&idempotency_key=c1&confirm=5000500000');
+  t.equal(yes.status, 303);
+  t.equal(await balance(), 6_000_500_000, 'booked once confirmed');
+  const correction = await post('/console/accounts/big/credit', 'amount=-2000&idempotency_key=c2');
+  t.match(await correction.text(), /Confirm this correction[\s\S]*Take <strong[^>]*>2000 credits<\/strong>/, 'a large correction too');
+
+  const strict = await startGateway(t, { config: { console: { confirm_grant_credits: 0 } } });
+  const op = await session(strict, { operator: true });
+  const r = await fetch(`${strict.url}/console/accounts/x/credit`, {
+    method: 'POST',
+    redirect: 'manual',
+    headers: { cookie: op, origin: strict.url, 'content-type': 'application/x-www-form-urlencoded' },
+    body: 'amount=0.000001&idempotency_key=z',
+  });
+  t.match(await r.text(), /id="grant-confirm"/, 'confirm_grant_credits: 0 confirms every grant');
 });
 
 t.test('account search: substring, case-insensitive; an unknown valid id can be opened', async (t) => {
