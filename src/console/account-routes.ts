@@ -19,7 +19,7 @@ import { html, type Html } from './html.ts';
 import { accountPath, page, sendHtml, type SectionId } from './layout.ts';
 import type { Assets } from './assets.ts';
 import { fields, readForm } from './forms.ts';
-import type { ConsoleSessions, Viewer } from './sessions.ts';
+import { LINK_TTL, type ConsoleSessions, type Viewer } from './sessions.ts';
 import { isHtmx, notFound, redirect, type SignedIn } from './access.ts';
 import { createdDialog, keyRow, keyTable, keysBody } from './pages/keys.ts';
 import { CSV_HEADER, creditBody, csvLine, type GrantDraft } from './pages/credit.ts';
@@ -247,8 +247,14 @@ export function accountRoutes(d: AccountRouteDeps): Route[] {
   }
 
   async function mintMemberLink(ctx: RequestContext, viewer: Viewer, account: string) {
-    ctx.req.resume();
-    const link = await d.sessions.mintLink({ account });
+    const form = await readForm(ctx.req);
+    const issues = new Issues();
+    const text = str(fields(form, ['ttl_seconds']), 'ttl_seconds', ['form'], issues, { pattern: /^\d{1,6}$/, patternText: '^\\d{1,6}$' });
+    const ttl = text ? Number(text) : LINK_TTL.fallback;
+    if (ttl < LINK_TTL.min || ttl > LINK_TTL.memberMax)
+      issues.add(['form', 'ttl_seconds'], 'less_than_equal', `Between ${LINK_TTL.min} and ${LINK_TTL.memberMax} seconds`, text);
+    issues.done();
+    const link = await d.sessions.mintLink({ account }, ttl);
     show(ctx, viewer, 'Member sign-in link', 'keys', linkBody(account, link), account, 201);
   }
 

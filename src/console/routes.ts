@@ -40,7 +40,7 @@ export function consoleRoutes(d: ConsoleRouteDeps): Route[] {
         messagePage(
           assets,
           'This sign-in link does not work',
-          'It was already used, has expired, or was never valid. Sign-in links work once and only for a few minutes: open the console again from your platform to get a new one.',
+          'It was already used, has expired, or was never valid. Sign-in links work once and expire (after five minutes unless whoever made it chose longer): open the console again from your platform, or ask an operator, to get a new one.',
         ),
       );
     }

@@ -83,7 +83,7 @@ t.test('a grant above console.confirm_grant_credits is booked only once confirme
   const ask = await post('/console/accounts/big/credit', 'amount=5000.5&note=big+one&idempotency_key=c1');
   t.equal(ask.status, 200);
   const text = await ask.text();
-  t.match(text, /id="grant-confirm"[\s\S]*Grant <strong[^>]*>5000\.5 credits<\/strong>[\s\S]*to account <strong>big<\/strong>/);
+  t.match(text, /id="grant-confirm"[\s\S]*Grant\s+<strong[^>]*>5000\.5 credits<\/strong>\s+to\s+account <strong>big<\/strong>/);
   t.match(text, /name="confirm" value="5000500000"/);
   t.equal(await balance(), 1_000_000_000, 'nothing booked by the first post');
   const stale = await post('/console/accounts/big/credit', 'amount=9000&note=big+one&idempotency_key=c1&confirm=5000500000');
@@ -93,7 +93,11 @@ t.test('a grant above console.confirm_grant_credits is booked only once confirme
   t.equal(yes.status, 303);
   t.equal(await balance(), 6_000_500_000, 'booked once confirmed');
   const correction = await post('/console/accounts/big/credit', 'amount=-2000&idempotency_key=c2');
-  t.match(await correction.text(), /Confirm this correction[\s\S]*Take <strong[^>]*>2000 credits<\/strong>/, 'a large correction too');
+  t.match(
+    await correction.text(),
+    /Confirm this correction[\s\S]*Take\s+<strong[^>]*>2000 credits<\/strong>\s+from/,
+    'a large correction too',
+  );
 
   const strict = await startGateway(t, { config: { console: { confirm_grant_credits: 0 } } });
   const op = await session(strict, { operator: true });
@@ -143,10 +147,18 @@ t.test("shares: live and revoked listed for the account; another account's slug 
   t.equal((await fetch(`${gw.url}/v1/shares/${live}`)).status, 410);
 });
 
-t.test("the operator's member link page shows a working link once", async (t) => {
-  const res = await post('/console/accounts/linked/links', '');
+t.test("the operator's member link page shows a working link once, for the lifetime chosen (up to 24 h)", async (t) => {
+  const keys = (await get('/console/accounts/linked/keys')).text;
+  t.match(keys, /<select name="ttl_seconds">[\s\S]*value="300"\s+selected[\s\S]*value="86400"\s*>24 hours/, 'five minutes unless chosen');
+  t.equal((await post('/console/accounts/linked/links', 'ttl_seconds=86401')).status, 422, 'past 24 h');
+  t.equal((await post('/console/accounts/linked/links', 'ttl_seconds=soon')).status, 422, 'not a number');
+  const before = Date.now();
+  const res = await post('/console/accounts/linked/links', 'ttl_seconds=86400');
   t.equal(res.status, 201);
-  const url = /<code id="member-link">([^<]+)<\/code>/.exec(await res.text())![1]!.trim();
+  const text = await res.text();
+  const until = new Date(before + 86_400_000).toISOString();
+  t.match(text, new RegExp(`until ${until.slice(0, 10)} ${until.slice(11, 14)}`), 'valid for 24 h');
+  const url = /<code id="member-link">([^<]+)<\/code>/.exec(text)![1]!.trim();
   const signedIn = await fetch(url, { redirect: 'manual' });
   t.equal(signedIn.status, 303);
   const cookie = signedIn.headers.get('set-cookie')!.split(';')[0]!;

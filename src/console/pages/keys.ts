@@ -4,12 +4,26 @@ import { SCOPES } from '../../store/types.ts';
 import { html, type Html } from '../html.ts';
 import { accountPath, when } from '../layout.ts';
 
+/** The lifetimes the operator chooses from for a member link (seconds; LINK_TTL allows 60..86400). */
+export const LINK_LIFETIMES: readonly (readonly [number, string])[] = [
+  [300, '5 minutes'],
+  [3600, '1 hour'],
+  [8 * 3600, '8 hours'],
+  [86_400, '24 hours'],
+];
+
 /** What an operator sees above an account's keys: mint a member sign-in link, end the members' sessions. */
 function operatorTools(account: string): Html {
   return html`<section class="panel">
     <h2>Operator</h2>
     <div class="inline-forms">
       <form class="inline" method="post" action="${accountPath(account, '/links')}">
+        <label class="row"
+          >Valid for
+          <select name="ttl_seconds">
+            ${LINK_LIFETIMES.map(([s, label]) => html`<option value="${s}" ${s === 300 ? html`selected` : ''}>${label}</option>`)}
+          </select>
+        </label>
         <button type="submit">Create a member sign-in link</button>
       </form>
       <form
