@@ -24,7 +24,7 @@ import { isHtmx, notFound, redirect, type SignedIn } from './access.ts';
 import { createdDialog, keyRow, keyTable, keysBody } from './pages/keys.ts';
 import { CSV_HEADER, creditBody, csvLine, type GrantDraft } from './pages/credit.ts';
 import { shareRow, sharesBody } from './pages/shares.ts';
-import { accountsBody, linkBody } from './pages/accounts.ts';
+import { ACCOUNT_SORTS, accountsBody, linkBody, sortAccounts, type AccountSummary } from './pages/accounts.ts';
 import { lastDays, usageBody } from './pages/usage.ts';
 
 export interface AccountRouteDeps {
@@ -46,8 +46,24 @@ const LEDGER_PAGE = 50;
 const CSV_BATCH = 1000;
 const SHARES_SHOWN = 200;
 const USAGE_DAYS = 30;
-const ACCOUNTS_SHOWN = 200;
+/** The account list reads and shows at most this many accounts (the first by name), ACCOUNT_READS at a time. */
+const ACCOUNTS_SHOWN = 100;
+const ACCOUNT_READS = 16;
 const SLUG = /^[1-9A-HJ-NP-Za-km-z]{22}$/;
+
+/** `fn` over `items`, at most `limit` at once, results in order: a page's reads never flood the store. */
+async function mapLimit<T, R>(items: readonly T[], limit: number, fn: (item: T) => Promise<R>): Promise<R[]> {
+  const out: R[] = new Array(items.length);
+  let next = 0;
+  const worker = async () => {
+    while (next < items.length) {
+      const i = next++;
+      out[i] = await fn(items[i]!);
+    }
+  };
+  await Promise.all(Array.from({ length: Math.min(limit, items.length) }, worker));
+  return out;
+}
 
 /** Resolves when a full response can take more (drain) or is gone (close), leaving no listener behind. */
 function writable(res: RequestContext['res']): Promise<void> {
@@ -74,20 +90,37 @@ export function accountRoutes(d: AccountRouteDeps): Route[] {
     return k;
   }
 
+  /** True when the account has no key and no ledger entry: never granted, never given a key (maybe a typo). */
+  async function unseen(account: string, keys?: readonly KeyRecord[]): Promise<boolean> {
+    if ((keys ?? (await d.keys.list(account))).length > 0) return false;
+    return (await d.accounts.recent(account, undefined, 1)).length === 0;
+  }
+
   async function keysPage(ctx: RequestContext, viewer: Viewer, account: string, created?: Html, status = 200) {
     const [keys, used] = await Promise.all([d.keys.list(account), d.usage.lastUsed(account)]);
-    show(ctx, viewer, 'API keys', 'keys', keysBody({ account, keys, used, operator: viewer.account === null, created }), account, status);
+    const operator = viewer.account === null;
+    // An operator may open any valid id (accounts exist implicitly); one that was never seen is said so,
+    // and creating a key in it needs a confirmation. A member's account was chosen by the platform.
+    const fresh = operator && (await unseen(account, keys));
+    show(ctx, viewer, 'API keys', 'keys', keysBody({ account, keys, used, operator, created, fresh }), account, status);
   }
 
   async function createKey(ctx: RequestContext, viewer: Viewer, account: string) {
     const form = await readForm(ctx.req);
     const issues = new Issues();
-    const o = fields(form, ['name', 'env']);
+    const o = fields(form, ['name', 'env', 'new_account']);
     const name = str(o, 'name', ['form'], issues, { required: true, minLength: 1, maxLength: 200 });
     const env = literal(o, 'env', ['live', 'test'] as const, ['form'], issues, true);
     const scopes = form.getAll('scopes');
     scopes.forEach((s, i) => literal({ [i]: s }, String(i), SCOPES, ['form', 'scopes'], issues));
     if (scopes.length === 0) issues.add(['form', 'scopes'], 'too_short', 'Choose at least one scope', scopes);
+    if (viewer.account === null && o.new_account !== account && (await unseen(account)))
+      issues.add(
+        ['form', 'new_account'],
+        'missing',
+        `Account “${account}” has no keys or credit yet: confirm that you mean to create it`,
+        null,
+      );
     issues.done();
     const { key, record } = await d.keys.create({ account, env: env!, name: name!, scopes: [...new Set(scopes)] as Scope[] });
     ctx.log.key_id = record.id;
@@ -239,11 +272,36 @@ export function accountRoutes(d: AccountRouteDeps): Route[] {
     sendHtml(ctx.res, 200, r ? shareRow(account, r) : html``);
   }
 
+  /** One account's line in the list: balance, keys and last use (three reads, plus one per key for the list). */
+  async function summary(id: string): Promise<AccountSummary> {
+    const [state, keys, used] = await Promise.all([d.accounts.show(id), d.keys.list(id), d.usage.lastUsed(id)]);
+    let last: string | undefined;
+    for (const at of Object.values(used)) if (last === undefined || at > last) last = at;
+    return {
+      id,
+      balance_micros: state.balance_micros,
+      held_micros: state.held_micros,
+      keys: keys.length,
+      active_keys: keys.filter((k) => k.active).length,
+      last_used: last,
+    };
+  }
+
   async function accountsPage(ctx: RequestContext, viewer: Viewer) {
     const q = query(ctx.req.url!);
     const search = typeof q.q === 'string' ? q.q.trim().slice(0, 128) : '';
+    const sort = ACCOUNT_SORTS.find((s) => s === q.sort) ?? 'name';
+    const dir = q.dir === 'asc' || q.dir === 'desc' ? q.dir : sort === 'name' ? 'asc' : 'desc';
+    // Bounded: at most ACCOUNTS_SHOWN accounts (the first by name), read ACCOUNT_READS at a time.
     const ids = await d.store.listAccounts(search, ACCOUNTS_SHOWN);
-    show(ctx, viewer, 'Accounts', 'accounts', accountsBody(search, ids, ACCOUNTS_SHOWN));
+    const rows = await mapLimit(ids, ACCOUNT_READS, summary);
+    show(
+      ctx,
+      viewer,
+      'Accounts',
+      'accounts',
+      accountsBody({ search, rows: sortAccounts(rows, sort, dir), limit: ACCOUNTS_SHOWN, sort, dir }),
+    );
   }
 
   async function mintMemberLink(ctx: RequestContext, viewer: Viewer, account: string) {

@@ -114,11 +114,29 @@ t.test('account search: substring, case-insensitive; an unknown valid id can be 
   await gw.createKey({ account: 'Search-Alpha', env: 'test' });
   await gw.createKey({ account: 'search-beta', env: 'test' });
   const names = (text: string) =>
-    [...text.matchAll(/<td><a href="\/console\/accounts\/([^/]+)\/keys">/g)].map((m) => decodeURIComponent(m[1]!));
+    [...text.matchAll(/<td class="account"><a href="\/console\/accounts\/([^/]+)\/keys">/g)].map((m) => decodeURIComponent(m[1]!));
   t.same(names((await get('/console/accounts?q=SEARCH')).text), ['Search-Alpha', 'search-beta']);
   t.same(names((await get('/console/accounts?q=alpha')).text), ['Search-Alpha']);
   const none = await get('/console/accounts?q=brand-new');
   t.match(none.text, /Open account “brand-new”/);
+
+  // The mistyped id opened anyway: the keys page says it does not exist, and a key needs a confirmation.
+  const fresh = (await get('/console/accounts/brand-new/keys')).text;
+  t.match(fresh, /id="unseen-account"[\s\S]*Account “brand-new” does not exist yet/);
+  t.match(fresh, /<input type="checkbox" name="new_account" value="brand-new" required \/>/, 'a required confirmation in the form');
+  const refused = await post('/console/accounts/brand-new/keys', 'name=k&env=test&scopes=chat');
+  t.equal(refused.status, 422, 'no key without the confirmation');
+  t.match(await refused.text(), /has no keys or credit yet: confirm that you mean to create it/);
+  t.same((await gw.admin('/admin/keys?account=brand-new')).body.data, [], 'nothing created');
+  const wrong = await post('/console/accounts/brand-new/keys', 'name=k&env=test&scopes=chat&new_account=brand-neww');
+  t.equal(wrong.status, 422, 'a confirmation of another id does not count');
+  const made = await post('/console/accounts/brand-new/keys', 'name=k&env=test&scopes=chat&new_account=brand-new');
+  t.equal(made.status, 201, 'confirmed: created');
+  t.notMatch((await get('/console/accounts/brand-new/keys')).text, /unseen-account|name="new_account"/, 'an account with a key is not new');
+  t.notMatch((await get('/console/accounts/paged/keys')).text, /unseen-account/, 'nor one with a ledger');
+  const member = await session(gw, { account: 'member-new' });
+  t.notMatch((await get('/console/accounts/member-new/keys', member)).text, /unseen-account/, "a member's own account is not questioned");
+  t.equal((await post('/console/accounts/member-new/keys', 'name=k&env=test&scopes=chat', member)).status, 201);
   t.match(
     (await get('/console/accounts?q=%3Cscript%3E')).text,
     /No account matches/,

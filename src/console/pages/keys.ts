@@ -141,6 +141,8 @@ export function keysBody(o: {
   used: LastUsed;
   operator: boolean;
   created?: Html | undefined;
+  /** An account with no key and no ledger yet (an operator may have mistyped its id). */
+  fresh?: boolean;
 }): Html {
   const action = accountPath(o.account, '/keys');
   return html`<div class="head">
@@ -149,6 +151,18 @@ export function keysBody(o: {
         <p class="sub">Keys of account <strong>${o.account}</strong>. A key is shown in full once, when it is created.</p>
       </div>
     </div>
+    ${
+      o.fresh
+        ? html`<section class="panel confirm" id="unseen-account" role="alert">
+            <h2>Account “${o.account}” does not exist yet</h2>
+            <p>
+              It has no keys, no credit and no ledger. If you meant another account, check the id or
+              <a href="/console/accounts?q=${encodeURIComponent(o.account.slice(0, 4))}">search the accounts</a>. Creating a key here
+              creates this account.
+            </p>
+          </section>`
+        : ''
+    }
     ${o.operator ? operatorTools(o.account) : ''}
     <section class="panel">
       <h2>Create a key</h2>
@@ -165,6 +179,13 @@ export function keysBody(o: {
           <legend>Scopes</legend>
           ${SCOPES.map((s) => html`<label><input type="checkbox" name="scopes" value="${s}" checked /> ${s}</label>`)}
         </fieldset>
+        ${
+          o.fresh
+            ? html`<label class="row confirm-new"
+                ><input type="checkbox" name="new_account" value="${o.account}" required /> Create the new account “${o.account}”</label
+              >`
+            : ''
+        }
         <div><button class="primary" type="submit">Create key</button></div>
       </form>
     </section>
