@@ -69,6 +69,7 @@ export function consoleRoutes(d: ConsoleRouteDeps): Route[] {
     { method: 'GET', pattern: '/console/login', handler: login },
     { method: 'POST', pattern: '/console/logout', handler: logout },
     { method: 'GET', pattern: '/console/assets/{file}', handler: (ctx) => assets.serve(ctx) },
+    { method: 'GET', pattern: '/favicon.ico', handler: (ctx) => assets.favicon(ctx) },
     ...accountRoutes({ ...d, signedIn: createAccess({ sessions: d.sessions, assets }) }),
   ];
 }
