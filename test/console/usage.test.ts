@@ -52,7 +52,7 @@ const member = await session({ account: 'acme' });
 /** The table's rows as the admin API spells them, from the data attributes and the cells. */
 function tableRows(text: string) {
   return [...text.matchAll(/<tr data-day="([^"]+)" data-key-id="([^"]+)" data-model="([^"]+)">([\s\S]*?)<\/tr>/g)].map((m) => {
-    const nums = [...m[4]!.matchAll(/<td class="num[^"]*">([^<]*)<\/td>/g)].map((c) => c[1]!);
+    const nums = [...m[4]!.matchAll(/<td class="num[^"]*"[^>]*>([^<]*)<\/td>/g)].map((c) => c[1]!);
     return {
       day: m[1],
       key_id: m[2],

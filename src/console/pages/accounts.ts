@@ -33,6 +33,13 @@ export function sortAccounts(rows: AccountSummary[], sort: AccountSort, dir: Sor
 }
 
 const LABELS: Record<AccountSort, string> = { name: 'Account', balance: 'Balance', keys: 'Keys', last_used: 'Last used' };
+/** The sort menu beside the search box (what a phone has, its table headers hidden): each sort's first order. */
+const SORT_OPTIONS: Record<AccountSort, string> = {
+  name: 'name',
+  balance: 'balance, largest first',
+  keys: 'keys, most first',
+  last_used: 'last used, newest first',
+};
 /** The first click on a column: names A→Z, figures and dates largest / newest first. */
 const FIRST_DIR: Record<AccountSort, SortDir> = { name: 'asc', balance: 'desc', keys: 'desc', last_used: 'desc' };
 
@@ -69,13 +76,17 @@ export function accountsBody(v: AccountsView): Html {
     <section class="panel">
       <form class="inline" method="get" action="/console/accounts" role="search">
         <input type="search" name="q" value="${search}" placeholder="Search accounts" aria-label="Search accounts" />
-        <input type="hidden" name="sort" value="${v.sort}" />
-        <input type="hidden" name="dir" value="${v.dir}" />
+        <label class="row"
+          >Sort by
+          <select name="sort">
+            ${ACCOUNT_SORTS.map((s) => html`<option value="${s}" ${s === v.sort ? html`selected` : ''}>${SORT_OPTIONS[s]}</option>`)}
+          </select>
+        </label>
         <button type="submit">Search</button>
       </form>
     </section>
     <section class="panel flush">
-      <table id="accounts" class="cards">
+      <table id="accounts" class="kv">
         <thead>
           <tr>
             ${sortHeader(v, 'name')} ${sortHeader(v, 'balance', 'num')} ${sortHeader(v, 'keys', 'num')} ${sortHeader(v, 'last_used')}

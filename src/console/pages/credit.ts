@@ -152,16 +152,16 @@ export function creditBody(v: CreditView): Html {
     ${v.operator ? grantForm(v.account, v.draft, v.confirmAboveMicros ?? 1000 * 1_000_000) : ''}
     <section class="panel flush">
       <h2>Ledger</h2>
-      <table id="ledger">
+      <table id="ledger" class="kv">
         <thead>
           <tr>
             <th>When</th>
             <th>Kind</th>
             <th class="num">Credits</th>
-            <th class="hide-sm">Model</th>
-            <th class="hide-sm num">Tokens in / out</th>
-            <th class="hide-sm">Key</th>
-            <th class="hide-sm">Note or request</th>
+            <th>Model</th>
+            <th class="num">Tokens in / out</th>
+            <th>Key</th>
+            <th>Note or request</th>
           </tr>
         </thead>
         <tbody>
@@ -175,11 +175,13 @@ export function creditBody(v: CreditView): Html {
                     html`<tr data-entry="${e.id}">
                       <td class="when">${when(e.ts)}</td>
                       <td><span class="badge">${e.kind.replace('_', ' ')}</span></td>
-                      <td class="num">${amount(e.amount_micros)}</td>
-                      <td class="hide-sm model">${e.model ?? ''}</td>
-                      <td class="hide-sm num">${tokens(e)}</td>
-                      <td class="hide-sm key">${e.key_id ? keyLabel(e.key_id, v.keyNames ?? NO_NAMES) : ''}</td>
-                      <td class="hide-sm">${e.note ?? html`<span class="mono">${e.request_id ?? ''}</span>`}</td>
+                      <td class="num credits" data-label="Credits">${amount(e.amount_micros)}</td>
+                      <td class="model" data-label="Model">${e.model ?? ''}</td>
+                      <td class="num" data-label="Tokens in / out">${tokens(e)}</td>
+                      <td class="key" data-label="Key">${e.key_id ? keyLabel(e.key_id, v.keyNames ?? NO_NAMES) : ''}</td>
+                      <td class="note">
+                        ${e.note ?? (e.request_id ? html`<span class="mono request" title="${e.request_id}">${e.request_id}</span>` : '')}
+                      </td>
                     </tr>`,
                 )
           }

@@ -114,15 +114,15 @@ export function usageBody(v: UsageView): Html {
     </section>
     <section class="panel flush">
       <h2>Per day, key and model</h2>
-      <table id="usage-rows">
+      <table id="usage-rows" class="kv">
         <thead>
           <tr>
             <th>Day</th>
             <th>Key</th>
             <th>Model</th>
             <th class="num">Requests</th>
-            <th class="num hide-sm">Tokens in</th>
-            <th class="num hide-sm">Tokens out</th>
+            <th class="num">Tokens in</th>
+            <th class="num">Tokens out</th>
             <th class="num">Credits</th>
           </tr>
         </thead>
@@ -133,10 +133,10 @@ export function usageBody(v: UsageView): Html {
                 <td class="when">${r.day}</td>
                 <td class="key">${keyLabel(r.key_id!, names)}</td>
                 <td class="model">${r.model}</td>
-                <td class="num">${r.requests}</td>
-                <td class="num hide-sm">${r.prompt_tokens}</td>
-                <td class="num hide-sm">${r.completion_tokens}</td>
-                <td class="num">${credits(r.cost_micros)}</td>
+                <td class="num" data-label="Requests">${r.requests}</td>
+                <td class="num" data-label="In">${r.prompt_tokens}</td>
+                <td class="num" data-label="Out">${r.completion_tokens}</td>
+                <td class="num credits" data-label="Credits">${credits(r.cost_micros)}</td>
               </tr>`,
           )}
         </tbody>
