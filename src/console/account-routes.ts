@@ -174,6 +174,7 @@ export function accountRoutes(d: AccountRouteDeps): Route[] {
             ? 'This grant was already made; nothing was added twice.'
             : undefined,
       draft,
+      fresh: viewer.account === null && before === undefined && keys.length === 0 && entries.length === 0,
       confirmAboveMicros: d.confirmGrantMicros,
       keyNames: new Map(keys.map((k) => [k.id, k])),
     });
@@ -182,8 +183,9 @@ export function accountRoutes(d: AccountRouteDeps): Route[] {
 
   /**
    * A grant from the credit page's form. A refused one draws the page again (422) with what was typed
-   * and the message beside its field; one above console.confirm_grant_credits draws it with a
-   * confirmation first, and is booked when posted again with `confirm` equal to its micro-credits.
+   * and the message beside its field; one above console.confirm_grant_credits, or to an account with no
+   * key and no ledger yet, draws it with a confirmation first, and is booked when posted again with
+   * `confirm` equal to its micro-credits.
    */
   async function grant(ctx: RequestContext, viewer: Viewer, account: string) {
     const form = await readForm(ctx.req);
@@ -203,12 +205,13 @@ export function accountRoutes(d: AccountRouteDeps): Route[] {
       }
     }
     const typed = (f: string) => (typeof o[f] === 'string' ? (o[f] as string).slice(0, 1000) : '');
-    const draft = (errors: Record<string, string>, confirm?: number): GrantDraft => ({
+    const draft = (errors: Record<string, string>, confirm?: number, newAccount?: boolean): GrantDraft => ({
       amount: typed('amount').slice(0, 40),
       note: typed('note'),
       idempotencyKey: idem ?? '',
       errors,
       confirm,
+      newAccount,
     });
     if (issues.list.length > 0) {
       const errors: Record<string, string> = {};
@@ -218,8 +221,10 @@ export function accountRoutes(d: AccountRouteDeps): Route[] {
       }
       return creditPage(ctx, viewer, account, draft(errors), 422);
     }
-    if (Math.abs(micros!) > d.confirmGrantMicros && o.confirm !== String(micros)) {
-      return creditPage(ctx, viewer, account, draft({}, micros));
+    // Not yet confirmed for this amount: a large one, or one that would create an account never seen.
+    if (o.confirm !== String(micros)) {
+      const fresh = await unseen(account);
+      if (fresh || Math.abs(micros!) > d.confirmGrantMicros) return creditPage(ctx, viewer, account, draft({}, micros, fresh));
     }
     const r = await d.accounts.grant(account, micros!, idem, note);
     ctx.log.entry_id = r.entry_id;

@@ -38,6 +38,8 @@ export interface GrantDraft {
   errors: Readonly<Record<string, string>>;
   /** Set when the amount needs a confirmation: the micro-credits it would grant. */
   confirm?: number | undefined;
+  /** The account has no key and no ledger yet: the grant would create it (a typo?), so it is confirmed too. */
+  newAccount?: boolean | undefined;
 }
 
 /** Threshold of the confirmation step (config console.confirm_grant_credits), in micro-credits. */
@@ -48,8 +50,13 @@ function confirmPanel(account: string, d: GrantDraft, aboveMicros: number): Html
     <p>
       ${micros < 0 ? 'Take' : 'Grant'}
       <strong class="amount ${micros < 0 ? 'neg' : 'pos'}">${credits(Math.abs(micros))} credits</strong> ${micros < 0 ? 'from' : 'to'}
-      account <strong>${account}</strong>${d.note ? html` (note “${d.note}”)` : ''}? Amounts above ${credits(aboveMicros)} credits are
-      confirmed before they are booked.
+      account <strong>${account}</strong>${d.note ? html` (note “${d.note}”)` : ''}?
+      ${
+        d.newAccount
+          ? html`<strong>Account “${account}” does not exist yet</strong> (no keys, no ledger): this grant creates it; check the id.`
+          : ''
+      }
+      ${Math.abs(micros) > aboveMicros ? html`Amounts above ${credits(aboveMicros)} credits are confirmed before they are booked.` : ''}
     </p>
     <form class="inline" method="post" action="${accountPath(account, '/credit')}">
       <input type="hidden" name="idempotency_key" value="${d.idempotencyKey}" />
@@ -118,6 +125,8 @@ export interface CreditView {
   draft?: GrantDraft | undefined;
   /** Grants above this (micro-credits, absolute) are confirmed first. */
   confirmAboveMicros?: number;
+  /** An operator viewing an account with no key and no ledger yet (maybe a typo). */
+  fresh?: boolean;
   /** key id → the key, so the ledger names keys as the usage page does. */
   keyNames?: ReadonlyMap<string, { name: string; last4: string }>;
 }
@@ -149,6 +158,14 @@ export function creditBody(v: CreditView): Html {
         <div class="value">${credits(s.balance_micros - s.held_micros)}</div>
       </div>
     </div>
+    ${
+      v.fresh
+        ? html`<section class="panel confirm" id="unseen-account" role="alert">
+            <h2>Account “${v.account}” does not exist yet</h2>
+            <p>It has no keys and no ledger. A grant here creates it, after a confirmation; check the id first.</p>
+          </section>`
+        : ''
+    }
     ${v.operator ? grantForm(v.account, v.draft, v.confirmAboveMicros ?? 1000 * 1_000_000) : ''}
     <section class="panel flush">
       <h2>Ledger</h2>
