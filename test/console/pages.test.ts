@@ -165,7 +165,7 @@ t.test("shares: live and revoked listed for the account; another account's slug 
   t.match(page, new RegExp(`id="share-${live}"[\\s\\S]*?Live one[\\s\\S]*?live`));
   t.match(page, new RegExp(`id="share-${gone}" class="off"[\\s\\S]*?Revoked one[\\s\\S]*?revoked`));
   t.notMatch(page, /Not yours/);
-  t.match(page, /<th>State<\/th>\s*<th class="actions">Revoke<\/th>/, 'every column has a header');
+  t.match(page, /<th>State<\/th>\s*<th class="actions">Revocation<\/th>/, 'every column has a header');
   t.equal((await post(`/console/accounts/sharer/shares/${theirs}/revoke`, '', member)).status, 404, "another account's share");
   t.equal((await fetch(`${gw.url}/v1/shares/${theirs}`)).status, 200, 'untouched');
   const revoked = await post(`/console/accounts/sharer/shares/${live}/revoke`, '', member);
