@@ -105,6 +105,22 @@ const operator = await signedIn({ operator: true });
 await shot(operator, 'accounts');
 await operator.goto(`${publicUrl}/console/accounts/acme/credit`);
 await shot(operator, 'operator-credit');
+// A mistyped amount: the page comes back with the message beside the field, the note kept.
+await operator.fill('input[name="amount"]', '12,5');
+await operator.fill('input[name="note"]', 'Top-up, invoice 2026-12');
+await operator.click('button:has-text("Grant")');
+await operator.locator('#amount-error').waitFor();
+await shot(operator, 'grant-error');
+// A grant above console.confirm_grant_credits asks first.
+await operator.fill('input[name="amount"]', '5000');
+await operator.click('button:has-text("Grant")');
+await operator.locator('#grant-confirm').waitFor();
+await shot(operator, 'grant-confirm');
+// An id typed wrong: the keys page says the account does not exist, and asks before creating it.
+await operator.goto(`${publicUrl}/console/accounts?q=acmee`);
+await operator.click('text=Open account');
+await operator.locator('#unseen-account').waitFor();
+await shot(operator, 'account-new');
 
 const used = (await admin('POST', '/admin/console/sessions', { account: 'acme' })).url;
 await fetch(used, { redirect: 'manual' });
@@ -116,6 +132,11 @@ const phone = await signedIn({ account: 'acme' }, { width: 390, height: 844 }, t
 await shot(phone, 'keys-phone');
 await phone.goto(`${publicUrl}/console/accounts/acme/usage`);
 await shot(phone, 'usage-phone');
+await phone.goto(`${publicUrl}/console/accounts/acme/credit`);
+await phone.locator('#ledger').scrollIntoViewIfNeeded();
+await shot(phone, 'credit-phone');
+const operatorPhone = await signedIn({ operator: true }, { width: 390, height: 844 }, true);
+await shot(operatorPhone, 'accounts-phone');
 
 await browser.close();
 await gateway.close(1000);

@@ -122,6 +122,8 @@ export interface Config {
     /** The console's origin in minted links and the CSRF check; undefined → http://127.0.0.1:<public port>. */
     readonly publicUrl: string | undefined;
     readonly sessionTtlSeconds: number;
+    /** Grants (and corrections) above this many credits, in absolute value, ask the operator to confirm (docs/console.md). */
+    readonly confirmGrantCredits: number;
   };
   /** SPEC §10: what stays in Redis, and the export of the ledger to S3 (docs/ledger-export.md). */
   readonly ledger: {
@@ -280,7 +282,7 @@ export function compileConfig(doc: unknown, rawEnv: NodeJS.ProcessEnv): Config {
   noUnknown(s3, 'shares.s3', ['endpoint', 'region', 'bucket', 'force_path_style', 'access_key_id', 'secret_access_key']);
 
   const consoleDoc = object(root.console, 'console', true);
-  noUnknown(consoleDoc, 'console', ['enabled', 'public_url', 'session_ttl_seconds']);
+  noUnknown(consoleDoc, 'console', ['enabled', 'public_url', 'session_ttl_seconds', 'confirm_grant_credits']);
   const ledger = object(root.ledger, 'ledger', true);
   noUnknown(ledger, 'ledger', ['retention_days', 'export']);
   const exp = object(ledger.export, 'ledger.export', true);
@@ -428,6 +430,7 @@ export function compileConfig(doc: unknown, rawEnv: NodeJS.ProcessEnv): Config {
         max: 30 * 86_400,
         integer: true,
       }),
+      confirmGrantCredits: num(consoleDoc.confirm_grant_credits, 'console.confirm_grant_credits', { fallback: 1000, min: 0, max: 1e9 }),
     },
     ledger: {
       retentionDays: num(ledger.retention_days, 'ledger.retention_days', { fallback: 7, min: 0, max: 36_500 }),

@@ -19,12 +19,12 @@ import { html, type Html } from './html.ts';
 import { accountPath, page, sendHtml, type SectionId } from './layout.ts';
 import type { Assets } from './assets.ts';
 import { fields, readForm } from './forms.ts';
-import type { ConsoleSessions, Viewer } from './sessions.ts';
+import { LINK_TTL, type ConsoleSessions, type Viewer } from './sessions.ts';
 import { isHtmx, notFound, redirect, type SignedIn } from './access.ts';
 import { createdDialog, keyRow, keyTable, keysBody } from './pages/keys.ts';
-import { CSV_HEADER, creditBody, csvLine } from './pages/credit.ts';
+import { CSV_HEADER, creditBody, csvLine, type GrantDraft } from './pages/credit.ts';
 import { shareRow, sharesBody } from './pages/shares.ts';
-import { accountsBody, linkBody } from './pages/accounts.ts';
+import { ACCOUNT_SORTS, accountsBody, linkBody, sortAccounts, type AccountSummary } from './pages/accounts.ts';
 import { lastDays, usageBody } from './pages/usage.ts';
 
 export interface AccountRouteDeps {
@@ -38,14 +38,32 @@ export interface AccountRouteDeps {
   now: () => number;
   assets: Assets;
   signedIn: SignedIn;
+  /** Console grants above this many micro-credits (absolute) are confirmed first (console.confirm_grant_credits). */
+  confirmGrantMicros: number;
 }
 
 const LEDGER_PAGE = 50;
 const CSV_BATCH = 1000;
 const SHARES_SHOWN = 200;
 const USAGE_DAYS = 30;
-const ACCOUNTS_SHOWN = 200;
+/** The account list reads and shows at most this many accounts (the first by name), ACCOUNT_READS at a time. */
+const ACCOUNTS_SHOWN = 100;
+const ACCOUNT_READS = 16;
 const SLUG = /^[1-9A-HJ-NP-Za-km-z]{22}$/;
+
+/** `fn` over `items`, at most `limit` at once, results in order: a page's reads never flood the store. */
+async function mapLimit<T, R>(items: readonly T[], limit: number, fn: (item: T) => Promise<R>): Promise<R[]> {
+  const out: R[] = new Array(items.length);
+  let next = 0;
+  const worker = async () => {
+    while (next < items.length) {
+      const i = next++;
+      out[i] = await fn(items[i]!);
+    }
+  };
+  await Promise.all(Array.from({ length: Math.min(limit, items.length) }, worker));
+  return out;
+}
 
 /** Resolves when a full response can take more (drain) or is gone (close), leaving no listener behind. */
 function writable(res: RequestContext['res']): Promise<void> {
@@ -72,20 +90,37 @@ export function accountRoutes(d: AccountRouteDeps): Route[] {
     return k;
   }
 
+  /** True when the account has no key and no ledger entry: never granted, never given a key (maybe a typo). */
+  async function unseen(account: string, keys?: readonly KeyRecord[]): Promise<boolean> {
+    if ((keys ?? (await d.keys.list(account))).length > 0) return false;
+    return (await d.accounts.recent(account, undefined, 1)).length === 0;
+  }
+
   async function keysPage(ctx: RequestContext, viewer: Viewer, account: string, created?: Html, status = 200) {
     const [keys, used] = await Promise.all([d.keys.list(account), d.usage.lastUsed(account)]);
-    show(ctx, viewer, 'API keys', 'keys', keysBody({ account, keys, used, operator: viewer.account === null, created }), account, status);
+    const operator = viewer.account === null;
+    // An operator may open any valid id (accounts exist implicitly); one that was never seen is said so,
+    // and creating a key in it needs a confirmation. A member's account was chosen by the platform.
+    const fresh = operator && (await unseen(account, keys));
+    show(ctx, viewer, 'API keys', 'keys', keysBody({ account, keys, used, operator, created, fresh }), account, status);
   }
 
   async function createKey(ctx: RequestContext, viewer: Viewer, account: string) {
     const form = await readForm(ctx.req);
     const issues = new Issues();
-    const o = fields(form, ['name', 'env']);
+    const o = fields(form, ['name', 'env', 'new_account']);
     const name = str(o, 'name', ['form'], issues, { required: true, minLength: 1, maxLength: 200 });
     const env = literal(o, 'env', ['live', 'test'] as const, ['form'], issues, true);
     const scopes = form.getAll('scopes');
     scopes.forEach((s, i) => literal({ [i]: s }, String(i), SCOPES, ['form', 'scopes'], issues));
     if (scopes.length === 0) issues.add(['form', 'scopes'], 'too_short', 'Choose at least one scope', scopes);
+    if (viewer.account === null && o.new_account !== account && (await unseen(account)))
+      issues.add(
+        ['form', 'new_account'],
+        'missing',
+        `Account “${account}” has no keys or credit yet: confirm that you mean to create it`,
+        null,
+      );
     issues.done();
     const { key, record } = await d.keys.create({ account, env: env!, name: name!, scopes: [...new Set(scopes)] as Scope[] });
     ctx.log.key_id = record.id;
@@ -115,12 +150,16 @@ export function accountRoutes(d: AccountRouteDeps): Route[] {
     redirect(ctx, accountPath(account, '/keys'));
   }
 
-  async function creditPage(ctx: RequestContext, viewer: Viewer, account: string) {
+  async function creditPage(ctx: RequestContext, viewer: Viewer, account: string, draft?: GrantDraft, status = 200) {
     const q = query(ctx.req.url!);
     const issues = new Issues();
-    const before = str(q, 'before', ['query'], issues, { pattern: ENTRY_ID, patternText: ENTRY_ID.source });
+    const before = draft ? undefined : str(q, 'before', ['query'], issues, { pattern: ENTRY_ID, patternText: ENTRY_ID.source });
     issues.done();
-    const [state, entries] = await Promise.all([d.accounts.show(account), d.accounts.recent(account, before, LEDGER_PAGE)]);
+    const [state, entries, keys] = await Promise.all([
+      d.accounts.show(account),
+      d.accounts.recent(account, before, LEDGER_PAGE),
+      d.keys.list(account),
+    ]);
     const body = creditBody({
       account,
       state,
@@ -129,19 +168,29 @@ export function accountRoutes(d: AccountRouteDeps): Route[] {
       paged: before !== undefined,
       operator: viewer.account === null,
       notice:
-        q.granted === 'new'
+        draft === undefined && q.granted === 'new'
           ? 'Credit granted.'
-          : q.granted === 'replay'
+          : draft === undefined && q.granted === 'replay'
             ? 'This grant was already made; nothing was added twice.'
             : undefined,
+      draft,
+      fresh: viewer.account === null && before === undefined && keys.length === 0 && entries.length === 0,
+      confirmAboveMicros: d.confirmGrantMicros,
+      keyNames: new Map(keys.map((k) => [k.id, k])),
     });
-    show(ctx, viewer, 'Credit', 'credit', body, account);
+    show(ctx, viewer, 'Credit', 'credit', body, account, status);
   }
 
-  async function grant(ctx: RequestContext, _viewer: Viewer, account: string) {
+  /**
+   * A grant from the credit page's form. A refused one draws the page again (422) with what was typed
+   * and the message beside its field; one above console.confirm_grant_credits, or to an account with no
+   * key and no ledger yet, draws it with a confirmation first, and is booked when posted again with
+   * `confirm` equal to its micro-credits.
+   */
+  async function grant(ctx: RequestContext, viewer: Viewer, account: string) {
     const form = await readForm(ctx.req);
     const issues = new Issues();
-    const o = fields(form, ['amount', 'note', 'idempotency_key']);
+    const o = fields(form, ['amount', 'note', 'idempotency_key', 'confirm']);
     const text = str(o, 'amount', ['form'], issues, { required: true, minLength: 1, maxLength: 40 });
     const note = str(o, 'note', ['form'], issues, { maxLength: 1000 });
     const idem = str(o, 'idempotency_key', ['form'], issues, { required: true, minLength: 1, maxLength: 200 });
@@ -155,7 +204,28 @@ export function accountRoutes(d: AccountRouteDeps): Route[] {
         issues.add(['form', 'amount'], 'decimal_parsing', (e as Error).message, text);
       }
     }
-    issues.done();
+    const typed = (f: string) => (typeof o[f] === 'string' ? (o[f] as string).slice(0, 1000) : '');
+    const draft = (errors: Record<string, string>, confirm?: number, newAccount?: boolean): GrantDraft => ({
+      amount: typed('amount').slice(0, 40),
+      note: typed('note'),
+      idempotencyKey: idem ?? '',
+      errors,
+      confirm,
+      newAccount,
+    });
+    if (issues.list.length > 0) {
+      const errors: Record<string, string> = {};
+      for (const i of issues.list) {
+        const field = i.loc[1] === 'amount' || i.loc[1] === 'note' ? i.loc[1] : 'form';
+        errors[field] ??= field === 'form' ? `${i.loc.slice(1).join('.')}: ${i.msg}` : i.msg;
+      }
+      return creditPage(ctx, viewer, account, draft(errors), 422);
+    }
+    // Not yet confirmed for this amount: a large one, or one that would create an account never seen.
+    if (o.confirm !== String(micros)) {
+      const fresh = await unseen(account);
+      if (fresh || Math.abs(micros!) > d.confirmGrantMicros) return creditPage(ctx, viewer, account, draft({}, micros, fresh));
+    }
     const r = await d.accounts.grant(account, micros!, idem, note);
     ctx.log.entry_id = r.entry_id;
     redirect(ctx, `${accountPath(account, '/credit')}?granted=${r.replayed ? 'replay' : 'new'}`);
@@ -207,16 +277,47 @@ export function accountRoutes(d: AccountRouteDeps): Route[] {
     sendHtml(ctx.res, 200, r ? shareRow(account, r) : html``);
   }
 
+  /** One account's line in the list: balance, keys and last use (three reads, plus one per key for the list). */
+  async function summary(id: string): Promise<AccountSummary> {
+    const [state, keys, used] = await Promise.all([d.accounts.show(id), d.keys.list(id), d.usage.lastUsed(id)]);
+    let last: string | undefined;
+    for (const at of Object.values(used)) if (last === undefined || at > last) last = at;
+    return {
+      id,
+      balance_micros: state.balance_micros,
+      held_micros: state.held_micros,
+      keys: keys.length,
+      active_keys: keys.filter((k) => k.active).length,
+      last_used: last,
+    };
+  }
+
   async function accountsPage(ctx: RequestContext, viewer: Viewer) {
     const q = query(ctx.req.url!);
     const search = typeof q.q === 'string' ? q.q.trim().slice(0, 128) : '';
+    const sort = ACCOUNT_SORTS.find((s) => s === q.sort) ?? 'name';
+    const dir = q.dir === 'asc' || q.dir === 'desc' ? q.dir : sort === 'name' ? 'asc' : 'desc';
+    // Bounded: at most ACCOUNTS_SHOWN accounts (the first by name), read ACCOUNT_READS at a time.
     const ids = await d.store.listAccounts(search, ACCOUNTS_SHOWN);
-    show(ctx, viewer, 'Accounts', 'accounts', accountsBody(search, ids, ACCOUNTS_SHOWN));
+    const rows = await mapLimit(ids, ACCOUNT_READS, summary);
+    show(
+      ctx,
+      viewer,
+      'Accounts',
+      'accounts',
+      accountsBody({ search, rows: sortAccounts(rows, sort, dir), limit: ACCOUNTS_SHOWN, sort, dir }),
+    );
   }
 
   async function mintMemberLink(ctx: RequestContext, viewer: Viewer, account: string) {
-    ctx.req.resume();
-    const link = await d.sessions.mintLink({ account });
+    const form = await readForm(ctx.req);
+    const issues = new Issues();
+    const text = str(fields(form, ['ttl_seconds']), 'ttl_seconds', ['form'], issues, { pattern: /^\d{1,6}$/, patternText: '^\\d{1,6}$' });
+    const ttl = text ? Number(text) : LINK_TTL.fallback;
+    if (ttl < LINK_TTL.min || ttl > LINK_TTL.memberMax)
+      issues.add(['form', 'ttl_seconds'], 'less_than_equal', `Between ${LINK_TTL.min} and ${LINK_TTL.memberMax} seconds`, text);
+    issues.done();
+    const link = await d.sessions.mintLink({ account }, ttl);
     show(ctx, viewer, 'Member sign-in link', 'keys', linkBody(account, link), account, 201);
   }
 

@@ -20,7 +20,10 @@ export function consoleAdminRoutes(d: { sessions: ConsoleSessions }): Route[] {
     forbidExtra(value, ['account', 'operator', 'ttl_seconds'], ['body'], issues);
     const account = accountField(value, 'account', ['body'], issues, false);
     const operator = bool(value, 'operator', ['body'], issues);
-    const ttl = int(value, 'ttl_seconds', ['body'], issues, { ge: LINK_TTL.min, le: LINK_TTL.max });
+    const ttl = int(value, 'ttl_seconds', ['body'], issues, {
+      ge: LINK_TTL.min,
+      le: operator === true ? LINK_TTL.max : LINK_TTL.memberMax,
+    });
     if ((value.account === undefined) === (operator !== true)) {
       issues.add(['body'], 'value_error', 'Value error, give exactly one of "account" and "operator": true', value);
     }
@@ -52,7 +55,13 @@ export function consoleAdminRoutes(d: { sessions: ConsoleSessions }): Route[] {
           properties: {
             account: { type: 'string', pattern: ACCOUNT_ID_PATTERN },
             operator: { type: 'boolean', const: true },
-            ttl_seconds: { type: 'integer', minimum: LINK_TTL.min, maximum: LINK_TTL.max, default: LINK_TTL.fallback },
+            ttl_seconds: {
+              type: 'integer',
+              minimum: LINK_TTL.min,
+              maximum: LINK_TTL.memberMax,
+              default: LINK_TTL.fallback,
+              description: `Seconds the link stays valid: up to ${LINK_TTL.memberMax} for a member link, ${LINK_TTL.max} for an operator link`,
+            },
           },
         },
         responses: {

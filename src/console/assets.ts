@@ -18,10 +18,12 @@ interface Asset {
 }
 
 export interface Assets {
-  /** The URL of a named asset (`console.css`, `console.js`, `htmx.js`). */
-  url(name: 'console.css' | 'console.js' | 'htmx.js'): string;
+  /** The URL of a named asset (`console.css`, `console.js`, `htmx.js`, `favicon.ico`). */
+  url(name: 'console.css' | 'console.js' | 'htmx.js' | 'favicon.ico'): string;
   /** Answers GET /console/assets/{file}; 404 for anything not served. */
   serve(ctx: RequestContext): Promise<void>;
+  /** Answers GET /favicon.ico (what a browser asks for when a page names no icon): the same icon, cached a day. */
+  favicon(ctx: RequestContext): Promise<void>;
 }
 
 const IMMUTABLE = 'public, max-age=31536000, immutable';
@@ -39,6 +41,7 @@ export function loadAssets(): Assets {
     ['console.css', new URL('console.css', here).pathname, 'text/css; charset=utf-8'],
     ['console.js', new URL('console.js', here).pathname, 'text/javascript; charset=utf-8'],
     ['htmx.js', htmxDist(), 'text/javascript; charset=utf-8'],
+    ['favicon.ico', new URL('favicon.ico', here).pathname, 'image/x-icon'],
   ];
   const byFile = new Map<string, Asset>();
   const urls = new Map<string, string>();
@@ -51,21 +54,28 @@ export function loadAssets(): Assets {
     byFile.set(file, { body, type, gzip: existsSync(gz) ? readFileSync(gz) : undefined });
     urls.set(name, `/console/assets/${file}`);
   }
+  const send = (ctx: RequestContext, a: Asset, cache: string) => {
+    const gzip = a.gzip !== undefined && /\bgzip\b/.test(String(ctx.req.headers['accept-encoding'] ?? ''));
+    const body = gzip ? a.gzip! : a.body;
+    ctx.res.writeHead(200, {
+      'content-type': a.type,
+      'content-length': body.length,
+      'cache-control': cache,
+      vary: 'accept-encoding',
+      ...(gzip && { 'content-encoding': 'gzip' }),
+    });
+    ctx.res.end(ctx.req.method === 'HEAD' ? undefined : body);
+  };
+  const icon = byFile.get(urls.get('favicon.ico')!.slice('/console/assets/'.length))!;
   return {
     url: (name) => urls.get(name)!,
+    async favicon(ctx) {
+      send(ctx, icon, 'public, max-age=86400');
+    },
     async serve(ctx) {
       const a = byFile.get(ctx.params.file!);
       if (!a) throw new GatewayError('not_found', 'No such asset.');
-      const gzip = a.gzip !== undefined && /\bgzip\b/.test(String(ctx.req.headers['accept-encoding'] ?? ''));
-      const body = gzip ? a.gzip! : a.body;
-      ctx.res.writeHead(200, {
-        'content-type': a.type,
-        'content-length': body.length,
-        'cache-control': IMMUTABLE,
-        vary: 'accept-encoding',
-        ...(gzip && { 'content-encoding': 'gzip' }),
-      });
-      ctx.res.end(ctx.req.method === 'HEAD' ? undefined : body);
+      send(ctx, a, IMMUTABLE);
     },
   };
 }

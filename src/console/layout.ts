@@ -72,6 +72,7 @@ export function page(assets: Assets, o: PageOptions): Html {
         <meta name="viewport" content="width=device-width, initial-scale=1" />
         <meta name="htmx-config" content="${HTMX_CONFIG}" />
         <title>${o.title} · Tollgate console</title>
+        <link rel="icon" href="${assets.url('favicon.ico')}" sizes="16x16 32x32 48x48" />
         <link rel="stylesheet" href="${assets.url('console.css')}" />
         <script src="${assets.url('htmx.js')}" defer></script>
         <script src="${assets.url('console.js')}" defer></script>

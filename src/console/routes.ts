@@ -40,7 +40,7 @@ export function consoleRoutes(d: ConsoleRouteDeps): Route[] {
         messagePage(
           assets,
           'This sign-in link does not work',
-          'It was already used, has expired, or was never valid. Sign-in links work once and only for a few minutes: open the console again from your platform to get a new one.',
+          'It was already used, has expired, or was never valid. Sign-in links work once and expire (after five minutes unless whoever made it chose longer): open the console again from your platform, or ask an operator, to get a new one.',
         ),
       );
     }
@@ -69,6 +69,7 @@ export function consoleRoutes(d: ConsoleRouteDeps): Route[] {
     { method: 'GET', pattern: '/console/login', handler: login },
     { method: 'POST', pattern: '/console/logout', handler: logout },
     { method: 'GET', pattern: '/console/assets/{file}', handler: (ctx) => assets.serve(ctx) },
+    { method: 'GET', pattern: '/favicon.ico', handler: (ctx) => assets.favicon(ctx) },
     ...accountRoutes({ ...d, signedIn: createAccess({ sessions: d.sessions, assets }) }),
   ];
 }

@@ -12,7 +12,12 @@ export const COOKIE = 'tollgate_console';
 /** 32 bytes = 256 bits, base64url without padding: 43 characters. */
 const SECRET_BYTES = 32;
 const SECRET = /^[A-Za-z0-9_-]{43}$/;
-export const LINK_TTL = { min: 60, max: 3600, fallback: 300 } as const;
+/**
+ * Sign-in link lifetimes (SPEC §9: 60..3600, default 300). Decision (docs/console.md): a member's link
+ * may live up to 24 h, so an operator can send it by mail to someone in another time zone; an operator
+ * link, which reaches every account, stays within SPEC's hour.
+ */
+export const LINK_TTL = { min: 60, max: 3600, memberMax: 86_400, fallback: 300 } as const;
 
 const digest = (s: string) => createHash('sha256').update(s).digest('hex');
 const secret = () => randomBytes(SECRET_BYTES).toString('base64url');

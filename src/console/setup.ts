@@ -46,9 +46,13 @@ export interface Console {
   readonly handler: (req: IncomingMessage, res: ServerResponse) => void;
 }
 
-/** True for the paths the console serves (`/console`, `/console/…`, `/console?…`). */
+/**
+ * True for the paths the console serves (`/console`, `/console/…`, `/console?…`), and `/favicon.ico`,
+ * which browsers ask the origin for: the console's icon, so a tab on the console finds no 404.
+ */
 export function isConsolePath(url: string): boolean {
-  return url.startsWith('/console') && (url.length === 8 || url[8] === '/' || url[8] === '?');
+  if (url.startsWith('/console')) return url.length === 8 || url[8] === '/' || url[8] === '?';
+  return url.startsWith('/favicon.ico') && (url.length === 12 || url[12] === '?');
 }
 
 export function createConsole(d: ConsoleDeps): Console {
@@ -66,6 +70,7 @@ export function createConsole(d: ConsoleDeps): Console {
     assets,
     failedLogins: d.failedLogins,
     clientAddress: d.clientAddress,
+    confirmGrantMicros: Math.round(d.config.confirmGrantCredits * 1e6),
   });
   const csrf = createCsrfGuard(publicUrl);
   const handler = createEdge({

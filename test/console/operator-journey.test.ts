@@ -1,6 +1,8 @@
-// SPEC §9, the operator in a real browser against a gateway on Redis: find an account by search, grant
-// it credit (the ledger shows the grant; the same form submitted twice grants once), mint a member link
-// that signs a member in, end that member's sessions, and sign out.
+// SPEC §9, the operator in a real browser against a gateway on Redis: the account list (balance, keys,
+// sort), find an account by search, grant it credit (the ledger shows the grant; the same form submitted
+// twice grants once; a mistyped amount comes back beside the field with the note kept; a large grant is
+// confirmed first), a mistyped account that asks before a key creates it, mint a member link (24 h) that
+// signs a member in, end that member's sessions, and sign out. And the favicon.
 import t from 'tap';
 import { startGateway } from '../helpers/gateway.ts';
 import { startRedis } from '../helpers/redis.ts';
@@ -24,6 +26,21 @@ if (redis && browser) {
     await page.fill('input[name="q"]', 'GLOB');
     await page.click('button:has-text("Search")');
     t.same(await page.locator('#accounts tbody td:first-child a').allTextContents(), ['globex'], 'search narrows the list');
+    await page.goto(`${gw.url}/console/accounts`);
+    const column = (n: number) => page.locator(`#accounts tbody tr td:nth-child(${n})`).allInnerTexts();
+    t.same(await column(2), ['1', '0'], 'balance in credits (acme 1, globex 0)');
+    t.same(await column(3), ['0', '1'], 'keys');
+    t.same(await column(4), ['never', 'never'], 'last used');
+    await page.click('#accounts th >> text=Keys');
+    t.same(await column(1), ['globex', 'acme'], 'sorted by keys, most first');
+    t.equal(await page.getAttribute('#accounts th[aria-sort]', 'aria-sort'), 'descending');
+    await page.click('#accounts th >> text=Keys');
+    t.same(await column(1), ['acme', 'globex'], 'a second click flips the order');
+    await page.selectOption('select[name="sort"]', 'balance');
+    await page.click('button:has-text("Search")');
+    t.same(await column(1), ['acme', 'globex'], 'the sort menu: balance, largest first');
+    await page.fill('input[name="q"]', 'GLOB');
+    await page.click('button:has-text("Search")');
     await page.click('#accounts >> text=globex');
     t.equal(new URL(page.url()).pathname, '/console/accounts/globex/keys');
     await page.click('nav >> text=Credit');
@@ -53,14 +70,53 @@ if (redis && browser) {
     const api = await gw.admin('/admin/accounts/globex');
     t.equal(api.body.balance_micros, 3_500_000, 'the admin API agrees');
 
+    // A mistyped amount: the page comes back whole, the message beside the field, what was typed kept.
+    await page.fill('input[name="amount"]', '12,5');
+    await page.fill('input[name="note"]', 'invoice 7');
+    await page.click('button:has-text("Grant")');
+    t.equal(await page.textContent('#amount-error'), 'not a decimal number of credits: "12,5"');
+    t.equal(await page.inputValue('input[name="note"]'), 'invoice 7', 'the note is kept');
+    t.equal(await page.inputValue('input[name="amount"]'), '12,5', 'the amount too, to correct it');
+    t.equal(await page.getAttribute('input[name="amount"]', 'aria-invalid'), 'true');
+    t.equal(await page.locator('nav >> text=Usage').count(), 1, 'the navigation is there');
+    // Corrected to a large amount: confirmed first, then booked once.
+    await page.fill('input[name="amount"]', '2500');
+    await page.click('#grant button:has-text("Grant")');
+    await page.locator('#grant-confirm').waitFor();
+    t.match(await page.textContent('#grant-confirm'), /Grant\s+2500 credits\s+to\s+account globex \(note “invoice 7”\)/);
+    t.equal((await gw.admin('/admin/accounts/globex')).body.balance_micros, 3_500_000, 'nothing booked yet');
+    await page.click('button:has-text("Yes, grant 2500 credits")');
+    await page.locator('.flash.ok').waitFor();
+    t.equal((await page.textContent('#balance'))!.trim(), '2503.5', 'booked once confirmed');
+
     const csv = await page.evaluate(async () => (await fetch('/console/accounts/globex/ledger.csv')).text());
     t.match(csv, /^id,ts,kind,amount_micros,/, 'CSV header');
     t.match(csv, /,2500000,.*,"welcome, ""team"", =1\+1"\r\n/, 'CSV quotes a note with commas and quotes');
   });
 
+  t.test('a mistyped account says so; a key is created in it only once confirmed', async (t) => {
+    await page.goto(`${gw.url}/console/accounts?q=globx`);
+    await page.click('text=Open account “globx”');
+    t.equal(new URL(page.url()).pathname, '/console/accounts/globx/keys');
+    t.match(await page.textContent('#unseen-account'), /Account “globx” does not exist yet/);
+    await page.fill('input[name="name"]', 'oops');
+    await page.click('button:has-text("Create key")');
+    await page.waitForTimeout(300);
+    t.equal(await page.locator('dialog#new-key').count(), 0, 'the browser asks for the confirmation first');
+    t.same((await gw.admin('/admin/keys?account=globx')).body.data, [], 'no key, no account');
+    await page.check('input[name="new_account"]');
+    await page.click('button:has-text("Create key")');
+    await page.locator('dialog#new-key').waitFor();
+    t.equal((await gw.admin('/admin/keys?account=globx')).body.data.length, 1, 'confirmed: created');
+  });
+
   t.test('mint a member link, the member signs in with it; end their sessions; sign out', async (t) => {
     await page.goto(`${gw.url}/console/accounts/globex/keys`);
+    await page.selectOption('select[name="ttl_seconds"]', '86400');
+    const before = Date.now();
     await page.click('button:has-text("Create a member sign-in link")');
+    const until = new Date(before + 86_400_000).toISOString();
+    t.match(await page.textContent('main'), `until ${until.slice(0, 10)} ${until.slice(11, 14)}`, 'valid for 24 h');
     const link = (await page.textContent('#member-link'))!.trim();
     t.match(link, new RegExp(`^${gw.url}/console/login\\?token=[A-Za-z0-9_-]{43}$`));
 
@@ -83,5 +139,17 @@ if (redis && browser) {
     t.match(await page.textContent('h1'), /Signed out/);
     t.equal((await page.goto(`${gw.url}/console/accounts`))?.status(), 401, 'the operator session has ended too');
     await member.context().close();
+  });
+
+  t.test('a favicon: the linked icon and /favicon.ico load, no 404', async (t) => {
+    const icons: number[] = [];
+    page.on('response', (r) => {
+      if (/favicon/.test(r.url())) icons.push(r.status());
+    });
+    const href = await page.getAttribute('link[rel="icon"]', 'href');
+    t.match(href, /^\/console\/assets\/favicon\.[0-9a-f]{12}\.ico$/);
+    t.equal((await page.goto(`${gw.url}${href}`))?.status(), 200);
+    t.equal((await page.goto(`${gw.url}/favicon.ico`))?.status(), 200);
+    t.notOk(icons.includes(404), 'no favicon request failed');
   });
 }

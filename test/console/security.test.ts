@@ -59,16 +59,33 @@ t.test('pages have no inline script or style, only same-origin assets', async (t
   for (const m of body.matchAll(/(?:src|href)="([^"]+)"/g)) t.match(m[1], /^\/(console|v1)\//, `same-origin ${m[1]}`);
 });
 
+t.test('a favicon: the page names the icon, and /favicon.ico answers with the same bytes (no 404)', async (t) => {
+  const page = await (await fetch(`${gw.url}/console/accounts/acme/keys`, { headers: { cookie: member } })).text();
+  const href = /<link rel="icon" href="(\/console\/assets\/favicon\.[0-9a-f]{12}\.ico)"/.exec(page)?.[1];
+  t.ok(href, 'a link rel=icon to the hashed asset');
+  const linked = Buffer.from(await (await fetch(`${gw.url}${href}`)).arrayBuffer());
+  const res = await fetch(`${gw.url}/favicon.ico`);
+  t.equal(res.status, 200);
+  t.equal(res.headers.get('content-type'), 'image/x-icon');
+  t.equal(res.headers.get('cache-control'), 'public, max-age=86400');
+  const bytes = Buffer.from(await res.arrayBuffer());
+  t.same(bytes, linked, 'the same icon');
+  t.same([...bytes.subarray(0, 4)], [0, 0, 1, 0], 'an ICO file');
+  t.equal((await fetch(`${gw.url}/favicon.ico?v=2`)).status, 200, 'with a query');
+  t.equal((await fetch(`${gw.url}/favicon.icons`)).status, 404, 'only that path');
+  t.equal((await fetch(`${gw.url}/favicon.ico`, { method: 'HEAD' })).status, 200, 'HEAD');
+});
+
 t.test('assets: content-hashed URLs, immutable for a year, gzip when accepted', async (t) => {
   const page = await (await fetch(`${gw.url}/console/accounts/acme/keys`, { headers: { cookie: member } })).text();
   const urls = [...page.matchAll(/(?:src|href)="(\/console\/assets\/[^"]+)"/g)].map((m) => m[1]!);
-  t.equal(urls.length, 3, 'stylesheet, htmx, console script');
+  t.equal(urls.length, 4, 'icon, stylesheet, htmx, console script');
   for (const url of urls) {
     const res = await fetch(`${gw.url}${url}`, { headers: { 'accept-encoding': 'identity' } });
     const bytes = Buffer.from(await res.arrayBuffer());
     t.equal(res.status, 200);
     t.equal(res.headers.get('cache-control'), 'public, max-age=31536000, immutable', url);
-    const hash = /\.([0-9a-f]{12})\.(css|js)$/.exec(url)![1];
+    const hash = /\.([0-9a-f]{12})\.(css|js|ico)$/.exec(url)![1];
     t.equal(createHash('sha256').update(bytes).digest('hex').slice(0, 12), hash, `${url}: the name is the content's hash`);
   }
   const htmx = urls.find((u) => u.includes('/htmx.'))!;

@@ -23,28 +23,42 @@ async function signIn(url: string) {
 
 const page = (gw: TestGateway, path: string, cookie: string) => fetch(`${gw.url}${path}`, { headers: { cookie }, redirect: 'manual' });
 
-t.test('minting a link: exactly one of account / operator: true, ttl 60..3600, admin token required', async (t) => {
-  const gw = await startGateway(t);
-  const bad = [{}, { account: 'acme', operator: true }, { operator: false }, { account: 'a{b}' }, { account: 'acme', ttl_seconds: 59 }];
-  for (const body of bad) t.equal((await mint(gw, body)).status, 422, JSON.stringify(body));
-  const extra = await mint(gw, { account: 'acme', nope: 1 });
-  t.equal(extra.body.detail[0].type, 'extra_forbidden');
-  const unauth = await fetch(`${gw.adminUrl}/admin/console/sessions`, { method: 'POST', body: '{"operator":true}' });
-  t.equal(unauth.status, 401, 'no admin token');
+t.test(
+  'minting a link: exactly one of account / operator: true, ttl 60..86400 (member) or 60..3600 (operator), admin token required',
+  async (t) => {
+    const gw = await startGateway(t);
+    const bad = [
+      {},
+      { account: 'acme', operator: true },
+      { operator: false },
+      { account: 'a{b}' },
+      { account: 'acme', ttl_seconds: 59 },
+      { account: 'acme', ttl_seconds: 86_401 },
+      { operator: true, ttl_seconds: 3601 },
+    ];
+    for (const body of bad) t.equal((await mint(gw, body)).status, 422, JSON.stringify(body));
+    const extra = await mint(gw, { account: 'acme', nope: 1 });
+    t.equal(extra.body.detail[0].type, 'extra_forbidden');
+    const unauth = await fetch(`${gw.adminUrl}/admin/console/sessions`, { method: 'POST', body: '{"operator":true}' });
+    t.equal(unauth.status, 401, 'no admin token');
 
-  const before = Date.now();
-  const r = await mint(gw, { account: 'acme' });
-  t.equal(r.status, 201);
-  t.same(Object.keys(r.body).sort(), ['expires_at', 'url']);
-  t.match(r.body.url, new RegExp(`^${gw.url}/console/login\\?token=`), 'the public listener is the default origin');
-  t.match(r.body.url, TOKEN_URL, '32 random bytes, base64url');
-  const ttl = (Date.parse(r.body.expires_at) - before) / 1000;
-  t.ok(ttl > 295 && ttl <= 301, `default lifetime 300 s (${ttl})`);
-  const long = await mint(gw, { operator: true, ttl_seconds: 3600 });
-  t.ok(Date.parse(long.body.expires_at) - before >= 3_599_000, 'ttl_seconds honoured');
-  const tokens = new Set(await Promise.all(Array.from({ length: 20 }, async () => (await mint(gw, { operator: true })).body.url)));
-  t.equal(tokens.size, 20, 'every link is different');
-});
+    const before = Date.now();
+    const r = await mint(gw, { account: 'acme' });
+    t.equal(r.status, 201);
+    t.same(Object.keys(r.body).sort(), ['expires_at', 'url']);
+    t.match(r.body.url, new RegExp(`^${gw.url}/console/login\\?token=`), 'the public listener is the default origin');
+    t.match(r.body.url, TOKEN_URL, '32 random bytes, base64url');
+    const ttl = (Date.parse(r.body.expires_at) - before) / 1000;
+    t.ok(ttl > 295 && ttl <= 301, `default lifetime 300 s (${ttl})`);
+    const long = await mint(gw, { operator: true, ttl_seconds: 3600 });
+    t.ok(Date.parse(long.body.expires_at) - before >= 3_599_000, 'ttl_seconds honoured');
+    const day = await mint(gw, { account: 'acme', ttl_seconds: 86_400 });
+    t.equal(day.status, 201, 'a member link may live 24 h');
+    t.ok(Date.parse(day.body.expires_at) - before >= 86_399_000, 'for 24 h');
+    const tokens = new Set(await Promise.all(Array.from({ length: 20 }, async () => (await mint(gw, { operator: true })).body.url)));
+    t.equal(tokens.size, 20, 'every link is different');
+  },
+);
 
 t.test('sign-in: 303 to /console/ with an HttpOnly, Strict, /console cookie; the token works once', async (t) => {
   const gw = await startGateway(t, { config: { console: { session_ttl_seconds: 600 } } });

@@ -3,7 +3,7 @@
 // console's CSP forbids.
 import t from 'tap';
 import { formatCredits } from '../../src/credit/money.ts';
-import { barChart, compact, niceCeil, shortDay } from '../../src/console/pages/usage-chart.ts';
+import { barChart, compact, labelWidth, niceCeil, shortDay } from '../../src/console/pages/usage-chart.ts';
 
 const days = ['2026-11-23', '2026-11-24', '2026-11-25'];
 const axis = (svg: string) => [...svg.matchAll(/<text class="axis"[^>]*text-anchor="end">([^<]*)<\/text>/g)].map((m) => m[1]);
@@ -72,4 +72,34 @@ t.test('bars for days with a value only, parts stacked bottom up, the tallest re
   t.match(svg, /<title>2026-11-24: 30 prompt<\/title>/, 'a tooltip per part');
   t.match(svg, /<ul class="legend">[\s\S]*prompt[\s\S]*completion/);
   t.notMatch(svg, /style=/, 'no style attribute (CSP)');
+});
+
+t.test('no axis label is cut at the edge of the chart, however long the values', async (t) => {
+  const month = Array.from({ length: 30 }, (_, i) => new Date(Date.UTC(2026, 10, 25) - (29 - i) * 86_400_000).toISOString().slice(0, 10));
+  for (const [peak, format] of [
+    [1, formatCredits],
+    [3, formatCredits],
+    [1_234_567_891, formatCredits],
+    [987_654_321_000, formatCredits],
+    [7, compact],
+    [3_400_000_000, compact],
+  ] as const) {
+    const svg = barChart({
+      id: 'c',
+      title: 'Cost',
+      days: month,
+      series: [{ cls: 's3', label: 'credits', values: month.map((_, i) => (i === 29 ? peak : 0)) }],
+      format,
+    }).value;
+    const width = Number(/viewBox="0 0 (\d+)/.exec(svg)![1]);
+    for (const m of svg.matchAll(/<text class="axis" x="([\d.]+)" y="[\d.]+" text-anchor="(end|middle)">([^<]*)<\/text>/g)) {
+      const x = Number(m[1]);
+      const w = labelWidth(m[3]!);
+      const [from, to] = m[2] === 'end' ? [x - w, x] : [x - w / 2, x + w / 2];
+      t.ok(from >= 0 && to <= width, `"${m[3]}" (${from.toFixed(1)}..${to.toFixed(1)}) inside 0..${width}`);
+    }
+    const gridStart = Number(/<line class="grid" x1="([\d.]+)"/.exec(svg)![1]);
+    const longest = Math.max(...[...svg.matchAll(/text-anchor="end">([^<]*)</g)].map((m) => labelWidth(m[1]!)));
+    t.ok(gridStart >= longest, `the plot starts after the widest value label (${gridStart} ≥ ${longest.toFixed(1)})`);
+  }
 });

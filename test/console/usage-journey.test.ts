@@ -106,4 +106,58 @@ if (redis && browser) {
     t.match(await page.innerText(`#key-${jobs.id} td.last-used`), new RegExp(`${today} \\d\\d:\\d\\d UTC`));
     t.equal((await page.innerText(`#key-${spare.id} td.last-used`)).trim(), 'never');
   });
+
+  t.test('the ledger names the key of each debit, as the usage page does', async (t) => {
+    await page.click('nav >> text=Credit');
+    const debits = (await page
+      .locator('#ledger tbody tr:has(.badge:text-is("debit"))')
+      .evaluateAll((rows) => rows.map((r) => (r.querySelector('td.key')?.textContent ?? '').replace(/\s+/g, ' ').trim()))) as string[];
+    // Test keys are free (no ledger entry): the live key's three requests.
+    t.equal(debits.length, calls.filter(([key]) => key === web.key).length, 'one debit per live request');
+    t.same([...new Set(debits)], [names[web.id]], 'the key name with its last four, not the id');
+  });
+
+  t.test('no chart label is cut at the edge of its chart', async (t) => {
+    await page.click('nav >> text=Usage');
+    const outside = await page.locator('figure.chart svg').evaluateAll((svgs) =>
+      svgs.flatMap((svg) => {
+        const box = svg.getBoundingClientRect();
+        return [...svg.querySelectorAll('text.axis')]
+          .map((text) => [text.textContent, text.getBoundingClientRect()] as const)
+          .filter(([, r]) => r.left < box.left - 0.5 || r.right > box.right + 0.5)
+          .map(([label]) => label);
+      }),
+    );
+    t.same(outside, [], 'every axis label inside its SVG');
+    t.ok((await page.locator('figure.chart svg text.axis').count()) >= 9, 'labels on all three charts');
+  });
+
+  t.test('on a phone the usage and ledger tables fit the screen, the credits first in each card', async (t) => {
+    const context = await browser.newContext({ viewport: { width: 390, height: 844 }, isMobile: true, hasTouch: true });
+    const phone = await context.newPage();
+    await phone.goto((await gw.admin('/admin/console/sessions', { body: { account: 'umbra' } })).body.url);
+    for (const [path, table] of [
+      ['/usage', '#usage-rows'],
+      ['/credit', '#ledger'],
+    ] as const) {
+      await phone.goto(`${gw.url}/console/accounts/umbra${path}`);
+      const fit = await phone.evaluate((sel) => {
+        const el = (globalThis as any).document.querySelector(sel);
+        const doc = (globalThis as any).document.documentElement;
+        return { page: doc.scrollWidth <= doc.clientWidth, panel: el.parentElement.scrollWidth <= el.parentElement.clientWidth };
+      }, table);
+      t.same(fit, { page: true, panel: true }, `${path}: nothing scrolls sideways`);
+      const first = await phone
+        .locator(`${table} tbody tr`)
+        .first()
+        .evaluate((tr) => {
+          const cells = [...tr.querySelectorAll('td')].filter((c) => c.getBoundingClientRect().height > 0);
+          const top = Math.min(...cells.map((c) => c.getBoundingClientRect().top));
+          return cells.filter((c) => c.getBoundingClientRect().top === top).map((c) => c.className);
+        });
+      t.same(first, ['num credits'], `${path}: the credits alone on the card's first line`);
+      t.ok(await phone.locator(`${table} tbody tr`).first().locator('td.credits').isVisible(), 'and visible');
+    }
+    await context.close();
+  });
 }

@@ -52,7 +52,7 @@ const member = await session({ account: 'acme' });
 /** The table's rows as the admin API spells them, from the data attributes and the cells. */
 function tableRows(text: string) {
   return [...text.matchAll(/<tr data-day="([^"]+)" data-key-id="([^"]+)" data-model="([^"]+)">([\s\S]*?)<\/tr>/g)].map((m) => {
-    const nums = [...m[4]!.matchAll(/<td class="num[^"]*">([^<]*)<\/td>/g)].map((c) => c[1]!);
+    const nums = [...m[4]!.matchAll(/<td class="num[^"]*"[^>]*>([^<]*)<\/td>/g)].map((c) => c[1]!);
     return {
       day: m[1],
       key_id: m[2],
@@ -161,4 +161,57 @@ t.test('keys page: "Last used" at minute precision from the usage service, "neve
   t.match(cell(batch.id), new RegExp(`${today} \\d\\d:\\d\\d UTC`));
   t.match(cell(idle.id), /never/);
   t.notMatch(cell(prod.id), /never/);
+});
+
+t.test("the operator's account list: balance, keys, last use of any key; sorted by any of them", async (t) => {
+  const operator = await session({ operator: true });
+  await gw.createKey({ account: 'dormant', env: 'test', name: 'never used' });
+  const list = async (qs = '') => {
+    const text = (await get(`/console/accounts${qs}`, operator)).text;
+    return [...text.matchAll(/<tr data-account="([^"]+)">([\s\S]*?)<\/tr>/g)].map((m) => {
+      const cells = [...m[2]!.matchAll(/<td[^>]*>([\s\S]*?)<\/td>/g)].map((c) =>
+        c[1]!
+          .replace(/<[^>]+>/g, '')
+          .replace(/\s+/g, ' ')
+          .trim(),
+      );
+      return { id: m[1]!, balance: cells[1], keys: cells[2], last: cells[3] };
+    });
+  };
+  const rows = await list();
+  t.same(
+    rows.map((r) => r.id),
+    ['acme', 'dormant', 'globex'],
+    'by name by default',
+  );
+  const acme = rows.find((r) => r.id === 'acme')!;
+  const api = (await gw.admin('/admin/accounts/acme')).body;
+  t.equal(acme.balance, formatCredits(api.balance_micros), 'the balance the admin API reads');
+  t.equal(acme.keys, '3', 'three active keys');
+  const keys = (await gw.admin('/admin/keys?account=acme')).body.data as any[];
+  const newest = keys
+    .map((k) => k.last_used_at)
+    .filter(Boolean)
+    .sort()
+    .at(-1) as string;
+  t.equal(acme.last, `${newest.slice(0, 10)} ${newest.slice(11, 16)} UTC`, "the newest of its keys' last use");
+  t.equal(rows.find((r) => r.id === 'dormant')!.last, 'never');
+  t.same(
+    (await list('?sort=balance&dir=desc')).map((r) => r.id),
+    ['acme', 'dormant', 'globex'].sort((a, b) => (a === 'acme' ? -1 : b === 'acme' ? 1 : a.localeCompare(b))),
+    'balance, largest first (ties by name)',
+  );
+  t.same((await list('?sort=last_used&dir=asc')).map((r) => r.id)[0], 'dormant', 'never used sorts before any use');
+  t.same(
+    (await list('?sort=keys&dir=desc')).map((r) => r.id),
+    ['acme', 'dormant', 'globex'],
+    'most keys first',
+  );
+  const sorted = (await get('/console/accounts?sort=balance&dir=desc', operator)).text;
+  t.match(
+    sorted,
+    /<th class="num" aria-sort="descending">\s*<a class="sort" href="\/console\/accounts\?sort=balance&amp;dir=asc">Balance ↓<\/a>/,
+    'the header says how it is sorted and flips it',
+  );
+  t.equal((await get('/console/accounts?sort=nonsense', operator)).status, 200, 'an unknown sort is the default one');
 });

@@ -4,12 +4,26 @@ import { SCOPES } from '../../store/types.ts';
 import { html, type Html } from '../html.ts';
 import { accountPath, when } from '../layout.ts';
 
+/** The lifetimes the operator chooses from for a member link (seconds; LINK_TTL allows 60..86400). */
+export const LINK_LIFETIMES: readonly (readonly [number, string])[] = [
+  [300, '5 minutes'],
+  [3600, '1 hour'],
+  [8 * 3600, '8 hours'],
+  [86_400, '24 hours'],
+];
+
 /** What an operator sees above an account's keys: mint a member sign-in link, end the members' sessions. */
 function operatorTools(account: string): Html {
   return html`<section class="panel">
     <h2>Operator</h2>
     <div class="inline-forms">
       <form class="inline" method="post" action="${accountPath(account, '/links')}">
+        <label class="row"
+          >Valid for
+          <select name="ttl_seconds">
+            ${LINK_LIFETIMES.map(([s, label]) => html`<option value="${s}" ${s === 300 ? html`selected` : ''}>${label}</option>`)}
+          </select>
+        </label>
         <button type="submit">Create a member sign-in link</button>
       </form>
       <form
@@ -127,6 +141,8 @@ export function keysBody(o: {
   used: LastUsed;
   operator: boolean;
   created?: Html | undefined;
+  /** An account with no key and no ledger yet (an operator may have mistyped its id). */
+  fresh?: boolean;
 }): Html {
   const action = accountPath(o.account, '/keys');
   return html`<div class="head">
@@ -135,6 +151,18 @@ export function keysBody(o: {
         <p class="sub">Keys of account <strong>${o.account}</strong>. A key is shown in full once, when it is created.</p>
       </div>
     </div>
+    ${
+      o.fresh
+        ? html`<section class="panel confirm" id="unseen-account" role="alert">
+            <h2>Account “${o.account}” does not exist yet</h2>
+            <p>
+              It has no keys, no credit and no ledger. If you meant another account, check the id or
+              <a href="/console/accounts?q=${encodeURIComponent(o.account.slice(0, 4))}">search the accounts</a>. Creating a key here
+              creates this account.
+            </p>
+          </section>`
+        : ''
+    }
     ${o.operator ? operatorTools(o.account) : ''}
     <section class="panel">
       <h2>Create a key</h2>
@@ -151,6 +179,13 @@ export function keysBody(o: {
           <legend>Scopes</legend>
           ${SCOPES.map((s) => html`<label><input type="checkbox" name="scopes" value="${s}" checked /> ${s}</label>`)}
         </fieldset>
+        ${
+          o.fresh
+            ? html`<label class="row confirm-new"
+                ><input type="checkbox" name="new_account" value="${o.account}" required /> Create the new account “${o.account}”</label
+              >`
+            : ''
+        }
         <div><button class="primary" type="submit">Create key</button></div>
       </form>
     </section>

@@ -56,7 +56,7 @@ export function sharesBody(account: string, shares: readonly ShareRecord[], limi
             <th class="hide-sm">Created</th>
             <th class="hide-sm num">Files</th>
             <th>State</th>
-            <th class="actions"></th>
+            <th class="actions">Revocation</th>
           </tr>
         </thead>
         <tbody>

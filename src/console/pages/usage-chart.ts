@@ -25,9 +25,15 @@ export interface ChartSpec {
 // Geometry in viewBox units; the SVG scales to its box (console.css .chart svg), text with it.
 const W = 340;
 const H = 170;
-const LEFT = 46;
-// Room on the right for the newest day's label, centred under the last bar.
-const RIGHT = 14;
+// Room on the right for half the newest day's label ("Nov 25"), centred under the last bar.
+const RIGHT = 20;
+/** Axis text is 10 units high (console.css .chart .axis); a digit or letter is at most this wide. */
+const CHAR_W = 6.2;
+
+/** The width an axis label takes, over-estimated a little (digits are ~5.6 units in system fonts). */
+export function labelWidth(text: string): number {
+  return text.length * CHAR_W;
+}
 const TOP = 8;
 const BOTTOM = 22;
 
@@ -57,23 +63,26 @@ export function barChart(c: ChartSpec): Html {
   const n = c.days.length;
   const totals = c.days.map((_, i) => c.series.reduce((s, x) => s + x.values[i]!, 0));
   const max = niceCeil(Math.max(0, ...totals));
-  const plotW = W - LEFT - RIGHT;
+  // Whole units only: a credit axis formats integer micro-credits, a count axis reads 2.5 requests badly.
+  const ticks = Number.isInteger(max / 2) ? [0, max / 2, max] : [0, max];
+  // The plot starts after the widest value label (`0.000005`, `1000.5`), so none is cut at the edge.
+  const left = Math.ceil(Math.max(...ticks.map((v) => labelWidth(c.format(v))))) + 9;
+  const plotW = W - left - RIGHT;
   const plotH = H - TOP - BOTTOM;
   const slot = plotW / n;
   const barW = Math.max(1, slot * 0.72);
   const y = (v: number) => TOP + plotH - (v / max) * plotH;
   const r = (v: number) => Math.round(v * 10) / 10;
 
-  // Whole units only: a credit axis formats integer micro-credits, a count axis reads 2.5 requests badly.
-  const grid = (Number.isInteger(max / 2) ? [0, max / 2, max] : [0, max]).map(
+  const grid = ticks.map(
     (v) =>
-      html`<line class="grid" x1="${LEFT}" x2="${W - RIGHT}" y1="${r(y(v))}" y2="${r(y(v))}" />
-        <text class="axis" x="${LEFT - 5}" y="${r(y(v)) + 3}" text-anchor="end">${c.format(v)}</text>`,
+      html`<line class="grid" x1="${left}" x2="${W - RIGHT}" y1="${r(y(v))}" y2="${r(y(v))}" />
+        <text class="axis" x="${left - 5}" y="${r(y(v)) + 3}" text-anchor="end">${c.format(v)}</text>`,
   );
   // A label a week apart, counted back from today, so the newest day is always named.
   const labels = c.days.flatMap((day, i) =>
     (n - 1 - i) % 7 === 0
-      ? [html`<text class="axis" x="${r(LEFT + slot * (i + 0.5))}" y="${H - 6}" text-anchor="middle">${shortDay(day)}</text>`]
+      ? [html`<text class="axis" x="${r(left + slot * (i + 0.5))}" y="${H - 6}" text-anchor="middle">${shortDay(day)}</text>`]
       : [],
   );
   const bars = c.days.flatMap((day, i) => {
@@ -88,7 +97,7 @@ export function barChart(c: ChartSpec): Html {
       return [
         html`<rect
           class="${s.cls}"
-          x="${r(LEFT + slot * i + (slot - barW) / 2)}"
+          x="${r(left + slot * i + (slot - barW) / 2)}"
           y="${r(top)}"
           width="${r(barW)}"
           height="${r(Math.max(0.5, bottom - top))}"

@@ -8,7 +8,7 @@ import type { KeyRecord } from '../../store/types.ts';
 import type { UsageRow } from '../../usage/usage.ts';
 import { html, type Html } from '../html.ts';
 import { accountPath } from '../layout.ts';
-import { credits } from './credit.ts';
+import { credits, keyLabel } from './credit.ts';
 import { barChart, compact } from './usage-chart.ts';
 
 export interface UsageView {
@@ -49,11 +49,6 @@ function filters(v: UsageView): Html {
     <button type="submit">Apply</button>
     ${v.key !== undefined || v.model !== undefined ? html`<a href="${accountPath(v.account, '/usage')}">Clear</a>` : ''}
   </form>`;
-}
-
-function keyCell(id: string, names: ReadonlyMap<string, KeyRecord>): Html {
-  const k = names.get(id);
-  return k ? html`${k.name} <span class="mono muted">…${k.last4}</span>` : html`<span class="mono">${id}</span>`;
 }
 
 export function usageBody(v: UsageView): Html {
@@ -119,15 +114,15 @@ export function usageBody(v: UsageView): Html {
     </section>
     <section class="panel flush">
       <h2>Per day, key and model</h2>
-      <table id="usage-rows">
+      <table id="usage-rows" class="kv">
         <thead>
           <tr>
             <th>Day</th>
             <th>Key</th>
             <th>Model</th>
             <th class="num">Requests</th>
-            <th class="num hide-sm">Tokens in</th>
-            <th class="num hide-sm">Tokens out</th>
+            <th class="num">Tokens in</th>
+            <th class="num">Tokens out</th>
             <th class="num">Credits</th>
           </tr>
         </thead>
@@ -136,12 +131,12 @@ export function usageBody(v: UsageView): Html {
             (r) =>
               html`<tr data-day="${r.day}" data-key-id="${r.key_id}" data-model="${r.model}">
                 <td class="when">${r.day}</td>
-                <td class="key">${keyCell(r.key_id!, names)}</td>
+                <td class="key">${keyLabel(r.key_id!, names)}</td>
                 <td class="model">${r.model}</td>
-                <td class="num">${r.requests}</td>
-                <td class="num hide-sm">${r.prompt_tokens}</td>
-                <td class="num hide-sm">${r.completion_tokens}</td>
-                <td class="num">${credits(r.cost_micros)}</td>
+                <td class="num" data-label="Requests">${r.requests}</td>
+                <td class="num" data-label="In">${r.prompt_tokens}</td>
+                <td class="num" data-label="Out">${r.completion_tokens}</td>
+                <td class="num credits" data-label="Credits">${credits(r.cost_micros)}</td>
               </tr>`,
           )}
         </tbody>
