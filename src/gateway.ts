@@ -109,7 +109,7 @@ export function createGateway(d: GatewayDeps): Gateway {
     clientAddress,
     onFailure: (reason) => metrics.authFailures.inc({ reason }),
   });
-  const keyTable = createKeyTable({ store, now });
+  const keyTable = createKeyTable({ store, now, maxPerAccount: config.limits.maxKeysPerAccount });
   const accounts = createAccountService({ store, now });
   const adminGuard = createAdminGuard(config.adminToken, {
     failures: createFailureWindow({ perWindow: config.auth.adminFailedPerMinute, now }),
