@@ -165,7 +165,7 @@ export function keysBody(o: {
 export function keyLimitNotice(max: number | undefined): Html {
   return html`<div id="key-limit" class="flash error" role="alert">
     <strong>No key was created: this account has reached its limit of ${max ?? 'its'} keys.</strong>
-    Disabled keys count too, because they still exist. Enable a disabled key again instead of creating a new one, or ask the
-    platform's operator to raise the limit.
+    Disabled keys count too, because they still exist. Enable a disabled key again instead of creating a new one, or ask the platform's
+    operator to raise the limit.
   </div>`;
 }
