@@ -67,7 +67,7 @@ export function createKeyTable(d: { store: Store; now: () => number; maxPerAccou
       if (!(await d.store.createKey(hashKey(key), record, d.maxPerAccount))) {
         throw new GatewayError(
           'key_limit_exceeded',
-          `Account ${JSON.stringify(k.account)} already has ${d.maxPerAccount} keys, the most one account may hold ` +
+          `Account ${JSON.stringify(k.account)} already has ${d.maxPerAccount === 1 ? '1 key' : `${d.maxPerAccount} keys`}, the most one account may hold ` +
             '(disabled keys count). Reuse or re-enable a key, or ask the operator to raise limits.max_keys_per_account.',
         );
       }

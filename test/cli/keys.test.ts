@@ -192,7 +192,7 @@ t.test('keys create past limits.max_keys_per_account: exit 1 naming key_limit_ex
   const second = await runCli(['keys', 'create', '--account', 'full', '--env', 'test', '--name', 'one too many'], env);
   t.equal(second.code, 1);
   t.equal(second.stdout, '', 'no key printed');
-  t.match(second.stderr, /^error: key_limit_exceeded \(HTTP 429\): Account "full" already has 1 keys/);
+  t.match(second.stderr, /^error: key_limit_exceeded \(HTTP 429\): Account "full" already has 1 key,/);
   t.match(second.stderr, /disabled keys count/);
   t.match(second.stderr, /limits\.max_keys_per_account/);
 });

@@ -163,8 +163,9 @@ export function keysBody(o: {
  * (429 `key_limit_exceeded`): what happened and what to do, in words, not an error card.
  */
 export function keyLimitNotice(max: number | undefined): Html {
+  const limit = max === undefined ? 'keys' : max === 1 ? '1 key' : `${max} keys`;
   return html`<div id="key-limit" class="flash error" role="alert">
-    <strong>No key was created: this account has reached its limit of ${max ?? 'its'} keys.</strong>
+    <strong>No key was created: this account has reached its limit of ${limit}.</strong>
     Disabled keys count too, because they still exist. Enable a disabled key again instead of creating a new one, or ask the platform's
     operator to raise the limit.
   </div>`;
