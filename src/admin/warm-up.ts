@@ -7,7 +7,8 @@
  * traffic into the stall. The admin `/healthz` may itself wait while the import runs (docs/security.md).
  *
  * Lua scripts need nothing here: the store reads and defines them before the gateway is built
- * (store/redis-store.ts); Redis caches a script on its first EVAL, a round trip, not a stall.
+ * (store/redis-store.ts), hold and settle are SCRIPT LOADed in the script pipe's handshake, and Redis
+ * caches any other script on its first EVAL: a round trip, not a stall.
  */
 import type { Tokenizer } from '../meter/tokenizer.ts';
 import type { S3Config } from '../config/schema.ts';
