@@ -245,7 +245,7 @@ export function createGateway(d: GatewayDeps): Gateway {
       }
       // After the listeners (so /readyz can say 503 `warm_up: loading` meanwhile), before listen() resolves:
       // main.ts logs "listening" and a worker reports itself listening only once everything is loaded.
-      await warmUp.run();
+      await warmUp.run(`${url(s.adminHost, adm)}/healthz`);
       reaper = startReaper({ store, now, intervalMs: config.credit.reaperIntervalMs, logger, onReaped: (n) => metrics.holdsReaped.inc(n) });
       usage.start();
       exporter?.start();

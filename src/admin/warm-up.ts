@@ -5,6 +5,8 @@
  * first presigned URL paid the AWS SDK's lazy loading (30–125 ms measured). Here both are paid once at
  * boot, after the listeners are up and before the gateway reports ready, so a load balancer sends no
  * traffic into the stall. The admin `/healthz` may itself wait while the import runs (docs/security.md).
+ * undici compiles its HTTP parser (WebAssembly, synchronously) on its first connection: 10–40 ms measured;
+ * one request to our own `/healthz` pays it here instead of the first upstream call.
  *
  * Lua scripts need nothing here: the store reads and defines them before the gateway is built
  * (store/redis-store.ts), hold and settle are SCRIPT LOADed in the script pipe's handshake, and Redis
@@ -15,13 +17,17 @@ import type { S3Config } from '../config/schema.ts';
 import { filesConfigured } from '../shares/file-urls.ts';
 import { createPresigner } from '../shares/presign.ts';
 import type { Logger } from '../obs/logger.ts';
+import { Client } from 'undici';
 
 /** `loading` until every piece is loaded; `failed` when one could not be (logged; requests fall back). */
 export type WarmUpState = 'idle' | 'loading' | 'done' | 'failed';
 
 export interface WarmUp {
-  /** Loads every piece once; concurrent and later calls share the first run. Never rejects. */
-  run(): Promise<void>;
+  /**
+   * Loads every piece once; concurrent and later calls share the first run. Never rejects. `selfUrl`
+   * (the admin listener's `/healthz`) gets one request through undici, which compiles its parser.
+   */
+  run(selfUrl?: string): Promise<void>;
   readonly state: WarmUpState;
 }
 
@@ -49,14 +55,27 @@ export function createWarmUp(d: { tokenizer: Tokenizer; s3?: S3Config | undefine
     await presigner.presignPut('warm-up/warm-up', 'application/octet-stream', 1, 60);
   }
 
+  /** One GET on a client of its own, closed after: no socket is left to the drain. */
+  async function requestOnce(url: string): Promise<void> {
+    const u = new URL(url);
+    const client = new Client(u.origin);
+    try {
+      const res = await client.request({ method: 'GET', path: u.pathname, headersTimeout: 10_000, bodyTimeout: 10_000 });
+      await res.body.dump();
+    } finally {
+      await client.close();
+    }
+  }
+
   return {
     get state() {
       return state;
     },
-    run() {
+    run(selfUrl) {
       running ??= (async () => {
         state = 'loading';
         const pieces: [string, Promise<void>][] = [['tokenizer', d.tokenizer.load()]];
+        if (selfUrl) pieces.push(['http client', requestOnce(selfUrl)]);
         if (d.s3 && filesConfigured(d.s3)) pieces.push(['s3 presigner', presignOnce(d.s3)]);
         const results = await Promise.allSettled(pieces.map(([, p]) => p));
         const failed = results.flatMap((r, i) => (r.status === 'rejected' ? [[pieces[i]![0], r.reason] as const] : []));

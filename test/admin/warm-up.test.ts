@@ -4,6 +4,8 @@
 // fresh process. A tokenizer that cannot load is logged and the gateway becomes ready anyway.
 import t from 'tap';
 import { Writable } from 'node:stream';
+import { createServer } from 'node:http';
+import type { AddressInfo } from 'node:net';
 import { compileConfig } from '../../src/config/schema.ts';
 import { createGateway } from '../../src/gateway.ts';
 import { createLogger } from '../../src/obs/logger.ts';
@@ -13,6 +15,7 @@ import { createTokenizer, type TokenizerModule } from '../../src/meter/tokenizer
 import { createWarmUp } from '../../src/admin/warm-up.ts';
 import { ADMIN_TOKEN, testConfigDoc } from '../helpers/gateway.ts';
 import { freePort } from '../helpers/ports.ts';
+import { waitFor } from '../helpers/wait.ts';
 
 const fakeModule: TokenizerModule = { countTokens: (text) => text.length };
 
@@ -88,7 +91,7 @@ t.test('a tokenizer that cannot load is logged, and the gateway becomes ready an
   );
 });
 
-t.test('warm-up runs once; with shares.s3 files configured it presigns once, without network', async (t) => {
+t.test('warm-up runs once: one import, one presign without network, one self-request', async (t) => {
   let imports = 0;
   const tokenizer = createTokenizer({
     importModule: async () => {
@@ -101,12 +104,25 @@ t.test('warm-up runs once; with shares.s3 files configured it presigns once, wit
   // An endpoint nobody listens on: a presign is local (HMAC), so nothing is contacted.
   const s3 = { endpoint: 'http://127.0.0.1:9', region: 'us-east-1', bucket: 'b', forcePathStyle: true };
   const w = createWarmUp({ tokenizer, s3: s3 as never, logger });
+  // The self-request that has undici compile its parser: one GET, its connection closed after.
+  const hits: string[] = [];
+  const server = createServer((req, res) => {
+    hits.push(req.url!);
+    res.end('{"status":"ok"}');
+  });
+  await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
+  t.teardown(() => server.close());
+  const self = `http://127.0.0.1:${(server.address() as AddressInfo).port}/healthz`;
   t.equal(w.state, 'idle');
-  const a = w.run();
+  const a = w.run(self);
   t.equal(w.state, 'loading');
-  await Promise.all([a, w.run()]);
-  await w.run();
+  await Promise.all([a, w.run(self)]);
+  await w.run(self);
   t.equal(w.state, 'done');
   t.equal(imports, 1, 'one import');
+  t.strictSame(hits, ['/healthz'], 'one request to the given URL');
   t.strictSame(errors, [], 'the presign needed no credentials and no network');
+  const open = () => new Promise<number>((r) => server.getConnections((_e, n) => r(n)));
+  await waitFor(async () => (await open()) === 0, 2_000, 'the warm-up connection to close');
+  t.pass('no connection left open');
 });
