@@ -187,8 +187,7 @@ t.test('API errors exit 1 with the code and message from the body', async (t) =>
 t.test('keys create past limits.max_keys_per_account: exit 1 naming key_limit_exceeded and the way out', async (t) => {
   const capped = await startGateway(t, { config: { limits: { max_keys_per_account: 1 } } });
   const env = { TOLLGATE_ADMIN_TOKEN: ADMIN_TOKEN, TOLLGATE_ADMIN_URL: capped.adminUrl };
-  const first = await runCli(['keys', 'create', '--account', 'full', '--env', 'test', '--name', 'only'], env);
-  t.equal(first.code, 0, 'the first key fits', { stderr: first.stderr });
+  await capped.createKey({ account: 'full', env: 'test' });
   const second = await runCli(['keys', 'create', '--account', 'full', '--env', 'test', '--name', 'one too many'], env);
   t.equal(second.code, 1);
   t.equal(second.stdout, '', 'no key printed');
