@@ -66,13 +66,6 @@ const AS_TEXT = { disallowedSpecial: new Set<string>() };
 /** Warm-up text: prose, code, digits, CJK and emoji, so every regex branch and merge path is compiled. */
 const WARMUP = 'The quick brown fox, 12345 times. function f(x) { return x * 2; }\n\t日本語のテキスト 😀 '.repeat(40);
 
-/**
- * Modules already warmed up in this process. The JIT's work is per process, like the module cache that
- * hands every tokenizer the same module: a second gateway in one process (tests, a restart in place)
- * skips the 20 warm-up counts, 86–400 ms of blocked event loop measured on a loaded 2-core box.
- */
-const WARMED = new WeakSet<TokenizerModule>();
-
 function defaultImport(): Promise<TokenizerModule> {
   return import('gpt-tokenizer/model/gpt-4o');
 }
@@ -93,8 +86,7 @@ class LazyTokenizer implements Tokenizer {
   load(): Promise<void> {
     this.loading ??= this.importModule().then(
       (mod) => {
-        if (!WARMED.has(mod)) for (let i = 0; i < 20; i++) mod.countTokens(WARMUP, AS_TEXT);
-        WARMED.add(mod);
+        for (let i = 0; i < 20; i++) mod.countTokens(WARMUP, AS_TEXT);
         this.mod = mod;
       },
       (err: unknown) => {
