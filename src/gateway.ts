@@ -22,6 +22,7 @@ import { keyRoutes } from './admin/keys.ts';
 import { accountRoutes } from './admin/accounts.ts';
 import { createAccountService } from './admin/account-service.ts';
 import { opsRoutes } from './admin/ops.ts';
+import { createWarmUp } from './admin/warm-up.ts';
 import { modelRoutes } from './routes/models.ts';
 import { startReaper } from './credit/reaper.ts';
 import { createCredit } from './credit/credit.ts';
@@ -109,7 +110,7 @@ export function createGateway(d: GatewayDeps): Gateway {
     clientAddress,
     onFailure: (reason) => metrics.authFailures.inc({ reason }),
   });
-  const keyTable = createKeyTable({ store, now });
+  const keyTable = createKeyTable({ store, now, maxPerAccount: config.limits.maxKeysPerAccount });
   const accounts = createAccountService({ store, now });
   const adminGuard = createAdminGuard(config.adminToken, {
     failures: createFailureWindow({ perWindow: config.auth.adminFailedPerMinute, now }),
@@ -118,6 +119,8 @@ export function createGateway(d: GatewayDeps): Gateway {
   const guard = (ctx: RequestContext) => adminGuard(ctx.req);
   const limits = d.limits ?? createRateLimits({ ...config.rateLimits, redis: store.redis, metrics, logger, now });
   const tokenizer = d.tokenizer ?? createTokenizer();
+  // Loaded by listen() before the gateway reports ready (SPEC §13: no first-use stalls).
+  const warmUp = createWarmUp({ tokenizer, s3: config.shares.s3, logger });
   const credit = createCredit({ store, logger });
   const upstreams = createUpstreams(config.models, config.upstream);
   const shares = createShares({ config: config.shares, store, now, metrics });
@@ -192,7 +195,7 @@ export function createGateway(d: GatewayDeps): Gateway {
   let openapi: Record<string, unknown> | undefined;
   const describe = () => (openapi ??= openApiDocument({ version: VERSION, publicRoutes, adminRoutes }));
   const adminRoutes: Route[] = [
-    ...opsRoutes({ metrics, store, cluster: d.cluster, openapi: describe }),
+    ...opsRoutes({ metrics, store, cluster: d.cluster, openapi: describe, warmUp }),
     ...keyRoutes({ keys: keyTable, models: config.models.map((m) => m.name), lastUsed: (account) => usage.lastUsed(account) }),
     ...accountRoutes({ accounts }),
     ...usageRoutes({ usage, rebuild, now, retentionDays: config.usage.retentionDays }),
@@ -240,6 +243,9 @@ export function createGateway(d: GatewayDeps): Gateway {
         servers.push(met);
         metricsUrl = url(s.adminHost, met);
       }
+      // After the listeners (so /readyz can say 503 `warm_up: loading` meanwhile), before listen() resolves:
+      // main.ts logs "listening" and a worker reports itself listening only once everything is loaded.
+      await warmUp.run(`${url(s.adminHost, adm)}/healthz`);
       reaper = startReaper({ store, now, intervalMs: config.credit.reaperIntervalMs, logger, onReaped: (n) => metrics.holdsReaped.inc(n) });
       usage.start();
       exporter?.start();

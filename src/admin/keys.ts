@@ -191,6 +191,7 @@ export function keyRoutes(d: {
             },
           },
           ...ADMIN_ERRORS,
+          429: 'Too many failed admin authentications, or the account already holds limits.max_keys_per_account keys (key_limit_exceeded)',
         },
       },
     },

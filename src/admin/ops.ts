@@ -8,8 +8,16 @@ import type { RequestContext } from '../http/context.ts';
 import type { Metrics } from '../obs/metrics.ts';
 import type { Store } from '../store/types.ts';
 import type { ClusterLink } from '../cluster/worker-link.ts';
+import type { WarmUp } from './warm-up.ts';
 
-export function opsRoutes(d: { metrics: Metrics; store: Store; cluster?: ClusterLink | undefined; openapi?: () => unknown }): Route[] {
+export function opsRoutes(d: {
+  metrics: Metrics;
+  store: Store;
+  cluster?: ClusterLink | undefined;
+  openapi?: () => unknown;
+  /** What must be loaded before ready (admin/warm-up.ts); ready while it is `done` or `failed`. */
+  warmUp?: Pick<WarmUp, 'state'>;
+}): Route[] {
   return [
     {
       method: 'GET',
@@ -45,19 +53,22 @@ export function opsRoutes(d: { metrics: Metrics; store: Store; cluster?: Cluster
       method: 'GET',
       pattern: '/readyz',
       doc: {
-        summary: 'Ready: store reachable (and every worker listening)',
+        summary: 'Ready: store reachable, tokenizer and clients loaded (and every worker listening)',
         auth: 'none',
         responses: { 200: 'Ready', 503: { description: 'Not ready', schema: { type: 'object' } } },
       },
       handler: async (ctx) => {
         const store = await d.store.ping();
         const workers = d.cluster ? await d.cluster.ready().catch(() => false) : true;
-        const ready = store && workers;
+        const warm = d.warmUp?.state ?? 'done';
+        const loaded = warm === 'done' || warm === 'failed';
+        const ready = store && workers && loaded;
         sendJson(ctx.res, ready ? 200 : 503, {
           status: ready ? 'ready' : 'not_ready',
           store: store ? 'ok' : 'unreachable',
           store_kind: d.store.kind,
           config: 'loaded',
+          warm_up: warm,
           ...(d.cluster && { workers: workers ? 'all listening' : 'not all listening' }),
         });
       },

@@ -3,6 +3,7 @@
  * rename, enable/disable, set rate-limit overrides. Every change bumps the record's version and is
  * broadcast, so every instance drops its cached copy within a pub/sub hop.
  */
+import { GatewayError } from '../http/errors.ts';
 import { generateKey, generateKeyId, hashKey } from './keys.ts';
 import { SCOPES, type KeyEnv, type KeyPatch, type KeyRecord, type RateLimitOverride, type Scope, type Store } from '../store/types.ts';
 
@@ -32,14 +33,22 @@ export function publicKey(r: KeyRecord) {
 }
 
 export interface KeyTable {
+  /** limits.max_keys_per_account; undefined: no cap. */
+  readonly maxPerAccount: number | undefined;
   create(k: NewKey): Promise<{ key: string; record: KeyRecord }>;
   get(id: string): Promise<KeyRecord | null>;
   list(account: string): Promise<KeyRecord[]>;
   update(id: string, patch: KeyPatch): Promise<KeyRecord | null>;
 }
 
-export function createKeyTable(d: { store: Store; now: () => number }): KeyTable {
+/**
+ * `maxPerAccount` (limits.max_keys_per_account, SPEC §13) caps the keys one account holds, disabled
+ * ones included (disabling is free, so it must not make room): past it `create` throws 429
+ * `key_limit_exceeded`, whichever front door (admin API, console) asked.
+ */
+export function createKeyTable(d: { store: Store; now: () => number; maxPerAccount?: number }): KeyTable {
   return {
+    maxPerAccount: d.maxPerAccount,
     async create(k) {
       const key = generateKey(k.env);
       const record: KeyRecord = {
@@ -55,7 +64,13 @@ export function createKeyTable(d: { store: Store; now: () => number }): KeyTable
         last4: key.slice(-4),
         version: 1,
       };
-      await d.store.createKey(hashKey(key), record);
+      if (!(await d.store.createKey(hashKey(key), record, d.maxPerAccount))) {
+        throw new GatewayError(
+          'key_limit_exceeded',
+          `Account ${JSON.stringify(k.account)} already has ${d.maxPerAccount === 1 ? '1 key' : `${d.maxPerAccount} keys`}, the most one account may hold ` +
+            '(disabled keys count). Reuse or re-enable a key, or ask the operator to raise limits.max_keys_per_account.',
+        );
+      }
       return { key, record };
     },
     async get(id) {

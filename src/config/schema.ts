@@ -75,6 +75,8 @@ export interface Config {
     readonly maxInflightBodyBytes: number;
     /** Requests in flight per key; past it → 429 `concurrency_limit_exceeded`. */
     readonly maxConcurrentPerKey: number;
+    /** Keys one account may hold (every key ever made, disabled ones too); past it → 429 `key_limit_exceeded`. */
+    readonly maxKeysPerAccount: number;
   };
   readonly auth: {
     readonly cacheTtlMs: number;
@@ -245,7 +247,7 @@ export function compileConfig(doc: unknown, rawEnv: NodeJS.ProcessEnv): Config {
   const store = object(root.store, 'store', true);
   noUnknown(store, 'store', ['redis_url', 'cluster_nodes', 'command_timeout_ms']);
   const limits = object(root.limits, 'limits', true);
-  noUnknown(limits, 'limits', ['max_body_bytes', 'max_n', 'max_inflight_body_bytes', 'max_concurrent_per_key']);
+  noUnknown(limits, 'limits', ['max_body_bytes', 'max_n', 'max_inflight_body_bytes', 'max_concurrent_per_key', 'max_keys_per_account']);
   const auth = object(root.auth, 'auth', true);
   noUnknown(auth, 'auth', ['cache_ttl_ms', 'negative_ttl_ms', 'cache_max', 'failed_per_minute', 'admin_failed_per_minute']);
   const upstream = object(root.upstream, 'upstream', true);
@@ -366,6 +368,7 @@ export function compileConfig(doc: unknown, rawEnv: NodeJS.ProcessEnv): Config {
         integer: true,
       }),
       maxConcurrentPerKey: num(limits.max_concurrent_per_key, 'limits.max_concurrent_per_key', { fallback: 64, min: 1, integer: true }),
+      maxKeysPerAccount: num(limits.max_keys_per_account, 'limits.max_keys_per_account', { fallback: 100, min: 1, integer: true }),
     },
     auth: {
       cacheTtlMs: num(auth.cache_ttl_ms, 'auth.cache_ttl_ms', { fallback: 10_000, min: 1, max: 10_000 }),

@@ -21,7 +21,7 @@ import type { Assets } from './assets.ts';
 import { fields, readForm } from './forms.ts';
 import { LINK_TTL, type ConsoleSessions, type Viewer } from './sessions.ts';
 import { isHtmx, notFound, redirect, type SignedIn } from './access.ts';
-import { createdDialog, keyRow, keyTable, keysBody } from './pages/keys.ts';
+import { createdDialog, keyLimitNotice, keyRow, keyTable, keysBody } from './pages/keys.ts';
 import { CSV_HEADER, creditBody, csvLine, type GrantDraft } from './pages/credit.ts';
 import { shareRow, sharesBody } from './pages/shares.ts';
 import { ACCOUNT_SORTS, accountsBody, linkBody, sortAccounts, type AccountSummary } from './pages/accounts.ts';
@@ -122,7 +122,17 @@ export function accountRoutes(d: AccountRouteDeps): Route[] {
         null,
       );
     issues.done();
-    const { key, record } = await d.keys.create({ account, env: env!, name: name!, scopes: [...new Set(scopes)] as Scope[] });
+    let created: Awaited<ReturnType<KeyTable['create']>>;
+    try {
+      created = await d.keys.create({ account, env: env!, name: name!, scopes: [...new Set(scopes)] as Scope[] });
+    } catch (e) {
+      if (!(e instanceof GatewayError && e.code === 'key_limit_exceeded')) throw e;
+      // Said on the keys page, in words (SPEC §13), with the code kept for scripts and logs.
+      ctx.res.setHeader('x-error-code', e.code);
+      const notice = keyLimitNotice(d.keys.maxPerAccount);
+      return isHtmx(ctx) ? sendHtml(ctx.res, e.status, notice) : keysPage(ctx, viewer, account, notice, e.status);
+    }
+    const { key, record } = created;
     ctx.log.key_id = record.id;
     const dialog = createdDialog(account, key, record);
     // The one response that carries the full key (SPEC §9): a fragment for htmx (the dialog, plus the

@@ -23,6 +23,7 @@ export const ERROR_CODES = {
   rate_limit_exceeded: { status: 429, type: 'rate_limit_error' },
   concurrency_limit_exceeded: { status: 429, type: 'rate_limit_error' },
   share_quota_exceeded: { status: 429, type: 'rate_limit_error' },
+  key_limit_exceeded: { status: 429, type: 'rate_limit_error' },
   headers_too_large: { status: 431, type: 'invalid_request_error' },
   internal_error: { status: 500, type: 'server_error' },
   upstream_error: { status: 502, type: 'upstream_error' },

@@ -33,7 +33,7 @@ export async function bill(
   if (!outcome.usage && outcome.uncounted) return { promptTokens: promptEstimate, completionTokens: maxOutput, source: 'estimated' };
   const extra = outcome.text();
   // The tokenizer (tens of MB and a fraction of a second to load: docs/notes.md §8) is only needed when
-  // usage is missing: loaded on first need.
+  // usage is missing. The gateway loads it before it reports ready (admin/warm-up.ts); here only when that failed.
   // If it cannot load, bytes bound the tokens from above: over-billed at worst, never unbilled.
   if ((!outcome.usage || extra) && !tokenizer.loaded) await tokenizer.load().catch(() => {});
   // Counted in bounded slices with the event loop served between them (SPEC §12), one deadline per request.

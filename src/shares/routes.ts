@@ -116,17 +116,25 @@ export function shareRoutes(d: ShareRouteDeps): Route[] {
     ctx.extraHeaders = { ...ctx.extraHeaders, ...NO_STORE };
     let status = 500;
     // Slugs are unguessable (128.9 bits), but each probe costs a store read: failed reads (404, 410,
-    // 422) are limited per address, and a throttled address is refused before the lookup.
+    // 422) are limited per address. A live slug is served to any address whatever it sent before (SPEC
+    // §13: a page renderer shares one address with every visitor), so the limiter only turns a read that
+    // failed into 429: a throttled address still costs one lookup per fresh well-formed slug (the share
+    // cache remembers unknown ones), none for a malformed one.
     const address = d.clientAddress(ctx.req);
     try {
-      const wait = d.failedReads.blockedFor(address);
-      if (wait > 0) throw throttledReads(wait);
       const text = await d.service.read(validateSlug(ctx.params.slug!));
       status = 200;
       sendJsonText(ctx.res, text, ctx.extraHeaders);
     } catch (e) {
       status = (e as { status?: number }).status ?? 500;
-      if (status === 404 || status === 410 || status === 422) d.failedReads.fail(address);
+      if (status === 404 || status === 410 || status === 422) {
+        const wait = d.failedReads.blockedFor(address);
+        d.failedReads.fail(address);
+        if (wait > 0) {
+          status = 429;
+          throw throttledReads(wait);
+        }
+      }
       throw e;
     } finally {
       d.metrics.shareReads.inc({ status: String(status) });

@@ -58,6 +58,8 @@ export function createMemoryStore(now: () => number = Date.now, opts: MemoryStor
   const bucketMs = opts.bucketMs ?? DEFAULT_BUCKET_MS;
   const keysByHash = new Map<string, KeyRecord>();
   const hashById = new Map<string, string>();
+  // Every key id an account ever had (keys are never deleted): the count limits.max_keys_per_account caps.
+  const keyIdsByAccount = new Map<string, Set<string>>();
   const accounts = new Map<string, Account>();
   const shares = new Map<string, ShareRecord>();
   // Per account: the bytes of each live share counted against its quota.
@@ -111,9 +113,14 @@ export function createMemoryStore(now: () => number = Date.now, opts: MemoryStor
     kind: 'memory',
     redis: undefined,
 
-    async createKey(hash, record) {
+    async createKey(hash, record, maxPerAccount = 0) {
+      // Synchronous to the end, so the count and the insert are atomic like lua/add-key.lua.
+      const ids = keyIdsByAccount.get(record.account) ?? new Set<string>();
+      if (maxPerAccount > 0 && !ids.has(record.id) && ids.size >= maxPerAccount) return false;
+      keyIdsByAccount.set(record.account, ids.add(record.id));
       keysByHash.set(hash, clone(record));
       hashById.set(record.id, hash);
+      return true;
     },
     async getKeyByHash(hash) {
       const r = keysByHash.get(hash);

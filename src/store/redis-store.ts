@@ -46,6 +46,7 @@ const SCRIPTS = {
   tgRevokeShare: ['revoke-share', 1],
   tgShareQuota: ['share-quota', 1],
   tgLedgerExport: ['ledger-export', 3],
+  tgAddKey: ['add-key', 1],
 } as const;
 
 export interface RedisStoreOptions {
@@ -155,18 +156,28 @@ export async function createRedisStore(o: RedisStoreOptions & { client?: Client 
     kind: 'redis',
     redis: pipe && redis instanceof Redis ? limiterClient(redis, pipe) : redis,
 
-    createKey: (hash, r) =>
+    createKey: (hash, r, maxPerAccount = 0) =>
       guard(
         (async () => {
+          // Counted first, under the cap (atomic in the account's slot); the record and its id index are
+          // other slots, written after. A listed id whose record is not written yet is skipped by listKeys.
+          if ((await s.tgAddKey(K.accountKeys(r.account), r.id, maxPerAccount)) === 0) return false;
           const { name, active, rate_limits, version, ...rest } = r;
-          await redis.hset(K.keyRecord(hash), {
-            rec: JSON.stringify(rest),
-            name,
-            active: active ? '1' : '0',
-            rl: rate_limits ? JSON.stringify(rate_limits) : '',
-            v: String(version),
-          });
-          await Promise.all([redis.set(K.keyIdIndex(r.id), hash), redis.sadd(K.accountKeys(r.account), r.id)]);
+          try {
+            await redis.hset(K.keyRecord(hash), {
+              rec: JSON.stringify(rest),
+              name,
+              active: active ? '1' : '0',
+              rl: rate_limits ? JSON.stringify(rate_limits) : '',
+              v: String(version),
+            });
+            await redis.set(K.keyIdIndex(r.id), hash);
+          } catch (e) {
+            // Give the slot back: a key that was never stored must not count against the account.
+            await redis.srem(K.accountKeys(r.account), r.id).catch(() => {});
+            throw e;
+          }
+          return true;
         })(),
       ),
     getKeyByHash: (hash) => guard(redis.hgetall(K.keyRecord(hash)).then(parseKey)),

@@ -180,7 +180,12 @@ export interface Store {
    */
   readonly redis: Redis | Cluster | LimiterClient | undefined;
 
-  createKey(hash: string, record: KeyRecord): Promise<void>;
+  /**
+   * Stores a new key record. With `maxPerAccount`, the key is counted into its account's keys and refused
+   * (false, nothing stored) when the account already holds that many, disabled ones included; the check
+   * and the count are atomic (SPEC §13, lua/add-key.lua), so concurrent creates cannot pass the cap.
+   */
+  createKey(hash: string, record: KeyRecord, maxPerAccount?: number): Promise<boolean>;
   getKeyByHash(hash: string): Promise<KeyRecord | null>;
   getKey(id: string): Promise<{ record: KeyRecord; hash: string } | null>;
   listKeys(account: string): Promise<KeyRecord[]>;

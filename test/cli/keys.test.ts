@@ -183,3 +183,15 @@ t.test('API errors exit 1 with the code and message from the body', async (t) =>
   t.match(wrong.stderr, /^error: invalid_admin_token \(HTTP 401\)/);
   t.equal(wrong.stdout, '');
 });
+
+t.test('keys create past limits.max_keys_per_account: exit 1 naming key_limit_exceeded and the way out', async (t) => {
+  const capped = await startGateway(t, { config: { limits: { max_keys_per_account: 1 } } });
+  const env = { TOLLGATE_ADMIN_TOKEN: ADMIN_TOKEN, TOLLGATE_ADMIN_URL: capped.adminUrl };
+  await capped.createKey({ account: 'full', env: 'test' });
+  const second = await runCli(['keys', 'create', '--account', 'full', '--env', 'test', '--name', 'one too many'], env);
+  t.equal(second.code, 1);
+  t.equal(second.stdout, '', 'no key printed');
+  t.match(second.stderr, /^error: key_limit_exceeded \(HTTP 429\): Account "full" already has 1 key,/);
+  t.match(second.stderr, /disabled keys count/);
+  t.match(second.stderr, /limits\.max_keys_per_account/);
+});

@@ -45,3 +45,21 @@ t.test('every SPEC §12 config key is in docs/security.md', async (t) => {
   }
   t.match(doc, /maxmemory-policy noeviction/);
 });
+
+t.test('every SPEC §13 control is in the isolation model of docs/security.md', async (t) => {
+  const model = doc.slice(doc.indexOf('## Tenant isolation'));
+  t.ok(model.length > 100, 'the section exists');
+  for (const k of [
+    'limits.max_keys_per_account',
+    'limits.max_concurrent_per_account',
+    'limits.max_inflight_body_bytes_per_key',
+    'limits.max_json_depth',
+    'server.body_timeout_ms',
+    'rate_limits.test_account',
+    'shares.failed_reads_per_minute',
+  ]) {
+    t.ok(model.includes(`\`${k}\``), k);
+  }
+  for (const unit of ['key', 'account', 'process', 'address']) t.match(model, new RegExp(`^\\| ${unit} \\|`, 'm'), `rows per ${unit}`);
+  t.notMatch(doc, /Known limit of the body budget/, 'the known limit SPEC §13 closes is gone');
+});

@@ -50,6 +50,23 @@ export function recordCases(test: Case, makePeer: MakePeer): void {
     t.strictSame(await store.getKeyByHash('hash-1'), k1, 'a returned record is a copy');
   });
 
+  test('createKey caps an account at maxPerAccount atomically; disabled keys count; other accounts unaffected', async (t, { store }) => {
+    const a = uniqueAccount();
+    const b = uniqueAccount();
+    const made = await Promise.all(
+      Array.from({ length: 12 }, (_, i) => store.createKey(`hash-cap-${a}-${i}`, keyRecord(`key_CAP${a}${i}`, a), 5)),
+    );
+    t.equal(made.filter(Boolean).length, 5, 'exactly the cap, concurrent creates included');
+    t.equal((await store.listKeys(a)).length, 5, 'refused creates stored nothing');
+    const refusedIndex = made.indexOf(false);
+    t.equal(await store.getKeyByHash(`hash-cap-${a}-${refusedIndex}`), null, 'a refused record is not readable by its hash');
+    await store.updateKey((await store.listKeys(a))[0]!.id, { active: false });
+    t.equal(await store.createKey(`hash-cap-${a}-x`, keyRecord(`key_CAP${a}x`, a), 5), false, 'a disabled key still counts');
+    t.equal(await store.createKey(`hash-cap-${a}-y`, keyRecord(`key_CAP${a}y`, a), 6), true, 'a higher cap makes room');
+    t.equal(await store.createKey(`hash-cap-${b}`, keyRecord(`key_CAP${b}`, b), 1), true, 'the cap is per account');
+    t.equal(await store.createKey(`hash-cap-${a}-z`, keyRecord(`key_CAP${a}z`, a)), true, 'no cap given: no cap');
+  });
+
   test('updateKey applies the patch and bumps the version', async (t, { store }) => {
     const acct = uniqueAccount();
     const k = keyRecord('key_BBBBBBBBBBBBBBB1', acct);

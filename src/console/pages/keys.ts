@@ -192,3 +192,16 @@ export function keysBody(o: {
     <div id="dialog-slot">${o.created ?? ''}</div>
     ${keyTable(o.account, o.keys, o.used)}`;
 }
+
+/**
+ * Said on the keys page, where the create form is, when the account is at limits.max_keys_per_account
+ * (429 `key_limit_exceeded`): what happened and what to do, in words, not an error card.
+ */
+export function keyLimitNotice(max: number | undefined): Html {
+  const limit = max === undefined ? 'keys' : max === 1 ? '1 key' : `${max} keys`;
+  return html`<div id="key-limit" class="flash error" role="alert">
+    <strong>No key was created: this account has reached its limit of ${limit}.</strong>
+    Disabled keys count too, because they still exist. Enable a disabled key again instead of creating a new one, or ask the platform's
+    operator to raise the limit.
+  </div>`;
+}
