@@ -25,6 +25,7 @@ import { opsRoutes } from './admin/ops.ts';
 import { modelRoutes } from './routes/models.ts';
 import { startReaper } from './credit/reaper.ts';
 import { createCredit } from './credit/credit.ts';
+import { createSpool, replaySpool, type Spool } from './credit/spool.ts';
 import type { Limits } from './limits/limits.ts';
 import { createRateLimits } from './limits/rate-limiter.ts';
 import { createConcurrency } from './limits/concurrency.ts';
@@ -85,6 +86,31 @@ export interface Gateway {
   listen(): Promise<{ publicUrl: string; adminUrl: string; metricsUrl?: string }>;
   /** Stops accepting, drains in-flight requests up to the deadline, stops background jobs. The store stays open. */
   close(deadlineMs?: number): Promise<void>;
+}
+
+/** After the drain deadline: streams cut with the shutting_down event get this long to flush it before connections are closed. */
+const CUT_GRACE_MS = 1_000;
+/** Settles still owed this long after the drain deadline are spooled (they had the whole drain to land). */
+const SETTLE_GRACE_MS = 2_000;
+/** The usage flush and the other background jobs stop by then (drain + 5 s in all: SPEC §14, main.ts closes the store in the rest). */
+const STOP_GRACE_MS = 3_500;
+
+/** Resolves true when `p` settled within `ms`, false otherwise (`p` keeps running). */
+async function within(p: Promise<unknown> | undefined, ms: number): Promise<boolean> {
+  if (!p) return true;
+  let timer: NodeJS.Timeout | undefined;
+  const late = new Promise<boolean>((r) => (timer = setTimeout(r, Math.max(0, ms), false)));
+  try {
+    return await Promise.race([
+      p.then(
+        () => true,
+        () => true,
+      ),
+      late,
+    ]);
+  } finally {
+    clearTimeout(timer);
+  }
 }
 
 export function createGateway(d: GatewayDeps): Gateway {
@@ -155,7 +181,9 @@ export function createGateway(d: GatewayDeps): Gateway {
 
   // Every key-authenticated route is authenticated, scoped and admitted once, by the edge's gate (http/gate.ts).
   const gate = createGate({ auth, limits, concurrency, adminGuard: guard });
-  const metered = { config, credit, upstreams, tokenizer, metrics, now, bodyBudget, usage };
+  // Aborted at the drain deadline: the streams still open end with the shutting_down event (SPEC §14).
+  const streamCut = new AbortController();
+  const metered = { config, credit, upstreams, tokenizer, metrics, now, bodyBudget, usage, shutdown: streamCut.signal };
   const publicRoutes: Route[] = [
     meteredRoute(metered, CHAT_COMPLETIONS),
     meteredRoute(metered, RESPONSES_ENDPOINT),
@@ -220,6 +248,8 @@ export function createGateway(d: GatewayDeps): Gateway {
   let metricsUrl: string | undefined;
   const url = (host: string, srv: Server) => `http://${host === '0.0.0.0' || host === '::' ? '127.0.0.1' : host}:${portOf(srv)}`;
   let reaper: { stop(): void } | undefined;
+  // Settles still owed at exit (SPEC §14): this process's spool file, created only if something is spooled.
+  const spool: Spool = createSpool({ dir: config.server.spoolDir, now });
 
   return {
     metrics,
@@ -241,20 +271,39 @@ export function createGateway(d: GatewayDeps): Gateway {
         metricsUrl = url(s.adminHost, met);
       }
       reaper = startReaper({ store, now, intervalMs: config.credit.reaperIntervalMs, logger, onReaped: (n) => metrics.holdsReaped.inc(n) });
+      // Settles an earlier process spooled at exit: applied once each, in the background (retried while the store is away).
+      void replaySpool({ dir: config.server.spoolDir, settle: (s) => credit.settle(s), logger }).catch((e: unknown) =>
+        logger.error({ err: (e as Error).message, spool: config.server.spoolDir }, 'spool replay failed'),
+      );
       usage.start();
       exporter?.start();
       return { publicUrl: url(s.host, pub), adminUrl: url(s.adminHost, adm), ...(metricsUrl && { metricsUrl }) };
     },
     async close(deadlineMs = config.server.drainSeconds * 1000) {
+      // SPEC §14: everything below ends within drain + 5 s (main.ts closes the store after it).
+      const deadline = Date.now() + deadlineMs;
       reaper?.stop();
-      await Promise.all(servers.map((srv) => drain(srv, deadlineMs)));
+      // At the deadline the streams still open end with the shutting_down event and are billed for what they
+      // produced; CUT_GRACE_MS later whatever is left (a client not reading, a request still waiting for its
+      // upstream) is cut.
+      const cut = setTimeout(() => streamCut.abort(), deadlineMs);
+      await Promise.all(servers.map((srv) => drain(srv, deadlineMs + CUT_GRACE_MS)));
+      clearTimeout(cut);
       servers = [];
-      await credit.drain(deadlineMs);
+      // Settles land until the drain deadline (the store may come back), or SETTLE_GRACE_MS after it for the
+      // last streams' settles; what is still owed then goes to the spool.
+      await credit.drain(deadline + SETTLE_GRACE_MS - Date.now());
+      await credit.spool(spool);
+      await spool.close().catch((e: unknown) => logger.error({ err: (e as Error).message, spool: spool.file }, 'spool close failed'));
       // After the drain: the last requests' usage is in the final flush.
-      await usage.stop();
-      await exporter?.stop();
-      await upstreams.close();
-      await limits.close?.();
+      const rest = async () => {
+        await usage.stop();
+        await exporter?.stop();
+        await upstreams.close();
+        await limits.close?.();
+      };
+      if (!(await within(rest(), deadline + STOP_GRACE_MS - Date.now())))
+        logger.warn('background jobs still stopping at the shutdown deadline; exiting without them');
     },
   };
 }
