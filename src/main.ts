@@ -128,11 +128,14 @@ export async function serve(env: NodeJS.ProcessEnv = process.env): Promise<{ pub
     log.info({ signal, drain_seconds: config.server.drainSeconds }, 'draining');
     // SPEC §14: the process is gone within drain + 5 s whatever hangs. gateway.close() spools the settles still
     // owed and ends its jobs by drain + 3.5 s; the store's quit (it waits for Redis) gets at most 1 s.
-    const hardStop = setTimeout(() => {
-      log.error({ drain_seconds: config.server.drainSeconds }, 'shutdown overran drain + 5 s: exiting now');
-      logger.flush();
-      process.exit(1);
-    }, config.server.drainSeconds * 1000 + 4_800);
+    const hardStop = setTimeout(
+      () => {
+        log.error({ drain_seconds: config.server.drainSeconds }, 'shutdown overran drain + 5 s: exiting now');
+        logger.flush();
+        process.exit(1);
+      },
+      config.server.drainSeconds * 1000 + 4_800,
+    );
     hardStop.unref();
     try {
       await gateway.close();
