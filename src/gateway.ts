@@ -250,6 +250,8 @@ export function createGateway(d: GatewayDeps): Gateway {
   let reaper: { stop(): void } | undefined;
   // Settles still owed at exit (SPEC §14): this process's spool file, created only if something is spooled.
   const spool: Spool = createSpool({ dir: config.server.spoolDir, now });
+  let replaying: Promise<unknown> | undefined;
+  let spoolScan: NodeJS.Timeout | undefined;
 
   return {
     metrics,
@@ -271,10 +273,17 @@ export function createGateway(d: GatewayDeps): Gateway {
         metricsUrl = url(s.adminHost, met);
       }
       reaper = startReaper({ store, now, intervalMs: config.credit.reaperIntervalMs, logger, onReaped: (n) => metrics.holdsReaped.inc(n) });
-      // Settles an earlier process spooled at exit: applied once each, in the background (retried while the store is away).
-      void replaySpool({ dir: config.server.spoolDir, settle: (s) => credit.settle(s), logger }).catch((e: unknown) =>
-        logger.error({ err: (e as Error).message, spool: config.server.spoolDir }, 'spool replay failed'),
-      );
+      // Settles other processes spooled at exit: applied once each, in the background (retried while the store is
+      // away), at start and then every server.spool_scan_seconds (a readdir of a usually absent directory), so
+      // the spool of the last pod of a rolling update, on a shared volume, does not wait for the next start.
+      const scan = () => {
+        if (replaying) return;
+        replaying = replaySpool({ dir: config.server.spoolDir, settle: (s) => credit.settle(s), logger })
+          .catch((e: unknown) => logger.error({ err: (e as Error).message, spool: config.server.spoolDir }, 'spool replay failed'))
+          .finally(() => (replaying = undefined));
+      };
+      scan();
+      spoolScan = setInterval(scan, config.server.spoolScanSeconds * 1000).unref();
       usage.start();
       exporter?.start();
       return { publicUrl: url(s.host, pub), adminUrl: url(s.adminHost, adm), ...(metricsUrl && { metricsUrl }) };
@@ -283,6 +292,7 @@ export function createGateway(d: GatewayDeps): Gateway {
       // SPEC §14: everything below ends within drain + 5 s (main.ts closes the store after it).
       const deadline = Date.now() + deadlineMs;
       reaper?.stop();
+      clearInterval(spoolScan);
       // At the deadline the streams still open end with the shutting_down event and are billed for what they
       // produced; CUT_GRACE_MS later whatever is left (a client not reading, a request still waiting for its
       // upstream) is cut.

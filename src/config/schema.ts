@@ -63,6 +63,8 @@ export interface Config {
     readonly trustedProxies: readonly string[];
     /** Where settles still owed at exit are spooled (SPEC §14, src/credit/spool.ts); relative to the working directory. */
     readonly spoolDir: string;
+    /** How often a running gateway applies spool files other processes left (besides at start). */
+    readonly spoolScanSeconds: number;
   };
   readonly store: { readonly redisUrl: string | undefined; readonly clusterNodes: readonly string[]; readonly commandTimeoutMs: number };
   readonly adminToken: string | undefined;
@@ -242,6 +244,7 @@ export function compileConfig(doc: unknown, rawEnv: NodeJS.ProcessEnv): Config {
     'drain_seconds',
     'workers',
     'spool_dir',
+    'spool_scan_seconds',
   ]);
   const store = object(root.store, 'store', true);
   noUnknown(store, 'store', ['redis_url', 'cluster_nodes', 'command_timeout_ms']);
@@ -343,6 +346,7 @@ export function compileConfig(doc: unknown, rawEnv: NodeJS.ProcessEnv): Config {
         env.TOLLGATE_WORKERS !== undefined ? 'TOLLGATE_WORKERS (environment)' : 'server.workers',
       ),
       spoolDir: spoolDir(server.spool_dir),
+      spoolScanSeconds: num(server.spool_scan_seconds, 'server.spool_scan_seconds', { fallback: 60, min: 1 }),
     },
     store: {
       redisUrl: env.REDIS_URL || optional(store.redis_url, 'store.redis_url'),

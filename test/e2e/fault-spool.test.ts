@@ -16,6 +16,7 @@ import { parseFields, runCli } from '../cli/run-cli.ts';
 import { accountOf, chat, checkLedger, ledgerOf, spawnGateway, streamBody } from './credit-support.ts';
 import { sseData, startSim } from './chat-fixture.ts';
 import { readContent, spooled, startAofRedis } from './fault-support.ts';
+import { createSpool } from '../../src/credit/spool.ts';
 
 if (requireRedis(t, process.env, true) && onPath('redis-server', process.env.PATH)) {
   t.test('SIGTERM in a Redis outage: completed streams spooled, then debited exactly once by the next start', async (t) => {
@@ -179,5 +180,51 @@ if (requireRedis(t, process.env, true) && onPath('redis-server', process.env.PAT
     acct = await accountOf(admin.admin, 'reaped');
     checkLedger(t, entries, acct, new Set(ids));
     t.equal(acct.balance_micros, grant - settles.reduce((s, x) => s + x.costMicros, 0));
+  });
+
+  t.test('a running gateway applies a spool another process closed, without a restart', async (t) => {
+    const redis = await startAofRedis(t);
+    const sim = await startSim(t);
+    const spoolDir = await mkdtemp(join(tmpdir(), 'tollgate-fault-spool-'));
+    t.teardown(() => rm(spoolDir, { recursive: true, force: true }));
+    const gw = await startGateway(t, {
+      redisUrl: redis.url,
+      upstreamUrl: sim.url,
+      config: { server: { spool_dir: spoolDir, spool_scan_seconds: 1 } },
+    });
+    await gw.createKey({ account: 'scan', env: 'live' });
+    await gw.grant('scan', 1_000_000);
+    // The last pod of a rolling update held for a request and spooled its settle at exit, on the shared volume.
+    const expiry = Date.now() + 60_000;
+    t.ok((await gw.store.hold('scan', 'req_from_another_pod', 500, expiry)).ok);
+    const other = createSpool({ dir: spoolDir });
+    await other.append([
+      {
+        account: 'scan',
+        requestId: 'req_from_another_pod',
+        costMicros: 321,
+        keyId: 'key_other',
+        model: 'sim-small',
+        promptTokens: 10,
+        completionTokens: 20,
+        usageSource: 'upstream',
+        ts: new Date().toISOString(),
+        holdExpiresAtMs: expiry,
+      },
+    ]);
+    await other.close();
+    const entries = await waitFor(
+      async () => {
+        const all = await ledgerOf(gw.admin, 'scan');
+        return all.some((e) => e.kind === 'debit') && all;
+      },
+      5_000,
+      'the running gateway to apply the spool',
+      100,
+    );
+    const acct = await accountOf(gw.admin, 'scan');
+    t.same([acct.balance_micros, acct.held_micros], [1_000_000 - 321, 0], 'debited, hold released');
+    checkLedger(t, entries, acct, new Set(['req_from_another_pod']));
+    await waitFor(async () => (await spooled(spoolDir)).files.length === 0, 3_000, 'the file to be deleted');
   });
 }
