@@ -127,7 +127,7 @@ export async function serve(env: NodeJS.ProcessEnv = process.env): Promise<{ pub
     stopping = true;
     log.info({ signal, drain_seconds: config.server.drainSeconds }, 'draining');
     // SPEC §14: the process is gone within drain + 5 s whatever hangs. gateway.close() spools the settles still
-    // owed and ends its jobs by drain + 3.5 s; the store's quit (it waits for Redis) gets at most 1 s.
+    // owed and ends its jobs by drain + 2.5 s; the store's quit (it waits for Redis) gets at most 0.5 s.
     const hardStop = setTimeout(
       () => {
         log.error({ drain_seconds: config.server.drainSeconds }, 'shutdown overran drain + 5 s: exiting now');
@@ -139,7 +139,7 @@ export async function serve(env: NodeJS.ProcessEnv = process.env): Promise<{ pub
     hardStop.unref();
     try {
       await gateway.close();
-      await Promise.race([store.close(), new Promise((r) => setTimeout(r, 1_000).unref())]);
+      await Promise.race([store.close(), new Promise((r) => setTimeout(r, 500).unref())]);
       log.info('stopped');
     } finally {
       logger.flush();
