@@ -34,6 +34,9 @@ COPY src ./src
 COPY config ./config
 COPY bin ./bin
 COPY scripts/healthcheck.ts ./scripts/healthcheck.ts
+# The settle spool (server.spool_dir, ./data/spool): the one directory the gateway writes, owned by `node` so
+# a volume mounted there starts writable (docs/operations.md).
+RUN mkdir -p /app/data/spool && chown -R node:node /app/data
 USER node
 EXPOSE 8080 9090
 # The check resolves the admin listener from the same config and environment as the gateway (an

@@ -26,6 +26,7 @@ import { createWarmUp } from './admin/warm-up.ts';
 import { modelRoutes } from './routes/models.ts';
 import { startReaper } from './credit/reaper.ts';
 import { createCredit } from './credit/credit.ts';
+import { createSpool, replaySpool, type Spool } from './credit/spool.ts';
 import type { Limits } from './limits/limits.ts';
 import { createRateLimits } from './limits/rate-limiter.ts';
 import { createConcurrency } from './limits/concurrency.ts';
@@ -86,6 +87,34 @@ export interface Gateway {
   listen(): Promise<{ publicUrl: string; adminUrl: string; metricsUrl?: string }>;
   /** Stops accepting, drains in-flight requests up to the deadline, stops background jobs. The store stays open. */
   close(deadlineMs?: number): Promise<void>;
+}
+
+/** After the drain deadline: streams cut with the shutting_down event get this long to flush it before connections are closed. */
+const CUT_GRACE_MS = 1_000;
+/** Settles still owed this long after the drain deadline are spooled (they had the whole drain to land). */
+const SETTLE_GRACE_MS = 1_500;
+/**
+ * The usage flush and the other background jobs stop by then; main.ts gives the store 0.5 s more. That leaves
+ * ~2 s of the SPEC §14 bound (drain + 5 s) to a loaded machine's late timers (1 s late was seen at load 30).
+ */
+const STOP_GRACE_MS = 2_500;
+
+/** Resolves true when `p` settled within `ms`, false otherwise (`p` keeps running). */
+async function within(p: Promise<unknown> | undefined, ms: number): Promise<boolean> {
+  if (!p) return true;
+  let timer: NodeJS.Timeout | undefined;
+  const late = new Promise<boolean>((r) => (timer = setTimeout(r, Math.max(0, ms), false)));
+  try {
+    return await Promise.race([
+      p.then(
+        () => true,
+        () => true,
+      ),
+      late,
+    ]);
+  } finally {
+    clearTimeout(timer);
+  }
 }
 
 export function createGateway(d: GatewayDeps): Gateway {
@@ -158,7 +187,9 @@ export function createGateway(d: GatewayDeps): Gateway {
 
   // Every key-authenticated route is authenticated, scoped and admitted once, by the edge's gate (http/gate.ts).
   const gate = createGate({ auth, limits, concurrency, adminGuard: guard });
-  const metered = { config, credit, upstreams, tokenizer, metrics, now, bodyBudget, usage };
+  // Aborted at the drain deadline: the streams still open end with the shutting_down event (SPEC §14).
+  const streamCut = new AbortController();
+  const metered = { config, credit, upstreams, tokenizer, metrics, now, bodyBudget, usage, shutdown: streamCut.signal };
   const publicRoutes: Route[] = [
     meteredRoute(metered, CHAT_COMPLETIONS),
     meteredRoute(metered, RESPONSES_ENDPOINT),
@@ -223,6 +254,10 @@ export function createGateway(d: GatewayDeps): Gateway {
   let metricsUrl: string | undefined;
   const url = (host: string, srv: Server) => `http://${host === '0.0.0.0' || host === '::' ? '127.0.0.1' : host}:${portOf(srv)}`;
   let reaper: { stop(): void } | undefined;
+  // Settles still owed at exit (SPEC §14): this process's spool file, created only if something is spooled.
+  const spool: Spool = createSpool({ dir: config.server.spoolDir, now });
+  let replaying: Promise<unknown> | undefined;
+  let spoolScan: NodeJS.Timeout | undefined;
 
   return {
     metrics,
@@ -247,20 +282,57 @@ export function createGateway(d: GatewayDeps): Gateway {
       // main.ts logs "listening" and a worker reports itself listening only once everything is loaded.
       await warmUp.run(`${url(s.adminHost, adm)}/healthz`);
       reaper = startReaper({ store, now, intervalMs: config.credit.reaperIntervalMs, logger, onReaped: (n) => metrics.holdsReaped.inc(n) });
+      // Settles other processes spooled at exit: applied once each, in the background (retried while the store is
+      // away), at start and then every server.spool_scan_seconds (a readdir of a usually absent directory), so
+      // the spool of the last pod of a rolling update, on a shared volume, does not wait for the next start.
+      const scan = () => {
+        if (replaying) return;
+        replaying = replaySpool({ dir: config.server.spoolDir, settle: (s) => credit.settle(s), logger })
+          .catch((e: unknown) => logger.error({ err: (e as Error).message, spool: config.server.spoolDir }, 'spool replay failed'))
+          .finally(() => (replaying = undefined));
+      };
+      scan();
+      spoolScan = setInterval(scan, config.server.spoolScanSeconds * 1000).unref();
       usage.start();
       exporter?.start();
       return { publicUrl: url(s.host, pub), adminUrl: url(s.adminHost, adm), ...(metricsUrl && { metricsUrl }) };
     },
     async close(deadlineMs = config.server.drainSeconds * 1000) {
+      // SPEC §14: everything below ends within drain + 5 s (main.ts closes the store after it).
+      const started = Date.now();
+      const deadline = started + deadlineMs;
       reaper?.stop();
-      await Promise.all(servers.map((srv) => drain(srv, deadlineMs)));
+      clearInterval(spoolScan);
+      // At the deadline the streams still open end with the shutting_down event and are billed for what they
+      // produced; CUT_GRACE_MS later whatever is left (a client not reading, a request still waiting for its
+      // upstream) is cut.
+      const cut = setTimeout(() => streamCut.abort(), deadlineMs);
+      const drained = Promise.all(servers.map((srv) => drain(srv, deadlineMs + CUT_GRACE_MS)));
+      // Requests still running a moment into the drain may be cut at the deadline, and a cut stream has no usage
+      // chunk: load the tokenizer now, while they run (its first load holds the event loop 0.3–1 s), rather than
+      // after the cut, where it delayed the exit by as much.
+      if (!tokenizer.loaded && !(await within(drained, 100))) void tokenizer.load().catch(() => {});
+      await drained;
+      clearTimeout(cut);
       servers = [];
-      await credit.drain(deadlineMs);
+      const drainedMs = Date.now() - started;
+      // Settles land until the drain deadline (the store may come back), or SETTLE_GRACE_MS after it for the
+      // last streams' settles; what is still owed then goes to the spool.
+      await credit.drain(deadline + SETTLE_GRACE_MS - Date.now());
+      const settledMs = Date.now() - started;
+      const spooled = await credit.spool(spool);
+      await spool.close().catch((e: unknown) => logger.error({ err: (e as Error).message, spool: spool.file }, 'spool close failed'));
       // After the drain: the last requests' usage is in the final flush.
-      await usage.stop();
-      await exporter?.stop();
-      await upstreams.close();
-      await limits.close?.();
+      const rest = async () => {
+        await usage.stop();
+        await exporter?.stop();
+        await upstreams.close();
+        await limits.close?.();
+      };
+      const stopped = await within(rest(), deadline + STOP_GRACE_MS - Date.now());
+      const phases = { drained_ms: drainedMs, settled_ms: settledMs, spooled, stopped_ms: Date.now() - started };
+      if (stopped) logger.info(phases, 'shutdown: drained, settled, background jobs stopped');
+      else logger.warn(phases, 'shutdown: background jobs still stopping at their deadline; exiting without them');
     },
   };
 }

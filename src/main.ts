@@ -126,9 +126,20 @@ export async function serve(env: NodeJS.ProcessEnv = process.env): Promise<{ pub
     if (stopping) return;
     stopping = true;
     log.info({ signal, drain_seconds: config.server.drainSeconds }, 'draining');
+    // SPEC §14: the process is gone within drain + 5 s whatever hangs. gateway.close() spools the settles still
+    // owed and ends its jobs by drain + 2.5 s; the store's quit (it waits for Redis) gets at most 0.5 s.
+    const hardStop = setTimeout(
+      () => {
+        log.error({ drain_seconds: config.server.drainSeconds }, 'shutdown overran drain + 5 s: exiting now');
+        logger.flush();
+        process.exit(1);
+      },
+      config.server.drainSeconds * 1000 + 4_800,
+    );
+    hardStop.unref();
     try {
       await gateway.close();
-      await store.close();
+      await Promise.race([store.close(), new Promise((r) => setTimeout(r, 500).unref())]);
       log.info('stopped');
     } finally {
       logger.flush();

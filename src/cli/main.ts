@@ -11,11 +11,12 @@ import { keysGroup } from './keys.ts';
 import { ledgerGroup } from './ledger.ts';
 import { serveGroup } from './serve.ts';
 import { sharesGroup } from './shares.ts';
+import { spoolGroup } from './spool.ts';
 import { usageGroup } from './usage-group.ts';
 import { briefUsage, groupUsage, mainUsage } from './usage.ts';
 
 /** Every command group, in the order the help lists them. */
-export const GROUPS: CommandGroup[] = [keysGroup, creditsGroup, usageGroup, ledgerGroup, sharesGroup, consoleGroup, serveGroup];
+export const GROUPS: CommandGroup[] = [keysGroup, creditsGroup, usageGroup, ledgerGroup, sharesGroup, consoleGroup, serveGroup, spoolGroup];
 
 const wantsHelp = (argv: string[]) => argv.some((a) => a === '--help' || a === '-h');
 

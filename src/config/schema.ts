@@ -61,6 +61,10 @@ export interface Config {
     readonly metricsPort: number | undefined;
     /** CIDRs whose `x-forwarded-for` / `forwarded` are believed for the client address (SPEC §12). */
     readonly trustedProxies: readonly string[];
+    /** Where settles still owed at exit are spooled (SPEC §14, src/credit/spool.ts); relative to the working directory. */
+    readonly spoolDir: string;
+    /** How often a running gateway applies spool files other processes left (besides at start). */
+    readonly spoolScanSeconds: number;
   };
   readonly store: { readonly redisUrl: string | undefined; readonly clusterNodes: readonly string[]; readonly commandTimeoutMs: number };
   readonly adminToken: string | undefined;
@@ -243,6 +247,8 @@ export function compileConfig(doc: unknown, rawEnv: NodeJS.ProcessEnv): Config {
     'request_timeout_ms',
     'drain_seconds',
     'workers',
+    'spool_dir',
+    'spool_scan_seconds',
   ]);
   const store = object(root.store, 'store', true);
   noUnknown(store, 'store', ['redis_url', 'cluster_nodes', 'command_timeout_ms']);
@@ -343,6 +349,8 @@ export function compileConfig(doc: unknown, rawEnv: NodeJS.ProcessEnv): Config {
         env.TOLLGATE_WORKERS ?? server.workers,
         env.TOLLGATE_WORKERS !== undefined ? 'TOLLGATE_WORKERS (environment)' : 'server.workers',
       ),
+      spoolDir: spoolDir(server.spool_dir),
+      spoolScanSeconds: num(server.spool_scan_seconds, 'server.spool_scan_seconds', { fallback: 60, min: 1 }),
     },
     store: {
       redisUrl: env.REDIS_URL || optional(store.redis_url, 'store.redis_url'),
@@ -488,6 +496,13 @@ function s3Section(v: unknown, path: string, env: NodeJS.ProcessEnv, defaultBuck
 }
 
 /** `server.workers`: a whole number ≥ 1, or `auto` (the cores this process may use). */
+/** `server.spool_dir`: a path (default `./data/spool`); an empty string would spool into the working directory. */
+function spoolDir(v: unknown): string {
+  const dir = str(v, 'server.spool_dir', './data/spool');
+  if (dir.trim() === '') throw new ConfigError('server.spool_dir', 'must not be empty');
+  return dir;
+}
+
 function workerCount(v: unknown, path: string): number {
   if (v === 'auto') return availableParallelism();
   return num(v, path, { fallback: 1, min: 1, max: 1024, integer: true });

@@ -15,6 +15,7 @@ import type { Config } from '../config/schema.ts';
 import { GatewayError } from '../http/errors.ts';
 import type { Logger } from '../obs/logger.ts';
 import type { SettleInput, SettleResult, Store } from '../store/types.ts';
+import type { Spool } from './spool.ts';
 
 export interface Credit {
   /** Takes the hold or throws 402 `insufficient_credit` (503 `store_unavailable` when the store is down). */
@@ -30,6 +31,12 @@ export interface Credit {
   readonly pending: number;
   /** Waits (up to the deadline) for pending settles. */
   drain(deadlineMs: number): Promise<void>;
+  /**
+   * At exit, after drain(): appends every settle still owed to the spool (fsynced; SPEC §14) and stops
+   * retrying them; a settle handed over later whose first attempt fails goes there too. Each is logged at
+   * error level with the whole settle. Resolves with how many were spooled.
+   */
+  spool(spool: Spool): Promise<number>;
 }
 
 /** Retry back-off for a failed settle: 100 ms doubling to 5 s. */
@@ -82,11 +89,55 @@ export function createCredit(d: CreditDeps): Credit {
     return p;
   }
 
+  /** A settle not landed yet: what the spool takes at exit. */
+  interface Owed {
+    input: SettleInput;
+    /** An attempt is in flight (it may run even if its answer never comes). */
+    sending: boolean;
+    spooled: boolean;
+    /** Ends the retry wait early (once spooled). */
+    wake: () => void;
+  }
+  const owed = new Set<Owed>();
+  /** Set by spool(): from then on a failed settle is spooled instead of retried. */
+  let spoolTo: Spool | undefined;
+
+  async function spoolOwed(spool: Spool, list: Owed[]): Promise<void> {
+    for (const o of list) {
+      o.spooled = true;
+      o.wake();
+    }
+    // An attempt in flight may still run in Redis: the spooled copy says so.
+    const inputs = list.map((o) => (o.sending && !o.input.mayHaveRun ? { ...o.input, mayHaveRun: true } : o.input));
+    try {
+      await spool.append(inputs);
+      for (const settle of inputs)
+        d.logger.error(
+          { settle, spool: spool.file },
+          'settle spooled at shutdown (store unreachable): it is applied at the next start or by `tollgate spool replay`; if this volume is lost, reconcile the ledger from this line',
+        );
+    } catch (err) {
+      for (const settle of inputs)
+        d.logger.error({ err: (err as Error).message, settle }, 'settle could not be spooled: reconcile the ledger from this line');
+    }
+  }
+
   async function settleWithRetry(first: SettleInput): Promise<SettleResult | undefined> {
     const giveUpAt = now() + retryWindowMs;
-    let input = first;
+    const o: Owed = { input: first, sending: false, spooled: false, wake: () => {} };
+    owed.add(o);
+    try {
+      return await attempts(o, giveUpAt);
+    } finally {
+      owed.delete(o);
+    }
+  }
+
+  async function attempts(o: Owed, giveUpAt: number): Promise<SettleResult | undefined> {
     for (let wait = FIRST_RETRY_MS, attempt = 1; ; attempt++, wait = Math.min(wait * 2, MAX_RETRY_MS)) {
+      const input = o.input;
       try {
+        o.sending = true;
         const r = await d.store.settle(input);
         if (attempt > 1) d.logger.warn({ request_id: input.requestId, attempts: attempt }, 'settle landed after retries');
         if (r.replayed && r.entry_id === '') {
@@ -97,12 +148,19 @@ export function createCredit(d: CreditDeps): Credit {
         }
         return r;
       } catch (err) {
-        if (!input.mayHaveRun && !neverSent(err)) input = { ...input, mayHaveRun: true };
+        o.sending = false;
+        if (!input.mayHaveRun && !neverSent(err)) o.input = { ...input, mayHaveRun: true };
+        // Spooled meanwhile (shutdown), or failing after the spool was opened: the spool has it.
+        if (o.spooled) return undefined;
+        if (spoolTo) {
+          await spoolOwed(spoolTo, [o]);
+          return undefined;
+        }
         const last = now() + wait > giveUpAt;
         if (last) {
           // Every field of the ledger entry that did not land, so it can be entered by hand.
           d.logger.error(
-            { err: (err as Error).message, settle: input, attempts: attempt },
+            { err: (err as Error).message, settle: o.input, attempts: attempt },
             'settle abandoned after its retry window: the hold will be reaped; reconcile the ledger from this line',
           );
           return undefined;
@@ -113,7 +171,11 @@ export function createCredit(d: CreditDeps): Credit {
             'settle failed; retrying',
           );
         }
-        await new Promise((r) => setTimeout(r, wait).unref());
+        await new Promise<void>((r) => {
+          const timer = setTimeout(r, wait).unref();
+          o.wake = () => (clearTimeout(timer), r());
+        });
+        if (o.spooled) return undefined;
       }
     }
   }
@@ -154,10 +216,13 @@ export function createCredit(d: CreditDeps): Credit {
         if (timedOut) break;
       }
       if (inFlight.size > 0)
-        d.logger.error(
-          { pending: inFlight.size },
-          'shutdown with settles still pending: their holds will be reaped and the ledger must be reconciled from these logs',
-        );
+        d.logger.warn({ pending: inFlight.size, owed: owed.size }, 'settles still pending at the end of the drain: spooling those owed');
+    },
+    async spool(spool) {
+      spoolTo = spool;
+      const list = [...owed].filter((o) => !o.spooled);
+      if (list.length > 0) await spoolOwed(spool, list);
+      return list.length;
     },
   };
 }

@@ -30,6 +30,7 @@ export const ERROR_CODES = {
   upstream_unavailable: { status: 503, type: 'upstream_error' },
   store_unavailable: { status: 503, type: 'server_error' },
   overloaded: { status: 503, type: 'server_error' },
+  shutting_down: { status: 503, type: 'server_error' },
   upstream_timeout: { status: 504, type: 'upstream_error' },
 } as const satisfies Record<string, { status: number; type: string }>;
 

@@ -12,14 +12,15 @@ import { readUsageFromJson } from './usage.ts';
 import { JsonUsageScanner } from './json-usage.ts';
 import type { Usage } from './usage.ts';
 import { CHAT, type ApiFormat } from './formats.ts';
+import { GatewayError } from '../http/errors.ts';
 
 export interface RelayOutcome {
   /** The upstream's usage, when it reported one (0 is a real value; absent is null). */
   usage: Usage | null;
   /** Produced text not covered by `usage` (all of it when usage is absent); decoded on demand. */
   text: () => string;
-  /** How the relay ended. */
-  end: 'complete' | 'client_gone' | 'upstream_failed';
+  /** How the relay ended (`shutting_down`: cut at the drain deadline, SPEC §14). */
+  end: 'complete' | 'client_gone' | 'upstream_failed' | 'shutting_down';
   /** Nanoseconds the gateway spent on chunks. */
   chunkNs: bigint;
   /** A non-streaming body too large to keep whole, without a usage object: its text could not be counted. */
@@ -32,6 +33,18 @@ export interface RelayOutcome {
  * only scanned for its top-level usage (json-usage.ts), so a request's memory never grows with its answer.
  */
 const MAX_JSON_RETAINED = 1024 * 1024;
+
+/** Aborts a stream still open at the drain deadline (SPEC §14): relaySse ends it with `shuttingDownEvent`. */
+export function shuttingDown(): GatewayError {
+  return new GatewayError('shutting_down', 'The gateway is shutting down: this stream was cut at its drain deadline.');
+}
+
+/** The event a stream cut at the drain deadline ends with, in its API's error shape (as formats.ts streamError), no [DONE]. */
+function shuttingDownEvent(format: ApiFormat, e: GatewayError): string {
+  if (format.name === 'responses')
+    return `event: error\ndata: ${JSON.stringify({ type: 'error', code: e.code, message: e.message, param: null })}\n\n`;
+  return `data: ${JSON.stringify({ error: { message: e.message, type: e.type, code: e.code, param: null } })}\n\n`;
+}
 
 /** Writes `out` (corked by the caller: several buffers still go out as one socket write); false when the client is full. */
 function write(res: ServerResponse, out: SseOutput): boolean {
@@ -171,7 +184,7 @@ export async function relaySse(
   try {
     await call.done;
     finish(); // when the body ended before the relay attached
-  } catch {
+  } catch (err) {
     // Meter the held tail too: a usage event cut before its blank line still counts.
     try {
       // This turn's complete events go out before the error event, as they would have at the turn's end.
@@ -182,7 +195,10 @@ export async function relaySse(
       // a meter that already failed (event too large) has nothing more to give
     }
     if (clientGone()) end = 'client_gone';
-    else {
+    else if (err instanceof GatewayError && err.code === 'shutting_down') {
+      end = 'shutting_down';
+      res.end(shuttingDownEvent(format, err));
+    } else {
       // A stream that breaks after its first byte ends with the API's error event and no [DONE] (SPEC §2a).
       end = 'upstream_failed';
       res.end(format.streamError);

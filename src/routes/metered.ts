@@ -20,7 +20,7 @@ import { createHeaderPolicy } from '../upstream/headers.ts';
 import { ClientGoneError, forward, type Answered } from '../upstream/forward.ts';
 import type { UpstreamCall } from '../upstream/call.ts';
 import type { Upstreams } from '../upstream/pool.ts';
-import { relayJson, relaySse, type RelayOutcome } from '../meter/relay.ts';
+import { relayJson, relaySse, shuttingDown, type RelayOutcome } from '../meter/relay.ts';
 import type { Tokenizer } from '../meter/tokenizer.ts';
 import type { MeteredEndpoint, OutputBound } from './endpoint.ts';
 import { bill, NOTHING_PRODUCED, type Billed } from '../meter/bill.ts';
@@ -40,6 +40,8 @@ export interface MeteredDeps {
   now: () => number;
   /** Usage aggregates (SPEC §10): one in-process record per billed request. */
   usage?: Usage;
+  /** Aborted at the drain deadline: a stream still open ends with the `shutting_down` event (SPEC §14). */
+  shutdown?: AbortSignal;
 }
 
 /** A request's final billing, known once it has settled (or, for a test key, once it was counted). */
@@ -299,9 +301,13 @@ export function meteredRoute<B extends { model: string }>(d: MeteredDeps, ep: Me
       // now, so the client sees the stream open before the first token.
       if (!a.call.hasEarlyData) res.flushHeaders();
       d.metrics.streams.inc();
+      const cut = () => a.call.abort(shuttingDown());
+      d.shutdown?.addEventListener('abort', cut);
+      if (d.shutdown?.aborted) cut();
       try {
         return await relaySse(a.call, res, !body.wantsUsage, () => res.destroyed && !res.writableFinished, ep.format);
       } finally {
+        d.shutdown?.removeEventListener('abort', cut);
         d.metrics.streams.dec();
       }
     }

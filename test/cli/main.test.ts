@@ -23,6 +23,7 @@ const COMMANDS = [
   'shares show',
   'console link',
   'serve',
+  'spool replay',
 ];
 
 t.test('tollgate --help lists every command, the token variable and the exit codes', async (t) => {

@@ -74,7 +74,16 @@ t.test('the alert rules pass promtool check rules', async (t) => {
 t.test('Kubernetes manifests: parse, config compiles, probes and ports match it, drain fits the grace period', async (t) => {
   const docs = parseAllDocuments(read('kubernetes/tollgate.yaml')).map((d) => d.toJS() as Record<string, any>);
   const kinds = docs.map((d) => d.kind);
-  t.same(kinds, ['ConfigMap', 'Secret', 'Deployment', 'Service', 'PodDisruptionBudget', 'HorizontalPodAutoscaler', 'ServiceMonitor']);
+  t.same(kinds, [
+    'ConfigMap',
+    'Secret',
+    'Deployment',
+    'Service',
+    'PodDisruptionBudget',
+    'HorizontalPodAutoscaler',
+    'ServiceMonitor',
+    'PersistentVolumeClaim',
+  ]);
   const [cm, secret, dep, svc] = docs as [any, any, any, any];
   const container = dep.spec.template.spec.containers[0];
   const env: Record<string, string> = { ...secret.stringData, TOLLGATE_ADMIN_TOKEN: 'x'.repeat(32) };
@@ -88,9 +97,13 @@ t.test('Kubernetes manifests: parse, config compiles, probes and ports match it,
   t.same(container.livenessProbe.httpGet, { path: '/healthz', port: config.server.adminPort });
   const preStop = Number(container.lifecycle.preStop.exec.command.at(-1));
   t.ok(
-    preStop + config.server.drainSeconds < dep.spec.template.spec.terminationGracePeriodSeconds,
-    'preStop + drain_seconds < terminationGracePeriodSeconds',
+    preStop + config.server.drainSeconds + 5 < dep.spec.template.spec.terminationGracePeriodSeconds,
+    'preStop + drain_seconds + 5 s (SPEC §14 bound) < terminationGracePeriodSeconds',
   );
+  // The settle spool (SPEC §14) is on the shared volume, not in the container's own filesystem.
+  const spoolMount = container.volumeMounts.find((m: any) => m.name === 'spool');
+  t.equal(spoolMount?.mountPath, config.server.spoolDir, 'server.spool_dir is the spool volume');
+  t.equal(dep.spec.template.spec.volumes.find((v: any) => v.name === 'spool')?.persistentVolumeClaim?.claimName, docs[7]!.metadata.name);
   t.ok(env.TOLLGATE_ADMIN_TOKEN && 'REDIS_URL' in secret.stringData, 'secrets through the environment');
   for (const p of svc.spec.ports) t.ok(Object.values(ports).includes(p.targetPort), `service port ${p.name} targets a container port`);
   t.equal(docs[6]!.spec.endpoints[0].port, 'metrics');

@@ -9,6 +9,9 @@
 // `config` is a partial YAML-shaped document merged over the defaults below (ports 0, short timeouts),
 // compiled by the real config compiler. Logs are captured in `gw.logs` (raw JSON lines) so tests can
 // assert what was — and was not — logged.
+import { randomBytes } from 'node:crypto';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { Writable } from 'node:stream';
 import { compileConfig } from '../../src/config/schema.ts';
 import { createGateway, type Gateway } from '../../src/gateway.ts';
@@ -86,7 +89,15 @@ export const SIM_HEADERS = [
 /** The default test document: loopback, free ports, one priced model on the given upstream. */
 export function testConfigDoc(upstreamUrl = 'http://127.0.0.1:9/v1'): Record<string, unknown> {
   return {
-    server: { host: '127.0.0.1', port: 0, admin_host: '127.0.0.1', admin_port: 0, drain_seconds: 5 },
+    // A spool of its own per gateway (created only if a settle is spooled at close), never the repository's ./data/spool.
+    server: {
+      host: '127.0.0.1',
+      port: 0,
+      admin_host: '127.0.0.1',
+      admin_port: 0,
+      drain_seconds: 5,
+      spool_dir: join(tmpdir(), `tollgate-spool-${randomBytes(6).toString('hex')}`),
+    },
     // Long enough for a saturated CI box; outage tests ask for a short timeout themselves.
     store: { command_timeout_ms: 2000 },
     // The simulator's steering headers are forwarded (upstream.forward_headers): tests steer it through
