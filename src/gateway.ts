@@ -19,6 +19,7 @@ import { createAdminGuard } from './admin/token.ts';
 import { createClientAddress } from './http/client-address.ts';
 import { createFailureWindow } from './auth/failure-window.ts';
 import { keyRoutes } from './admin/keys.ts';
+import { budgetView } from './credit/budget.ts';
 import { accountRoutes } from './admin/accounts.ts';
 import { createAccountService } from './admin/account-service.ts';
 import { opsRoutes } from './admin/ops.ts';
@@ -108,6 +109,7 @@ export function createGateway(d: GatewayDeps): Gateway {
     failed: createFailedAuthLimiter(config.auth.failedPerMinute),
     clientAddress,
     onFailure: (reason) => metrics.authFailures.inc({ reason }),
+    now,
   });
   const keyTable = createKeyTable({ store, now });
   const accounts = createAccountService({ store, now });
@@ -193,7 +195,12 @@ export function createGateway(d: GatewayDeps): Gateway {
   const describe = () => (openapi ??= openApiDocument({ version: VERSION, publicRoutes, adminRoutes }));
   const adminRoutes: Route[] = [
     ...opsRoutes({ metrics, store, cluster: d.cluster, openapi: describe }),
-    ...keyRoutes({ keys: keyTable, models: config.models.map((m) => m.name), lastUsed: (account) => usage.lastUsed(account) }),
+    ...keyRoutes({
+      keys: keyTable,
+      models: config.models.map((m) => m.name),
+      lastUsed: (account) => usage.lastUsed(account),
+      budget: (r) => budgetView(store, r, now()),
+    }),
     ...accountRoutes({ accounts }),
     ...usageRoutes({ usage, rebuild, now, retentionDays: config.usage.retentionDays }),
     ...ledgerRoutes({ exporter }),

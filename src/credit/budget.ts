@@ -5,7 +5,7 @@
  * settle. A request counts in the period it was held in (its settle charges the same counter). A
  * counter is dropped a day after its period ended (period `total`: kept).
  */
-import type { BudgetCharge, BudgetPeriod, KeyBudget } from '../store/types.ts';
+import type { BudgetCharge, BudgetPeriod, KeyBudget, KeyRecord, Store } from '../store/types.ts';
 
 /** How long a counter outlives its period: late settles of its last requests still land in it. */
 export const COUNTER_GRACE_MS = 86_400_000;
@@ -31,4 +31,20 @@ export function budgetCharge(keyId: string, budget: KeyBudget, nowMs: number): B
     limitMicros: budget.limit_micros,
     expireAtMs: p.endsAtMs === null ? null : p.endsAtMs + COUNTER_GRACE_MS,
   };
+}
+
+/** A budget as reads show it: the limit, the period, and what the key has spent in the current one. */
+export interface BudgetView extends KeyBudget {
+  spent_micros: number;
+}
+
+/** The budget view of a key record (null without a budget): one store read of the period's counter. */
+export async function budgetView(
+  store: Pick<Store, 'keySpend'>,
+  r: Pick<KeyRecord, 'account' | 'id' | 'budget'>,
+  nowMs: number,
+): Promise<BudgetView | null> {
+  if (!r.budget) return null;
+  const { spent_micros } = await store.keySpend(r.account, r.id, periodOf(r.budget.period, nowMs).tag, nowMs);
+  return { limit_micros: r.budget.limit_micros, period: r.budget.period, spent_micros };
 }
