@@ -3,7 +3,7 @@
  * stored hashes and stream entries become records.
  */
 import { GatewayError } from '../http/errors.ts';
-import type { KeyRecord, LedgerEntry, Scope, ShareRecord } from './types.ts';
+import type { KeyBudget, KeyRecord, LedgerEntry, Scope, ShareRecord } from './types.ts';
 
 export function unavailable(err: unknown): GatewayError {
   return new GatewayError('store_unavailable', 'The credit and key store is unavailable; try again shortly.', { cause: err });
@@ -30,8 +30,8 @@ export function parseKey(h: Record<string, string>): KeyRecord | null {
     rate_limits: h.rl ? JSON.parse(h.rl) : null,
     version: Number(h.v ?? 0),
     // Set at creation inside `rec`; a patch writes `exp`/`bud` ('' = cleared), which then win.
-    expires_at: h.exp !== undefined ? h.exp || null : (base.expires_at ?? null),
-    budget: h.bud !== undefined ? (h.bud ? JSON.parse(h.bud) : null) : (base.budget ?? null),
+    ...(h.exp !== undefined && { expires_at: h.exp || null }),
+    ...(h.bud !== undefined && { budget: h.bud ? (JSON.parse(h.bud) as KeyBudget) : null }),
   };
 }
 
