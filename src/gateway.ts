@@ -24,6 +24,7 @@ import { accountRoutes } from './admin/accounts.ts';
 import { createAccountService } from './admin/account-service.ts';
 import { opsRoutes } from './admin/ops.ts';
 import { modelRoutes } from './routes/models.ts';
+import { keyInfoRoutes } from './routes/key-info.ts';
 import { startReaper } from './credit/reaper.ts';
 import { createCredit } from './credit/credit.ts';
 import type { Limits } from './limits/limits.ts';
@@ -164,6 +165,7 @@ export function createGateway(d: GatewayDeps): Gateway {
     meteredRoute(metered, COMPLETIONS_ENDPOINT),
     meteredRoute(metered, EMBEDDINGS_ENDPOINT),
     ...modelRoutes({ models: config.models }),
+    ...keyInfoRoutes({ store, now, rateLimits: config.rateLimits }),
     ...shareRoutes({
       metrics,
       bodyBudget,

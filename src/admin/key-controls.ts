@@ -115,7 +115,8 @@ export function keyControlRoutes(d: {
       admin: true,
       doc: {
         auth: 'admin',
-        summary: 'Roll a key: a new key with the same account, env, name, scopes, models, rate limits and budget (shown once); the old one expires after the grace period',
+        summary:
+          'Roll a key: a new key with the same account, env, name, scopes, models, rate limits and budget (shown once); the old one expires after the grace period',
         body: ROLL_SCHEMA,
         responses: {
           201: { description: 'The new key and its record, and the old key’s id and new expiry (`previous`)' },

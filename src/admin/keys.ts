@@ -153,7 +153,16 @@ export function keyRoutes(d: {
     const expires_at = expiresAtField(value, issues);
     const budget = budgetField(value, issues);
     issues.done();
-    const { key, record } = await d.keys.create({ account: account!, env: env!, name: name!, scopes, models, rate_limits, expires_at, budget });
+    const { key, record } = await d.keys.create({
+      account: account!,
+      env: env!,
+      name: name!,
+      scopes,
+      models,
+      rate_limits,
+      expires_at,
+      budget,
+    });
     sendJson(ctx.res, 201, { key, ...publicKey(record), budget: await budgetOf(record), last_used_at: null });
   }
 

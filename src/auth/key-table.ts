@@ -4,7 +4,16 @@
  * broadcast, so every instance drops its cached copy within a pub/sub hop.
  */
 import { generateKey, generateKeyId, hashKey } from './keys.ts';
-import { SCOPES, type KeyBudget, type KeyEnv, type KeyPatch, type KeyRecord, type RateLimitOverride, type Scope, type Store } from '../store/types.ts';
+import {
+  SCOPES,
+  type KeyBudget,
+  type KeyEnv,
+  type KeyPatch,
+  type KeyRecord,
+  type RateLimitOverride,
+  type Scope,
+  type Store,
+} from '../store/types.ts';
 
 export interface NewKey {
   account: string;

@@ -243,8 +243,7 @@ export async function createRedisStore(o: RedisStoreOptions & { client?: Client 
           return { record, hash };
         })(),
       ),
-    keySpend: (acct, keyId, period, nowMs) =>
-      guard(redis.hgetall(K.keyBudget(acct, keyId, period)).then((h) => budgetCounter(h, nowMs))),
+    keySpend: (acct, keyId, period, nowMs) => guard(redis.hgetall(K.keyBudget(acct, keyId, period)).then((h) => budgetCounter(h, nowMs))),
 
     grant: (acct, amount, idem, note, ts) =>
       guard(

@@ -97,14 +97,22 @@ export function keyControlCases(test: Case): void {
     t.equal((await store.hold(a, 'r3', 400, FAR, b)).ok, true, 'exactly up to the limit');
     t.strictSame(await store.keySpend(a, key, b.period, Date.now()), { spent_micros: 0, held_micros: 1_000 });
     await store.settle(settleInput(a, 'r1', 250, { budget: b }));
-    t.strictSame(await store.keySpend(a, key, b.period, Date.now()), { spent_micros: 250, held_micros: 400 }, 'actual cost spent, hold released');
+    t.strictSame(
+      await store.keySpend(a, key, b.period, Date.now()),
+      { spent_micros: 250, held_micros: 400 },
+      'actual cost spent, hold released',
+    );
     t.equal((await store.hold(a, 'r4', 351, FAR, b)).ok, false, '250 + 400 + 351 > 1000');
     t.equal((await store.hold(a, 'r4', 350, FAR, b)).ok, true, '250 + 400 + 350 = 1000');
     await store.settle(settleInput(a, 'r3', 400, { budget: b }));
     await store.settle(settleInput(a, 'r4', 0, { budget: b }));
     const replay = await store.settle(settleInput(a, 'r3', 400, { budget: b }));
     t.equal(replay.replayed, true);
-    t.strictSame(await store.keySpend(a, key, b.period, Date.now()), { spent_micros: 650, held_micros: 0 }, 'a replayed settle charges nothing');
+    t.strictSame(
+      await store.keySpend(a, key, b.period, Date.now()),
+      { spent_micros: 650, held_micros: 0 },
+      'a replayed settle charges nothing',
+    );
     t.equal((await store.getAccount(a)).balance_micros, 10_000 - 650, 'the balance moved by the same debits');
   });
 
