@@ -218,11 +218,11 @@ export function createMemoryStore(now: () => number = Date.now, opts: MemoryStor
       if (budget) {
         // The key's period spend plus its open holds plus this one, against the limit (lua/hold.lua).
         counter = budgetOf(acct, budget.keyId, budget.period, true)!;
+        counter.expireAt = budget.expireAtMs;
         const nowMs = now();
         for (const d of counter.held.keys()) if (d <= nowMs) counter.held.delete(d);
         const used = counter.spent + openHeld(counter, nowMs);
         if (used + amount > budget.limitMicros) return { ...result(false), budget: { used_micros: used } };
-        counter.expireAt = budget.expireAtMs;
       }
       a.held += amount;
       bucketOf(a, due).set(requestId, { state: 'open', amount, keepUntil: Infinity });
