@@ -173,6 +173,7 @@ export function createMemoryStore(now: () => number = Date.now, opts: MemoryStor
       if (!hash || !r) return null;
       keysByHash.delete(hash);
       hashById.delete(id);
+      budgets.delete(`${r.account}|${id}|t`);
       return { record: clone(r), hash };
     },
     async keySpend(acct, keyId, period, nowMs) {

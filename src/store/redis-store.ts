@@ -239,7 +239,13 @@ export async function createRedisStore(o: RedisStoreOptions & { client?: Client 
           const record = parseKey(await redis.hgetall(K.keyRecord(hash)));
           if (!record) return null;
           // Gone from the record, the id index and the account's list: the hash then finds nothing, ever.
-          await Promise.all([redis.del(K.keyRecord(hash)), redis.del(K.keyIdIndex(id)), redis.srem(K.accountKeys(record.account), id)]);
+          // Its lifetime budget counter too (day and month counters expire on their own).
+          await Promise.all([
+            redis.del(K.keyRecord(hash)),
+            redis.del(K.keyIdIndex(id)),
+            redis.srem(K.accountKeys(record.account), id),
+            redis.del(K.keyBudget(record.account, id, 't')),
+          ]);
           return { record, hash };
         })(),
       ),

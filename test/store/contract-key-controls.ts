@@ -162,6 +162,19 @@ export function keyControlCases(test: Case): void {
     await store.settle(settleInput(a, 'd2', 10, { budget: b }));
   });
 
+  test('deleting a key drops its lifetime budget counter', async (t, { store }) => {
+    const a = uniqueAccount();
+    await store.grant(a, 10_000, undefined, undefined, TS);
+    const k = keyRecord('key_BBBBBBBBBBBBBBBC', a, { budget: { limit_micros: 1_000, period: 'total' } });
+    await store.createKey('hash-ctl-c', k);
+    const b = charge(k.id, 1_000, { period: 't', expireAtMs: null });
+    t.equal((await store.hold(a, 'f1', 100, FAR, b)).ok, true);
+    await store.settle(settleInput(a, 'f1', 100, { budget: b }));
+    t.equal((await store.keySpend(a, k.id, 't', Date.now())).spent_micros, 100);
+    await store.deleteKey(k.id);
+    t.equal((await store.keySpend(a, k.id, 't', Date.now())).spent_micros, 0);
+  });
+
   test('a counter past its expiry is gone', async (t, { store }) => {
     const a = uniqueAccount();
     await store.grant(a, 10_000, undefined, undefined, TS);
