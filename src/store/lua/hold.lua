@@ -19,11 +19,13 @@ if bal - held < tonumber(ARGV[2]) then
   return {0, bal, held}
 end
 local stale
+local fresh
 if KEYS[3] then
   -- Holds of buckets already due were released by the reaper: they no longer count, and go.
   local t = redis.call('TIME')
   local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
   local c = redis.call('HGETALL', KEYS[3])
+  fresh = #c == 0
   local used = 0
   for i = 1, #c, 2 do
     local f = c[i]
@@ -46,6 +48,7 @@ held = redis.call('HINCRBY', KEYS[1], 'held', ARGV[2])
 if KEYS[3] then
   redis.call('HINCRBY', KEYS[3], 'h' .. ARGV[3], ARGV[2])
   if stale then redis.call('HDEL', KEYS[3], unpack(stale)) end
-  if ARGV[5] ~= '' then redis.call('PEXPIREAT', KEYS[3], ARGV[5]) end
+  -- The expiry is the period's: set when the counter is made (a settle sets it again on a counter's first spend).
+  if fresh and ARGV[5] ~= '' then redis.call('PEXPIREAT', KEYS[3], ARGV[5]) end
 end
 return {1, bal, held}

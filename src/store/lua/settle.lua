@@ -68,11 +68,16 @@ local id = redis.call('XADD', KEYS[3], '*', 'kind', 'debit', 'amount_micros', AR
 if mark then redis.call('HSET', KEYS[2], ARGV[1], mark .. id) end
 if #KEYS == 4 or #KEYS == 6 then
   local kb = KEYS[#KEYS]
-  if ARGV[2] ~= '0' then redis.call('HINCRBY', kb, 's', string.sub(ARGV[2], 2)) end
+  local first = false
+  if ARGV[2] ~= '0' then
+    local cost = string.sub(ARGV[2], 2)
+    -- The counter's first spend (a new counter, maybe one made again after it expired): give it its expiry.
+    first = redis.call('HINCRBY', kb, 's', cost) == tonumber(cost)
+  end
   if charged and hold ~= '0' then
     local f = 'h' .. ARGV[10]
     if redis.call('HINCRBY', kb, f, '-' .. hold) <= 0 then redis.call('HDEL', kb, f) end
   end
-  if ARGV[11] ~= '' then redis.call('PEXPIREAT', kb, ARGV[11]) end
+  if first and ARGV[11] ~= '' then redis.call('PEXPIREAT', kb, ARGV[11]) end
 end
 return {id, 0, bal, held, fresh}
