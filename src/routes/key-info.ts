@@ -39,7 +39,8 @@ export function keyInfoRoutes(d: {
         },
         balance_micros: account ? account.balance_micros - account.held_micros : null,
       },
-      ctx.extraHeaders,
+      // Live figures: never cached by a proxy in between.
+      { 'cache-control': 'no-store', ...ctx.extraHeaders },
     );
   }
   const nullableInt = { type: ['integer', 'null'] };

@@ -132,6 +132,7 @@ if (redis) {
     await gw.grant('quota', 1_234_567);
     const res = await fetch(`${gw.url}/v1/key`, { headers: gw.auth(live.key) });
     t.equal(res.status, 200, 'a key without the models or chat scope may read its own quota');
+    t.equal(res.headers.get('cache-control'), 'no-store');
     t.same(await res.json(), {
       id: live.id,
       name: 'prod',
