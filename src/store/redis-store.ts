@@ -228,6 +228,8 @@ export async function createRedisStore(o: RedisStoreOptions & { client?: Client 
           const all = res?.at(-1);
           if (!all || all[0]) throw all?.[0] ?? new Error('update failed');
           const record = parseKey(all[1] as Record<string, string>);
+          // A delete landed between the index read and the MULTI: the patch made a partial hash; drop it.
+          if (!record) await redis.del(key);
           return record ? { record, hash } : null;
         })(),
       ),
