@@ -173,7 +173,7 @@ export const keysGroup: CommandGroup = {
         const keys = (body as { data: KeyBody[] }).data;
         ctx.io.out(
           table(
-            ['id', 'env', 'active', 'key', 'scopes', 'models', 'rate_limits', 'created_at', 'name'],
+            ['id', 'env', 'active', 'key', 'scopes', 'models', 'rate_limits', 'created_at', 'expires_at', 'budget', 'name'],
             keys.map((k) => [
               k.id,
               k.env,
@@ -183,6 +183,8 @@ export const keysGroup: CommandGroup = {
               k.models.length ? k.models.join(',') : 'all',
               limits(k),
               k.created_at,
+              k.expires_at ?? 'never',
+              k.budget ? `${k.budget.spent_micros ?? 0}/${k.budget.limit_micros} per ${k.budget.period}` : 'none',
               cell(k.name),
             ]),
           ),

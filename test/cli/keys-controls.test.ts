@@ -34,6 +34,10 @@ t.test('create with --expires-at and a budget; expire and budget change them', a
   t.equal(f.expires_at, '2999-01-01T00:00:00.000Z');
   t.equal(f.budget, '0 of 5000000 micro-credits per month (UTC)');
 
+  const list = await cli('keys', 'list', '--account', 'cli');
+  t.match(list.stdout, /^ID\s+ENV.*EXPIRES_AT\s+BUDGET\s+NAME/);
+  t.match(list.stdout, /2999-01-01T00:00:00.000Z\s+0\/5000000 per month\s+ci/);
+
   const b = await cli('keys', 'budget', f.id!, '--limit-micros', '7', '--period', 'total', '--json');
   t.equal(b.code, 0, b.stderr);
   t.same(JSON.parse(b.stdout).budget, { limit_micros: 7, period: 'total', spent_micros: 0 });
