@@ -3,7 +3,7 @@
  * B: the working tree, or `--b <ref>`), each its own simulator and Redis, measured in alternation
  * (A, B, B, A, …) so machine drift from other work hits both alike. Prints, per scenario and key, the
  * median CPU µs/req and req/s of each side and the median of the per-pair B/A ratios.
- *   node bench/ab.ts --a HEAD [--b <ref>] [--pairs 6] [--only nonstream,stream64] [--key live,test]
+ *   node bench/ab.ts --a HEAD [--b <ref>] [--pairs 6] [--only nonstream,stream64] [--key live,test,live-budget]
  * The stacks idle while the other is measured; run it only for comparisons, not for the report.
  */
 import { parseArgs } from 'node:util';
@@ -25,7 +25,7 @@ const { values } = parseArgs({
 const pairs = Number(values.pairs);
 const seconds = Number(values.seconds);
 const ids = values.only.split(',') as ScenarioId[];
-const keys = values.key.split(',') as ('live' | 'test')[];
+const keys = values.key.split(',') as ('live' | 'test' | 'live-budget')[];
 const a = describeRef(values.a);
 const b = describeRef(values.b);
 
@@ -35,7 +35,9 @@ const median = (xs: number[]) => {
   return s.length % 2 ? s[m]! : (s[m - 1]! + s[m]!) / 2;
 };
 
-const start = (ref: string | undefined) => startStack({ reference: false, workers: false, ...(ref && { ref }) });
+// live-budget: a live key with a budget it never reaches (docs/keys.md); needs a gateway with key budgets on both sides.
+const start = (ref: string | undefined) =>
+  startStack({ reference: false, workers: false, budgetKey: keys.includes('live-budget'), ...(ref && { ref }) });
 const stacks: [Stack, Stack] = [await start(a.sha), await start(b.sha)];
 process.stdout.write(`A: ${a.label}\nB: ${b.label}\n`);
 try {

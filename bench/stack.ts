@@ -21,7 +21,7 @@ export const WORKERS = 2;
 
 /** Where each target is reached and how it authenticates. */
 export interface Target {
-  readonly name: 'direct' | 'bare' | 'bare+redis' | 'tollgate/test' | 'tollgate/live' | 'tollgate/live-w2';
+  readonly name: 'direct' | 'bare' | 'bare+redis' | 'tollgate/test' | 'tollgate/live' | 'tollgate/live-w2' | 'tollgate/live-budget';
   /** Base URL including `/v1`. */
   readonly base: string;
   readonly authorization: string;
@@ -68,6 +68,11 @@ export interface StackOptions {
    * loaded with the same live key. Left out on the embedded store, which refuses workers > 1.
    */
   workers?: boolean;
+  /**
+   * Add the "tollgate/live-budget" target: a live key of the same account with a budget it never reaches
+   * (docs/keys.md), on the same gateway: what a budget costs the hot path (bench/ab.ts --key live-budget).
+   */
+  budgetKey?: boolean;
 }
 
 /** Exports src/ and package.json of a git ref into dir; returns the gateway's working directory. */
@@ -186,6 +191,14 @@ export async function startStack(o: StackOptions = {}): Promise<Stack> {
     });
     const liveKey = await admin('/admin/keys', { account: 'bench', env: 'live', name: 'bench live key' });
     await admin('/admin/accounts/bench/credits', { amount_micros: 1e15, idempotency_key: 'bench-grant' });
+    const budgetKey = o.budgetKey
+      ? await admin('/admin/keys', {
+          account: 'bench',
+          env: 'live',
+          name: 'bench budget key',
+          budget: { limit_micros: 1e15, period: 'month' },
+        })
+      : undefined;
 
     // Same Redis, so the same keys and account: the live key is read from Redis like any key.
     let gw2: Awaited<ReturnType<typeof startGateway>> | undefined;
@@ -230,6 +243,18 @@ export async function startStack(o: StackOptions = {}): Promise<Stack> {
           ...(redisPid && { redisPid }),
           ...(redisUrl && { redisUrl }),
         },
+        ...(budgetKey
+          ? [
+              {
+                name: 'tollgate/live-budget',
+                base: gw,
+                authorization: `Bearer ${budgetKey.key as string}`,
+                pid: gateway.pid,
+                ...(redisPid && { redisPid }),
+                ...(redisUrl && { redisUrl }),
+              } as const,
+            ]
+          : []),
         ...(gw2
           ? [
               {

@@ -19,11 +19,13 @@ import { createAdminGuard } from './admin/token.ts';
 import { createClientAddress } from './http/client-address.ts';
 import { createFailureWindow } from './auth/failure-window.ts';
 import { keyRoutes } from './admin/keys.ts';
+import { budgetView } from './credit/budget.ts';
 import { accountRoutes } from './admin/accounts.ts';
 import { createAccountService } from './admin/account-service.ts';
 import { opsRoutes } from './admin/ops.ts';
 import { createWarmUp } from './admin/warm-up.ts';
 import { modelRoutes } from './routes/models.ts';
+import { keyInfoRoutes } from './routes/key-info.ts';
 import { startReaper } from './credit/reaper.ts';
 import { createCredit } from './credit/credit.ts';
 import { createSpool, replaySpool, type Spool } from './credit/spool.ts';
@@ -138,6 +140,7 @@ export function createGateway(d: GatewayDeps): Gateway {
     failed: createFailedAuthLimiter(config.auth.failedPerMinute),
     clientAddress,
     onFailure: (reason) => metrics.authFailures.inc({ reason }),
+    now,
   });
   const keyTable = createKeyTable({ store, now, maxPerAccount: config.limits.maxKeysPerAccount });
   const accounts = createAccountService({ store, now });
@@ -196,6 +199,7 @@ export function createGateway(d: GatewayDeps): Gateway {
     meteredRoute(metered, COMPLETIONS_ENDPOINT),
     meteredRoute(metered, EMBEDDINGS_ENDPOINT),
     ...modelRoutes({ models: config.models }),
+    ...keyInfoRoutes({ store, now, rateLimits: config.rateLimits }),
     ...shareRoutes({
       metrics,
       bodyBudget,
@@ -227,7 +231,12 @@ export function createGateway(d: GatewayDeps): Gateway {
   const describe = () => (openapi ??= openApiDocument({ version: VERSION, publicRoutes, adminRoutes }));
   const adminRoutes: Route[] = [
     ...opsRoutes({ metrics, store, cluster: d.cluster, openapi: describe, warmUp }),
-    ...keyRoutes({ keys: keyTable, models: config.models.map((m) => m.name), lastUsed: (account) => usage.lastUsed(account) }),
+    ...keyRoutes({
+      keys: keyTable,
+      models: config.models.map((m) => m.name),
+      lastUsed: (account) => usage.lastUsed(account),
+      budget: (r) => budgetView(store, r, now()),
+    }),
     ...accountRoutes({ accounts }),
     ...usageRoutes({ usage, rebuild, now, retentionDays: config.usage.retentionDays }),
     ...ledgerRoutes({ exporter }),

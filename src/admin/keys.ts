@@ -7,6 +7,8 @@ import type { Route } from '../http/router.ts';
 import type { RequestContext } from '../http/context.ts';
 import { publicKey, type KeyTable } from '../auth/key-table.ts';
 import { ACCOUNT_ID, ACCOUNT_ID_PATTERN, SCOPES, type KeyRecord, type RateLimitOverride, type Scope } from '../store/types.ts';
+import { BUDGET_SCHEMA, EXPIRES_AT_SCHEMA, budgetField, expiresAtField, keyControlRoutes } from './key-controls.ts';
+import type { BudgetView } from '../credit/budget.ts';
 
 const MAX_ADMIN_BODY = 64 * 1024;
 
@@ -78,6 +80,15 @@ export const KEY_SCHEMA: Record<string, unknown> = {
       type: ['string', 'null'],
       description: 'ISO minute of the last request (SPEC §10; lags by ≤ 2 s); null before the first',
     },
+    expires_at: EXPIRES_AT_SCHEMA,
+    budget: {
+      ...BUDGET_SCHEMA,
+      required: ['limit_micros', 'period', 'spent_micros'],
+      properties: {
+        ...BUDGET_SCHEMA.properties,
+        spent_micros: { type: 'integer', description: "What the key's settled requests debited in the current UTC period" },
+      },
+    },
   },
 };
 
@@ -93,6 +104,8 @@ function createKeySchema(models: readonly string[]): Record<string, unknown> {
       scopes: { type: 'array', items: { enum: [...SCOPES] } },
       models: { type: 'array', items: { enum: [...models] } },
       rate_limits: RATE_LIMITS_SCHEMA,
+      expires_at: EXPIRES_AT_SCHEMA,
+      budget: BUDGET_SCHEMA,
     },
   };
 }
@@ -105,6 +118,8 @@ const PATCH_KEY_SCHEMA = {
     active: { type: 'boolean' },
     rate_limits: RATE_LIMITS_SCHEMA,
     scopes: { type: 'array', items: { enum: [...SCOPES] } },
+    expires_at: EXPIRES_AT_SCHEMA,
+    budget: BUDGET_SCHEMA,
   },
 };
 
@@ -114,24 +129,41 @@ export function keyRoutes(d: {
   models: readonly string[];
   /** key id → ISO minute of its last request, per account (SPEC §10, src/usage/). */
   lastUsed: (account: string) => Promise<Record<string, string>>;
+  /** A key's budget with its spend in the current period (credit/budget.ts budgetView); null without one. */
+  budget?: (r: KeyRecord) => Promise<BudgetView | null>;
 }): Route[] {
-  /** A key's public view with its last use (null until its first request was flushed). */
-  const withUse = async (r: KeyRecord) => ({ ...publicKey(r), last_used_at: (await d.lastUsed(r.account))[r.id] ?? null });
+  const budgetOf = (r: KeyRecord) => (d.budget && r.budget ? d.budget(r) : Promise.resolve(r.budget ?? null));
+  /** A key's public view with its last use (null until its first request was flushed) and its budget's spend. */
+  const withUse = async (r: KeyRecord) => {
+    const [used, budget] = await Promise.all([d.lastUsed(r.account), budgetOf(r)]);
+    return { ...publicKey(r), budget, last_used_at: used[r.id] ?? null };
+  };
 
   async function create(ctx: RequestContext) {
     const { value } = await readJson(ctx.req, MAX_ADMIN_BODY);
     const issues = new Issues();
     if (!rootObject(value, issues)) return issues.done();
-    forbidExtra(value, ['account', 'env', 'name', 'scopes', 'models', 'rate_limits'], ['body'], issues);
+    forbidExtra(value, ['account', 'env', 'name', 'scopes', 'models', 'rate_limits', 'expires_at', 'budget'], ['body'], issues);
     const account = accountField(value, 'account', ['body'], issues);
     const env = literal(value, 'env', ['live', 'test'] as const, ['body'], issues, true);
     const name = str(value, 'name', ['body'], issues, { required: true, minLength: 1, maxLength: 200 });
     const scopes = stringList(value, 'scopes', issues, SCOPES) as Scope[] | undefined;
     const models = stringList(value, 'models', issues, d.models);
     const rate_limits = rateLimitsField(value, issues);
+    const expires_at = expiresAtField(value, issues);
+    const budget = budgetField(value, issues);
     issues.done();
-    const { key, record } = await d.keys.create({ account: account!, env: env!, name: name!, scopes, models, rate_limits });
-    sendJson(ctx.res, 201, { key, ...publicKey(record), last_used_at: null });
+    const { key, record } = await d.keys.create({
+      account: account!,
+      env: env!,
+      name: name!,
+      scopes,
+      models,
+      rate_limits,
+      expires_at,
+      budget,
+    });
+    sendJson(ctx.res, 201, { key, ...publicKey(record), budget: await budgetOf(record), last_used_at: null });
   }
 
   async function listKeys(ctx: RequestContext) {
@@ -140,7 +172,8 @@ export function keyRoutes(d: {
     const account = str(q, 'account', ['query'], issues, { required: true, minLength: 1, maxLength: 128 });
     issues.done();
     const [records, used] = await Promise.all([d.keys.list(account!), d.lastUsed(account!)]);
-    sendJson(ctx.res, 200, { data: records.map((r) => ({ ...publicKey(r), last_used_at: used[r.id] ?? null })) });
+    const budgets = await Promise.all(records.map(budgetOf));
+    sendJson(ctx.res, 200, { data: records.map((r, i) => ({ ...publicKey(r), budget: budgets[i], last_used_at: used[r.id] ?? null })) });
   }
 
   async function getKey(ctx: RequestContext) {
@@ -153,13 +186,17 @@ export function keyRoutes(d: {
     const { value } = await readJson(ctx.req, MAX_ADMIN_BODY);
     const issues = new Issues();
     if (!rootObject(value, issues)) return issues.done();
-    forbidExtra(value, ['name', 'active', 'rate_limits', 'scopes'], ['body'], issues);
+    forbidExtra(value, ['name', 'active', 'rate_limits', 'scopes', 'expires_at', 'budget'], ['body'], issues);
     const name = str(value, 'name', ['body'], issues, { minLength: 1, maxLength: 200 });
     const active = bool(value, 'active', ['body'], issues);
     const rate_limits = rateLimitsField(value, issues);
     const scopes = stringList(value, 'scopes', issues, SCOPES) as Scope[] | undefined;
+    const expires_at = expiresAtField(value, issues);
+    const budget = budgetField(value, issues);
     issues.done();
     const patch = {
+      ...(expires_at !== undefined && { expires_at }),
+      ...(budget !== undefined && { budget }),
       ...(scopes !== undefined && { scopes }),
       ...(name !== undefined && { name }),
       ...(active !== undefined && { active }),
@@ -224,10 +261,11 @@ export function keyRoutes(d: {
       admin: true,
       doc: {
         ...admin,
-        summary: 'Rename, disable or enable a key, set its rate limits, or replace its scopes',
+        summary: 'Rename, disable or enable a key, set its rate limits, expiry or budget, or replace its scopes',
         body: PATCH_KEY_SCHEMA,
         responses: { 200: { description: 'The key', schema: KEY_SCHEMA }, ...ADMIN_ERRORS },
       },
     },
+    ...keyControlRoutes({ keys: d.keys, withUse, budgetOf }),
   ];
 }

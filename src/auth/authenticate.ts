@@ -15,8 +15,9 @@ import type { ClientAddress } from '../http/client-address.ts';
 import type { KeyCache } from './key-cache.ts';
 import { hashKey, isWellFormedKey } from './keys.ts';
 import type { KeyRecord, Scope } from '../store/types.ts';
+import { isExpired } from './key-table.ts';
 
-export type AuthFailure = 'missing' | 'malformed' | 'unknown' | 'disabled' | 'throttled';
+export type AuthFailure = 'missing' | 'malformed' | 'unknown' | 'disabled' | 'expired' | 'throttled';
 
 export interface Authenticator {
   /** The key record of the request's bearer key, or a 401/429 GatewayError. */
@@ -42,14 +43,26 @@ export function createAuthenticator(d: {
   failed: FailedAuthLimiter;
   clientAddress?: ClientAddress;
   onFailure?: (reason: AuthFailure) => void;
+  /**
+   * The clock `expires_at` is checked against (SPEC §15). Checked on every authentication, cached
+   * record or not, so an expiry takes effect on every instance at once, with no invalidation.
+   */
+  now?: () => number;
 }): Authenticator {
+  const now = d.now ?? Date.now;
+  /** Usable now: active and not past its expiry (keys without one pay a null check). */
+  const usable = (r: KeyRecord | null | undefined): r is KeyRecord => !!r?.active && (r.expires_at == null || !isExpired(r, now()));
+  const badReason = (r: KeyRecord): AuthFailure => (r.active ? 'expired' : 'disabled');
   const addressOf: ClientAddress = d.clientAddress ?? ((req) => req.socket.remoteAddress ?? 'unknown');
   async function refuse(address: string, reason: AuthFailure): Promise<never> {
     d.onFailure?.(reason);
     const wait = await d.failed.fail(address);
     if (wait > 0) throw throttled(wait);
     if (reason === 'missing') throw new GatewayError('missing_api_key', 'Missing API key: send it as Authorization: Bearer <key>.');
-    throw new GatewayError('invalid_api_key', reason === 'disabled' ? 'This API key is disabled.' : 'Invalid API key.');
+    throw new GatewayError(
+      'invalid_api_key',
+      reason === 'disabled' ? 'This API key is disabled.' : reason === 'expired' ? 'This API key has expired.' : 'Invalid API key.',
+    );
   }
 
   return {
@@ -59,12 +72,12 @@ export function createAuthenticator(d: {
       const key = m[1]!;
       const hash = isWellFormedKey(key) ? hashKey(key) : undefined;
       const cached = hash === undefined ? undefined : d.keys.peek(hash);
-      if (cached?.active) return cached;
+      if (usable(cached)) return cached;
       if (hash !== undefined && cached === undefined) {
         // Not known here yet: looked up whatever the address sent, so a valid key is never refused.
         const record = await d.keys.lookup(hash);
-        if (record?.active) return record;
-        return refuse(addressOf(req), record ? 'disabled' : 'unknown');
+        if (usable(record)) return record;
+        return refuse(addressOf(req), record ? badReason(record) : 'unknown');
       }
       // Malformed or known bad: past the limit, 429 without a store lookup.
       const address = addressOf(req);
@@ -73,7 +86,7 @@ export function createAuthenticator(d: {
         d.onFailure?.('throttled');
         throw throttled(wait);
       }
-      return refuse(address, hash === undefined ? 'malformed' : cached === null ? 'unknown' : 'disabled');
+      return refuse(address, hash === undefined ? 'malformed' : cached == null ? 'unknown' : badReason(cached));
     },
   };
 }

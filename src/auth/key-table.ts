@@ -5,7 +5,16 @@
  */
 import { GatewayError } from '../http/errors.ts';
 import { generateKey, generateKeyId, hashKey } from './keys.ts';
-import { SCOPES, type KeyEnv, type KeyPatch, type KeyRecord, type RateLimitOverride, type Scope, type Store } from '../store/types.ts';
+import {
+  SCOPES,
+  type KeyBudget,
+  type KeyEnv,
+  type KeyPatch,
+  type KeyRecord,
+  type RateLimitOverride,
+  type Scope,
+  type Store,
+} from '../store/types.ts';
 
 export interface NewKey {
   account: string;
@@ -14,6 +23,8 @@ export interface NewKey {
   scopes?: Scope[] | undefined;
   models?: string[] | undefined;
   rate_limits?: RateLimitOverride | null | undefined;
+  expires_at?: string | null | undefined;
+  budget?: KeyBudget | null | undefined;
 }
 
 /** The public view of a record (no version), in SPEC §2a's field order. */
@@ -29,7 +40,14 @@ export function publicKey(r: KeyRecord) {
     rate_limits: r.rate_limits,
     created_at: r.created_at,
     last4: r.last4,
+    expires_at: r.expires_at ?? null,
+    budget: r.budget ?? null,
   };
+}
+
+/** True when the key's `expires_at` has passed at `nowMs` (SPEC §15: refused like a disabled key). */
+export function isExpired(r: KeyRecord, nowMs: number): boolean {
+  return r.expires_at != null && Date.parse(r.expires_at) <= nowMs;
 }
 
 export interface KeyTable {
@@ -39,6 +57,13 @@ export interface KeyTable {
   get(id: string): Promise<KeyRecord | null>;
   list(account: string): Promise<KeyRecord[]>;
   update(id: string, patch: KeyPatch): Promise<KeyRecord | null>;
+  /** Deletes the key for good (SPEC §15): gone from every list, its hash refused on every instance; false when unknown. */
+  delete(id: string): Promise<boolean>;
+  /**
+   * Rolls a key (SPEC §15): a new key with the old one's account, env, name, scopes, models, rate limits
+   * and budget, while the old one expires `graceSeconds` from now (or earlier, if it already would).
+   */
+  roll(id: string, graceSeconds: number): Promise<{ key: string; record: KeyRecord; previous: KeyRecord } | null>;
 }
 
 /**
@@ -63,6 +88,8 @@ export function createKeyTable(d: { store: Store; now: () => number; maxPerAccou
         created_at: new Date(d.now()).toISOString(),
         last4: key.slice(-4),
         version: 1,
+        ...(k.expires_at != null && { expires_at: k.expires_at }),
+        ...(k.budget != null && { budget: k.budget }),
       };
       if (!(await d.store.createKey(hashKey(key), record, d.maxPerAccount))) {
         throw new GatewayError(
@@ -84,6 +111,30 @@ export function createKeyTable(d: { store: Store; now: () => number; maxPerAccou
       if (!r) return null;
       await d.store.publish({ kind: 'key', hash: r.hash, version: r.record.version });
       return r.record;
+    },
+    async delete(id) {
+      const r = await d.store.deleteKey(id);
+      if (!r) return false;
+      // A version above the last one: a read racing the delete cannot put the old record back in a cache.
+      await d.store.publish({ kind: 'key', hash: r.hash, version: r.record.version + 1 });
+      return true;
+    },
+    async roll(id, graceSeconds) {
+      const old = await this.get(id);
+      if (!old) return null;
+      const made = await this.create({
+        account: old.account,
+        env: old.env,
+        name: old.name,
+        scopes: old.scopes,
+        models: old.models,
+        rate_limits: old.rate_limits,
+        budget: old.budget ?? null,
+      });
+      const graceEnd = d.now() + graceSeconds * 1000;
+      const current = old.expires_at == null ? Infinity : Date.parse(old.expires_at);
+      const previous = graceEnd < current ? await this.update(id, { expires_at: new Date(graceEnd).toISOString() }) : old;
+      return { ...made, previous: previous ?? old };
     },
   };
 }

@@ -1,5 +1,8 @@
-/** `tollgate keys …`: create, list, show, disable, enable, rename and per-key limits (SPEC §2, §2a). */
-import { expectPositionals, needString, optList, optPositiveInt, UsageError, type Values } from './args.ts';
+/**
+ * `tollgate keys …`: create, list, show, disable, enable, rename, per-key limits (SPEC §2, §2a), and the
+ * controls of SPEC §15: expiry, budget, roll and delete (docs/keys.md).
+ */
+import { expectPositionals, needString, optList, optPositiveInt, optString, UsageError, type Values } from './args.ts';
 import type { CliContext, CommandGroup } from './context.ts';
 import { cell, fields, json, table } from './output.ts';
 
@@ -18,6 +21,8 @@ interface KeyBody {
   rate_limits: { requests_per_minute?: number; tokens_per_minute?: number } | null;
   created_at: string;
   last4: string;
+  expires_at?: string | null;
+  budget?: { limit_micros: number; period: string; spent_micros?: number } | null;
 }
 
 /** Only the last four characters are ever shown after creation: enough to tell keys apart in logs. */
@@ -49,7 +54,36 @@ function keyFields(k: KeyBody): Array<[string, string]> {
     ['models', k.models.length ? k.models.join(',') : 'all'],
     ['rate_limits', limits(k)],
     ['created_at', k.created_at],
+    ['expires_at', k.expires_at ?? 'never'],
+    ['budget', budgetText(k)],
   ];
+}
+
+/** `spent / limit micro-credits per period`, or `none`. */
+function budgetText(k: KeyBody): string {
+  const b = k.budget;
+  if (!b) return 'none';
+  const per = b.period === 'total' ? 'in total' : `per ${b.period} (UTC)`;
+  return `${b.spent_micros ?? 0} of ${b.limit_micros} micro-credits ${per}`;
+}
+
+const PERIODS = ['day', 'month', 'total'];
+
+/** `--budget-micros N --budget-period P` (or `--limit-micros/--period` for `keys budget`) as a budget, or undefined. */
+function budgetOption(values: Values, limitName: string, periodName: string): { limit_micros: number; period: string } | undefined {
+  const limit = optString(values, limitName);
+  const period = optString(values, periodName);
+  if (limit === undefined && period === undefined) return undefined;
+  if (limit === undefined || !/^\d+$/.test(limit) || !Number.isSafeInteger(Number(limit)))
+    throw new UsageError(`--${limitName} must be an integer ≥ 0, got ${JSON.stringify(limit ?? '')}`, G);
+  if (period === undefined || !PERIODS.includes(period))
+    throw new UsageError(`--${periodName} must be one of ${PERIODS.join(', ')}, got ${JSON.stringify(period ?? '')}`, G);
+  return { limit_micros: Number(limit), period };
+}
+
+/** An ISO 8601 time for `--expires-at`, sent as given (the API checks and normalises it); `never` = null. */
+function expiresAt(v: string): string | null {
+  return v === 'never' ? null : v;
 }
 
 function printKey(ctx: CliContext, k: KeyBody): void {
@@ -80,10 +114,13 @@ export const keysGroup: CommandGroup = {
     '--scopes: any of chat,models,shares,embeddings (default all). --models: allow-list of model names (default all).',
     "`keys scopes` replaces the key's scopes: how a key made before a scope existed (embeddings) is granted it.",
     "`keys limits` replaces the key's override: limits left out fall back to the config defaults.",
+    '--expires-at: ISO 8601 with a zone (2026-12-31T23:59:59Z); past it the key answers 401 everywhere within 1 s.',
+    '--budget-micros N --budget-period day|month|total: what the key may debit per UTC period (402 key_budget_exceeded past it).',
+    '`keys roll` prints the new key once; the old one keeps working for --grace seconds (default 0). `keys delete` needs --yes.',
   ],
   commands: {
     create: {
-      args: '--account A --env live|test --name N [--scopes chat,models] [--models m1,m2] [--rpm N] [--tpm N]',
+      args: '--account A --env live|test --name N [--scopes chat,models] [--models m1,m2] [--rpm N] [--tpm N] [--expires-at ISO] [--budget-micros N --budget-period day|month|total]',
       summary: 'create a key and print it (the only time the full key is shown)',
       options: {
         account: { type: 'string' },
@@ -92,6 +129,9 @@ export const keysGroup: CommandGroup = {
         scopes: { type: 'string' },
         models: { type: 'string' },
         ...LIMIT_OPTIONS,
+        'expires-at': { type: 'string' },
+        'budget-micros': { type: 'string' },
+        'budget-period': { type: 'string' },
       },
       async run(ctx, pos) {
         expectPositionals(pos, [], G);
@@ -103,7 +143,18 @@ export const keysGroup: CommandGroup = {
         const scopes = optList(v, 'scopes');
         const models = optList(v, 'models');
         const rate_limits = rateLimits(v);
-        const body = { account, env, name, ...(scopes && { scopes }), ...(models && { models }), ...(rate_limits && { rate_limits }) };
+        const exp = optString(v, 'expires-at');
+        const budget = budgetOption(v, 'budget-micros', 'budget-period');
+        const body = {
+          account,
+          env,
+          name,
+          ...(scopes && { scopes }),
+          ...(models && { models }),
+          ...(rate_limits && { rate_limits }),
+          ...(exp !== undefined && { expires_at: expiresAt(exp) }),
+          ...(budget && { budget }),
+        };
         const { body: k } = await ctx.admin().call('POST', '/admin/keys', body);
         const key = k as KeyBody;
         ctx.io.out(ctx.json ? json(key) : fields(keyFields(key)));
@@ -122,7 +173,7 @@ export const keysGroup: CommandGroup = {
         const keys = (body as { data: KeyBody[] }).data;
         ctx.io.out(
           table(
-            ['id', 'env', 'active', 'key', 'scopes', 'models', 'rate_limits', 'created_at', 'name'],
+            ['id', 'env', 'active', 'key', 'scopes', 'models', 'rate_limits', 'created_at', 'expires_at', 'budget', 'name'],
             keys.map((k) => [
               k.id,
               k.env,
@@ -132,6 +183,8 @@ export const keysGroup: CommandGroup = {
               k.models.length ? k.models.join(',') : 'all',
               limits(k),
               k.created_at,
+              k.expires_at ?? 'never',
+              k.budget ? `${k.budget.spent_micros ?? 0}/${k.budget.limit_micros} per ${k.budget.period}` : 'none',
               cell(k.name),
             ]),
           ),
@@ -182,6 +235,57 @@ export const keysGroup: CommandGroup = {
         if (clear && rate_limits) throw new UsageError('--clear cannot be combined with --rpm/--tpm', G);
         if (!clear && !rate_limits) throw new UsageError('give --rpm and/or --tpm, or --clear', G);
         await patch(ctx, id!, { rate_limits: clear ? null : rate_limits });
+      },
+    },
+    expire: {
+      args: '<id> <ISO time|never>',
+      summary: 'set when the key expires (401 invalid_api_key from then on), or never',
+      async run(ctx, pos) {
+        const [id, at] = expectPositionals(pos, ['id', 'time'], G);
+        await patch(ctx, id!, { expires_at: expiresAt(at!) });
+      },
+    },
+    budget: {
+      args: '<id> --limit-micros N --period day|month|total | --clear',
+      summary: "set the key's budget (what it may debit per UTC period), or --clear it",
+      options: { 'limit-micros': { type: 'string' }, period: { type: 'string' }, clear: { type: 'boolean' } },
+      async run(ctx, pos) {
+        const [id] = expectPositionals(pos, ['id'], G);
+        const budget = budgetOption(ctx.values, 'limit-micros', 'period');
+        const clear = ctx.values.clear === true;
+        if (clear && budget) throw new UsageError('--clear cannot be combined with --limit-micros/--period', G);
+        if (!clear && !budget) throw new UsageError('give --limit-micros and --period, or --clear', G);
+        await patch(ctx, id!, { budget: clear ? null : budget });
+      },
+    },
+    roll: {
+      args: '<id> [--grace SECONDS]',
+      summary: 'a new key with the same settings (printed once); the old one expires after the grace period',
+      options: { grace: { type: 'string' } },
+      async run(ctx, pos) {
+        const [id] = expectPositionals(pos, ['id'], G);
+        const g = optString(ctx.values, 'grace');
+        if (g !== undefined && !/^\d+$/.test(g))
+          throw new UsageError(`--grace must be a number of seconds ≥ 0, got ${JSON.stringify(g)}`, G);
+        const { body } = await ctx.admin().call('POST', `/admin/keys/${encodeURIComponent(id!)}/roll`, {
+          ...(g !== undefined && { expires_in_seconds: Number(g) }),
+        });
+        const k = body as KeyBody & { previous: { id: string; expires_at: string | null } };
+        ctx.io.out(
+          ctx.json ? json(k) : fields([...keyFields(k), ['previous', `${k.previous.id} expires ${k.previous.expires_at ?? 'never'}`]]),
+        );
+        ctx.io.err('warning: this is the only time the new key is shown; store it now, it cannot be shown again.');
+      },
+    },
+    delete: {
+      args: '<id> --yes',
+      summary: 'delete a key for good (refused on every instance within 1 s; cannot be undone)',
+      options: { yes: { type: 'boolean' } },
+      async run(ctx, pos) {
+        const [id] = expectPositionals(pos, ['id'], G);
+        if (ctx.values.yes !== true) throw new UsageError('deleting a key cannot be undone: add --yes', G);
+        await ctx.admin().call('DELETE', `/admin/keys/${encodeURIComponent(id!)}`);
+        ctx.io.out(ctx.json ? json({ id, deleted: true }) : `deleted ${id}`);
       },
     },
     scopes: {

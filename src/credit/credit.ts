@@ -14,12 +14,12 @@
 import type { Config } from '../config/schema.ts';
 import { GatewayError } from '../http/errors.ts';
 import type { Logger } from '../obs/logger.ts';
-import type { SettleInput, SettleResult, Store } from '../store/types.ts';
+import type { BudgetCharge, SettleInput, SettleResult, Store } from '../store/types.ts';
 import type { Spool } from './spool.ts';
 
 export interface Credit {
   /** Takes the hold or throws 402 `insufficient_credit` (503 `store_unavailable` when the store is down). */
-  hold(account: string, requestId: string, amountMicros: number, expiresAtMs: number): Promise<void>;
+  hold(account: string, requestId: string, amountMicros: number, expiresAtMs: number, budget?: BudgetCharge): Promise<void>;
   /** Settles now, or keeps retrying in the background; resolves with the result once it landed. */
   settle(input: SettleInput): Promise<SettleResult | undefined>;
   /**
@@ -181,8 +181,16 @@ export function createCredit(d: CreditDeps): Credit {
   }
 
   return {
-    async hold(account, requestId, amountMicros, expiresAtMs) {
-      const r = await d.store.hold(account, requestId, amountMicros, Math.ceil(expiresAtMs));
+    async hold(account, requestId, amountMicros, expiresAtMs, budget) {
+      const r = await d.store.hold(account, requestId, amountMicros, Math.ceil(expiresAtMs), budget);
+      if (!r.ok && r.budget && budget) {
+        const left = Math.max(0, budget.limitMicros - r.budget.used_micros);
+        throw new GatewayError(
+          'key_budget_exceeded',
+          `This API key's budget is exhausted: this request needs a hold of ${amountMicros} micro-credits and ${left} of the key's ${budget.limitMicros} are left this period.`,
+          { headers: { 'x-should-retry': 'false' } },
+        );
+      }
       if (!r.ok) {
         const available = r.balance_micros - r.held_micros;
         throw new GatewayError(

@@ -11,6 +11,7 @@ export const ERROR_CODES = {
   invalid_admin_token: { status: 401, type: 'authentication_error' },
   invalid_request: { status: 400, type: 'invalid_request_error' },
   insufficient_credit: { status: 402, type: 'insufficient_credit' },
+  key_budget_exceeded: { status: 402, type: 'insufficient_credit' },
   permission_denied: { status: 403, type: 'permission_error' },
   not_found: { status: 404, type: 'invalid_request_error' },
   model_not_found: { status: 404, type: 'invalid_request_error' },

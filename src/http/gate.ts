@@ -41,7 +41,7 @@ export function createGate(d: GateDeps): Gate {
       return limits.admit(ctx, estimatedTokens);
     };
     try {
-      requireScope(key, scope);
+      if (scope !== 'any') requireScope(key, scope);
       d.concurrency.enter(key.id, ctx.res);
       if (!route.meteredAdmit) await admit();
       else ctx.admit = admit;

@@ -14,8 +14,11 @@ export interface Route {
   handler: Handler;
   /** The route's OpenAPI description (openapi.ts); every gateway route has one (a test checks). */
   doc?: RouteDoc;
-  /** Key-authenticated with this scope: the edge's gate authenticates, checks the scope, and admits (gate.ts). */
-  auth?: Scope;
+  /**
+   * Key-authenticated with this scope: the edge's gate authenticates, checks the scope, and admits (gate.ts).
+   * `any`: any valid key, no scope (GET /v1/key).
+   */
+  auth?: Scope | 'any';
   /** With `auth`: the handler admits itself with its token estimate (`ctx.admit`) once it has read the body. */
   meteredAdmit?: true;
   /** Admin-token authenticated: the edge's gate checks the token before the handler runs. */

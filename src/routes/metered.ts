@@ -16,6 +16,7 @@ import type { Config, Endpoint, ModelConfig } from '../config/schema.ts';
 import type { BodyBudget } from '../limits/body-budget.ts';
 import { holdTtlMs as holdTtlOf, type Credit } from '../credit/credit.ts';
 import { costMicros } from '../credit/pricing.ts';
+import { budgetCharge } from '../credit/budget.ts';
 import { createHeaderPolicy } from '../upstream/headers.ts';
 import { ClientGoneError, forward, type Answered } from '../upstream/forward.ts';
 import type { UpstreamCall } from '../upstream/call.ts';
@@ -143,6 +144,8 @@ export function meteredRoute<B extends { model: string }>(d: MeteredDeps, ep: Me
     const live = key.env === 'live';
     // The settle names its hold's expiry: that is where the store finds the hold (docs/ledger.md).
     const holdExpiresAtMs = Math.ceil(d.now() + holdTtlMs);
+    // A key with a budget (SPEC §15): its period counter is charged by the hold and the settle; none otherwise.
+    const budget = live && key.budget ? budgetCharge(key.id, key.budget, d.now()) : undefined;
     /** The request's one settle (SPEC §4): not awaited by the response, tracked for shutdown, retried until it lands. */
     const settle = (b: Billed, costMicros: number) =>
       void d.credit.settle({
@@ -156,11 +159,12 @@ export function meteredRoute<B extends { model: string }>(d: MeteredDeps, ep: Me
         usageSource: b.source,
         ts: isoTime(d.now()),
         holdExpiresAtMs,
+        ...(budget && { budget }),
       });
     if (live) {
       const hold = costMicros(model.price, promptEstimate, output.total);
       try {
-        await d.credit.hold(key.account, ctx.requestId, hold, holdExpiresAtMs);
+        await d.credit.hold(key.account, ctx.requestId, hold, holdExpiresAtMs, budget);
       } catch (err) {
         // The hold may have run in Redis after our command timed out: settle at 0 in the background (it lands
         // behind the hold, is idempotent, and stops a late hold), so the credit is not locked until the reaper.

@@ -51,6 +51,20 @@ export interface MemoryStoreOptions {
 
 const clone = <T>(v: T): T => structuredClone(v);
 
+/** A key budget counter: settled spend and open holds by hold bucket due time (lua/hold.lua's `s`, `h<due>`). */
+interface BudgetCounter {
+  spent: number;
+  held: Map<number, number>;
+  expireAt: number | null;
+}
+
+/** The open holds of a counter: those whose bucket is not due yet (the reaper released the others). */
+function openHeld(c: BudgetCounter, nowMs: number): number {
+  let held = 0;
+  for (const [due, amount] of c.held) if (due > nowMs) held += amount;
+  return held;
+}
+
 /** Creates an embedded store; `now` is the clock used for ledger entry ids. */
 export function createMemoryStore(now: () => number = Date.now, opts: MemoryStoreOptions = {}): Store {
   const holdTtlMs = opts.holdTtlMs ?? 660_000;
@@ -64,6 +78,7 @@ export function createMemoryStore(now: () => number = Date.now, opts: MemoryStor
   const shares = new Map<string, ShareRecord>();
   // Per account: the bytes of each live share counted against its quota.
   const quotas = new Map<string, Map<string, number>>();
+  const budgets = new Map<string, BudgetCounter>();
   const bus = new EventEmitter();
   const exported = memoryExportStore({
     now,
@@ -101,6 +116,18 @@ export function createMemoryStore(now: () => number = Date.now, opts: MemoryStor
     let b = a.buckets.get(due);
     if (!b) a.buckets.set(due, (b = new Map()));
     return b;
+  }
+
+  /** A key's budget counter of one period (the Redis store's `{acct:<id>}:kb:<key>:<period>`), dropped once expired. */
+  function budgetOf(acct: string, keyId: string, period: string, make: boolean): BudgetCounter | undefined {
+    const k = `${acct}|${keyId}|${period}`;
+    let c = budgets.get(k);
+    if (c && c.expireAt !== null && c.expireAt <= now()) {
+      budgets.delete(k);
+      c = undefined;
+    }
+    if (!c && make) budgets.set(k, (c = { spent: 0, held: new Map(), expireAt: null }));
+    return c;
   }
 
   function append(a: Account, e: Omit<LedgerEntry, 'id'>): string {
@@ -142,8 +169,23 @@ export function createMemoryStore(now: () => number = Date.now, opts: MemoryStor
       if (patch.active !== undefined) r.active = patch.active;
       if (patch.rate_limits !== undefined) r.rate_limits = patch.rate_limits;
       if (patch.scopes !== undefined) r.scopes = [...patch.scopes];
+      if (patch.expires_at !== undefined) r.expires_at = patch.expires_at;
+      if (patch.budget !== undefined) r.budget = patch.budget && { ...patch.budget };
       r.version++;
       return { record: clone(r), hash };
+    },
+    async deleteKey(id) {
+      const hash = hashById.get(id);
+      const r = hash && keysByHash.get(hash);
+      if (!hash || !r) return null;
+      keysByHash.delete(hash);
+      hashById.delete(id);
+      budgets.delete(`${r.account}|${id}|t`);
+      return { record: clone(r), hash };
+    },
+    async keySpend(acct, keyId, period, nowMs) {
+      const c = budgetOf(acct, keyId, period, false);
+      return { spent_micros: c?.spent ?? 0, held_micros: c ? openHeld(c, nowMs) : 0 };
     },
 
     async grant(acct, amount, idempotencyKey, note, ts): Promise<GrantResult> {
@@ -173,15 +215,26 @@ export function createMemoryStore(now: () => number = Date.now, opts: MemoryStor
       }
       return list.slice(start, start + limit).map(clone);
     },
-    async hold(acct, requestId, amount, expiresAt): Promise<HoldResult> {
+    async hold(acct, requestId, amount, expiresAt, budget): Promise<HoldResult> {
       const a = account(acct);
       const result = (ok: boolean): HoldResult => ({ ok, balance_micros: a.balance, held_micros: a.held });
       const due = bucketDue(expiresAt, bucketMs);
       if (a.reaped !== undefined && due <= a.reaped) return result(false);
       if (a.buckets.get(due)?.has(requestId)) return result(true);
       if (a.balance - a.held < amount) return result(false);
+      let counter: BudgetCounter | undefined;
+      if (budget) {
+        // The key's period spend plus its open holds plus this one, against the limit (lua/hold.lua).
+        counter = budgetOf(acct, budget.keyId, budget.period, true)!;
+        counter.expireAt = budget.expireAtMs;
+        const nowMs = now();
+        for (const d of counter.held.keys()) if (d <= nowMs) counter.held.delete(d);
+        const used = counter.spent + openHeld(counter, nowMs);
+        if (used + amount > budget.limitMicros) return { ...result(false), budget: { used_micros: used } };
+      }
       a.held += amount;
       bucketOf(a, due).set(requestId, { state: 'open', amount, keepUntil: Infinity });
+      if (counter) counter.held.set(due, (counter.held.get(due) ?? 0) + amount);
       return result(true);
     },
     async settle(i: SettleInput): Promise<SettleResult> {
@@ -205,6 +258,15 @@ export function createMemoryStore(now: () => number = Date.now, opts: MemoryStor
         a.held -= r.amount;
       }
       a.balance -= i.costMicros;
+      if (i.budget) {
+        // The actual cost joins the period's spend; the hold's part of the key's open holds goes (lua/settle.lua).
+        const c = budgetOf(i.account, i.budget.keyId, i.budget.period, true)!;
+        c.spent += i.costMicros;
+        c.expireAt = i.budget.expireAtMs;
+        const left = (c.held.get(due) ?? 0) - holdAmount;
+        if (left > 0) c.held.set(due, left);
+        else c.held.delete(due);
+      }
       const entryId = append(a, {
         ts: i.ts,
         kind: 'debit',

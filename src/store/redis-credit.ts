@@ -26,7 +26,10 @@ export interface RedisCreditDeps {
   /** The script pipe on a single node; undefined on Cluster or Sentinel (ioredis carries everything). */
   pipe: ScriptPipe | undefined;
   /** The store's defineCommand scripts by name (redis-store.ts SCRIPTS). */
-  scripts: Record<'tgHold' | 'tgSettle3' | 'tgSettle5' | 'tgReapBucket3' | 'tgReapBucket' | 'tgLegacyReap', ScriptFn>;
+  scripts: Record<
+    'tgHold' | 'tgHold3' | 'tgSettle3' | 'tgSettle4' | 'tgSettle5' | 'tgSettle6' | 'tgReapBucket3' | 'tgReapBucket' | 'tgLegacyReap',
+    ScriptFn
+  >;
   /** hold.lua and settle.lua, for the pipe. */
   lua: { hold: LuaScript; settle: LuaScript };
   onError: (err: Error) => void;
@@ -137,13 +140,19 @@ export function createRedisCredit(d: RedisCreditDeps): Pick<Store, 'hold' | 'set
   }
 
   return {
-    async hold(acct, requestId, amount, expiresAt) {
+    async hold(acct, requestId, amount, expiresAt, budget) {
       const due = bucketDue(expiresAt, bucketMs);
       index(acct, due);
       const keys = [K.balance(acct), K.holdBucket(acct, due)];
-      const args = [requestId, amount, due];
-      const [code, bal, held] = (await (pipe ? pipe.run(lua.hold, keys, args) : s.tgHold(...keys, ...args))) as [number, number, number];
-      return { ok: code > 0, balance_micros: bal, held_micros: held };
+      const args: (string | number)[] = [requestId, amount, due];
+      // A key with a budget: its period counter joins the script (same slot); keys without one pay nothing.
+      if (budget) {
+        keys.push(K.keyBudget(acct, budget.keyId, budget.period));
+        args.push(budget.limitMicros, budget.expireAtMs ?? '');
+      }
+      const hold = pipe ? pipe.run(lua.hold, keys, args) : budget ? s.tgHold3(...keys, ...args) : s.tgHold(...keys, ...args);
+      const [code, bal, held, used] = (await hold) as [number, number, number, number?];
+      return { ok: code > 0, balance_micros: bal, held_micros: held, ...(code === -2 && { budget: { used_micros: used ?? 0 } }) };
     },
 
     async settle(i) {
@@ -160,13 +169,21 @@ export function createRedisCredit(d: RedisCreditDeps): Pick<Store, 'hold' | 'set
         i.completionTokens,
         i.usageSource,
       ];
-      const run = (k: string[], a: (string | number)[]) =>
-        pipe ? pipe.run(lua.settle, k, a) : k.length === 3 ? s.tgSettle3(...k, ...a) : s.tgSettle5(...k, ...a);
-      let reply = (await run(keys, args)) as [string, number, number, number, number];
+      const run = (k: string[], a: (string | number)[]) => {
+        if (pipe) return pipe.run(lua.settle, k, a);
+        if (k.length === 3) return s.tgSettle3(...k, ...a);
+        if (k.length === 4) return s.tgSettle4(...k, ...a);
+        return k.length === 5 ? s.tgSettle5(...k, ...a) : s.tgSettle6(...k, ...a);
+      };
+      // A key with a budget (settle.lua): its counter last, and always the 11 arguments.
+      const b = i.budget;
+      const budgetKeys = b ? [K.keyBudget(i.account, b.keyId, b.period)] : [];
+      const tail = (): (string | number)[] => [i.mayHaveRun ? '1' : '0', due, ...(b ? [b.expireAtMs ?? ''] : [])];
+      let reply = (await run([...keys, ...budgetKeys], b ? [...args, ...tail()] : args)) as [string, number, number, number, number];
       // No field in the bucket (rare: no hold reached it, or one of the previous layout): the whole script.
       if (reply[0] === '?') {
-        const all = [...keys, K.holds(i.account), K.settled(i.account, i.requestId)];
-        reply = (await run(all, [...args, i.mayHaveRun ? '1' : '0', due])) as typeof reply;
+        const all = [...keys, K.holds(i.account), K.settled(i.account, i.requestId), ...budgetKeys];
+        reply = (await run(all, [...args, ...tail()])) as typeof reply;
       }
       const [entryId, replayed, bal, held, fresh] = reply;
       // A settle without its hold wrote the bucket's first field, maybe: index it too (rare path).

@@ -44,3 +44,5 @@ export const exportLease = (acct: string) => `{acct:${acct}}:export:lease`;
 export const usageDay = (acct: string, day: string) => `{acct:${acct}}:usage:${day}`;
 /** An account's keys' last use: key id → ISO minute. */
 export const keysUsed = (acct: string) => `{acct:${acct}}:used`;
+/** A key's budget counter of one period (credit/budget.ts): `s` settled spend, `h<due>` open holds by bucket due time. */
+export const keyBudget = (acct: string, keyId: string, period: string) => `{acct:${acct}}:kb:${keyId}:${period}`;

@@ -3,7 +3,7 @@
  * stored hashes and stream entries become records.
  */
 import { GatewayError } from '../http/errors.ts';
-import type { KeyRecord, LedgerEntry, Scope, ShareRecord } from './types.ts';
+import type { KeyBudget, KeyRecord, LedgerEntry, Scope, ShareRecord } from './types.ts';
 
 export function unavailable(err: unknown): GatewayError {
   return new GatewayError('store_unavailable', 'The credit and key store is unavailable; try again shortly.', { cause: err });
@@ -29,6 +29,9 @@ export function parseKey(h: Record<string, string>): KeyRecord | null {
     active: h.active === '1',
     rate_limits: h.rl ? JSON.parse(h.rl) : null,
     version: Number(h.v ?? 0),
+    // Set at creation inside `rec`; a patch writes `exp`/`bud` ('' = cleared), which then win.
+    ...(h.exp !== undefined && { expires_at: h.exp || null }),
+    ...(h.bud !== undefined && { budget: h.bud ? (JSON.parse(h.bud) as KeyBudget) : null }),
   };
 }
 
@@ -53,4 +56,14 @@ export function parseShare(h: Record<string, string> | string[]): ShareRecord | 
     files: JSON.parse(o.files ?? '[]'),
     revoked_at: o.revoked_at || null,
   };
+}
+
+/**
+ * Reads a key budget counter hash (lua/hold.lua): `s` is the settled spend, each `h<due>` the open holds
+ * of one hold bucket; those due by `nowMs` were released by the reaper and no longer count.
+ */
+export function budgetCounter(h: Record<string, string>, nowMs: number): { spent_micros: number; held_micros: number } {
+  let held = 0;
+  for (const [f, v] of Object.entries(h)) if (f.startsWith('h') && Number(f.slice(1)) > nowMs) held += Number(v);
+  return { spent_micros: Number(h.s ?? 0), held_micros: Math.max(0, held) };
 }

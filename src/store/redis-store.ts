@@ -9,7 +9,7 @@ import * as K from './redis-keys.ts';
 import { createRedisCredit } from './redis-credit.ts';
 import { redisConsoleStore } from './redis-console.ts';
 import { redisExportStore } from './redis-export.ts';
-import { guard, parseEntry, parseKey, parseShare } from './redis-records.ts';
+import { budgetCounter, guard, parseEntry, parseKey, parseShare } from './redis-records.ts';
 import { limiterClient } from './limiter-client.ts';
 import { createScriptPipe, luaScript, type LuaScript, type PipeTarget, type ScriptPipe } from './script-pipe.ts';
 import {
@@ -32,6 +32,10 @@ type ScriptFn = (...args: (string | number)[]) => Promise<unknown>;
 const SCRIPTS = {
   tgGrant: ['grant', 3],
   tgHold: ['hold', 2],
+  // hold.lua and settle.lua of a key with a budget: its period counter is one more key (docs/keys.md).
+  tgHold3: ['hold', 3],
+  tgSettle4: ['settle', 4],
+  tgSettle6: ['settle', 6],
   // settle.lua with 3 keys (the common case) or 5 (the whole script). A fixed key count per command, not
   // ioredis' variable one (numberOfKeys: null): on Cluster, autopipelining groups a command by its first
   // argument, which for a variable count is the number, not a key, so a settle joined a batch bound for
@@ -226,6 +230,8 @@ export async function createRedisStore(o: RedisStoreOptions & { client?: Client 
           if (patch.active !== undefined) fields.active = patch.active ? '1' : '0';
           if (patch.rate_limits !== undefined) fields.rl = patch.rate_limits ? JSON.stringify(patch.rate_limits) : '';
           if (patch.scopes !== undefined) fields.sc = JSON.stringify(patch.scopes);
+          if (patch.expires_at !== undefined) fields.exp = patch.expires_at ?? '';
+          if (patch.budget !== undefined) fields.bud = patch.budget ? JSON.stringify(patch.budget) : '';
           const key = K.keyRecord(hash);
           const m = redis.multi();
           if (Object.keys(fields).length > 0) m.hset(key, fields);
@@ -233,9 +239,30 @@ export async function createRedisStore(o: RedisStoreOptions & { client?: Client 
           const all = res?.at(-1);
           if (!all || all[0]) throw all?.[0] ?? new Error('update failed');
           const record = parseKey(all[1] as Record<string, string>);
+          // A delete landed between the index read and the MULTI: the patch made a partial hash; drop it.
+          if (!record) await redis.del(key);
           return record ? { record, hash } : null;
         })(),
       ),
+    deleteKey: (id) =>
+      guard(
+        (async () => {
+          const hash = await redis.get(K.keyIdIndex(id));
+          if (!hash) return null;
+          const record = parseKey(await redis.hgetall(K.keyRecord(hash)));
+          if (!record) return null;
+          // Gone from the record, the id index and the account's list: the hash then finds nothing, ever.
+          // Its lifetime budget counter too (day and month counters expire on their own).
+          await Promise.all([
+            redis.del(K.keyRecord(hash)),
+            redis.del(K.keyIdIndex(id)),
+            redis.srem(K.accountKeys(record.account), id),
+            redis.del(K.keyBudget(record.account, id, 't')),
+          ]);
+          return { record, hash };
+        })(),
+      ),
+    keySpend: (acct, keyId, period, nowMs) => guard(redis.hgetall(K.keyBudget(acct, keyId, period)).then((h) => budgetCounter(h, nowMs))),
 
     grant: (acct, amount, idem, note, ts) =>
       guard(
@@ -257,7 +284,7 @@ export async function createRedisStore(o: RedisStoreOptions & { client?: Client 
           return (rows as [string, string[]][]).map(parseEntry);
         })(),
       ),
-    hold: (acct, requestId, amount, expiresAt) => guard(credit.hold(acct, requestId, amount, expiresAt)),
+    hold: (acct, requestId, amount, expiresAt, budget) => guard(credit.hold(acct, requestId, amount, expiresAt, budget)),
     settle: (i) => guard(credit.settle(i)),
     reapExpiredHolds: (nowMs, ts) => guard(credit.reapExpiredHolds(nowMs, ts)),
 

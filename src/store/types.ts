@@ -29,6 +29,32 @@ export interface KeyRecord {
   last4: string;
   /** Bumped on every change; caches never accept a record older than an invalidation they saw. */
   version: number;
+  /** ISO 8601 UTC time from which the key is refused as expired (SPEC §15); null or absent = never. */
+  expires_at?: string | null;
+  /** Spending cap per UTC period (SPEC §15); null or absent = none. */
+  budget?: KeyBudget | null;
+}
+
+export type BudgetPeriod = 'day' | 'month' | 'total';
+export const BUDGET_PERIODS: readonly BudgetPeriod[] = ['day', 'month', 'total'];
+
+/** A key's spending cap: what its requests may debit in one UTC period (docs/keys.md). */
+export interface KeyBudget {
+  limit_micros: number;
+  period: BudgetPeriod;
+}
+
+/**
+ * What a hold or settle of a budgeted key carries (credit/budget.ts): the counter of the key's period
+ * (`{acct:<id>}:kb:<key id>:<period tag>`), the limit, and when the counter may go.
+ */
+export interface BudgetCharge {
+  keyId: string;
+  /** `d2026-11-25`, `m2026-11` or `t` (credit/budget.ts periodOf). */
+  period: string;
+  limitMicros: number;
+  /** Unix ms after which the counter is dropped (its period's end plus a margin); null = kept (period total). */
+  expireAtMs: number | null;
 }
 
 export interface KeyPatch {
@@ -37,6 +63,8 @@ export interface KeyPatch {
   rate_limits?: RateLimitOverride | null;
   /** Replaces the key's scopes (how an operator grants a scope added after the key was made). */
   scopes?: Scope[];
+  expires_at?: string | null;
+  budget?: KeyBudget | null;
 }
 
 export interface AccountState {
@@ -77,6 +105,8 @@ export interface HoldResult {
   ok: boolean;
   balance_micros: number;
   held_micros: number;
+  /** Set when the key's budget refused the hold: what the key's period had spent and held (docs/keys.md). */
+  budget?: { used_micros: number };
 }
 
 export interface SettleInput {
@@ -101,6 +131,8 @@ export interface SettleInput {
    * request debits nothing and answers `entry_id: ''` (docs/ledger.md), never a second debit.
    */
   mayHaveRun?: boolean;
+  /** The key's budget counter the hold was charged to (the same as hold()'s); absent for keys without one. */
+  budget?: BudgetCharge;
 }
 
 export interface SettleResult {
@@ -196,6 +228,10 @@ export interface Store {
   scanKeys(onBatch: (records: KeyRecord[]) => void): Promise<void>;
   /** Applies the patch and bumps the version; null when the id is unknown. */
   updateKey(id: string, patch: KeyPatch): Promise<{ record: KeyRecord; hash: string } | null>;
+  /** Removes the record and its indexes for good (SPEC §15); null when the id is unknown. */
+  deleteKey(id: string): Promise<{ record: KeyRecord; hash: string } | null>;
+  /** What a key's budget counter of one period has settled (`spent`) and holds open now (`held`). */
+  keySpend(account: string, keyId: string, period: string, nowMs: number): Promise<{ spent_micros: number; held_micros: number }>;
 
   grant(
     account: string,
@@ -212,7 +248,7 @@ export interface Store {
    * both). A hold for a request already settled or reaped takes nothing; one whose expiry bucket the reaper
    * has already emptied is refused (`ok: false`).
    */
-  hold(account: string, requestId: string, amountMicros: number, expiresAtMs: number): Promise<HoldResult>;
+  hold(account: string, requestId: string, amountMicros: number, expiresAtMs: number, budget?: BudgetCharge): Promise<HoldResult>;
   /**
    * Debits the cost, releases the hold, appends the debit entry; idempotent per request id. A store error
    * whose `cause.sent === false` never reached the store (the settle certainly did not run).

@@ -10,7 +10,21 @@ const REQ_ID = /^req_[1-9A-HJ-NP-Za-km-z]{22}$/;
 const KEY = /^svc-(live|test)-[1-9A-HJ-NP-Za-km-z]{32}$/;
 const KEY_ID = /^key_[1-9A-HJ-NP-Za-km-z]{16}$/;
 const ISO_UTC = /^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d{1,3})?Z$/;
-const RECORD_FIELDS = ['account', 'active', 'created_at', 'env', 'id', 'last4', 'last_used_at', 'models', 'name', 'rate_limits', 'scopes'];
+const RECORD_FIELDS = [
+  'account',
+  'active',
+  'budget',
+  'created_at',
+  'env',
+  'expires_at',
+  'id',
+  'last4',
+  'last_used_at',
+  'models',
+  'name',
+  'rate_limits',
+  'scopes',
+];
 
 async function expectError(t: Test, res: Response, status: number, code: ErrorCode): Promise<void> {
   const text = await res.text();

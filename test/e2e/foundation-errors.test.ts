@@ -112,7 +112,7 @@ t.test('admin listener: 404 and 405 come before the admin token check', async (t
         .split(',')
         .map((s) => s.trim())
         .sort(),
-      ['GET', 'PATCH'],
+      ['DELETE', 'GET', 'PATCH'],
     );
   }
 });

@@ -56,6 +56,8 @@ export interface TestGateway {
     scopes?: string[];
     models?: string[];
     rate_limits?: unknown;
+    expires_at?: string | null;
+    budget?: unknown;
   }): Promise<{ key: string; id: string; [k: string]: unknown }>;
   grant(account: string, amountMicros: number, idempotencyKey?: string): Promise<any>;
   close(): Promise<void>;

@@ -6,6 +6,7 @@ import { ledgerCases } from './contract-ledger.ts';
 import { recordCases } from './contract-records.ts';
 import { consoleCases } from './contract-console.ts';
 import { exportCases } from './contract-export.ts';
+import { keyControlCases } from './contract-key-controls.ts';
 import { checkInvariants, track, type ContractOptions, type Harness, type MakeStore } from './harness.ts';
 
 export type { ContractOptions, MakeStore } from './harness.ts';
@@ -25,4 +26,5 @@ export function runStoreContract(t: Test, makeStore: MakeStore, opts: ContractOp
   recordCases(test, makePeer);
   consoleCases(test);
   exportCases(test);
+  keyControlCases(test);
 }

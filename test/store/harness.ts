@@ -44,9 +44,9 @@ export function track(store: Store): Harness {
       h.accounts.add(acct);
       return store.grant(acct, amount, idem, note, ts);
     },
-    hold: async (acct, requestId, amount, expiresAt) => {
+    hold: async (acct, requestId, amount, expiresAt, budget) => {
       h.accounts.add(acct);
-      const r = await store.hold(acct, requestId, amount, expiresAt);
+      const r = await store.hold(acct, requestId, amount, expiresAt, budget);
       if (r.ok) {
         const m = h.holds.get(acct) ?? new Map<string, number>();
         if (!m.has(requestId)) m.set(requestId, amount);

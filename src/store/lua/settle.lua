@@ -17,11 +17,15 @@
 -- ARGV: 1 request id, 2 the debit's amount_micros (0 - cost, as text: "0" for a free request),
 --       3 ts, 4 key id, 5 model, 6 prompt tokens, 7 completion tokens, 8 usage source,
 --       9 '1' when an earlier attempt may have run, 10 the bucket's due time (ms)
+-- A key with a budget (docs/keys.md) adds its budget counter as the last key (4 keys, or 6 for the whole
+-- script) and always sends 11 arguments: 11 the counter's expiry (unix ms, '' = none). The cost joins
+-- the counter's settled spend 's' and the hold leaves its open holds 'h<due>'.
 -- Amounts stay text end to end (a Lua number would be formatted again for every command).
 -- Returns {entry id, replayed (1/0), balance, held, wrote into a bucket no hold of it indexed (1/0)}.
 local v = redis.call('HGET', KEYS[2], ARGV[1])
 if not v and not KEYS[5] then return {'?'} end
 local hold = '0'
+local charged = false
 local mark = '='
 local fresh = 0
 local prev
@@ -29,6 +33,7 @@ if v then
   local state = string.sub(v, 1, 1)
   if state == 'o' then
     hold = string.sub(v, 2)
+    charged = true
   elseif state == 'r' then
     mark = '+'
   else
@@ -61,4 +66,18 @@ local id = redis.call('XADD', KEYS[3], '*', 'kind', 'debit', 'amount_micros', AR
   'request_id', ARGV[1], 'key_id', ARGV[4], 'model', ARGV[5], 'prompt_tokens', ARGV[6],
   'completion_tokens', ARGV[7], 'usage_source', ARGV[8], 'hold_micros', hold)
 if mark then redis.call('HSET', KEYS[2], ARGV[1], mark .. id) end
+if #KEYS == 4 or #KEYS == 6 then
+  local kb = KEYS[#KEYS]
+  local first = false
+  if ARGV[2] ~= '0' then
+    local cost = string.sub(ARGV[2], 2)
+    -- The counter's first spend (a new counter, maybe one made again after it expired): give it its expiry.
+    first = redis.call('HINCRBY', kb, 's', cost) == tonumber(cost)
+  end
+  if charged and hold ~= '0' then
+    local f = 'h' .. ARGV[10]
+    if redis.call('HINCRBY', kb, f, '-' .. hold) <= 0 then redis.call('HDEL', kb, f) end
+  end
+  if first and ARGV[11] ~= '' then redis.call('PEXPIREAT', kb, ARGV[11]) end
+end
 return {id, 0, bal, held, fresh}

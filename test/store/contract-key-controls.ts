@@ -1,0 +1,188 @@
+// Contract cases for key controls (SPEC §15, docs/keys.md): expiry and budget fields, delete, and the
+// budget counter the hold and settle scripts charge atomically with the balance.
+import type { Test } from 'tap';
+import type { BudgetCharge, KeyRecord, SettleInput } from '../../src/store/types.ts';
+import { TS, TS2, uniqueAccount, type Harness } from './harness.ts';
+
+type Case = (name: string, fn: (t: Test, h: Harness) => Promise<void>) => void;
+
+const FAR = 9_000_000_000_000;
+
+function keyRecord(id: string, account: string, extra: Partial<KeyRecord> = {}): KeyRecord {
+  return {
+    id,
+    account,
+    env: 'live',
+    name: `name of ${id}`,
+    active: true,
+    scopes: ['chat'],
+    models: [],
+    rate_limits: null,
+    created_at: TS,
+    last4: 'wxyz',
+    version: 1,
+    ...extra,
+  };
+}
+
+function charge(keyId: string, limitMicros: number, extra: Partial<BudgetCharge> = {}): BudgetCharge {
+  return { keyId, period: 'd2026-11-22', limitMicros, expireAtMs: FAR, ...extra };
+}
+
+function settleInput(account: string, requestId: string, costMicros: number, extra: Partial<SettleInput> = {}): SettleInput {
+  return {
+    account,
+    requestId,
+    costMicros,
+    keyId: 'key_BBBBBBBBBBBBBBB1',
+    model: 'gpt-test',
+    promptTokens: 1,
+    completionTokens: 2,
+    usageSource: 'upstream',
+    ts: TS2,
+    holdExpiresAtMs: FAR,
+    ...extra,
+  };
+}
+
+export function keyControlCases(test: Case): void {
+  test('expires_at and budget are stored at creation, patched, cleared, and survive reads', async (t, { store }) => {
+    const a = uniqueAccount();
+    const budget = { limit_micros: 5_000_000, period: 'month' as const };
+    const k = keyRecord('key_BBBBBBBBBBBBBBB2', a, { expires_at: '2026-12-01T00:00:00.000Z', budget });
+    await store.createKey('hash-ctl-1', k);
+    t.strictSame(await store.getKeyByHash('hash-ctl-1'), k);
+    const p = await store.updateKey(k.id, { expires_at: '2027-01-01T00:00:00.000Z', budget: { limit_micros: 7, period: 'day' } });
+    t.equal(p?.record.expires_at, '2027-01-01T00:00:00.000Z');
+    t.strictSame(p?.record.budget, { limit_micros: 7, period: 'day' });
+    t.equal(p?.record.version, 2);
+    const c = await store.updateKey(k.id, { expires_at: null, budget: null });
+    t.equal(c?.record.expires_at, null, 'cleared expiry');
+    t.equal(c?.record.budget, null, 'cleared budget');
+    t.strictSame((await store.getKeyByHash('hash-ctl-1'))?.budget, null);
+    const n = await store.updateKey(k.id, { name: 'renamed' });
+    t.equal(n?.record.expires_at, null, 'a later patch keeps the cleared expiry');
+  });
+
+  test('deleteKey removes the record from every read; unknown ids are null', async (t, { store }) => {
+    const a = uniqueAccount();
+    const k1 = keyRecord('key_BBBBBBBBBBBBBBB3', a);
+    const k2 = keyRecord('key_BBBBBBBBBBBBBBB4', a);
+    await store.createKey('hash-ctl-3', k1);
+    await store.createKey('hash-ctl-4', k2);
+    const gone = await store.deleteKey(k1.id);
+    t.strictSame(gone, { record: k1, hash: 'hash-ctl-3' });
+    t.equal(await store.getKeyByHash('hash-ctl-3'), null);
+    t.equal(await store.getKey(k1.id), null);
+    t.strictSame(
+      (await store.listKeys(a)).map((r) => r.id),
+      [k2.id],
+    );
+    t.equal(await store.deleteKey(k1.id), null, 'a second delete finds nothing');
+    t.equal(await store.updateKey(k1.id, { active: true }), null, 'a deleted key cannot be patched back');
+    t.equal(await store.getKeyByHash('hash-ctl-3'), null);
+  });
+
+  test('a budgeted hold counts settled spend plus open holds against the limit', async (t, { store }) => {
+    const a = uniqueAccount();
+    const key = 'key_BBBBBBBBBBBBBBB5';
+    await store.grant(a, 10_000, undefined, undefined, TS);
+    const b = charge(key, 1_000);
+    t.equal((await store.hold(a, 'r1', 600, FAR, b)).ok, true);
+    const refused = await store.hold(a, 'r2', 500, FAR, b);
+    t.equal(refused.ok, false, 'open hold of 600 + 500 > 1000');
+    t.strictSame(refused.budget, { used_micros: 600 });
+    t.equal(refused.held_micros, 600, 'nothing more held on the account');
+    t.equal((await store.hold(a, 'r1', 600, FAR, b)).ok, true, 'a replay of a taken hold still answers ok');
+    t.equal((await store.hold(a, 'r3', 400, FAR, b)).ok, true, 'exactly up to the limit');
+    t.strictSame(await store.keySpend(a, key, b.period, Date.now()), { spent_micros: 0, held_micros: 1_000 });
+    await store.settle(settleInput(a, 'r1', 250, { budget: b }));
+    t.strictSame(
+      await store.keySpend(a, key, b.period, Date.now()),
+      { spent_micros: 250, held_micros: 400 },
+      'actual cost spent, hold released',
+    );
+    t.equal((await store.hold(a, 'r4', 351, FAR, b)).ok, false, '250 + 400 + 351 > 1000');
+    t.equal((await store.hold(a, 'r4', 350, FAR, b)).ok, true, '250 + 400 + 350 = 1000');
+    await store.settle(settleInput(a, 'r3', 400, { budget: b }));
+    await store.settle(settleInput(a, 'r4', 0, { budget: b }));
+    const replay = await store.settle(settleInput(a, 'r3', 400, { budget: b }));
+    t.equal(replay.replayed, true);
+    t.strictSame(
+      await store.keySpend(a, key, b.period, Date.now()),
+      { spent_micros: 650, held_micros: 0 },
+      'a replayed settle charges nothing',
+    );
+    t.equal((await store.getAccount(a)).balance_micros, 10_000 - 650, 'the balance moved by the same debits');
+  });
+
+  test('budget counters are per key and per period; keys without a budget touch none', async (t, { store }) => {
+    const a = uniqueAccount();
+    await store.grant(a, 10_000, undefined, undefined, TS);
+    const k1 = charge('key_BBBBBBBBBBBBBBB6', 100);
+    const k2 = charge('key_BBBBBBBBBBBBBBB7', 100);
+    const nextDay = charge('key_BBBBBBBBBBBBBBB6', 100, { period: 'd2026-11-23' });
+    t.equal((await store.hold(a, 'q1', 100, FAR, k1)).ok, true);
+    t.equal((await store.hold(a, 'q2', 100, FAR, k2)).ok, true, "another key's budget is its own");
+    t.equal((await store.hold(a, 'q3', 100, FAR, nextDay)).ok, true, 'another period starts at zero');
+    t.equal((await store.hold(a, 'q4', 5_000, FAR)).ok, true, 'no budget: only the balance counts');
+    await store.settle(settleInput(a, 'q4', 5_000));
+    t.strictSame(await store.keySpend(a, 'key_BBBBBBBBBBBBBBB6', k1.period, Date.now()), { spent_micros: 0, held_micros: 100 });
+    for (const [id, c] of [
+      ['q1', k1],
+      ['q2', k2],
+      ['q3', nextDay],
+    ] as const)
+      await store.settle(settleInput(a, id, 100, { budget: c }));
+  });
+
+  test('the balance still refuses first; a budget of 0 refuses every hold but a free one', async (t, { store }) => {
+    const a = uniqueAccount();
+    await store.grant(a, 100, undefined, undefined, TS);
+    const r = await store.hold(a, 'p1', 200, FAR, charge('key_BBBBBBBBBBBBBBB8', 1_000));
+    t.equal(r.ok, false);
+    t.equal(r.budget, undefined, 'refused by the balance, not the budget');
+    const zero = charge('key_BBBBBBBBBBBBBBB8', 0, { period: 't', expireAtMs: null });
+    t.equal((await store.hold(a, 'p2', 1, FAR, zero)).ok, false);
+    t.equal((await store.hold(a, 'p3', 0, FAR, zero)).ok, true);
+    await store.settle(settleInput(a, 'p3', 0, { budget: zero }));
+  });
+
+  test('holds of a budget whose bucket is due no longer count (a dead process does not eat the budget)', async (t, { store }) => {
+    const a = uniqueAccount();
+    await store.grant(a, 10_000, undefined, undefined, TS);
+    const b = charge('key_BBBBBBBBBBBBBBB9', 1_000);
+    const soon = Date.now() + 1_500;
+    t.equal((await store.hold(a, 'd1', 1_000, soon, b)).ok, true);
+    t.equal((await store.hold(a, 'd2', 1, FAR, b)).ok, false, 'the open hold fills the budget');
+    await new Promise((r) => setTimeout(r, 2_600));
+    await store.reapExpiredHolds(Date.now(), TS2);
+    t.equal((await store.hold(a, 'd2', 1_000, FAR, b)).ok, true, 'after its expiry the reaped hold is not counted');
+    t.strictSame(await store.keySpend(a, b.keyId, b.period, Date.now()), { spent_micros: 0, held_micros: 1_000 });
+    await store.settle(settleInput(a, 'd2', 10, { budget: b }));
+  });
+
+  test('deleting a key drops its lifetime budget counter', async (t, { store }) => {
+    const a = uniqueAccount();
+    await store.grant(a, 10_000, undefined, undefined, TS);
+    const k = keyRecord('key_BBBBBBBBBBBBBBBC', a, { budget: { limit_micros: 1_000, period: 'total' } });
+    await store.createKey('hash-ctl-c', k);
+    const b = charge(k.id, 1_000, { period: 't', expireAtMs: null });
+    t.equal((await store.hold(a, 'f1', 100, FAR, b)).ok, true);
+    await store.settle(settleInput(a, 'f1', 100, { budget: b }));
+    t.equal((await store.keySpend(a, k.id, 't', Date.now())).spent_micros, 100);
+    await store.deleteKey(k.id);
+    t.equal((await store.keySpend(a, k.id, 't', Date.now())).spent_micros, 0);
+  });
+
+  test('a counter past its expiry is gone', async (t, { store }) => {
+    const a = uniqueAccount();
+    await store.grant(a, 10_000, undefined, undefined, TS);
+    const b = charge('key_BBBBBBBBBBBBBBBA', 1_000, { expireAtMs: Date.now() + 300 });
+    t.equal((await store.hold(a, 'e1', 100, FAR, b)).ok, true);
+    await store.settle(settleInput(a, 'e1', 100, { budget: b }));
+    t.equal((await store.keySpend(a, b.keyId, b.period, Date.now())).spent_micros, 100);
+    await new Promise((r) => setTimeout(r, 500));
+    t.strictSame(await store.keySpend(a, b.keyId, b.period, Date.now()), { spent_micros: 0, held_micros: 0 });
+  });
+}
