@@ -53,7 +53,8 @@ export function isExpired(r: KeyRecord, nowMs: number): boolean {
 export interface KeyTable {
   /** limits.max_keys_per_account; undefined: no cap. */
   readonly maxPerAccount: number | undefined;
-  create(k: NewKey): Promise<{ key: string; record: KeyRecord }>;
+  /** `slack` keys past the cap are allowed (a roll's new key, while the old one waits out its grace). */
+  create(k: NewKey, slack?: number): Promise<{ key: string; record: KeyRecord }>;
   get(id: string): Promise<KeyRecord | null>;
   list(account: string): Promise<KeyRecord[]>;
   update(id: string, patch: KeyPatch): Promise<KeyRecord | null>;
@@ -74,7 +75,7 @@ export interface KeyTable {
 export function createKeyTable(d: { store: Store; now: () => number; maxPerAccount?: number }): KeyTable {
   return {
     maxPerAccount: d.maxPerAccount,
-    async create(k) {
+    async create(k, slack = 0) {
       const key = generateKey(k.env);
       const record: KeyRecord = {
         id: generateKeyId(),
@@ -91,7 +92,8 @@ export function createKeyTable(d: { store: Store; now: () => number; maxPerAccou
         ...(k.expires_at != null && { expires_at: k.expires_at }),
         ...(k.budget != null && { budget: k.budget }),
       };
-      if (!(await d.store.createKey(hashKey(key), record, d.maxPerAccount))) {
+      const cap = d.maxPerAccount === undefined || d.maxPerAccount === 0 ? d.maxPerAccount : d.maxPerAccount + slack;
+      if (!(await d.store.createKey(hashKey(key), record, cap))) {
         throw new GatewayError(
           'key_limit_exceeded',
           `Account ${JSON.stringify(k.account)} already has ${d.maxPerAccount === 1 ? '1 key' : `${d.maxPerAccount} keys`}, the most one account may hold ` +
@@ -122,15 +124,18 @@ export function createKeyTable(d: { store: Store; now: () => number; maxPerAccou
     async roll(id, graceSeconds) {
       const old = await this.get(id);
       if (!old) return null;
-      const made = await this.create({
-        account: old.account,
-        env: old.env,
-        name: old.name,
-        scopes: old.scopes,
-        models: old.models,
-        rate_limits: old.rate_limits,
-        budget: old.budget ?? null,
-      });
+      const made = await this.create(
+        {
+          account: old.account,
+          env: old.env,
+          name: old.name,
+          scopes: old.scopes,
+          models: old.models,
+          rate_limits: old.rate_limits,
+          budget: old.budget ?? null,
+        },
+        1,
+      ); // an account at its key cap can still roll once: the old key expires, and deleting it frees the slot
       const graceEnd = d.now() + graceSeconds * 1000;
       const current = old.expires_at == null ? Infinity : Date.parse(old.expires_at);
       const previous = graceEnd < current ? await this.update(id, { expires_at: new Date(graceEnd).toISOString() }) : old;

@@ -72,7 +72,7 @@ export function createMemoryStore(now: () => number = Date.now, opts: MemoryStor
   const bucketMs = opts.bucketMs ?? DEFAULT_BUCKET_MS;
   const keysByHash = new Map<string, KeyRecord>();
   const hashById = new Map<string, string>();
-  // Every key id an account ever had (keys are never deleted): the count limits.max_keys_per_account caps.
+  // Every key id an account has (disabled ones too; a deleted one leaves): the count limits.max_keys_per_account caps.
   const keyIdsByAccount = new Map<string, Set<string>>();
   const accounts = new Map<string, Account>();
   const shares = new Map<string, ShareRecord>();
@@ -180,6 +180,7 @@ export function createMemoryStore(now: () => number = Date.now, opts: MemoryStor
       if (!hash || !r) return null;
       keysByHash.delete(hash);
       hashById.delete(id);
+      keyIdsByAccount.get(r.account)?.delete(id); // its slot under limits.max_keys_per_account is free again
       budgets.delete(`${r.account}|${id}|t`);
       return { record: clone(r), hash };
     },

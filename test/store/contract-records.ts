@@ -65,6 +65,10 @@ export function recordCases(test: Case, makePeer: MakePeer): void {
     t.equal(await store.createKey(`hash-cap-${a}-y`, keyRecord(`key_CAP${a}y`, a), 6), true, 'a higher cap makes room');
     t.equal(await store.createKey(`hash-cap-${b}`, keyRecord(`key_CAP${b}`, b), 1), true, 'the cap is per account');
     t.equal(await store.createKey(`hash-cap-${a}-z`, keyRecord(`key_CAP${a}z`, a)), true, 'no cap given: no cap');
+    const count = (await store.listKeys(a)).length;
+    t.equal(await store.createKey(`hash-cap-${a}-w`, keyRecord(`key_CAP${a}w`, a), count), false, 'at the cap again');
+    await store.deleteKey((await store.listKeys(a))[0]!.id);
+    t.equal(await store.createKey(`hash-cap-${a}-w`, keyRecord(`key_CAP${a}w`, a), count), true, 'a deleted key frees its slot');
   });
 
   test('updateKey applies the patch and bumps the version', async (t, { store }) => {
