@@ -45,3 +45,15 @@ t.test('every SPEC §12 config key is in docs/security.md', async (t) => {
   }
   t.match(doc, /maxmemory-policy noeviction/);
 });
+
+t.test('every SPEC §13 config key of the tenant-isolation controls is in docs/security.md', async (t) => {
+  for (const k of [
+    'limits.max_concurrent_per_account',
+    'limits.max_inflight_body_bytes_per_key',
+    'limits.max_json_depth',
+    'server.body_timeout_ms',
+    'rate_limits.test_account',
+  ]) {
+    t.ok(doc.includes(`\`${k}\``), k);
+  }
+});
