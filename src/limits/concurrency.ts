@@ -42,10 +42,16 @@ export function createConcurrency(max: number, maxPerAccount = Infinity): Concur
       if (a >= maxPerAccount) throw full('account', maxPerAccount);
       keys.set(keyId, n + 1);
       accounts.set(account, a + 1);
-      res.once('close', () => {
+      let left = false;
+      const release = () => {
+        if (left) return;
+        left = true;
         leave(keys, keyId);
         leave(accounts, account);
-      });
+      };
+      res.once('close', release);
+      // A client gone while it was authenticated: its 'close' was emitted already and would never come again.
+      if (res.destroyed) release();
     },
     inFlight: (keyId) => keys.get(keyId) ?? 0,
     inFlightAccount: (account) => accounts.get(account) ?? 0,

@@ -264,8 +264,12 @@ export function createRateLimits(o: RateLimitOptions): Limits {
     headersFor('tokens', [k], headers);
   }
 
+  const liveUnlimited = o.live.requestsPerMinute === undefined && o.live.tokensPerMinute === undefined;
+
   async function run(ctx: RequestContext, ph: Phase): Promise<Admission> {
     const key = ctx.key!;
+    // The common live key: no limits, nothing to count (no account limit for live keys).
+    if (key.env === 'live' && liveUnlimited && !key.rate_limits) return NOTHING;
     const sides = sidesOf(key);
     const tokenCost = ph.estimate === undefined ? undefined : Math.max(0, Math.ceil(ph.estimate));
     const usesBefore = insuranceUses;
