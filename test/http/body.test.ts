@@ -172,7 +172,8 @@ t.test('parseJson refuses nesting past max depth before parsing: 422 json_invali
   const million = '['.repeat(1_000_000) + ']'.repeat(1_000_000);
   const t0 = performance.now();
   t.throws(() => parseJson(million), ValidationError);
-  t.ok(performance.now() - t0 < 50, 'refused at the 65th bracket, without reading the rest');
+  // Bound loose for a loaded machine: what it guards against is the seconds a parse of it took.
+  t.ok(performance.now() - t0 < 1000, 'refused at the 65th bracket, without reading the rest');
 });
 
 t.test('readJson checks media type first, then size, then syntax', async (t) => {
