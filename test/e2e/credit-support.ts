@@ -111,7 +111,14 @@ const MAIN = fileURLToPath(new URL('../../src/main.ts', import.meta.url));
  */
 export async function spawnGateway(
   t: Teardown,
-  o: { redisUrl?: string; upstreamUrl: string; config?: Record<string, Record<string, unknown>>; nodeArgs?: string[] },
+  o: {
+    redisUrl?: string;
+    upstreamUrl: string;
+    config?: Record<string, Record<string, unknown>>;
+    nodeArgs?: string[];
+    /** How long the boot may take (default 10 s). */
+    bootTimeoutMs?: number;
+  },
 ): Promise<ChildGateway> {
   const doc = testConfigDoc(o.upstreamUrl) as Record<string, Record<string, unknown>>;
   for (const [section, values] of Object.entries(o.config ?? {})) doc[section] = { ...doc[section], ...values };
@@ -151,7 +158,7 @@ export async function spawnGateway(
         () => false,
       );
     },
-    10_000,
+    o.bootTimeoutMs ?? 10_000,
     'the child gateway to listen',
     50,
   );

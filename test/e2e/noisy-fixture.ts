@@ -24,7 +24,8 @@ export async function startNoisyStack(t: Test, config: Record<string, Record<str
   if (!redis) return null;
   const sim = await startSimulator();
   t.teardown(() => sim.close());
-  const gw = await spawnGateway(t, { redisUrl: redis.url, upstreamUrl: sim.url, config });
+  // 30 s to boot: these files run beside the rest of the suite, and a starved box has taken over 10 s.
+  const gw = await spawnGateway(t, { redisUrl: redis.url, upstreamUrl: sim.url, config, bootTimeoutMs: 30_000 });
   const admin = async (path: string, body: unknown) => {
     const r = await fetch(`${gw.adminUrl}${path}`, {
       method: 'POST',
