@@ -6,7 +6,7 @@
 // server.body_timeout_ms is refused with 408. A victim account's requests are measured throughout.
 import t from 'tap';
 import { setTimeout as sleep } from 'node:timers/promises';
-import { baseline, describe, gauge, healthzLoad, max, p99, rawPost, startNoisyStack, victimLoad } from './noisy-fixture.ts';
+import { assertLatency, baseline, describe, gauge, healthzLoad, rawPost, startNoisyStack, victimLoad } from './noisy-fixture.ts';
 
 const MiB = 1024 * 1024;
 const stack = await startNoisyStack(t, {
@@ -20,7 +20,8 @@ if (stack) {
 
   t.test('64 sockets declaring 4 MiB and trickling a byte a second: the victim keeps being served', async (t) => {
     const attacker = await stack.key('mallory', 'test', { requests_per_minute: 10_000 });
-    const base = await baseline(gw, victimKey, 2000);
+    // As long as the attack (the 5 s body timeout): both windows meet the same share of a loaded box's stalls.
+    const base = await baseline(gw, victimKey, 5000);
     t.equal(base.victim.ok, base.victim.total, `baseline: ${describe(base.victim)}`);
 
     const started = performance.now();
@@ -48,15 +49,8 @@ if (stack) {
 
     t.ok(victim.total >= 20, `the victim sent ${victim.total} requests during the attack`);
     t.ok(victim.ok / victim.total >= 0.99, `victim during the attack: ${describe(victim)}`);
-    t.ok(
-      p99(victim) - p99(base.victim) < 250,
-      `victim p99 ${p99(victim).toFixed(1)} ms against ${p99(base.victim).toFixed(1)} ms without the attack`,
-    );
     t.equal(healthz.ok, healthz.total, `/healthz: ${describe(healthz)}`);
-    t.ok(
-      max(healthz) - max(base.healthz) < 100,
-      `/healthz max ${max(healthz).toFixed(1)} ms (baseline ${max(base.healthz).toFixed(1)} ms)`,
-    );
+    assertLatency(t, base, victim, healthz);
   });
 
   t.test('one key past limits.max_inflight_body_bytes_per_key (8 MiB): 429 concurrency_limit_exceeded, others served', async (t) => {
