@@ -5,7 +5,7 @@
  * Redis. Each gateway runs `src/main.ts` exactly as in production, from a config file written here.
  */
 import { randomBytes } from 'node:crypto';
-import { mkdirSync, mkdtempSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
+import { mkdirSync, mkdtempSync, readFileSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { execFileSync } from 'node:child_process';
@@ -156,7 +156,8 @@ export async function startStack(o: StackOptions = {}): Promise<Stack> {
     const startGateway = async (name: string, workers: number) => {
       const [port, adminPort] = [await freePort(), await freePort()];
       const configFile = join(dir, `${name}.yaml`);
-      writeFileSync(configFile, JSON.stringify(gatewayConfig(simUrl, port, adminPort, workers), null, 2)); // JSON is YAML
+      const config = gatewayConfig(simUrl, port, adminPort, workers, accountLimits(cwd ?? process.cwd()));
+      writeFileSync(configFile, JSON.stringify(config, null, 2)); // JSON is YAML
       const adminUrl = `http://127.0.0.1:${adminPort}`;
       const proc = await start(name, process.execPath, [...PRODUCTION_NODE_ARGS, ...(o.gatewayNodeArgs ?? []), 'src/main.ts'], {
         env: { ...env, TOLLGATE_CONFIG: configFile },
@@ -284,15 +285,25 @@ export async function startStack(o: StackOptions = {}): Promise<Stack> {
   }
 }
 
+/** Whether the gateway's src/ has the per-account limits (SPEC §13); an older --ref refuses their config keys. */
+function accountLimits(cwd: string): boolean {
+  return readFileSync(join(cwd, 'src/config/schema.ts'), 'utf8').includes("'test_account'");
+}
+
 /** The generated gateway config (SPEC §11 keys), one upstream: the simulator. */
-function gatewayConfig(simUrl: string, port: number, adminPort: number, workers: number): object {
+function gatewayConfig(simUrl: string, port: number, adminPort: number, workers: number, perAccount: boolean): object {
+  // The account's limits (SPEC §13) must not refuse the bench key's account either; the per-key ones still run.
+  const account = perAccount && {
+    rate_limits: { test_account: { requests_per_minute: 1_000_000_000, tokens_per_minute: 1_000_000_000_000 } },
+  };
   return {
+    ...account,
     server: { host: '127.0.0.1', port, admin_host: '127.0.0.1', admin_port: adminPort, drain_seconds: 2, ...(workers > 1 && { workers }) },
     store: { command_timeout_ms: 500 },
     // One key carries every scenario, 1,000 concurrent slow streams included: the per-key concurrency
     // limit (SPEC §12, default 64) would refuse most of them. (A --ref older than that setting
     // refuses the key: drop it there.)
-    limits: { max_concurrent_per_key: 100_000 },
+    limits: { max_concurrent_per_key: 100_000, ...(perAccount && { max_concurrent_per_account: 100_000 }) },
     log_level: 'info',
     models: [
       {

@@ -157,8 +157,11 @@ export function createGateway(d: GatewayDeps): Gateway {
   const upstreams = createUpstreams(config.models, config.upstream);
   const shares = createShares({ config: config.shares, store, now, metrics });
   // Per process (per worker with server.workers): SPEC §12's bounds on what one key or the whole mix can hold.
-  const concurrency = createConcurrency(config.limits.maxConcurrentPerKey);
-  const bodyBudget = createBodyBudget(config.limits.maxInflightBodyBytes, (used) => metrics.inflightBodyBytes.set(used));
+  const concurrency = createConcurrency(config.limits.maxConcurrentPerKey, config.limits.maxConcurrentPerAccount);
+  const bodyBudget = createBodyBudget(config.limits.maxInflightBodyBytes, (used) => metrics.inflightBodyBytes.set(used), {
+    perKey: config.limits.maxInflightBodyBytesPerKey,
+    timeoutMs: config.server.bodyTimeoutMs,
+  });
   const usage = createUsage({
     store,
     logger,

@@ -54,6 +54,8 @@ export interface Config {
     readonly adminPort: number;
     readonly headersTimeoutMs: number;
     readonly requestTimeoutMs: number;
+    /** A request body not complete this long after it started to be read → 408 request_timeout (SPEC §13). */
+    readonly bodyTimeoutMs: number;
     readonly drainSeconds: number;
     /** Processes serving the public port (node:cluster); 1 = no cluster. `auto` compiles to the cores available. */
     readonly workers: number;
@@ -81,6 +83,12 @@ export interface Config {
     readonly maxConcurrentPerKey: number;
     /** Keys one account may hold (every key ever made, disabled ones too); past it → 429 `key_limit_exceeded`. */
     readonly maxKeysPerAccount: number;
+    /** Requests in flight per account, all its keys together (SPEC §13); past it → 429 `concurrency_limit_exceeded`. */
+    readonly maxConcurrentPerAccount: number;
+    /** Request body bytes one key holds across the process (SPEC §13); past it → 429 `concurrency_limit_exceeded`. */
+    readonly maxInflightBodyBytesPerKey: number;
+    /** JSON nesting deeper than this → 422 `json_invalid`, found before parsing (SPEC §13). */
+    readonly maxJsonDepth: number;
   };
   readonly auth: {
     readonly cacheTtlMs: number;
@@ -104,7 +112,13 @@ export interface Config {
     readonly returnHeaders: readonly string[];
   };
   readonly credit: { readonly holdMarginSeconds: number; readonly reaperIntervalMs: number };
-  readonly rateLimits: { readonly windowSeconds: number; readonly test: LimitSpec; readonly live: LimitSpec };
+  readonly rateLimits: {
+    readonly windowSeconds: number;
+    readonly test: LimitSpec;
+    readonly live: LimitSpec;
+    /** All test keys of one account together (SPEC §1.5, §13); default 4 × `test`. */
+    readonly testAccount: LimitSpec;
+  };
   readonly shares: {
     readonly urlTtlSeconds: number;
     readonly maxSnapshotBytes: number;
@@ -182,6 +196,14 @@ function limitSpec(v: unknown, path: string, fallback: LimitSpec): LimitSpec {
   };
 }
 
+/** A limit spec scaled (rate_limits.test_account's default: 4 × the per-key test limits); unset stays unset. */
+function times(k: number, l: LimitSpec): LimitSpec {
+  return {
+    requestsPerMinute: l.requestsPerMinute === undefined ? undefined : l.requestsPerMinute * k,
+    tokensPerMinute: l.tokensPerMinute === undefined ? undefined : l.tokensPerMinute * k,
+  };
+}
+
 function model(v: unknown, path: string): ModelConfig {
   const o = object(v, path);
   noUnknown(o, path, ['name', 'upstream_model', 'max_output_tokens', 'price', 'upstreams', 'owned_by', 'created', 'endpoints']);
@@ -245,6 +267,7 @@ export function compileConfig(doc: unknown, rawEnv: NodeJS.ProcessEnv): Config {
     'trusted_proxies',
     'headers_timeout_ms',
     'request_timeout_ms',
+    'body_timeout_ms',
     'drain_seconds',
     'workers',
     'spool_dir',
@@ -253,7 +276,16 @@ export function compileConfig(doc: unknown, rawEnv: NodeJS.ProcessEnv): Config {
   const store = object(root.store, 'store', true);
   noUnknown(store, 'store', ['redis_url', 'cluster_nodes', 'command_timeout_ms']);
   const limits = object(root.limits, 'limits', true);
-  noUnknown(limits, 'limits', ['max_body_bytes', 'max_n', 'max_inflight_body_bytes', 'max_concurrent_per_key', 'max_keys_per_account']);
+  noUnknown(limits, 'limits', [
+    'max_body_bytes',
+    'max_n',
+    'max_inflight_body_bytes',
+    'max_concurrent_per_key',
+    'max_concurrent_per_account',
+    'max_inflight_body_bytes_per_key',
+    'max_json_depth',
+    'max_keys_per_account',
+  ]);
   const auth = object(root.auth, 'auth', true);
   noUnknown(auth, 'auth', ['cache_ttl_ms', 'negative_ttl_ms', 'cache_max', 'failed_per_minute', 'admin_failed_per_minute']);
   const upstream = object(root.upstream, 'upstream', true);
@@ -271,7 +303,7 @@ export function compileConfig(doc: unknown, rawEnv: NodeJS.ProcessEnv): Config {
   const credit = object(root.credit, 'credit', true);
   noUnknown(credit, 'credit', ['hold_margin_seconds', 'reaper_interval_ms']);
   const rl = object(root.rate_limits, 'rate_limits', true);
-  noUnknown(rl, 'rate_limits', ['window_seconds', 'test', 'live']);
+  noUnknown(rl, 'rate_limits', ['window_seconds', 'test', 'live', 'test_account']);
   const shares = object(root.shares, 'shares', true);
   noUnknown(shares, 'shares', [
     'url_ttl_seconds',
@@ -327,6 +359,7 @@ export function compileConfig(doc: unknown, rawEnv: NodeJS.ProcessEnv): Config {
       if (!/^[!#$%&'*+.^_`|~0-9a-z-]+$/.test(name)) throw new ConfigError(at(path, i), `is not a header name: ${JSON.stringify(h)}`);
       return name;
     });
+  const testLimits = limitSpec(rl.test, 'rate_limits.test', { requestsPerMinute: 60, tokensPerMinute: 100_000 });
   const urlTtl = num(shares.url_ttl_seconds, 'shares.url_ttl_seconds', { fallback: 900, min: 2, max: 604_800, integer: true });
 
   const config: Config = {
@@ -344,6 +377,7 @@ export function compileConfig(doc: unknown, rawEnv: NodeJS.ProcessEnv): Config {
       ),
       headersTimeoutMs: num(server.headers_timeout_ms, 'server.headers_timeout_ms', { fallback: 10_000, min: 100 }),
       requestTimeoutMs: num(server.request_timeout_ms, 'server.request_timeout_ms', { fallback: 30_000, min: 100 }),
+      bodyTimeoutMs: num(server.body_timeout_ms, 'server.body_timeout_ms', { fallback: 10_000, min: 100 }),
       drainSeconds: num(server.drain_seconds, 'server.drain_seconds', { fallback: 30, min: 0 }),
       workers: workerCount(
         env.TOLLGATE_WORKERS ?? server.workers,
@@ -377,6 +411,17 @@ export function compileConfig(doc: unknown, rawEnv: NodeJS.ProcessEnv): Config {
       }),
       maxConcurrentPerKey: num(limits.max_concurrent_per_key, 'limits.max_concurrent_per_key', { fallback: 64, min: 1, integer: true }),
       maxKeysPerAccount: num(limits.max_keys_per_account, 'limits.max_keys_per_account', { fallback: 100, min: 1, integer: true }),
+      maxConcurrentPerAccount: num(limits.max_concurrent_per_account, 'limits.max_concurrent_per_account', {
+        fallback: 256,
+        min: 1,
+        integer: true,
+      }),
+      maxInflightBodyBytesPerKey: num(limits.max_inflight_body_bytes_per_key, 'limits.max_inflight_body_bytes_per_key', {
+        fallback: 8 * 1024 * 1024,
+        min: 1024,
+        integer: true,
+      }),
+      maxJsonDepth: num(limits.max_json_depth, 'limits.max_json_depth', { fallback: 64, min: 2, max: 10_000, integer: true }),
     },
     auth: {
       cacheTtlMs: num(auth.cache_ttl_ms, 'auth.cache_ttl_ms', { fallback: 10_000, min: 1, max: 10_000 }),
@@ -402,8 +447,9 @@ export function compileConfig(doc: unknown, rawEnv: NodeJS.ProcessEnv): Config {
     },
     rateLimits: {
       windowSeconds: num(rl.window_seconds, 'rate_limits.window_seconds', { fallback: 60, min: 1, integer: true }),
-      test: limitSpec(rl.test, 'rate_limits.test', { requestsPerMinute: 60, tokensPerMinute: 100_000 }),
+      test: testLimits,
       live: limitSpec(rl.live, 'rate_limits.live', { requestsPerMinute: undefined, tokensPerMinute: undefined }),
+      testAccount: limitSpec(rl.test_account, 'rate_limits.test_account', times(4, testLimits)),
     },
     shares: {
       urlTtlSeconds: urlTtl,

@@ -1,12 +1,14 @@
 /**
- * Bounded request body reading (SPEC §1.2): `Content-Type` must be JSON (415), the body at most
- * `maxBytes` (413, refused from `content-length` before reading when declared), JSON errors → 422
- * `json_invalid`. Nothing is buffered past the limit.
+ * Bounded request body reading (SPEC §1.2, §13): `Content-Type` must be JSON (415), the body at most
+ * `maxBytes` (413, refused from `content-length` before reading when declared), complete within the
+ * budget's timeout (408), JSON errors and nesting past the depth limit → 422 `json_invalid`. Nothing is
+ * buffered past the limit.
  */
 import type { IncomingMessage } from 'node:http';
 import { StringDecoder } from 'node:string_decoder';
 import { GatewayError, invalid } from './errors.ts';
 import type { BodyBudget } from '../limits/body-budget.ts';
+import { findTooDeep } from './json-depth.ts';
 
 /** Throws 415 unless the request declares a JSON body (`application/json`, parameters allowed). */
 export function requireJson(req: IncomingMessage): void {
@@ -33,7 +35,7 @@ function tooLarge(maxBytes: number): GatewayError {
 const DRAIN_MS = 2_000;
 
 /** Rejects with `err` once the rest of the body was read and dropped (or the client left, or DRAIN_MS passed). */
-function refuseAfterDrain(req: IncomingMessage, err: unknown): Promise<never> {
+export function refuseAfterDrain(req: IncomingMessage, err: unknown): Promise<never> {
   return new Promise((_resolve, reject) => {
     if (req.complete || req.destroyed) return reject(err);
     const done = () => {
@@ -70,8 +72,10 @@ const NO_RELEASE = () => {};
 /**
  * Reads the whole body as UTF-8 text, refusing it once it passes maxBytes. Plain 'data'/'end'
  * listeners: an async iterator costs a promise per chunk plus the stream's iterator machinery, on every request.
- * With a `budget`, the body's bytes are reserved as they arrive (503 overloaded past it) and held until
- * `release()`; a failed read releases them itself.
+ * With a `budget`, the body's bytes are reserved as they arrive — a declared length reserves nothing
+ * until its bytes come (SPEC §13) — and held until `release()`; a failed read releases them itself.
+ * A body not complete within the budget's `timeoutMs` is refused with 408 `request_timeout` and its
+ * connection closed: a client trickling one byte a second holds nothing for longer than that.
  */
 export function readBody(req: IncomingMessage, maxBytes: number, budget?: BodyBudget): Promise<BodyText> {
   const declared = Number(req.headers['content-length']);
@@ -81,29 +85,31 @@ export function readBody(req: IncomingMessage, maxBytes: number, budget?: BodyBu
     budget?.release(reserved);
     reserved = 0;
   };
-  try {
-    // The declared length up front: no byte of a body that cannot fit is buffered.
-    if (budget && declared > 0) {
-      budget.reserve(declared);
-      reserved = declared;
-    }
-  } catch (e) {
-    return refuseAfterDrain(req, e);
-  }
   return new Promise((resolve, reject) => {
     const chunks: Buffer[] = [];
     let size = 0;
+    // Only a body still arriving pays for a timer: a small one is usually complete in the socket's buffer.
+    const timeoutMs = budget?.timeoutMs;
+    const timer = timeoutMs !== undefined && !req.complete ? setTimeout(() => timedOut(timeoutMs), timeoutMs) : undefined;
     const fail = (e: unknown) => {
       cleanup();
       giveBack();
       refuseAfterDrain(req, e).catch(reject);
     };
+    const timedOut = (ms: number) => {
+      cleanup();
+      giveBack();
+      // Not drained: the client is the slow one. `connection: close` ends the socket once the 408 is out.
+      reject(
+        new GatewayError('request_timeout', `The request body was not received within ${ms} ms.`, { headers: { connection: 'close' } }),
+      );
+    };
     const onData = (chunk: Buffer) => {
       size += chunk.length;
       if (size > maxBytes) return fail(tooLarge(maxBytes));
-      if (budget && size > reserved) {
+      if (budget) {
         try {
-          budget.reserve(size - reserved);
+          budget.reserve(chunk.length);
           reserved = size;
         } catch (e) {
           return fail(e);
@@ -125,6 +131,7 @@ export function readBody(req: IncomingMessage, maxBytes: number, budget?: BodyBu
       if (!req.complete) onError(new Error('request body aborted'));
     };
     const cleanup = () => {
+      if (timer) clearTimeout(timer);
       req.off('data', onData).off('end', onEnd).off('error', onError).off('close', onClose);
     };
     req.on('data', onData).on('end', onEnd).on('error', onError).on('close', onClose);
@@ -162,28 +169,40 @@ function mayHoldRoundedInteger(root: unknown): boolean {
   return false;
 }
 
-/** Parses JSON; a syntax error is a 422 `json_invalid` as FastAPI reports it. */
-export function parseJson(text: string): unknown {
+/** limits.max_json_depth's default (SPEC §13). */
+export const DEFAULT_MAX_JSON_DEPTH = 64;
+
+/**
+ * Parses JSON; a syntax error, or nesting deeper than `maxDepth` (found by a linear scan before the
+ * parse: http/json-depth.ts), is a 422 `json_invalid` as FastAPI reports it.
+ */
+export function parseJson(text: string, maxDepth = DEFAULT_MAX_JSON_DEPTH): unknown {
+  const at = findTooDeep(text, maxDepth);
+  if (at >= 0) {
+    throw invalid(['body'], 'json_invalid', 'JSON decode error', null, {
+      error: `nesting too deep: more than ${maxDepth} levels of arrays and objects (at position ${at})`,
+    });
+  }
   try {
     const value: unknown = JSON.parse(text);
     // The reviver (Node's JSON source-text access) costs a call per value, so only bodies that need it pay.
-    // It recurses: a big integer nested deeper than the stack allows fails here, as invalid JSON, not as a 500.
     return mayHoldRoundedInteger(value) ? JSON.parse(text, keepBigIntegers as (k: string, v: unknown) => unknown) : value;
   } catch (e) {
     throw invalid(['body'], 'json_invalid', 'JSON decode error', null, { error: (e as Error).message });
   }
 }
 
-/** 415/413/422 checks, then the parsed JSON value, the body's size in bytes and its budget release. */
+/** 415/413/408/422 checks, then the parsed JSON value, the body's size in bytes and its budget release. */
 export async function readJson(
   req: IncomingMessage,
   maxBytes: number,
   budget?: BodyBudget,
+  maxDepth = DEFAULT_MAX_JSON_DEPTH,
 ): Promise<{ value: unknown; bytes: number; release(): void }> {
   requireJson(req);
   const { text, bytes, release } = await readBody(req, maxBytes, budget);
   try {
-    return { value: parseJson(text), bytes, release };
+    return { value: parseJson(text, maxDepth), bytes, release };
   } catch (e) {
     release();
     throw e;

@@ -2,13 +2,13 @@
  * What the edge checks before a route's handler runs, declared on the route (router.ts) instead of
  * pasted into each handler (SPEC §2a order: route → credentials → scope → limits):
  *
- * - `auth: scope`: authenticate the bearer key, check the scope, take a per-key concurrency slot
- *   (SPEC §12) and admit the request against the key's rate limits, once.
- * - `auth` + `meteredAdmit`: the same, except that the handler admits itself through `ctx.admit` with
- *   its token estimate once it has read the body (one limiter round trip for both dimensions). When it
- *   fails before that (bad body, unknown model), the gate admits the request without tokens: every
- *   authenticated request counts against the request limit, refused ones too, and past the limit the
- *   429 wins (SPEC §2a).
+ * - `auth: scope`: authenticate the bearer key, check the scope, take a concurrency slot of the key and
+ *   of its account (SPEC §12, §13) and admit the request against the key's and the account's rate
+ *   limits, once — all before any byte of the body is read (SPEC §13 "admission before work"): a key
+ *   over its limits never gets its body parsed, only drained.
+ * - `auth` + `meteredAdmit`: the same, and the handler admits its tokens itself through `ctx.admit`
+ *   once it has read the body and knows its estimate. Every authenticated request counts against the
+ *   request limit, refused ones too, and past the limit the 429 wins (SPEC §2a).
  * - `admin: true`: the admin token (admin/token.ts).
  */
 import type { Authenticator } from '../auth/authenticate.ts';
@@ -17,6 +17,7 @@ import type { Concurrency } from '../limits/concurrency.ts';
 import type { Limits } from '../limits/limits.ts';
 import type { RequestContext } from './context.ts';
 import { GatewayError } from './errors.ts';
+import { refuseAfterDrain } from './body.ts';
 import type { Route } from './router.ts';
 
 /** Runs a matched route's handler behind the checks it declares. */
@@ -36,20 +37,25 @@ export function createGate(d: GateDeps): Gate {
     const limits = d.limits;
     const key = (ctx.key = await d.auth.authenticate(ctx.req));
     let admitted = false;
-    const admit = (estimatedTokens?: number) => {
-      admitted = true;
-      return limits.admit(ctx, estimatedTokens);
-    };
     try {
       if (scope !== 'any') requireScope(key, scope);
-      d.concurrency.enter(key.id, ctx.res);
-      if (!route.meteredAdmit) await admit();
-      else ctx.admit = admit;
-      await route.handler(ctx);
+      d.concurrency.enter(key.id, key.account, ctx.res);
+      admitted = true;
+      if (!route.meteredAdmit) await limits.admit(ctx);
+      else {
+        await limits.admitRequest(ctx);
+        ctx.admit = (estimatedTokens = 0) => limits.admitTokens(ctx, estimatedTokens);
+      }
     } catch (err) {
-      if (!admitted) await admit();
-      throw err;
+      try {
+        if (!admitted) await limits.admit(ctx);
+      } catch (rateErr) {
+        err = rateErr;
+      }
+      // Refused before its body was read: the body is drained (never buffered, never parsed) and then refused.
+      return refuseAfterDrain(ctx.req, err);
     }
+    await route.handler(ctx);
   }
 
   return (route, ctx) => {

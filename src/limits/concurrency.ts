@@ -1,40 +1,59 @@
 /**
- * Requests in flight per key (SPEC §12: limits.max_concurrent_per_key, default 64 → 429
- * concurrency_limit_exceeded). Without it one key can hold every socket, stream and upstream slot the
- * process has. Per process, in memory: a count per key id, entered after authentication and left when
- * the response closes (normal end, error or client abort alike), so no path can leak a slot.
+ * Requests in flight per key and per account (SPEC §12, §13: limits.max_concurrent_per_key, default 64,
+ * and limits.max_concurrent_per_account, default 256 → 429 concurrency_limit_exceeded, with
+ * `x-ratelimit-scope: key | account`). Without them one key — or one account's many keys — can hold
+ * every socket, stream and upstream slot the process has. Per process, in memory: a count per key id
+ * and per account, entered after authentication and before the body is read, left when the response
+ * closes (normal end, error or client abort alike), so no path can leak a slot.
  */
 import type { ServerResponse } from 'node:http';
 import { GatewayError } from '../http/errors.ts';
 
 export interface Concurrency {
-  /** Counts one request of `keyId` until `res` closes; throws 429 past the limit. */
-  enter(keyId: string, res: ServerResponse): void;
+  /** Counts one request of `keyId` (of `account`) until `res` closes; throws 429 past either limit. */
+  enter(keyId: string, account: string, res: ServerResponse): void;
   /** Requests in flight for a key (tests, metrics). */
   inFlight(keyId: string): number;
+  /** Requests in flight for an account. */
+  inFlightAccount(account: string): number;
 }
 
-export function createConcurrency(max: number): Concurrency {
-  const counts = new Map<string, number>();
+function full(scope: 'key' | 'account', max: number): GatewayError {
+  const who = scope === 'key' ? 'This API key' : "This API key's account";
+  return new GatewayError('concurrency_limit_exceeded', `${who} already has ${max} requests in flight; wait for one to finish.`, {
+    headers: { 'retry-after': '1', 'retry-after-ms': '1000', 'x-ratelimit-scope': scope },
+  });
+}
+
+function leave(counts: Map<string, number>, id: string): void {
+  const left = (counts.get(id) ?? 1) - 1;
+  if (left <= 0) counts.delete(id);
+  else counts.set(id, left);
+}
+
+export function createConcurrency(max: number, maxPerAccount = Infinity): Concurrency {
+  const keys = new Map<string, number>();
+  const accounts = new Map<string, number>();
   return {
-    enter(keyId, res) {
-      const n = counts.get(keyId) ?? 0;
-      if (n >= max) {
-        throw new GatewayError(
-          'concurrency_limit_exceeded',
-          `This API key already has ${max} requests in flight; wait for one to finish.`,
-          {
-            headers: { 'retry-after': '1', 'retry-after-ms': '1000' },
-          },
-        );
-      }
-      counts.set(keyId, n + 1);
-      res.once('close', () => {
-        const left = (counts.get(keyId) ?? 1) - 1;
-        if (left <= 0) counts.delete(keyId);
-        else counts.set(keyId, left);
-      });
+    enter(keyId, account, res) {
+      const n = keys.get(keyId) ?? 0;
+      if (n >= max) throw full('key', max);
+      const a = accounts.get(account) ?? 0;
+      if (a >= maxPerAccount) throw full('account', maxPerAccount);
+      keys.set(keyId, n + 1);
+      accounts.set(account, a + 1);
+      let left = false;
+      const release = () => {
+        if (left) return;
+        left = true;
+        leave(keys, keyId);
+        leave(accounts, account);
+      };
+      res.once('close', release);
+      // A client gone while it was authenticated: its 'close' was emitted already and would never come again.
+      if (res.destroyed) release();
     },
-    inFlight: (keyId) => counts.get(keyId) ?? 0,
+    inFlight: (keyId) => keys.get(keyId) ?? 0,
+    inFlightAccount: (account) => accounts.get(account) ?? 0,
   };
 }

@@ -1,17 +1,23 @@
 /**
- * Per-key rate limits (SPEC §1.5, §2a) on rate-limiter-flexible: fixed windows (default one minute) for
- * requests and for tokens — one window per dimension. Test keys get the config defaults, live keys the
- * optional live defaults, and any key may carry an override. The request limit counts every
- * authenticated /v1 request; the token limit admits chat requests on their estimate (prompt estimate +
- * max output) and is corrected with the real usage at settle, so a window's total is what was used.
- * A correction rides on the key's next admission (one counter script instead of two) or, when none
- * comes within CORRECTION_FLUSH_MS, is sent by itself: this instance's decisions and headers always
- * include it; another instance sees it that much later.
+ * Rate limits (SPEC §1.5, §2a, §13) on rate-limiter-flexible: fixed windows (default one minute) for
+ * requests and for tokens — one window per dimension — per key and, for test keys, per account
+ * (`rate_limits.test_account`: all test keys of one account together, so more keys buy no more traffic).
+ * Test keys get the config defaults, live keys the optional live defaults, and any key may carry an
+ * override. The request limit counts every authenticated /v1 request; the token limit admits metered
+ * requests on their estimate (prompt estimate + max output) and is corrected with the real usage at
+ * settle, so a window's total is what was used.
  *
- * Counters live in Redis (shared by every instance: one Lua script per dimension, both in one round
- * trip, on the script pipe on a single node: store/limiter-client.ts). While Redis is unreachable each
- * instance enforces the same limits in memory (rate-limiter-flexible's insurance limiter), with a gauge
- * and a log line saying so.
+ * Two phases on a metered route (SPEC §13 "admission before work"): `admitRequest` before the body is
+ * read (the request dimension of key and account: one round trip), `admitTokens` once the estimate is
+ * known (the token dimension of key and account: one round trip). Other routes take both at once
+ * (`admit`). A correction rides on the counter's next token admission (one counter script instead of
+ * two) or, when none comes within CORRECTION_FLUSH_MS, is sent by itself: this instance's decisions and
+ * headers always include it; another instance sees it that much later.
+ *
+ * Counters live in Redis (shared by every instance: one Lua script per counter, all of one phase in one
+ * round trip, on the script pipe on a single node: store/limiter-client.ts). While Redis is unreachable
+ * each instance enforces the same limits in memory (rate-limiter-flexible's insurance limiter), with a
+ * gauge and a log line saying so.
  */
 import { RateLimiterMemory, RateLimiterRedis, type RateLimiterAbstract, type RateLimiterRes } from 'rate-limiter-flexible';
 import type { Cluster, Redis } from 'ioredis';
@@ -29,6 +35,8 @@ export interface RateLimitOptions {
   windowSeconds: number;
   test: LimitSpec;
   live: LimitSpec;
+  /** All test keys of one account together (rate_limits.test_account); undefined → no account limit. */
+  testAccount?: LimitSpec;
   /** The Redis client for shared counters (Store.redis); undefined → in-memory only (embedded store). */
   redis: Redis | Cluster | LimiterClient | undefined;
   metrics: Metrics;
@@ -43,19 +51,22 @@ export interface RateLimitOptions {
 const UNCAPPED = 2 ** 40;
 const NOTHING: Admission = { settle() {} };
 /**
- * How long a token correction may wait for its key's next admission before it is sent alone. Under load
- * the next admission comes first and carries it: a test-key chat request then runs two counter scripts
- * instead of three (bench/README.md, "What changed the numbers").
+ * How long a token correction may wait for its counter's next admission before it is sent alone. Under
+ * load the next admission comes first and carries it (bench/README.md, "What changed the numbers").
  */
 export const CORRECTION_FLUSH_MS = 20;
 
-/** Token corrections of one key not yet in the counter, and the end of the window they belong to. */
+type Dimension = 'requests' | 'tokens';
+/** Which limit a counter enforces; a 429 names it in `x-ratelimit-scope`. */
+type Scope = 'key' | 'account';
+
+/** Token corrections of one counter not yet sent, and the end of the window they belong to. */
 interface Pending {
+  tok: RateLimiterAbstract;
+  id: string;
   delta: number;
   windowEnd: number;
 }
-
-type Dimension = 'requests' | 'tokens';
 
 /** The in-memory twin; reports each use when it stands in for Redis, so a hung Redis is seen too. */
 class Insurance extends RateLimiterMemory {
@@ -84,10 +95,28 @@ function limiter(o: RateLimitOptions, prefix: string, onInsurance: () => void): 
   });
 }
 
-function headersFor(dim: Dimension, limit: number, res: RateLimiterRes, out: Record<string, string>): void {
-  out[`x-ratelimit-limit-${dim}`] = String(limit);
-  out[`x-ratelimit-remaining-${dim}`] = String(Math.max(0, limit - res.consumedPoints));
-  out[`x-ratelimit-reset-${dim}`] = formatDuration(res.msBeforeNext);
+/** One counter pair (key or account) as one admission sees it. */
+interface Side {
+  scope: Scope;
+  /** The counter id: the key id, or the account name. */
+  id: string;
+  rpm: number | undefined;
+  tpm: number | undefined;
+  req: RateLimiterAbstract;
+  tok: RateLimiterAbstract;
+  /** Results of this admission's calls. */
+  r?: RateLimiterRes | undefined;
+  t?: RateLimiterRes | null | undefined;
+  taken?: Pending | undefined;
+  /** Tokens given back after a refusal (the headers show what remains without them). */
+  refunded?: number;
+}
+
+/** What one admission counts: the request, the tokens (consumed, only read for headers, or neither). */
+interface Phase {
+  requests: boolean;
+  tokens: 'consume' | 'get' | 'none';
+  estimate: number | undefined;
 }
 
 export function createRateLimits(o: RateLimitOptions): Limits {
@@ -96,54 +125,72 @@ export function createRateLimits(o: RateLimitOptions): Limits {
   // Bumped whenever the insurance limiter stands in for Redis (down, or hung past the command timeout).
   let insuranceUses = 0;
   const onInsurance = () => void insuranceUses++;
-  const requests = limiter(o, 'tg:rl:req', onInsurance);
-  const tokens = limiter(o, 'tg:rl:tok', onInsurance);
+  const keyReq = limiter(o, 'tg:rl:req', onInsurance);
+  const keyTok = limiter(o, 'tg:rl:tok', onInsurance);
+  const acctReq = limiter(o, 'tg:rl:acct:req', onInsurance);
+  const acctTok = limiter(o, 'tg:rl:acct:tok', onInsurance);
   const windowMs = o.windowSeconds * 1000;
   const pending = new Map<string, Pending>();
   let flushTimer: NodeJS.Timeout | undefined;
 
-  /** Sends one key's correction by itself (reward or penalty); dropped once its window is over. */
-  function send(keyId: string, p: Pending): Promise<unknown> {
+  /** Sends one counter's correction by itself (reward or penalty); dropped once its window is over. */
+  function send(p: Pending): Promise<unknown> {
     if (p.delta === 0 || now() >= p.windowEnd) return Promise.resolve();
-    const call = p.delta < 0 ? tokens.reward(keyId, -p.delta) : tokens.penalty(keyId, p.delta);
+    const call = p.delta < 0 ? p.tok.reward(p.id, -p.delta) : p.tok.penalty(p.id, p.delta);
     return call.catch((err: unknown) => o.logger.warn({ err: (err as Error).message }, 'rate limiter: token correction failed'));
   }
 
   function flush(): Promise<unknown> {
     flushTimer = undefined;
-    const sends = [...pending].map(([keyId, p]) => send(keyId, p));
+    const sends = [...pending.values()].map(send);
     pending.clear();
     return Promise.all(sends);
   }
 
-  /** Queues a correction for the key's next admission, or for the flush timer. */
-  function correct(keyId: string, delta: number, windowEnd: number): void {
-    const p = pending.get(keyId);
+  const pendingId = (tok: RateLimiterAbstract, id: string) => (tok === keyTok ? `k:${id}` : `a:${id}`);
+
+  /** Queues a correction for the counter's next token admission, or for the flush timer. */
+  function correct(tok: RateLimiterAbstract, id: string, delta: number, windowEnd: number): void {
+    const pid = pendingId(tok, id);
+    const p = pending.get(pid);
     // Ends computed by two admissions of one window differ by milliseconds, of two windows by about a window.
     if (p && Math.abs(p.windowEnd - windowEnd) < windowMs / 2) {
       p.delta += delta;
       p.windowEnd = Math.min(p.windowEnd, windowEnd);
     } else {
-      if (p) void send(keyId, p);
-      pending.set(keyId, { delta, windowEnd });
+      if (p) void send(p);
+      pending.set(pid, { tok, id, delta, windowEnd });
     }
     flushTimer ??= setTimeout(() => void flush(), CORRECTION_FLUSH_MS).unref();
   }
 
-  /** Takes the key's queued correction if its window is still current. */
-  function takeCorrection(keyId: string): Pending | undefined {
-    const p = pending.get(keyId);
+  /** Takes the counter's queued correction if its window is still current. */
+  function takeCorrection(tok: RateLimiterAbstract, id: string): Pending | undefined {
+    const pid = pendingId(tok, id);
+    const p = pending.get(pid);
     if (!p) return undefined;
-    pending.delete(keyId);
+    pending.delete(pid);
     return now() < p.windowEnd ? p : undefined;
   }
 
-  function limitsOf(key: KeyRecord): { rpm: number | undefined; tpm: number | undefined } {
+  /** The key's own limits and, for a test key, its account's. */
+  function sidesOf(key: KeyRecord): Side[] {
     const d = key.env === 'test' ? o.test : o.live;
-    return {
-      rpm: key.rate_limits?.requests_per_minute ?? d.requestsPerMinute,
-      tpm: key.rate_limits?.tokens_per_minute ?? d.tokensPerMinute,
-    };
+    const sides: Side[] = [
+      {
+        scope: 'key',
+        id: key.id,
+        rpm: key.rate_limits?.requests_per_minute ?? d.requestsPerMinute,
+        tpm: key.rate_limits?.tokens_per_minute ?? d.tokensPerMinute,
+        req: keyReq,
+        tok: keyTok,
+      },
+    ];
+    const a = key.env === 'test' ? o.testAccount : undefined;
+    if (a && (a.requestsPerMinute !== undefined || a.tokensPerMinute !== undefined)) {
+      sides.push({ scope: 'account', id: key.account, rpm: a.requestsPerMinute, tpm: a.tokensPerMinute, req: acctReq, tok: acctTok });
+    }
+    return sides;
   }
 
   /** Degraded when the last call was served by the insurance limiter: Redis down, or hung (still "ready"). */
@@ -155,95 +202,170 @@ export function createRateLimits(o: RateLimitOptions): Limits {
     else o.logger.info('rate limiter: Redis back, shared counters in use');
   }
 
-  function refuse(ctx: RequestContext, dim: Dimension, limit: number, res: RateLimiterRes, headers: Record<string, string>): never {
+  /**
+   * The `x-ratelimit-*` headers of one dimension: the side with the least left (the key's own numbers
+   * until its account's are the tighter ones), so a client paces itself on the limit that binds.
+   */
+  function headersFor(dim: Dimension, sides: Side[], out: Record<string, string>): void {
+    let best: { limit: number; left: number; resetMs: number } | undefined;
+    for (const s of sides) {
+      const limit = dim === 'requests' ? s.rpm : s.tpm;
+      const res = dim === 'requests' ? s.r : s.t;
+      if (limit === undefined || res === undefined) continue;
+      const left = res === null ? limit : Math.max(0, limit - res.consumedPoints + (dim === 'tokens' ? (s.refunded ?? 0) : 0));
+      const resetMs = res === null ? windowMs : res.msBeforeNext;
+      if (!best || left < best.left) best = { limit, left, resetMs };
+    }
+    if (!best) return;
+    out[`x-ratelimit-limit-${dim}`] = String(best.limit);
+    out[`x-ratelimit-remaining-${dim}`] = String(best.left);
+    out[`x-ratelimit-reset-${dim}`] = formatDuration(best.resetMs);
+  }
+
+  function refuse(
+    ctx: RequestContext,
+    s: Side,
+    dim: Dimension,
+    limit: number,
+    res: RateLimiterRes,
+    headers: Record<string, string>,
+  ): never {
     o.metrics.rateLimited.inc({ env: ctx.key!.env, dimension: dim });
+    ctx.log.rate_limit_scope = s.scope;
     const ms = Math.max(1, res.msBeforeNext);
     const what = dim === 'requests' ? `${limit} requests` : `${limit} tokens`;
+    const whose = s.scope === 'key' ? 'this key' : "this account's test keys together";
     throw new GatewayError(
       'rate_limit_exceeded',
-      `Rate limit reached: ${what} per ${o.windowSeconds}s window for this key. The window resets in ${formatDuration(ms)}.`,
+      `Rate limit reached: ${what} per ${o.windowSeconds}s window for ${whose}. The window resets in ${formatDuration(ms)}.`,
       {
-        headers: { ...headers, 'retry-after': String(Math.ceil(ms / 1000)), 'retry-after-ms': String(ms) },
+        headers: {
+          ...headers,
+          'x-ratelimit-scope': s.scope,
+          'retry-after': String(Math.ceil(ms / 1000)),
+          'retry-after-ms': String(ms),
+        },
       },
     );
   }
 
-  return {
-    async admit(ctx, estimate) {
-      const key = ctx.key!;
-      const { rpm, tpm } = limitsOf(key);
-      if (rpm === undefined && tpm === undefined) return NOTHING;
-      const usesBefore = insuranceUses;
-      const t0 = process.hrtime.bigint();
-      const tokenCost = estimate === undefined ? undefined : Math.max(0, Math.ceil(estimate));
-      // Earlier requests' corrections go into this admission's counter call, so its count and headers include them.
-      const taken = tpm === undefined ? undefined : takeCorrection(key.id);
-      const tokenCall =
-        tpm === undefined
-          ? undefined
-          : tokenCost !== undefined || taken
-            ? tokens.consume(key.id, (tokenCost ?? 0) + (taken?.delta ?? 0))
-            : tokens.get(key.id);
-      // Both dimensions in the same tick: one round trip (one write on the script pipe, or one ioredis autopipeline batch).
-      let r: RateLimiterRes | undefined;
-      let t: RateLimiterRes | null | undefined;
-      try {
-        [r, t] = await Promise.all([rpm === undefined ? undefined : requests.consume(key.id, 1), tokenCall]);
-      } catch (err) {
-        // The call carried the correction and failed: queue it again.
-        if (taken) correct(key.id, taken.delta, taken.windowEnd);
-        throw err;
+  /**
+   * The token headers of a request refused before its estimate was known (SPEC §1.5: a 429 carries all
+   * six): read only for refusals, so an admitted request pays no extra script for them.
+   */
+  async function tokenHeaders(sides: Side[], headers: Record<string, string>): Promise<void> {
+    const k = sides[0]!;
+    if (k.tpm === undefined) return;
+    try {
+      k.t = await k.tok.get(k.id);
+    } catch {
+      return;
+    }
+    headersFor('tokens', [k], headers);
+  }
+
+  const liveUnlimited = o.live.requestsPerMinute === undefined && o.live.tokensPerMinute === undefined;
+
+  async function run(ctx: RequestContext, ph: Phase): Promise<Admission> {
+    const key = ctx.key!;
+    // The common live key: no limits, nothing to count (no account limit for live keys).
+    if (key.env === 'live' && liveUnlimited && !key.rate_limits) return NOTHING;
+    const sides = sidesOf(key);
+    const tokenCost = ph.estimate === undefined ? undefined : Math.max(0, Math.ceil(ph.estimate));
+    const usesBefore = insuranceUses;
+    const t0 = process.hrtime.bigint();
+    // Every call of the phase in the same tick: one round trip (one write on the script pipe, or one ioredis
+    // autopipeline batch). Earlier requests' corrections go into this admission's token call.
+    const calls: Promise<unknown>[] = [];
+    let any = false;
+    for (const s of sides) {
+      if (ph.requests && s.rpm !== undefined) {
+        any = true;
+        calls.push(s.req.consume(s.id, 1).then((r) => void (s.r = r)));
       }
-      o.metrics.limiterLatency.observe(Number(process.hrtime.bigint() - t0) / 1e9);
-      if (o.redis) setFallback(insuranceUses !== usesBefore);
-      const headers: Record<string, string> = {};
-      if (r && rpm !== undefined) headersFor('requests', rpm, r, headers);
-      if (tpm !== undefined) {
-        if (t) headersFor('tokens', tpm, t, headers);
-        else
-          Object.assign(headers, {
-            'x-ratelimit-limit-tokens': String(tpm),
-            'x-ratelimit-remaining-tokens': String(tpm),
-            'x-ratelimit-reset-tokens': formatDuration(o.windowSeconds * 1000),
-          });
+      if (ph.tokens === 'none' || s.tpm === undefined) continue;
+      any = true;
+      s.taken = takeCorrection(s.tok, s.id);
+      if (tokenCost !== undefined || s.taken) {
+        calls.push(s.tok.consume(s.id, (tokenCost ?? 0) + (s.taken?.delta ?? 0)).then((t) => void (s.t = t)));
+      } else if (s.scope === 'key') {
+        // Only read, for the headers of a route that spends no tokens.
+        calls.push(s.tok.get(s.id).then((t) => void (s.t = t)));
       }
-      ctx.extraHeaders = headers;
-      // A refused request's token estimate is given back, and the headers show what remains without it.
-      const refundTokens = () => {
-        if (!t || !tokenCost || tpm === undefined) return;
-        void tokens.reward(key.id, tokenCost).catch(() => {});
-        headers['x-ratelimit-remaining-tokens'] = String(Math.max(0, tpm - (t.consumedPoints - tokenCost)));
-      };
-      if (r && rpm !== undefined && r.consumedPoints > rpm) {
+    }
+    if (!any) return NOTHING;
+    try {
+      await Promise.all(calls);
+    } catch (err) {
+      // A call carried a correction and failed: queue it again.
+      for (const s of sides) if (s.taken) correct(s.tok, s.id, s.taken.delta, s.taken.windowEnd);
+      throw err;
+    }
+    o.metrics.limiterLatency.observe(Number(process.hrtime.bigint() - t0) / 1e9);
+    if (o.redis) setFallback(insuranceUses !== usesBefore);
+    const headers: Record<string, string> = {};
+    if (ph.requests) headersFor('requests', sides, headers);
+    if (ph.tokens !== 'none') headersFor('tokens', sides, headers);
+    ctx.extraHeaders = ctx.extraHeaders ? Object.assign(ctx.extraHeaders, headers) : headers;
+    // A refused request's token estimate is given back everywhere it was counted, and the headers show what
+    // remains without it.
+    const refundTokens = () => {
+      if (!tokenCost) return;
+      for (const s of sides) {
+        if (!s.t || s.tpm === undefined) continue;
+        void s.tok.reward(s.id, tokenCost).catch(() => {});
+        s.refunded = tokenCost;
+      }
+      headersFor('tokens', sides, headers);
+      Object.assign(ctx.extraHeaders!, headers);
+    };
+    for (const s of sides) {
+      if (s.r && s.rpm !== undefined && s.r.consumedPoints > s.rpm) {
         refundTokens();
-        refuse(ctx, 'requests', rpm, r, headers);
+        if (ph.tokens === 'none') await tokenHeaders(sides, headers);
+        refuse(ctx, s, 'requests', s.rpm, s.r, headers);
       }
-      if (t && tpm !== undefined && tokenCost !== undefined && t.consumedPoints > tpm) {
+    }
+    if (tokenCost !== undefined) {
+      for (const s of sides) {
+        if (!s.t || s.tpm === undefined || s.t.consumedPoints <= s.tpm) continue;
         refundTokens();
-        if (tokenCost > tpm) {
+        if (tokenCost > s.tpm) {
           // No window will ever admit it: say why, and tell SDKs not to retry.
           o.metrics.rateLimited.inc({ env: key.env, dimension: 'tokens' });
+          ctx.log.rate_limit_scope = s.scope;
+          const whose = s.scope === 'key' ? "this key's" : "this account's";
           throw new GatewayError(
             'rate_limit_exceeded',
-            `This request may use up to ${tokenCost} tokens (prompt estimate + max output), more than this key's limit of ${tpm} tokens per ${o.windowSeconds}s window. Lower max_tokens or the prompt.`,
+            `This request may use up to ${tokenCost} tokens (prompt estimate + max output), more than ${whose} limit of ${s.tpm} tokens per ${o.windowSeconds}s window. Lower max_tokens or the prompt.`,
             {
-              headers: { ...headers, 'x-should-retry': 'false' },
+              headers: { ...headers, 'x-ratelimit-scope': s.scope, 'x-should-retry': 'false' },
             },
           );
         }
-        refuse(ctx, 'tokens', tpm, t, headers);
+        refuse(ctx, s, 'tokens', s.tpm, s.t, headers);
       }
-      if (!t || tokenCost === undefined) return NOTHING;
-      // Corrections land only in the window that admitted the estimate; a later window starts clean.
-      const windowEnd = now() + t.msBeforeNext;
-      return {
-        settle(actual) {
-          const delta = Math.ceil(actual) - tokenCost;
-          if (delta === 0 || now() >= windowEnd) return;
-          correct(key.id, delta, windowEnd);
-        },
-      };
+    }
+    if (tokenCost === undefined) return NOTHING;
+    // Corrections land only in the window that admitted the estimate; a later window starts clean.
+    const counted = sides.filter((s) => s.t && s.tpm !== undefined).map((s) => ({ s, windowEnd: now() + s.t!.msBeforeNext }));
+    if (counted.length === 0) return NOTHING;
+    return {
+      settle(actual) {
+        const delta = Math.ceil(actual) - tokenCost;
+        if (delta === 0) return;
+        const at = now();
+        for (const { s, windowEnd } of counted) if (at < windowEnd) correct(s.tok, s.id, delta, windowEnd);
+      },
+    };
+  }
+
+  return {
+    admit: (ctx, estimate) => run(ctx, { requests: true, tokens: estimate === undefined ? 'get' : 'consume', estimate }),
+    async admitRequest(ctx) {
+      await run(ctx, { requests: true, tokens: 'none', estimate: undefined });
     },
+    admitTokens: (ctx, estimate) => run(ctx, { requests: false, tokens: 'consume', estimate }),
     async close() {
       if (flushTimer) clearTimeout(flushTimer);
       await flush();

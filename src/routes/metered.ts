@@ -13,7 +13,7 @@ import type { Route } from '../http/router.ts';
 import type { RequestContext } from '../http/context.ts';
 import { requireModel } from '../auth/authenticate.ts';
 import type { Config, Endpoint, ModelConfig } from '../config/schema.ts';
-import type { BodyBudget } from '../limits/body-budget.ts';
+import type { ProcessBodyBudget } from '../limits/body-budget.ts';
 import { holdTtlMs as holdTtlOf, type Credit } from '../credit/credit.ts';
 import { costMicros } from '../credit/pricing.ts';
 import { budgetCharge } from '../credit/budget.ts';
@@ -32,8 +32,8 @@ import type { Usage } from '../usage/usage.ts';
 
 export interface MeteredDeps {
   config: Config;
-  /** Request body bytes held across the process (limits.max_inflight_body_bytes). */
-  bodyBudget: BodyBudget;
+  /** Request body bytes held across the process and per key (limits.max_inflight_body_bytes[_per_key]). */
+  bodyBudget: ProcessBodyBudget;
   credit: Credit;
   upstreams: Upstreams;
   tokenizer: Tokenizer;
@@ -264,7 +264,8 @@ export function meteredRoute<B extends { model: string }>(d: MeteredDeps, ep: Me
    * by the gate (without tokens) before it reaches the client.
    */
   async function prepare(ctx: RequestContext): Promise<Prepared> {
-    const read = await readJson(ctx.req, d.config.limits.maxBodyBytes, d.bodyBudget);
+    // The gate has taken the key's slot and request admission already (SPEC §13): only now is the body read.
+    const read = await readJson(ctx.req, d.config.limits.maxBodyBytes, d.bodyBudget.forKey(ctx.key!.id), d.config.limits.maxJsonDepth);
     // The body's bytes stay reserved until the request ends: its upstream payload lives that long.
     ctx.res.once('close', read.release);
     const body = ep.validate(read.value, d.config.limits);

@@ -298,3 +298,21 @@ t.test('TOLLGATE_ADMIN_TOKEN shorter than 32 characters stops the boot, without 
   t.equal(compileConfig(doc, { TOLLGATE_ADMIN_TOKEN: 'x'.repeat(32) }).adminToken, 'x'.repeat(32));
   t.equal(compileConfig(doc, {}).adminToken, undefined, 'unset: the admin API is off, the boot goes on');
 });
+
+t.test('tenant-isolation limits (SPEC §13): defaults, the account limit following the per-key one, bad values named', async (t) => {
+  const c = parseConfig(VALID, {});
+  t.equal(c.limits.maxConcurrentPerAccount, 256);
+  t.equal(c.limits.maxInflightBodyBytesPerKey, 8 * 1024 * 1024);
+  t.equal(c.limits.maxJsonDepth, 64);
+  t.equal(c.server.bodyTimeoutMs, 10_000);
+  t.same(c.rateLimits.testAccount, { requestsPerMinute: 240, tokensPerMinute: 400_000 }, '4 × the per-key test limits');
+  const scaled = parseConfig(`rate_limits: { test: { requests_per_minute: 5 } }\n${VALID}`, {});
+  t.same(scaled.rateLimits.testAccount, { requestsPerMinute: 20, tokensPerMinute: 400_000 }, 'follows a configured per-key limit');
+  const own = parseConfig(`rate_limits: { test_account: { requests_per_minute: 7 } }\n${VALID}`, {});
+  t.same(own.rateLimits.testAccount, { requestsPerMinute: 7, tokensPerMinute: 400_000 }, 'one dimension set, the other defaulted');
+  namesField(t, `limits: { max_json_depth: 1 }\n${VALID}`, 'limits.max_json_depth');
+  namesField(t, `limits: { max_concurrent_per_account: 0 }\n${VALID}`, 'limits.max_concurrent_per_account');
+  namesField(t, `limits: { max_inflight_body_bytes_per_key: 10 }\n${VALID}`, 'limits.max_inflight_body_bytes_per_key');
+  namesField(t, `server: { body_timeout_ms: 5 }\n${VALID}`, 'server.body_timeout_ms');
+  namesField(t, `rate_limits: { test_account: { tokens_per_minute: 0 } }\n${VALID}`, 'rate_limits.test_account.tokens_per_minute');
+});

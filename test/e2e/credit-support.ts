@@ -118,6 +118,8 @@ export async function spawnGateway(
     nodeArgs?: string[];
     /** How long boot may take (default 10 s); tests that start several children on a busy box give more. */
     readyTimeoutMs?: number;
+    /** Alias of readyTimeoutMs. */
+    bootTimeoutMs?: number;
   },
 ): Promise<ChildGateway> {
   const doc = testConfigDoc(o.upstreamUrl) as Record<string, Record<string, unknown>>;
@@ -158,7 +160,7 @@ export async function spawnGateway(
         () => false,
       );
     },
-    o.readyTimeoutMs ?? 10_000,
+    o.readyTimeoutMs ?? o.bootTimeoutMs ?? 10_000,
     'the child gateway to listen',
     50,
   );

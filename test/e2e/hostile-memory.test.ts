@@ -41,7 +41,15 @@ t.test('60 × 4 MB bodies on a free test key: the process stays up, another clie
   const gw = await spawnGateway(t, {
     upstreamUrl: sim.url,
     nodeArgs: ['--max-old-space-size=256'],
-    config: { rate_limits: { test: { requests_per_minute: 100_000, tokens_per_minute: 100_000_000 } } },
+    // The per-key body cap (SPEC §13, 8 MiB) would refuse this key with 429 long before the process budget:
+    // raised here so the process-wide budget (503) is what is tested; test/e2e/noisy-body-trickle.test.ts tests the cap.
+    config: {
+      rate_limits: {
+        test: { requests_per_minute: 100_000, tokens_per_minute: 100_000_000 },
+        test_account: { requests_per_minute: 100_000, tokens_per_minute: 100_000_000 },
+      },
+      limits: { max_inflight_body_bytes_per_key: 256 * 1024 * 1024 },
+    },
   });
   const admin = async (path: string, body: unknown) =>
     (

@@ -62,7 +62,8 @@ if (stack) {
     const retryMs = Number(d.headers.get('retry-after-ms'));
     t.ok(retryMs > 0 && retryMs <= WINDOW_MS, `retry-after-ms ${retryMs} within the window`);
     t.equal(d.headers.get('retry-after'), String(Math.ceil(retryMs / 1000)), 'retry-after in whole seconds, rounded up');
-    t.same(Object.keys(rateHeaders(d.headers)).sort(), RATE_HEADERS, 'all six x-ratelimit-* headers on the 429');
+    t.same(Object.keys(rateHeaders(d.headers)).sort(), [...RATE_HEADERS, 'x-ratelimit-scope'], 'all six x-ratelimit-* headers on the 429');
+    t.equal(d.headers.get('x-ratelimit-scope'), 'key', 'and which limit refused it (SPEC §1.5)');
     t.equal(d.headers.get('x-ratelimit-remaining-requests'), '0');
     t.equal(d.headers.get('x-ratelimit-limit-requests'), '3');
     const resetMs = parseDuration(d.headers.get('x-ratelimit-reset-requests'));

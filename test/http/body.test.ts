@@ -13,6 +13,15 @@ function fakeReq(headers: Record<string, string>, chunks: (string | Buffer)[] = 
   return s as unknown as IncomingMessage;
 }
 
+function rejectionSync(f: () => unknown): unknown {
+  try {
+    f();
+  } catch (e) {
+    return e;
+  }
+  throw new Error('expected a throw');
+}
+
 async function rejection(p: Promise<unknown>): Promise<unknown> {
   try {
     await p;
@@ -145,9 +154,26 @@ t.test(
 
 t.test('parseJson survives nesting deeper than the call stack', async (t) => {
   const deep = '{"x":' + '['.repeat(100_000) + ']'.repeat(100_000) + '}';
-  t.type(parseJson(deep), 'object');
+  t.type(parseJson(deep, Infinity), 'object', 'with no depth limit');
   // Source-text access (the reviver) recurses: a big integer that deep is refused as invalid JSON, not a crash.
-  t.throws(() => parseJson('[' + '['.repeat(100_000) + '9007199254740993' + ']'.repeat(100_001)), ValidationError);
+  t.throws(() => parseJson('[' + '['.repeat(100_000) + '9007199254740993' + ']'.repeat(100_001), Infinity), ValidationError);
+});
+
+t.test('parseJson refuses nesting past max depth before parsing: 422 json_invalid, nesting too deep', async (t) => {
+  t.same(parseJson('{"a":' + '['.repeat(63) + ']'.repeat(63) + '}'), { a: JSON.parse('['.repeat(63) + ']'.repeat(63)) }, '64 levels pass');
+  const e = rejectionSync(() => parseJson('{"a":' + '['.repeat(64) + ']'.repeat(64) + '}'));
+  t.type(e, ValidationError);
+  const d = (e as ValidationError).detail[0]!;
+  t.same([d.loc, d.type, d.msg, d.input], [['body'], 'json_invalid', 'JSON decode error', null]);
+  t.match(d.ctx.error, /nesting too deep/);
+  t.throws(() => parseJson('[[[1]]]', 2), ValidationError, 'the limit is a parameter');
+  t.same(parseJson('[[1]]', 2), [[1]]);
+  // A million deep: refused by the scan in milliseconds, where JSON.parse + stringify took seconds.
+  const million = '['.repeat(1_000_000) + ']'.repeat(1_000_000);
+  const t0 = performance.now();
+  t.throws(() => parseJson(million), ValidationError);
+  // Bound loose for a loaded machine: what it guards against is the seconds a parse of it took.
+  t.ok(performance.now() - t0 < 1000, 'refused at the 65th bracket, without reading the rest');
 });
 
 t.test('readJson checks media type first, then size, then syntax', async (t) => {
@@ -173,9 +199,9 @@ t.test('under a budget: reserved as read, refused past it (503 overloaded) witho
   await t.rejects(
     readBody(fakeReq({ 'content-length': '500' }, [Buffer.alloc(500)]), 10_000, budget),
     { code: 'overloaded', status: 503 },
-    'a declared length that cannot fit: refused up front',
+    'a body that cannot fit: refused as its bytes arrive',
   );
-  t.equal(budget.used, 600, 'the refused body reserved nothing');
+  t.equal(budget.used, 600, 'the refused body gave back what it had');
   await t.rejects(
     readBody(fakeReq({}, [Buffer.alloc(300), Buffer.alloc(300)]), 10_000, budget),
     { code: 'overloaded' },
@@ -233,4 +259,57 @@ t.test('a refused body still arriving is read and dropped first: the uploading c
     more();
   });
   t.equal(outcome, 'status 413');
+});
+
+t.test('a declared content-length reserves nothing until its bytes arrive (SPEC §13)', async (t) => {
+  const { createBodyBudget } = await import('../../src/limits/body-budget.ts');
+  const budget = createBodyBudget(1000, undefined, { timeoutMs: 10_000 });
+  const req = new PassThrough() as PassThrough & { headers: Record<string, string> };
+  req.headers = { 'content-length': '900' };
+  const read = readBody(req as unknown as IncomingMessage, 10_000, budget);
+  req.write(Buffer.alloc(10));
+  await new Promise((r) => setImmediate(r));
+  t.equal(budget.used, 10, 'only the 10 bytes that came');
+  const other = await readBody(fakeReq({ 'content-length': '800' }, [Buffer.alloc(800)]), 10_000, budget);
+  t.equal(budget.used, 810, 'a second body fits beside a promise of 900');
+  other.release();
+  req.end(Buffer.alloc(890));
+  const r = await read;
+  t.equal(r.bytes, 900);
+  r.release();
+  t.equal(budget.used, 0);
+});
+
+t.test('a body not complete within the budget timeout: 408 request_timeout, connection closed, bytes given back', async (t) => {
+  const { createBodyBudget } = await import('../../src/limits/body-budget.ts');
+  const budget = createBodyBudget(1000, undefined, { timeoutMs: 150 });
+  const req = new PassThrough() as PassThrough & { headers: Record<string, string>; complete: boolean };
+  req.headers = { 'content-length': '100' };
+  req.complete = false;
+  const read = readBody(req as unknown as IncomingMessage, 10_000, budget);
+  req.write(Buffer.alloc(5));
+  const t0 = performance.now();
+  const e = (await rejection(read)) as GatewayError;
+  t.equal(e.code, 'request_timeout');
+  t.equal(e.status, 408);
+  t.equal(e.headers?.connection, 'close');
+  t.ok(performance.now() - t0 < 1000, 'refused at the timeout, not after a drain');
+  t.equal(budget.used, 0);
+});
+
+t.test('per-key body cap: one key past it gets 429 concurrency_limit_exceeded, another key is served', async (t) => {
+  const { createBodyBudget } = await import('../../src/limits/body-budget.ts');
+  const budget = createBodyBudget(10_000, undefined, { perKey: 1000 });
+  const a1 = await readBody(fakeReq({}, [Buffer.alloc(600)]), 10_000, budget.forKey('a'));
+  const e = (await rejection(readBody(fakeReq({}, [Buffer.alloc(300), Buffer.alloc(300)]), 10_000, budget.forKey('a')))) as GatewayError;
+  t.equal(e.code, 'concurrency_limit_exceeded');
+  t.equal(e.status, 429);
+  t.equal(e.headers?.['x-ratelimit-scope'], 'key');
+  t.equal(budget.usedBy('a'), 600, 'the refused body gave its 300 back');
+  const b = await readBody(fakeReq({}, [Buffer.alloc(900)]), 10_000, budget.forKey('b'));
+  t.equal(budget.used, 1500, 'process total');
+  a1.release();
+  b.release();
+  t.equal(budget.used, 0);
+  t.equal(budget.usedBy('a'), 0);
 });

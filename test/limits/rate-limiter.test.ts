@@ -242,3 +242,75 @@ t.test('the live defaults apply to live keys; an override replaces a default per
     [{ env: 'test', dimension: 'requests' }, 1],
   ]);
 });
+
+t.test('rate_limits.test_account: the test keys of one account share it; a 429 names its scope', async (t) => {
+  const { limits } = setup({
+    test: { requestsPerMinute: 3, tokensPerMinute: 1000 },
+    testAccount: { requestsPerMinute: 4, tokensPerMinute: 1500 },
+  });
+  const a = keyRecord('test');
+  const b = { ...keyRecord('test'), account: a.account };
+  const other = { ...keyRecord('test'), account: 'elsewhere' };
+  t.ok((await admit(limits, a)).ok);
+  t.ok((await admit(limits, a)).ok);
+  const third = await admit(limits, b);
+  t.ok(third.ok);
+  t.equal(third.headers['x-ratelimit-remaining-requests'], '1', "the account's remaining, tighter than b's own 2");
+  t.equal(third.headers['x-ratelimit-limit-requests'], '4');
+  t.ok((await admit(limits, b)).ok, 'the account has its 4th');
+  const refused = await admit(limits, b);
+  t.notOk(refused.ok);
+  if (refused.ok) return;
+  t.equal(refused.headers['x-ratelimit-scope'], 'account');
+  t.match(refused.err.message, /this account's test keys together/);
+  t.notOk((await admit(limits, a)).ok, "a's 3rd: within its own 3, past the account");
+  const own = await admit(limits, a);
+  t.notOk(own.ok, 'a is past its own 3 and the account');
+  if (!own.ok) t.equal(own.headers['x-ratelimit-scope'], 'key', 'the key limit is checked first');
+  t.ok((await admit(limits, other)).ok, 'another account is not limited');
+  const live = { ...keyRecord('live'), account: a.account };
+  t.ok((await admit(limits, live)).ok, 'live keys have no account limit');
+});
+
+t.test('two phases: the request before the body, the tokens on the estimate; settle corrects key and account', async (t) => {
+  const { limits } = setup({
+    test: { requestsPerMinute: 10, tokensPerMinute: 1000 },
+    testAccount: { requestsPerMinute: 40, tokensPerMinute: 1200 },
+  });
+  const a = keyRecord('test');
+  const b = { ...keyRecord('test'), account: a.account };
+  const ctx = ctxFor(a);
+  await limits.admitRequest(ctx);
+  t.equal(ctx.extraHeaders!['x-ratelimit-remaining-requests'], '9');
+  t.equal(ctx.extraHeaders!['x-ratelimit-remaining-tokens'], undefined, 'no token count before the estimate');
+  const admission = await limits.admitTokens(ctx, 800);
+  t.equal(ctx.extraHeaders!['x-ratelimit-remaining-tokens'], '200', 'the key: 1000 - 800');
+  t.equal(ctx.extraHeaders!['x-ratelimit-remaining-requests'], '9', 'the request headers stay');
+  const ctxB = ctxFor(b);
+  await limits.admitRequest(ctxB);
+  const e = await limits.admitTokens(ctxB, 500).catch((err: unknown) => err as GatewayError);
+  t.type(e, GatewayError, "b's 500 would pass the account's 1200");
+  t.equal((e as GatewayError).headers?.['x-ratelimit-scope'], 'account');
+  admission.settle(100);
+  await tick();
+  const again = ctxFor(b);
+  await limits.admitRequest(again);
+  await limits.admitTokens(again, 500);
+  t.equal(
+    again.extraHeaders!['x-ratelimit-remaining-tokens'],
+    '500',
+    'the correction reached b: key 1000 - 500; account 1200 - 100 - 500 = 600',
+  );
+});
+
+t.test('a request refused before its estimate still carries the token headers', async (t) => {
+  const { limits } = setup({ test: { requestsPerMinute: 1, tokensPerMinute: 1000 } });
+  const key = keyRecord('test');
+  await limits.admitRequest(ctxFor(key));
+  const e = await limits.admitRequest(ctxFor(key)).catch((err: unknown) => err as GatewayError);
+  t.type(e, GatewayError);
+  const h = (e as GatewayError).headers!;
+  t.equal(h['x-ratelimit-remaining-requests'], '0');
+  t.equal(h['x-ratelimit-limit-tokens'], '1000');
+  t.equal(h['x-ratelimit-scope'], 'key');
+});
