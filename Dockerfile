@@ -33,7 +33,8 @@ COPY package.json ./
 COPY src ./src
 COPY config ./config
 COPY bin ./bin
-COPY scripts/healthcheck.ts ./scripts/healthcheck.ts
+# The HEALTHCHECK, and the Node-version check bin/tollgate.js (the CLI) imports first.
+COPY scripts/healthcheck.ts scripts/node-check.mjs ./scripts/
 USER node
 EXPOSE 8080 9090
 # The check resolves the admin listener from the same config and environment as the gateway (an
