@@ -7,6 +7,7 @@ import { availableParallelism } from 'node:os';
 import { ConfigError } from './errors.ts';
 import { at, bool, list, noUnknown, num, object, str, type Obj } from './fields.ts';
 import { parsePrice, type Price } from '../credit/pricing.ts';
+import { adminTokenWeakness } from '../admin/token.ts';
 
 export interface UpstreamConfig {
   readonly url: string;
@@ -445,13 +446,9 @@ export function compileConfig(doc: unknown, rawEnv: NodeJS.ProcessEnv): Config {
       flushIntervalMs: num(usage.flush_interval_ms, 'usage.flush_interval_ms', { fallback: 1_000, min: 10, max: 1_000 }),
     },
   };
-  if (config.adminToken !== undefined && config.adminToken.length < MIN_ADMIN_TOKEN) {
-    // Never echo the token: its length says enough.
-    throw new ConfigError(
-      'TOLLGATE_ADMIN_TOKEN (environment)',
-      `must be at least ${MIN_ADMIN_TOKEN} characters (got ${config.adminToken.length}); e.g. openssl rand -base64 32`,
-    );
-  }
+  const weakness = config.adminToken === undefined ? undefined : adminTokenWeakness(config.adminToken);
+  // Never echo the token: its length and estimate say enough.
+  if (weakness !== undefined) throw new ConfigError('TOLLGATE_ADMIN_TOKEN (environment)', weakness);
   if (config.server.workers > 1 && !config.store.redisUrl && config.store.clusterNodes.length === 0) {
     throw new ConfigError(
       'server.workers',
@@ -486,9 +483,6 @@ function workerCount(v: unknown, path: string): number {
   if (v === 'auto') return availableParallelism();
   return num(v, path, { fallback: 1, min: 1, max: 1024, integer: true });
 }
-
-/** The admin token's minimum length (SPEC §12): 32 random base64 characters are 192 bits. */
-const MIN_ADMIN_TOKEN = 32;
 
 /** Share file types a browser may render inline from the S3 origin: raster images only, never HTML or SVG. */
 const DEFAULT_INLINE_TYPES = ['image/png', 'image/jpeg', 'image/gif', 'image/webp'];

@@ -77,7 +77,7 @@ t.test('Kubernetes manifests: parse, config compiles, probes and ports match it,
   t.same(kinds, ['ConfigMap', 'Secret', 'Deployment', 'Service', 'PodDisruptionBudget', 'HorizontalPodAutoscaler', 'ServiceMonitor']);
   const [cm, secret, dep, svc] = docs as [any, any, any, any];
   const container = dep.spec.template.spec.containers[0];
-  const env: Record<string, string> = { ...secret.stringData, TOLLGATE_ADMIN_TOKEN: 'x'.repeat(32) };
+  const env: Record<string, string> = { ...secret.stringData, TOLLGATE_ADMIN_TOKEN: 'X3I8tSxa72IlJ3Qdrh/SttlULQmRGyBK' };
   for (const e of container.env) env[e.name] = e.value;
   const config = parseConfig(cm.data['tollgate.yaml'], env);
   const ports = Object.fromEntries(container.ports.map((p: any) => [p.name, p.containerPort]));

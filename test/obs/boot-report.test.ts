@@ -25,7 +25,7 @@ t.test('the summary says where each model goes, which store, and whether the adm
   t.same(off.models, { m: ['http://x/v1', 'http://y/v1'] });
   t.equal(off.store, 'memory');
   t.match(off.admin_api, /^off \(set TOLLGATE_ADMIN_TOKEN/);
-  const on = bootSummary(compileConfig({ models: [model(['http://x/v1'])] }, { TOLLGATE_ADMIN_TOKEN: 'x'.repeat(40) }), 'redis', urls);
+  const on = bootSummary(compileConfig({ models: [model(['http://x/v1'])] }, { TOLLGATE_ADMIN_TOKEN: 'X3I8tSxa72IlJ3Qdrh/SttlULQmRGyBK' }), 'redis', urls);
   t.equal(on.admin_api, 'on');
 });
 
