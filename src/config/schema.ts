@@ -3,11 +3,11 @@
  * prices turned into exact integers, the whole tree frozen. A bad value stops the boot, never a request.
  */
 import { isIP } from 'node:net';
-import { availableParallelism } from 'node:os';
 import { ConfigError } from './errors.ts';
 import { at, bool, list, noUnknown, num, object, str, type Obj } from './fields.ts';
 import { parsePrice, type Price } from '../credit/pricing.ts';
 import { adminTokenWeakness } from '../admin/token.ts';
+import { autoWorkers } from './cpus.ts';
 
 export interface UpstreamConfig {
   readonly url: string;
@@ -478,9 +478,9 @@ function s3Section(v: unknown, path: string, env: NodeJS.ProcessEnv, defaultBuck
   };
 }
 
-/** `server.workers`: a whole number ≥ 1, or `auto` (the cores this process may use). */
+/** `server.workers`: a whole number ≥ 1, or `auto` (the CPUs this process may use: cgroup quota, else cores). */
 function workerCount(v: unknown, path: string): number {
-  if (v === 'auto') return availableParallelism();
+  if (v === 'auto') return autoWorkers();
   return num(v, path, { fallback: 1, min: 1, max: 1024, integer: true });
 }
 
