@@ -71,13 +71,36 @@ t.test('the alert rules pass promtool check rules', async (t) => {
   t.match(stdout, /SUCCESS: \d+ rules found/);
 });
 
+/** A Kubernetes CPU quantity ("2", "1500m") in CPUs; a memory quantity ("1Gi", "512Mi") in MiB. */
+const cpus = (q: string) => (String(q).endsWith('m') ? Number(String(q).slice(0, -1)) / 1000 : Number(q));
+const mib = (q: string) => {
+  const m = /^(\d+)(Mi|Gi)$/.exec(String(q));
+  if (!m) throw new Error(`unexpected memory quantity ${q}`);
+  return Number(m[1]) * (m[2] === 'Gi' ? 1024 : 1);
+};
+/** Memory a worker needs (NODE_OPTIONS caps its heap at 256 MB: ~300 MB RSS at 1,000 streams) and the primary's. */
+const WORKER_MIB = 384;
+const PRIMARY_MIB = 256;
+
 t.test('Kubernetes manifests: parse, config compiles, probes and ports match it, drain fits the grace period', async (t) => {
   const docs = parseAllDocuments(read('kubernetes/tollgate.yaml')).map((d) => d.toJS() as Record<string, any>);
-  const kinds = docs.map((d) => d.kind);
-  t.same(kinds, ['ConfigMap', 'Secret', 'Deployment', 'Service', 'PodDisruptionBudget', 'HorizontalPodAutoscaler', 'ServiceMonitor']);
-  const [cm, secret, dep, svc] = docs as [any, any, any, any];
-  const container = dep.spec.template.spec.containers[0];
-  const env: Record<string, string> = { ...secret.stringData, TOLLGATE_ADMIN_TOKEN: 'X3I8tSxa72IlJ3Qdrh/SttlULQmRGyBK' };
+  const byKind = (k: string) => docs.filter((d) => d.kind === k);
+  for (const k of [
+    'ConfigMap',
+    'Deployment',
+    'Service',
+    'NetworkPolicy',
+    'PodDisruptionBudget',
+    'HorizontalPodAutoscaler',
+    'ServiceMonitor',
+  ])
+    t.equal(byKind(k).length, 1, `one ${k}`);
+  const [cm] = byKind('ConfigMap') as [any];
+  const [dep] = byKind('Deployment') as [any];
+  const [svc] = byKind('Service') as [any];
+  const pod = dep.spec.template.spec;
+  const container = pod.containers[0];
+  const env: Record<string, string> = { REDIS_URL: 'redis://redis:6379', TOLLGATE_ADMIN_TOKEN: 'X3I8tSxa72IlJ3Qdrh/SttlULQmRGyBK' };
   for (const e of container.env) env[e.name] = e.value;
   const config = parseConfig(cm.data['tollgate.yaml'], env);
   const ports = Object.fromEntries(container.ports.map((p: any) => [p.name, p.containerPort]));
@@ -87,13 +110,77 @@ t.test('Kubernetes manifests: parse, config compiles, probes and ports match it,
   t.same(container.readinessProbe.httpGet, { path: '/readyz', port: config.server.adminPort });
   t.same(container.livenessProbe.httpGet, { path: '/healthz', port: config.server.adminPort });
   const preStop = Number(container.lifecycle.preStop.exec.command.at(-1));
-  t.ok(
-    preStop + config.server.drainSeconds < dep.spec.template.spec.terminationGracePeriodSeconds,
-    'preStop + drain_seconds < terminationGracePeriodSeconds',
-  );
-  t.ok(env.TOLLGATE_ADMIN_TOKEN && 'REDIS_URL' in secret.stringData, 'secrets through the environment');
+  t.ok(preStop + config.server.drainSeconds < pod.terminationGracePeriodSeconds, 'preStop + drain_seconds < terminationGracePeriodSeconds');
+  t.equal(config.console.publicUrl, env.CONSOLE_PUBLIC_URL, 'CONSOLE_PUBLIC_URL sets console.public_url');
   for (const p of svc.spec.ports) t.ok(Object.values(ports).includes(p.targetPort), `service port ${p.name} targets a container port`);
-  t.equal(docs[6]!.spec.endpoints[0].port, 'metrics');
+  t.equal(byKind('ServiceMonitor')[0]!.spec.endpoints[0].port, 'metrics');
+  t.notMatch(container.image, /:latest$|^[^:]+$/, 'the image tag is pinned');
+  t.equal(pod.securityContext.runAsNonRoot, true, 'runs as non-root');
+});
+
+t.test('Kubernetes: no secret value in any manifest; the Secret is created with kubectl and referenced', async (t) => {
+  const text = read('kubernetes/tollgate.yaml');
+  const docs = parseAllDocuments(text).map((d) => d.toJS() as Record<string, any>);
+  t.same(
+    docs.filter((d) => d.kind === 'Secret'),
+    [],
+    'no Secret object (its value would be public in the repository)',
+  );
+  t.notMatch(text, /replace-with|changeme/i, 'no placeholder token');
+  const dep = docs.find((d) => d.kind === 'Deployment')!;
+  const container = dep.spec.template.spec.containers[0];
+  t.same(container.envFrom, [{ secretRef: { name: 'tollgate-secrets' } }]);
+  for (const e of container.env) t.notMatch(e.name, /TOKEN|SECRET|PASSWORD|API_KEY/, `${e.name} is not a secret set inline`);
+  t.match(text, /kubectl create secret generic tollgate-secrets[\s\S]*TOLLGATE_ADMIN_TOKEN="\$\(openssl rand -base64 32\)"/);
+  t.match(readFileSync(new URL('../../docs/operations.md', import.meta.url), 'utf8'), /kubectl create secret generic tollgate-secrets/);
+});
+
+t.test('Kubernetes: the NetworkPolicy admits the admin port only from named namespaces', async (t) => {
+  const docs = parseAllDocuments(read('kubernetes/tollgate.yaml')).map((d) => d.toJS() as Record<string, any>);
+  const np = docs.find((d) => d.kind === 'NetworkPolicy')!;
+  const dep = docs.find((d) => d.kind === 'Deployment')!;
+  t.same(np.spec.podSelector.matchLabels, dep.spec.template.metadata.labels, 'selects the gateway pods');
+  t.ok(np.spec.policyTypes.includes('Ingress'));
+  const adminPort = dep.spec.template.spec.containers[0].ports.find((p: any) => p.name === 'admin').containerPort;
+  const rules: any[] = np.spec.ingress;
+  for (const r of rules) t.ok(Array.isArray(r.ports) && r.ports.length > 0, 'every rule names its ports (a rule without ports admits all)');
+  const adminRules = rules.filter((r) => r.ports.some((p: any) => p.port === adminPort || p.port === 'admin'));
+  t.ok(adminRules.length >= 1, 'a rule for the admin port');
+  for (const r of adminRules) {
+    t.ok(Array.isArray(r.from) && r.from.length > 0, 'the admin rule has sources');
+    for (const f of r.from) {
+      t.notOk(f.ipBlock, 'no address blocks');
+      t.notOk(f.podSelector, 'no pod selector (it would widen to any pod of a namespace selector, or all pods here)');
+      t.type(f.namespaceSelector?.matchLabels?.['kubernetes.io/metadata.name'], 'string', 'a namespace named by name');
+    }
+  }
+});
+
+t.test('Kubernetes: workers follow the CPU limit, memory is sized per worker, a PDB that lets a node drain', async (t) => {
+  const docs = parseAllDocuments(read('kubernetes/tollgate.yaml')).map((d) => d.toJS() as Record<string, any>);
+  const cm = docs.find((d) => d.kind === 'ConfigMap')!;
+  const dep = docs.find((d) => d.kind === 'Deployment')!;
+  const res = dep.spec.template.spec.containers[0].resources;
+  const workersSetting = (parse(cm.data['tollgate.yaml']) as any).server.workers;
+  t.ok(res.limits?.cpu, 'a CPU limit: what workers: auto reads');
+  const cpuLimit = cpus(res.limits.cpu);
+  // What `auto` computes inside the pod: the cgroup quota the kubelet sets from limits.cpu, on a 64-core node.
+  const { autoWorkers } = await import('../../src/config/cpus.ts');
+  const quota = `${Math.round(cpuLimit * 100_000)} 100000`;
+  const workers =
+    workersSetting === 'auto' ? autoWorkers((p) => (p === '/sys/fs/cgroup/cpu.max' ? quota : undefined), 64) : Number(workersSetting);
+  t.ok(workers >= 1 && workers <= Math.max(1, Math.floor(cpuLimit)), `${workers} worker(s) for ${cpuLimit} CPU(s)`);
+  t.ok(
+    mib(res.limits.memory) >= workers * WORKER_MIB + (workers > 1 ? PRIMARY_MIB : 0),
+    `memory limit ${res.limits.memory} holds ${workers} × ${WORKER_MIB}Mi${workers > 1 ? ` + ${PRIMARY_MIB}Mi` : ''}`,
+  );
+  t.ok(mib(res.requests.memory) >= mib(res.limits.memory), 'memory request = limit (no overcommit-driven OOM kill)');
+  const pdb = docs.find((d) => d.kind === 'PodDisruptionBudget')!;
+  t.same(pdb.spec.selector.matchLabels, dep.spec.selector.matchLabels, 'the PDB covers the gateway pods');
+  const minAvailable = pdb.spec.minAvailable ?? dep.spec.replicas - pdb.spec.maxUnavailable;
+  t.ok(minAvailable >= 1 && minAvailable < dep.spec.replicas, 'keeps one up, yet a node can drain');
+  const hpa = docs.find((d) => d.kind === 'HorizontalPodAutoscaler')!;
+  t.ok(hpa.spec.minReplicas > minAvailable, 'the autoscaler never goes below what the PDB lets drain');
 });
 
 t.test('compose: both gateways expose their metrics where Prometheus scrapes them', async (t) => {
