@@ -236,9 +236,9 @@ export function createGateway(d: GatewayDeps): Gateway {
       const adm = await listen(adminHandler, { ...opts, host: s.adminHost, port: s.adminPort });
       servers = [pub, adm];
       if (s.metricsPort !== undefined) {
-        const met = await listen(metricsHandler, { ...opts, host: s.adminHost, port: s.metricsPort });
+        const met = await listen(metricsHandler, { ...opts, host: s.metricsHost, port: s.metricsPort });
         servers.push(met);
-        metricsUrl = url(s.adminHost, met);
+        metricsUrl = url(s.metricsHost, met);
       }
       reaper = startReaper({ store, now, intervalMs: config.credit.reaperIntervalMs, logger, onReaped: (n) => metrics.holdsReaped.inc(n) });
       usage.start();

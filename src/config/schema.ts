@@ -60,6 +60,8 @@ export interface Config {
     readonly workers: number;
     /** A listener of its own for `/metrics` (SPEC §12), on adminHost; undefined → the admin listener serves it. */
     readonly metricsPort: number | undefined;
+    /** The metrics listener's address (`metrics_host` / METRICS_HOST; default adminHost): /metrics can be reachable where /admin/ is not. */
+    readonly metricsHost: string;
     /** CIDRs whose `x-forwarded-for` / `forwarded` are believed for the client address (SPEC §12). */
     readonly trustedProxies: readonly string[];
   };
@@ -240,6 +242,7 @@ export function compileConfig(doc: unknown, rawEnv: NodeJS.ProcessEnv): Config {
     'request_timeout_ms',
     'drain_seconds',
     'workers',
+    'metrics_host',
   ]);
   const store = object(root.store, 'store', true);
   noUnknown(store, 'store', ['redis_url', 'cluster_nodes', 'command_timeout_ms']);
@@ -330,6 +333,9 @@ export function compileConfig(doc: unknown, rawEnv: NodeJS.ProcessEnv): Config {
         env.METRICS_PORT === undefined && server.metrics_port === undefined
           ? undefined
           : port('METRICS_PORT', server.metrics_port, 'server.metrics_port', 0),
+      metricsHost:
+        env.METRICS_HOST ??
+        str(server.metrics_host, 'server.metrics_host', env.ADMIN_HOST ?? str(server.admin_host, 'server.admin_host', '127.0.0.1')),
       trustedProxies: list(server.trusted_proxies, 'server.trusted_proxies', true).map((c, i) =>
         cidr(str(c, at('server.trusted_proxies', i)), at('server.trusted_proxies', i)),
       ),

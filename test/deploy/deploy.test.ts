@@ -184,7 +184,7 @@ t.test('Kubernetes: workers follow the CPU limit, memory is sized per worker, a 
 });
 
 t.test('compose: both gateways expose their metrics where Prometheus scrapes them', async (t) => {
-  const compose = parse(read('compose.yaml')) as { services: Record<string, any> };
+  const compose = parse(read('compose.yaml'), { merge: true }) as { services: Record<string, any> };
   const prom = parse(read('prometheus/prometheus.yml')) as { scrape_configs: Array<{ static_configs: Array<{ targets: string[] }> }> };
   const targets = prom.scrape_configs[0]!.static_configs[0]!.targets;
   for (const name of ['gateway-1', 'gateway-2']) {
@@ -197,4 +197,52 @@ t.test('compose: both gateways expose their metrics where Prometheus scrapes the
     compose.services.grafana.volumes.some((v: string) => v.includes('tollgate-dashboard.json')),
     'the dashboard is provisioned',
   );
+});
+
+t.test('compose works on the first up: admin private, bucket created, drain kept, pinned, healthy, restarted', async (t) => {
+  const compose = parse(read('compose.yaml'), { merge: true }) as { services: Record<string, any>; volumes: Record<string, unknown> };
+  const svc = compose.services;
+  const cm = (parse(read('../config/tollgate.yaml')) as any).server;
+  const drain = Number(cm.drain_seconds);
+  const adminPort = Number(cm.admin_port);
+  for (const name of ['gateway-1', 'gateway-2']) {
+    const g = svc[name]!;
+    const env = g.environment as Record<string, string>;
+    // The admin listener stays on the container's loopback, and nothing publishes it on the host.
+    t.ok(env.ADMIN_HOST === undefined || env.ADMIN_HOST === '127.0.0.1', `${name}: admin on 127.0.0.1 only`);
+    for (const p of g.ports as string[]) {
+      const parts = p.split(':');
+      const container = Number(parts.at(-1));
+      t.not(container, adminPort, `${name}: the admin port is not published (${p})`);
+      t.not(container, Number(env.METRICS_PORT), `${name}: metrics stay on the compose network (${p})`);
+    }
+    t.ok(env.METRICS_HOST && env.METRICS_HOST !== env.ADMIN_HOST, `${name}: metrics on a host of their own`);
+    t.ok(env.CONSOLE_PUBLIC_URL, `${name}: CONSOLE_PUBLIC_URL set`);
+    t.ok(g.extra_hosts.includes('host.docker.internal:host-gateway'), `${name}: host.docker.internal resolves on Linux`);
+    t.ok(
+      /^\d+s$/.test(g.stop_grace_period) && parseInt(g.stop_grace_period, 10) > drain,
+      `${name}: stop_grace_period > drain_seconds (${drain})`,
+    );
+    t.equal(g.depends_on.redis.condition, 'service_healthy', `${name} waits for a healthy Redis`);
+    t.equal(g.depends_on['s3-init'].condition, 'service_completed_successfully', `${name} waits for the bucket`);
+  }
+  t.match(svc['s3-init'].entrypoint.join(' '), /mc mb --ignore-existing local\/shares/, 'the init step creates the bucket');
+  t.equal(svc['gateway-1'].environment.S3_BUCKET, 'shares', 'the bucket the gateways use is the one created');
+  for (const [name, s] of Object.entries(svc)) {
+    t.match(s.image, /:[^:]+$/, `${name}: image tagged`);
+    t.notMatch(s.image, /:latest$/, `${name}: not :latest`);
+    t.ok(s.restart, `${name}: a restart policy`);
+    for (const p of (s.ports ?? []) as string[])
+      if (!name.startsWith('gateway')) t.match(p, /^127\.0\.0\.1:/, `${name}: published on loopback only (${p})`);
+    for (const v of (s.volumes ?? []) as string[]) {
+      const src = v.split(':')[0]!;
+      if (!src.startsWith('.')) t.ok(src in compose.volumes, `${name}: ${src} is a named volume`);
+    }
+  }
+  for (const name of ['redis', 's3']) t.ok(svc[name].healthcheck?.test, `${name}: a health check`);
+  for (const name of ['redis', 's3', 'prometheus', 'grafana'])
+    t.ok(
+      (svc[name].volumes ?? []).some((v: string) => !v.startsWith('.')),
+      `${name}: its data on a named volume`,
+    );
 });
