@@ -240,7 +240,14 @@ export function createGateway(d: GatewayDeps): Gateway {
         servers.push(met);
         metricsUrl = url(s.metricsHost, met);
       }
-      reaper = startReaper({ store, now, intervalMs: config.credit.reaperIntervalMs, logger, onReaped: (n) => metrics.holdsReaped.inc(n) });
+      reaper = startReaper({
+        store,
+        now,
+        intervalMs: config.credit.reaperIntervalMs,
+        logger,
+        onReaped: (n) => metrics.holdsReaped.inc(n),
+        onStoreUp: (up) => metrics.storeUp.set(up ? 1 : 0),
+      });
       usage.start();
       exporter?.start();
       return { publicUrl: url(s.host, pub), adminUrl: url(s.adminHost, adm), ...(metricsUrl && { metricsUrl }) };

@@ -51,6 +51,7 @@ export function opsRoutes(d: { metrics: Metrics; store: Store; cluster?: Cluster
       },
       handler: async (ctx) => {
         const store = await d.store.ping();
+        d.metrics.storeUp.set(store ? 1 : 0);
         const workers = d.cluster ? await d.cluster.ready().catch(() => false) : true;
         const ready = store && workers;
         sendJson(ctx.res, ready ? 200 : 503, {

@@ -455,6 +455,13 @@ export function compileConfig(doc: unknown, rawEnv: NodeJS.ProcessEnv): Config {
   const weakness = config.adminToken === undefined ? undefined : adminTokenWeakness(config.adminToken);
   // Never echo the token: its length and estimate say enough.
   if (weakness !== undefined) throw new ConfigError('TOLLGATE_ADMIN_TOKEN (environment)', weakness);
+  // Issue 27: `http://127.0.0.1:6379` was accepted and taken by ioredis for a unix socket path.
+  if (config.store.redisUrl !== undefined && !/^(rediss?:\/\/|\/)/i.test(config.store.redisUrl)) {
+    throw new ConfigError(
+      env.REDIS_URL ? 'REDIS_URL (environment)' : 'store.redis_url',
+      `must start with redis:// or rediss:// (TLS), or be a unix socket path starting with /; got a value starting ${JSON.stringify(config.store.redisUrl.split(':')[0] + ':')}`,
+    );
+  }
   if (config.server.workers > 1 && !config.store.redisUrl && config.store.clusterNodes.length === 0) {
     throw new ConfigError(
       'server.workers',

@@ -86,3 +86,26 @@ export function listenErrorMessage(err: unknown, config: Config): string | undef
     : '';
   return `cannot listen on ${where}: the address ${what}.${fix}`;
 }
+
+/** Where the store is, for log lines: `host:port` of REDIS_URL (never its password), or the cluster nodes. */
+export function storeAddress(config: Config): string {
+  const { redisUrl, clusterNodes } = config.store;
+  if (clusterNodes.length > 0) return clusterNodes.join(',');
+  if (!redisUrl) return 'embedded';
+  if (redisUrl.startsWith('/')) return redisUrl;
+  try {
+    const u = new URL(redisUrl);
+    return `${u.hostname}:${u.port || 6379}`;
+  } catch {
+    return '?';
+  }
+}
+
+/**
+ * The one warn line an unreachable Redis earns (issue 27: ioredis errors every 5 s and a reaper stack
+ * trace): where, why, what clients get meanwhile, and that it retries. main.ts logs it on the first
+ * error of an outage and then at most once a minute.
+ */
+export function storeUnreachableMessage(address: string, err: Error): string {
+  return `Redis at ${address} is unreachable (${err.message}): live keys answer 503 store_unavailable and test keys run on per-instance rate limits until it is back; retrying in the background`;
+}
