@@ -57,7 +57,7 @@ t.test('every metric the dashboard and the alerts query exists in a live gateway
     t.match(titles, topic, `a panel on ${topic}`);
 });
 
-t.test('the alert rules pass promtool check rules', async (t) => {
+t.test('the alert rules pass promtool check rules and their unit tests; prometheus.yml passes check config as shipped', async (t) => {
   const promtool = await run('promtool', ['--version']).then(
     () => true,
     () => false,
@@ -67,8 +67,40 @@ t.test('the alert rules pass promtool check rules', async (t) => {
     else t.comment('SKIP: promtool not installed (Debian package prometheus)');
     return;
   }
-  const { stdout } = await run('promtool', ['check', 'rules', new URL('prometheus/alerts.yml', root).pathname]);
-  t.match(stdout, /SUCCESS: \d+ rules found/);
+  const path = (f: string) => new URL(f, root).pathname;
+  const rules = await run('promtool', ['check', 'rules', path('prometheus/alerts.yml')]);
+  t.match(rules.stdout, /SUCCESS: \d+ rules found/);
+  // Fixtures in which TollgateStoreDown, TollgateGatewayDown and TollgateHighErrorRate fire, and stay
+  // quiet on what they must ignore (5xx on /readyz and /metrics).
+  const tests = await run('promtool', ['test', 'rules', path('prometheus/alerts.test.yml')]);
+  t.match(tests.stdout, /SUCCESS/);
+  // As shipped, from any working directory (rule_files is relative to the file).
+  const config = await run('promtool', ['check', 'config', path('prometheus/prometheus.yml')], { cwd: '/' });
+  t.match(config.stdout, /SUCCESS: 1 rule files found/);
+});
+
+t.test('every alert has a runbook_url into a section of docs/operations.md, and a unit test', async (t) => {
+  const rules = (
+    parse(read('prometheus/alerts.yml')) as { groups: Array<{ rules: Array<{ alert: string; annotations: Record<string, string> }> }> }
+  ).groups.flatMap((g) => g.rules);
+  const ops = readFileSync(new URL('../../docs/operations.md', import.meta.url), 'utf8');
+  const anchors = new Set(
+    [...ops.matchAll(/^#+ (.+)$/gm)].map((m) =>
+      m[1]!
+        .toLowerCase()
+        .replace(/[^a-z0-9 -]/g, '')
+        .replace(/ /g, '-'),
+    ),
+  );
+  for (const r of rules) {
+    const url = r.annotations.runbook_url ?? '';
+    t.equal(url, `docs/operations.md#${r.alert.toLowerCase()}`, `${r.alert}: runbook_url`);
+    t.ok(anchors.has(r.alert.toLowerCase()), `${r.alert}: docs/operations.md has its section`);
+  }
+  const fixtures = read('prometheus/alerts.test.yml');
+  for (const a of ['TollgateStoreDown', 'TollgateGatewayDown', 'TollgateHighErrorRate'])
+    t.match(fixtures, `alertname: ${a}`, `${a} is unit-tested`);
+  t.notMatch(read('prometheus/alerts.yml'), /tollgate_rate_limiter_fallback/, 'the store alert no longer watches the limiter fallback');
 });
 
 /** A Kubernetes CPU quantity ("2", "1500m") in CPUs; a memory quantity ("1Gi", "512Mi") in MiB. */
