@@ -67,7 +67,9 @@ export function createConsole(d: ConsoleDeps): Console {
     failedLogins: d.failedLogins,
     clientAddress: d.clientAddress,
   });
-  const csrf = createCsrfGuard(publicUrl);
+  const csrf = createCsrfGuard(publicUrl, (r) =>
+    d.logger.warn(r, 'console change refused: its Origin is not the console origin (console.public_url)'),
+  );
   const handler = createEdge({
     router: createRouter(routes),
     logger: d.logger,

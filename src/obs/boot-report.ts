@@ -20,6 +20,12 @@ export function bootSummary(config: Config, store: string, urls: { publicUrl: st
 /** A path like `/v1`, `/v1beta`, `/api/v2`: OpenAI-compatible servers serve `/chat/completions` below one. */
 const VERSION_PATH = /\/v\d+[a-z0-9]*(\/|$)/i;
 
+/** True for a loopback host or origin hostname (127.0.0.0/8, ::1, localhost). */
+export function isLoopback(host: string): boolean {
+  const h = host.replace(/^\[|\]$/g, '').toLowerCase();
+  return h === 'localhost' || h === '::1' || /^127\.\d+\.\d+\.\d+$/.test(h);
+}
+
 /** Settings that are valid but probably wrong, one sentence each. */
 export function bootWarnings(config: Config): string[] {
   const out: string[] = [];
@@ -32,6 +38,16 @@ export function bootWarnings(config: Config): string[] {
       }
     }),
   );
+  // Issue 27: behind a real hostname, the loopback default made every minted link point at 127.0.0.1
+  // and every console form posted from the real origin a 403.
+  if (config.console.enabled && !isLoopback(config.server.host)) {
+    const url = config.console.publicUrl;
+    if (url === undefined || isLoopback(new URL(url).hostname)) {
+      out.push(
+        `console.public_url is ${url ?? `unset (http://127.0.0.1:<port>)`} while the public listener is on ${config.server.host}: console links point at loopback and forms posted from any other address are refused (403). Set CONSOLE_PUBLIC_URL (console.public_url) to the origin people use, e.g. https://api.example.com`,
+      );
+    }
+  }
   return out;
 }
 

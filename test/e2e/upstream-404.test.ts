@@ -7,7 +7,7 @@ import OpenAI from 'openai';
 import { startGateway } from '../helpers/gateway.ts';
 import { postChat, startFixedUpstream } from './chat-fixture.ts';
 
-const chatBody = { model: 'sim-small', messages: [{ role: 'user', content: 'hi' }] };
+const chatBody = { model: 'sim-small', messages: [{ role: 'user' as const, content: 'hi' }] };
 
 t.test('a router 404 from the upstream → 502 upstream_error naming the route', async (t) => {
   for (const [body, type] of [
