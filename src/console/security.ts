@@ -65,5 +65,5 @@ function refusal(expected: string, received: string | undefined, site: string | 
   if (received === undefined) return `This request has no Origin header; ${rule} (${expected}).`;
   if (received === 'null' || received === expected)
     return `This request comes from another site (Sec-Fetch-Site: ${site ?? 'missing'}); ${rule} (${expected}).`;
-  return `This request comes from ${received}, but the console's origin is ${expected}; ${rule}. Open the console at ${expected}/console/, or, if ${received} is where it is served, set console.public_url (CONSOLE_PUBLIC_URL) to it.`;
+  return `This request comes from another site, ${received}, but the console's origin is ${expected}; ${rule}. Open the console at ${expected}/console/, or, if ${received} is where it is served, set console.public_url (CONSOLE_PUBLIC_URL) to it.`;
 }

@@ -34,7 +34,7 @@ t.test('the 403 page names the expected and the received origin and CONSOLE_PUBL
   });
   t.equal(res.status, 403);
   const page = await res.text();
-  t.match(page, `This request comes from ${from}, but the console&#39;s origin is ${gw.url}`);
+  t.match(page, `This request comes from another site, ${from}, but the console&#39;s origin is ${gw.url}`);
   t.match(page, /set console\.public_url \(CONSOLE_PUBLIC_URL\) to it/);
   const evil = await fetch(`${gw.url}/console/accounts/acme/keys`, {
     method: 'POST',
@@ -54,7 +54,7 @@ t.test('each refusal is reported with both origins, bounded', async (t) => {
   const req = (headers: Record<string, string>) => ({ method: 'POST', headers }) as unknown as IncomingMessage;
   t.throws(
     () => guard(req({ origin: 'http://127.0.0.1:8080' })),
-    /comes from http:\/\/127\.0\.0\.1:8080, but the console's origin is https:\/\/api\.example\.com/,
+    /comes from another site, http:\/\/127\.0\.0\.1:8080, but the console's origin is https:\/\/api\.example\.com/,
   );
   t.throws(() => guard(req({})), /no Origin header/);
   t.throws(
