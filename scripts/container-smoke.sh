@@ -158,10 +158,33 @@ cli credits show smoke --json >"$WORK/balance.json" 2>&1
 check "the balance is the grant minus the cost, nothing held" \
   test "$(json "$WORK/balance.json" 'j.balance_micros + "/" + j.held_micros')" = "$((1000000 - EXPECTED))/0"
 
-# --- SIGTERM → a clean stop, exit 0 -------------------------------------------------------------------
+# --- SIGTERM → the in-flight stream drains, a clean stop, exit 0 --------------------------------------
+# A stream of 30 tokens 100 ms apart (the simulator's `sim` steering) is open when SIGTERM arrives: the
+# drain lets it finish with [DONE] (drain_seconds 30 in the baked config), then the process exits 0.
+node --input-type=module -e '
+  import { writeFileSync } from "node:fs";
+  const [url, key, out, started] = process.argv.slice(1);
+  const res = await fetch(url + "/v1/chat/completions", {
+    method: "POST",
+    headers: { authorization: "Bearer " + key, "content-type": "application/json" },
+    body: JSON.stringify({ model: "llama-3.1-8b", stream: true, messages: [{ role: "user", content: "drain me" }], sim: { tokens: 30, delay_ms: 100 } }),
+  });
+  let text = "";
+  const dec = new TextDecoder();
+  for await (const chunk of res.body) {
+    if (!text) writeFileSync(started, "1");
+    text += dec.decode(chunk, { stream: true });
+  }
+  writeFileSync(out, JSON.stringify({ status: res.status, done: text.includes("data: [DONE]"), chunks: (text.match(/"content":"/g) || []).length }));
+' "http://127.0.0.1:$PORT" "$KEY" "$WORK/stream.json" "$WORK/stream.started" 2>"$WORK/stream.err" &
+STREAM=$!
+PIDS+=($STREAM)
+for _ in $(seq 100); do [ -s "$WORK/stream.started" ] && break; sleep 0.05; done
 started=$SECONDS
 podman stop -t 40 "$CTR" >/dev/null 2>&1
+wait "$STREAM" 2>/dev/null
 check "SIGTERM stops the container with exit code 0 ($((SECONDS - started)) s)" test "$(podman inspect --format '{{.State.ExitCode}}' "$CTR")" = 0
+check "the stream open at SIGTERM finished with [DONE]" test "$(json "$WORK/stream.json" 'j.status + "/" + j.done' 2>&1)" = "200/true"
 check "the gateway logged its drain and stop" grep -q '"msg":"stopped"' <<<"$(podman logs "$CTR" 2>&1)"
 
 finish
