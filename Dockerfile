@@ -5,7 +5,7 @@
 #     -e REDIS_URL=redis://redis:6379 -e TOLLGATE_ADMIN_TOKEN="$(openssl rand -base64 32)" \
 #     -e VLLM_URL_1=http://vllm-1:8000/v1 -e VLLM_URL_2=http://vllm-2:8000/v1 -e VLLM_API_KEY=... \
 #     -e S3_ENDPOINT=https://s3.example.com -e S3_BUCKET=shares -e AWS_REGION=us-east-1 \
-#     -e AWS_ACCESS_KEY_ID=... -e AWS_SECRET_ACCESS_KEY=... tollgate
+#     -e AWS_ACCESS_KEY_ID=... -e AWS_SECRET_ACCESS_KEY=... -e CONSOLE_PUBLIC_URL=https://api.example.com tollgate
 # The baked config is config/tollgate.yaml: every value above is one of its ${VAR}s (README, "Running
 # it in a container", lists them all). Mount another file and set TOLLGATE_CONFIG to replace it.
 # NODE_ENV=production refuses to start without REDIS_URL (SPEC §5). SIGTERM drains in-flight streams
@@ -33,7 +33,8 @@ COPY package.json ./
 COPY src ./src
 COPY config ./config
 COPY bin ./bin
-COPY scripts/healthcheck.ts ./scripts/healthcheck.ts
+# The HEALTHCHECK, and the Node-version check bin/tollgate.js (the CLI) imports first.
+COPY scripts/healthcheck.ts scripts/node-check.mjs ./scripts/
 # The settle spool (server.spool_dir, ./data/spool): the one directory the gateway writes, owned by `node` so
 # a volume mounted there starts writable (docs/operations.md).
 RUN mkdir -p /app/data/spool && chown -R node:node /app/data

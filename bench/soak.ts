@@ -34,7 +34,7 @@ export interface SoakOptions {
   log?: (s: string) => void;
 }
 
-const TOKEN = 'soak-admin-token-0123456789-abcdefghijkl';
+const TOKEN = 'soak-Wq7eT2bZrN9vK4xLp8Fs3Hd6Yj1Mc';
 const ACCOUNT = 'soak';
 /** Hold TTL of the soak gateway: see the header. */
 const TOTAL_TIMEOUT_MS = 2000;

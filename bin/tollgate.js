@@ -6,7 +6,8 @@
 import { requireNode } from '../scripts/node-check.mjs';
 
 // Before any .ts import (a static one would be loaded before this line runs, and fail on an old Node).
-requireNode();
+// On an old Node, name the same command through npx, which runs it on the Node that npm ci installed.
+requireNode(process.versions.node, ['npx tollgate', ...process.argv.slice(2)].join(' '));
 const { run } = await import('../src/cli/main.ts');
 
 const io = {

@@ -74,7 +74,7 @@ Tollgate demo is running (embedded store: state is lost when you stop it).
   web console (each link signs in once, within the hour):
     member of "demo"  ${memberLink.url}
     operator          ${operatorLink.url}
-  new links: TOLLGATE_ADMIN_TOKEN=${adminToken} TOLLGATE_ADMIN_URL=${adminUrl} node bin/tollgate.js console link --account demo
+  new links: TOLLGATE_ADMIN_TOKEN=${adminToken} TOLLGATE_ADMIN_URL=${adminUrl} npx tollgate console link --account demo
 
 Try it:
 
@@ -91,8 +91,8 @@ Try it:
     messages: [{ role: 'user', content: 'Hello!' }] });
   for await (const chunk of stream) process.stdout.write(chunk.choices[0]?.delta?.content ?? '');
 
-  # The CLI drives the admin API:
-  TOLLGATE_ADMIN_TOKEN=${adminToken} TOLLGATE_ADMIN_URL=${adminUrl} node bin/tollgate.js credits show demo
+  # The CLI drives the admin API (npx runs it on the Node that npm ci installed; or npm run -s tollgate -- …):
+  TOLLGATE_ADMIN_TOKEN=${adminToken} TOLLGATE_ADMIN_URL=${adminUrl} npx tollgate credits show demo
 
 Ctrl-C to stop.
 `);

@@ -6,13 +6,17 @@
 // or when a script is run with `node` directly.
 const MIN = 24;
 
+/** The line an old Node gets: the command to run instead (`command`, else the npm scripts), then the alternative. */
+export function nodeMessage(found, command) {
+  const instead = command ? `run \`${command}\`` : 'run it through npm: `npm start`, `npm run demo`, `npm test`';
+  return `Tollgate needs Node ≥ ${MIN}; found ${found}. \`npm ci\` installs Node 26 into node_modules on Linux and npm/npx put it first on PATH, so after \`npm ci\` ${instead}; or install Node ${MIN}+.`;
+}
+
 /** Exits with one line when this Node is too old; returns quietly otherwise. */
-export function requireNode(found = process.versions.node) {
+export function requireNode(found = process.versions.node, command = undefined) {
   const major = Number(found.split('.')[0]);
   if (major >= MIN) return;
-  process.stderr.write(
-    `Tollgate needs Node ≥ ${MIN}; found ${found}. Run it through npm (npm ci installs Node 26 on Linux: npm start, npm run demo, npm test) or install Node ${MIN}+.\n`,
-  );
+  process.stderr.write(`${nodeMessage(found, command)}\n`);
   process.exit(1);
 }
 

@@ -286,14 +286,21 @@ export function createGateway(d: GatewayDeps): Gateway {
       const adm = await listen(adminHandler, { ...opts, host: s.adminHost, port: s.adminPort });
       servers = [pub, adm];
       if (s.metricsPort !== undefined) {
-        const met = await listen(metricsHandler, { ...opts, host: s.adminHost, port: s.metricsPort });
+        const met = await listen(metricsHandler, { ...opts, host: s.metricsHost, port: s.metricsPort });
         servers.push(met);
-        metricsUrl = url(s.adminHost, met);
+        metricsUrl = url(s.metricsHost, met);
       }
       // After the listeners (so /readyz can say 503 `warm_up: loading` meanwhile), before listen() resolves:
       // main.ts logs "listening" and a worker reports itself listening only once everything is loaded.
       await warmUp.run(`${url(s.adminHost, adm)}/healthz`);
-      reaper = startReaper({ store, now, intervalMs: config.credit.reaperIntervalMs, logger, onReaped: (n) => metrics.holdsReaped.inc(n) });
+      reaper = startReaper({
+        store,
+        now,
+        intervalMs: config.credit.reaperIntervalMs,
+        logger,
+        onReaped: (n) => metrics.holdsReaped.inc(n),
+        onStoreUp: (up) => metrics.storeUp.set(up ? 1 : 0),
+      });
       // Settles other processes spooled at exit: applied once each, in the background (retried while the store is
       // away), at start and then every server.spool_scan_seconds (a readdir of a usually absent directory), so
       // the spool of the last pod of a rolling update, on a shared volume, does not wait for the next start.

@@ -12,7 +12,14 @@ import { createLogger, prettyDestination } from './obs/logger.ts';
 import type { Store } from './store/types.ts';
 import { runPrimary } from './cluster/primary.ts';
 import type { Logger } from './obs/logger.ts';
-import { bootSummary, bootWarnings, keyModelWarnings, listenErrorMessage } from './obs/boot-report.ts';
+import {
+  bootSummary,
+  bootWarnings,
+  keyModelWarnings,
+  listenErrorMessage,
+  storeAddress,
+  storeUnreachableMessage,
+} from './obs/boot-report.ts';
 
 /** Opens the store SPEC §5 asks for: Redis when configured, else the embedded one (refused in production). */
 export async function openStore(config: Config, env: NodeJS.ProcessEnv, logger: Logger): Promise<Store> {
@@ -24,6 +31,7 @@ export async function openStore(config: Config, env: NodeJS.ProcessEnv, logger: 
   if (redisUrl || clusterNodes.length > 0) {
     const { createRedisStore } = await import('./store/redis-store.ts');
     let lastLogged = 0;
+    const address = storeAddress(config);
     return createRedisStore({
       url: redisUrl,
       clusterNodes,
@@ -32,10 +40,10 @@ export async function openStore(config: Config, env: NodeJS.ProcessEnv, logger: 
       holdTtlMs: holdTtlMs(config),
       bucketMs: bucketMsFor(holdTtlMs(config)),
       onError: (err) => {
-        // ioredis emits an error per reconnect attempt; one line every 5 s is enough to see an outage.
-        if (Date.now() - lastLogged > 5_000) {
+        // ioredis emits an error per reconnect attempt: one line for the outage, then one a minute.
+        if (Date.now() - lastLogged > 60_000) {
           lastLogged = Date.now();
-          logger.warn({ err: err.message }, 'redis error');
+          logger.warn({ redis: address, err: err.message }, storeUnreachableMessage(address, err));
         }
       },
     });
@@ -115,7 +123,8 @@ export async function serve(env: NodeJS.ProcessEnv = process.env): Promise<{ pub
   if (!cluster.isWorker || cluster.worker?.id === 1) {
     void keyModelWarnings(config, store).then(
       (ws) => ws.forEach((w) => log.warn(w)),
-      (e: unknown) => log.warn({ err: (e as Error).message }, "could not check the keys' models"),
+      // Usually the store being unreachable (logged on its own): no ioredis internals here.
+      () => log.warn("could not check the keys' models (is the store reachable?); checked again at the next start"),
     );
   }
   // Request lines are batched (4 KiB writes); boot lines should show at once.

@@ -59,6 +59,7 @@ export function opsRoutes(d: {
       },
       handler: async (ctx) => {
         const store = await d.store.ping();
+        d.metrics.storeUp.set(store ? 1 : 0);
         const workers = d.cluster ? await d.cluster.ready().catch(() => false) : true;
         const warm = d.warmUp?.state ?? 'done';
         const loaded = warm === 'done' || warm === 'failed';

@@ -31,12 +31,16 @@ function balanceFields(account: string, a: AccountBody): Array<[string, string]>
   ];
 }
 
-/** The amount of a grant: the positional micro-credits or `--credits`, exactly one of them. */
-function grantAmount(amount: string | undefined, credits: string | undefined): number {
-  if ((amount === undefined) === (credits === undefined))
-    throw new UsageError('give the amount either as <amount_micros> or as --credits N, not both', G);
+/**
+ * The amount of a grant, in credits as a person types them (issue 27: `grant acme 5` once granted 5
+ * micro-credits while the console's form took credits): the positional or `--credits` (its older
+ * spelling) is decimal credits, converted exactly; `--micros` is the exact integer. Exactly one of them.
+ */
+function grantAmount(amount: string | undefined, credits: string | undefined, micros: string | undefined): number {
+  const given = [amount, credits, micros].filter((v) => v !== undefined);
+  if (given.length !== 1) throw new UsageError('give the amount once: <credits> (a decimal, e.g. 5 or 0.25) or --micros N', G);
   try {
-    return amount !== undefined ? parseMicros(amount) : creditsToMicros(credits!);
+    return micros !== undefined ? parseMicros(micros) : creditsToMicros((amount ?? credits)!);
   } catch (e) {
     throw new UsageError((e as Error).message, G);
   }
@@ -79,20 +83,20 @@ export const creditsGroup: CommandGroup = {
   name: G,
   summary: 'credit: grant, show balances, read the ledger',
   notes: [
-    'Amounts are integer micro-credits (1 credit = 1000000 micros); --credits takes a decimal and converts it exactly.',
-    'A negative amount is a correction: `tollgate credits grant acme -5000` or `--credits=-0.005`.',
+    'Amounts are credits (a decimal, converted exactly: 1 credit = 1000000 micros); --micros N gives exact integer micro-credits.',
+    'A negative amount is a correction: `tollgate credits grant acme -0.005` or `--micros=-5000`.',
     'Pass --idempotency-key so that re-running a grant (after a timeout, say) cannot credit twice.',
     '`ledger --all` follows next_after until the end; without it, the next cursor is printed on stderr.',
   ],
   commands: {
     grant: {
-      args: '<account> (<amount_micros> | --credits N) [--idempotency-key K] [--note T]',
+      args: '<account> (<credits> | --micros N) [--idempotency-key K] [--note T]',
       summary: 'grant credit to an account (negative = correction)',
-      options: { credits: { type: 'string' }, 'idempotency-key': { type: 'string' }, note: { type: 'string' } },
+      options: { credits: { type: 'string' }, micros: { type: 'string' }, 'idempotency-key': { type: 'string' }, note: { type: 'string' } },
       async run(ctx, pos) {
-        // The amount is optional as a positional because --credits may give it instead.
-        const [account, amountText] = expectPositionals(pos, pos.length >= 2 ? ['account', 'amount_micros'] : ['account'], G);
-        const amount_micros = grantAmount(amountText, optString(ctx.values, 'credits'));
+        // The amount is optional as a positional because --micros (or --credits) may give it instead.
+        const [account, amountText] = expectPositionals(pos, pos.length >= 2 ? ['account', 'credits'] : ['account'], G);
+        const amount_micros = grantAmount(amountText, optString(ctx.values, 'credits'), optString(ctx.values, 'micros'));
         const idem = optString(ctx.values, 'idempotency-key');
         const note = optString(ctx.values, 'note');
         const body = { amount_micros, ...(idem !== undefined && { idempotency_key: idem }), ...(note !== undefined && { note }) };

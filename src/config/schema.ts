@@ -3,10 +3,11 @@
  * prices turned into exact integers, the whole tree frozen. A bad value stops the boot, never a request.
  */
 import { isIP } from 'node:net';
-import { availableParallelism } from 'node:os';
 import { ConfigError } from './errors.ts';
 import { at, bool, list, noUnknown, num, object, str, type Obj } from './fields.ts';
 import { parsePrice, type Price } from '../credit/pricing.ts';
+import { adminTokenWeakness } from '../admin/token.ts';
+import { autoWorkers } from './cpus.ts';
 
 export interface UpstreamConfig {
   readonly url: string;
@@ -61,6 +62,8 @@ export interface Config {
     readonly workers: number;
     /** A listener of its own for `/metrics` (SPEC §12), on adminHost; undefined → the admin listener serves it. */
     readonly metricsPort: number | undefined;
+    /** The metrics listener's address (`metrics_host` / METRICS_HOST; default adminHost): /metrics can be reachable where /admin/ is not. */
+    readonly metricsHost: string;
     /** CIDRs whose `x-forwarded-for` / `forwarded` are believed for the client address (SPEC §12). */
     readonly trustedProxies: readonly string[];
     /** Where settles still owed at exit are spooled (SPEC §14, src/credit/spool.ts); relative to the working directory. */
@@ -272,6 +275,7 @@ export function compileConfig(doc: unknown, rawEnv: NodeJS.ProcessEnv): Config {
     'workers',
     'spool_dir',
     'spool_scan_seconds',
+    'metrics_host',
   ]);
   const store = object(root.store, 'store', true);
   noUnknown(store, 'store', ['redis_url', 'cluster_nodes', 'command_timeout_ms']);
@@ -372,6 +376,9 @@ export function compileConfig(doc: unknown, rawEnv: NodeJS.ProcessEnv): Config {
         env.METRICS_PORT === undefined && server.metrics_port === undefined
           ? undefined
           : port('METRICS_PORT', server.metrics_port, 'server.metrics_port', 0),
+      metricsHost:
+        env.METRICS_HOST ??
+        str(server.metrics_host, 'server.metrics_host', env.ADMIN_HOST ?? str(server.admin_host, 'server.admin_host', '127.0.0.1')),
       trustedProxies: list(server.trusted_proxies, 'server.trusted_proxies', true).map((c, i) =>
         cidr(str(c, at('server.trusted_proxies', i)), at('server.trusted_proxies', i)),
       ),
@@ -505,11 +512,14 @@ export function compileConfig(doc: unknown, rawEnv: NodeJS.ProcessEnv): Config {
       flushIntervalMs: num(usage.flush_interval_ms, 'usage.flush_interval_ms', { fallback: 1_000, min: 10, max: 1_000 }),
     },
   };
-  if (config.adminToken !== undefined && config.adminToken.length < MIN_ADMIN_TOKEN) {
-    // Never echo the token: its length says enough.
+  const weakness = config.adminToken === undefined ? undefined : adminTokenWeakness(config.adminToken);
+  // Never echo the token: its length and estimate say enough.
+  if (weakness !== undefined) throw new ConfigError('TOLLGATE_ADMIN_TOKEN (environment)', weakness);
+  // Issue 27: `http://127.0.0.1:6379` was accepted and taken by ioredis for a unix socket path.
+  if (config.store.redisUrl !== undefined && !/^(rediss?:\/\/|\/)/i.test(config.store.redisUrl)) {
     throw new ConfigError(
-      'TOLLGATE_ADMIN_TOKEN (environment)',
-      `must be at least ${MIN_ADMIN_TOKEN} characters (got ${config.adminToken.length}); e.g. openssl rand -base64 32`,
+      env.REDIS_URL ? 'REDIS_URL (environment)' : 'store.redis_url',
+      `must start with redis:// or rediss:// (TLS), or be a unix socket path starting with /; got a value starting ${JSON.stringify(config.store.redisUrl.split(':')[0] + ':')}`,
     );
   }
   if (config.server.workers > 1 && !config.store.redisUrl && config.store.clusterNodes.length === 0) {
@@ -541,7 +551,6 @@ function s3Section(v: unknown, path: string, env: NodeJS.ProcessEnv, defaultBuck
   };
 }
 
-/** `server.workers`: a whole number ≥ 1, or `auto` (the cores this process may use). */
 /** `server.spool_dir`: a path (default `./data/spool`); an empty string would spool into the working directory. */
 function spoolDir(v: unknown): string {
   const dir = str(v, 'server.spool_dir', './data/spool');
@@ -549,13 +558,11 @@ function spoolDir(v: unknown): string {
   return dir;
 }
 
+/** `server.workers`: a whole number ≥ 1, or `auto` (the CPUs this process may use: cgroup quota, else cores). */
 function workerCount(v: unknown, path: string): number {
-  if (v === 'auto') return availableParallelism();
+  if (v === 'auto') return autoWorkers();
   return num(v, path, { fallback: 1, min: 1, max: 1024, integer: true });
 }
-
-/** The admin token's minimum length (SPEC §12): 32 random base64 characters are 192 bits. */
-const MIN_ADMIN_TOKEN = 32;
 
 /** Share file types a browser may render inline from the S3 origin: raster images only, never HTML or SVG. */
 const DEFAULT_INLINE_TYPES = ['image/png', 'image/jpeg', 'image/gif', 'image/webp'];

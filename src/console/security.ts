@@ -34,19 +34,36 @@ const SAFE_METHODS = new Set(['GET', 'HEAD']);
  * `null` is accepted only together with `Sec-Fetch-Site: same-origin`, a header pages cannot set. A
  * missing Origin is refused: every browser sends one on a POST, so only a non-browser client omits it.
  */
-export function createCsrfGuard(origin: () => string): (req: IncomingMessage) => void {
+export function createCsrfGuard(
+  origin: () => string,
+  /** Each refusal, with the origin expected and the one received (issue 27: nothing was logged). */
+  onRefused?: (r: { expected: string; received: string | undefined; sec_fetch_site: string | undefined }) => void,
+): (req: IncomingMessage) => void {
   return (req) => {
     if (SAFE_METHODS.has(req.method!)) return;
     const site = req.headers['sec-fetch-site'];
     const from = req.headers.origin;
-    const own = from === origin() || (from === 'null' && site === 'same-origin');
+    const expected = origin();
+    const own = from === expected || (from === 'null' && site === 'same-origin');
     if (site === 'cross-site' || !own) {
-      throw new GatewayError(
-        'permission_denied',
-        from === undefined
-          ? 'This request has no Origin header; the console accepts changes only from its own pages.'
-          : 'This request comes from another site; the console accepts changes only from its own pages.',
-      );
+      // Bounded: the header is the client's, and it is echoed into the page and the log.
+      const received = from === undefined ? undefined : from.slice(0, 200);
+      const siteText = typeof site === 'string' ? site.slice(0, 40) : undefined;
+      onRefused?.({ expected, received, sec_fetch_site: siteText });
+      throw new GatewayError('permission_denied', refusal(expected, received, siteText));
     }
   };
+}
+
+/**
+ * The 403's message: which origin was expected and which arrived, and what to do about it. Behind a real
+ * hostname the usual cause is `console.public_url` left at its loopback default (issue 27), so the
+ * message names CONSOLE_PUBLIC_URL; a true cross-site post reads the same and changes nothing.
+ */
+function refusal(expected: string, received: string | undefined, site: string | undefined): string {
+  const rule = 'the console accepts changes only from its own pages';
+  if (received === undefined) return `This request has no Origin header; ${rule} (${expected}).`;
+  if (received === 'null' || received === expected)
+    return `This request comes from another site (Sec-Fetch-Site: ${site ?? 'missing'}); ${rule} (${expected}).`;
+  return `This request comes from another site, ${received}, but the console's origin is ${expected}; ${rule}. Open the console at ${expected}/console/, or, if ${received} is where it is served, set console.public_url (CONSOLE_PUBLIC_URL) to it.`;
 }

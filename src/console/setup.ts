@@ -72,7 +72,9 @@ export function createConsole(d: ConsoleDeps): Console {
     clientAddress: d.clientAddress,
     confirmGrantMicros: Math.round(d.config.confirmGrantCredits * 1e6),
   });
-  const csrf = createCsrfGuard(publicUrl);
+  const csrf = createCsrfGuard(publicUrl, (r) =>
+    d.logger.warn(r, 'console change refused: its Origin is not the console origin (console.public_url)'),
+  );
   const handler = createEdge({
     router: createRouter(routes),
     logger: d.logger,

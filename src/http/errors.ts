@@ -4,7 +4,7 @@
  * is called, never here.
  */
 
-/** Every public error code, with its HTTP status and OpenAI `type`. The README's table is kept in sync by a test. */
+/** Every public error code, with its HTTP status and OpenAI `type`. The table in docs/reference.md is kept in sync by a test. */
 export const ERROR_CODES = {
   missing_api_key: { status: 401, type: 'authentication_error' },
   invalid_api_key: { status: 401, type: 'authentication_error' },

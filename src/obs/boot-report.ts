@@ -20,6 +20,12 @@ export function bootSummary(config: Config, store: string, urls: { publicUrl: st
 /** A path like `/v1`, `/v1beta`, `/api/v2`: OpenAI-compatible servers serve `/chat/completions` below one. */
 const VERSION_PATH = /\/v\d+[a-z0-9]*(\/|$)/i;
 
+/** True for a loopback host or origin hostname (127.0.0.0/8, ::1, localhost). */
+export function isLoopback(host: string): boolean {
+  const h = host.replace(/^\[|\]$/g, '').toLowerCase();
+  return h === 'localhost' || h === '::1' || /^127\.\d+\.\d+\.\d+$/.test(h);
+}
+
 /** Settings that are valid but probably wrong, one sentence each. */
 export function bootWarnings(config: Config): string[] {
   const out: string[] = [];
@@ -32,6 +38,16 @@ export function bootWarnings(config: Config): string[] {
       }
     }),
   );
+  // Issue 27: behind a real hostname, the loopback default made every minted link point at 127.0.0.1
+  // and every console form posted from the real origin a 403.
+  if (config.console.enabled && !isLoopback(config.server.host)) {
+    const url = config.console.publicUrl;
+    if (url === undefined || isLoopback(new URL(url).hostname)) {
+      out.push(
+        `console.public_url is ${url ?? `unset (http://127.0.0.1:<port>)`} while the public listener is on ${config.server.host}: console links point at loopback and forms posted from any other address are refused (403). Set CONSOLE_PUBLIC_URL (console.public_url) to the origin people use, e.g. https://api.example.com`,
+      );
+    }
+  }
   return out;
 }
 
@@ -85,4 +101,27 @@ export function listenErrorMessage(err: unknown, config: Config): string | undef
     ? ` Set ${PORT_VARIABLE[which]}=<port> (or server.${which === 'public' ? 'port' : `${which}_port`} in the config) to move the ${which} listener.`
     : '';
   return `cannot listen on ${where}: the address ${what}.${fix}`;
+}
+
+/** Where the store is, for log lines: `host:port` of REDIS_URL (never its password), or the cluster nodes. */
+export function storeAddress(config: Config): string {
+  const { redisUrl, clusterNodes } = config.store;
+  if (clusterNodes.length > 0) return clusterNodes.join(',');
+  if (!redisUrl) return 'embedded';
+  if (redisUrl.startsWith('/')) return redisUrl;
+  try {
+    const u = new URL(redisUrl);
+    return `${u.hostname}:${u.port || 6379}`;
+  } catch {
+    return '?';
+  }
+}
+
+/**
+ * The one warn line an unreachable Redis earns (issue 27: ioredis errors every 5 s and a reaper stack
+ * trace): where, why, what clients get meanwhile, and that it retries. main.ts logs it on the first
+ * error of an outage and then at most once a minute.
+ */
+export function storeUnreachableMessage(address: string, err: Error): string {
+  return `Redis at ${address} is unreachable (${err.message}): live keys answer 503 store_unavailable and test keys run on per-instance rate limits until it is back; retrying in the background`;
 }

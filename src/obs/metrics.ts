@@ -82,6 +82,15 @@ export function createMetrics(opts: { defaults?: boolean } = {}) {
       labelNames: ['env', 'dimension'],
       registers: r,
     }),
+    // Issue 27: the limiter's fallback gauge stays 0 on a gateway that started while Redis was down, so
+    // the store alert watches this: set by every hold-reaper pass (each credit.reaper_interval_ms, from
+    // boot) and every /readyz. With workers, the lowest worker's value (any worker cut off → 0).
+    storeUp: new Gauge({
+      name: 'tollgate_store_up',
+      help: '1 when the last store operation of the hold reaper or /readyz succeeded, 0 when it failed',
+      aggregator: 'min',
+      registers: r,
+    }),
     limiterFallback: new Gauge({
       name: 'tollgate_rate_limiter_fallback',
       help: '1 while the rate limiter runs on its in-memory insurance (store unreachable)',

@@ -29,6 +29,7 @@ import { bound, type Metrics } from '../obs/metrics.ts';
 import { isoTime } from '../obs/iso-time.ts';
 import type { KeyEnv, UsageSource } from '../store/types.ts';
 import type { Usage } from '../usage/usage.ts';
+import { isApiError, readSmallBody, routeNotFound } from '../upstream/not-found.ts';
 
 export interface MeteredDeps {
   config: Config;
@@ -294,6 +295,16 @@ export function meteredRoute<B extends { model: string }>(d: MeteredDeps, ep: Me
       // A 500/501 is not retried (only 502/503/504/429 are) and its body may identify the upstream: 502.
       a.call.abort(new Error('upstream 5xx not relayed'));
       throw new GatewayError('upstream_error', `The upstream of model '${body.model}' failed.`);
+    }
+    if (a.status === 404) {
+      // An API error passes through; a 404 of the upstream's router is a 502 naming the route (not-found.ts).
+      const raw = await readSmallBody(a.call);
+      const route = a.call.upstream.basePath + ep.upstreamPath;
+      if (!raw || !isApiError(raw)) throw routeNotFound(body.model, route);
+      headers['content-length'] = String(raw.length);
+      res.writeHead(404, headers);
+      res.end(raw);
+      return undefined;
     }
     // The relay follows what the upstream sent, not what was asked: an upstream that ignores `stream`
     // must still be metered from its own format.

@@ -63,3 +63,41 @@ t.test('the right bearer token passes; anything else is 401 invalid_admin_token'
     );
   }
 });
+
+t.test('admin token strength: placeholders and predictable tokens are refused, generated ones pass (issue 27)', async (t) => {
+  const { execFileSync } = await import('node:child_process');
+  const { randomBytes, randomUUID } = await import('node:crypto');
+  const { adminTokenBits, adminTokenWeakness } = await import('../../src/admin/token.ts');
+  const weak: Array<[string, RegExp]> = [
+    ['short-token', /at least 32 characters \(got 11\)/],
+    ['replace-with-openssl-rand-base64-32-output', /placeholder/],
+    ['${TOLLGATE_ADMIN_TOKEN}-0000000000000000000', /placeholder/],
+    ['a'.repeat(36), /too predictable: about 4 bits/],
+    ['abcdefghijklmnopqrstuvwxyz0123456789', /too predictable/],
+    ['abababababababababababababababababab', /too predictable/],
+    ['test-admin-token-0123456789-abcdefghij', /too predictable/],
+    ['0123456789abcdef0123456789abcdef', /too predictable/],
+  ];
+  for (const [token, why] of weak) {
+    const w = adminTokenWeakness(token);
+    t.match(w, why, token);
+    t.notMatch(w ?? '', token, 'never echoes the token');
+    t.match(w, /openssl rand -base64 32/, 'names a command that makes a good one');
+  }
+  // 500 generated tokens of each recommended kind pass: the estimate does not refuse real secrets.
+  const refused: string[] = [];
+  for (let i = 0; i < 500; i++) {
+    for (const token of [randomBytes(32).toString('base64'), randomBytes(32).toString('hex'), randomBytes(24).toString('base64url')])
+      if (adminTokenWeakness(token) !== undefined) refused.push(token);
+  }
+  t.same(refused, [], 'no generated token refused');
+  t.ok(adminTokenBits(randomUUID()) >= 128, 'a UUID passes (its 122 random bits are over-estimated: documented)');
+  const openssl = (() => {
+    try {
+      return execFileSync('openssl', ['rand', '-base64', '32'], { encoding: 'utf8' }).trim();
+    } catch {
+      return undefined;
+    }
+  })();
+  if (openssl) t.equal(adminTokenWeakness(openssl), undefined, 'the documented command passes');
+});

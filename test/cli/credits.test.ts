@@ -8,8 +8,8 @@ const env = { TOLLGATE_ADMIN_TOKEN: ADMIN_TOKEN, TOLLGATE_ADMIN_URL: gw.adminUrl
 const cli = (...args: string[]) => runCli(args, env);
 const balance = async (account: string) => (await gw.admin(`/admin/accounts/${account}`)).body.balance_micros;
 
-t.test('credits grant credits micros once per idempotency key; a replay exits 0 and says so', async (t) => {
-  const first = await cli('credits', 'grant', 'acme', '1500000', '--idempotency-key', 'invoice-1', '--note', 'welcome');
+t.test('credits grant credits an amount in credits once per idempotency key; a replay exits 0 and says so', async (t) => {
+  const first = await cli('credits', 'grant', 'acme', '1.5', '--idempotency-key', 'invoice-1', '--note', 'welcome');
   t.equal(first.code, 0, 'exits 0', { stderr: first.stderr });
   const f = parseFields(first.stdout);
   t.equal(f.balance, '1.5 credits (1500000 micros)');
@@ -18,7 +18,7 @@ t.test('credits grant credits micros once per idempotency key; a replay exits 0 
   t.match(f.entry_id, /^\d+-\d+$/);
   t.equal(first.stderr, '');
 
-  const replay = await cli('credits', 'grant', 'acme', '1500000', '--idempotency-key', 'invoice-1', '--json');
+  const replay = await cli('credits', 'grant', 'acme', '--micros', '1500000', '--idempotency-key', 'invoice-1', '--json');
   t.equal(replay.code, 0, 'exits 0', { stderr: replay.stderr });
   const body = JSON.parse(replay.stdout);
   t.equal(body.entry_id, f.entry_id, 'the original entry');
@@ -31,19 +31,19 @@ t.test('credits grant credits micros once per idempotency key; a replay exits 0 
   t.equal(ledger.length, 1);
 });
 
-t.test('--credits converts decimals exactly; negative amounts are corrections', async (t) => {
-  const r = await cli('credits', 'grant', 'dec', '--credits', '0.1', '--json');
+t.test('credits convert exactly, --micros is the exact integer, --credits still works; negative amounts are corrections', async (t) => {
+  const r = await cli('credits', 'grant', 'dec', '0.1', '--json');
   t.equal(r.code, 0, 'exits 0', { stderr: r.stderr });
-  t.equal(JSON.parse(r.stdout).balance_micros, 100_000);
+  t.equal(JSON.parse(r.stdout).balance_micros, 100_000, '0.1 credits, exactly 100000 micros');
 
   const more = await cli('credits', 'grant', 'dec', '--credits', '1.000001');
   t.equal(more.code, 0, 'exits 0', { stderr: more.stderr });
   t.equal(await balance('dec'), 1_100_001);
 
-  const minus = await cli('credits', 'grant', 'dec', '-100001');
-  t.equal(minus.code, 0, 'a bare negative number is the amount, not a flag', { stderr: minus.stderr });
-  const minusCredits = await cli('credits', 'grant', 'dec', '--credits', '-0.5', '--json');
-  t.equal(minusCredits.code, 0, 'exits 0', { stderr: minusCredits.stderr });
+  const minus = await cli('credits', 'grant', 'dec', '--micros=-100001');
+  t.equal(minus.code, 0, 'a negative --micros is an exact correction', { stderr: minus.stderr });
+  const minusCredits = await cli('credits', 'grant', 'dec', '-0.5', '--json');
+  t.equal(minusCredits.code, 0, 'a bare negative number is the amount in credits, not a flag', { stderr: minusCredits.stderr });
   t.equal(await balance('dec'), 500_000);
   const amounts = (await gw.admin('/admin/accounts/dec/ledger')).body.entries.map((e: { amount_micros: number }) => e.amount_micros);
   t.same(amounts, [100_000, 1_000_001, -100_001, -500_000]);
@@ -101,10 +101,11 @@ t.test('credits ledger pages with --after/--limit and follows every page with --
 
 t.test('credits usage errors exit 2 and send nothing', async (t) => {
   const cases: Array<[string[], RegExp]> = [
-    [['credits', 'grant', 'acme'], /either as <amount_micros> or as --credits/],
-    [['credits', 'grant', 'acme', '100', '--credits', '1'], /either as <amount_micros> or as --credits/],
+    [['credits', 'grant', 'acme'], /give the amount once: <credits>.* or --micros N/],
+    [['credits', 'grant', 'acme', '100', '--micros', '1'], /give the amount once/],
     [['credits', 'grant', 'acme', '--credits', '0.0000001'], /at most 6 decimals/],
-    [['credits', 'grant', 'acme', '1.5'], /must be an integer number of micro-credits/],
+    [['credits', 'grant', 'acme', '0.0000001'], /at most 6 decimals/],
+    [['credits', 'grant', 'acme', '--micros', '1.5'], /must be an integer number of micro-credits/],
     [['credits', 'grant', 'acme', '1', '2'], /unexpected argument "2"/],
     [['credits', 'grant'], /missing <account>/],
     [['credits', 'ledger', 'acme', '--limit', 'ten'], /--limit must be a positive integer/],
@@ -126,7 +127,7 @@ t.test('API and transport errors exit 1 with the error code on stderr', async (t
   t.match(wrong.stderr, /^error: invalid_admin_token \(HTTP 401\): /);
   t.equal(await balance('acme'), 1_500_000, 'nothing granted with a wrong token');
 
-  const tooBig = await cli('credits', 'grant', 'acme', '1000000000000001');
+  const tooBig = await cli('credits', 'grant', 'acme', '--micros', '1000000000000001');
   t.equal(tooBig.code, 1);
   t.match(tooBig.stderr, /validation_error \(HTTP 422\)[\s\S]*body\.amount_micros/);
 

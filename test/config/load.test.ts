@@ -235,7 +235,7 @@ t.test('environment overrides win over the file (SPEC §6)', async (t) => {
     ADMIN_HOST: '::1',
     REDIS_URL: 'redis://env:6380/2',
     LOG_LEVEL: 'debug',
-    TOLLGATE_ADMIN_TOKEN: 'tok-0123456789-0123456789-0123456789',
+    TOLLGATE_ADMIN_TOKEN: 'X3I8tSxa72IlJ3Qdrh/SttlULQmRGyBK',
   };
   const c = parseConfig(file, env);
   t.equal(c.server.port, 3000);
@@ -244,7 +244,7 @@ t.test('environment overrides win over the file (SPEC §6)', async (t) => {
   t.equal(c.server.adminHost, '::1');
   t.equal(c.store.redisUrl, 'redis://env:6380/2');
   t.equal(c.logLevel, 'debug');
-  t.equal(c.adminToken, 'tok-0123456789-0123456789-0123456789');
+  t.equal(c.adminToken, 'X3I8tSxa72IlJ3Qdrh/SttlULQmRGyBK');
   t.equal(parseConfig(VALID, { PORT: '0' }).server.port, 0, 'port 0 (any free port) is allowed');
 });
 
@@ -295,7 +295,15 @@ t.test('TOLLGATE_ADMIN_TOKEN shorter than 32 characters stops the boot, without 
   })();
   t.match(err?.message, /TOLLGATE_ADMIN_TOKEN \(environment\): must be at least 32 characters \(got 29\)/);
   t.notMatch(err?.message, short);
-  t.equal(compileConfig(doc, { TOLLGATE_ADMIN_TOKEN: 'x'.repeat(32) }).adminToken, 'x'.repeat(32));
+  const strong = 'X3I8tSxa72IlJ3Qdrh/SttlULQmRGyBK';
+  t.equal(compileConfig(doc, { TOLLGATE_ADMIN_TOKEN: strong }).adminToken, strong);
+  // Issue 27: the Kubernetes Secret's placeholder and 36 × `a` were accepted (only the length was checked).
+  for (const weak of ['replace-with-openssl-rand-base64-32-output', 'a'.repeat(36)]) {
+    t.throws(
+      () => compileConfig(doc, { TOLLGATE_ADMIN_TOKEN: weak }),
+      /TOLLGATE_ADMIN_TOKEN \(environment\): (looks like a placeholder|is too predictable)/,
+    );
+  }
   t.equal(compileConfig(doc, {}).adminToken, undefined, 'unset: the admin API is off, the boot goes on');
 });
 

@@ -24,7 +24,7 @@ t.test('every ${VAR} of the baked config is in the README table and the Dockerfi
     ),
   ];
   t.ok(vars.length >= 6, `found ${vars.join(', ')}`);
-  const readme = read('README.md');
+  const readme = read('docs/reference.md');
   const section = readme.slice(readme.indexOf('## Running it in a container'), readme.indexOf('## Benchmarks'));
   const docker = read('Dockerfile');
   for (const v of vars) {

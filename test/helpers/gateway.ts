@@ -21,7 +21,8 @@ import { createMetrics } from '../../src/obs/metrics.ts';
 import { createMemoryStore } from '../../src/store/memory-store.ts';
 import type { Store } from '../../src/store/types.ts';
 
-export const ADMIN_TOKEN = 'test-admin-token-0123456789-abcdefghij';
+// Random-looking: config refuses predictable admin tokens (src/admin/token.ts adminTokenWeakness).
+export const ADMIN_TOKEN = 'X3I8tSxa72IlJ3Qdrh/SttlULQmRGyBK';
 
 interface Teardown {
   teardown(fn: () => unknown): void;

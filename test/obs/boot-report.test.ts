@@ -9,14 +9,31 @@ const model = (urls: string[]) => ({ name: 'm', price: { input: 1, output: 1 }, 
 
 t.test('an upstream URL without a version path is warned about; /v1, /v1beta and /api/v2 are not', async (t) => {
   const config = compileConfig(
-    { models: [model(['http://a:8000', 'http://b:8000/v1', 'http://c/api/v2/', 'http://d/v1beta', 'http://e:11434/'])] },
+    {
+      server: { host: '127.0.0.1' },
+      models: [model(['http://a:8000', 'http://b:8000/v1', 'http://c/api/v2/', 'http://d/v1beta', 'http://e:11434/'])],
+    },
     {},
   );
   const w = bootWarnings(config);
   t.equal(w.length, 2, w.join('\n'));
   t.match(w[0], /models\[0\]\.upstreams\[0\]\.url "http:\/\/a:8000" has no version path/);
   t.match(w[1], /upstreams\[4\]/);
-  t.same(bootWarnings(compileConfig({ models: [model(['http://x/v1'])] }, {})), []);
+  t.same(bootWarnings(compileConfig({ server: { host: '127.0.0.1' }, models: [model(['http://x/v1'])] }, {})), []);
+});
+
+t.test('a public listener off loopback with a loopback console.public_url is warned about (issue 27)', async (t) => {
+  const warn = (server: Record<string, unknown>, env: Record<string, string> = {}, extra: Record<string, unknown> = {}) =>
+    bootWarnings(compileConfig({ server, models: [model(['http://x/v1'])], ...extra }, env)).filter((w) =>
+      w.startsWith('console.public_url'),
+    );
+  t.match(warn({ host: '0.0.0.0' }), [
+    /^console\.public_url is unset \(http:\/\/127\.0\.0\.1:<port>\) while the public listener is on 0\.0\.0\.0: .*Set CONSOLE_PUBLIC_URL/,
+  ]);
+  t.equal(warn({ host: '::' }, {}, { console: { public_url: 'http://localhost:8080' } }).length, 1, 'an explicit loopback origin too');
+  t.same(warn({ host: '0.0.0.0' }, {}, { console: { public_url: 'https://api.example.com' } }), [], 'a real origin: quiet');
+  t.same(warn({ host: '127.0.0.1' }), [], 'a loopback listener: quiet');
+  t.same(warn({ host: '0.0.0.0' }, {}, { console: { enabled: false } }), [], 'no console: quiet');
 });
 
 t.test('the summary says where each model goes, which store, and whether the admin API is on', async (t) => {
@@ -25,7 +42,11 @@ t.test('the summary says where each model goes, which store, and whether the adm
   t.same(off.models, { m: ['http://x/v1', 'http://y/v1'] });
   t.equal(off.store, 'memory');
   t.match(off.admin_api, /^off \(set TOLLGATE_ADMIN_TOKEN/);
-  const on = bootSummary(compileConfig({ models: [model(['http://x/v1'])] }, { TOLLGATE_ADMIN_TOKEN: 'x'.repeat(40) }), 'redis', urls);
+  const on = bootSummary(
+    compileConfig({ models: [model(['http://x/v1'])] }, { TOLLGATE_ADMIN_TOKEN: 'X3I8tSxa72IlJ3Qdrh/SttlULQmRGyBK' }),
+    'redis',
+    urls,
+  );
   t.equal(on.admin_api, 'on');
 });
 
