@@ -50,6 +50,8 @@ import { usageRoutes } from './usage/routes.ts';
 import { createLedgerExporter, type LedgerExporter } from './ledger/exporter.ts';
 import { createS3Sink, type LedgerSink } from './ledger/sink.ts';
 import { ledgerRoutes } from './ledger/routes.ts';
+import { createTracing, type Tracing } from './obs/tracing.ts';
+import { createOtlpTracer } from './obs/otlp.ts';
 
 /** The package version, for the OpenAPI document (read once at load). */
 const VERSION = (createRequire(import.meta.url)('../package.json') as { version: string }).version;
@@ -69,6 +71,8 @@ export interface GatewayDeps {
   cluster?: ClusterLink;
   /** Where the ledger export writes; defaults to the configured S3 bucket (ledger.export.s3, else shares.s3). */
   ledgerSink?: LedgerSink;
+  /** SPEC §15 traces; defaults to an OTLP/HTTP exporter when `otel.endpoint` is set, else none (off). */
+  tracing?: Tracing;
 }
 
 export interface Gateway {
@@ -155,7 +159,9 @@ export function createGateway(d: GatewayDeps): Gateway {
 
   // Every key-authenticated route is authenticated, scoped and admitted once, by the edge's gate (http/gate.ts).
   const gate = createGate({ auth, limits, concurrency, adminGuard: guard });
-  const metered = { config, credit, upstreams, tokenizer, metrics, now, bodyBudget, usage };
+  // Off unless configured: no provider, no exporter, and the route's trace hooks see undefined.
+  const tracing = d.tracing ?? (config.otel ? createTracing(createOtlpTracer(config.otel, VERSION)) : undefined);
+  const metered = { config, credit, upstreams, tokenizer, metrics, now, bodyBudget, usage, tracing };
   const publicRoutes: Route[] = [
     meteredRoute(metered, CHAT_COMPLETIONS),
     meteredRoute(metered, RESPONSES_ENDPOINT),
@@ -255,6 +261,8 @@ export function createGateway(d: GatewayDeps): Gateway {
       await exporter?.stop();
       await upstreams.close();
       await limits.close?.();
+      // Last: the settles of drained requests end their spans before the final export.
+      await tracing?.shutdown();
     },
   };
 }
