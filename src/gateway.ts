@@ -31,7 +31,7 @@ import { createConcurrency } from './limits/concurrency.ts';
 import { createBodyBudget } from './limits/body-budget.ts';
 import { createUpstreams } from './upstream/pool.ts';
 import { createTokenizer, type Tokenizer } from './meter/tokenizer.ts';
-import { meteredRoute } from './routes/metered.ts';
+import { meteredRoute, type MeteredDeps } from './routes/metered.ts';
 import { CHAT_COMPLETIONS } from './routes/chat-completions.ts';
 import { RESPONSES_ENDPOINT } from './routes/responses.ts';
 import { COMPLETIONS_ENDPOINT } from './routes/completions.ts';
@@ -50,8 +50,7 @@ import { usageRoutes } from './usage/routes.ts';
 import { createLedgerExporter, type LedgerExporter } from './ledger/exporter.ts';
 import { createS3Sink, type LedgerSink } from './ledger/sink.ts';
 import { ledgerRoutes } from './ledger/routes.ts';
-import { createTracing, type Tracing } from './obs/tracing.ts';
-import { createOtlpTracer } from './obs/otlp.ts';
+import type { Tracing } from './obs/tracing.ts';
 
 /** The package version, for the OpenAPI document (read once at load). */
 const VERSION = (createRequire(import.meta.url)('../package.json') as { version: string }).version;
@@ -159,9 +158,8 @@ export function createGateway(d: GatewayDeps): Gateway {
 
   // Every key-authenticated route is authenticated, scoped and admitted once, by the edge's gate (http/gate.ts).
   const gate = createGate({ auth, limits, concurrency, adminGuard: guard });
-  // Off unless configured: no provider, no exporter, and the route's trace hooks see undefined.
-  const tracing = d.tracing ?? (config.otel ? createTracing(createOtlpTracer(config.otel, VERSION)) : undefined);
-  const metered = { config, credit, upstreams, tokenizer, metrics, now, bodyBudget, usage, tracing };
+  // `tracing` stays undefined unless `otel` is configured (then listen() sets it): the route reads it per request.
+  const metered: MeteredDeps = { config, credit, upstreams, tokenizer, metrics, now, bodyBudget, usage, tracing: d.tracing };
   const publicRoutes: Route[] = [
     meteredRoute(metered, CHAT_COMPLETIONS),
     meteredRoute(metered, RESPONSES_ENDPOINT),
@@ -236,6 +234,9 @@ export function createGateway(d: GatewayDeps): Gateway {
     adminHandler,
     async listen() {
       const s = config.server;
+      // SPEC §15 traces: the OpenTelemetry SDK (~1 s and ~10 MB of heap to load) is imported only when configured,
+      // before the first request can arrive.
+      if (config.otel && !metered.tracing) metered.tracing = (await import('./obs/otlp.ts')).createOtlpTracing(config.otel, VERSION);
       const opts = { headersTimeoutMs: s.headersTimeoutMs, requestTimeoutMs: s.requestTimeoutMs };
       const pub = await listen(publicHandler, { ...opts, host: s.host, port: s.port });
       publicListenerUrl = url(s.host, pub);
@@ -262,7 +263,7 @@ export function createGateway(d: GatewayDeps): Gateway {
       await upstreams.close();
       await limits.close?.();
       // Last: the settles of drained requests end their spans before the final export.
-      await tracing?.shutdown();
+      await metered.tracing?.shutdown();
     },
   };
 }

@@ -9,6 +9,8 @@ import { BatchSpanProcessor, TraceIdRatioBasedSampler, TracerProvider } from '@o
 import { OTLPTraceExporter } from '@opentelemetry/exporter-trace-otlp-http';
 import { resourceFromAttributes } from '@opentelemetry/resources';
 import type { OtelConfig } from '../config/otel.ts';
+import type { Tracing } from './tracing.ts';
+import { createTracing } from './request-trace.ts';
 
 export interface OtlpTracer {
   readonly tracer: Tracer;
@@ -31,4 +33,9 @@ export function createOtlpTracer(c: OtelConfig, version: string): OtlpTracer {
     spanProcessors: [new BatchSpanProcessor({ exporter })],
   });
   return { tracer: provider.getTracer('tollgate', version), shutdown: () => provider.shutdown() };
+}
+
+/** The gateway's Tracing over a new OTLP tracer (obs/tracing.ts loadTracing). */
+export function createOtlpTracing(c: OtelConfig, version: string): Tracing {
+  return createTracing(createOtlpTracer(c, version));
 }
