@@ -5,7 +5,7 @@
 import t from 'tap';
 import { createServer, type IncomingHttpHeaders } from 'node:http';
 import type { AddressInfo } from 'node:net';
-import { startGateway } from '../helpers/gateway.ts';
+import { startGateway, testConfigDoc } from '../helpers/gateway.ts';
 import { postChat, startSim } from './chat-fixture.ts';
 
 interface Teardown {
@@ -181,4 +181,62 @@ t.test('sample_ratio 0: no spans, and the client traceparent passes upstream unc
   await gw.close();
   t.equal(rx.spans().length, 0);
   t.equal(sim.requests.at(-1)!.headers.traceparent, TRACEPARENT);
+});
+
+t.test('a streamed test-key request and an embeddings request: operation names, no credit spans, cost 0', async (t) => {
+  const sim = await startSim(t);
+  const rx = await startReceiver(t);
+  const gw = await startGateway(t, {
+    upstreamUrl: sim.url,
+    config: {
+      otel: { endpoint: rx.url },
+      // The list replaces the default one: keep sim-small beside the embeddings model.
+      models: [
+        ...(testConfigDoc(sim.url).models as unknown[]),
+        {
+          name: 'sim-embed',
+          upstream_model: 'sim/embed-1',
+          endpoints: ['embeddings'],
+          price: { input: 1, output: 0 },
+          upstreams: [{ url: sim.url }],
+        },
+      ],
+    },
+  });
+  const { key } = await gw.createKey({ account: 'tester', env: 'test' });
+  const res = await postChat(
+    gw,
+    key,
+    { model: 'sim-small', stream: true, messages: [{ role: 'user', content: 'stream please' }] },
+    { traceparent: TRACEPARENT, 'x-sim-tokens': '6' },
+  );
+  t.equal(res.status, 200);
+  await res.text();
+  const emb = await fetch(`${gw.url}/v1/embeddings`, {
+    method: 'POST',
+    headers: { ...gw.auth(key), 'content-type': 'application/json' },
+    body: JSON.stringify({ model: 'sim-embed', input: 'embed me' }),
+  });
+  t.equal(emb.status, 200);
+  await emb.text();
+  await gw.close();
+
+  const roots = rx.spans().filter((s) => s.kind === 2);
+  const chat = roots.find((s) => s.name === 'chat sim-small')!;
+  t.ok(chat, 'the streamed chat span');
+  t.equal(attr(chat, 'gen_ai.usage.output_tokens'), 6);
+  t.equal(attr(chat, 'tollgate.cost_micros'), 0, 'a test key costs nothing');
+  t.equal(attr(chat, 'tollgate.key.env'), 'test');
+  const kids = rx.spans().filter((s) => s.parentSpanId === chat.spanId);
+  t.same(
+    kids.map((s) => s.name),
+    ['chat sim/small-1'],
+    'only the upstream span: a test key has no hold or settle',
+  );
+  t.equal(attr(kids[0]!, 'tollgate.relay_end'), 'complete');
+  const embed = roots.find((s) => s.name === 'embeddings sim-embed')!;
+  t.ok(embed, 'the embeddings span');
+  t.equal(attr(embed, 'gen_ai.operation.name'), 'embeddings');
+  t.equal(attr(embed, 'gen_ai.response.model'), 'sim/embed-1');
+  t.equal(embed.parentSpanId, undefined, 'no client traceparent: a root span');
 });
