@@ -35,7 +35,7 @@ import { createConcurrency } from './limits/concurrency.ts';
 import { createBodyBudget } from './limits/body-budget.ts';
 import { createUpstreams } from './upstream/pool.ts';
 import { createTokenizer, type Tokenizer } from './meter/tokenizer.ts';
-import { meteredRoute } from './routes/metered.ts';
+import { meteredRoute, type MeteredDeps } from './routes/metered.ts';
 import { CHAT_COMPLETIONS } from './routes/chat-completions.ts';
 import { RESPONSES_ENDPOINT } from './routes/responses.ts';
 import { COMPLETIONS_ENDPOINT } from './routes/completions.ts';
@@ -54,6 +54,7 @@ import { usageRoutes } from './usage/routes.ts';
 import { createLedgerExporter, type LedgerExporter } from './ledger/exporter.ts';
 import { createS3Sink, type LedgerSink } from './ledger/sink.ts';
 import { ledgerRoutes } from './ledger/routes.ts';
+import type { Tracing } from './obs/tracing.ts';
 
 /** The package version, for the OpenAPI document (read once at load). */
 const VERSION = (createRequire(import.meta.url)('../package.json') as { version: string }).version;
@@ -73,6 +74,8 @@ export interface GatewayDeps {
   cluster?: ClusterLink;
   /** Where the ledger export writes; defaults to the configured S3 bucket (ledger.export.s3, else shares.s3). */
   ledgerSink?: LedgerSink;
+  /** SPEC §15 traces; defaults to an OTLP/HTTP exporter when `otel.endpoint` is set, else none (off). */
+  tracing?: Tracing;
 }
 
 export interface Gateway {
@@ -195,7 +198,19 @@ export function createGateway(d: GatewayDeps): Gateway {
   const gate = createGate({ auth, limits, concurrency, adminGuard: guard });
   // Aborted at the drain deadline: the streams still open end with the shutting_down event (SPEC §14).
   const streamCut = new AbortController();
-  const metered = { config, credit, upstreams, tokenizer, metrics, now, bodyBudget, usage, shutdown: streamCut.signal };
+  // `tracing` stays undefined unless `otel` is configured (then listen() sets it): the route reads it per request.
+  const metered: MeteredDeps = {
+    config,
+    credit,
+    upstreams,
+    tokenizer,
+    metrics,
+    now,
+    bodyBudget,
+    usage,
+    shutdown: streamCut.signal,
+    tracing: d.tracing,
+  };
   const publicRoutes: Route[] = [
     meteredRoute(metered, CHAT_COMPLETIONS),
     meteredRoute(metered, RESPONSES_ENDPOINT),
@@ -280,6 +295,9 @@ export function createGateway(d: GatewayDeps): Gateway {
     adminHandler,
     async listen() {
       const s = config.server;
+      // SPEC §15 traces: the OpenTelemetry SDK (~1 s and ~10 MB of heap to load) is imported only when configured,
+      // before the first request can arrive.
+      if (config.otel && !metered.tracing) metered.tracing = (await import('./obs/otlp.ts')).createOtlpTracing(config.otel, VERSION);
       const opts = { headersTimeoutMs: s.headersTimeoutMs, requestTimeoutMs: s.requestTimeoutMs };
       const pub = await listen(publicHandler, { ...opts, host: s.host, port: s.port });
       publicListenerUrl = url(s.host, pub);
@@ -347,6 +365,8 @@ export function createGateway(d: GatewayDeps): Gateway {
         await exporter?.stop();
         await upstreams.close();
         await limits.close?.();
+        // Last: the settles of drained requests end their spans before the final export.
+        await metered.tracing?.shutdown();
       };
       const stopped = await within(rest(), deadline + STOP_GRACE_MS - Date.now());
       const phases = { drained_ms: drainedMs, settled_ms: settledMs, spooled, stopped_ms: Date.now() - started };

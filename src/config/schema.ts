@@ -8,6 +8,7 @@ import { at, bool, list, noUnknown, num, object, str, type Obj } from './fields.
 import { parsePrice, type Price } from '../credit/pricing.ts';
 import { adminTokenWeakness } from '../admin/token.ts';
 import { autoWorkers } from './cpus.ts';
+import { otelSection, type OtelConfig } from './otel.ts';
 
 export interface UpstreamConfig {
   readonly url: string;
@@ -170,6 +171,8 @@ export interface Config {
     /** How often each process flushes what it aggregated (one pipeline per flush). */
     readonly flushIntervalMs: number;
   };
+  /** SPEC §15 traces over OTLP/HTTP (config/otel.ts, docs/tracing.md); undefined = off, the default. */
+  readonly otel: OtelConfig | undefined;
 }
 
 const TOP = [
@@ -187,6 +190,7 @@ const TOP = [
   'log_format',
   'ledger',
   'usage',
+  'otel',
 ] as const;
 
 function limitSpec(v: unknown, path: string, fallback: LimitSpec): LimitSpec {
@@ -511,6 +515,7 @@ export function compileConfig(doc: unknown, rawEnv: NodeJS.ProcessEnv): Config {
       retentionDays: num(usage.retention_days, 'usage.retention_days', { fallback: 400, min: 1, max: 36_500, integer: true }),
       flushIntervalMs: num(usage.flush_interval_ms, 'usage.flush_interval_ms', { fallback: 1_000, min: 10, max: 1_000 }),
     },
+    otel: otelSection(root.otel, 'otel'),
   };
   const weakness = config.adminToken === undefined ? undefined : adminTokenWeakness(config.adminToken);
   // Never echo the token: its length and estimate say enough.

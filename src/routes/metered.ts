@@ -30,6 +30,7 @@ import { isoTime } from '../obs/iso-time.ts';
 import type { KeyEnv, UsageSource } from '../store/types.ts';
 import type { Usage } from '../usage/usage.ts';
 import { isApiError, readSmallBody, routeNotFound } from '../upstream/not-found.ts';
+import { withTraceparent, type RequestTrace, type Tracing } from '../obs/tracing.ts';
 
 export interface MeteredDeps {
   config: Config;
@@ -44,6 +45,8 @@ export interface MeteredDeps {
   usage?: Usage;
   /** Aborted at the drain deadline: a stream still open ends with the `shutting_down` event (SPEC §14). */
   shutdown?: AbortSignal;
+  /** SPEC §15 traces (obs/tracing.ts); undefined when `otel` is off: every hook below is then a no-op. */
+  tracing?: Tracing | undefined;
 }
 
 /** A request's final billing, known once it has settled (or, for a test key, once it was counted). */
@@ -123,14 +126,19 @@ export function meteredRoute<B extends { model: string }>(d: MeteredDeps, ep: Me
     // Gone while the gate authenticated: its 'close' has been emitted already.
     if (ctx.res.destroyed && !ctx.res.writableFinished) aborter.abort();
     ctx.res.once('close', onClose);
+    const trace = d.tracing?.start(ctx, ep.endpoint);
     try {
-      await pipeline(ctx, aborter.signal);
+      await pipeline(ctx, aborter.signal, trace);
+    } catch (err) {
+      trace?.fail(err);
+      throw err;
     } finally {
       ctx.res.off('close', onClose);
+      trace?.end(ctx.res.statusCode);
     }
   }
 
-  async function pipeline(ctx: RequestContext, signal: AbortSignal): Promise<void> {
+  async function pipeline(ctx: RequestContext, signal: AbortSignal, trace: RequestTrace | undefined): Promise<void> {
     // The upstream attempt in flight; the client leaving aborts it, whenever that happens.
     let current: UpstreamCall | undefined;
     signal.addEventListener('abort', () => current?.abort(new ClientGoneError()), { once: true });
@@ -141,6 +149,7 @@ export function meteredRoute<B extends { model: string }>(d: MeteredDeps, ep: Me
     const key = ctx.key!;
     const { model, output, promptEstimate, payload, reply } = await prepare(ctx);
     ctx.log.model = model.name;
+    trace?.model(model.name, model.upstreamModel);
     const admission = await ctx.admit!(promptEstimate + output.total);
     const live = key.env === 'live';
     // The settle names its hold's expiry: that is where the store finds the hold (docs/ledger.md).
@@ -148,8 +157,8 @@ export function meteredRoute<B extends { model: string }>(d: MeteredDeps, ep: Me
     // A key with a budget (SPEC §15): its period counter is charged by the hold and the settle; none otherwise.
     const budget = live && key.budget ? budgetCharge(key.id, key.budget, d.now()) : undefined;
     /** The request's one settle (SPEC §4): not awaited by the response, tracked for shutdown, retried until it lands. */
-    const settle = (b: Billed, costMicros: number) =>
-      void d.credit.settle({
+    const settle = (b: Billed, costMicros: number) => {
+      const settling = d.credit.settle({
         account: key.account,
         requestId: ctx.requestId,
         costMicros,
@@ -162,11 +171,16 @@ export function meteredRoute<B extends { model: string }>(d: MeteredDeps, ep: Me
         holdExpiresAtMs,
         ...(budget && { budget }),
       });
+      trace?.settle(settling, costMicros);
+    };
     if (live) {
       const hold = costMicros(model.price, promptEstimate, output.total);
+      const holdSpan = trace?.hold(hold);
       try {
         await d.credit.hold(key.account, ctx.requestId, hold, holdExpiresAtMs, budget);
+        holdSpan?.end();
       } catch (err) {
+        holdSpan?.end(err);
         // The hold may have run in Redis after our command timed out: settle at 0 in the background (it lands
         // behind the hold, is idempotent, and stops a late hold), so the credit is not locked until the reaper.
         if ((err as GatewayError).code === 'store_unavailable') {
@@ -190,6 +204,7 @@ export function meteredRoute<B extends { model: string }>(d: MeteredDeps, ep: Me
     const t0 = process.hrtime.bigint();
     let answered: Answered | undefined;
     let outcome: RelayOutcome | undefined;
+    trace?.upstreamStart();
     try {
       answered = await forward(
         d,
@@ -200,7 +215,7 @@ export function meteredRoute<B extends { model: string }>(d: MeteredDeps, ep: Me
           headersTimeoutMs: up.headersTimeoutMs,
           idleTimeoutMs: up.idleTimeoutMs,
           deadline,
-          headers: (auth) => headerPolicy.upstreamRequest(ctx.req.headers, ctx.requestId, auth, payload.length),
+          headers: (auth) => withTraceparent(trace, headerPolicy.upstreamRequest(ctx.req.headers, ctx.requestId, auth, payload.length)),
         },
         signal,
         track,
@@ -208,6 +223,7 @@ export function meteredRoute<B extends { model: string }>(d: MeteredDeps, ep: Me
       if (signal.aborted) throw new ClientGoneError();
       ctx.log.upstream = answered.call.upstream.label;
       ctx.log.upstream_status = answered.status;
+      trace?.upstreamAnswered(answered.status, answered.call.upstream.label);
       ttfb(model.name).observe(Number(answered.waitedNs) / 1e9);
       outcome = await respond(ctx, answered, reply);
       if (outcome?.end === 'upstream_failed') {
@@ -219,6 +235,7 @@ export function meteredRoute<B extends { model: string }>(d: MeteredDeps, ep: Me
       if (!(err instanceof ClientGoneError)) throw err;
     } finally {
       clearTimeout(total);
+      trace?.upstreamEnd(answered?.status, outcome?.end);
       const t1 = process.hrtime.bigint();
       const ok = answered !== undefined && answered.status >= 200 && answered.status < 300;
       const b = await bill(
@@ -252,6 +269,7 @@ export function meteredRoute<B extends { model: string }>(d: MeteredDeps, ep: Me
         },
         output.total,
       );
+      trace?.billed(b.promptTokens, b.completionTokens, cost, b.source);
       // Arrival → upstream call, plus chunk handling, plus settling; upstream waiting excluded.
       ctx.overheadNs = t0 - ctx.start + (outcome?.chunkNs ?? 0n) + (process.hrtime.bigint() - t1);
     }
