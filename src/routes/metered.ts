@@ -14,7 +14,7 @@ import type { RequestContext } from '../http/context.ts';
 import { requireModel } from '../auth/authenticate.ts';
 import type { Config, Endpoint, ModelConfig } from '../config/schema.ts';
 import type { BodyBudget } from '../limits/body-budget.ts';
-import { holdTtlMs as holdTtlOf, type Credit } from '../credit/credit.ts';
+import { holdTtlMs as holdTtlOf, neverSent, type Credit } from '../credit/credit.ts';
 import { costMicros } from '../credit/pricing.ts';
 import { createHeaderPolicy } from '../upstream/headers.ts';
 import { ClientGoneError, forward, type Answered } from '../upstream/forward.ts';
@@ -162,7 +162,9 @@ export function meteredRoute<B extends { model: string }>(d: MeteredDeps, ep: Me
       } catch (err) {
         // The hold may have run in Redis after our command timed out: settle at 0 in the background (it lands
         // behind the hold, is idempotent, and stops a late hold), so the credit is not locked until the reaper.
-        if ((err as GatewayError).code === 'store_unavailable') {
+        // A hold never sent (the pipe was disconnected) cannot have run: no settle (SPEC §14), or an outage
+        // under load would leave a retrying settle in memory and a zero-cost entry per refused request.
+        if ((err as GatewayError).code === 'store_unavailable' && !neverSent(err)) {
           settle(NOTHING_PRODUCED, 0);
         }
         throw err;
