@@ -91,6 +91,8 @@ export interface Config {
     readonly totalTimeoutMs: number;
     readonly ejectAfterFailures: number;
     readonly ejectSeconds: number;
+    /** Cap of the ejection back-off, which at most doubles per re-ejection (SPEC §14). */
+    readonly maxEjectSeconds: number;
     readonly maxConnections: number;
     /** Client request headers forwarded beside the built-in allowlist (lower-case). */
     readonly forwardHeaders: readonly string[];
@@ -255,6 +257,7 @@ export function compileConfig(doc: unknown, rawEnv: NodeJS.ProcessEnv): Config {
     'eject_after_failures',
     'eject_seconds',
     'max_connections',
+    'max_eject_seconds',
     'forward_headers',
     'return_headers',
   ]);
@@ -379,6 +382,7 @@ export function compileConfig(doc: unknown, rawEnv: NodeJS.ProcessEnv): Config {
       totalTimeoutMs: num(upstream.total_timeout_ms, 'upstream.total_timeout_ms', { fallback: 600_000, min: 1 }),
       ejectAfterFailures: num(upstream.eject_after_failures, 'upstream.eject_after_failures', { fallback: 5, min: 1, integer: true }),
       ejectSeconds: num(upstream.eject_seconds, 'upstream.eject_seconds', { fallback: 10, min: 0 }),
+      maxEjectSeconds: num(upstream.max_eject_seconds, 'upstream.max_eject_seconds', { fallback: 60, min: 0 }),
       maxConnections: num(upstream.max_connections, 'upstream.max_connections', { fallback: 0, min: 0, integer: true }),
       forwardHeaders: headerNames(upstream.forward_headers, 'upstream.forward_headers'),
       returnHeaders: headerNames(upstream.return_headers, 'upstream.return_headers'),

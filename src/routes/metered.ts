@@ -206,9 +206,9 @@ export function meteredRoute<B extends { model: string }>(d: MeteredDeps, ep: Me
       ttfb(model.name).observe(Number(answered.waitedNs) / 1e9);
       outcome = await respond(ctx, answered, reply);
       if (outcome?.end === 'upstream_failed') {
-        // A stream that broke after its first byte counts toward ejecting its upstream too.
+        // A stream that broke after its first byte counts toward ejecting its upstream too (once per burst).
         d.metrics.upstreamErrors.inc({ upstream: answered.call.upstream.label, reason: 'stream_broken' });
-        d.upstreams.failed(answered.call.upstream, d.now());
+        d.upstreams.failed(answered.call.upstream, d.now(), answered.call.attempt);
       }
     } catch (err) {
       if (!(err instanceof ClientGoneError)) throw err;

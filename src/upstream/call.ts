@@ -6,7 +6,7 @@
  */
 import type { IncomingHttpHeaders } from 'node:http';
 import type { Dispatcher } from 'undici';
-import type { Upstream } from './pool.ts';
+import type { Attempt, Upstream } from './pool.ts';
 
 export interface Sink {
   /** Returns false when the client is full; `resume` is then called by the sink once it drains. */
@@ -42,6 +42,8 @@ export function classify(err: unknown): { kind: FailureKind; reason: string } {
 
 export class UpstreamCall implements Dispatcher.DispatchHandler {
   readonly upstream: Upstream;
+  /** The pool's record of this attempt (epoch, trial), for its success or failure (pool.ts). */
+  readonly attempt: Attempt | undefined;
   readonly started: Promise<{ status: number; headers: IncomingHttpHeaders }>;
   readonly done: Promise<void>;
   private controller: Dispatcher.DispatchController | undefined;
@@ -54,8 +56,9 @@ export class UpstreamCall implements Dispatcher.DispatchHandler {
   private rejectDone!: (e: Error) => void;
   private readonly resume = () => this.controller?.resume();
 
-  constructor(upstream: Upstream) {
+  constructor(upstream: Upstream, attempt?: Attempt) {
     this.upstream = upstream;
+    this.attempt = attempt;
     this.started = new Promise((res, rej) => ((this.resolveStart = res), (this.rejectStart = rej)));
     this.done = new Promise((res, rej) => ((this.resolveDone = res), (this.rejectDone = rej)));
     // Either may be left unobserved when the attempt is abandoned.
