@@ -24,6 +24,11 @@ export interface ModelConfig {
   readonly name: string;
   readonly upstreamModel: string;
   readonly maxOutputTokens: number;
+  /**
+   * Tokens the model takes in all (SPEC §4): the input part of the hold of a stateful request
+   * (`/v1/responses` with `previous_response_id` or `conversation`), whose history the gateway never sees.
+   */
+  readonly contextWindow: number;
   readonly price: Price;
   readonly ownedBy: string;
   readonly created: number;
@@ -178,7 +183,17 @@ function limitSpec(v: unknown, path: string, fallback: LimitSpec): LimitSpec {
 
 function model(v: unknown, path: string): ModelConfig {
   const o = object(v, path);
-  noUnknown(o, path, ['name', 'upstream_model', 'max_output_tokens', 'price', 'upstreams', 'owned_by', 'created', 'endpoints']);
+  noUnknown(o, path, [
+    'name',
+    'upstream_model',
+    'max_output_tokens',
+    'price',
+    'upstreams',
+    'owned_by',
+    'created',
+    'endpoints',
+    'context_window',
+  ]);
   const name = str(o.name, at(path, 'name'));
   if (!name) throw new ConfigError(at(path, 'name'), 'must not be empty');
   const p = object(o.price, at(path, 'price'));
@@ -189,6 +204,7 @@ function model(v: unknown, path: string): ModelConfig {
     name,
     upstreamModel: str(o.upstream_model, at(path, 'upstream_model'), name),
     maxOutputTokens: num(o.max_output_tokens, at(path, 'max_output_tokens'), { fallback: 4096, min: 1, integer: true }),
+    contextWindow: num(o.context_window, at(path, 'context_window'), { fallback: 131_072, min: 1, integer: true }),
     price: parsePrice(p.input, p.output, at(path, 'price')),
     ownedBy: str(o.owned_by, at(path, 'owned_by'), 'tollgate'),
     created: num(o.created, at(path, 'created'), { fallback: 1_700_000_000, min: 0, integer: true }),

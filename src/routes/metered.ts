@@ -22,7 +22,7 @@ import type { UpstreamCall } from '../upstream/call.ts';
 import type { Upstreams } from '../upstream/pool.ts';
 import { relayJson, relaySse, type RelayOutcome } from '../meter/relay.ts';
 import type { Tokenizer } from '../meter/tokenizer.ts';
-import type { MeteredEndpoint, OutputBound } from './endpoint.ts';
+import type { MeteredEndpoint, OutputBound, StatefulRequest } from './endpoint.ts';
 import { bill, NOTHING_PRODUCED, type Billed } from '../meter/bill.ts';
 import { bound, type Metrics } from '../obs/metrics.ts';
 import { isoTime } from '../obs/iso-time.ts';
@@ -63,6 +63,8 @@ interface Prepared {
   promptEstimate: number;
   payload: Buffer;
   reply: { model: string; stream: boolean; wantsUsage: boolean };
+  /** Set for a stateful request (SPEC §4): the hold's input part and where its usage is asked for. */
+  stateful: StatefulRequest | undefined;
 }
 
 /** The route of one metered endpoint. */
@@ -135,7 +137,7 @@ export function meteredRoute<B extends { model: string }>(d: MeteredDeps, ep: Me
       if (c && signal.aborted) c.abort(new ClientGoneError());
     };
     const key = ctx.key!;
-    const { model, output, promptEstimate, payload, reply } = await prepare(ctx);
+    const { model, output, promptEstimate, payload, reply, stateful } = await prepare(ctx);
     ctx.log.model = model.name;
     const admission = await ctx.admit!(promptEstimate + output.total);
     const live = key.env === 'live';
@@ -156,7 +158,7 @@ export function meteredRoute<B extends { model: string }>(d: MeteredDeps, ep: Me
         holdExpiresAtMs,
       });
     if (live) {
-      const hold = costMicros(model.price, promptEstimate, output.total);
+      const hold = costMicros(model.price, stateful?.heldPrompt ?? promptEstimate, output.total);
       try {
         await d.credit.hold(key.account, ctx.requestId, hold, holdExpiresAtMs);
       } catch (err) {
@@ -201,6 +203,7 @@ export function meteredRoute<B extends { model: string }>(d: MeteredDeps, ep: Me
         track,
       );
       if (signal.aborted) throw new ClientGoneError();
+      stateful && answered.call.keepHead(); // the answer's id, should its usage have to be asked for
       ctx.log.upstream = answered.call.upstream.label;
       ctx.log.upstream_status = answered.status;
       ttfb(model.name).observe(Number(answered.waitedNs) / 1e9);
@@ -223,6 +226,7 @@ export function meteredRoute<B extends { model: string }>(d: MeteredDeps, ep: Me
         ok,
         outcome,
         output.total,
+        stateful && { request: stateful, call: answered?.call, format: ep.format, timeoutMs: up.headersTimeoutMs },
       );
       const cost = costMicros(model.price, b.promptTokens, b.completionTokens);
       admission.settle(b.promptTokens + b.completionTokens);
@@ -271,12 +275,14 @@ export function meteredRoute<B extends { model: string }>(d: MeteredDeps, ep: Me
     }
     requireModel(ctx.key!, model.name);
     const output = ep.output(body, model);
+    const promptEstimate = ep.estimatePrompt(body, read.bytes);
     return {
       model,
       output,
-      promptEstimate: ep.estimatePrompt(body, read.bytes),
+      promptEstimate,
       payload: ep.payload(body, model, output.perChoice),
       reply: { model: body.model, ...ep.reply(body) },
+      stateful: ep.stateful?.(body, model, promptEstimate),
     };
   }
 

@@ -40,6 +40,9 @@ export function classify(err: unknown): { kind: FailureKind; reason: string } {
   return { kind: 'error', reason: code ? code.toLowerCase() : 'error' };
 }
 
+/** The first body bytes keepHead() keeps: an answer's id is in its first event or its body's first key. */
+const HEAD_MAX_BYTES = 4096;
+
 export class UpstreamCall implements Dispatcher.DispatchHandler {
   readonly upstream: Upstream;
   /** The pool's record of this attempt (epoch, trial), for its success or failure (pool.ts). */
@@ -49,6 +52,9 @@ export class UpstreamCall implements Dispatcher.DispatchHandler {
   private controller: Dispatcher.DispatchController | undefined;
   private sink: Sink | undefined;
   private early: Buffer[] = [];
+  /** The body's first bytes, kept only after keepHead() (stateful requests). */
+  private headChunks: Buffer[] | undefined;
+  private headBytes = 0;
   private abortReason: Error | undefined;
   private resolveStart!: (v: { status: number; headers: IncomingHttpHeaders }) => void;
   private rejectStart!: (e: Error) => void;
@@ -69,6 +75,17 @@ export class UpstreamCall implements Dispatcher.DispatchHandler {
   /** True when body bytes arrived with the headers (before attach): the first write can carry both. */
   get hasEarlyData(): boolean {
     return this.early.length > 0;
+  }
+
+  /** From now on keeps the body's first bytes (up to 4 KiB, those already received included); see head(). */
+  keepHead(): void {
+    this.headChunks = [...this.early];
+    for (const c of this.early) this.headBytes += c.length;
+  }
+
+  /** The first bytes of the body kept since keepHead(), as text ('' without keepHead). */
+  head(): string {
+    return this.headChunks ? Buffer.concat(this.headChunks).subarray(0, HEAD_MAX_BYTES).toString('utf8') : '';
   }
 
   /** Aborts the upstream request (client gone, retry, timeout). */
@@ -95,6 +112,10 @@ export class UpstreamCall implements Dispatcher.DispatchHandler {
   }
 
   onResponseData(controller: Dispatcher.DispatchController, chunk: Buffer): void {
+    if (this.headChunks && this.headBytes < HEAD_MAX_BYTES) {
+      this.headChunks.push(chunk);
+      this.headBytes += chunk.length;
+    }
     if (!this.sink) {
       this.early.push(chunk);
       return;

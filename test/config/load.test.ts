@@ -298,3 +298,22 @@ t.test('TOLLGATE_ADMIN_TOKEN shorter than 32 characters stops the boot, without 
   t.equal(compileConfig(doc, { TOLLGATE_ADMIN_TOKEN: 'x'.repeat(32) }).adminToken, 'x'.repeat(32));
   t.equal(compileConfig(doc, {}).adminToken, undefined, 'unset: the admin API is off, the boot goes on');
 });
+
+t.test('models[].context_window (SPEC §4) and upstream.max_eject_seconds (SPEC §14): defaults and validation', async (t) => {
+  const model = { name: 'm', price: { input: 1, output: 1 }, upstreams: [{ url: 'http://x/v1' }] };
+  const c = compileConfig({ models: [model, { ...model, name: 'n', context_window: 8192 }] }, {});
+  t.equal(c.models[0]!.contextWindow, 131_072, 'default 131,072 tokens');
+  t.equal(c.models[1]!.contextWindow, 8192);
+  t.equal(c.upstream.maxEjectSeconds, 60, 'default 60 s');
+  t.equal(compileConfig({ models: [model], upstream: { max_eject_seconds: 5 } }, {}).upstream.maxEjectSeconds, 5);
+  for (const bad of [0, 1.5, -1, 'big']) {
+    t.throws(
+      () => compileConfig({ models: [{ ...model, context_window: bad }] }, {}),
+      { path: 'models[0].context_window' } as unknown as Error,
+      `context_window ${bad}`,
+    );
+  }
+  t.throws(() => compileConfig({ models: [model], upstream: { max_eject_seconds: -1 } }, {}), {
+    path: 'upstream.max_eject_seconds',
+  } as unknown as Error);
+});
