@@ -46,6 +46,7 @@ const SCRIPTS = {
   tgRevokeShare: ['revoke-share', 1],
   tgShareQuota: ['share-quota', 1],
   tgLedgerExport: ['ledger-export', 3],
+  tgUsageFlush: ['usage-flush', 1],
 } as const;
 
 export interface RedisStoreOptions {
@@ -286,7 +287,7 @@ export async function createRedisStore(o: RedisStoreOptions & { client?: Client 
       }
     },
     ...redisConsoleStore(redis),
-    ...redisExportStore(redis, s.tgLedgerExport),
+    ...redisExportStore(redis, s.tgLedgerExport, s.tgUsageFlush),
     async close() {
       handlers.length = 0;
       pipe?.close();
