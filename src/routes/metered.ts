@@ -203,7 +203,7 @@ export function meteredRoute<B extends { model: string }>(d: MeteredDeps, ep: Me
         track,
       );
       if (signal.aborted) throw new ClientGoneError();
-      stateful && answered.call.keepHead(); // the answer's id, should its usage have to be asked for
+      if (stateful) answered.call.keepHead(); // the answer's id, should its usage have to be asked for
       ctx.log.upstream = answered.call.upstream.label;
       ctx.log.upstream_status = answered.status;
       ttfb(model.name).observe(Number(answered.waitedNs) / 1e9);
