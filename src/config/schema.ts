@@ -26,6 +26,11 @@ export interface ModelConfig {
   readonly name: string;
   readonly upstreamModel: string;
   readonly maxOutputTokens: number;
+  /**
+   * Tokens the model takes in all (SPEC §4): the input part of the hold of a stateful request
+   * (`/v1/responses` with `previous_response_id` or `conversation`), whose history the gateway never sees.
+   */
+  readonly contextWindow: number;
   readonly price: Price;
   readonly ownedBy: string;
   readonly created: number;
@@ -109,6 +114,8 @@ export interface Config {
     readonly totalTimeoutMs: number;
     readonly ejectAfterFailures: number;
     readonly ejectSeconds: number;
+    /** Cap of the ejection back-off, which at most doubles per re-ejection (SPEC §14). */
+    readonly maxEjectSeconds: number;
     readonly maxConnections: number;
     /** Client request headers forwarded beside the built-in allowlist (lower-case). */
     readonly forwardHeaders: readonly string[];
@@ -213,7 +220,17 @@ function times(k: number, l: LimitSpec): LimitSpec {
 
 function model(v: unknown, path: string): ModelConfig {
   const o = object(v, path);
-  noUnknown(o, path, ['name', 'upstream_model', 'max_output_tokens', 'price', 'upstreams', 'owned_by', 'created', 'endpoints']);
+  noUnknown(o, path, [
+    'name',
+    'upstream_model',
+    'max_output_tokens',
+    'price',
+    'upstreams',
+    'owned_by',
+    'created',
+    'endpoints',
+    'context_window',
+  ]);
   const name = str(o.name, at(path, 'name'));
   if (!name) throw new ConfigError(at(path, 'name'), 'must not be empty');
   const p = object(o.price, at(path, 'price'));
@@ -224,6 +241,7 @@ function model(v: unknown, path: string): ModelConfig {
     name,
     upstreamModel: str(o.upstream_model, at(path, 'upstream_model'), name),
     maxOutputTokens: num(o.max_output_tokens, at(path, 'max_output_tokens'), { fallback: 4096, min: 1, integer: true }),
+    contextWindow: num(o.context_window, at(path, 'context_window'), { fallback: 131_072, min: 1, integer: true }),
     price: parsePrice(p.input, p.output, at(path, 'price')),
     ownedBy: str(o.owned_by, at(path, 'owned_by'), 'tollgate'),
     created: num(o.created, at(path, 'created'), { fallback: 1_700_000_000, min: 0, integer: true }),
@@ -305,6 +323,7 @@ export function compileConfig(doc: unknown, rawEnv: NodeJS.ProcessEnv): Config {
     'eject_after_failures',
     'eject_seconds',
     'max_connections',
+    'max_eject_seconds',
     'forward_headers',
     'return_headers',
   ]);
@@ -448,6 +467,7 @@ export function compileConfig(doc: unknown, rawEnv: NodeJS.ProcessEnv): Config {
       totalTimeoutMs: num(upstream.total_timeout_ms, 'upstream.total_timeout_ms', { fallback: 600_000, min: 1 }),
       ejectAfterFailures: num(upstream.eject_after_failures, 'upstream.eject_after_failures', { fallback: 5, min: 1, integer: true }),
       ejectSeconds: num(upstream.eject_seconds, 'upstream.eject_seconds', { fallback: 10, min: 0 }),
+      maxEjectSeconds: num(upstream.max_eject_seconds, 'upstream.max_eject_seconds', { fallback: 60, min: 0 }),
       maxConnections: num(upstream.max_connections, 'upstream.max_connections', { fallback: 0, min: 0, integer: true }),
       forwardHeaders: headerNames(upstream.forward_headers, 'upstream.forward_headers'),
       returnHeaders: headerNames(upstream.return_headers, 'upstream.return_headers'),

@@ -65,7 +65,7 @@ export function settledMarkerTtlSeconds(config: Pick<Config, 'upstream' | 'credi
 }
 
 /** A store error that says the command was refused before it was sent (types.ts Store.settle). */
-function neverSent(err: unknown): boolean {
+export function neverSent(err: unknown): boolean {
   return (err as { cause?: { sent?: unknown } } | null)?.cause?.sent === false;
 }
 

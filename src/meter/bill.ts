@@ -5,6 +5,10 @@
  * body is not kept: SPEC §12), only on the rare path where the upstream reported no usage.
  */
 import type { RelayOutcome } from './relay.ts';
+import type { ApiFormat } from './formats.ts';
+import type { Usage } from './usage.ts';
+import type { UpstreamCall } from '../upstream/call.ts';
+import type { Upstream } from '../upstream/pool.ts';
 import { COUNT_BUDGET_MS, type Budget, type Tokenizer } from './tokenizer.ts';
 import type { UsageSource } from '../store/types.ts';
 
@@ -17,7 +21,31 @@ export interface Billed {
 /** No answer from any upstream, or a refusal: nothing was produced. */
 export const NOTHING_PRODUCED: Billed = { promptTokens: 0, completionTokens: 0, source: 'estimated' };
 
-/** `promptEstimate` is the hold's byte bound; `maxOutput` what the request was held for. */
+/**
+ * A stateful request (SPEC §4): the upstream prepends history the gateway never sees (`/v1/responses` with
+ * `previous_response_id` or `conversation`), so the hold's input part is the model's context window and a
+ * request that ends without usage is billed from the upstream's stored response (meter/bill.ts billStateful).
+ */
+export interface StatefulRequest {
+  /** The input part of the hold (tokens): the context window, at least the new input's bound. */
+  heldPrompt: number;
+  /** Where the upstream keeps the answer of response `id`, below its base path (`/responses/{id}`). */
+  retrievePath(id: string): string;
+}
+
+/** A stateful request's billing needs (SPEC §4): see billStateful. */
+export interface StatefulBilling {
+  request: StatefulRequest;
+  /** The answered call (undefined when no upstream answered). */
+  call: UpstreamCall | undefined;
+  format: ApiFormat;
+  timeoutMs: number;
+}
+
+/**
+ * `promptEstimate` is the hold's byte bound; `maxOutput` what the request was held for; `stateful` set for
+ * a stateful request, billed by billStateful when it ended without usage.
+ */
 export async function bill(
   tokenizer: Tokenizer,
   countPrompt: (budget: Budget) => Promise<number>,
@@ -25,9 +53,23 @@ export async function bill(
   answered: boolean,
   outcome: RelayOutcome | undefined,
   maxOutput: number,
+  stateful?: StatefulBilling | undefined,
 ): Promise<Billed> {
   // No answer from any upstream (or a refusal): nothing was produced, nothing is billed.
   if (!answered || !outcome) return NOTHING_PRODUCED;
+  const counted = await billCounted(tokenizer, countPrompt, promptEstimate, outcome, maxOutput);
+  if (!stateful?.call || outcome.usage) return counted;
+  return billStateful(stateful.request, stateful.call, counted, stateful.format, stateful.timeoutMs);
+}
+
+/** The upstream's usage, else the tokenizer's count (an answered request). */
+async function billCounted(
+  tokenizer: Tokenizer,
+  countPrompt: (budget: Budget) => Promise<number>,
+  promptEstimate: number,
+  outcome: RelayOutcome,
+  maxOutput: number,
+): Promise<Billed> {
   // A body too large to keep, without usage: its text was relayed, not kept. Bill what the request was
   // allowed to produce (the clamped output × choices it was held for), never 0 for want of a buffer.
   if (!outcome.usage && outcome.uncounted) return { promptTokens: promptEstimate, completionTokens: maxOutput, source: 'estimated' };
@@ -49,4 +91,65 @@ export async function bill(
   }
   const prompt = tokenizer.loaded ? await countPrompt(budget) : promptEstimate;
   return { promptTokens: prompt, completionTokens: extra ? await countText(extra) : 0, source: 'estimated' };
+}
+
+/** The id an answer starts with: a stream's first event carries `response.id`, a JSON body its own `id` first. */
+export function answerId(head: string): string | undefined {
+  return /"id"[ \t\r\n]*:[ \t\r\n]*"([^"\\]{1,256})"/.exec(head)?.[1];
+}
+
+/** The stored answer's GET is bounded: billing waits for it (shutdown too, through Credit.expect). */
+const RETRIEVE_TIMEOUT_MS = 10_000;
+/** A stored response larger than this is not read for its usage (its output text is in it). */
+const RETRIEVE_MAX_BYTES = 8 * 1024 * 1024;
+
+/** GET `path` on the upstream with the operator's credential; the usage of the stored answer, or null. */
+async function retrieveUsage(up: Upstream, path: string, format: ApiFormat, timeoutMs: number): Promise<Usage | null> {
+  const ms = Math.min(timeoutMs, RETRIEVE_TIMEOUT_MS);
+  const res = await up.pool.request({
+    path: up.basePath + path,
+    method: 'GET',
+    headers: up.authorization ? { authorization: up.authorization, accept: 'application/json' } : { accept: 'application/json' },
+    headersTimeout: ms,
+    bodyTimeout: ms,
+    signal: AbortSignal.timeout(ms),
+  });
+  if (res.statusCode !== 200) {
+    await res.body.dump();
+    return null;
+  }
+  const parts: Buffer[] = [];
+  let size = 0;
+  for await (const chunk of res.body as AsyncIterable<Buffer>) {
+    size += chunk.length;
+    if (size > RETRIEVE_MAX_BYTES) {
+      res.body.destroy();
+      return null;
+    }
+    parts.push(chunk);
+  }
+  const body = JSON.parse(Buffer.concat(parts, size).toString('utf8')) as Record<string, unknown> | null;
+  return format.usage(body?.['usage']);
+}
+
+/**
+ * A stateful request that ended without usage (SPEC §4: client gone, stream cut, usage omitted): the
+ * upstream prepended history the gateway never saw, so the new input alone would under-bill it. The
+ * upstream's stored answer is asked for (`GET {upstream}{retrievePath(id)}`, the id from the answer's
+ * first bytes) and its usage billed; failing that, the hold's input part (the context window) plus the
+ * output counted, `estimated`.
+ */
+export async function billStateful(
+  s: StatefulRequest,
+  call: UpstreamCall,
+  counted: Billed,
+  format: ApiFormat,
+  timeoutMs: number,
+): Promise<Billed> {
+  const id = answerId(call.head());
+  if (id !== undefined) {
+    const usage = await retrieveUsage(call.upstream, s.retrievePath(id), format, timeoutMs).catch(() => null);
+    if (usage) return { promptTokens: usage.prompt_tokens, completionTokens: usage.completion_tokens, source: 'upstream' };
+  }
+  return { promptTokens: Math.max(s.heldPrompt, counted.promptTokens), completionTokens: counted.completionTokens, source: 'estimated' };
 }

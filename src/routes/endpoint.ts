@@ -6,6 +6,9 @@ import type { Config, Endpoint, ModelConfig } from '../config/schema.ts';
 import type { RouteDoc } from '../http/openapi.ts';
 import type { ApiFormat } from '../meter/formats.ts';
 import type { Budget, Tokenizer } from '../meter/tokenizer.ts';
+import type { StatefulRequest } from '../meter/bill.ts';
+
+export type { StatefulRequest } from '../meter/bill.ts';
 import type { Scope } from '../store/types.ts';
 
 /** The output a request may produce: per choice (sent upstream as its cap) and in all (what is held). */
@@ -38,6 +41,8 @@ export interface MeteredEndpoint<B extends { model: string }> {
   reply(body: B): { stream: boolean; wantsUsage: boolean };
   /** Prompt tokens by the fallback tokenizer, re-read from the upstream payload (usage missing: the rare path). */
   countPrompt(payload: Buffer, tokenizer: Tokenizer, budget: Budget): Promise<number>;
+  /** Whether the request is stateful, and what that changes; undefined for the (usual) stateless one. */
+  stateful?(body: B, model: ModelConfig, promptEstimate: number): StatefulRequest | undefined;
 }
 
 /** The OpenAPI answers every metered endpoint shares; `ok` describes its 200. */

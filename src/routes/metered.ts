@@ -14,7 +14,7 @@ import type { RequestContext } from '../http/context.ts';
 import { requireModel } from '../auth/authenticate.ts';
 import type { Config, Endpoint, ModelConfig } from '../config/schema.ts';
 import type { ProcessBodyBudget } from '../limits/body-budget.ts';
-import { holdTtlMs as holdTtlOf, type Credit } from '../credit/credit.ts';
+import { holdTtlMs as holdTtlOf, neverSent, type Credit } from '../credit/credit.ts';
 import { costMicros } from '../credit/pricing.ts';
 import { budgetCharge } from '../credit/budget.ts';
 import { createHeaderPolicy } from '../upstream/headers.ts';
@@ -23,7 +23,7 @@ import type { UpstreamCall } from '../upstream/call.ts';
 import type { Upstreams } from '../upstream/pool.ts';
 import { relayJson, relaySse, shuttingDown, type RelayOutcome } from '../meter/relay.ts';
 import type { Tokenizer } from '../meter/tokenizer.ts';
-import type { MeteredEndpoint, OutputBound } from './endpoint.ts';
+import type { MeteredEndpoint, OutputBound, StatefulRequest } from './endpoint.ts';
 import { bill, NOTHING_PRODUCED, type Billed } from '../meter/bill.ts';
 import { bound, type Metrics } from '../obs/metrics.ts';
 import { isoTime } from '../obs/iso-time.ts';
@@ -70,6 +70,8 @@ interface Prepared {
   promptEstimate: number;
   payload: Buffer;
   reply: { model: string; stream: boolean; wantsUsage: boolean };
+  /** Set for a stateful request (SPEC §4): the hold's input part and where its usage is asked for. */
+  stateful: StatefulRequest | undefined;
 }
 
 /** The route of one metered endpoint. */
@@ -147,7 +149,7 @@ export function meteredRoute<B extends { model: string }>(d: MeteredDeps, ep: Me
       if (c && signal.aborted) c.abort(new ClientGoneError());
     };
     const key = ctx.key!;
-    const { model, output, promptEstimate, payload, reply } = await prepare(ctx);
+    const { model, output, promptEstimate, payload, reply, stateful } = await prepare(ctx);
     ctx.log.model = model.name;
     trace?.model(model.name, model.upstreamModel);
     const admission = await ctx.admit!(promptEstimate + output.total);
@@ -174,7 +176,7 @@ export function meteredRoute<B extends { model: string }>(d: MeteredDeps, ep: Me
       trace?.settle(settling, costMicros);
     };
     if (live) {
-      const hold = costMicros(model.price, promptEstimate, output.total);
+      const hold = costMicros(model.price, stateful?.heldPrompt ?? promptEstimate, output.total);
       const holdSpan = trace?.hold(hold);
       try {
         await d.credit.hold(key.account, ctx.requestId, hold, holdExpiresAtMs, budget);
@@ -183,7 +185,9 @@ export function meteredRoute<B extends { model: string }>(d: MeteredDeps, ep: Me
         holdSpan?.end(err);
         // The hold may have run in Redis after our command timed out: settle at 0 in the background (it lands
         // behind the hold, is idempotent, and stops a late hold), so the credit is not locked until the reaper.
-        if ((err as GatewayError).code === 'store_unavailable') {
+        // A hold never sent (the pipe was disconnected) cannot have run: no settle (SPEC §14), or an outage
+        // under load would leave a retrying settle in memory and a zero-cost entry per refused request.
+        if ((err as GatewayError).code === 'store_unavailable' && !neverSent(err)) {
           settle(NOTHING_PRODUCED, 0);
         }
         throw err;
@@ -221,15 +225,16 @@ export function meteredRoute<B extends { model: string }>(d: MeteredDeps, ep: Me
         track,
       );
       if (signal.aborted) throw new ClientGoneError();
+      if (stateful) answered.call.keepHead(); // the answer's id, should its usage have to be asked for
       ctx.log.upstream = answered.call.upstream.label;
       ctx.log.upstream_status = answered.status;
       trace?.upstreamAnswered(answered.status, answered.call.upstream.label);
       ttfb(model.name).observe(Number(answered.waitedNs) / 1e9);
       outcome = await respond(ctx, answered, reply);
       if (outcome?.end === 'upstream_failed') {
-        // A stream that broke after its first byte counts toward ejecting its upstream too.
+        // A stream that broke after its first byte counts toward ejecting its upstream too (once per burst).
         d.metrics.upstreamErrors.inc({ upstream: answered.call.upstream.label, reason: 'stream_broken' });
-        d.upstreams.failed(answered.call.upstream, d.now());
+        d.upstreams.failed(answered.call.upstream, d.now(), answered.call.attempt);
       }
     } catch (err) {
       if (!(err instanceof ClientGoneError)) throw err;
@@ -245,6 +250,7 @@ export function meteredRoute<B extends { model: string }>(d: MeteredDeps, ep: Me
         ok,
         outcome,
         output.total,
+        stateful && { request: stateful, call: answered?.call, format: ep.format, timeoutMs: up.headersTimeoutMs },
       );
       const cost = costMicros(model.price, b.promptTokens, b.completionTokens);
       admission.settle(b.promptTokens + b.completionTokens);
@@ -295,12 +301,14 @@ export function meteredRoute<B extends { model: string }>(d: MeteredDeps, ep: Me
     }
     requireModel(ctx.key!, model.name);
     const output = ep.output(body, model);
+    const promptEstimate = ep.estimatePrompt(body, read.bytes);
     return {
       model,
       output,
-      promptEstimate: ep.estimatePrompt(body, read.bytes),
+      promptEstimate,
       payload: ep.payload(body, model, output.perChoice),
       reply: { model: body.model, ...ep.reply(body) },
+      stateful: ep.stateful?.(body, model, promptEstimate),
     };
   }
 

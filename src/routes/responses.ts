@@ -3,7 +3,9 @@
  * (routes/metered.ts). Streams are typed SSE events whose usage arrives in `response.completed`'s
  * `response.usage` (input_tokens / output_tokens: meter/formats.ts). `max_output_tokens` is clamped to
  * the model's cap and sizes the hold. `previous_response_id`, `store` and `conversation` pass through:
- * the stored state lives on the upstream that answered (docs/behaviour.md, "Responses").
+ * the stored state lives on the upstream that answered (docs/behaviour.md, "Responses"). A request naming
+ * either is stateful (SPEC §4): its hold's input part is the model's `context_window`, and it is billed
+ * from the upstream's stored response when it ends without usage (`stateful` below, meter/bill.ts).
  */
 import type { ModelConfig } from '../config/schema.ts';
 import type { RouteDoc } from '../http/openapi.ts';
@@ -11,7 +13,7 @@ import { Issues, bool, int, isObj, list, rootObject, str, type Obj } from '../ht
 import { PER_MESSAGE, PER_NON_TEXT_PART, PER_REQUEST, PER_TOOLS_BLOCK } from '../credit/hold-estimate.ts';
 import { CHAT_OVERHEAD, type Budget, type Tokenizer } from '../meter/tokenizer.ts';
 import { RESPONSES } from '../meter/formats.ts';
-import { meteredResponses, type MeteredEndpoint, type OutputBound } from './endpoint.ts';
+import { meteredResponses, type MeteredEndpoint, type OutputBound, type StatefulRequest } from './endpoint.ts';
 
 export interface ResponsesBody extends Obj {
   model: string;
@@ -105,6 +107,21 @@ function upstreamBody(body: ResponsesBody, model: ModelConfig, perChoice: number
   return Buffer.from(JSON.stringify({ ...body, model: model.upstreamModel, max_output_tokens: perChoice }));
 }
 
+/**
+ * A request that continues stored state (`previous_response_id` or `conversation`): the upstream prepends
+ * history of any length up to the context window, so that is the hold's input part (SPEC §4: no debit
+ * exceeds its hold), and `GET /responses/{id}` is where its usage is asked for when the answer had none.
+ */
+export function statefulResponses(body: ResponsesBody, model: ModelConfig, promptEstimate: number): StatefulRequest | undefined {
+  const prev = body['previous_response_id'];
+  const conversation = body['conversation'];
+  if ((prev === undefined || prev === null) && (conversation === undefined || conversation === null)) return undefined;
+  return {
+    heldPrompt: Math.max(model.contextWindow, promptEstimate),
+    retrievePath: (id) => `/responses/${encodeURIComponent(id)}`,
+  };
+}
+
 const DOC: RouteDoc = {
   summary: 'Create a model response (Responses API; typed SSE events with stream: true), metered and billed',
   auth: 'key',
@@ -141,4 +158,5 @@ export const RESPONSES_ENDPOINT: MeteredEndpoint<ResponsesBody> = {
   // Usage is part of response.completed, never an event of its own: nothing to drop.
   reply: (body) => ({ stream: body.stream === true, wantsUsage: true }),
   countPrompt: countResponsesPrompt,
+  stateful: statefulResponses,
 };

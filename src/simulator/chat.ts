@@ -5,6 +5,7 @@
  */
 import type { Exchange } from './exchange.ts';
 import type { SimOptions } from './steer.ts';
+import type { RecordedRequest } from './record.ts';
 import {
   answeredBySteering,
   completionBody,
@@ -18,7 +19,8 @@ import {
 
 /** One API's wire shapes. */
 export interface SimApi {
-  plan(requestId: number, body: unknown, opts: SimOptions): CompletionPlan;
+  /** `rec` is the request's record (its tokens sent so far), for an API that keeps what it answered. */
+  plan(requestId: number, body: unknown, opts: SimOptions, rec?: RecordedRequest): CompletionPlan;
   /** The stream's events; token events are `firstToken … firstToken + plan.emit - 1`. */
   stream(plan: CompletionPlan, body: unknown): ChunkSource;
   /** The terminating event ([DONE]), or '' for an API whose last typed event ends the stream. */
@@ -44,7 +46,7 @@ const SSE_HEADERS = {
 /** Answers one generation request of `api` as steered by `opts`. */
 export async function respondGenerate(x: Exchange, body: unknown, opts: SimOptions, api: SimApi = CHAT_API): Promise<void> {
   if (await answeredBySteering(x, opts)) return;
-  const plan = api.plan(x.rec.id, body, opts);
+  const plan = api.plan(x.rec.id, body, opts, x.rec);
   const headers = { ...(isStream(body) ? SSE_HEADERS : JSON_HEADERS), 'x-sim-request-id': String(x.rec.id) };
   if (isStream(body)) return streamCompletion(x, plan, api.stream(plan, body), api.done, opts, headers);
 

@@ -4,8 +4,14 @@
  * in_progress, output_item.added, content_part.added, one output_text.delta per token, the three
  * `.done` events, then response.completed (or response.incomplete when max_output_tokens cut it) whose
  * `response.usage` carries input_tokens / output_tokens. No [DONE].
+ *
+ * Stored responses, as a stateful upstream keeps them: a response is stored unless `store: false`; a
+ * request naming `previous_response_id` has that response's input and output prepended (its input tokens
+ * grow by them; an unknown id is a 404, as OpenAI answers), and `GET /v1/responses/{id}` returns the
+ * stored response with its usage — the tokens produced so far when its stream was cut or abandoned.
  */
 import type { SimApi } from './chat.ts';
+import type { RecordedRequest } from './record.ts';
 import { isObject, planWith, positiveInt, simCompletionText, simTextTokens, type CompletionPlan } from './output.ts';
 
 /**
@@ -68,6 +74,81 @@ function message(plan: CompletionPlan, text: string | null, status: string): Rec
 const HEAD = 4;
 /** Events after the last delta (output_text.done, content_part.done, output_item.done, completed). */
 const TAIL = 4;
+
+/** A response as the simulator stored it. */
+interface Stored {
+  plan: CompletionPlan;
+  body: unknown;
+  /** Input tokens with the history prepended. */
+  inputTokens: number;
+  rec: RecordedRequest | undefined;
+}
+
+/** Responses stored by one simulator (bounded: the oldest go first). */
+export class SimResponseStore {
+  readonly #max: number;
+  readonly #byId = new Map<string, Stored>();
+  constructor(max = 10_000) {
+    this.#max = max;
+  }
+
+  /** Tokens of the history a body's `previous_response_id` prepends: 0 without one, undefined when unknown. */
+  history(body: unknown): number | undefined {
+    const prev = isObject(body) ? body['previous_response_id'] : undefined;
+    if (typeof prev !== 'string') return 0;
+    const s = this.#byId.get(prev);
+    return s === undefined ? undefined : s.inputTokens + s.plan.emit;
+  }
+
+  put(s: Stored): void {
+    if (this.#byId.size >= this.#max) this.#byId.delete(this.#byId.keys().next().value!);
+    this.#byId.set(s.plan.id, s);
+  }
+
+  /** The stored response object of `id` (GET /v1/responses/{id}), or undefined. */
+  get(id: string): string | undefined {
+    const s = this.#byId.get(id);
+    if (!s) return undefined;
+    const done = s.rec === undefined || s.rec.finished;
+    // Cut or abandoned: what was produced until then (a stateful server bills it so).
+    const output = done ? s.plan.emit : s.rec!.completionTokensSent;
+    const obj = responseObject(s.plan, s.body, true);
+    if (!done) {
+      obj['status'] = 'incomplete';
+      obj['incomplete_details'] = { reason: 'interrupted' };
+      obj['output'] = [message(s.plan, simCompletionText(output), 'incomplete')];
+    }
+    obj['usage'] = {
+      input_tokens: s.inputTokens,
+      input_tokens_details: { cached_tokens: 0 },
+      output_tokens: output,
+      output_tokens_details: { reasoning_tokens: 0 },
+      total_tokens: s.inputTokens + output,
+    };
+    return JSON.stringify(obj);
+  }
+}
+
+/** POST /v1/responses over a simulator's stored responses (history prepended, responses stored). */
+export function responsesApi(store: SimResponseStore): SimApi {
+  return {
+    plan(requestId, body, opts, rec) {
+      const inputTokens = simResponsesPromptTokens(body) + (store.history(body) ?? 0);
+      const plan = planWith(
+        `resp_sim_${requestId}`,
+        body,
+        opts,
+        inputTokens,
+        isObject(body) ? positiveInt(body['max_output_tokens']) : undefined,
+      );
+      if (!isObject(body) || body['store'] !== false) store.put({ plan, body, inputTokens, rec });
+      return plan;
+    },
+    stream: RESPONSES_API.stream,
+    done: '',
+    json: RESPONSES_API.json,
+  };
+}
 
 export const RESPONSES_API: SimApi = {
   plan: (requestId, body, opts) =>

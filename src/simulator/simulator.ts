@@ -8,7 +8,7 @@ import { createServer, type IncomingMessage, type ServerResponse } from 'node:ht
 import type { AddressInfo } from 'node:net';
 import { CHAT_API, respondGenerate, type SimApi } from './chat.ts';
 import { COMPLETIONS_API, respondEmbeddings } from './completions.ts';
-import { RESPONSES_API } from './responses.ts';
+import { responsesApi, SimResponseStore } from './responses.ts';
 import { createExchange } from './exchange.ts';
 import { errorBody, JSON_HEADERS } from './output.ts';
 import { preciseNow, Recorder, type RecordedRequest } from './record.ts';
@@ -47,13 +47,6 @@ export interface Simulator {
   waitFor(pred: (r: RecordedRequest) => boolean, timeoutMs?: number): Promise<RecordedRequest>;
 }
 
-/** The generating endpoints and their wire shapes; /v1/embeddings is answered apart (no generation). */
-const GENERATE = new Map<string, SimApi>([
-  ['/v1/chat/completions', CHAT_API],
-  ['/v1/completions', COMPLETIONS_API],
-  ['/v1/responses', RESPONSES_API],
-]);
-
 // Bodies above this are refused with 413: far beyond any test, and it bounds memory under abuse.
 const MAX_BODY_BYTES = 32 * 1024 * 1024;
 
@@ -63,6 +56,13 @@ export async function startSimulator(opts: SimulatorOptions = {}): Promise<Simul
   const recorder = new Recorder(opts.record === false ? 0 : (opts.maxRecords ?? 10_000));
   const modelsBody = modelsList(opts.modelIds ?? ['sim-model']);
   let nextId = 1;
+  const stored = new SimResponseStore();
+  /** The generating endpoints and their wire shapes; /v1/embeddings is answered apart (no generation). */
+  const GENERATE = new Map<string, SimApi>([
+    ['/v1/chat/completions', CHAT_API],
+    ['/v1/completions', COMPLETIONS_API],
+    ['/v1/responses', responsesApi(stored)],
+  ]);
 
   const server = createServer((req, res) => {
     const rec: RecordedRequest = {
@@ -101,6 +101,13 @@ export async function startSimulator(opts: SimulatorOptions = {}): Promise<Simul
       if (req.method !== 'GET') return sendJson(res, 405, errorBody(405, 'method not allowed'));
       return sendJson(res, 200, modelsBody);
     }
+    if (path.startsWith('/v1/responses/')) {
+      if (req.method !== 'GET') return sendJson(res, 405, errorBody(405, 'method not allowed'));
+      const id = decodeURIComponent(path.slice('/v1/responses/'.length));
+      const found = stored.get(id);
+      if (found === undefined) return sendJson(res, 404, errorBody(404, `Response with id '${id}' not found.`));
+      return sendJson(res, 200, found);
+    }
     const api = GENERATE.get(path);
     if (api === undefined && path !== '/v1/embeddings') return sendJson(res, 404, errorBody(404, `no route ${req.method} ${path}`));
     if (req.method !== 'POST') return sendJson(res, 405, errorBody(405, 'method not allowed'));
@@ -113,6 +120,10 @@ export async function startSimulator(opts: SimulatorOptions = {}): Promise<Simul
     } catch (err) {
       if (err instanceof SimSteerError) return sendJson(res, 400, errorBody(400, err.message));
       throw err;
+    }
+    if (path === '/v1/responses' && stored.history(rec.body) === undefined) {
+      const prev = String((rec.body as Record<string, unknown>)['previous_response_id']);
+      return sendJson(res, 404, errorBody(404, `Previous response with id '${prev}' not found.`));
     }
     if (api === undefined) await respondEmbeddings(x, rec.body, steer);
     else await respondGenerate(x, rec.body, steer, api);

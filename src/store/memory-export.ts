@@ -96,10 +96,17 @@ export function memoryExportStore(d: {
       const add = (h: Record<string, string>, field: string, n: number) => {
         if (n) h[field] = String(Number(h[field] ?? 0) + n);
       };
+      // At most once per flush id and account × day, as usage-flush.lua (the mark field parses as no cell).
+      const mark = f.flushId && `~flush:${f.flushId.process}`;
+      const marked = new Set<Record<string, string>>();
       for (const c of f.cells) {
         const a = state(c.account);
         let h = a.usage.get(c.day);
         if (!h) a.usage.set(c.day, (h = {}));
+        if (mark && !marked.has(h)) {
+          if (Number(h[mark] ?? 0) >= f.flushId!.seq) continue;
+          marked.add(h);
+        }
         const counters: [UsageCounter, number][] = [
           ['r', c.requests],
           ['p', c.prompt_tokens],
@@ -108,6 +115,7 @@ export function memoryExportStore(d: {
         ];
         for (const [k, n] of counters) add(h, usageField(c.key_id, c.model, k), n);
       }
+      if (mark) for (const h of marked) h[mark] = String(f.flushId!.seq);
       for (const u of f.lastUsed) state(u.account).used[u.key_id] = u.at;
       for (const acct of f.ledgerAccounts) ledgerIndex.add(acct);
     },

@@ -23,8 +23,15 @@ function usageHashFields(cells: readonly UsageCell[]): Record<string, string> {
   return out;
 }
 
-/** `ledgerExport` is the registered ledger-export.lua (lease, commit, trim, release in one script). */
-export function redisExportStore(redis: Redis | Cluster, ledgerExport: (...args: (string | number)[]) => Promise<unknown>): ExportStore {
+/**
+ * `ledgerExport` is the registered ledger-export.lua (lease, commit, trim, release in one script);
+ * `usageFlush` usage-flush.lua (one account × day of a flush, applied at most once).
+ */
+export function redisExportStore(
+  redis: Redis | Cluster,
+  ledgerExport: (...args: (string | number)[]) => Promise<unknown>,
+  usageFlush: (...args: (string | number)[]) => Promise<unknown>,
+): ExportStore {
   const cluster = redis instanceof Cluster;
   const s = { tgLedgerExport: ledgerExport };
   return {
@@ -77,19 +84,21 @@ export function redisExportStore(redis: Redis | Cluster, ledgerExport: (...args:
       guard(
         (async () => {
           // Every command is issued in this one turn: ioredis' autopipelining sends them as one pipeline
-          // per node, and each is single-key, so Cluster never sees a cross-slot pipeline (NOTES §1).
+          // per node. One script per account × day (one key: any slot layout works, NOTES §1), applied at
+          // most once per flush id (usage-flush.lua); last-use and the index are idempotent writes.
           const sent: Promise<unknown>[] = [];
-          const expiring = new Set<string>();
+          const days = new Map<string, { day: string; args: (string | number)[] }>();
           for (const c of f.cells) {
             const key = K.usageDay(c.account, c.day);
-            if (c.requests) sent.push(redis.hincrby(key, usageField(c.key_id, c.model, 'r'), c.requests));
-            if (c.prompt_tokens) sent.push(redis.hincrby(key, usageField(c.key_id, c.model, 'p'), c.prompt_tokens));
-            if (c.completion_tokens) sent.push(redis.hincrby(key, usageField(c.key_id, c.model, 'c'), c.completion_tokens));
-            if (c.cost_micros) sent.push(redis.hincrby(key, usageField(c.key_id, c.model, '$'), c.cost_micros));
-            if (!expiring.has(key)) {
-              expiring.add(key);
-              sent.push(redis.expireat(key, dayEndsAtSeconds(c.day, f.retentionDays)));
-            }
+            let d = days.get(key);
+            if (!d) days.set(key, (d = { day: c.day, args: [] }));
+            if (c.requests) d.args.push(usageField(c.key_id, c.model, 'r'), c.requests);
+            if (c.prompt_tokens) d.args.push(usageField(c.key_id, c.model, 'p'), c.prompt_tokens);
+            if (c.completion_tokens) d.args.push(usageField(c.key_id, c.model, 'c'), c.completion_tokens);
+            if (c.cost_micros) d.args.push(usageField(c.key_id, c.model, '$'), c.cost_micros);
+          }
+          for (const [key, d] of days) {
+            sent.push(usageFlush(key, f.flushId?.process ?? '', f.flushId?.seq ?? 0, dayEndsAtSeconds(d.day, f.retentionDays), ...d.args));
           }
           for (const u of f.lastUsed) sent.push(redis.hset(K.keysUsed(u.account), u.key_id, u.at));
           if (f.ledgerAccounts.length > 0) sent.push(redis.sadd(K.LEDGER_ACCOUNTS, ...f.ledgerAccounts));

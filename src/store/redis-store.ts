@@ -51,6 +51,7 @@ const SCRIPTS = {
   tgShareQuota: ['share-quota', 1],
   tgLedgerExport: ['ledger-export', 3],
   tgAddKey: ['add-key', 1],
+  tgUsageFlush: ['usage-flush', 1],
 } as const;
 
 export interface RedisStoreOptions {
@@ -324,7 +325,7 @@ export async function createRedisStore(o: RedisStoreOptions & { client?: Client 
       }
     },
     ...redisConsoleStore(redis),
-    ...redisExportStore(redis, s.tgLedgerExport),
+    ...redisExportStore(redis, s.tgLedgerExport, s.tgUsageFlush),
     async close() {
       handlers.length = 0;
       pipe?.close();

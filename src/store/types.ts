@@ -199,6 +199,12 @@ export interface UsageFlush {
   ledgerAccounts: string[];
   /** An aggregate expires this many days after its day ends. */
   retentionDays: number;
+  /**
+   * Which flush this is: the flushing process and its flush's sequence number (growing; a retry repeats
+   * it). A store applies each account × day of a flush at most once per process and number, so a retry of
+   * a flush that landed changes nothing (SPEC §10). Absent: applied every time.
+   */
+  flushId?: { process: string; seq: number };
 }
 
 /** Invalidation messages, broadcast to every instance (Redis pub/sub; local for the embedded store). */

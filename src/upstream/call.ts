@@ -6,7 +6,7 @@
  */
 import type { IncomingHttpHeaders } from 'node:http';
 import type { Dispatcher } from 'undici';
-import type { Upstream } from './pool.ts';
+import type { Attempt, Upstream } from './pool.ts';
 
 export interface Sink {
   /** Returns false when the client is full; `resume` is then called by the sink once it drains. */
@@ -40,13 +40,21 @@ export function classify(err: unknown): { kind: FailureKind; reason: string } {
   return { kind: 'error', reason: code ? code.toLowerCase() : 'error' };
 }
 
+/** The first body bytes keepHead() keeps: an answer's id is in its first event or its body's first key. */
+const HEAD_MAX_BYTES = 4096;
+
 export class UpstreamCall implements Dispatcher.DispatchHandler {
   readonly upstream: Upstream;
+  /** The pool's record of this attempt (epoch, trial), for its success or failure (pool.ts). */
+  readonly attempt: Attempt | undefined;
   readonly started: Promise<{ status: number; headers: IncomingHttpHeaders }>;
   readonly done: Promise<void>;
   private controller: Dispatcher.DispatchController | undefined;
   private sink: Sink | undefined;
   private early: Buffer[] = [];
+  /** The body's first bytes, kept only after keepHead() (stateful requests). */
+  private headChunks: Buffer[] | undefined;
+  private headBytes = 0;
   private abortReason: Error | undefined;
   private resolveStart!: (v: { status: number; headers: IncomingHttpHeaders }) => void;
   private rejectStart!: (e: Error) => void;
@@ -54,8 +62,9 @@ export class UpstreamCall implements Dispatcher.DispatchHandler {
   private rejectDone!: (e: Error) => void;
   private readonly resume = () => this.controller?.resume();
 
-  constructor(upstream: Upstream) {
+  constructor(upstream: Upstream, attempt?: Attempt) {
     this.upstream = upstream;
+    this.attempt = attempt;
     this.started = new Promise((res, rej) => ((this.resolveStart = res), (this.rejectStart = rej)));
     this.done = new Promise((res, rej) => ((this.resolveDone = res), (this.rejectDone = rej)));
     // Either may be left unobserved when the attempt is abandoned.
@@ -66,6 +75,17 @@ export class UpstreamCall implements Dispatcher.DispatchHandler {
   /** True when body bytes arrived with the headers (before attach): the first write can carry both. */
   get hasEarlyData(): boolean {
     return this.early.length > 0;
+  }
+
+  /** From now on keeps the body's first bytes (up to 4 KiB, those already received included); see head(). */
+  keepHead(): void {
+    this.headChunks = [...this.early];
+    for (const c of this.early) this.headBytes += c.length;
+  }
+
+  /** The first bytes of the body kept since keepHead(), as text ('' without keepHead). */
+  head(): string {
+    return this.headChunks ? Buffer.concat(this.headChunks).subarray(0, HEAD_MAX_BYTES).toString('utf8') : '';
   }
 
   /** Aborts the upstream request (client gone, retry, timeout). */
@@ -92,6 +112,10 @@ export class UpstreamCall implements Dispatcher.DispatchHandler {
   }
 
   onResponseData(controller: Dispatcher.DispatchController, chunk: Buffer): void {
+    if (this.headChunks && this.headBytes < HEAD_MAX_BYTES) {
+      this.headChunks.push(chunk);
+      this.headBytes += chunk.length;
+    }
     if (!this.sink) {
       this.early.push(chunk);
       return;

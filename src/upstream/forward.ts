@@ -57,7 +57,7 @@ export async function forward(
     const up = d.upstreams.pick(model, tried, d.now());
     if (!up) break;
     tried.add(up);
-    const call = new UpstreamCall(up);
+    const call = new UpstreamCall(up, d.upstreams.start(up, d.now()));
     onCall(call);
     up.outstanding++;
     up.pool.dispatch(
@@ -82,7 +82,7 @@ export async function forward(
       if (signal.aborted) throw new ClientGoneError();
       const c = classify(err);
       d.metrics.upstreamErrors.inc({ upstream: up.label, reason: c.reason });
-      d.upstreams.failed(up, d.now());
+      d.upstreams.failed(up, d.now(), call.attempt);
       failures.push(c.kind);
       continue;
     }
@@ -93,15 +93,15 @@ export async function forward(
     if (RETRY_STATUS.has(start.status)) {
       call.abort(new Error(`upstream answered ${start.status}; trying the next one`));
       d.metrics.upstreamErrors.inc({ upstream: up.label, reason: `status_${start.status}` });
-      d.upstreams.failed(up, d.now());
+      d.upstreams.failed(up, d.now(), call.attempt);
       failures.push('error');
       continue;
     }
     if (start.status >= 500) {
       d.metrics.upstreamErrors.inc({ upstream: up.label, reason: `status_${start.status}` });
-      d.upstreams.failed(up, d.now());
+      d.upstreams.failed(up, d.now(), call.attempt);
     } else {
-      d.upstreams.succeeded(up);
+      d.upstreams.succeeded(up, call.attempt);
     }
     onCall(call);
     return { call, status: start.status, headers: start.headers, waitedNs: process.hrtime.bigint() - t0 };

@@ -1,7 +1,14 @@
 /**
- * Upstreams of each model (SPEC §1.2): one undici Pool per origin with keep-alive, least-outstanding
- * balancing, and passive health — an upstream that keeps failing is ejected for a back-off period
- * that doubles while it keeps failing, then tried again.
+ * Upstreams of each model (SPEC §1.2, §14): one undici Pool per origin with keep-alive, least-outstanding
+ * balancing, and passive health — an upstream that keeps failing is ejected for a back-off period that
+ * doubles while it keeps failing (capped), then tried again.
+ *
+ * Health that recovers (SPEC §14): every ejection starts an epoch; a failure of a request that started in
+ * an earlier epoch (the burst that caused the ejection: 64 streams broken by one restart) counts for
+ * nothing, so one burst is one failure toward ejection and one ejection. When every upstream a request
+ * could use is ejected, the least recently ejected one gets one trial request a second (half-open): its
+ * success ends the ejection, its failure re-ejects it (doubled, capped at max_eject_seconds), so a model
+ * serves again within ~1 s of its upstream's recovery whatever the back-off had grown to.
  */
 import { Pool } from 'undici';
 import type { ModelConfig } from '../config/schema.ts';
@@ -17,28 +24,54 @@ export interface Upstream {
   failures: number;
   ejections: number;
   ejectedUntil: number;
+  /** Bumped by every ejection; an attempt remembers the epoch it started in. */
+  epoch: number;
+  /** When the current (or last) ejection started; orders "least recently ejected". */
+  ejectedAt: number;
+  /** When the last half-open trial was sent. */
+  trialAt: number;
+}
+
+/** What the pool remembers about one request to an upstream, from its start (see start()). */
+export interface Attempt {
+  readonly epoch: number;
+  /** Sent while the upstream was ejected: a half-open trial. */
+  readonly trial: boolean;
 }
 
 export interface UpstreamOptions {
   connectTimeoutMs: number;
   ejectAfterFailures: number;
   ejectSeconds: number;
+  /** Cap of the doubling back-off (SPEC §14: upstream.max_eject_seconds, default 60). */
+  maxEjectSeconds?: number;
   /** Connections per origin; 0 = unlimited (undici's default). Every open stream holds one. */
   maxConnections: number;
 }
 
 export interface Upstreams {
-  /** The least-loaded healthy upstream of the model not yet tried, or undefined. */
+  /**
+   * The least-loaded healthy upstream of the model not yet tried; when every one left is ejected, the
+   * least recently ejected as a half-open trial, at most one a second; else undefined.
+   */
   pick(model: ModelConfig, tried: ReadonlySet<Upstream>, now: number): Upstream | undefined;
   /** All upstreams of the model, in config order. */
   of(model: ModelConfig): readonly Upstream[];
-  succeeded(u: Upstream): void;
-  failed(u: Upstream, now: number): void;
+  /** Called when a request is sent to `u`: the attempt to pass to succeeded() / failed(). */
+  start(u: Upstream, now: number): Attempt;
+  /** A success of an attempt of the current epoch ends any ejection; an older one says nothing. */
+  succeeded(u: Upstream, attempt?: Attempt): void;
+  /**
+   * A failure: ignored when the attempt started before the current ejection (same burst); a failed trial,
+   * or any failure after an ejection and before the next success, re-ejects at once; otherwise one more
+   * toward `ejectAfterFailures`. Without `attempt`: one of now.
+   */
+  failed(u: Upstream, now: number, attempt?: Attempt): void;
   close(): Promise<void>;
 }
 
-/** Ejection back-off doubles up to 2^5 × eject_seconds. */
-const MAX_BACKOFF_DOUBLINGS = 5;
+/** Half-open trials of a model whose upstreams are all ejected: one a second (SPEC §14). */
+export const TRIAL_INTERVAL_MS = 1000;
 
 export function createUpstreams(models: readonly ModelConfig[], o: UpstreamOptions): Upstreams {
   const byUrl = new Map<string, Upstream>();
@@ -73,6 +106,9 @@ export function createUpstreams(models: readonly ModelConfig[], o: UpstreamOptio
             failures: 0,
             ejections: 0,
             ejectedUntil: 0,
+            epoch: 0,
+            ejectedAt: 0,
+            trialAt: -Infinity,
           };
           byUrl.set(key, u);
         }
@@ -81,30 +117,54 @@ export function createUpstreams(models: readonly ModelConfig[], o: UpstreamOptio
     );
   }
   let rotation = 0;
+  const baseMs = o.ejectSeconds * 1000;
+  const maxMs = (o.maxEjectSeconds ?? 60) * 1000;
+
+  function eject(u: Upstream, now: number): void {
+    // Each re-ejection at most doubles (SPEC §14), capped; 2^30 only bounds the exponent.
+    u.ejectedUntil = now + Math.min(maxMs, baseMs * 2 ** Math.min(u.ejections, 30));
+    u.ejectedAt = now;
+    u.ejections++;
+    u.epoch++;
+    u.failures = 0;
+  }
 
   return {
     pick(model, tried, now) {
       const list = byModel.get(model) ?? [];
       let best: Upstream | undefined;
+      let oldest: Upstream | undefined;
       // Start at a rotating offset so ties (all idle) spread instead of always hitting the first.
       const start = rotation++ % Math.max(1, list.length);
       for (let i = 0; i < list.length; i++) {
         const u = list[(start + i) % list.length]!;
-        if (tried.has(u) || u.ejectedUntil > now) continue;
+        if (tried.has(u)) continue;
+        if (u.ejectedUntil > now) {
+          if (!oldest || u.ejectedAt < oldest.ejectedAt) oldest = u;
+          continue;
+        }
         if (!best || u.outstanding < best.outstanding) best = u;
       }
-      return best;
+      if (best || !oldest) return best;
+      // Every upstream left is ejected: the least recently ejected gets a trial, one a second. A failed
+      // trial re-ejects it (now the most recently ejected), so trials rotate over the model's upstreams.
+      if (now - oldest.trialAt < TRIAL_INTERVAL_MS) return undefined;
+      oldest.trialAt = now;
+      return oldest;
     },
     of: (model) => byModel.get(model) ?? [],
-    succeeded(u) {
+    start: (u, now) => ({ epoch: u.epoch, trial: u.ejectedUntil > now }),
+    succeeded(u, attempt) {
+      if (attempt && attempt.epoch !== u.epoch) return;
       u.failures = 0;
       u.ejections = 0;
+      u.ejectedUntil = 0;
     },
-    failed(u, now) {
-      if (++u.failures < o.ejectAfterFailures) return;
-      u.ejectedUntil = now + o.ejectSeconds * 1000 * 2 ** Math.min(u.ejections, MAX_BACKOFF_DOUBLINGS);
-      u.ejections++;
-      u.failures = 0;
+    failed(u, now, attempt) {
+      if (attempt && attempt.epoch !== u.epoch) return;
+      // On probation (ejected before, no success since) one failure re-ejects: the back-off has passed and
+      // the first request that fails says the upstream is still down, like a failed trial.
+      if (attempt?.trial || u.ejections > 0 || ++u.failures >= o.ejectAfterFailures) eject(u, now);
     },
     async close() {
       await Promise.all([...pools.values()].map((p) => p.close()));

@@ -11,6 +11,7 @@ import { compareIds, decodeObject, entryDay, idAtMs, type ExportedEntry } from '
 import type { LedgerSink } from '../ledger/sink.ts';
 import type { LedgerEntry, Store, UsageCell } from '../store/types.ts';
 import { daysBetween } from '../store/usage-fields.ts';
+import { servedRequests } from './usage.ts';
 
 export interface RebuildDeps {
   store: Store;
@@ -76,7 +77,9 @@ export async function rebuildUsage(d: RebuildDeps, account: string, from: string
       c = { day: entryDay(e), key_id: e.key_id, model: e.model, requests: 0, prompt_tokens: 0, completion_tokens: 0, cost_micros: 0 };
       cells.set(id, c);
     }
-    c.requests++;
+    // Requests served, as the aggregates count them (usage.ts servedRequests): a zero-cost entry of a
+    // request that billed no token is none.
+    c.requests += servedRequests(e.prompt_tokens ?? 0, e.completion_tokens ?? 0);
     c.prompt_tokens += e.prompt_tokens ?? 0;
     c.completion_tokens += e.completion_tokens ?? 0;
     c.cost_micros += 0 - e.amount_micros;

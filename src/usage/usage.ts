@@ -4,7 +4,15 @@
  * process (`record`, no I/O); a timer flushes the map at most every `flushIntervalMs` (≤ 1 s) in one
  * pipeline (store.flushUsage). Derived data: the ledger stays the truth and `rebuild.ts` recomputes a
  * range from it. `query` is the one read service, for the admin API, the CLI and the console.
+ *
+ * Equal to the ledger without a rebuild (SPEC §10): each flush carries an id (this process, a growing
+ * number) and the store applies it at most once, so a flush that failed on our side after Redis applied
+ * it (a restart, a timeout) is retried as it was — same id, same cells — and changes nothing the second
+ * time; what arrives meanwhile waits for the next id. `requests` counts requests served: a request that
+ * billed no token (no upstream answered, a refusal, a hold that never ran) is no request, in the
+ * aggregates and in the rebuild alike (`servedRequests`).
  */
+import { randomBytes } from 'node:crypto';
 import type { Logger } from '../obs/logger.ts';
 import type { Store, UsageCell, UsageFlush } from '../store/types.ts';
 
@@ -66,12 +74,31 @@ export interface UsageDeps {
 
 type Cell = UsageCell & { account: string };
 
+/**
+ * 1 when a billed request counts as served — it billed tokens — else 0 (SPEC §10: a hold refused before
+ * anything was sent writes no request; its zero-cost ledger entry, if any, neither).
+ */
+export function servedRequests(promptTokens: number, completionTokens: number): number {
+  return promptTokens + completionTokens > 0 ? 1 : 0;
+}
+
+/**
+ * A flush not landed after this long is dropped with an error line (the rebuild restores it): a retry
+ * hours later could meet a day hash that expired with its marks, and the process's memory is bounded.
+ */
+const RETRY_FOR_MS = 12 * 3_600_000;
+
 export function createUsage(d: UsageDeps): Usage {
   const maxPending = d.maxPendingCells ?? 100_000;
   let cells = new Map<string, Cell>();
   let lastUsed = new Map<string, { account: string; key_id: string; at: string }>();
   let ledgerAccounts = new Set<string>();
   let dropped = 0;
+  // This process's flush ids: a random name (processes of every instance share Redis) and a number.
+  const processId = randomBytes(9).toString('base64url');
+  let seq = 0;
+  /** The flush that failed, retried as it was (same id) before anything newer goes. */
+  let retry: { batch: UsageFlush; since: number } | undefined;
   let timer: NodeJS.Timeout | undefined;
   let flushing: Promise<void> | undefined;
   // The UTC day and minute of the last record, reused within that minute: formatting a date per
@@ -103,12 +130,32 @@ export function createUsage(d: UsageDeps): Usage {
   }
 
   async function flushNow(): Promise<void> {
+    const pending = retry;
+    if (pending) {
+      try {
+        await d.store.flushUsage(pending.batch);
+        retry = undefined;
+      } catch (err) {
+        d.onFlushFailed?.();
+        if (Date.now() - pending.since > RETRY_FOR_MS) {
+          d.logger.error(
+            { err: (err as Error).message, cells: pending.batch.cells.length },
+            'usage flush dropped after retrying for 12 hours: run `tollgate usage rebuild` for the days affected',
+          );
+          retry = undefined;
+        } else {
+          d.logger.warn({ err: (err as Error).message, cells: pending.batch.cells.length }, 'usage flush failed again; retried as it was');
+        }
+        return;
+      }
+    }
     if (cells.size === 0 && lastUsed.size === 0 && ledgerAccounts.size === 0) return;
     const batch: UsageFlush = {
       cells: [...cells.values()],
       lastUsed: [...lastUsed.values()],
       ledgerAccounts: [...ledgerAccounts],
       retentionDays: d.retentionDays,
+      flushId: { process: processId, seq: ++seq },
     };
     cells = new Map();
     lastUsed = new Map();
@@ -116,12 +163,10 @@ export function createUsage(d: UsageDeps): Usage {
     try {
       await d.store.flushUsage(batch);
     } catch (err) {
-      // Put it back (added to whatever arrived meanwhile): the next flush carries it.
-      for (const c of batch.cells) add(c);
-      for (const u of batch.lastUsed) if (!lastUsed.has(`${u.account}\n${u.key_id}`)) lastUsed.set(`${u.account}\n${u.key_id}`, u);
-      for (const a of batch.ledgerAccounts) ledgerAccounts.add(a);
+      // Redis may have applied it before the failure reached us: retried whole, with its id (at most once).
+      retry = { batch, since: Date.now() };
       d.onFlushFailed?.();
-      d.logger.warn({ err: (err as Error).message, cells: cells.size }, 'usage flush failed; kept for the next flush');
+      d.logger.warn({ err: (err as Error).message, cells: batch.cells.length }, 'usage flush failed; retried as it was');
     }
     if (dropped > 0) {
       d.logger.error(
@@ -146,7 +191,7 @@ export function createUsage(d: UsageDeps): Usage {
         day,
         key_id: r.keyId,
         model: r.model,
-        requests: 1,
+        requests: servedRequests(r.promptTokens, r.completionTokens),
         prompt_tokens: r.promptTokens,
         completion_tokens: r.completionTokens,
         cost_micros: r.costMicros,

@@ -324,3 +324,22 @@ t.test('tenant-isolation limits (SPEC §13): defaults, the account limit followi
   namesField(t, `server: { body_timeout_ms: 5 }\n${VALID}`, 'server.body_timeout_ms');
   namesField(t, `rate_limits: { test_account: { tokens_per_minute: 0 } }\n${VALID}`, 'rate_limits.test_account.tokens_per_minute');
 });
+
+t.test('models[].context_window (SPEC §4) and upstream.max_eject_seconds (SPEC §14): defaults and validation', async (t) => {
+  const model = { name: 'm', price: { input: 1, output: 1 }, upstreams: [{ url: 'http://x/v1' }] };
+  const c = compileConfig({ models: [model, { ...model, name: 'n', context_window: 8192 }] }, {});
+  t.equal(c.models[0]!.contextWindow, 131_072, 'default 131,072 tokens');
+  t.equal(c.models[1]!.contextWindow, 8192);
+  t.equal(c.upstream.maxEjectSeconds, 60, 'default 60 s');
+  t.equal(compileConfig({ models: [model], upstream: { max_eject_seconds: 5 } }, {}).upstream.maxEjectSeconds, 5);
+  for (const bad of [0, 1.5, -1, 'big']) {
+    t.throws(
+      () => compileConfig({ models: [{ ...model, context_window: bad }] }, {}),
+      { path: 'models[0].context_window' } as unknown as Error,
+      `context_window ${bad}`,
+    );
+  }
+  t.throws(() => compileConfig({ models: [model], upstream: { max_eject_seconds: -1 } }, {}), {
+    path: 'upstream.max_eject_seconds',
+  } as unknown as Error);
+});

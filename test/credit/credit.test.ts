@@ -2,7 +2,7 @@
 // still awaits the tokenizer) is waited for, and so is the settle it then starts; the deadline still holds.
 import { Writable } from 'node:stream';
 import t, { type Test } from 'tap';
-import { createCredit, holdTtlMs, settledMarkerTtlSeconds, SETTLE_RETRY_WINDOW_MS } from '../../src/credit/credit.ts';
+import { createCredit, holdTtlMs, neverSent, settledMarkerTtlSeconds, SETTLE_RETRY_WINDOW_MS } from '../../src/credit/credit.ts';
 import { GatewayError } from '../../src/http/errors.ts';
 import { createLogger } from '../../src/obs/logger.ts';
 import { createMemoryStore } from '../../src/store/memory-store.ts';
@@ -194,4 +194,14 @@ t.test('reaped holds are remembered longer than the hold and every retry of the 
     settledMarkerTtlSeconds(config) * 1000 > SETTLE_RETRY_WINDOW_MS + holdTtlMs(config) - 1,
     'longer than the window in which retries start',
   );
+});
+
+t.test('neverSent: only a store error whose command was refused before it was written', async (t) => {
+  const { PipeError } = await import('../../src/store/script-pipe.ts');
+  const wrap = (cause: unknown) => new GatewayError('store_unavailable', 'down', { cause });
+  t.equal(neverSent(wrap(new PipeError('redis not connected', false))), true, 'refused while disconnected: never ran');
+  t.equal(neverSent(wrap(new PipeError('redis command timed out after 300 ms'))), false, 'sent, no answer: may have run');
+  t.equal(neverSent(wrap(new Error('ECONNRESET'))), false, 'a foreign error: may have run');
+  t.equal(neverSent(new Error('no cause')), false);
+  t.equal(neverSent(null), false);
 });

@@ -153,10 +153,15 @@ t.test('previous_response_id and store pass through untouched', async (t) => {
   const sim = await startSim(t);
   const gw = await startGateway(t, { upstreamUrl: sim.url });
   const { key } = await gw.createKey({ account: 'resp-d', env: 'test' });
-  const res = await postResponses(gw, key, { model: 'sim-small', input: 'next', previous_response_id: 'resp_123', store: true });
+  // The simulator keeps stored responses like a stateful upstream: the previous one must exist there.
+  const first = (await (await postResponses(gw, key, { model: 'sim-small', input: 'first' })).json()) as { id: string };
+  const res = await postResponses(gw, key, { model: 'sim-small', input: 'next', previous_response_id: first.id, store: true });
   t.equal(res.status, 200);
-  t.match(await res.json(), { previous_response_id: 'resp_123', store: true });
-  t.match(sim.requests.at(-1)!.body, { previous_response_id: 'resp_123', store: true });
+  t.match(await res.json(), { previous_response_id: first.id, store: true });
+  t.match(sim.requests.at(-1)!.body, { previous_response_id: first.id, store: true });
+  const unknown = await postResponses(gw, key, { model: 'sim-small', input: 'next', previous_response_id: 'resp_123' });
+  t.equal(unknown.status, 404, 'an id the upstream does not know: its 404 passes through');
+  await unknown.text();
 });
 
 t.test('usage missing: the tokenizer counts the input and the output text (estimated)', async (t) => {

@@ -187,3 +187,18 @@ t.test('upstream payloads: model rewritten, caps sent, usage forced on completio
     'nothing to drop from a Responses stream',
   );
 });
+
+t.test('responses: previous_response_id or conversation makes a request stateful, held at the context window', async (t) => {
+  const { statefulResponses } = await import('../../src/routes/responses.ts');
+  const { compileConfig } = await import('../../src/config/schema.ts');
+  const [model] = compileConfig(
+    { models: [{ name: 'm', context_window: 8192, price: { input: 1, output: 1 }, upstreams: [{ url: 'http://x/v1' }] }] },
+    {},
+  ).models;
+  t.equal(statefulResponses({ model: 'm', input: 'hi' }, model!, 10), undefined, 'stateless');
+  t.equal(statefulResponses({ model: 'm', input: 'hi', previous_response_id: null }, model!, 10), undefined, 'null is not set');
+  t.equal(statefulResponses({ model: 'm', previous_response_id: 'resp_1' }, model!, 10)?.heldPrompt, 8192);
+  t.equal(statefulResponses({ model: 'm', conversation: 'conv_1' }, model!, 10)?.heldPrompt, 8192);
+  t.equal(statefulResponses({ model: 'm', conversation: { id: 'conv_1' } }, model!, 9000)?.heldPrompt, 9000, 'at least the new input');
+  t.equal(statefulResponses({ model: 'm', previous_response_id: 'resp_1' }, model!, 10)?.retrievePath('resp/1'), '/responses/resp%2F1');
+});

@@ -106,3 +106,45 @@ t.test('embeddings: one deterministic vector per input, float or base64; usage i
     .catch((e: unknown) => e);
   t.match(failed, { status: 503 });
 });
+
+t.test('responses: previous_response_id prepends the stored history; GET /v1/responses/{id} returns usage', async (t) => {
+  const first = await openai.responses.create({ model: 'm', input: 'x'.repeat(400) }, { headers: { 'x-sim-tokens': '7' } });
+  t.match(first.usage, { input_tokens: 100, output_tokens: 7 });
+  const next = await openai.responses.create(
+    { model: 'm', input: 'abcd', previous_response_id: first.id },
+    { headers: { 'x-sim-tokens': '3' } },
+  );
+  t.match(next.usage, { input_tokens: 100 + 7 + 1, output_tokens: 3 }, 'history (input + output) prepended to the new input');
+  const third = await openai.responses.create({ model: 'm', input: 'abcd', previous_response_id: next.id, store: false });
+  t.equal(third.usage?.input_tokens, 108 + 3 + 1, 'the chain grows');
+  const got = await openai.responses.retrieve(next.id);
+  t.match(got, { id: next.id, status: 'completed', usage: { input_tokens: 108, output_tokens: 3 } });
+  const gone = (await openai.responses.retrieve(third.id).catch((e: unknown) => e)) as { status?: number };
+  t.equal(gone.status, 404, 'store: false is not kept');
+  await t.rejects(openai.responses.create({ model: 'm', input: 'hi', previous_response_id: 'resp_unknown' }), {
+    status: 404,
+    message: /Previous response with id 'resp_unknown' not found/,
+  });
+
+  // A stream abandoned after a few tokens: the stored response is incomplete, with the tokens produced.
+  const ac = new AbortController();
+  const stream = await openai.responses.create(
+    { model: 'm', input: 'abcd', previous_response_id: first.id, stream: true },
+    { headers: { 'x-sim-tokens': '50', 'x-sim-delay-ms': '20' }, signal: ac.signal },
+  );
+  let id = '';
+  let deltas = 0;
+  try {
+    for await (const ev of stream) {
+      if (ev.type === 'response.created') id = ev.response.id;
+      if (ev.type === 'response.output_text.delta' && ++deltas === 3) ac.abort();
+    }
+  } catch {
+    // the abort ends the iteration with an error or quietly, depending on when it lands
+  }
+  const rec = await sim.waitFor((r) => r.body?.previous_response_id === first.id && r.body?.stream === true && r.endedAt !== undefined);
+  const cut = await openai.responses.retrieve(id);
+  t.equal(cut.status, 'incomplete');
+  t.match(cut.usage, { input_tokens: 108, output_tokens: rec.completionTokensSent });
+  t.ok(rec.completionTokensSent >= 3 && rec.completionTokensSent < 50, `${rec.completionTokensSent} tokens produced before the abort`);
+});

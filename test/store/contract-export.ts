@@ -110,4 +110,31 @@ export function exportCases(test: Case): void {
     );
     t.same(await store.usageCells(uniqueAccount(), '2026-11-01', '2026-11-30'), [], 'an unknown account has none');
   });
+
+  test('usage: a flush is applied at most once per process and sequence number (SPEC §10)', async (t, { store }) => {
+    const a = uniqueAccount();
+    const flush = (cells: UsageCell[], flushId?: { process: string; seq: number }) =>
+      store.flushUsage({
+        cells: cells.map((c) => ({ ...c, account: a })),
+        lastUsed: [],
+        ledgerAccounts: [],
+        retentionDays: 400,
+        ...(flushId && { flushId }),
+      });
+    const two = [cell('2026-11-21', 'key_a', 'm', 1), cell('2026-11-22', 'key_a', 'm', 2)];
+    await flush(two, { process: 'p1', seq: 1 });
+    await flush(two, { process: 'p1', seq: 1 });
+    t.same(await store.usageCells(a, '2026-11-21', '2026-11-22'), two, 'a retried flush that landed changes nothing');
+    await flush([cell('2026-11-22', 'key_a', 'm', 5)], { process: 'p2', seq: 1 });
+    await flush([cell('2026-11-21', 'key_a', 'm', 1)], { process: 'p1', seq: 2 });
+    await flush([cell('2026-11-21', 'key_a', 'm', 1)]);
+    t.same(
+      await store.usageCells(a, '2026-11-21', '2026-11-22'),
+      [cell('2026-11-21', 'key_a', 'm', 3), cell('2026-11-22', 'key_a', 'm', 7)],
+      "another process's flush, a later one, and one without an id all apply; the marks are no cells",
+    );
+    await store.replaceUsage(a, '2026-11-21', ['key_a'], [cell('2026-11-21', 'key_a', 'm', 9)], 400);
+    await flush([cell('2026-11-21', 'key_a', 'm', 1)], { process: 'p1', seq: 2 });
+    t.same(await store.usageCells(a, '2026-11-21', '2026-11-21'), [cell('2026-11-21', 'key_a', 'm', 9)], 'a rebuild keeps the marks');
+  });
 }

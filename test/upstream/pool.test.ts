@@ -29,11 +29,15 @@ const NONE: ReadonlySet<Upstream> = new Set();
 /** The first three upstreams of a model, typed as present. */
 const three = (list: readonly Upstream[]) => list.slice(0, 3) as [Upstream, Upstream, Upstream];
 
-function make(t: { teardown(fn: () => unknown): void }, o: { ejectAfterFailures?: number; ejectSeconds?: number } = {}) {
+function make(
+  t: { teardown(fn: () => unknown): void },
+  o: { ejectAfterFailures?: number; ejectSeconds?: number; maxEjectSeconds?: number } = {},
+) {
   const u = createUpstreams(config.models, {
     connectTimeoutMs: 100,
     ejectAfterFailures: o.ejectAfterFailures ?? 3,
     ejectSeconds: o.ejectSeconds ?? 10,
+    maxEjectSeconds: o.maxEjectSeconds ?? 60,
     maxConnections: 0,
   });
   t.teardown(() => u.close());
@@ -74,7 +78,7 @@ t.test('least outstanding requests wins; ties rotate; tried upstreams are skippe
   t.equal(seen.size, 3, 'idle ties spread over every upstream');
 });
 
-t.test('ejection after N consecutive failures, back-off doubling while it keeps failing, recovery after it', async (t) => {
+t.test('ejection after N consecutive failures, back-off doubling while it keeps failing (capped), recovery after a success', async (t) => {
   const u = make(t, { ejectAfterFailures: 3, ejectSeconds: 10 });
   const [a1, a2, a3] = three(u.of(A));
   a2.outstanding = a3.outstanding = 1; // a1 is the pick whenever it is healthy
@@ -90,19 +94,19 @@ t.test('ejection after N consecutive failures, back-off doubling while it keeps 
   now += 10_000;
   t.equal(u.pick(A, NONE, now), a1, 'back once the back-off has passed');
 
-  // Keeps failing: 20 s, then 40 s…
-  for (let i = 0; i < 3; i++) u.failed(a1, now);
-  t.equal(a1.ejectedUntil, now + 20_000, 'second ejection: doubled');
+  // Keeps failing: on probation (no success since the ejection) one failure re-ejects: 20 s, then 40 s…
+  u.failed(a1, now);
+  t.equal(a1.ejectedUntil, now + 20_000, 'second ejection: doubled, after one failure');
   now += 20_000;
-  for (let i = 0; i < 3; i++) u.failed(a1, now);
+  u.failed(a1, now);
   t.equal(a1.ejectedUntil, now + 40_000, 'third: doubled again');
 
-  // Capped at 2^5 × eject_seconds.
+  // Capped at max_eject_seconds (60 s here).
   for (let k = 0; k < 10; k++) {
     now = a1.ejectedUntil;
-    for (let i = 0; i < 3; i++) u.failed(a1, now);
+    u.failed(a1, now);
   }
-  t.equal(a1.ejectedUntil - now, 32 * 10_000, 'the back-off stops doubling at 32×');
+  t.equal(a1.ejectedUntil - now, 60_000, 'the back-off stops at max_eject_seconds');
 
   // A success resets both the failure count and the back-off.
   now = a1.ejectedUntil;
@@ -125,11 +129,67 @@ t.test('a success between failures resets the count: only consecutive failures e
   t.equal(a1.ejectedUntil, 0, 'never ejected');
 });
 
-t.test('every upstream ejected: nothing to pick; an upstream shared by two models is ejected for both', async (t) => {
+t.test('every upstream ejected: one half-open trial a second; an upstream shared by two models is ejected for both', async (t) => {
   const u = make(t, { ejectAfterFailures: 1 });
-  for (const up of u.of(A)) u.failed(up, 0);
-  t.equal(u.pick(A, NONE, 1), undefined);
-  t.equal(u.pick(B, NONE, 1), u.of(B)[1], 'model b: only its own-key upstream is left');
-  const back = new Set([0, 1, 2].map(() => u.pick(A, NONE, 10_000)));
+  const [a1, a2, a3] = three(u.of(A));
+  u.failed(a1, 0);
+  u.failed(a2, 10);
+  u.failed(a3, 20);
+  t.equal(u.pick(B, NONE, 21), u.of(B)[1], 'model b: only its own-key upstream is left');
+  t.equal(u.pick(A, NONE, 30), a1, 'model a: the least recently ejected gets a trial');
+  t.equal(u.pick(A, NONE, 31), undefined, 'one trial a second: nothing else to pick');
+  t.equal(u.pick(A, NONE, 1029), undefined, 'still nothing 999 ms later');
+  t.equal(u.pick(A, new Set([a1]), 1030), a2, 'a request that tried a1 gets the next least recently ejected');
+  t.equal(u.pick(A, NONE, 1030), a1, 'a second later: a1 again (its trial did not fail)');
+  const back = new Set([0, 1, 2].map(() => u.pick(A, NONE, 10_020)));
   t.equal(back.size, 3, 'all three back after the back-off');
+});
+
+t.test('a burst counts once: failures of requests started before the ejection neither count nor re-eject', async (t) => {
+  const u = make(t, { ejectAfterFailures: 5, ejectSeconds: 0.5 });
+  const [a1] = three(u.of(A));
+  // 64 streams in flight on a1 break together (its server restarted).
+  const burst = Array.from({ length: 64 }, () => u.start(a1, 1000));
+  for (const at of burst) u.succeeded(a1, at); // their headers arrived
+  for (const at of burst) u.failed(a1, 5000, at);
+  t.equal(a1.ejectedUntil, 5500, 'one ejection of eject_seconds, not 12 doubling ones');
+  t.equal(a1.ejections, 1);
+  t.equal(a1.failures, 0, 'the rest of the burst counted for nothing');
+  // Back after 0.5 s: a request of the new epoch succeeds.
+  const next = u.start(a1, 5600);
+  t.equal(next.trial, false);
+  u.succeeded(a1, next);
+  t.equal(u.pick(A, new Set([u.of(A)[1]!, u.of(A)[2]!]), 5600), a1);
+  // A late success of a request from before the ejection says nothing about the upstream now.
+  u.failed(a1, 6000);
+  u.failed(a1, 6000);
+  u.succeeded(a1, burst[0]);
+  t.equal(a1.failures, 2, 'an old success does not reset the count');
+});
+
+t.test('half-open: a failed trial re-ejects at once (doubled, capped); a successful one ends the ejection', async (t) => {
+  const u = make(t, { ejectAfterFailures: 5, ejectSeconds: 0.5, maxEjectSeconds: 2 });
+  const solo = u.of(SOLO)[0]!;
+  for (let i = 0; i < 5; i++) u.failed(solo, 0);
+  t.equal(solo.ejectedUntil, 500);
+  // The back-off after failed trials: 1 s, 2 s, then capped at 2 s; a trial goes out every second anyway.
+  let now = 100;
+  const windows: number[] = [];
+  for (let k = 0; k < 4; k++) {
+    const trial = u.pick(SOLO, NONE, now);
+    t.equal(trial, solo, `trial ${k} at ${now} ms`);
+    const at = u.start(solo, now);
+    t.equal(at.trial, true, 'started while ejected: a trial');
+    u.failed(solo, now + 10, at);
+    windows.push(solo.ejectedUntil - (now + 10));
+    t.equal(u.pick(SOLO, NONE, now + 20), undefined, 'no second trial within the second');
+    now += 1000;
+  }
+  t.same(windows, [1000, 2000, 2000, 2000], 'each re-ejection doubles, capped at max_eject_seconds');
+  const trial = u.start(solo, now);
+  t.equal(u.pick(SOLO, NONE, now), solo);
+  u.succeeded(solo, trial);
+  t.equal(solo.ejectedUntil, 0, 'a successful trial ends the ejection');
+  t.equal(u.pick(SOLO, NONE, now + 1), solo, 'and the model is served again at once');
+  t.equal(solo.ejections, 0, 'the back-off restarts from eject_seconds');
 });

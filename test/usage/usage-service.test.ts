@@ -1,5 +1,5 @@
 // The usage service on the embedded store (SPEC §10): records add up in process and reach the store
-// in one flush; a refused flush is kept and merged into the next, never lost nor doubled; the pending
+// in one flush; a refused flush is retried as it was, under its id, never lost nor doubled; the pending
 // map is bounded through an outage; concurrent flushes share one.
 import { Writable } from 'node:stream';
 import t from 'tap';
@@ -68,7 +68,7 @@ t.test('records add up per cell; one flush writes them; last_used_at is the minu
   ]);
 });
 
-t.test('a refused flush is kept and merged into the next: nothing lost, nothing doubled', async (t) => {
+t.test('a refused flush is retried as it was (same id) before the next: nothing lost, nothing doubled', async (t) => {
   const { store, calls, setDown } = flaky();
   const { lines, logger } = capture();
   let failures = 0;
@@ -77,14 +77,54 @@ t.test('a refused flush is kept and merged into the next: nothing lost, nothing 
   setDown(true);
   await usage.flush();
   t.equal(failures, 1);
-  t.ok(lines.some((l) => l.msg === 'usage flush failed; kept for the next flush'));
+  t.ok(lines.some((l) => l.msg === 'usage flush failed; retried as it was'));
   usage.record(rec());
+  await usage.flush();
+  t.equal(failures, 2, 'still down: the same flush failed again');
+  t.equal(calls.length, 2, 'and nothing newer was sent');
   setDown(false);
   await usage.flush();
-  t.equal(calls.length, 2);
+  t.equal(calls.length, 4, 'the retry, then the new records');
+  t.same(calls[2]!.flushId, calls[0]!.flushId, 'the retry carries the id of the flush it repeats');
+  t.same(calls[2]!.cells, calls[0]!.cells, 'and its cells, unchanged');
+  t.ok(calls[3]!.flushId!.seq > calls[0]!.flushId!.seq, 'the records made meanwhile go with a new id');
   t.same(await store.usageCells('acme', '2026-11-25', '2026-11-25'), [
     { day: '2026-11-25', key_id: 'key_a', model: 'm1', requests: 2, prompt_tokens: 20, completion_tokens: 40, cost_micros: 14 },
   ]);
+});
+
+t.test('a flush the store applied but whose answer was lost: its retry changes nothing (SPEC §10)', async (t) => {
+  const inner = createMemoryStore();
+  let loseAnswers = true;
+  const store: Store = {
+    ...inner,
+    flushUsage: async (f) => {
+      await inner.flushUsage(f);
+      if (loseAnswers) throw new Error('connection reset after the flush ran');
+    },
+  };
+  const usage = createUsage({ store, logger: capture().logger, retentionDays: 400, flushIntervalMs: 1000 });
+  usage.record(rec());
+  await usage.flush(); // applied, answer lost
+  await usage.flush(); // retried, applied again by a store without the id check; answer lost again
+  loseAnswers = false;
+  await usage.flush();
+  t.same(await store.usageCells('acme', '2026-11-25', '2026-11-25'), [
+    { day: '2026-11-25', key_id: 'key_a', model: 'm1', requests: 1, prompt_tokens: 10, completion_tokens: 20, cost_micros: 7 },
+  ]);
+});
+
+t.test('requests counts requests served: one that billed no token is none', async (t) => {
+  const { store } = flaky();
+  const usage = createUsage({ store, logger: capture().logger, retentionDays: 400, flushIntervalMs: 1000 });
+  usage.record(rec());
+  usage.record(rec({ promptTokens: 0, completionTokens: 0, costMicros: 0 }));
+  usage.record(rec({ promptTokens: 0, completionTokens: 3, costMicros: 1 }));
+  await usage.flush();
+  t.same(await store.usageCells('acme', '2026-11-25', '2026-11-25'), [
+    { day: '2026-11-25', key_id: 'key_a', model: 'm1', requests: 2, prompt_tokens: 10, completion_tokens: 23, cost_micros: 8 },
+  ]);
+  t.same(await usage.lastUsed('acme'), { key_a: '2026-11-25T10:07:00Z' }, 'the key was still used');
 });
 
 t.test('through a long outage the pending cells are bounded; what was dropped is said, with the remedy', async (t) => {
