@@ -120,7 +120,7 @@ export function createGateway(d: GatewayDeps): Gateway {
   const tokenizer = d.tokenizer ?? createTokenizer();
   const credit = createCredit({ store, logger });
   const upstreams = createUpstreams(config.models, config.upstream);
-  const shares = createShares({ config: config.shares, store, now, metrics });
+  const shares = createShares({ config: config.shares, store, now, metrics, logger });
   // Per process (per worker with server.workers): SPEC §12's bounds on what one key or the whole mix can hold.
   const concurrency = createConcurrency(config.limits.maxConcurrentPerKey);
   const bodyBudget = createBodyBudget(config.limits.maxInflightBodyBytes, (used) => metrics.inflightBodyBytes.set(used));
@@ -243,6 +243,7 @@ export function createGateway(d: GatewayDeps): Gateway {
       reaper = startReaper({ store, now, intervalMs: config.credit.reaperIntervalMs, logger, onReaped: (n) => metrics.holdsReaped.inc(n) });
       usage.start();
       exporter?.start();
+      shares.janitor?.start();
       return { publicUrl: url(s.host, pub), adminUrl: url(s.adminHost, adm), ...(metricsUrl && { metricsUrl }) };
     },
     async close(deadlineMs = config.server.drainSeconds * 1000) {
@@ -253,6 +254,7 @@ export function createGateway(d: GatewayDeps): Gateway {
       // After the drain: the last requests' usage is in the final flush.
       await usage.stop();
       await exporter?.stop();
+      await shares.janitor?.stop();
       await upstreams.close();
       await limits.close?.();
     },

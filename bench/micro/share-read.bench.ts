@@ -8,6 +8,7 @@
  */
 import { createMemoryStore } from '../../src/store/memory-store.ts';
 import { createShareCache } from '../../src/shares/share-cache.ts';
+import { createMemorySnapshotObjects } from '../../src/shares/snapshot-objects.ts';
 import { createShareService } from '../../src/shares/service.ts';
 import { createFileUrls } from '../../src/shares/file-urls.ts';
 import { memberText } from '../../src/shares/snapshot-text.ts';
@@ -27,7 +28,8 @@ async function usPerOp(fn: () => Promise<unknown>, n: number): Promise<number> {
 }
 
 const store = createMemoryStore();
-const cache = createShareCache({ store, ttlMs: 60_000, negativeTtlMs: 60_000 });
+const objects = createMemorySnapshotObjects();
+const cache = createShareCache({ store, objects, ttlMs: 60_000, negativeTtlMs: 60_000 });
 const files = createFileUrls({
   s3: {
     endpoint: 'http://127.0.0.1:9',
@@ -40,7 +42,7 @@ const files = createFileUrls({
   ttlSeconds: 900,
   now: Date.now,
 });
-const service = createShareService({ store, cache, files, now: Date.now });
+const service = createShareService({ store, cache, objects, files, now: Date.now });
 const report = createReport();
 
 const small = JSON.stringify({

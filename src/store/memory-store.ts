@@ -17,6 +17,7 @@ import type {
   LedgerEntry,
   SettleInput,
   SettleResult,
+  PendingShare,
   ShareRecord,
   Store,
 } from './types.ts';
@@ -62,6 +63,9 @@ export function createMemoryStore(now: () => number = Date.now, opts: MemoryStor
   const shares = new Map<string, ShareRecord>();
   // Per account: the bytes of each live share counted against its quota.
   const quotas = new Map<string, Map<string, number>>();
+  // Accounts ever granted credit (Redis: the account's ledger stream exists), for unfunded_max_per_account.
+  const funded = new Set<string>();
+  const pending = new Map<string, { p: PendingShare; at: number }>();
   const bus = new EventEmitter();
   const exported = memoryExportStore({
     now,
@@ -110,6 +114,7 @@ export function createMemoryStore(now: () => number = Date.now, opts: MemoryStor
   return {
     kind: 'memory',
     redis: undefined,
+    snapshotTexts: new Map(),
 
     async createKey(hash, record) {
       keysByHash.set(hash, clone(record));
@@ -144,6 +149,7 @@ export function createMemoryStore(now: () => number = Date.now, opts: MemoryStor
       const prev = idempotencyKey === undefined ? undefined : a.idem.get(idempotencyKey);
       if (prev) return { account: acct, balance_micros: a.balance, held_micros: a.held, entry_id: prev, replayed: true };
       a.balance += amount;
+      funded.add(acct);
       exported.indexAccount(acct);
       const entryId = append(a, { ts, kind: 'grant', amount_micros: amount, ...(note ? { note } : {}) });
       if (idempotencyKey !== undefined) a.idem.set(idempotencyKey, entryId);
@@ -250,6 +256,7 @@ export function createMemoryStore(now: () => number = Date.now, opts: MemoryStor
       let total = 0;
       for (const b of q.values()) total += b;
       if (q.size + 1 > limits.maxCount) return 'count';
+      if (q.size + 1 > limits.unfundedMaxCount && !funded.has(account)) return 'unfunded';
       if (total + bytes > limits.maxBytes) return 'bytes';
       q.set(slug, bytes);
       return 'ok';
@@ -259,7 +266,8 @@ export function createMemoryStore(now: () => number = Date.now, opts: MemoryStor
     },
 
     async putShare(record) {
-      shares.set(record.slug, clone(record));
+      const { snapshot: _never, ...r } = record;
+      shares.set(record.slug, clone(r));
     },
     async getShare(slug) {
       const s = shares.get(slug);
@@ -271,6 +279,30 @@ export function createMemoryStore(now: () => number = Date.now, opts: MemoryStor
       s.revoked_at ??= ts;
       return clone(s);
     },
+    async markSharePending(p, at) {
+      pending.set(p.slug, { p: { ...p }, at });
+    },
+    async clearSharePending(p) {
+      pending.delete(p.slug);
+    },
+    async duePendingShares(before, limit) {
+      return [...pending.values()]
+        .filter((e) => e.at <= before)
+        .sort((x, y) => x.at - y.at)
+        .slice(0, limit)
+        .map((e) => ({ ...e.p }));
+    },
+    // The embedded store never held snapshots in records: nothing to migrate.
+    async scanLegacyShares() {
+      return { cursor: '', records: [] };
+    },
+    async compactShare() {
+      return false;
+    },
+    async claimShareMigration() {
+      return null;
+    },
+    async saveShareMigration() {},
 
     async publish(msg: Invalidation) {
       // Delivered on a later tick, like a pub/sub message, so callers never depend on synchronous delivery.
