@@ -90,9 +90,12 @@ export function createShareService(d: ShareServiceDeps): ShareService {
         await d.store.clearSharePending({ slug, account });
         return;
       }
-      if (stage !== 'reserved') await d.objects?.delete(slug);
+      // The quota first: a share that was never stored must not count, whatever happens to its object
+      // (giving back is idempotent per share, so the sweep doing it again changes nothing).
       if (d.quota) await d.store.releaseShareQuota(account, slug, 'dropped');
-      if (stage !== 'reserved') await d.store.clearSharePending({ slug, account });
+      if (stage === 'reserved') return;
+      await d.objects?.delete(slug);
+      await d.store.clearSharePending({ slug, account });
     } catch (err) {
       d.onCleanupFailed?.(slug, err);
     }

@@ -91,7 +91,10 @@ function sizeOf(state: ShareState): number {
 
 /** The answer to a read of a share whose snapshot is missing or corrupt: 503, never a 500. */
 export function missingObject(): GatewayError {
-  return new GatewayError('store_unavailable', "This share's snapshot cannot be read from the object store; the operator has been alerted.");
+  return new GatewayError(
+    'store_unavailable',
+    "This share's snapshot cannot be read from the object store; the operator has been alerted.",
+  );
 }
 
 /** Builds the share cache and subscribes it to the store's invalidations. */

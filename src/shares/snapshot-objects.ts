@@ -24,7 +24,11 @@ const CONTENT_TYPE = 'application/json';
 export class SnapshotMissing extends Error {
   readonly reason: 'missing' | 'checksum';
   constructor(slug: string, reason: 'missing' | 'checksum') {
-    super(reason === 'missing' ? `share ${slug.slice(0, 4)}…: snapshot object missing` : `share ${slug.slice(0, 4)}…: snapshot checksum mismatch`);
+    super(
+      reason === 'missing'
+        ? `share ${slug.slice(0, 4)}…: snapshot object missing`
+        : `share ${slug.slice(0, 4)}…: snapshot checksum mismatch`,
+    );
     this.reason = reason;
   }
 }

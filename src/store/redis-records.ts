@@ -49,7 +49,14 @@ export function parseShare(h: Record<string, string> | string[], slug: string): 
   if (Array.isArray(h)) for (let i = 0; i < h.length; i += 2) o[h[i]!] = h[i + 1]!;
   else Object.assign(o, h);
   if (o.a !== undefined) {
-    return { slug, account: o.a, created_at: o.c ?? '', bytes: Number(o.b ?? 0), files: o.f ? JSON.parse(o.f) : [], revoked_at: o.r || null };
+    return {
+      slug,
+      account: o.a,
+      created_at: o.c ?? '',
+      bytes: Number(o.b ?? 0),
+      files: o.f ? JSON.parse(o.f) : [],
+      revoked_at: o.r || null,
+    };
   }
   if (!o.slug) return null;
   const snapshot = o.snapshot ?? '{}';

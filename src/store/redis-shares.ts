@@ -86,7 +86,17 @@ export function redisShareStore(
     releaseShareQuota: (account, slug, how = 'revoked') =>
       guard(
         (
-          s.tgShareQuota(K.shareQuota(account), K.ledger(account), how === 'dropped' ? 'drop' : 'release', slug, 0, 0, 0, 0, '') as Promise<number>
+          s.tgShareQuota(
+            K.shareQuota(account),
+            K.ledger(account),
+            how === 'dropped' ? 'drop' : 'release',
+            slug,
+            0,
+            0,
+            0,
+            0,
+            '',
+          ) as Promise<number>
         ).then(() => undefined),
       ),
     revokeShare: (slug, ts) =>

@@ -77,7 +77,11 @@ t.test('50 concurrent lookups of an uncached share make one store read, later on
   t.equal(cache.peek(SLUG), undefined);
   const states = await Promise.all(Array.from({ length: 50 }, () => cache.lookup(SLUG)));
   t.equal(c.reads(), 1);
-  for (const s of states) t.equal(s.status === 'live' && s.text, `{"slug":"${SLUG}","created_at":"2026-11-22T10:00:00.000Z","snapshot":{"messages":[{}]},"files":[]}`);
+  for (const s of states)
+    t.equal(
+      s.status === 'live' && s.text,
+      `{"slug":"${SLUG}","created_at":"2026-11-22T10:00:00.000Z","snapshot":{"messages":[{}]},"files":[]}`,
+    );
   await cache.lookup(SLUG);
   t.equal(cache.peek(SLUG)?.status, 'live');
   t.equal(c.reads(), 1);
@@ -193,7 +197,13 @@ t.test('a record whose object is missing is reported and answered missing, brief
   const { snapshot: _text, ...record } = share();
   await c.store.putShare(record); // a record without its object
   const seen: string[] = [];
-  const cache = createShareCache({ store: c.store, objects: c.objects, ttlMs: 10_000, negativeTtlMs: 40, onMissing: (_s, r) => seen.push(r) });
+  const cache = createShareCache({
+    store: c.store,
+    objects: c.objects,
+    ttlMs: 10_000,
+    negativeTtlMs: 40,
+    onMissing: (_s, r) => seen.push(r),
+  });
   const states = await Promise.all(Array.from({ length: 10 }, () => cache.lookup(SLUG)));
   t.same(new Set(states.map((s) => s.status)), new Set(['missing']));
   t.same(seen, ['missing'], 'reported once for the coalesced reads');
