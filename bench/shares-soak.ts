@@ -33,9 +33,14 @@ const [count, kb, concurrency] = [Number(values.count), Number(values.kb), Numbe
 const log = (s: string) => process.stderr.write(`${s}\n`);
 
 const port = await freePort();
-const redisProc = await start('redis', 'redis-server', ['--port', String(port), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no'], {
-  ready: (l) => l.some((x) => x.includes('Ready to accept connections')),
-});
+const redisProc = await start(
+  'redis',
+  'redis-server',
+  ['--port', String(port), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no'],
+  {
+    ready: (l) => l.some((x) => x.includes('Ready to accept connections')),
+  },
+);
 const s3 = await startLocalS3('shares');
 const redisUrl = `redis://127.0.0.1:${port}`;
 const redis = new Redis(redisUrl);
@@ -44,7 +49,14 @@ const doc = {
   ...testConfigDoc(),
   store: { redis_url: redisUrl, command_timeout_ms: 10_000 },
   shares: {
-    s3: { endpoint: s3.endpoint, region: 'us-east-1', bucket: s3.bucket, force_path_style: true, access_key_id: 'S3RVER', secret_access_key: 'S3RVER' },
+    s3: {
+      endpoint: s3.endpoint,
+      region: 'us-east-1',
+      bucket: s3.bucket,
+      force_path_style: true,
+      access_key_id: 'S3RVER',
+      secret_access_key: 'S3RVER',
+    },
     max_per_account: count + 10,
     max_bytes_per_account: (count + 10) * (kb + 1) * 1024,
     create_per_minute: 1_000_000,
