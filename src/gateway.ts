@@ -158,7 +158,7 @@ export function createGateway(d: GatewayDeps): Gateway {
   const warmUp = createWarmUp({ tokenizer, s3: config.shares.s3, logger });
   const credit = createCredit({ store, logger });
   const upstreams = createUpstreams(config.models, config.upstream);
-  const shares = createShares({ config: config.shares, store, now, metrics });
+  const shares = createShares({ config: config.shares, store, now, metrics, logger });
   // Per process (per worker with server.workers): SPEC §12's bounds on what one key or the whole mix can hold.
   const concurrency = createConcurrency(config.limits.maxConcurrentPerKey, config.limits.maxConcurrentPerAccount);
   const bodyBudget = createBodyBudget(config.limits.maxInflightBodyBytes, (used) => metrics.inflightBodyBytes.set(used), {
@@ -332,6 +332,7 @@ export function createGateway(d: GatewayDeps): Gateway {
       spoolScan = setInterval(scan, config.server.spoolScanSeconds * 1000).unref();
       usage.start();
       exporter?.start();
+      shares.janitor?.start();
       return { publicUrl: url(s.host, pub), adminUrl: url(s.adminHost, adm), ...(metricsUrl && { metricsUrl }) };
     },
     async close(deadlineMs = config.server.drainSeconds * 1000) {
@@ -363,6 +364,7 @@ export function createGateway(d: GatewayDeps): Gateway {
       const rest = async () => {
         await usage.stop();
         await exporter?.stop();
+        await shares.janitor?.stop();
         await upstreams.close();
         await limits.close?.();
         // Last: the settles of drained requests end their spans before the final export.

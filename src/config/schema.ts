@@ -145,6 +145,12 @@ export interface Config {
     /** Failed share reads (404/410/422) per client address a minute; past it → 429. */
     readonly failedReadsPerMinute: number;
     readonly s3: S3Config;
+    /** Live shares of an account never granted credit (SPEC §13) → 429 share_quota_exceeded. */
+    readonly unfundedMaxPerAccount: number;
+    /** The orphan sweep and the snapshot migration (docs/shares.md "Storage"): tick, grace, batch. */
+    readonly janitorIntervalMs: number;
+    readonly orphanGraceSeconds: number;
+    readonly migrateBatch: number;
   };
   readonly models: readonly ModelConfig[];
   /** The web console (SPEC §9). */
@@ -344,6 +350,10 @@ export function compileConfig(doc: unknown, rawEnv: NodeJS.ProcessEnv): Config {
     'inline_types',
     'failed_reads_per_minute',
     's3',
+    'unfunded_max_per_account',
+    'janitor_interval_ms',
+    'orphan_grace_seconds',
+    'migrate_batch',
   ]);
   const s3 = object(shares.s3, 'shares.s3', true);
   noUnknown(s3, 'shares.s3', ['endpoint', 'region', 'bucket', 'force_path_style', 'access_key_id', 'secret_access_key']);
@@ -507,6 +517,19 @@ export function compileConfig(doc: unknown, rawEnv: NodeJS.ProcessEnv): Config {
         accessKeyId: optional(s3.access_key_id, 'shares.s3.access_key_id') ?? (env.AWS_ACCESS_KEY_ID || undefined),
         secretAccessKey: optional(s3.secret_access_key, 'shares.s3.secret_access_key') ?? (env.AWS_SECRET_ACCESS_KEY || undefined),
       },
+      unfundedMaxPerAccount: num(shares.unfunded_max_per_account, 'shares.unfunded_max_per_account', {
+        fallback: 100,
+        min: 0,
+        integer: true,
+      }),
+      janitorIntervalMs: num(shares.janitor_interval_ms, 'shares.janitor_interval_ms', {
+        fallback: 10_000,
+        min: 10,
+        max: 3_600_000,
+        integer: true,
+      }),
+      orphanGraceSeconds: num(shares.orphan_grace_seconds, 'shares.orphan_grace_seconds', { fallback: 300, min: 0, integer: true }),
+      migrateBatch: num(shares.migrate_batch, 'shares.migrate_batch', { fallback: 100, min: 1, max: 10_000, integer: true }),
     },
     models,
     console: {

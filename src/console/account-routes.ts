@@ -4,6 +4,7 @@
  * calls (keys: KeyTable, credit: AccountService, shares: ShareService, links: ConsoleSessions): two
  * front doors, one implementation.
  */
+import type { ShareRecord } from '../store/types.ts';
 import type { RequestContext } from '../http/context.ts';
 import { GatewayError } from '../http/errors.ts';
 import type { Route } from '../http/router.ts';
@@ -273,7 +274,14 @@ export function accountRoutes(d: AccountRouteDeps): Route[] {
   }
 
   async function sharesPage(ctx: RequestContext, viewer: Viewer, account: string) {
-    const shares = await d.store.listShares(account, SHARES_SHOWN);
+    // Records hold no snapshot (SPEC §13): the titles come from the snapshot objects, read in parallel.
+    const listed = await d.store.listShares(account, SHARES_SHOWN);
+    const shares = await Promise.all(
+      listed.map(async (r): Promise<ShareRecord> => {
+        const text = r.snapshot ?? (await d.shares.snapshotOf(r));
+        return text === null ? r : { ...r, snapshot: text };
+      }),
+    );
     show(ctx, viewer, 'Shares', 'shares', sharesBody(account, shares, SHARES_SHOWN), account);
   }
 

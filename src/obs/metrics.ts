@@ -155,6 +155,12 @@ export function createMetrics(opts: { defaults?: boolean } = {}) {
       registers: r,
     }),
     shareReads: new Counter({ name: 'tollgate_share_reads_total', help: 'Share reads by outcome', labelNames: ['status'], registers: r }),
+    shareObjects: new Counter({
+      name: 'tollgate_share_objects_total',
+      help: 'Snapshot objects handled in the background or found wrong: migrated, orphan_deleted, missing, corrupt',
+      labelNames: ['outcome'],
+      registers: r,
+    }),
     presign: new Histogram({
       name: 'tollgate_presign_seconds',
       help: 'Time to presign one S3 URL',

@@ -2,17 +2,19 @@
  * Publishing, reading and revoking shares (SPEC §1.4, §2a), independent of HTTP routing: the public
  * and admin routes call the same three operations.
  *
- * - create: presign the uploads first (a signing failure stores nothing), then write the record and
- *   prime this instance's cache.
- * - read: cache, then store (coalesced); the response body is assembled as text around the snapshot
- *   exactly as published, so a cache hit parses nothing and makes no store call.
+ * - create: quota, intent (the orphan sweep's index), snapshot object, upload URLs, then the record;
+ *   a failure at any step stores nothing (the object of a record that could not be written is deleted,
+ *   here or by the sweep, shares/janitor.ts) and gives the quota back. Then prime this instance's cache.
+ * - read: cache of ready bodies, then record + object (coalesced); a cache hit parses nothing, signs
+ *   only file links whose cached URL is past half its life, and makes no store call.
  * - revoke: owner check against the store (another account gets the same 404 as an unknown slug),
  *   mark revoked in the store, here at once, then everywhere through pub/sub (≤ 1 s).
  */
 import { GatewayError } from '../http/errors.ts';
-import type { ShareRecord, Store } from '../store/types.ts';
+import type { ShareQuotaLimits, ShareRecord, Store } from '../store/types.ts';
 import { newSlug } from './slug.ts';
-import type { ShareCache } from './share-cache.ts';
+import { missingObject, type ShareCache } from './share-cache.ts';
+import type { SnapshotObjects } from './snapshot-objects.ts';
 import { unsignedLinks, type FileUrls, type Upload } from './file-urls.ts';
 import type { ShareBody } from './share-body.ts';
 import type { FailureWindow } from '../auth/failure-window.ts';
@@ -34,18 +36,24 @@ export interface ShareService {
   read(slug: string): Promise<string>;
   /** Revokes (idempotent). `account` set = only that account's shares (else 404); undefined = admin. */
   revoke(slug: string, account: string | undefined): Promise<void>;
+  /** The snapshot text of a listed share (the console's titles); null when it cannot be read now. */
+  snapshotOf(record: ShareRecord): Promise<string | null>;
 }
 
 export interface ShareServiceDeps {
   store: Store;
   cache: ShareCache;
+  /** Where snapshots go; undefined (Redis without shares.s3): publishing answers 503. */
+  objects: SnapshotObjects | undefined;
   /** Undefined when no S3 is configured. */
   files: FileUrls | undefined;
   now: () => number;
   /** Slug source; a seam for tests. */
   slug?: () => string;
   /** Per account: live shares and their bytes (SPEC §12). Absent: unlimited (unit tests). */
-  quota?: { maxCount: number; maxBytes: number };
+  quota?: ShareQuotaLimits;
+  /** A cleanup that failed (left to the orphan sweep); for the log. */
+  onCleanupFailed?: (slug: string, err: unknown) => void;
   /** Creations per key in a fixed minute (a counter per key id; the operator's creates are not counted). */
   createsPerKey?: FailureWindow;
 }
@@ -58,14 +66,40 @@ function notFound(): GatewayError {
   return new GatewayError('share_not_found', 'No share exists with this slug.');
 }
 
-/** The read body: `{"slug","created_at","snapshot","files"}` with the stored snapshot text spliced in. */
-export function renderShare(r: ShareRecord, files: unknown[]): string {
-  return `{"slug":${JSON.stringify(r.slug)},"created_at":${JSON.stringify(r.created_at)},"snapshot":${r.snapshot},"files":${JSON.stringify(files)}}`;
+function unconfigured(): GatewayError {
+  return new GatewayError(
+    'store_unavailable',
+    'Publishing shares is not available on this gateway: it needs an object store for snapshots (shares.s3).',
+  );
 }
 
 /** Builds the service over a store, its cache and the (optional) S3 URL builder. */
 export function createShareService(d: ShareServiceDeps): ShareService {
   const slugOf = d.slug ?? newSlug;
+
+  /**
+   * Takes back what a failed create stored. Before the record write nothing is ambiguous: delete the
+   * object, give the quota back, clear the intent. After a failed record write the record may still
+   * have landed (a reply lost on a timeout): the object is deleted only once the store answers that no
+   * record exists; otherwise (the store is down) the intent stays and the sweep decides later. Any
+   * step that fails here is left to the sweep, which repeats all of them (each is idempotent).
+   */
+  async function undo(slug: string, account: string, stage: 'reserved' | 'intent' | 'record'): Promise<void> {
+    try {
+      if (stage === 'record' && (await d.store.getShare(slug)) !== null) {
+        await d.store.clearSharePending({ slug, account });
+        return;
+      }
+      // The quota first: a share that was never stored must not count, whatever happens to its object
+      // (giving back is idempotent per share, so the sweep doing it again changes nothing).
+      if (d.quota) await d.store.releaseShareQuota(account, slug, 'dropped');
+      if (stage === 'reserved') return;
+      await d.objects?.delete(slug);
+      await d.store.clearSharePending({ slug, account });
+    } catch (err) {
+      d.onCleanupFailed?.(slug, err);
+    }
+  }
   return {
     async create(account, body, keyId) {
       if (keyId !== undefined && d.createsPerKey) {
@@ -77,39 +111,68 @@ export function createShareService(d: ShareServiceDeps): ShareService {
           });
         }
       }
+      const objects = d.objects;
+      if (!objects) throw unconfigured();
       const slug = slugOf();
-      const created_at = new Date(d.now()).toISOString();
+      const nowMs = d.now();
+      const created_at = new Date(nowMs).toISOString();
       const files = body.files.map((f) => ({ name: f.name, content_type: f.content_type, size: f.size }));
+      const snapshotBytes = Buffer.byteLength(body.snapshotText);
       // What the share costs its account: the stored snapshot plus the bytes its uploads may put in S3.
-      const bytes = Buffer.byteLength(body.snapshotText) + files.reduce((n, f) => n + f.size, 0);
+      const bytes = snapshotBytes + files.reduce((n, f) => n + f.size, 0);
       if (d.quota) {
-        const r = await d.store.reserveShareQuota(account, slug, bytes, d.quota);
+        const r = await d.store.reserveShareQuota(account, slug, bytes, d.quota, nowMs);
         if (r === 'count') throw quotaExceeded(`This account has ${d.quota.maxCount} live shares, its limit; revoke some first.`);
+        if (r === 'unfunded')
+          throw quotaExceeded(
+            `This account has ${d.quota.unfundedMaxCount} live shares, the limit for an account that was never granted credit; revoke some first.`,
+          );
         if (r === 'bytes')
           throw quotaExceeded(
             `This share (${bytes} bytes) would take the account past its ${d.quota.maxBytes} bytes of shares; revoke some first.`,
           );
       }
+      const pending = { slug, account };
+      let stage: 'reserved' | 'intent' | 'record' = 'reserved';
       try {
+        await d.store.markSharePending(pending, nowMs);
+        stage = 'intent';
+        // Signing is local (no network): done before the upload so a signing failure leaves no object.
         const uploads = files.length > 0 && d.files ? await d.files.uploads(slug, files) : [];
-        const record: ShareRecord = { slug, account, created_at, snapshot: body.snapshotText, files, revoked_at: null };
+        await objects.put(slug, body.snapshotText);
+        const record: ShareRecord = { slug, account, created_at, bytes: snapshotBytes, files, revoked_at: null };
+        stage = 'record';
         await d.store.putShare(record);
-        d.cache.remember(record);
+        // Best effort: an intent left behind is cleared by the sweep once it sees the record.
+        await d.store.clearSharePending(pending).catch(() => {});
+        d.cache.remember(record, body.snapshotText);
         return { slug, created_at, uploads };
       } catch (e) {
-        // Not stored: give the quota back (best effort; a store that is down now keeps the count until revoke).
-        if (d.quota) await d.store.releaseShareQuota(account, slug).catch(() => {});
+        await undo(slug, account, stage);
         throw e;
       }
     },
 
     async read(slug) {
       const state = d.cache.peek(slug) ?? (await d.cache.lookup(slug));
+      if (state.status === 'live') {
+        const r = state.record;
+        if (r.files.length === 0) return state.text;
+        const links = d.files ? await d.files.downloads(r.slug, r.files) : unsignedLinks(r.files);
+        return `${state.text}${JSON.stringify(links)}}`;
+      }
       if (state.status === 'unknown') throw notFound();
       if (state.status === 'revoked') throw new GatewayError('share_revoked', 'This share has been revoked.');
-      const r = state.record;
-      const links = r.files.length === 0 ? [] : d.files ? await d.files.downloads(r.slug, r.files) : unsignedLinks(r.files);
-      return renderShare(r, links);
+      throw missingObject();
+    },
+
+    async snapshotOf(r) {
+      if (r.snapshot !== undefined) return r.snapshot;
+      try {
+        return d.objects ? await d.objects.get(r.slug) : null;
+      } catch {
+        return null;
+      }
     },
 
     async revoke(slug, account) {
@@ -117,7 +180,7 @@ export function createShareService(d: ShareServiceDeps): ShareService {
       if (!r || (account !== undefined && r.account !== account)) throw notFound();
       if (r.revoked_at === null) await d.store.revokeShare(slug, new Date(d.now()).toISOString());
       // Idempotent per share: a repeated or concurrent revoke gives the quota back once.
-      await d.store.releaseShareQuota(r.account, slug);
+      await d.store.releaseShareQuota(r.account, slug, 'revoked');
       d.cache.revoke(slug);
       d.files?.forget(slug, r.files);
       // Published again on a repeated revoke too: a retry after a failed publish still reaches everyone.

@@ -1,7 +1,10 @@
 /**
- * The in-process cache of share records (SPEC §1.4): lru-cache in front of the snapshot store, misses
- * coalesced (one store read however many readers wait), unknown slugs cached negatively so a page
- * hammering a dead link does not reach Redis on every request, and revocations from any instance
+ * The in-process cache of ready share bodies (SPEC §1.4): lru-cache in front of the record store and
+ * the snapshot objects. A miss reads the record (Redis) and then the snapshot (S3, or the record itself
+ * for a share not migrated yet), coalesced per slug (one read however many readers wait), and keeps the
+ * response body ready: the whole body for a share without files, the text up to `"files":` otherwise
+ * (file links are signed per read, file-urls.ts). Unknown slugs are cached negatively so a page
+ * hammering a dead link does not reach Redis on every request, and revocations from any instance are
  * applied within a pub/sub hop. If a message is lost, the TTL (default 10 s) bounds the staleness.
  *
  * A revoked share never comes back from this cache: a revocation *replaces* the entry with a revoked
@@ -11,13 +14,40 @@
  */
 import { LRUCache } from 'lru-cache';
 import type { ShareRecord, Store } from '../store/types.ts';
+import { GatewayError } from '../http/errors.ts';
+import { SnapshotMissing, type SnapshotObjects } from './snapshot-objects.ts';
 
-/** What the cache knows about a slug. */
-export type ShareState =
-  { readonly status: 'live'; readonly record: ShareRecord } | { readonly status: 'revoked' } | { readonly status: 'unknown' };
+/**
+ * A live share ready to send: `text` is the whole 200 body when the share has no files, else the body
+ * up to and including `"files":` (the caller appends the signed links and `}`).
+ */
+export interface LiveShare {
+  readonly status: 'live';
+  readonly record: ShareRecord;
+  readonly text: string;
+}
+
+/** What the cache knows about a slug; `missing`: the record exists but its snapshot object does not (or is corrupt). */
+export type ShareState = LiveShare | { readonly status: 'revoked' } | { readonly status: 'unknown' } | { readonly status: 'missing' };
+
+/** The read body up to `"files":`, with the snapshot text spliced in as published. */
+function bodyHead(r: ShareRecord, snapshot: string): string {
+  return `{"slug":${JSON.stringify(r.slug)},"created_at":${JSON.stringify(r.created_at)},"snapshot":${snapshot},"files":`;
+}
+
+/** A live state from a record without its snapshot text and that text. */
+export function liveShare(record: ShareRecord, snapshot: string): LiveShare {
+  const { snapshot: _inline, ...r } = record;
+  const head = bodyHead(r, snapshot);
+  return { status: 'live', record: r, text: r.files.length === 0 ? head + '[]}' : head };
+}
 
 export interface ShareCacheOptions {
   store: Store;
+  /** Where snapshots are; undefined when none is configured (only not-yet-migrated records are readable). */
+  objects: SnapshotObjects | undefined;
+  /** A record whose snapshot object is missing or corrupt: reported (log, metric), answered 503. */
+  onMissing?: (slug: string, reason: 'missing' | 'checksum' | 'unconfigured') => void;
   ttlMs: number;
   negativeTtlMs: number;
   /** Bound on cached snapshot text (UTF-16 code units × 2 plus overhead); default 64 MiB. */
@@ -33,13 +63,14 @@ export interface ShareCache {
   /** The state from cache or store (coalesced). Store failures propagate (503 store_unavailable). */
   lookup(slug: string): Promise<ShareState>;
   /** Caches a share this instance just wrote, so its first reads need no store round trip. */
-  remember(record: ShareRecord): void;
+  remember(record: ShareRecord, snapshot: string): void;
   /** Marks the slug revoked here, for good; called for every `{kind:'share'}` invalidation. */
   revoke(slug: string): void;
 }
 
 const UNKNOWN: ShareState = Object.freeze({ status: 'unknown' });
 const REVOKED: ShareState = Object.freeze({ status: 'revoked' });
+const MISSING: ShareState = Object.freeze({ status: 'missing' });
 /** 64 MiB holds ~64 maximal (1 MiB) snapshots or thousands of typical ones. */
 const DEFAULT_MAX_BYTES = 64 * 1024 * 1024;
 /** ~100 B per negative entry: a flood of random slugs costs at most ~10 MB before LRU eviction. */
@@ -55,7 +86,15 @@ function sizeOf(state: ShareState): number {
   const r = state.record;
   let files = 0;
   for (const f of r.files) files += 2 * (f.name.length + f.content_type.length) + 64;
-  return ENTRY_OVERHEAD + 2 * (r.snapshot.length + r.slug.length + r.account.length + r.created_at.length) + files;
+  return ENTRY_OVERHEAD + 2 * (state.text.length + r.slug.length + r.account.length + r.created_at.length) + files;
+}
+
+/** The answer to a read of a share whose snapshot is missing or corrupt: 503, never a 500. */
+export function missingObject(): GatewayError {
+  return new GatewayError(
+    'store_unavailable',
+    "This share's snapshot cannot be read from the object store; the operator has been alerted.",
+  );
 }
 
 /** Builds the share cache and subscribes it to the store's invalidations. */
@@ -75,7 +114,20 @@ export function createShareCache(o: ShareCacheOptions): ShareCache {
       }
       // A revocation seen while this read was in flight wins over what the read returned.
       if (record.revoked_at !== null || revokedFloor.has(slug)) return REVOKED;
-      return { status: 'live', record };
+      let text = record.snapshot;
+      if (text === undefined) {
+        try {
+          if (!o.objects) throw new SnapshotMissing(slug, 'missing');
+          text = await o.objects.get(slug);
+        } catch (e) {
+          if (!(e instanceof SnapshotMissing)) throw e;
+          o.onMissing?.(slug, o.objects ? e.reason : 'unconfigured');
+          // Kept as briefly as an unknown slug: reported once per instance per negative TTL, not per read.
+          options.ttl = o.negativeTtlMs;
+          return MISSING;
+        }
+      }
+      return revokedFloor.has(slug) ? REVOKED : liveShare(record, text);
     },
   });
 
@@ -108,9 +160,9 @@ export function createShareCache(o: ShareCacheOptions): ShareCache {
         }
       }
     },
-    remember(record) {
+    remember(record, snapshot) {
       if (record.revoked_at !== null || revokedFloor.has(record.slug)) return;
-      cache.set(record.slug, { status: 'live', record });
+      cache.set(record.slug, liveShare(record, snapshot));
     },
     revoke,
   };

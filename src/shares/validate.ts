@@ -184,6 +184,8 @@ function fileNameProblem(name: string): string | null {
   if (name.includes('/') || name.includes('\\')) return "file name must not contain '/' or '\\'";
   if (CONTROL_RE.test(name)) return 'file name must not contain control characters';
   if (name === '.' || name === '..') return "file name must not be '.' or '..'";
+  // The share's own object (shares/<slug>/snapshot.json, snapshot-objects.ts): an upload must never overwrite it.
+  if (name === 'snapshot.json') return "file name 'snapshot.json' is reserved";
   return null;
 }
 

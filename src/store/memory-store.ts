@@ -17,6 +17,7 @@ import type {
   LedgerEntry,
   SettleInput,
   SettleResult,
+  PendingShare,
   ShareRecord,
   Store,
 } from './types.ts';
@@ -79,6 +80,9 @@ export function createMemoryStore(now: () => number = Date.now, opts: MemoryStor
   // Per account: the bytes of each live share counted against its quota.
   const quotas = new Map<string, Map<string, number>>();
   const budgets = new Map<string, BudgetCounter>();
+  // Accounts ever granted credit (Redis: the account's ledger stream exists), for unfunded_max_per_account.
+  const funded = new Set<string>();
+  const pending = new Map<string, { p: PendingShare; at: number }>();
   const bus = new EventEmitter();
   const exported = memoryExportStore({
     now,
@@ -139,6 +143,7 @@ export function createMemoryStore(now: () => number = Date.now, opts: MemoryStor
   return {
     kind: 'memory',
     redis: undefined,
+    snapshotTexts: new Map(),
 
     async createKey(hash, record, maxPerAccount = 0) {
       // Synchronous to the end, so the count and the insert are atomic like lua/add-key.lua.
@@ -194,6 +199,7 @@ export function createMemoryStore(now: () => number = Date.now, opts: MemoryStor
       const prev = idempotencyKey === undefined ? undefined : a.idem.get(idempotencyKey);
       if (prev) return { account: acct, balance_micros: a.balance, held_micros: a.held, entry_id: prev, replayed: true };
       a.balance += amount;
+      funded.add(acct);
       exported.indexAccount(acct);
       const entryId = append(a, { ts, kind: 'grant', amount_micros: amount, ...(note ? { note } : {}) });
       if (idempotencyKey !== undefined) a.idem.set(idempotencyKey, entryId);
@@ -320,6 +326,7 @@ export function createMemoryStore(now: () => number = Date.now, opts: MemoryStor
       let total = 0;
       for (const b of q.values()) total += b;
       if (q.size + 1 > limits.maxCount) return 'count';
+      if (q.size + 1 > limits.unfundedMaxCount && !funded.has(account)) return 'unfunded';
       if (total + bytes > limits.maxBytes) return 'bytes';
       q.set(slug, bytes);
       return 'ok';
@@ -329,7 +336,8 @@ export function createMemoryStore(now: () => number = Date.now, opts: MemoryStor
     },
 
     async putShare(record) {
-      shares.set(record.slug, clone(record));
+      const { snapshot: _never, ...r } = record;
+      shares.set(record.slug, clone(r));
     },
     async getShare(slug) {
       const s = shares.get(slug);
@@ -341,6 +349,30 @@ export function createMemoryStore(now: () => number = Date.now, opts: MemoryStor
       s.revoked_at ??= ts;
       return clone(s);
     },
+    async markSharePending(p, at) {
+      pending.set(p.slug, { p: { ...p }, at });
+    },
+    async clearSharePending(p) {
+      pending.delete(p.slug);
+    },
+    async duePendingShares(before, limit) {
+      return [...pending.values()]
+        .filter((e) => e.at <= before)
+        .sort((x, y) => x.at - y.at)
+        .slice(0, limit)
+        .map((e) => ({ ...e.p }));
+    },
+    // The embedded store never held snapshots in records: nothing to migrate.
+    async scanLegacyShares() {
+      return { cursor: '', records: [] };
+    },
+    async compactShare() {
+      return false;
+    },
+    async claimShareMigration() {
+      return null;
+    },
+    async saveShareMigration() {},
 
     async publish(msg: Invalidation) {
       // Delivered on a later tick, like a pub/sub message, so callers never depend on synchronous delivery.

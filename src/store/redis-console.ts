@@ -4,8 +4,8 @@
  */
 import { Cluster, Redis } from 'ioredis';
 import * as K from './redis-keys.ts';
-import { guard, parseEntry, parseShare } from './redis-records.ts';
-import type { ConsoleGrant, ConsoleSession, ShareRecord, Store } from './types.ts';
+import { guard, parseEntry } from './redis-records.ts';
+import type { ConsoleGrant, ConsoleSession, Store } from './types.ts';
 
 type ConsoleStore = Pick<
   Store,
@@ -17,7 +17,6 @@ type ConsoleStore = Pick<
   | 'deleteAccountSessions'
   | 'listAccounts'
   | 'ledgerBefore'
-  | 'listShares'
 >;
 
 export function redisConsoleStore(redis: Redis | Cluster): ConsoleStore {
@@ -74,14 +73,6 @@ export function redisConsoleStore(redis: Redis | Cluster): ConsoleStore {
         (async () => {
           const rows = await redis.xrevrange(K.ledger(acct), before ? `(${before}` : '+', '-', 'COUNT', limit);
           return (rows as [string, string[]][]).map(parseEntry);
-        })(),
-      ),
-    listShares: (acct, limit) =>
-      guard(
-        (async () => {
-          const slugs = await redis.zrevrange(K.shareList(acct), 0, limit - 1);
-          const found = await Promise.all(slugs.map((slug) => redis.hgetall(K.share(slug)).then(parseShare)));
-          return found.filter((r): r is ShareRecord => r !== null);
         })(),
       ),
   };

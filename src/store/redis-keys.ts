@@ -25,6 +25,11 @@ export const share = (slug: string) => `tg:share:${slug}`;
 /** An account's live shares and their bytes (SPEC §12 quotas), in the account's slot. */
 export const shareQuota = (acct: string) => `{acct:${acct}}:shares`;
 export const INVALIDATION_CHANNEL = 'tg:inval';
+/** Creates whose object may exist without a record yet (member `<slug><account>`, score ms): the orphan sweep's index. */
+export const SHARES_PENDING = 'tg:share-pending';
+/** The snapshot migration's saved cursor and state (hash), and its lease (string, PX). */
+export const SHARES_MIGRATION = 'tg:share-migration';
+export const SHARES_MIGRATION_LEASE = 'tg:share-migration:lease';
 /** An account's shares by creation time (ms), for the console's list; in the account's slot. */
 export const shareList = (acct: string) => `{acct:${acct}}:share-list`;
 /** Console sign-in tokens and sessions, by the SHA-256 of their secret (SPEC §9). */

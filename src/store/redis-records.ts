@@ -43,16 +43,32 @@ export function parseEntry([id, fields]: [string, string[]]): LedgerEntry {
   return e as unknown as LedgerEntry;
 }
 
-export function parseShare(h: Record<string, string> | string[]): ShareRecord | null {
+/**
+ * A share record of either layout (redis-shares.ts): compact (`a`, `c`, `b`, `f`, `r`; the slug is the
+ * key) or the previous one, which still carries the snapshot text until the migration moves it.
+ */
+export function parseShare(h: Record<string, string> | string[], slug: string): ShareRecord | null {
   const o: Record<string, string> = {};
   if (Array.isArray(h)) for (let i = 0; i < h.length; i += 2) o[h[i]!] = h[i + 1]!;
   else Object.assign(o, h);
+  if (o.a !== undefined) {
+    return {
+      slug,
+      account: o.a,
+      created_at: o.c ?? '',
+      bytes: Number(o.b ?? 0),
+      files: o.f ? JSON.parse(o.f) : [],
+      revoked_at: o.r || null,
+    };
+  }
   if (!o.slug) return null;
+  const snapshot = o.snapshot ?? '{}';
   return {
     slug: o.slug,
     account: o.account ?? '',
     created_at: o.created_at ?? '',
-    snapshot: o.snapshot ?? '{}',
+    bytes: Buffer.byteLength(snapshot),
+    snapshot,
     files: JSON.parse(o.files ?? '[]'),
     revoked_at: o.revoked_at || null,
   };

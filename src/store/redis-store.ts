@@ -9,7 +9,8 @@ import * as K from './redis-keys.ts';
 import { createRedisCredit } from './redis-credit.ts';
 import { redisConsoleStore } from './redis-console.ts';
 import { redisExportStore } from './redis-export.ts';
-import { budgetCounter, guard, parseEntry, parseKey, parseShare } from './redis-records.ts';
+import { budgetCounter, guard, parseEntry, parseKey } from './redis-records.ts';
+import { redisShareStore } from './redis-shares.ts';
 import { limiterClient } from './limiter-client.ts';
 import { createScriptPipe, luaScript, type LuaScript, type PipeTarget, type ScriptPipe } from './script-pipe.ts';
 import {
@@ -48,7 +49,8 @@ const SCRIPTS = {
   tgReapBucket: ['reap-bucket', null],
   tgLegacyReap: ['legacy-reap', 3],
   tgRevokeShare: ['revoke-share', 1],
-  tgShareQuota: ['share-quota', 1],
+  tgShareQuota: ['share-quota', 2],
+  tgShareCompact: ['share-compact', 1],
   tgLedgerExport: ['ledger-export', 3],
   tgAddKey: ['add-key', 1],
   tgUsageFlush: ['usage-flush', 1],
@@ -289,27 +291,7 @@ export async function createRedisStore(o: RedisStoreOptions & { client?: Client 
     settle: (i) => guard(credit.settle(i)),
     reapExpiredHolds: (nowMs, ts) => guard(credit.reapExpiredHolds(nowMs, ts)),
 
-    putShare: (r) =>
-      guard(
-        Promise.all([
-          redis.hset(K.share(r.slug), {
-            slug: r.slug,
-            account: r.account,
-            created_at: r.created_at,
-            snapshot: r.snapshot,
-            files: JSON.stringify(r.files),
-            revoked_at: r.revoked_at ?? '',
-          }),
-          redis.zadd(K.shareList(r.account), Date.parse(r.created_at) || 0, r.slug),
-        ]).then(() => undefined),
-      ),
-    getShare: (slug) => guard(redis.hgetall(K.share(slug)).then(parseShare)),
-    reserveShareQuota: (account, slug, bytes, l) =>
-      guard(s.tgShareQuota(K.shareQuota(account), 'reserve', slug, bytes, l.maxCount, l.maxBytes) as Promise<'ok' | 'count' | 'bytes'>),
-    releaseShareQuota: (account, slug) =>
-      guard((s.tgShareQuota(K.shareQuota(account), 'release', slug, 0, 0, 0) as Promise<number>).then(() => undefined)),
-    revokeShare: (slug, ts) =>
-      guard((s.tgRevokeShare(K.share(slug), ts) as Promise<string[] | null>).then((h) => (h ? parseShare(h) : null))),
+    ...redisShareStore(redis, s),
 
     publish: (msg) => guard(redis.publish(K.INVALIDATION_CHANNEL, encodeInvalidation(msg)).then(() => undefined)),
     onInvalidation(handler) {

@@ -152,10 +152,43 @@ export interface ShareRecord {
   slug: string;
   account: string;
   created_at: string;
-  /** The snapshot as published, kept as JSON text so reads return it byte-for-byte. */
-  snapshot: string;
+  /** The snapshot's size in UTF-8 bytes: the length of its object (`shares/<slug>/snapshot.json`). */
+  bytes: number;
+  /**
+   * The snapshot text, only in a record stored before snapshots moved to the object store (SPEC §13);
+   * the migration moves it out (docs/shares.md "Migration"). New records never carry it.
+   */
+  snapshot?: string;
   files: ShareFile[];
   revoked_at: string | null;
+}
+
+/** The limits a new share is checked against (SPEC §12, §13). */
+export interface ShareQuotaLimits {
+  maxCount: number;
+  maxBytes: number;
+  /** Live shares of an account that was never granted credit (shares.unfunded_max_per_account). */
+  unfundedMaxCount: number;
+}
+
+/** A share whose record may not have been written after its object was (the create's intent). */
+export interface PendingShare {
+  slug: string;
+  account: string;
+}
+
+/** Where the migration's current walk is ('' = its start) and how many records it has moved so far. */
+export interface ShareMigration {
+  cursor: string;
+  moved: number;
+}
+
+/** One step of the migration's walk over the share records (docs/shares.md "Migration"). */
+export interface LegacySharePage {
+  /** Where the next step starts; '' once the walk has covered every record. */
+  cursor: string;
+  /** Records that still carry their snapshot (`snapshot` set). */
+  records: ShareRecord[];
 }
 
 /** What a console sign-in token grants: a member of one account, or an operator (`account: null`). */
@@ -211,6 +244,11 @@ export interface UsageFlush {
 export type Invalidation = { kind: 'key'; hash: string; version: number } | { kind: 'share'; slug: string };
 
 export interface Store {
+  /**
+   * The embedded store only: snapshot texts by slug, kept beside the records so every gateway on this
+   * store reads the same ones (shares/snapshot-objects.ts). Redis never holds snapshots (SPEC §13).
+   */
+  readonly snapshotTexts?: Map<string, string>;
   readonly kind: 'redis' | 'memory';
   /**
    * The client rate-limiter-flexible counts with: on a single node its script goes through the script
@@ -275,10 +313,34 @@ export interface Store {
     account: string,
     slug: string,
     bytes: number,
-    limits: { maxCount: number; maxBytes: number },
-  ): Promise<'ok' | 'count' | 'bytes'>;
-  /** Gives a share's count and bytes back (revoked, or never stored); idempotent per share. */
-  releaseShareQuota(account: string, slug: string): Promise<void>;
+    limits: ShareQuotaLimits,
+    createdMs: number,
+  ): Promise<'ok' | 'count' | 'bytes' | 'unfunded'>;
+  /**
+   * Gives a share's count and bytes back; idempotent per share. `revoked`: the share stays listed for
+   * the console (as revoked); `dropped`: it was never stored and is forgotten.
+   */
+  releaseShareQuota(account: string, slug: string, how?: 'revoked' | 'dropped'): Promise<void>;
+  /** Records the intent of a create before its object is written (the orphan sweep's index). */
+  markSharePending(p: PendingShare, atMs: number): Promise<void>;
+  /** Removes the intent once the record is written (or the orphan cleaned up). */
+  clearSharePending(p: PendingShare): Promise<void>;
+  /** Intents older than `beforeMs`, oldest first, at most `limit`. */
+  duePendingShares(beforeMs: number, limit: number): Promise<PendingShare[]>;
+  /**
+   * The migration's walk: from `cursor` ('' = the start), about `count` records looked at; returns
+   * those that still hold their snapshot. Resumable: the cursor can be saved and given back later.
+   */
+  scanLegacyShares(cursor: string, count: number): Promise<LegacySharePage>;
+  /** Drops a legacy record's snapshot text (its object is confirmed); false when nothing was left to do. */
+  compactShare(slug: string, bytes: number): Promise<boolean>;
+  /**
+   * The migration's shared progress: takes (or renews) the lease for `owner` for `ttlMs` and returns the
+   * saved walk (null = finished), or undefined when another instance holds the lease.
+   */
+  claimShareMigration(owner: string, ttlMs: number): Promise<ShareMigration | null | undefined>;
+  /** Saves the walk (null = a whole walk found nothing to move: finished) while holding the lease. */
+  saveShareMigration(owner: string, walk: ShareMigration | null): Promise<void>;
   getShare(slug: string): Promise<ShareRecord | null>;
   /** Marks the share revoked (idempotent); null when unknown. */
   revokeShare(slug: string, ts: string): Promise<ShareRecord | null>;

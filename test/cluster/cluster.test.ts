@@ -7,13 +7,16 @@ import t from 'tap';
 import { startRedisCluster } from '../helpers/redis-cluster.ts';
 import { startGateway, type TestGateway } from '../helpers/gateway.ts';
 import { waitFor } from '../helpers/wait.ts';
+import { sharesS3Config, startS3 } from '../helpers/s3.ts';
 import { accountVsLedger, ledger, postChat, startSim } from '../e2e/chat-fixture.ts';
 import { spawnGateway } from '../e2e/credit-support.ts';
 
 const cluster = await startRedisCluster(t);
 if (cluster) {
   const sim = await startSim(t);
-  const config = { store: { cluster_nodes: cluster.addresses, command_timeout_ms: 1000 } };
+  // Share snapshots are S3 objects (SPEC §13): every instance on one bucket.
+  const s3 = await startS3(t);
+  const config = { store: { cluster_nodes: cluster.addresses, command_timeout_ms: 1000 }, shares: { s3: sharesS3Config(s3) } };
   const a = await startGateway(t, { upstreamUrl: sim.url, config });
   // Instance B is `node src/main.ts` with server.workers: 2, as production runs it on a multi-core box:
   // every check below that goes through B goes through its node:cluster workers.

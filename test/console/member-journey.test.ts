@@ -12,6 +12,7 @@ import OpenAI from 'openai';
 import { KEY_FORMAT } from '../../src/auth/keys.ts';
 import { startGateway, type TestGateway } from '../helpers/gateway.ts';
 import { startRedis } from '../helpers/redis.ts';
+import { sharesS3Config, startS3 } from '../helpers/s3.ts';
 import { startBrowser, newPage } from '../helpers/browser.ts';
 import { waitFor } from '../helpers/wait.ts';
 import { startSim } from '../e2e/chat-fixture.ts';
@@ -21,8 +22,11 @@ const browser = redis && (await startBrowser(t));
 if (redis && browser) {
   await redis.client.flushdb();
   const sim = await startSim(t);
-  const a = await startGateway(t, { redisUrl: redis.url, upstreamUrl: sim.url });
-  const b = await startGateway(t, { redisUrl: redis.url, upstreamUrl: sim.url });
+  // Share snapshots are objects (SPEC §13): both instances use one bucket.
+  const s3 = await startS3(t);
+  const config = { shares: { s3: sharesS3Config(s3) } };
+  const a = await startGateway(t, { redisUrl: redis.url, upstreamUrl: sim.url, config });
+  const b = await startGateway(t, { redisUrl: redis.url, upstreamUrl: sim.url, config });
   await a.grant('acme', 10_000_000);
   const memberLink = async (gw: TestGateway, account: string) => {
     const r = await gw.admin('/admin/console/sessions', { body: { account } });

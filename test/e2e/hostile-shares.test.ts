@@ -82,7 +82,11 @@ t.test('embedded store', async (t) => {
 const redis = await startRedis(t);
 if (redis) {
   t.test('redis store', async (t) => {
-    const gw = await startGateway(t, { redisUrl: redis.url, config: { shares: { ...CONFIG.shares, create_per_minute: 100 } } });
+    const s3 = await startS3(t);
+    const gw = await startGateway(t, {
+      redisUrl: redis.url,
+      config: { shares: { ...CONFIG.shares, create_per_minute: 100, s3: sharesS3Config(s3) } },
+    });
     await quotas(t, gw, 'redis');
 
     t.test('concurrent creates cannot pass the quota; refused creates add nothing to Redis', async (t) => {
@@ -101,7 +105,8 @@ if (redis) {
   });
 
   t.test('per-key rate on its own gateway', async (t) => {
-    const gw = await startGateway(t, { redisUrl: redis.url, config: CONFIG });
+    const s3 = await startS3(t);
+    const gw = await startGateway(t, { redisUrl: redis.url, config: { ...CONFIG, shares: { ...CONFIG.shares, s3: sharesS3Config(s3) } } });
     const { key } = await gw.createKey({ account: 'redis-rate2', env: 'live' });
     for (let i = 0; i < 2; i++) t.equal((await publish(gw, key, snapshot(5))).status, 201);
     t.equal((await publish(gw, key, snapshot(5))).status, 429);

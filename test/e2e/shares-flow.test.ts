@@ -235,11 +235,19 @@ if (redis) {
     t.notMatch(text, created.body.slug, 'no slug in any label');
   });
 
-  t.test('without S3 configured, shares without files work and declaring files is a 422', async (t) => {
+  t.test('Redis without S3: publishing is a 503 that stores nothing, declaring files a 422, a warning at boot', async (t) => {
     const bare = await startGateway(t, { redisUrl: redis.url, config: { store: { command_timeout_ms: LOADED_MACHINE_TIMEOUT_MS } } });
+    t.ok(
+      bare.logs.some((l) => l.includes('shares.s3 is not configured: publishing shares is refused')),
+      'the boot log says why publishing will be refused',
+    );
     const { key: k } = await bare.createKey({ account: 'acme', env: 'live' });
-    const ok = await publish(bare, k, { snapshot: { messages: [{}] }, files: [] });
-    t.equal(ok.status, 201);
+    const before = (await redis.client.keys('tg:share:*')).length;
+    const refusedNoFiles = await publish(bare, k, { snapshot: { messages: [{}] }, files: [] });
+    t.equal(refusedNoFiles.status, 503, 'Redis keeps no snapshots: without an object store nothing is published');
+    t.equal(refusedNoFiles.body.error.code, 'store_unavailable');
+    t.match(refusedNoFiles.body.error.message, /shares\.s3/);
+    t.equal((await redis.client.keys('tg:share:*')).length, before, 'no record written');
     const files = [{ name: 'a.txt', content_type: 'text/plain', size: 1 }];
     const refused = await publish(bare, k, { snapshot: { messages: [{}] }, files });
     t.equal(refused.status, 422);

@@ -7,11 +7,19 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import type { Redis } from 'ioredis';
 import { startGateway, type TestGateway } from '../helpers/gateway.ts';
 import { monitorRedis, startRedis } from '../helpers/redis.ts';
+import { sharesS3Config, startS3 } from '../helpers/s3.ts';
 
 // Above the helper's 2 s Redis command timeout: a saturated shared CI box (load average 14 on 2 cores
 // seen here) must not look like an outage; these tests are about shares, not about timeouts.
 const LOADED_MACHINE_TIMEOUT_MS = 3_000;
-const config = { store: { command_timeout_ms: LOADED_MACHINE_TIMEOUT_MS }, shares: { cache_ttl_ms: 60_000, negative_ttl_ms: 60_000 } };
+// Snapshots are objects in S3 (SPEC §13): every instance reads them from the same bucket.
+const s3 = await startS3(t);
+const config = {
+  store: { command_timeout_ms: LOADED_MACHINE_TIMEOUT_MS },
+  // The janitor's walk over share records (migration, orphan sweep) names slugs too: kept out of the
+  // MONITOR window here, it is tested on its own (test/e2e/shares-objects.test.ts).
+  shares: { cache_ttl_ms: 60_000, negative_ttl_ms: 60_000, s3: sharesS3Config(s3), janitor_interval_ms: 3_600_000 },
+};
 
 async function publish(gw: TestGateway, key: string): Promise<string> {
   const res = await fetch(`${gw.url}/v1/shares`, {

@@ -7,6 +7,7 @@ import t from 'tap';
 import { Agent, request } from 'node:http';
 import { randomBytes, randomInt } from 'node:crypto';
 import { startGateway } from '../helpers/gateway.ts';
+import { sharesS3Config, startS3 } from '../helpers/s3.ts';
 import { startRedis } from '../helpers/redis.ts';
 
 const PATTERN = '^[1-9A-HJ-NP-Za-km-z]{22}$';
@@ -84,7 +85,11 @@ const validSlug = () => Array.from({ length: 22 }, () => ALPHABET[randomInt(58)]
 const LOADED_MACHINE_TIMEOUT_MS = 3_000;
 const redis = await startRedis(t);
 if (redis) {
-  const gw = await startGateway(t, { redisUrl: redis.url, config: { store: { command_timeout_ms: LOADED_MACHINE_TIMEOUT_MS } } });
+  const s3 = await startS3(t);
+  const gw = await startGateway(t, {
+    redisUrl: redis.url,
+    config: { store: { command_timeout_ms: LOADED_MACHINE_TIMEOUT_MS }, shares: { s3: sharesS3Config(s3) } },
+  });
   const { key } = await gw.createKey({ account: 'acme', env: 'live' });
   const created = await fetch(`${gw.url}/v1/shares`, {
     method: 'POST',

@@ -1,7 +1,9 @@
 import t from 'tap';
 import { GatewayError } from '../../src/http/errors.ts';
 import { createShareCache } from '../../src/shares/share-cache.ts';
-import { createShareService, renderShare } from '../../src/shares/service.ts';
+import { createShareService } from '../../src/shares/service.ts';
+import { liveShare } from '../../src/shares/share-cache.ts';
+import { createMemorySnapshotObjects, type SnapshotObjects } from '../../src/shares/snapshot-objects.ts';
 import type { FileLink, FileUrls, Upload } from '../../src/shares/file-urls.ts';
 import { createMemoryStore } from '../../src/store/memory-store.ts';
 import type { ShareFile, Store } from '../../src/store/types.ts';
@@ -37,11 +39,19 @@ function fakeFiles() {
   return { files, calls, state };
 }
 
-function build(o: { store?: Store; files?: FileUrls | undefined } = {}) {
+function build(o: { store?: Store; files?: FileUrls | undefined; objects?: SnapshotObjects } = {}) {
   const store = o.store ?? createMemoryStore();
-  const cache = createShareCache({ store, ttlMs: 10_000, negativeTtlMs: 1_000 });
-  const service = createShareService({ store, cache, files: 'files' in o ? o.files : fakeFiles().files, now: () => NOW, slug: () => SLUG });
-  return { store, cache, service };
+  const objects = o.objects ?? createMemorySnapshotObjects(store.snapshotTexts);
+  const cache = createShareCache({ store, objects, ttlMs: 10_000, negativeTtlMs: 1_000 });
+  const service = createShareService({
+    store,
+    cache,
+    objects,
+    files: 'files' in o ? o.files : fakeFiles().files,
+    now: () => NOW,
+    slug: () => SLUG,
+  });
+  return { store, cache, service, objects };
 }
 
 const files: ShareFile[] = [
@@ -51,7 +61,7 @@ const files: ShareFile[] = [
 
 t.test('create stores the record as published and returns one upload per file', async (t) => {
   const f = fakeFiles();
-  const { store, service, cache } = build({ files: f.files });
+  const { store, service, cache, objects } = build({ files: f.files });
   const created = await service.create('acme', { snapshotText: '{ "messages": [{}] }', files });
   t.same(created, {
     slug: SLUG,
@@ -65,19 +75,21 @@ t.test('create stores the record as published and returns one upload per file', 
     slug: SLUG,
     account: 'acme',
     created_at: '2026-11-22T10:00:00.000Z',
-    snapshot: '{ "messages": [{}] }',
+    bytes: 20,
     files,
     revoked_at: null,
   });
+  t.equal(await objects.get(SLUG), '{ "messages": [{}] }', 'the snapshot is an object, not part of the record');
   t.equal(cache.peek(SLUG)?.status, 'live', 'primed');
 });
 
 t.test('a signing failure on create stores nothing', async (t) => {
   const f = fakeFiles();
   f.state.fail = true;
-  const { store, service } = build({ files: f.files });
+  const { store, service, objects } = build({ files: f.files });
   await t.rejects(service.create('acme', { snapshotText: '{}', files }), { code: 'store_unavailable' });
   t.equal(await store.getShare(SLUG), null);
+  t.equal(await objects.confirm(SLUG, '{}'), false, 'no object either');
 });
 
 t.test('read splices the stored snapshot text into the body, with file links', async (t) => {
@@ -96,8 +108,10 @@ t.test('read splices the stored snapshot text into the body, with file links', a
 
 t.test('a share with files read where S3 is not configured lists them with null URLs', async (t) => {
   const store = createMemoryStore();
-  await store.putShare({ slug: SLUG, account: 'acme', created_at: 'x', snapshot: '{}', files, revoked_at: null });
-  const { service } = build({ store, files: undefined });
+  await store.putShare({ slug: SLUG, account: 'acme', created_at: 'x', bytes: 2, files, revoked_at: null });
+  const objects = createMemorySnapshotObjects();
+  await objects.put(SLUG, '{}');
+  const { service } = build({ store, files: undefined, objects });
   t.same(
     JSON.parse(await service.read(SLUG)).files,
     files.map((f) => ({ ...f, url: null, expires_at: null })),
@@ -142,7 +156,15 @@ t.test('revoke publishes an invalidation that other caches on the store apply', 
   t.equal(b.cache.peek(SLUG)?.status, 'revoked');
 });
 
-t.test('renderShare escapes slug and created_at as JSON strings', async (t) => {
-  const text = renderShare({ slug: 'a"b', account: 'x', created_at: 'c\\d', snapshot: '[1]', files: [], revoked_at: null }, []);
-  t.same(JSON.parse(text), { slug: 'a"b', created_at: 'c\\d', snapshot: [1], files: [] });
+t.test('the ready body escapes slug and created_at as JSON strings', async (t) => {
+  const live = liveShare({ slug: 'a"b', account: 'x', created_at: 'c\\d', bytes: 3, files: [], revoked_at: null }, '[1]');
+  t.same(JSON.parse(live.text), { slug: 'a"b', created_at: 'c\\d', snapshot: [1], files: [] });
+});
+
+t.test('without an object store (Redis without shares.s3) publishing is a 503 that stores nothing', async (t) => {
+  const store = createMemoryStore();
+  const cache = createShareCache({ store, objects: undefined, ttlMs: 10_000, negativeTtlMs: 1_000 });
+  const service = createShareService({ store, cache, objects: undefined, files: undefined, now: () => NOW, slug: () => SLUG });
+  await t.rejects(service.create('acme', { snapshotText: '{}', files: [] }), { code: 'store_unavailable', message: /shares\.s3/ });
+  t.equal(await store.getShare(SLUG), null);
 });

@@ -240,6 +240,8 @@ t.test('file name rules', async (t) => {
   valueError('a\u0085b', 'file name must not contain control characters');
   valueError('.', "file name must not be '.' or '..'");
   valueError('..', "file name must not be '.' or '..'");
+  valueError('snapshot.json', "file name 'snapshot.json' is reserved");
+  t.equal(validateShareBody(file({ name: 'Snapshot.json' }), OPTS).files[0]!.name, 'Snapshot.json', 'S3 keys are case-sensitive');
   valueError('a\ud800b', 'file name must be valid Unicode');
   // 128 × 'é' = 128 characters but 256 UTF-8 bytes.
   valueError('é'.repeat(128), 'file name must be at most 255 bytes in UTF-8');

@@ -103,16 +103,23 @@ export function consoleCases(test: Case): void {
       slug,
       account: acct,
       created_at,
-      snapshot: '{"title":"t"}',
+      bytes: 13,
       files: [],
       revoked_at: null,
     });
+    // As a create does it: counted (the account's index, which the list reads), then the record.
+    const limits = { maxCount: 10, maxBytes: 1000, unfundedMaxCount: 10 };
+    const put = async (r: ShareRecord) => {
+      await store.reserveShareQuota(r.account, r.slug, r.bytes, limits, Date.parse(r.created_at));
+      await store.putShare(r);
+    };
     const older = share('C1b2C3d4E5f6G7h8J9k1m2', TS);
     const newer = share('D1b2C3d4E5f6G7h8J9k1m2', TS2);
-    await store.putShare(older);
-    await store.putShare(newer);
-    await store.putShare({ ...share('E1b2C3d4E5f6G7h8J9k1m2', TS2), account: uniqueAccount('other') });
+    await put(older);
+    await put(newer);
+    await put({ ...share('E1b2C3d4E5f6G7h8J9k1m2', TS2), account: uniqueAccount('other') });
     await store.revokeShare(older.slug, TS2);
+    await store.releaseShareQuota(acct, older.slug, 'revoked');
     t.strictSame(await store.listShares(acct, 10), [newer, { ...older, revoked_at: TS2 }]);
     t.strictSame(await store.listShares(acct, 1), [newer], 'capped at the limit');
     t.strictSame(await store.listShares(uniqueAccount('nobody'), 10), []);

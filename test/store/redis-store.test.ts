@@ -146,7 +146,8 @@ if (redis) {
       await store.settle(settleOf(acct, 'req-settled', 5_000));
     }
     await store.reapExpiredHolds(2_000, TS);
-    await store.putShare({ slug: 'A1b2C3d4E5f6G7h8J9k1m2', account: 'acme', created_at: TS, snapshot: '{}', files: [], revoked_at: null });
+    await store.reserveShareQuota('acme', 'A1b2C3d4E5f6G7h8J9k1m2', 2, { maxCount: 10, maxBytes: 100, unfundedMaxCount: 10 }, 0);
+    await store.putShare({ slug: 'A1b2C3d4E5f6G7h8J9k1m2', account: 'acme', created_at: TS, bytes: 2, files: [], revoked_at: null });
 
     const keys = await allKeys();
     // Keys that belong to no account: key records (looked up by hash), the id index, shares, the bucket index.
@@ -157,7 +158,7 @@ if (redis) {
       const mine = keys.filter((k) => k.startsWith(`{acct:${acct}}:`)).map((k) => k.slice(`{acct:${acct}}:`.length));
       t.strictSame(
         mine,
-        ['bal', 'hb:1000', 'hb:5000', 'hb:9000000000000', 'idem', 'keys', 'ledger', ...(acct === 'acme' ? ['share-list'] : [])],
+        ['bal', 'hb:1000', 'hb:5000', 'hb:9000000000000', 'idem', 'keys', 'ledger', ...(acct === 'acme' ? ['shares'] : [])],
         `${acct}: balance, hold buckets (reaped, settled, open), idempotency, key set, ledger: no key per request`,
       );
     }

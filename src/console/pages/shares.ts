@@ -5,6 +5,7 @@ import { accountPath, when } from '../layout.ts';
 
 /** The snapshot's title, if it has a string one (snapshots are stored as published JSON text). */
 export function shareTitle(r: ShareRecord): string {
+  if (r.snapshot === undefined) return '';
   try {
     const t = (JSON.parse(r.snapshot) as { title?: unknown }).title;
     return typeof t === 'string' ? t : '';

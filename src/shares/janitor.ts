@@ -1,0 +1,129 @@
+/**
+ * The shares' background work, run by every instance (docs/shares.md "Storage"):
+ *
+ * - **Orphan sweep.** A create writes an intent before its snapshot object and clears it after the
+ *   record. An intent older than `graceMs` whose record does not exist is a create that failed after
+ *   the upload and could not clean up (the store was down): the object is deleted, the quota given back,
+ *   the intent cleared. An intent whose record exists is only cleared. Every step is idempotent, so
+ *   several instances sweeping at once do no harm.
+ * - **Migration.** Records of the layout that kept the snapshot in Redis are moved, `batch` records
+ *   looked at per tick: object written, confirmed (length and SHA-256 by HEAD), then the record is
+ *   rewritten without the text (share-compact.lua, atomic against a revoke). The walk's cursor is saved
+ *   in Redis under a lease, so one instance walks at a time and a restart resumes where it stopped;
+ *   two instances moving the same record anyway (a lease that expired mid-batch) write the same object
+ *   twice and compact once. Shares stay readable throughout: the cache reads the text from whichever
+ *   place holds it.
+ */
+import { randomUUID } from 'node:crypto';
+import type { Logger } from '../obs/logger.ts';
+import type { Store } from '../store/types.ts';
+import type { SnapshotObjects } from './snapshot-objects.ts';
+
+export interface ShareJanitorDeps {
+  store: Store;
+  objects: SnapshotObjects;
+  logger: Logger;
+  now: () => number;
+  /** How often both jobs run. */
+  intervalMs: number;
+  /** Intents younger than this are creates that may still be running. */
+  graceMs: number;
+  /** Records looked at per migration tick, intents per sweep. */
+  batch: number;
+  onReport?: (outcome: 'migrated' | 'orphan_deleted', n: number) => void;
+}
+
+export interface ShareJanitor {
+  start(): void;
+  stop(): Promise<void>;
+  /** One sweep: how many orphan objects were deleted. */
+  sweepOnce(): Promise<number>;
+  /** One migration step: records moved, and whether the walk is over (nothing left to move). */
+  migrateOnce(): Promise<{ moved: number; done: boolean }>;
+}
+
+export function createShareJanitor(d: ShareJanitorDeps): ShareJanitor {
+  const owner = randomUUID();
+  // The lease outlives a tick by far: a slow S3 never lets two instances walk at once in practice.
+  const leaseMs = Math.max(30_000, d.intervalMs * 6);
+  let migrationDone = d.objects.kind === 'memory';
+  let timer: NodeJS.Timeout | undefined;
+  let running: Promise<void> | undefined;
+
+  async function sweepOnce(): Promise<number> {
+    const due = await d.store.duePendingShares(d.now() - d.graceMs, d.batch);
+    let deleted = 0;
+    for (const p of due) {
+      if ((await d.store.getShare(p.slug)) === null) {
+        await d.objects.delete(p.slug);
+        await d.store.releaseShareQuota(p.account, p.slug, 'dropped');
+        deleted++;
+      }
+      await d.store.clearSharePending(p);
+    }
+    if (deleted > 0) {
+      d.onReport?.('orphan_deleted', deleted);
+      d.logger.warn({ deleted }, 'deleted share snapshot objects whose record was never written');
+    }
+    return deleted;
+  }
+
+  async function migrateOnce(): Promise<{ moved: number; done: boolean }> {
+    const walk = await d.store.claimShareMigration(owner, leaseMs);
+    if (walk === undefined) return { moved: 0, done: false };
+    if (walk === null) return { moved: 0, done: true };
+    const page = await d.store.scanLegacyShares(walk.cursor, d.batch);
+    let moved = 0;
+    for (const r of page.records) {
+      const text = r.snapshot!;
+      if (!(await d.objects.confirm(r.slug, text))) {
+        await d.objects.put(r.slug, text);
+        // Written is not enough: the bytes are freed only once the object reads back as these bytes.
+        if (!(await d.objects.confirm(r.slug, text))) throw new Error('snapshot object did not confirm after upload');
+      }
+      if (await d.store.compactShare(r.slug, Buffer.byteLength(text))) moved++;
+    }
+    // A walk that moved something is walked again from the start: an instance of the previous version
+    // may have stored more meanwhile (a rolling upgrade). Finished means a whole walk found nothing.
+    const total = walk.moved + moved;
+    const next = page.cursor !== '' ? { cursor: page.cursor, moved: total } : total === 0 ? null : { cursor: '', moved: 0 };
+    await d.store.saveShareMigration(owner, next);
+    if (moved > 0) {
+      d.onReport?.('migrated', moved);
+      d.logger.info({ moved }, 'moved share snapshots from Redis to the object store');
+    }
+    return { moved, done: next === null };
+  }
+
+  async function tick(): Promise<void> {
+    try {
+      await sweepOnce();
+    } catch (err) {
+      d.logger.warn({ err }, 'share orphan sweep failed; will retry');
+    }
+    if (migrationDone) return;
+    try {
+      migrationDone = (await migrateOnce()).done;
+      if (migrationDone) d.logger.info('share snapshot migration: no snapshot left in Redis');
+    } catch (err) {
+      d.logger.warn({ err }, 'share snapshot migration step failed; will retry');
+    }
+  }
+
+  return {
+    start() {
+      if (timer) return;
+      timer = setInterval(() => {
+        if (!running) running = tick().finally(() => (running = undefined));
+      }, d.intervalMs);
+      timer.unref();
+    },
+    async stop() {
+      if (timer) clearInterval(timer);
+      timer = undefined;
+      await running;
+    },
+    sweepOnce,
+    migrateOnce,
+  };
+}
