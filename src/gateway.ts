@@ -195,7 +195,7 @@ export function createGateway(d: GatewayDeps): Gateway {
     rebuildUsage({ store, sink: ledgerSink, prefix: ex.prefix, retentionDays: config.usage.retentionDays }, account, from, to);
 
   // Every key-authenticated route is authenticated, scoped and admitted once, by the edge's gate (http/gate.ts).
-  const gate = createGate({ auth, limits, concurrency, adminGuard: guard });
+  const gate = createGate({ auth, limits, concurrency, adminGuard: guard, drainMs: config.server.bodyTimeoutMs });
   // Aborted at the drain deadline: the streams still open end with the shutting_down event (SPEC §14).
   const streamCut = new AbortController();
   // `tracing` stays undefined unless `otel` is configured (then listen() sets it): the route reads it per request.

@@ -27,21 +27,23 @@ function tooLarge(maxBytes: number): GatewayError {
 }
 
 /**
- * Rejects with `err` once the rest of a refused body was read and dropped, or the client left. A response
- * sent while the client is still uploading is followed by the socket's close, and the client, mid-write,
- * sees a reset instead of the 413/503 (15 of 60 refused 4 MB uploads did on loopback), which an SDK does
- * not retry as it retries a 503. Dropped bytes cost no memory. No timer of its own: the drain is bounded
- * like every upload, by `server.request_timeout_ms` (Node closes a request still incomplete then). It
- * used to stop after 2 s, and on a loaded 2-core machine 60 concurrent refused 4 MB uploads took longer:
- * the last ones were reset (issue 27, a CI flake of test/e2e/hostile-memory.test.ts).
+ * Rejects with `err` once the rest of a refused body was read and dropped, or the client left, or `maxMs`
+ * passed. A response sent while the client is still uploading is followed by the socket's close, and the
+ * client, mid-write, sees a reset instead of the 413/429/503 (15 of 60 refused 4 MB uploads did on
+ * loopback), which an SDK does not retry as it retries a 503. Dropped bytes cost no memory. The bound is
+ * `server.body_timeout_ms` (10 s by default), the time any body gets: a fixed 2 s was too short for 60
+ * concurrent refused 4 MB uploads on a loaded 2-core machine (issue 27, a CI flake of
+ * test/e2e/hostile-memory.test.ts), and no bound at all let a refused trickle wait for the request timeout.
  */
-export function refuseAfterDrain(req: IncomingMessage, err: unknown): Promise<never> {
+export function refuseAfterDrain(req: IncomingMessage, err: unknown, maxMs?: number): Promise<never> {
   return new Promise((_resolve, reject) => {
     if (req.complete || req.destroyed) return reject(err);
     const done = () => {
+      clearTimeout(timer);
       req.off('end', done).off('close', done);
       reject(err);
     };
+    const timer = maxMs === undefined ? undefined : setTimeout(done, maxMs);
     req.on('end', done).on('close', done);
     req.resume();
   });
@@ -77,7 +79,7 @@ const NO_RELEASE = () => {};
  */
 export function readBody(req: IncomingMessage, maxBytes: number, budget?: BodyBudget): Promise<BodyText> {
   const declared = Number(req.headers['content-length']);
-  if (declared > maxBytes) return refuseAfterDrain(req, tooLarge(maxBytes));
+  if (declared > maxBytes) return refuseAfterDrain(req, tooLarge(maxBytes), budget?.timeoutMs);
   let reserved = 0;
   const giveBack = () => {
     budget?.release(reserved);
@@ -92,7 +94,7 @@ export function readBody(req: IncomingMessage, maxBytes: number, budget?: BodyBu
     const fail = (e: unknown) => {
       cleanup();
       giveBack();
-      refuseAfterDrain(req, e).catch(reject);
+      refuseAfterDrain(req, e, budget?.timeoutMs).catch(reject);
     };
     const timedOut = (ms: number) => {
       cleanup();

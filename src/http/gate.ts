@@ -29,6 +29,8 @@ export interface GateDeps {
   concurrency?: Concurrency;
   /** Throws unless the request carries the admin token. */
   adminGuard?: (ctx: RequestContext) => void;
+  /** How long the body of a request refused before it was read is drained (server.body_timeout_ms). */
+  drainMs?: number;
 }
 
 export function createGate(d: GateDeps): Gate {
@@ -53,7 +55,7 @@ export function createGate(d: GateDeps): Gate {
         err = rateErr;
       }
       // Refused before its body was read: the body is drained (never buffered, never parsed) and then refused.
-      return refuseAfterDrain(ctx.req, err);
+      return refuseAfterDrain(ctx.req, err, d.drainMs);
     }
     await route.handler(ctx);
   }

@@ -1,6 +1,6 @@
 // SPEC §13 "No first-use stalls": /readyz is 503 `warm_up: loading` until the fallback tokenizer is
 // loaded, and listen() resolves only then. The tokenizer's import is held open here (injected), so the
-// window is observed deterministically; test/e2e/noisy-first-use.test.ts runs the real cold import in a
+// window is observed deterministically; test/isolation/noisy-first-use.test.ts runs the real cold import in a
 // fresh process. A tokenizer that cannot load is logged and the gateway becomes ready anyway.
 import t from 'tap';
 import { Writable } from 'node:stream';

@@ -3,7 +3,7 @@
 // 1 s, even while that instance has it cached; GET /v1/key shows a key its own quota.
 import t from 'tap';
 import { setTimeout as sleep } from 'node:timers/promises';
-import { startGateway, type TestGateway } from '../helpers/gateway.ts';
+import { ADMIN_TOKEN, startGateway, type TestGateway } from '../helpers/gateway.ts';
 import { startRedis } from '../helpers/redis.ts';
 
 const CONFIG = { auth: { failed_per_minute: 10_000_000 } };
@@ -98,7 +98,7 @@ if (redis) {
     t.equal((await status(b, doomed.key)).status, 200, 'B has the key cached');
     const res = await fetch(`${a.adminUrl}/admin/keys/${doomed.id}`, {
       method: 'DELETE',
-      headers: a.auth('test-admin-token-0123456789-abcdefghij'),
+      headers: { authorization: `Bearer ${ADMIN_TOKEN}` },
     });
     const deletedAt = Date.now();
     t.equal(res.status, 204);

@@ -42,7 +42,7 @@ t.test('60 × 4 MB bodies on a free test key: the process stays up, another clie
     upstreamUrl: sim.url,
     nodeArgs: ['--max-old-space-size=256'],
     // The per-key body cap (SPEC §13, 8 MiB) would refuse this key with 429 long before the process budget:
-    // raised here so the process-wide budget (503) is what is tested; test/e2e/noisy-body-trickle.test.ts tests the cap.
+    // raised here so the process-wide budget (503) is what is tested; test/isolation/noisy-body-trickle.test.ts tests the cap.
     config: {
       rate_limits: {
         test: { requests_per_minute: 100_000, tokens_per_minute: 100_000_000 },

@@ -19,7 +19,7 @@ export async function startLimitsStack(
   // Token-limit tests ask for up to 900 output tokens: a model cap above that keeps max_tokens unclamped.
   const models = (testConfigDoc(sim.url).models as Record<string, unknown>[]).map((m) => ({ ...m, max_output_tokens: 4096 }));
   // These files test the per-key limits with many keys of one account: the account's limit (rate_limits.test_account,
-  // 4 × the per-key one by default) is kept out of their way unless they set it (test/e2e/noisy-account-limits.test.ts).
+  // 4 × the per-key one by default) is kept out of their way unless they set it (test/isolation/noisy-account-limits.test.ts).
   const account = { requests_per_minute: 1_000_000, tokens_per_minute: 1_000_000_000 };
   const gw = await startGateway(t, {
     redisUrl: redis.url,

@@ -18,8 +18,8 @@ import { stringify } from 'yaml';
 import { ADMIN_TOKEN, testConfigDoc } from '../helpers/gateway.ts';
 import { freePort } from '../helpers/ports.ts';
 import { waitFor } from '../helpers/wait.ts';
-import { startSim } from './chat-fixture.ts';
-import { chat, ledgerOf, streamBody } from './credit-support.ts';
+import { startSim } from '../e2e/chat-fixture.ts';
+import { chat, ledgerOf, streamBody } from '../e2e/credit-support.ts';
 
 /** Wall time of one GET /healthz on a fresh connection. */
 async function healthMs(adminUrl: string): Promise<number> {

@@ -8,7 +8,7 @@
 import t from 'tap';
 import { startRedis } from '../helpers/redis.ts';
 import { startGateway, type TestGateway } from '../helpers/gateway.ts';
-import { postChat, startSim } from './chat-fixture.ts';
+import { postChat, startSim } from '../e2e/chat-fixture.ts';
 
 const CAP = 100; // limits.max_keys_per_account's default
 const ATTEMPTS = 140;

@@ -1,4 +1,4 @@
-// Shared pieces of the noisy-neighbour suite (test/e2e/noisy-*.test.ts, SPEC §13): a real gateway in its
+// Shared pieces of the noisy-neighbour suite (test/isolation/noisy-*.test.ts, SPEC §13): a real gateway in its
 // own process on a real Redis (the attack's client work must not share the gateway's event loop), a
 // victim account whose requests are measured while an attack runs, a /healthz prober, and a raw-socket
 // client that sends a request's bytes exactly as an attacker would (declared length, trickle, stall).
@@ -8,7 +8,7 @@ import type { Test } from 'tap';
 import { ADMIN_TOKEN } from '../helpers/gateway.ts';
 import { startRedis } from '../helpers/redis.ts';
 import { startSimulator } from '../../src/simulator/simulator.ts';
-import { spawnGateway, type ChildGateway } from './credit-support.ts';
+import { spawnGateway, type ChildGateway } from '../e2e/credit-support.ts';
 
 export interface NoisyStack {
   gw: ChildGateway;
