@@ -1,16 +1,12 @@
 // Shared by the fault-* e2e tests (issue 25, SPEC §14): a redis-server on its own AOF (killed and restarted
 // without losing what it acknowledged, so an outage does not also wipe the holds), SSE reading up to a
 // number of content chunks, and the spool files a gateway left.
-import { spawn, type ChildProcess } from 'node:child_process';
-import { once } from 'node:events';
-import { mkdtemp, readdir, readFile, rm } from 'node:fs/promises';
-import { tmpdir } from 'node:os';
+import { readdir, readFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { decodeSpool } from '../../src/credit/spool.ts';
 import type { SettleInput } from '../../src/store/types.ts';
-import { freePort } from '../helpers/ports.ts';
-import { waitFor } from '../helpers/wait.ts';
 import { sseData } from './chat-fixture.ts';
+import { startDurableRedis } from './durable-redis.ts';
 
 interface Teardown {
   teardown(fn: () => unknown): void;
@@ -24,35 +20,10 @@ export interface AofRedis {
   start(): Promise<void>;
 }
 
-/** redis-server with `--appendonly yes --appendfsync always` in a temp dir, on a free port. */
+/** redis-server with `--appendonly yes --appendfsync always` in a temp dir, on a free port (durable-redis.ts). */
 export async function startAofRedis(t: Teardown): Promise<AofRedis> {
-  const dir = await mkdtemp(join(tmpdir(), 'tollgate-fault-aof-'));
-  t.teardown(() => rm(dir, { recursive: true, force: true }));
-  const port = await freePort();
-  let child: ChildProcess | undefined;
-  const start = async () => {
-    const c = spawn(
-      'redis-server',
-      ['--port', String(port), '--bind', '127.0.0.1', '--dir', dir, '--save', '', '--appendonly', 'yes', '--appendfsync', 'always'],
-      { stdio: ['ignore', 'pipe', 'pipe'] },
-    );
-    child = c;
-    let log = '';
-    c.stdout!.on('data', (b: Buffer) => (log += b));
-    c.stderr!.on('data', (b: Buffer) => (log += b));
-    await waitFor(() => log.includes('Ready to accept connections') || c.exitCode !== null, 10_000, 'redis-server to be ready');
-    if (c.exitCode !== null) throw new Error(`redis-server exited: ${log}`);
-  };
-  const kill = async () => {
-    const c = child;
-    if (!c || c.exitCode !== null || c.signalCode !== null) return;
-    const exited = once(c, 'exit');
-    c.kill('SIGKILL');
-    await exited;
-  };
-  await start();
-  t.teardown(kill);
-  return { url: `redis://127.0.0.1:${port}`, kill, start };
+  const r = await startDurableRedis(t);
+  return { url: r.url, kill: () => r.stop('SIGKILL'), start: () => r.start() };
 }
 
 /** Reads an SSE response until `n` content chunks arrived; `rest()` reads it to its end (or its cut). */
