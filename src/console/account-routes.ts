@@ -23,6 +23,7 @@ import { fields, readForm } from './forms.ts';
 import { LINK_TTL, type ConsoleSessions, type Viewer } from './sessions.ts';
 import { isHtmx, notFound, redirect, type SignedIn } from './access.ts';
 import {
+  DEFAULT_LISTING,
   KEY_FIRST_DIR,
   KEY_SORTS,
   ROLL_GRACES,
@@ -129,12 +130,12 @@ export function accountRoutes(d: AccountRouteDeps): Route[] {
     return { record, lastUsed: used[record.id], budget };
   }
 
-  /** `?q=&sort=&dir=` of the keys page; anything unknown falls back to the default order (oldest first). */
+  /** `?q=&sort=&dir=` of the keys page; anything unknown falls back to the default order (newest first). */
   function listing(url: string): KeyListing {
     const q = query(url);
     const search = typeof q.q === 'string' ? q.q.trim().slice(0, 200) : '';
     const sort = KEY_SORTS.find((s) => s === q.sort);
-    if (!sort) return { q: search, sort: 'created', dir: 'asc' };
+    if (!sort) return { ...DEFAULT_LISTING, q: search };
     return { q: search, sort, dir: q.dir === 'asc' || q.dir === 'desc' ? q.dir : KEY_FIRST_DIR[sort] };
   }
 
@@ -142,7 +143,7 @@ export function accountRoutes(d: AccountRouteDeps): Route[] {
     const keys = await d.keys.list(account);
     const all = await keyViews(account, keys);
     const get = ctx.req.method === 'GET';
-    const l = get ? listing(ctx.req.url!) : { q: '', sort: 'created' as const, dir: 'asc' as const };
+    const l = get ? listing(ctx.req.url!) : DEFAULT_LISTING;
     const views = sortKeys(filterKeys(all, l.q), l.sort, l.dir, d.now());
     const operator = viewer.account === null;
     // An operator may open any valid id (accounts exist implicitly); one that was never seen is said so,

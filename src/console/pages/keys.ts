@@ -85,7 +85,8 @@ export interface KeyListing {
   sort: KeySort;
   dir: KeySortDir;
 }
-export const DEFAULT_LISTING: KeyListing = { q: '', sort: 'created', dir: 'asc' };
+/** Newest first: a key just created heads the table. */
+export const DEFAULT_LISTING: KeyListing = { q: '', sort: 'created', dir: 'desc' };
 
 /** Keys whose name contains `q` (any case) or whose last four characters contain it (`…abcd`, `svc-live-…abcd`). */
 export function filterKeys(views: readonly KeyView[], q: string): KeyView[] {
@@ -200,10 +201,12 @@ export function keyRow(account: string, v: KeyView, nowMs: number): Html {
         <button class="small" type="submit">Rename</button>
       </form>
     </td>
-    <td class="mono">svc-${k.env}-…${k.last4}</td>
-    <td><span class="badge ${k.env}">${k.env}</span></td>
-    <td class="hide-sm">${k.scopes.join(', ')}</td>
-    <td class="hide-sm limits"><span class="models">${modelsText(k)}</span><br /><span class="sub rate">${rateText(k)}</span></td>
+    <td class="key"><span class="mono">svc-${k.env}-…${k.last4}</span><br /><span class="badge ${k.env}">${k.env}</span></td>
+    <td class="hide-sm limits">
+      <span class="scopes">${k.scopes.join(', ')}</span><br /><span class="models">${modelsText(k)}</span><br /><span class="sub rate"
+        >${rateText(k)}</span
+      >
+    </td>
     <td class="budget-cell">${v.budget ? budgetBar(v.budget) : html`<span class="sub">no budget</span>`}</td>
     <td class="hide-sm">${stamp(k.created_at)}</td>
     <td class="last-used"><span class="show-sm">Last used </span>${v.lastUsed ? stamp(v.lastUsed) : 'never'}</td>
@@ -251,9 +254,7 @@ export function keyTable(
         <tr>
           ${sortHeader(account, l, 'name')}
           <th>Key</th>
-          <th>Env</th>
-          <th class="hide-sm">Scopes</th>
-          <th class="hide-sm">Models · rate limits</th>
+          <th class="hide-sm">Scopes · models · rate limits</th>
           <th>Budget</th>
           ${sortHeader(account, l, 'created', 'hide-sm')} ${sortHeader(account, l, 'last_used')} ${sortHeader(account, l, 'status')}
           <th class="actions"><span class="hide-sm">Actions</span></th>
@@ -263,7 +264,7 @@ export function keyTable(
         ${
           views.length === 0
             ? html`<tr>
-                <td colspan="10" class="empty">
+                <td colspan="8" class="empty">
                   ${total === 0 ? 'No keys yet: create the first one above.' : 'No key matches the search.'}
                 </td>
               </tr>`
