@@ -202,7 +202,7 @@ export function keyRow(account: string, v: KeyView, nowMs: number): Html {
       </form>
     </td>
     <td class="key"><span class="mono">svc-${k.env}-…${k.last4}</span><br /><span class="badge ${k.env}">${k.env}</span></td>
-    <td class="hide-sm limits">
+    <td class="hide-sm limits" title="Scopes, models, rate limits">
       <span class="scopes">${k.scopes.join(', ')}</span><br /><span class="models">${modelsText(k)}</span><br /><span class="sub rate"
         >${rateText(k)}</span
       >
@@ -212,8 +212,10 @@ export function keyRow(account: string, v: KeyView, nowMs: number): Html {
     <td class="last-used"><span class="show-sm">Last used </span>${v.lastUsed ? stamp(v.lastUsed) : 'never'}</td>
     <td class="status">${statusBadge(k, nowMs)}</td>
     <td class="actions">
-      ${toggle}
-      <a class="button small" href="${action}" aria-label="Manage key ${k.name}">Manage</a>
+      <div class="row-actions">
+        ${toggle}
+        <a class="button small" href="${action}" aria-label="Manage key ${k.name}">Manage</a>
+      </div>
     </td>
   </tr>`;
 }
@@ -254,7 +256,7 @@ export function keyTable(
         <tr>
           ${sortHeader(account, l, 'name')}
           <th>Key</th>
-          <th class="hide-sm">Scopes · models · rate limits</th>
+          <th class="hide-sm">Access</th>
           <th>Budget</th>
           ${sortHeader(account, l, 'created', 'hide-sm')} ${sortHeader(account, l, 'last_used')} ${sortHeader(account, l, 'status')}
           <th class="actions"><span class="hide-sm">Actions</span></th>
