@@ -157,6 +157,7 @@ await stranger.goto(used);
 await shot(stranger, 'link-used');
 
 const phone = await signedIn({ account: 'acme' }, { width: 390, height: 844 }, true);
+await phone.locator('#key-rows').scrollIntoViewIfNeeded();
 await shot(phone, 'keys-phone');
 await phone.goto(`${publicUrl}/console/accounts/acme/usage`);
 await shot(phone, 'usage-phone');
