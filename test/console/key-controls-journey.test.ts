@@ -204,6 +204,30 @@ if (redis && browser) {
     t.same(await names(), [...all].reverse(), 'a click on Created: oldest first');
   });
 
+  t.test('without JavaScript: budget, expiry, roll and a confirmed delete all work', async (t) => {
+    const k = await a.createKey({ account: 'acme', env: 'test', name: 'plain' });
+    const context = await browser.newContext({ javaScriptEnabled: false });
+    const plain = await context.newPage();
+    await plain.goto(await link({ account: 'acme' }));
+    await plain.click(`#key-${k.id} >> text=Manage`);
+    await plain.fill('#budget input[name="limit"]', '2');
+    await plain.click('#budget button:has-text("Set budget")');
+    t.equal(await plain.getAttribute('#budget-bar meter', 'max'), '2000000', 'the bar');
+    await plain.click('#expiry button:has-text("Expire now")');
+    t.match(await plain.textContent('#expiry'), /Expired at/);
+    await plain.click('#roll button:has-text("Roll key")');
+    const key = (await plain.textContent('#new-key-value'))!.trim();
+    t.match(key, KEY_FORMAT, 'the roll answer is the page, with the dialog open');
+    await plain.click('text=I have saved it');
+    t.notOk((await plain.content()).includes(key), 'and the link back never shows it again');
+    await plain.goto(`${a.url}/console/accounts/acme/keys/${k.id}`);
+    await plain.click('#delete button:has-text("Delete key")');
+    await plain.click('#delete-confirm button:has-text("Delete for good")');
+    t.match(await plain.textContent('#notice'), /deleted/);
+    t.equal((await a.admin(`/admin/keys/${k.id}`)).status, 404, 'deleted');
+    await context.close();
+  });
+
   t.test('an operator sets a budget and expiry on any account’s key; a member of another account gets 404', async (t) => {
     const k = await a.createKey({ account: 'globex', env: 'live', name: 'theirs' });
     const op = await newPage(browser, a.url);
