@@ -231,6 +231,15 @@ export function accountRoutes(d: AccountRouteDeps): Route[] {
     const grace = action === 'roll' ? Number(o.grace_seconds) : 0;
     if (action === 'roll' && !ROLL_GRACES.some(([s]) => s === grace))
       issues.add(['form', 'grace_seconds'], 'literal_error', `One of ${ROLL_GRACES.map(([s]) => s).join(', ')}`, o.grace_seconds);
+    // A refused key-page form comes back as the key page (422), the message beside its form, what was typed kept.
+    const section = action === 'budget' ? 'budget' : action === 'expire' ? 'expiry' : action === 'roll' ? 'roll' : undefined;
+    if (section && issues.list.length > 0) {
+      const message = issues.list.map((i) => i.msg).join('; ');
+      const typed = section === 'budget' ? o.limit : section === 'expiry' ? o.expires_at : undefined;
+      const refused = { section, message, typed: typeof typed === 'string' ? typed.slice(0, 40) : undefined } as const;
+      const body = keyDetailBody({ account, view: await keyView(current), nowMs: d.now(), refused });
+      return show(ctx, viewer, `Key ${current.name}`, 'keys', body, account, 422);
+    }
     issues.done();
     const id = current.id;
     ctx.log.key_id = id;

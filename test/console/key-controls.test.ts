@@ -135,6 +135,14 @@ t.test('budget and expiry posts: stored as the admin API stores them; bad input 
     const r = await post(keyPath(k.id), body);
     t.equal(r.status, 422, body);
   }
+  const refused = await post(keyPath(k.id), 'action=budget&limit=12%2C5&period=month');
+  t.match(refused.text, /<h1>Key “b”<\/h1>/, 'a refused budget: the key page again');
+  t.match(refused.text, /name="limit"[^>]*value="12,5"[^>]*aria-invalid="true" aria-describedby="budget-error"/, 'what was typed, marked');
+  t.match(refused.text, /id="budget-error" role="alert">[^<]*decimal/, 'the message beside the form');
+  const badTime = await post(keyPath(k.id), 'action=expire&expires_at=soon');
+  t.match(badTime.text, /id="expiry-error" role="alert">[^<]*datetime/);
+  t.match(badTime.text, /name="expires_at" required value="soon"/);
+  t.match((await post(keyPath(k.id), 'action=roll&grace_seconds=5')).text, /id="roll-error" role="alert">One of 0, 3600, 86400, 604800/);
   t.same((await record(k.id)).budget.limit_micros, 12_500_000, 'unchanged');
   t.equal((await record(k.id)).expires_at, null);
   t.equal((await post(keyPath(k.id), 'action=expire&expires_at=2030-01-02T03:04')).status, 303);

@@ -389,6 +389,13 @@ export function keyLimitNotice(max: number | undefined): Html {
   </div>`;
 }
 
+/** A key-page form the server refused (422): which section, why, and what was typed in its text field. */
+export interface KeyFormError {
+  section: 'budget' | 'expiry' | 'roll';
+  message: string;
+  typed?: string | undefined;
+}
+
 /** The lifetimes offered for the old key after a roll (seconds; key-controls.ts allows 0..MAX_GRACE_SECONDS). */
 export const ROLL_GRACES: readonly (readonly [number, string])[] = [
   [0, 'expires now'],
@@ -414,11 +421,19 @@ export function keyDetailBody(o: {
   notice?: string | undefined;
   /** The delete button was pressed once: ask before deleting. */
   confirmDelete?: boolean;
+  /** A refused post (422): its message beside the form, and what was typed, kept. */
+  refused?: KeyFormError | undefined;
 }): Html {
   const k = o.view.record;
   const b = o.view.budget;
   const action = accountPath(o.account, `/keys/${encodeURIComponent(k.id)}`);
   const hidden = (a: string) => html`<input type="hidden" name="action" value="${a}" />`;
+  const err = (section: KeyFormError['section']) =>
+    o.refused?.section === section ? html`<p class="field-error" id="${section}-error" role="alert">${o.refused.message}</p>` : '';
+  const invalid = (section: KeyFormError['section']) =>
+    o.refused?.section === section ? html`aria-invalid="true" aria-describedby="${section}-error"` : '';
+  const limitValue = o.refused?.section === 'budget' ? (o.refused.typed ?? '') : b ? credits(b.limit_micros) : '';
+  const expiryValue = o.refused?.section === 'expiry' ? (o.refused.typed ?? '') : localValue(k.expires_at);
   return html`<div class="head">
       <div>
         <p class="sub"><a href="${accountPath(o.account, '/keys')}">← API keys</a></p>
@@ -468,7 +483,7 @@ export function keyDetailBody(o: {
         ${hidden('budget')}
         <label class="row"
           >Limit
-          <input type="text" inputmode="decimal" name="limit" required maxlength="40" value="${b ? credits(b.limit_micros) : ''}" />
+          <input type="text" inputmode="decimal" name="limit" required maxlength="40" value="${limitValue}" ${invalid('budget')} />
           credits</label
         >
         <label class="row"
@@ -479,6 +494,7 @@ export function keyDetailBody(o: {
         </label>
         <button type="submit">${b ? 'Change budget' : 'Set budget'}</button>
       </form>
+      ${err('budget')}
       ${
         b
           ? html`<form class="inline" method="post" action="${action}">
@@ -501,10 +517,11 @@ export function keyDetailBody(o: {
       <form class="inline" method="post" action="${action}">
         ${hidden('expire')}
         <label class="row"
-          >Expires at <input type="datetime-local" name="expires_at" required value="${localValue(k.expires_at)}" /> UTC</label
+          >Expires at <input type="datetime-local" name="expires_at" required value="${expiryValue}" ${invalid('expiry')} /> UTC</label
         >
         <button type="submit">Set expiry</button>
       </form>
+      ${err('expiry')}
       <div class="inline-forms">
         ${
           k.expires_at
@@ -538,6 +555,7 @@ export function keyDetailBody(o: {
         </label>
         <button type="submit">Roll key</button>
       </form>
+      ${err('roll')}
     </section>
     <section class="panel" id="delete">
       <h2>Delete</h2>
