@@ -36,9 +36,23 @@ async function admin(method: string, path: string, body?: unknown): Promise<any>
   return res.status === 204 ? null : res.json();
 }
 
-// A believable account: three keys (one disabled), credit, billed requests, shares (one revoked).
-const prod = await admin('POST', '/admin/keys', { account: 'acme', env: 'live', name: 'production backend' });
-const staging = await admin('POST', '/admin/keys', { account: 'acme', env: 'test', name: 'staging', scopes: ['chat', 'models'] });
+// A believable account: three keys (one disabled; a budget, an allow-list, a rate limit and an expiry
+// among them), credit, billed requests, shares (one revoked).
+const prod = await admin('POST', '/admin/keys', {
+  account: 'acme',
+  env: 'live',
+  name: 'production backend',
+  budget: { limit_micros: 20_000, period: 'total' },
+});
+const staging = await admin('POST', '/admin/keys', {
+  account: 'acme',
+  env: 'test',
+  name: 'staging',
+  scopes: ['chat', 'models'],
+  models: ['demo-llama'],
+  rate_limits: { requests_per_minute: 30 },
+  expires_at: new Date(Date.now() + 30 * DAY_MS).toISOString(),
+});
 const old = await admin('POST', '/admin/keys', { account: 'acme', env: 'live', name: 'old laptop' });
 await admin('PATCH', `/admin/keys/${old.id}`, { active: false });
 await admin('POST', '/admin/accounts/acme/credits', { amount_micros: 25_000_000, note: 'Welcome credit' });
@@ -100,6 +114,20 @@ await member.goto(`${publicUrl}/console/accounts/acme/usage`);
 await shot(member, 'usage');
 await member.goto(`${publicUrl}/console/accounts/acme/shares`);
 await shot(member, 'shares');
+// Key controls (SPEC §15): one key's page with its budget bar, a delete asked first, a roll shown once.
+await member.goto(`${publicUrl}/console/accounts/acme/keys/${prod.id}`);
+await shot(member, 'key-controls');
+await member.goto(`${publicUrl}/console/accounts/acme/keys/${old.id}`);
+await member.click('#delete button');
+await member.locator('#delete-confirm').waitFor();
+await shot(member, 'key-delete-confirm');
+await member.goto(`${publicUrl}/console/accounts/acme/keys/${staging.id}`);
+await member.click('#roll button');
+await member.locator('dialog#new-key').waitFor();
+await shot(member, 'key-rolled');
+await member.click('text=I have saved it');
+await member.goto(`${publicUrl}/console/accounts/acme/keys?sort=status`);
+await shot(member, 'keys-sorted');
 
 const operator = await signedIn({ operator: true });
 await shot(operator, 'accounts');
@@ -129,6 +157,7 @@ await stranger.goto(used);
 await shot(stranger, 'link-used');
 
 const phone = await signedIn({ account: 'acme' }, { width: 390, height: 844 }, true);
+await phone.locator('#key-rows').scrollIntoViewIfNeeded();
 await shot(phone, 'keys-phone');
 await phone.goto(`${publicUrl}/console/accounts/acme/usage`);
 await shot(phone, 'usage-phone');

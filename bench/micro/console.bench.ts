@@ -60,8 +60,14 @@ report.add(
         section: 'keys',
         body: keysBody({
           account: 'acme',
-          keys,
-          used: Object.fromEntries(keys.map((k) => [k.id, '2026-11-25T08:04:00Z'])),
+          views: keys.map((record, i) => ({
+            record,
+            lastUsed: '2026-11-25T08:04:00Z',
+            budget: i % 2 ? { limit_micros: 50_000_000, period: 'month' as const, spent_micros: 1_234_567 } : null,
+          })),
+          total: keys.length,
+          listing: { q: '', sort: 'created', dir: 'asc' },
+          nowMs: Date.parse('2026-11-25T12:00:00Z'),
           operator: false,
         }),
       }).value.length,

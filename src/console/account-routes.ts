@@ -22,7 +22,25 @@ import type { Assets } from './assets.ts';
 import { fields, readForm } from './forms.ts';
 import { LINK_TTL, type ConsoleSessions, type Viewer } from './sessions.ts';
 import { isHtmx, notFound, redirect, type SignedIn } from './access.ts';
-import { createdDialog, keyLimitNotice, keyRow, keyTable, keysBody } from './pages/keys.ts';
+import {
+  DEFAULT_LISTING,
+  KEY_FIRST_DIR,
+  KEY_SORTS,
+  ROLL_GRACES,
+  createdDialog,
+  filterKeys,
+  keyDetailBody,
+  keyLimitNotice,
+  keyRow,
+  keyTable,
+  keysBody,
+  sortKeys,
+  type KeyListing,
+  type KeyView,
+} from './pages/keys.ts';
+import { budgetView } from '../credit/budget.ts';
+import { BUDGET_PERIODS } from '../store/types.ts';
+import { expiresAtField } from '../admin/key-controls.ts';
 import { CSV_HEADER, creditBody, csvLine, type GrantDraft } from './pages/credit.ts';
 import { shareRow, sharesBody } from './pages/shares.ts';
 import { ACCOUNT_SORTS, accountsBody, linkBody, sortAccounts, type AccountSummary } from './pages/accounts.ts';
@@ -51,6 +69,8 @@ const USAGE_DAYS = 30;
 const ACCOUNTS_SHOWN = 100;
 const ACCOUNT_READS = 16;
 const SLUG = /^[1-9A-HJ-NP-Za-km-z]{22}$/;
+/** The key page's notice after a change (`?saved=`). */
+const SAVED: Record<string, string> = { budget: 'The budget was saved.', expiry: 'The expiry was saved.' };
 
 /** `fn` over `items`, at most `limit` at once, results in order: a page's reads never flood the store. */
 async function mapLimit<T, R>(items: readonly T[], limit: number, fn: (item: T) => Promise<R>): Promise<R[]> {
@@ -97,13 +117,41 @@ export function accountRoutes(d: AccountRouteDeps): Route[] {
     return (await d.accounts.recent(account, undefined, 1)).length === 0;
   }
 
+  /** Each key with its last use and its budget's spend (one counter read per budgeted key, in parallel). */
+  async function keyViews(account: string, records?: readonly KeyRecord[]): Promise<KeyView[]> {
+    const [keys, used] = await Promise.all([records ?? d.keys.list(account), d.usage.lastUsed(account)]);
+    const at = d.now();
+    const budgets = await Promise.all(keys.map((r) => budgetView(d.store, r, at)));
+    return keys.map((record, i) => ({ record, lastUsed: used[record.id], budget: budgets[i]! }));
+  }
+
+  async function keyView(record: KeyRecord): Promise<KeyView> {
+    const [used, budget] = await Promise.all([d.usage.lastUsed(record.account), budgetView(d.store, record, d.now())]);
+    return { record, lastUsed: used[record.id], budget };
+  }
+
+  /** `?q=&sort=&dir=` of the keys page; anything unknown falls back to the default order (newest first). */
+  function listing(url: string): KeyListing {
+    const q = query(url);
+    const search = typeof q.q === 'string' ? q.q.trim().slice(0, 200) : '';
+    const sort = KEY_SORTS.find((s) => s === q.sort);
+    if (!sort) return { ...DEFAULT_LISTING, q: search };
+    return { q: search, sort, dir: q.dir === 'asc' || q.dir === 'desc' ? q.dir : KEY_FIRST_DIR[sort] };
+  }
+
   async function keysPage(ctx: RequestContext, viewer: Viewer, account: string, created?: Html, status = 200) {
-    const [keys, used] = await Promise.all([d.keys.list(account), d.usage.lastUsed(account)]);
+    const keys = await d.keys.list(account);
+    const all = await keyViews(account, keys);
+    const get = ctx.req.method === 'GET';
+    const l = get ? listing(ctx.req.url!) : DEFAULT_LISTING;
+    const views = sortKeys(filterKeys(all, l.q), l.sort, l.dir, d.now());
     const operator = viewer.account === null;
     // An operator may open any valid id (accounts exist implicitly); one that was never seen is said so,
     // and creating a key in it needs a confirmation. A member's account was chosen by the platform.
     const fresh = operator && (await unseen(account, keys));
-    show(ctx, viewer, 'API keys', 'keys', keysBody({ account, keys, used, operator, created, fresh }), account, status);
+    const notice = get && query(ctx.req.url!).deleted === '1' ? 'The key was deleted.' : undefined;
+    const body = keysBody({ account, views, total: all.length, listing: l, nowMs: d.now(), notice, operator, created, fresh });
+    show(ctx, viewer, 'API keys', 'keys', body, account, status);
   }
 
   async function createKey(ctx: RequestContext, viewer: Viewer, account: string) {
@@ -138,27 +186,102 @@ export function accountRoutes(d: AccountRouteDeps): Route[] {
     const dialog = createdDialog(account, key, record);
     // The one response that carries the full key (SPEC §9): a fragment for htmx (the dialog, plus the
     // refreshed table out of band), the whole page without JavaScript. Never a redirect target.
-    if (isHtmx(ctx)) {
-      const [keys, used] = await Promise.all([d.keys.list(account), d.usage.lastUsed(account)]);
-      return sendHtml(ctx.res, 201, html`${dialog}${keyTable(account, keys, used, true)}`);
-    }
+    if (isHtmx(ctx)) return sendHtml(ctx.res, 201, html`${dialog}${keyTable(account, await keyViews(account), d.now(), { oob: true })}`);
     await keysPage(ctx, viewer, account, dialog, 201);
   }
 
-  async function changeKey(ctx: RequestContext, _viewer: Viewer, account: string) {
-    await ownKey(account, ctx.params.id!);
+  const KEY_ACTIONS = ['rename', 'disable', 'enable', 'budget', 'unbudget', 'expire', 'unexpire', 'expire_now', 'roll', 'delete'] as const;
+
+  async function keyPage(ctx: RequestContext, viewer: Viewer, account: string) {
+    const k = await ownKey(account, ctx.params.id!);
+    const saved = query(ctx.req.url!).saved;
+    const notice = typeof saved === 'string' ? SAVED[saved] : undefined;
+    show(ctx, viewer, `Key ${k.name}`, 'keys', keyDetailBody({ account, view: await keyView(k), nowMs: d.now(), notice }), account);
+  }
+
+  /**
+   * Every change of a key: rename, disable, enable (the keys table's in-row actions, swapped by htmx),
+   * and the key page's budget, expiry, roll and delete. Each is the KeyTable call the admin API's PATCH,
+   * roll and DELETE make, so it reaches every instance the same way.
+   */
+  async function changeKey(ctx: RequestContext, viewer: Viewer, account: string) {
+    const current = await ownKey(account, ctx.params.id!);
     const form = await readForm(ctx.req);
     const issues = new Issues();
-    const o = fields(form, ['action', 'name']);
-    const action = literal(o, 'action', ['rename', 'disable', 'enable'] as const, ['form'], issues, true);
+    const o = fields(form, ['action', 'name', 'limit', 'period', 'expires_at', 'grace_seconds', 'confirm']);
+    const action = literal(o, 'action', KEY_ACTIONS, ['form'], issues, true);
     const name = action === 'rename' ? str(o, 'name', ['form'], issues, { required: true, minLength: 1, maxLength: 200 }) : undefined;
+    let limit: number | undefined;
+    if (action === 'budget') {
+      const text = str(o, 'limit', ['form'], issues, { required: true, minLength: 1, maxLength: 40 });
+      if (text) {
+        try {
+          limit = creditsToMicros(text);
+          if (limit < 0) issues.add(['form', 'limit'], 'greater_than_equal', 'The limit must not be negative', text);
+        } catch (e) {
+          issues.add(['form', 'limit'], 'decimal_parsing', (e as Error).message, text);
+        }
+      }
+    }
+    const period = action === 'budget' ? literal(o, 'period', BUDGET_PERIODS, ['form'], issues, true) : undefined;
+    // A datetime-local input sends no zone (`2026-11-27T18:00`): the form says UTC, so it is read as UTC.
+    const at = typeof o.expires_at === 'string' ? o.expires_at : '';
+    const expiresAt =
+      action === 'expire' ? expiresAtField({ expires_at: /(Z|[+-]\d{2}:\d{2})$/.test(at) ? at : `${at}Z` }, issues) : undefined;
+    const grace = action === 'roll' ? Number(o.grace_seconds) : 0;
+    if (action === 'roll' && !ROLL_GRACES.some(([s]) => s === grace))
+      issues.add(['form', 'grace_seconds'], 'literal_error', `One of ${ROLL_GRACES.map(([s]) => s).join(', ')}`, o.grace_seconds);
+    // A refused key-page form comes back as the key page (422), the message beside its form, what was typed kept.
+    const section = action === 'budget' ? 'budget' : action === 'expire' ? 'expiry' : action === 'roll' ? 'roll' : undefined;
+    if (section && issues.list.length > 0) {
+      const message = issues.list.map((i) => i.msg).join('; ');
+      const typed = section === 'budget' ? o.limit : section === 'expiry' ? o.expires_at : undefined;
+      const refused = { section, message, typed: typeof typed === 'string' ? typed.slice(0, 40) : undefined } as const;
+      const body = keyDetailBody({ account, view: await keyView(current), nowMs: d.now(), refused });
+      return show(ctx, viewer, `Key ${current.name}`, 'keys', body, account, 422);
+    }
     issues.done();
-    const patch = action === 'rename' ? { name: name! } : { active: action === 'enable' };
-    const r = await d.keys.update(ctx.params.id!, patch);
+    const id = current.id;
+    ctx.log.key_id = id;
+
+    if (action === 'delete') {
+      // The confirmation step: the first post asks (the key page with the question), the second deletes.
+      if (o.confirm !== id) {
+        const body = keyDetailBody({ account, view: await keyView(current), nowMs: d.now(), confirmDelete: true });
+        return show(ctx, viewer, `Key ${current.name}`, 'keys', body, account);
+      }
+      if (!(await d.keys.delete(id))) throw notFound('key');
+      return redirect(ctx, `${accountPath(account, '/keys')}?deleted=1`);
+    }
+    if (action === 'roll') {
+      const r = await d.keys.roll(id, grace);
+      if (!r) throw notFound('key');
+      ctx.log.key_id = r.record.id;
+      // Like a create: the one response that carries the new key in full, never a redirect target.
+      return keysPage(ctx, viewer, account, createdDialog(account, r.key, r.record, r.previous), 201);
+    }
+    const patch =
+      action === 'rename'
+        ? { name: name! }
+        : action === 'disable' || action === 'enable'
+          ? { active: action === 'enable' }
+          : action === 'budget'
+            ? { budget: { limit_micros: limit!, period: period! } }
+            : action === 'unbudget'
+              ? { budget: null }
+              : action === 'expire'
+                ? { expires_at: expiresAt! }
+                : action === 'expire_now'
+                  ? { expires_at: new Date(d.now()).toISOString() }
+                  : { expires_at: null };
+    const r = await d.keys.update(id, patch);
     if (!r) throw notFound('key');
-    ctx.log.key_id = r.id;
-    if (isHtmx(ctx)) return sendHtml(ctx.res, 200, keyRow(account, r, (await d.usage.lastUsed(account))[r.id]));
-    redirect(ctx, accountPath(account, '/keys'));
+    if (action === 'rename' || action === 'disable' || action === 'enable') {
+      if (isHtmx(ctx)) return sendHtml(ctx.res, 200, keyRow(account, await keyView(r), d.now()));
+      return redirect(ctx, accountPath(account, '/keys'));
+    }
+    const saved = action === 'budget' || action === 'unbudget' ? 'budget' : 'expiry';
+    redirect(ctx, `${accountPath(account, `/keys/${encodeURIComponent(id)}`)}?saved=${saved}`);
   }
 
   async function creditPage(ctx: RequestContext, viewer: Viewer, account: string, draft?: GrantDraft, status = 200) {
@@ -353,6 +476,7 @@ export function accountRoutes(d: AccountRouteDeps): Route[] {
     { method: 'GET', pattern: A, handler: signedIn(async (ctx, _v, account) => redirect(ctx, accountPath(account, '/keys'))) },
     { method: 'GET', pattern: `${A}/keys`, handler: signedIn((ctx, v, account) => keysPage(ctx, v, account)) },
     { method: 'POST', pattern: `${A}/keys`, handler: signedIn(createKey) },
+    { method: 'GET', pattern: `${A}/keys/{id}`, handler: signedIn(keyPage) },
     { method: 'POST', pattern: `${A}/keys/{id}`, handler: signedIn(changeKey) },
     { method: 'GET', pattern: `${A}/credit`, handler: signedIn(creditPage) },
     { method: 'POST', pattern: `${A}/credit`, handler: signedIn(grant, { operator: true }) },
