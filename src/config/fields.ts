@@ -59,3 +59,8 @@ export function noUnknown(o: Obj, path: string, known: readonly string[]): void 
   for (const k of Object.keys(o))
     if (!known.includes(k)) throw new ConfigError(at(path, k), `unknown field (expected one of: ${known.join(', ')})`);
 }
+
+/** An optional string: absent or empty → undefined. */
+export function optional(v: unknown, path: string): string | undefined {
+  return str(v, path, '') || undefined;
+}

@@ -1,0 +1,19 @@
+/** The `credit` section: the hold's margin and how often the reaper looks for expired holds. */
+import { noUnknown, num, object } from '../config/fields.ts';
+
+export interface CreditConfig {
+  readonly holdMarginSeconds: number;
+  readonly reaperIntervalMs: number;
+}
+
+export const CREDIT_FIELDS = ['hold_margin_seconds', 'reaper_interval_ms'] as const;
+
+/** Compiles `credit`. */
+export function creditSection(v: unknown): CreditConfig {
+  const credit = object(v, 'credit', true);
+  noUnknown(credit, 'credit', CREDIT_FIELDS);
+  return {
+    holdMarginSeconds: num(credit.hold_margin_seconds, 'credit.hold_margin_seconds', { fallback: 60, min: 0 }),
+    reaperIntervalMs: num(credit.reaper_interval_ms, 'credit.reaper_interval_ms', { fallback: 5_000, min: 10 }),
+  };
+}

@@ -1,0 +1,27 @@
+/** The `store` section: where Redis is (REDIS_URL / REDIS_CLUSTER_NODES win over the file), and its command timeout. */
+import { at, list, noUnknown, num, object, optional, str } from '../config/fields.ts';
+
+export interface StoreConfig {
+  readonly redisUrl: string | undefined;
+  readonly clusterNodes: readonly string[];
+  readonly commandTimeoutMs: number;
+}
+
+export const STORE_FIELDS = ['redis_url', 'cluster_nodes', 'command_timeout_ms'] as const;
+
+/** Compiles `store`; `env` has the SPEC §6 overrides, empty strings already dropped. */
+export function storeSection(v: unknown, env: NodeJS.ProcessEnv): StoreConfig {
+  const store = object(v, 'store', true);
+  noUnknown(store, 'store', STORE_FIELDS);
+  const clusterNodes =
+    env.REDIS_CLUSTER_NODES !== undefined
+      ? env.REDIS_CLUSTER_NODES.split(',')
+          .map((s) => s.trim())
+          .filter(Boolean)
+      : list(store.cluster_nodes, 'store.cluster_nodes', true).map((n, i) => str(n, at('store.cluster_nodes', i)));
+  return {
+    redisUrl: env.REDIS_URL || optional(store.redis_url, 'store.redis_url'),
+    clusterNodes,
+    commandTimeoutMs: num(store.command_timeout_ms, 'store.command_timeout_ms', { fallback: 500, min: 10 }),
+  };
+}
