@@ -61,6 +61,8 @@ export interface FinalBilling {
   completionTokens: number;
   costMicros: number;
   source: UsageSource;
+  /** The cached part of promptTokens (SPEC §4 "Cached input"). */
+  cachedTokens: number;
 }
 
 /** What a request carries past its body (see prepare). */
@@ -94,6 +96,7 @@ export function meteredRoute<B extends { model: string }>(d: MeteredDeps, ep: Me
     Object.assign(ctx.log, {
       prompt_tokens: f.promptTokens,
       completion_tokens: f.completionTokens,
+      ...(f.cachedTokens > 0 && { cached_tokens: f.cachedTokens }),
       usage_source: f.source,
       cost_micros: f.costMicros,
     });
@@ -113,6 +116,7 @@ export function meteredRoute<B extends { model: string }>(d: MeteredDeps, ep: Me
       model: f.model,
       promptTokens: f.promptTokens,
       completionTokens: f.completionTokens,
+      cachedTokens: f.cachedTokens,
       costMicros: f.env === 'live' ? f.costMicros : 0,
       at: d.now(),
     });
@@ -168,6 +172,7 @@ export function meteredRoute<B extends { model: string }>(d: MeteredDeps, ep: Me
         model: model.name,
         promptTokens: b.promptTokens,
         completionTokens: b.completionTokens,
+        ...(b.cachedTokens > 0 && { cachedTokens: b.cachedTokens }),
         usageSource: b.source,
         ts: isoTime(d.now()),
         holdExpiresAtMs,
@@ -252,7 +257,7 @@ export function meteredRoute<B extends { model: string }>(d: MeteredDeps, ep: Me
         output.total,
         stateful && { request: stateful, call: answered?.call, format: ep.format, timeoutMs: up.headersTimeoutMs },
       );
-      const cost = costMicros(model.price, b.promptTokens, b.completionTokens);
+      const cost = costMicros(model.price, b.promptTokens, b.completionTokens, b.cachedTokens);
       admission.settle(b.promptTokens + b.completionTokens);
       ctx.log.relay_end = outcome?.end ?? (gone() ? 'client_gone' : 'none');
       if (live) {
@@ -272,6 +277,7 @@ export function meteredRoute<B extends { model: string }>(d: MeteredDeps, ep: Me
           completionTokens: b.completionTokens,
           costMicros: cost,
           source: b.source,
+          cachedTokens: b.cachedTokens,
         },
         output.total,
       );
