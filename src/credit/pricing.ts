@@ -37,6 +37,14 @@ export function parsePrice(input: unknown, output: unknown, path: string, cached
 }
 
 /**
+ * The hold of `promptTokens` and `completionTokens` (SPEC §4): what is cached is unknown before the
+ * answer, so the prompt is held at the higher of the input and cached-input prices — never below the debit.
+ */
+export function holdMicros(price: Price, promptTokens: number, completionTokens: number): number {
+  return costMicros(price, promptTokens, completionTokens, price.cachedInputScaled > price.inputScaled ? promptTokens : 0);
+}
+
+/**
  * Cost in micro-credits: ceil((prompt − cached) × input + cached × cached_input + completion × output),
  * exact. `cachedTokens` is a part of `promptTokens`, clamped to [0, prompt].
  */

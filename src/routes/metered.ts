@@ -15,7 +15,7 @@ import { requireModel } from '../auth/authenticate.ts';
 import type { Config, Endpoint, ModelConfig } from '../config/schema.ts';
 import type { ProcessBodyBudget } from '../limits/body-budget.ts';
 import { holdTtlMs as holdTtlOf, neverSent, type Credit } from '../credit/credit.ts';
-import { costMicros } from '../credit/pricing.ts';
+import { costMicros, holdMicros } from '../credit/pricing.ts';
 import { budgetCharge } from '../credit/budget.ts';
 import { createHeaderPolicy } from '../upstream/headers.ts';
 import { ClientGoneError, forward, type Answered } from '../upstream/forward.ts';
@@ -181,7 +181,7 @@ export function meteredRoute<B extends { model: string }>(d: MeteredDeps, ep: Me
       trace?.settle(settling, costMicros);
     };
     if (live) {
-      const hold = costMicros(model.price, stateful?.heldPrompt ?? promptEstimate, output.total);
+      const hold = holdMicros(model.price, stateful?.heldPrompt ?? promptEstimate, output.total);
       const holdSpan = trace?.hold(hold);
       try {
         await d.credit.hold(key.account, ctx.requestId, hold, holdExpiresAtMs, budget);

@@ -1,5 +1,5 @@
 import t from 'tap';
-import { costMicros, parsePrice } from '../../src/credit/pricing.ts';
+import { costMicros, holdMicros, parsePrice } from '../../src/credit/pricing.ts';
 import { ConfigError } from '../../src/config/errors.ts';
 
 const price = (input: unknown, output: unknown) => parsePrice(input, output, 'models[0].price');
@@ -98,4 +98,13 @@ t.test('price.cached_input is validated like input and output', async (t) => {
     t.type(err, ConfigError, String(bad));
     t.equal((err as ConfigError).path, 'models[0].price.cached_input');
   }
+});
+
+t.test('the hold prices the prompt at the higher of input and cached_input: never below any debit', async (t) => {
+  const cheap = parsePrice('0.3', '1.2', 'm', '0.075');
+  t.equal(holdMicros(cheap, 1000, 50), costMicros(cheap, 1000, 50), 'cached cheaper: the input price, as before');
+  const odd = parsePrice('0.3', '1.2', 'm', '0.9');
+  t.equal(holdMicros(odd, 1000, 50), costMicros(odd, 1000, 50, 1000), 'cached dearer: held at cached_input');
+  for (const cached of [0, 1, 500, 1000]) t.ok(costMicros(odd, 1000, 50, cached) <= holdMicros(odd, 1000, 50), `cached ${cached}`);
+  t.equal(holdMicros(parsePrice('0.1', '0.4', 'm'), 1234, 567), 351, 'no cached_input: the old hold');
 });
