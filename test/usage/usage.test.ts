@@ -252,7 +252,7 @@ if (redis) {
     const table = await runCli(['usage', 'show', '--account', ACCOUNT, '--group-by', 'key'], env);
     t.match(
       table.stdout.split('\n')[0],
-      /^KEY_ID\s+REQUESTS\s+PROMPT_TOKENS\s+COMPLETION_TOKENS\s+COST_MICROS$/,
+      /^KEY_ID\s+REQUESTS\s+PROMPT_TOKENS\s+COMPLETION_TOKENS\s+COST_MICROS\s+CACHED_TOKENS$/,
       'a table with the grouped column',
     );
     t.equal(table.stdout.trim().split('\n').length, 4, 'one row per key used');
