@@ -281,7 +281,7 @@ export function meteredRoute<B extends { model: string }>(d: MeteredDeps, ep: Me
         },
         output.total,
       );
-      trace?.billed(b.promptTokens, b.completionTokens, cost, b.source);
+      trace?.billed(b.promptTokens, b.completionTokens, cost, b.source, b.cachedTokens);
       // Arrival → upstream call, plus chunk handling, plus settling; upstream waiting excluded.
       ctx.overheadNs = t0 - ctx.start + (outcome?.chunkNs ?? 0n) + (process.hrtime.bigint() - t1);
     }
