@@ -49,8 +49,8 @@ export function holdMicros(price: Price, promptTokens: number, completionTokens:
  * exact. `cachedTokens` is a part of `promptTokens`, clamped to [0, prompt].
  */
 export function costMicros(price: Price, promptTokens: number, completionTokens: number, cachedTokens = 0): number {
-  const cached = cachedTokens > 0 ? BigInt(Math.min(cachedTokens, promptTokens)) : 0n;
-  const total =
-    (BigInt(promptTokens) - cached) * price.inputScaled + cached * price.cachedInputScaled + BigInt(completionTokens) * price.outputScaled;
+  let total = BigInt(promptTokens) * price.inputScaled + BigInt(completionTokens) * price.outputScaled;
+  // The cached part moves from the input price to cached_input (nothing to do without cached tokens).
+  if (cachedTokens > 0) total += BigInt(Math.min(cachedTokens, promptTokens)) * (price.cachedInputScaled - price.inputScaled);
   return Number((total + SCALE - 1n) / SCALE);
 }
