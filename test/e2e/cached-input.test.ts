@@ -9,6 +9,7 @@ import { createLogger } from '../../src/obs/logger.ts';
 import { startGateway, testConfigDoc, type TestGateway } from '../helpers/gateway.ts';
 import { startRedis } from '../helpers/redis.ts';
 import { startS3 } from '../helpers/s3.ts';
+import { waitFor } from '../helpers/wait.ts';
 import { exportedLines, sinkFor } from '../ledger/support.ts';
 import { accountVsLedger, ledger, startSim, waitForDebit } from './chat-fixture.ts';
 
@@ -163,6 +164,14 @@ for (const [kind, redisUrl] of stores) {
       t.equal(plain.status, 200);
       const e = await waitForDebit(gw, account, plain.headers.get('x-request-id')!);
       t.equal(e.cached_tokens, undefined, 'no cached tokens: no field');
+      // The request log line carries them too.
+      const first = calls[0]!;
+      const line = await waitFor(
+        () => gw.logs.map((l) => JSON.parse(l)).find((l) => l.request_id === first.requestId && l.cost_micros !== undefined),
+        3000,
+        'the log line',
+      );
+      t.equal(line.cached_tokens, first.cached, 'the log line has cached_tokens');
       await checkBooks(t, gw, account);
     });
 
@@ -174,7 +183,9 @@ for (const [kind, redisUrl] of stores) {
         return r.body.rows as { key_id: string; model: string; cached_tokens: number; prompt_tokens: number }[];
       };
       let rows = await rowsOf();
-      for (let i = 0; i < 100 && rows.find((r) => r.model === 'sim-cached')?.cached_tokens !== want('sim-cached'); i++) {
+      // Every record flushed (records of one request may land a flush after another's): both models' sums.
+      const flushed = () => ['sim-cached', 'sim-small'].every((m) => rows.find((r) => r.model === m)?.cached_tokens === want(m));
+      for (let i = 0; i < 100 && !flushed(); i++) {
         await new Promise((r) => setTimeout(r, 50));
         rows = await rowsOf();
       }
