@@ -101,6 +101,7 @@ const usageRows = days.flatMap((day, d) =>
       prompt_tokens: 1000 * (d + 1),
       completion_tokens: 300 * (i + m + 1),
       cost_micros: 1234 * (d + i + m + 1),
+      cached_tokens: 0,
     })),
   ),
 );

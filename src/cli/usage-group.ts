@@ -37,13 +37,14 @@ export const usageGroup: CommandGroup = {
         const dims = (['day', 'key_id', 'model'] as const).filter((d) => rows.some((r) => r[d] !== undefined));
         ctx.io.out(
           table(
-            [...dims, 'requests', 'prompt_tokens', 'completion_tokens', 'cost_micros'],
+            [...dims, 'requests', 'prompt_tokens', 'completion_tokens', 'cost_micros', 'cached_tokens'],
             rows.map((r) => [
               ...dims.map((d) => r[d] ?? ''),
               String(r.requests),
               String(r.prompt_tokens),
               String(r.completion_tokens),
               String(r.cost_micros),
+              String(r.cached_tokens ?? 0),
             ]),
           ),
         );

@@ -2,6 +2,8 @@
  * Exact pricing (SPEC §4). A price is credits per million tokens, which is the same number as
  * micro-credits per token. It is kept as an integer count of 1e-6 micro-credits per token, so cost is
  * integer arithmetic: ceil((prompt × in + completion × out) / 1e6). No float touches a balance.
+ * Cached prompt tokens (SPEC §4 "Cached input") are a part of the prompt priced at `cached_input`; a model
+ * without it prices them at the input price, so its cost is exactly what it was before cached tokens existed.
  */
 import { ConfigError } from '../config/errors.ts';
 
@@ -12,6 +14,8 @@ export interface Price {
   readonly inputScaled: bigint;
   /** 1e-6 micro-credits per completion token. */
   readonly outputScaled: bigint;
+  /** 1e-6 micro-credits per cached prompt token (`price.cached_input`; the input price when unset). */
+  readonly cachedInputScaled: bigint;
 }
 
 function scaled(v: unknown, path: string): bigint {
@@ -22,13 +26,31 @@ function scaled(v: unknown, path: string): bigint {
   return BigInt(m[1]!) * SCALE + BigInt((m[2] ?? '').padEnd(6, '0'));
 }
 
-/** Parses `price.input` / `price.output` from config. */
-export function parsePrice(input: unknown, output: unknown, path: string): Price {
-  return { inputScaled: scaled(input, `${path}.input`), outputScaled: scaled(output, `${path}.output`) };
+/** Parses `price.input` / `price.output` (and the optional `price.cached_input`) from config. */
+export function parsePrice(input: unknown, output: unknown, path: string, cachedInput?: unknown): Price {
+  const inputScaled = scaled(input, `${path}.input`);
+  return {
+    inputScaled,
+    outputScaled: scaled(output, `${path}.output`),
+    cachedInputScaled: cachedInput === undefined ? inputScaled : scaled(cachedInput, `${path}.cached_input`),
+  };
 }
 
-/** Cost in micro-credits: ceil(prompt × input + completion × output), exact. */
-export function costMicros(price: Price, promptTokens: number, completionTokens: number): number {
-  const total = BigInt(promptTokens) * price.inputScaled + BigInt(completionTokens) * price.outputScaled;
+/**
+ * The hold of `promptTokens` and `completionTokens` (SPEC §4): what is cached is unknown before the
+ * answer, so the prompt is held at the higher of the input and cached-input prices — never below the debit.
+ */
+export function holdMicros(price: Price, promptTokens: number, completionTokens: number): number {
+  return costMicros(price, promptTokens, completionTokens, price.cachedInputScaled > price.inputScaled ? promptTokens : 0);
+}
+
+/**
+ * Cost in micro-credits: ceil((prompt − cached) × input + cached × cached_input + completion × output),
+ * exact. `cachedTokens` is a part of `promptTokens`, clamped to [0, prompt].
+ */
+export function costMicros(price: Price, promptTokens: number, completionTokens: number, cachedTokens = 0): number {
+  let total = BigInt(promptTokens) * price.inputScaled + BigInt(completionTokens) * price.outputScaled;
+  // The cached part moves from the input price to cached_input (nothing to do without cached tokens).
+  if (cachedTokens > 0) total += BigInt(Math.min(cachedTokens, promptTokens)) * (price.cachedInputScaled - price.inputScaled);
   return Number((total + SCALE - 1n) / SCALE);
 }

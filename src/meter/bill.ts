@@ -15,11 +15,13 @@ import type { UsageSource } from '../store/types.ts';
 export interface Billed {
   promptTokens: number;
   completionTokens: number;
+  /** The part of promptTokens the upstream reported as cached (SPEC §4 "Cached input"); 0 when estimated. */
+  cachedTokens: number;
   source: UsageSource;
 }
 
 /** No answer from any upstream, or a refusal: nothing was produced. */
-export const NOTHING_PRODUCED: Billed = { promptTokens: 0, completionTokens: 0, source: 'estimated' };
+export const NOTHING_PRODUCED: Billed = { promptTokens: 0, completionTokens: 0, cachedTokens: 0, source: 'estimated' };
 
 /**
  * A stateful request (SPEC §4): the upstream prepends history the gateway never sees (`/v1/responses` with
@@ -72,7 +74,8 @@ async function billCounted(
 ): Promise<Billed> {
   // A body too large to keep, without usage: its text was relayed, not kept. Bill what the request was
   // allowed to produce (the clamped output × choices it was held for), never 0 for want of a buffer.
-  if (!outcome.usage && outcome.uncounted) return { promptTokens: promptEstimate, completionTokens: maxOutput, source: 'estimated' };
+  if (!outcome.usage && outcome.uncounted)
+    return { promptTokens: promptEstimate, completionTokens: maxOutput, cachedTokens: 0, source: 'estimated' };
   const extra = outcome.text();
   // The tokenizer (tens of MB and a fraction of a second to load: docs/notes.md §8) is only needed when
   // usage is missing. The gateway loads it before it reports ready (admin/warm-up.ts); here only when that failed.
@@ -86,11 +89,12 @@ async function billCounted(
     return {
       promptTokens: outcome.usage.prompt_tokens,
       completionTokens: outcome.usage.completion_tokens + more,
+      cachedTokens: outcome.usage.cached_tokens ?? 0,
       source: more > 0 ? 'estimated' : 'upstream',
     };
   }
   const prompt = tokenizer.loaded ? await countPrompt(budget) : promptEstimate;
-  return { promptTokens: prompt, completionTokens: extra ? await countText(extra) : 0, source: 'estimated' };
+  return { promptTokens: prompt, completionTokens: extra ? await countText(extra) : 0, cachedTokens: 0, source: 'estimated' };
 }
 
 /** The id an answer starts with: a stream's first event carries `response.id`, a JSON body its own `id` first. */
@@ -149,7 +153,19 @@ export async function billStateful(
   const id = answerId(call.head());
   if (id !== undefined) {
     const usage = await retrieveUsage(call.upstream, s.retrievePath(id), format, timeoutMs).catch(() => null);
-    if (usage) return { promptTokens: usage.prompt_tokens, completionTokens: usage.completion_tokens, source: 'upstream' };
+    if (usage) {
+      return {
+        promptTokens: usage.prompt_tokens,
+        completionTokens: usage.completion_tokens,
+        cachedTokens: usage.cached_tokens ?? 0,
+        source: 'upstream',
+      };
+    }
   }
-  return { promptTokens: Math.max(s.heldPrompt, counted.promptTokens), completionTokens: counted.completionTokens, source: 'estimated' };
+  return {
+    promptTokens: Math.max(s.heldPrompt, counted.promptTokens),
+    completionTokens: counted.completionTokens,
+    cachedTokens: 0,
+    source: 'estimated',
+  };
 }

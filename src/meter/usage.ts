@@ -8,17 +8,35 @@
 export interface Usage {
   prompt_tokens: number;
   completion_tokens: number;
+  /**
+   * Cached prompt tokens (a part of prompt_tokens, SPEC §4 "Cached input"), set only when the upstream
+   * reported more than 0: `prompt_tokens_details.cached_tokens` (chat, completions) or
+   * `input_tokens_details.cached_tokens` (Responses). Clamped to the prompt count; a bad value is none.
+   */
+  cached_tokens?: number;
 }
 
 function isCount(v: unknown): v is number {
   return typeof v === 'number' && Number.isSafeInteger(v) && v >= 0;
 }
 
+/**
+ * Prompt and completion counts as a Usage, with the cached part read from `details` (the usage object's
+ * `prompt_tokens_details` / `input_tokens_details`) when it holds a positive count; null unless both counts are.
+ */
+export function usageOf(p: unknown, c: unknown, details: unknown): Usage | null {
+  if (!isCount(p) || !isCount(c)) return null;
+  const k = typeof details === 'object' && details !== null ? (details as Record<string, unknown>)['cached_tokens'] : undefined;
+  return isCount(k) && k > 0
+    ? { prompt_tokens: p, completion_tokens: c, cached_tokens: Math.min(k, p) }
+    : { prompt_tokens: p, completion_tokens: c };
+}
+
 /** The usage in `value` when it is an object with non-negative integer prompt and completion counts, else null. */
 export function readUsage(value: unknown): Usage | null {
   if (typeof value !== 'object' || value === null) return null;
-  const { prompt_tokens: p, completion_tokens: c } = value as Record<string, unknown>;
-  return isCount(p) && isCount(c) ? { prompt_tokens: p, completion_tokens: c } : null;
+  const { prompt_tokens: p, completion_tokens: c, prompt_tokens_details: d } = value as Record<string, unknown>;
+  return usageOf(p, c, d);
 }
 
 /** What a non-streaming response body tells the meter. */

@@ -143,13 +143,15 @@ export class RequestTrace implements Trace {
   }
 
   /** The request's final billing (routes/metered.ts recordFinalBilling). */
-  billed(promptTokens: number, completionTokens: number, costMicros: number, source: string): void {
+  billed(promptTokens: number, completionTokens: number, costMicros: number, source: string, cachedTokens = 0): void {
     this.#span.setAttributes({
       'gen_ai.usage.input_tokens': promptTokens,
       'gen_ai.usage.output_tokens': completionTokens,
       'tollgate.cost_micros': this.#live ? costMicros : 0,
       'tollgate.usage_source': source,
     });
+    // GenAI semantic conventions: the part of input_tokens served from the provider's cache (SPEC §4 "Cached input").
+    if (cachedTokens > 0) this.#span.setAttribute('gen_ai.usage.cache_read.input_tokens', cachedTokens);
   }
 
   /** The pipeline threw: the edge answers with this error. */

@@ -42,8 +42,8 @@ export interface RequestTrace {
   upstreamEnd(status: number | undefined, end: string | undefined): void;
   /** The settle was issued; its span lasts until the store has it. */
   settle(settling: Promise<unknown>, costMicros: number): void;
-  /** The request's final billing. */
-  billed(promptTokens: number, completionTokens: number, costMicros: number, source: string): void;
+  /** The request's final billing (`cachedTokens`: the cached part of the prompt, SPEC §4). */
+  billed(promptTokens: number, completionTokens: number, costMicros: number, source: string, cachedTokens?: number): void;
   /** The pipeline threw: the edge answers with this error. */
   fail(err: unknown): void;
   /** The request is over; `status` is what the response said (unless fail() saw an error first). */

@@ -15,7 +15,7 @@ import { requireModel } from '../auth/authenticate.ts';
 import type { Config, Endpoint, ModelConfig } from '../config/schema.ts';
 import type { ProcessBodyBudget } from '../limits/body-budget.ts';
 import { holdTtlMs as holdTtlOf, neverSent, type Credit } from '../credit/credit.ts';
-import { costMicros } from '../credit/pricing.ts';
+import { costMicros, holdMicros } from '../credit/pricing.ts';
 import { budgetCharge } from '../credit/budget.ts';
 import { createHeaderPolicy } from '../upstream/headers.ts';
 import { ClientGoneError, forward, type Answered } from '../upstream/forward.ts';
@@ -61,6 +61,8 @@ export interface FinalBilling {
   completionTokens: number;
   costMicros: number;
   source: UsageSource;
+  /** The cached part of promptTokens (SPEC §4 "Cached input"). */
+  cachedTokens: number;
 }
 
 /** What a request carries past its body (see prepare). */
@@ -94,6 +96,7 @@ export function meteredRoute<B extends { model: string }>(d: MeteredDeps, ep: Me
     Object.assign(ctx.log, {
       prompt_tokens: f.promptTokens,
       completion_tokens: f.completionTokens,
+      ...(f.cachedTokens > 0 && { cached_tokens: f.cachedTokens }),
       usage_source: f.source,
       cost_micros: f.costMicros,
     });
@@ -113,6 +116,7 @@ export function meteredRoute<B extends { model: string }>(d: MeteredDeps, ep: Me
       model: f.model,
       promptTokens: f.promptTokens,
       completionTokens: f.completionTokens,
+      cachedTokens: f.cachedTokens,
       costMicros: f.env === 'live' ? f.costMicros : 0,
       at: d.now(),
     });
@@ -168,6 +172,7 @@ export function meteredRoute<B extends { model: string }>(d: MeteredDeps, ep: Me
         model: model.name,
         promptTokens: b.promptTokens,
         completionTokens: b.completionTokens,
+        ...(b.cachedTokens > 0 && { cachedTokens: b.cachedTokens }),
         usageSource: b.source,
         ts: isoTime(d.now()),
         holdExpiresAtMs,
@@ -176,7 +181,7 @@ export function meteredRoute<B extends { model: string }>(d: MeteredDeps, ep: Me
       trace?.settle(settling, costMicros);
     };
     if (live) {
-      const hold = costMicros(model.price, stateful?.heldPrompt ?? promptEstimate, output.total);
+      const hold = holdMicros(model.price, stateful?.heldPrompt ?? promptEstimate, output.total);
       const holdSpan = trace?.hold(hold);
       try {
         await d.credit.hold(key.account, ctx.requestId, hold, holdExpiresAtMs, budget);
@@ -252,7 +257,7 @@ export function meteredRoute<B extends { model: string }>(d: MeteredDeps, ep: Me
         output.total,
         stateful && { request: stateful, call: answered?.call, format: ep.format, timeoutMs: up.headersTimeoutMs },
       );
-      const cost = costMicros(model.price, b.promptTokens, b.completionTokens);
+      const cost = costMicros(model.price, b.promptTokens, b.completionTokens, b.cachedTokens);
       admission.settle(b.promptTokens + b.completionTokens);
       ctx.log.relay_end = outcome?.end ?? (gone() ? 'client_gone' : 'none');
       if (live) {
@@ -272,10 +277,11 @@ export function meteredRoute<B extends { model: string }>(d: MeteredDeps, ep: Me
           completionTokens: b.completionTokens,
           costMicros: cost,
           source: b.source,
+          cachedTokens: b.cachedTokens,
         },
         output.total,
       );
-      trace?.billed(b.promptTokens, b.completionTokens, cost, b.source);
+      trace?.billed(b.promptTokens, b.completionTokens, cost, b.source, b.cachedTokens);
       // Arrival → upstream call, plus chunk handling, plus settling; upstream waiting excluded.
       ctx.overheadNs = t0 - ctx.start + (outcome?.chunkNs ?? 0n) + (process.hrtime.bigint() - t1);
     }

@@ -11,6 +11,8 @@ export interface SimUsage {
   prompt_tokens: number;
   completion_tokens: number;
   total_tokens: number;
+  /** Only when steered `cached_tokens` (steer.ts). */
+  prompt_tokens_details?: { cached_tokens: number };
 }
 
 /** How one completion will come out: tokens emitted, why it stops, and the usage it reports. */
@@ -87,7 +89,10 @@ export function planWith(id: string, body: unknown, opts: SimOptions, promptToke
   const model = isObject(body) && typeof body['model'] === 'string' ? body['model'] : 'sim-model';
   let usage: SimUsage | undefined;
   if (opts.usage === 'zero') usage = { prompt_tokens: 0, completion_tokens: 0, total_tokens: 0 };
-  else if (opts.usage === 'present') usage = { prompt_tokens: promptTokens, completion_tokens: emit, total_tokens: promptTokens + emit };
+  else if (opts.usage === 'present') {
+    usage = { prompt_tokens: promptTokens, completion_tokens: emit, total_tokens: promptTokens + emit };
+    if (opts.cachedTokens !== undefined) usage.prompt_tokens_details = { cached_tokens: Math.min(opts.cachedTokens, promptTokens) };
+  }
   return { id, created: Math.floor(Date.now() / 1000), model, emit, finishReason, usage };
 }
 

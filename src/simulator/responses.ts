@@ -58,7 +58,7 @@ function usage(plan: CompletionPlan): Record<string, unknown> {
   const u = plan.usage!;
   return {
     input_tokens: u.prompt_tokens,
-    input_tokens_details: { cached_tokens: 0 },
+    input_tokens_details: { cached_tokens: u.prompt_tokens_details?.cached_tokens ?? 0 },
     output_tokens: u.completion_tokens,
     output_tokens_details: { reasoning_tokens: 0 },
     total_tokens: u.total_tokens,
@@ -120,7 +120,7 @@ export class SimResponseStore {
     }
     obj['usage'] = {
       input_tokens: s.inputTokens,
-      input_tokens_details: { cached_tokens: 0 },
+      input_tokens_details: { cached_tokens: Math.min(s.plan.usage?.prompt_tokens_details?.cached_tokens ?? 0, s.inputTokens) },
       output_tokens: output,
       output_tokens_details: { reasoning_tokens: 0 },
       total_tokens: s.inputTokens + output,

@@ -24,6 +24,12 @@ export interface SimOptions {
   cutAfter?: number;
   /** Produce `tokens` even when max_tokens / max_completion_tokens is lower. */
   ignoreMaxTokens: boolean;
+  /**
+   * Report this many of the prompt tokens as cached (prefix caching, as vLLM and OpenAI do), clamped to
+   * the prompt count: `usage.prompt_tokens_details.cached_tokens` (chat, completions) and
+   * `usage.input_tokens_details.cached_tokens` (Responses). Unset: no details for chat/completions, 0 for Responses.
+   */
+  cachedTokens?: number;
 }
 
 /** A steering value the simulator cannot use; the request gets a 400 naming it. */
@@ -61,6 +67,9 @@ const SETTERS: Record<string, Setter> = {
   },
   ignore_max_tokens: (o, v, n) => {
     o.ignoreMaxTokens = toBool(v, n);
+  },
+  cached_tokens: (o, v, n) => {
+    o.cachedTokens = toCount(v, n);
   },
 };
 

@@ -112,6 +112,7 @@ export function memoryExportStore(d: {
           ['p', c.prompt_tokens],
           ['c', c.completion_tokens],
           ['$', c.cost_micros],
+          ['k', c.cached_tokens],
         ];
         for (const [k, n] of counters) add(h, usageField(c.key_id, c.model, k), n);
       }
@@ -134,6 +135,7 @@ export function memoryExportStore(d: {
         h[usageField(c.key_id, c.model, 'p')] = String(c.prompt_tokens);
         h[usageField(c.key_id, c.model, 'c')] = String(c.completion_tokens);
         h[usageField(c.key_id, c.model, '$')] = String(c.cost_micros);
+        if (c.cached_tokens) h[usageField(c.key_id, c.model, 'k')] = String(c.cached_tokens);
       }
       a.usage.set(day, h);
     },

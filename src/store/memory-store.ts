@@ -285,6 +285,8 @@ export function createMemoryStore(now: () => number = Date.now, opts: MemoryStor
         completion_tokens: i.completionTokens,
         usage_source: i.usageSource,
         hold_micros: holdAmount,
+        // As settle.lua writes it: the field only when there are cached tokens.
+        ...(i.cachedTokens !== undefined && i.cachedTokens > 0 && { cached_tokens: i.cachedTokens }),
       });
       if (!emptied)
         bucketOf(a, due).set(

@@ -175,11 +175,24 @@ export function createRedisCredit(d: RedisCreditDeps): Pick<Store, 'hold' | 'set
         if (k.length === 4) return s.tgSettle4(...k, ...a);
         return k.length === 5 ? s.tgSettle5(...k, ...a) : s.tgSettle6(...k, ...a);
       };
-      // A key with a budget (settle.lua): its counter last, and always the 11 arguments.
+      // A key with a budget (settle.lua): its counter last, and always the 11 arguments; cached prompt
+      // tokens (only when there are some) as the 12th, so a request without any sends what it did before.
       const b = i.budget;
+      const cached = i.cachedTokens !== undefined && i.cachedTokens > 0 ? i.cachedTokens : 0;
       const budgetKeys = b ? [K.keyBudget(i.account, b.keyId, b.period)] : [];
-      const tail = (): (string | number)[] => [i.mayHaveRun ? '1' : '0', due, ...(b ? [b.expireAtMs ?? ''] : [])];
-      let reply = (await run([...keys, ...budgetKeys], b ? [...args, ...tail()] : args)) as [string, number, number, number, number];
+      const tail = (): (string | number)[] => [
+        i.mayHaveRun ? '1' : '0',
+        due,
+        ...(b || cached ? [b?.expireAtMs ?? ''] : []),
+        ...(cached ? [cached] : []),
+      ];
+      let reply = (await run([...keys, ...budgetKeys], b || cached ? [...args, ...tail()] : args)) as [
+        string,
+        number,
+        number,
+        number,
+        number,
+      ];
       // No field in the bucket (rare: no hold reached it, or one of the previous layout): the whole script.
       if (reply[0] === '?') {
         const all = [...keys, K.holds(i.account), K.settled(i.account, i.requestId), ...budgetKeys];

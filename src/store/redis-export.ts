@@ -19,6 +19,7 @@ function usageHashFields(cells: readonly UsageCell[]): Record<string, string> {
     out[usageField(c.key_id, c.model, 'p')] = String(c.prompt_tokens);
     out[usageField(c.key_id, c.model, 'c')] = String(c.completion_tokens);
     out[usageField(c.key_id, c.model, '$')] = String(c.cost_micros);
+    if (c.cached_tokens) out[usageField(c.key_id, c.model, 'k')] = String(c.cached_tokens);
   }
   return out;
 }
@@ -96,6 +97,7 @@ export function redisExportStore(
             if (c.prompt_tokens) d.args.push(usageField(c.key_id, c.model, 'p'), c.prompt_tokens);
             if (c.completion_tokens) d.args.push(usageField(c.key_id, c.model, 'c'), c.completion_tokens);
             if (c.cost_micros) d.args.push(usageField(c.key_id, c.model, '$'), c.cost_micros);
+            if (c.cached_tokens) d.args.push(usageField(c.key_id, c.model, 'k'), c.cached_tokens);
           }
           for (const [key, d] of days) {
             sent.push(usageFlush(key, f.flushId?.process ?? '', f.flushId?.seq ?? 0, dayEndsAtSeconds(d.day, f.retentionDays), ...d.args));

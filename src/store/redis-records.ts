@@ -35,7 +35,7 @@ export function parseKey(h: Record<string, string>): KeyRecord | null {
   };
 }
 
-const NUMERIC = new Set(['amount_micros', 'prompt_tokens', 'completion_tokens', 'hold_micros']);
+const NUMERIC = new Set(['amount_micros', 'prompt_tokens', 'completion_tokens', 'hold_micros', 'cached_tokens']);
 
 export function parseEntry([id, fields]: [string, string[]]): LedgerEntry {
   const e: Record<string, unknown> = { id };

@@ -87,6 +87,8 @@ export interface LedgerEntry {
   model?: string;
   prompt_tokens?: number;
   completion_tokens?: number;
+  /** The cached part of prompt_tokens (SPEC §4 "Cached input"); absent when none (and on older entries). */
+  cached_tokens?: number;
   usage_source?: UsageSource;
   hold_micros?: number;
   note?: string;
@@ -117,6 +119,8 @@ export interface SettleInput {
   model: string;
   promptTokens: number;
   completionTokens: number;
+  /** The cached part of promptTokens; absent or 0 when none (the entry then carries no cached_tokens). */
+  cachedTokens?: number;
   usageSource: UsageSource;
   /** ISO time of the ledger entry. */
   ts: string;
@@ -220,6 +224,8 @@ export interface UsageCell {
   prompt_tokens: number;
   completion_tokens: number;
   cost_micros: number;
+  /** The cached part of prompt_tokens (SPEC §4 "Cached input"). */
+  cached_tokens: number;
 }
 
 /** What one process aggregated since its last flush. */

@@ -1,18 +1,19 @@
 /**
- * How usage aggregates are laid out in a store (SPEC §10): one hash per account × UTC day, four counters
- * per key × model in fields `<key id>|<model>|<r|p|c|$>` (requests, prompt tokens, completion tokens,
- * cost). Key ids never contain `|`; a model name may, so it is whatever lies between the first and the
+ * How usage aggregates are laid out in a store (SPEC §10): one hash per account × UTC day, counters
+ * per key × model in fields `<key id>|<model>|<r|p|c|$|k>` (requests, prompt tokens, completion tokens,
+ * cost, cached prompt tokens; `k` is absent until a cell has cached tokens and reads as 0). Key ids never contain `|`; a model name may, so it is whatever lies between the first and the
  * last `|`.
  */
 import type { UsageCell } from './types.ts';
 
-export type UsageCounter = 'r' | 'p' | 'c' | '$';
+export type UsageCounter = 'r' | 'p' | 'c' | '$' | 'k';
 
-const COUNTERS: Record<UsageCounter, 'requests' | 'prompt_tokens' | 'completion_tokens' | 'cost_micros'> = {
+const COUNTERS: Record<UsageCounter, 'requests' | 'prompt_tokens' | 'completion_tokens' | 'cost_micros' | 'cached_tokens'> = {
   r: 'requests',
   p: 'prompt_tokens',
   c: 'completion_tokens',
   $: 'cost_micros',
+  k: 'cached_tokens',
 };
 
 export const usageField = (keyId: string, model: string, counter: UsageCounter) => `${keyId}|${model}|${counter}`;
@@ -36,6 +37,7 @@ export function parseUsageHash(day: string, h: Record<string, string>): UsageCel
         prompt_tokens: 0,
         completion_tokens: 0,
         cost_micros: 0,
+        cached_tokens: 0,
       };
       cells.set(id, c);
     }

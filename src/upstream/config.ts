@@ -118,7 +118,7 @@ function model(v: unknown, path: string): ModelConfig {
   const name = str(o.name, at(path, 'name'));
   if (!name) throw new ConfigError(at(path, 'name'), 'must not be empty');
   const p = object(o.price, at(path, 'price'));
-  noUnknown(p, at(path, 'price'), ['input', 'output']);
+  noUnknown(p, at(path, 'price'), ['input', 'output', 'cached_input']);
   const ups = list(o.upstreams, at(path, 'upstreams'));
   if (ups.length === 0) throw new ConfigError(at(path, 'upstreams'), 'must list at least one upstream');
   return {
@@ -126,7 +126,7 @@ function model(v: unknown, path: string): ModelConfig {
     upstreamModel: str(o.upstream_model, at(path, 'upstream_model'), name),
     maxOutputTokens: num(o.max_output_tokens, at(path, 'max_output_tokens'), { fallback: 4096, min: 1, integer: true }),
     contextWindow: num(o.context_window, at(path, 'context_window'), { fallback: 131_072, min: 1, integer: true }),
-    price: parsePrice(p.input, p.output, at(path, 'price')),
+    price: parsePrice(p.input, p.output, at(path, 'price'), p.cached_input),
     ownedBy: str(o.owned_by, at(path, 'owned_by'), 'tollgate'),
     created: num(o.created, at(path, 'created'), { fallback: 1_700_000_000, min: 0, integer: true }),
     endpoints: endpoints(o.endpoints, at(path, 'endpoints')),

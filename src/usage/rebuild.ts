@@ -74,7 +74,16 @@ export async function rebuildUsage(d: RebuildDeps, account: string, from: string
     const id = `${entryDay(e)}\n${e.key_id}\n${e.model}`;
     let c = cells.get(id);
     if (!c) {
-      c = { day: entryDay(e), key_id: e.key_id, model: e.model, requests: 0, prompt_tokens: 0, completion_tokens: 0, cost_micros: 0 };
+      c = {
+        day: entryDay(e),
+        key_id: e.key_id,
+        model: e.model,
+        requests: 0,
+        prompt_tokens: 0,
+        completion_tokens: 0,
+        cost_micros: 0,
+        cached_tokens: 0,
+      };
       cells.set(id, c);
     }
     // Requests served, as the aggregates count them (usage.ts servedRequests): a zero-cost entry of a
@@ -83,6 +92,8 @@ export async function rebuildUsage(d: RebuildDeps, account: string, from: string
     c.prompt_tokens += e.prompt_tokens ?? 0;
     c.completion_tokens += e.completion_tokens ?? 0;
     c.cost_micros += 0 - e.amount_micros;
+    // Entries from before cached pricing (and those without cached tokens) carry no cached_tokens: 0.
+    c.cached_tokens += e.cached_tokens ?? 0;
   }
   const liveKeys = (await d.store.listKeys(account)).filter((k) => k.env === 'live').map((k) => k.id);
   const replaced = [...new Set([...liveKeys, ...[...cells.values()].map((c) => c.key_id)])];

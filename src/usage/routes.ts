@@ -54,7 +54,7 @@ function groupBy(q: Obj, issues: Issues): UsageDimension[] {
 
 const ROW_SCHEMA = {
   type: 'object',
-  required: ['requests', 'prompt_tokens', 'completion_tokens', 'cost_micros'],
+  required: ['requests', 'prompt_tokens', 'completion_tokens', 'cost_micros', 'cached_tokens'],
   properties: {
     day: { type: 'string', format: 'date' },
     key_id: { type: 'string' },
@@ -63,6 +63,7 @@ const ROW_SCHEMA = {
     prompt_tokens: { type: 'integer' },
     completion_tokens: { type: 'integer' },
     cost_micros: { type: 'integer' },
+    cached_tokens: { type: 'integer', description: 'The cached part of prompt_tokens (priced at price.cached_input).' },
   },
 };
 

@@ -1,5 +1,5 @@
 /**
- * Usage aggregates (SPEC §10): requests, prompt and completion tokens and cost per account × UTC day ×
+ * Usage aggregates (SPEC §10): requests, prompt (and cached prompt) and completion tokens and cost per account × UTC day ×
  * key × model, and each key's last use (minute precision). The request path only adds to a map in
  * process (`record`, no I/O); a timer flushes the map at most every `flushIntervalMs` (≤ 1 s) in one
  * pipeline (store.flushUsage). Derived data: the ledger stays the truth and `rebuild.ts` recomputes a
@@ -25,6 +25,8 @@ export interface UsageRecord {
   model: string;
   promptTokens: number;
   completionTokens: number;
+  /** The cached part of promptTokens (SPEC §4 "Cached input"); absent = 0. */
+  cachedTokens?: number;
   costMicros: number;
   /** When the request was billed (ms since epoch). */
   at: number;
@@ -42,6 +44,7 @@ export interface UsageRow {
   prompt_tokens: number;
   completion_tokens: number;
   cost_micros: number;
+  cached_tokens: number;
 }
 
 export interface Usage {
@@ -122,6 +125,7 @@ export function createUsage(d: UsageDeps): Usage {
       have.prompt_tokens += c.prompt_tokens;
       have.completion_tokens += c.completion_tokens;
       have.cost_micros += c.cost_micros;
+      have.cached_tokens += c.cached_tokens;
     } else if (cells.size < maxPending) {
       cells.set(id, { ...c });
     } else {
@@ -195,6 +199,7 @@ export function createUsage(d: UsageDeps): Usage {
         prompt_tokens: r.promptTokens,
         completion_tokens: r.completionTokens,
         cost_micros: r.costMicros,
+        cached_tokens: r.cachedTokens ?? 0,
       });
       lastUsed.set(`${r.account}\n${r.keyId}`, { account: r.account, key_id: r.keyId, at: minute });
       if (r.live) ledgerAccounts.add(r.account);
@@ -212,6 +217,7 @@ export function createUsage(d: UsageDeps): Usage {
           prompt_tokens: 0,
           completion_tokens: 0,
           cost_micros: 0,
+          cached_tokens: 0,
         };
         const id = `${row.day ?? ''}\n${row.key_id ?? ''}\n${row.model ?? ''}`;
         const have = rows.get(id) ?? rows.set(id, row).get(id)!;
@@ -219,6 +225,7 @@ export function createUsage(d: UsageDeps): Usage {
         have.prompt_tokens += c.prompt_tokens;
         have.completion_tokens += c.completion_tokens;
         have.cost_micros += c.cost_micros;
+        have.cached_tokens += c.cached_tokens;
       }
       const order = (r: UsageRow) => `${r.day ?? ''}\n${r.key_id ?? ''}\n${r.model ?? ''}`;
       return [...rows.values()].sort((a, b) => (order(a) < order(b) ? -1 : order(a) > order(b) ? 1 : 0));

@@ -14,7 +14,7 @@ const cli = (...args: string[]) => runCli(args, env);
 t.test('usage show: a table of the grouped columns, --json the API body', async (t) => {
   const empty = await cli('usage', 'show', '--account', 'cliusage');
   t.equal(empty.code, 0, 'exits 0', { stderr: empty.stderr });
-  t.equal(empty.stdout.trim(), 'REQUESTS  PROMPT_TOKENS  COMPLETION_TOKENS  COST_MICROS', 'no traffic: the header only');
+  t.equal(empty.stdout.trim(), 'REQUESTS  PROMPT_TOKENS  COMPLETION_TOKENS  COST_MICROS  CACHED_TOKENS', 'no traffic: the header only');
 
   const { key, id } = await gw.createKey({ account: 'cliusage', env: 'test' });
   for (const tokens of [4, 9]) {

@@ -60,6 +60,7 @@ if (cluster) {
         prompt_tokens: debits.reduce((n, e) => n + e.prompt_tokens!, 0),
         completion_tokens: debits.reduce((n, e) => n + e.completion_tokens!, 0),
         cost_micros: debits.reduce((n, e) => n - e.amount_micros, 0),
+        cached_tokens: debits.reduce((n, e) => n + (e.cached_tokens ?? 0), 0),
       };
       await waitFor(
         async () =>

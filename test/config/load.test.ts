@@ -55,7 +55,7 @@ t.test('a minimal file compiles with SPEC defaults', async (t) => {
   const m = c.models[0]!;
   t.equal(m.name, 'm1');
   t.equal(m.upstreamModel, 'm1', 'upstream_model defaults to the name');
-  t.same(m.price, { inputScaled: 100_000n, outputScaled: 400_000n });
+  t.same(m.price, { inputScaled: 100_000n, outputScaled: 400_000n, cachedInputScaled: 100_000n });
   t.same(m.upstreams, [{ url: 'http://127.0.0.1:8000/v1', apiKey: undefined }]);
 });
 
@@ -150,6 +150,13 @@ t.test('prices: non-negative, at most 6 decimals, numbers or numeric strings', a
   t.same(parseConfig(withPrice('{ input: "0.25", output: 1.000001 }'), {}).models[0]!.price, {
     inputScaled: 250_000n,
     outputScaled: 1_000_001n,
+    cachedInputScaled: 250_000n,
+  });
+  namesField(t, withPrice('{ input: 1, output: 1, cached_input: -1 }'), 'models[0].price.cached_input');
+  t.same(parseConfig(withPrice('{ input: 1, output: 2, cached_input: "0.1" }'), {}).models[0]!.price, {
+    inputScaled: 1_000_000n,
+    outputScaled: 2_000_000n,
+    cachedInputScaled: 100_000n,
   });
 });
 

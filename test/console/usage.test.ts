@@ -59,8 +59,9 @@ function tableRows(text: string) {
       model: m[3],
       requests: +nums[0]!,
       prompt_tokens: +nums[1]!,
-      completion_tokens: +nums[2]!,
-      cost: nums[3],
+      cached_tokens: +nums[2]!,
+      completion_tokens: +nums[3]!,
+      cost: nums[4],
     };
   });
 }

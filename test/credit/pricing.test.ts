@@ -1,5 +1,5 @@
 import t from 'tap';
-import { costMicros, parsePrice } from '../../src/credit/pricing.ts';
+import { costMicros, holdMicros, parsePrice } from '../../src/credit/pricing.ts';
 import { ConfigError } from '../../src/config/errors.ts';
 
 const price = (input: unknown, output: unknown) => parsePrice(input, output, 'models[0].price');
@@ -27,9 +27,9 @@ t.test('large token counts stay exact', async (t) => {
 });
 
 t.test('prices parse from numbers and numeric strings with up to 6 decimals', async (t) => {
-  t.same(price(0.1, '2.5'), { inputScaled: 100_000n, outputScaled: 2_500_000n });
-  t.same(price(3, '0.000001'), { inputScaled: 3_000_000n, outputScaled: 1n });
-  t.same(price(' 1.25 ', 0), { inputScaled: 1_250_000n, outputScaled: 0n });
+  t.same(price(0.1, '2.5'), { inputScaled: 100_000n, outputScaled: 2_500_000n, cachedInputScaled: 100_000n });
+  t.same(price(3, '0.000001'), { inputScaled: 3_000_000n, outputScaled: 1n, cachedInputScaled: 3_000_000n });
+  t.same(price(' 1.25 ', 0), { inputScaled: 1_250_000n, outputScaled: 0n, cachedInputScaled: 1_250_000n });
 });
 
 t.test('bad prices are ConfigErrors naming the field', async (t) => {
@@ -57,4 +57,54 @@ t.test('bad prices are ConfigErrors naming the field', async (t) => {
     t.equal((err as ConfigError).path, path);
     t.match((err as ConfigError).message, path);
   }
+});
+
+t.test('cached prompt tokens are priced at price.cached_input, exactly (SPEC §4 "Cached input")', async (t) => {
+  const p = parsePrice('0.3', '1.2', 'models[0].price', '0.075');
+  t.equal(p.cachedInputScaled, 75_000n);
+  // (1000 − 600) × 0.3 + 600 × 0.075 + 50 × 1.2 = 120 + 45 + 60 = 225
+  t.equal(costMicros(p, 1000, 50, 600), 225);
+  // (7 − 3) × 0.3 + 3 × 0.075 + 1 × 1.2 = 1.2 + 0.225 + 1.2 = 2.625 → 3
+  t.equal(costMicros(p, 7, 1, 3), 3);
+  // one cached token at 0.075: 0.075 → 1 (ceil of the whole sum, not of each part)
+  t.equal(costMicros(p, 1, 0, 1), 1);
+  t.equal(costMicros(p, 40, 0, 40), 3, '40 × 0.075 = 3 exactly');
+  t.equal(costMicros(p, 1000, 50, 0), 360, 'no cached tokens: the input price');
+  t.equal(costMicros(p, 1000, 50), 360, 'cached omitted = 0');
+  t.equal(costMicros(p, 10, 0, 25), costMicros(p, 10, 0, 10), 'cached clamped to the prompt');
+  t.equal(costMicros(p, 10, 0, -5), costMicros(p, 10, 0, 0), 'negative cached clamped to 0');
+  t.equal(costMicros(parsePrice(1, 1, 'm', 0), 100, 0, 100), 0, 'a free cached input');
+});
+
+t.test('a model without cached_input prices cached tokens at the input price: the same cost as before', async (t) => {
+  const p = price('0.1', '0.4');
+  for (const [prompt, completion, cached] of [
+    [1234, 567, 1000],
+    [3, 0, 3],
+    [1_000_001, 7, 999_999],
+  ] as const) {
+    t.equal(costMicros(p, prompt, completion, cached), costMicros(p, prompt, completion), `${prompt}/${completion}/${cached}`);
+  }
+});
+
+t.test('price.cached_input is validated like input and output', async (t) => {
+  for (const bad of [-1, '0.1234567', 'cheap', null, true, '1e3']) {
+    let err: unknown;
+    try {
+      parsePrice(1, 1, 'models[0].price', bad);
+    } catch (e) {
+      err = e;
+    }
+    t.type(err, ConfigError, String(bad));
+    t.equal((err as ConfigError).path, 'models[0].price.cached_input');
+  }
+});
+
+t.test('the hold prices the prompt at the higher of input and cached_input: never below any debit', async (t) => {
+  const cheap = parsePrice('0.3', '1.2', 'm', '0.075');
+  t.equal(holdMicros(cheap, 1000, 50), costMicros(cheap, 1000, 50), 'cached cheaper: the input price, as before');
+  const odd = parsePrice('0.3', '1.2', 'm', '0.9');
+  t.equal(holdMicros(odd, 1000, 50), costMicros(odd, 1000, 50, 1000), 'cached dearer: held at cached_input');
+  for (const cached of [0, 1, 500, 1000]) t.ok(costMicros(odd, 1000, 50, cached) <= holdMicros(odd, 1000, 50), `cached ${cached}`);
+  t.equal(holdMicros(parsePrice('0.1', '0.4', 'm'), 1234, 567), 351, 'no cached_input: the old hold');
 });

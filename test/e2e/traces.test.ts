@@ -68,7 +68,7 @@ t.test('a traced live request: request span on the client trace, hold/upstream/s
     gw,
     key,
     { model: 'sim-small', messages: [{ role: 'user', content: 'hello there' }], max_tokens: 20 },
-    { traceparent: TRACEPARENT, 'x-sim-tokens': '5' },
+    { traceparent: TRACEPARENT, 'x-sim-tokens': '5', 'x-sim-cached-tokens': '2' },
   );
   t.equal(res.status, 200);
   const body = (await res.json()) as { usage: { prompt_tokens: number; completion_tokens: number } };
@@ -92,6 +92,7 @@ t.test('a traced live request: request span on the client trace, hold/upstream/s
   t.equal(attr(root, 'gen_ai.response.model'), 'sim/small-1');
   t.equal(attr(root, 'gen_ai.usage.input_tokens'), body.usage.prompt_tokens);
   t.equal(attr(root, 'gen_ai.usage.output_tokens'), body.usage.completion_tokens);
+  t.equal(attr(root, 'gen_ai.usage.cache_read.input_tokens'), 2, 'the cached part of the input');
   t.equal(attr(root, 'tollgate.account'), 'traced');
   t.equal(attr(root, 'tollgate.key.id'), id);
   t.equal(attr(root, 'http.response.status_code'), 200);

@@ -87,6 +87,7 @@ export const SIM_HEADERS = [
   'cut-after',
   'ignore-max-tokens',
   'request-id',
+  'cached-tokens',
 ].map((n) => `x-sim-${n}`);
 
 /** The default test document: loopback, free ports, one priced model on the given upstream. */

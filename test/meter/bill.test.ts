@@ -59,18 +59,22 @@ t.test('stateful without usage: the stored answer, else the context window + the
 
   t.same(
     await billed(callWithHead(`{"id":"${stored.id}"`)),
-    { promptTokens: 100, completionTokens: 5, source: 'upstream' },
+    { promptTokens: 100, completionTokens: 5, cachedTokens: 0, source: 'upstream' },
     'the stored usage',
   );
   t.same(
     await billed(callWithHead('{"id":"resp_unknown"')),
-    { promptTokens: 1000, completionTokens: 6, source: 'estimated' },
+    { promptTokens: 1000, completionTokens: 6, cachedTokens: 0, source: 'estimated' },
     'GET 404: the held input part plus the output counted (bytes without a tokenizer)',
   );
-  t.same(await billed(callWithHead('{"object":"response"')), { promptTokens: 1000, completionTokens: 6, source: 'estimated' }, 'no id');
+  t.same(
+    await billed(callWithHead('{"object":"response"')),
+    { promptTokens: 1000, completionTokens: 6, cachedTokens: 0, source: 'estimated' },
+    'no id',
+  );
   t.same(
     await billed(callWithHead(`{"id":"${stored.id}"`), { prompt_tokens: 7, completion_tokens: 2 }),
-    { promptTokens: 7, completionTokens: 2, source: 'upstream' },
+    { promptTokens: 7, completionTokens: 2, cachedTokens: 0, source: 'upstream' },
     'usage reported: billed as reported, nothing asked',
   );
   t.equal(sim.requests.filter((r) => r.method === 'GET').length, 2, 'one GET per answer that had an id and no usage');

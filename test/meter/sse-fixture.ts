@@ -11,7 +11,7 @@ export interface StreamOptions {
   /** OpenAI sends `"usage":null` on every chunk once include_usage is set. */
   usageNullOnChunks?: boolean;
   /** Usage of the final usage-only chunk; null = no usage chunk. */
-  usage?: { prompt_tokens: number; completion_tokens: number } | null;
+  usage?: { prompt_tokens: number; completion_tokens: number; prompt_tokens_details?: Record<string, unknown> } | null;
   done?: boolean;
   reasoning?: string[];
   toolArgs?: string[];
@@ -93,7 +93,12 @@ export function withoutUsageEvent(sse: string, eol = '\n'): string {
  * carrying `pieces` as output_text deltas; usage (input/output_tokens) in response.completed, or
  * `usage: null` there when `usage` is null. The final events repeat the whole text, as OpenAI's do.
  */
-export function buildResponsesStream(opts: { pieces?: string[]; usage?: { input_tokens: number; output_tokens: number } | null } = {}): {
+export function buildResponsesStream(
+  opts: {
+    pieces?: string[];
+    usage?: { input_tokens: number; output_tokens: number; input_tokens_details?: Record<string, unknown> } | null;
+  } = {},
+): {
   sse: string;
   text: string;
 } {

@@ -9,7 +9,7 @@ type Case = (name: string, fn: (t: Test, h: Harness) => Promise<void>) => void;
 const FAR_FUTURE = '99999999999999-0';
 
 function cell(day: string, key_id: string, model: string, n: number): UsageCell {
-  return { day, key_id, model, requests: n, prompt_tokens: 10 * n, completion_tokens: 100 * n, cost_micros: 1000 * n };
+  return { day, key_id, model, requests: n, prompt_tokens: 10 * n, completion_tokens: 100 * n, cost_micros: 1000 * n, cached_tokens: n };
 }
 
 export function exportCases(test: Case): void {

@@ -116,6 +116,35 @@ export function keyControlCases(test: Case): void {
     t.equal((await store.getAccount(a)).balance_micros, 10_000 - 650, 'the balance moved by the same debits');
   });
 
+  test('cached tokens (SPEC §4): the entry carries cached_tokens on every settle variant; none without', async (t, { store }) => {
+    const a = uniqueAccount();
+    const key = 'key_BBBBBBBBBBBBBBB1';
+    await store.grant(a, 10_000, undefined, undefined, TS);
+    const b = charge(key, 5_000);
+    await store.hold(a, 'plain', 100, FAR);
+    await store.hold(a, 'budgeted', 100, FAR, b);
+    // 'no-hold' and 'no-hold-budget' find no field: the store runs the whole script (5 or 6 keys).
+    await store.settle(settleInput(a, 'plain', 40, { promptTokens: 10, cachedTokens: 7 }));
+    await store.settle(settleInput(a, 'budgeted', 50, { promptTokens: 10, cachedTokens: 8, budget: b }));
+    await store.settle(settleInput(a, 'no-hold', 60, { promptTokens: 10, cachedTokens: 9 }));
+    await store.settle(settleInput(a, 'no-hold-budget', 70, { promptTokens: 10, cachedTokens: 10, budget: b }));
+    await store.settle(settleInput(a, 'uncached', 80, { promptTokens: 10, cachedTokens: 0 }));
+    const page = await store.ledger(a, undefined, 100);
+    const debits = new Map(page.filter((e) => e.kind === 'debit').map((e) => [e.request_id, e]));
+    t.equal(debits.get('plain')?.cached_tokens, 7, 'held, no budget');
+    t.equal(debits.get('plain')?.hold_micros, 100, 'the hold was still found and released');
+    t.equal(debits.get('budgeted')?.cached_tokens, 8, 'held, budget');
+    t.equal(debits.get('no-hold')?.cached_tokens, 9, 'no hold, no budget');
+    t.equal(debits.get('no-hold-budget')?.cached_tokens, 10, 'no hold, budget');
+    t.notOk('cached_tokens' in debits.get('uncached')!, 'no cached tokens: no field');
+    t.strictSame(
+      await store.keySpend(a, key, b.period, Date.now()),
+      { spent_micros: 120, held_micros: 0 },
+      'the budget counter as without cached tokens',
+    );
+    t.strictSame(await store.getAccount(a), { id: a, balance_micros: 10_000 - 300, held_micros: 0 });
+  });
+
   test('budget counters are per key and per period; keys without a budget touch none', async (t, { store }) => {
     const a = uniqueAccount();
     await store.grant(a, 10_000, undefined, undefined, TS);

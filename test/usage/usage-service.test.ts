@@ -46,8 +46,8 @@ function capture() {
 t.test('records add up per cell; one flush writes them; last_used_at is the minute', async (t) => {
   const { store, calls } = flaky();
   const usage = createUsage({ store, logger: capture().logger, retentionDays: 400, flushIntervalMs: 1000 });
-  usage.record(rec());
-  usage.record(rec({ promptTokens: 1, completionTokens: 2, costMicros: 3 }));
+  usage.record(rec({ cachedTokens: 6 }));
+  usage.record(rec({ promptTokens: 1, completionTokens: 2, costMicros: 3, cachedTokens: 1 }));
   usage.record(rec({ keyId: 'key_t', live: false, costMicros: 0 }));
   usage.record(rec({ model: 'm2', at: AT + 86_400_000 }));
   t.equal(calls.length, 0, 'record does no I/O');
@@ -55,16 +55,43 @@ t.test('records add up per cell; one flush writes them; last_used_at is the minu
   t.equal(calls.length, 1, 'one flush');
   t.same(calls[0]!.ledgerAccounts, ['acme'], 'live use indexes the account for the export');
   t.same(await store.usageCells('acme', '2026-11-25', '2026-11-26'), [
-    { day: '2026-11-25', key_id: 'key_a', model: 'm1', requests: 2, prompt_tokens: 11, completion_tokens: 22, cost_micros: 10 },
-    { day: '2026-11-25', key_id: 'key_t', model: 'm1', requests: 1, prompt_tokens: 10, completion_tokens: 20, cost_micros: 0 },
-    { day: '2026-11-26', key_id: 'key_a', model: 'm2', requests: 1, prompt_tokens: 10, completion_tokens: 20, cost_micros: 7 },
+    {
+      day: '2026-11-25',
+      key_id: 'key_a',
+      model: 'm1',
+      requests: 2,
+      prompt_tokens: 11,
+      completion_tokens: 22,
+      cost_micros: 10,
+      cached_tokens: 7,
+    },
+    {
+      day: '2026-11-25',
+      key_id: 'key_t',
+      model: 'm1',
+      requests: 1,
+      prompt_tokens: 10,
+      completion_tokens: 20,
+      cost_micros: 0,
+      cached_tokens: 0,
+    },
+    {
+      day: '2026-11-26',
+      key_id: 'key_a',
+      model: 'm2',
+      requests: 1,
+      prompt_tokens: 10,
+      completion_tokens: 20,
+      cost_micros: 7,
+      cached_tokens: 0,
+    },
   ]);
   t.same(await usage.lastUsed('acme'), { key_a: '2026-11-26T10:07:00Z', key_t: '2026-11-25T10:07:00Z' });
   await usage.flush();
   t.equal(calls.length, 1, 'nothing pending: no flush sent');
   t.same(await usage.query('acme', '2026-11-25', '2026-11-26', ['model']), [
-    { model: 'm1', requests: 3, prompt_tokens: 21, completion_tokens: 42, cost_micros: 10 },
-    { model: 'm2', requests: 1, prompt_tokens: 10, completion_tokens: 20, cost_micros: 7 },
+    { model: 'm1', requests: 3, prompt_tokens: 21, completion_tokens: 42, cost_micros: 10, cached_tokens: 7 },
+    { model: 'm2', requests: 1, prompt_tokens: 10, completion_tokens: 20, cost_micros: 7, cached_tokens: 0 },
   ]);
 });
 
@@ -89,7 +116,16 @@ t.test('a refused flush is retried as it was (same id) before the next: nothing 
   t.same(calls[2]!.cells, calls[0]!.cells, 'and its cells, unchanged');
   t.ok(calls[3]!.flushId!.seq > calls[0]!.flushId!.seq, 'the records made meanwhile go with a new id');
   t.same(await store.usageCells('acme', '2026-11-25', '2026-11-25'), [
-    { day: '2026-11-25', key_id: 'key_a', model: 'm1', requests: 2, prompt_tokens: 20, completion_tokens: 40, cost_micros: 14 },
+    {
+      day: '2026-11-25',
+      key_id: 'key_a',
+      model: 'm1',
+      requests: 2,
+      prompt_tokens: 20,
+      completion_tokens: 40,
+      cost_micros: 14,
+      cached_tokens: 0,
+    },
   ]);
 });
 
@@ -110,7 +146,16 @@ t.test('a flush the store applied but whose answer was lost: its retry changes n
   loseAnswers = false;
   await usage.flush();
   t.same(await store.usageCells('acme', '2026-11-25', '2026-11-25'), [
-    { day: '2026-11-25', key_id: 'key_a', model: 'm1', requests: 1, prompt_tokens: 10, completion_tokens: 20, cost_micros: 7 },
+    {
+      day: '2026-11-25',
+      key_id: 'key_a',
+      model: 'm1',
+      requests: 1,
+      prompt_tokens: 10,
+      completion_tokens: 20,
+      cost_micros: 7,
+      cached_tokens: 0,
+    },
   ]);
 });
 
@@ -122,7 +167,16 @@ t.test('requests counts requests served: one that billed no token is none', asyn
   usage.record(rec({ promptTokens: 0, completionTokens: 3, costMicros: 1 }));
   await usage.flush();
   t.same(await store.usageCells('acme', '2026-11-25', '2026-11-25'), [
-    { day: '2026-11-25', key_id: 'key_a', model: 'm1', requests: 2, prompt_tokens: 10, completion_tokens: 23, cost_micros: 8 },
+    {
+      day: '2026-11-25',
+      key_id: 'key_a',
+      model: 'm1',
+      requests: 2,
+      prompt_tokens: 10,
+      completion_tokens: 23,
+      cost_micros: 8,
+      cached_tokens: 0,
+    },
   ]);
   t.same(await usage.lastUsed('acme'), { key_a: '2026-11-25T10:07:00Z' }, 'the key was still used');
 });

@@ -21,6 +21,7 @@ interface Row {
   prompt_tokens: number;
   completion_tokens: number;
   cost_micros: number;
+  cached_tokens: number;
 }
 
 const ACCOUNT = 'mix';
@@ -34,13 +35,14 @@ function regroup(rows: Row[], dims: readonly (typeof DIMENSIONS)[number][]): Row
     // SPEC §10's field order: the grouped dimensions, then the sums.
     const g = {} as Row;
     for (const d of DIMENSIONS) if (dims.includes(d)) (g as unknown as Record<string, unknown>)[FIELD[d]] = r[FIELD[d]];
-    Object.assign(g, { requests: 0, prompt_tokens: 0, completion_tokens: 0, cost_micros: 0 });
+    Object.assign(g, { requests: 0, prompt_tokens: 0, completion_tokens: 0, cost_micros: 0, cached_tokens: 0 });
     const id = `${g.day ?? ''}\n${g.key_id ?? ''}\n${g.model ?? ''}`;
     const have = out.get(id) ?? out.set(id, g).get(id)!;
     have.requests += r.requests;
     have.prompt_tokens += r.prompt_tokens;
     have.completion_tokens += r.completion_tokens;
     have.cost_micros += r.cost_micros;
+    have.cached_tokens += r.cached_tokens;
   }
   return [...out.entries()].sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0)).map(([, r]) => r);
 }
@@ -102,7 +104,16 @@ if (redis) {
       const have =
         testTally.get(id) ??
         testTally
-          .set(id, { day: today, key_id: test1.id, model: r.model, requests: 0, prompt_tokens: 0, completion_tokens: 0, cost_micros: 0 })
+          .set(id, {
+            day: today,
+            key_id: test1.id,
+            model: r.model,
+            requests: 0,
+            prompt_tokens: 0,
+            completion_tokens: 0,
+            cost_micros: 0,
+            cached_tokens: 0,
+          })
           .get(id)!;
       have.requests++;
       have.prompt_tokens += usageOf.prompt_tokens;
@@ -127,12 +138,14 @@ if (redis) {
             prompt_tokens: 0,
             completion_tokens: 0,
             cost_micros: 0,
+            cached_tokens: 0,
           })
           .get(id)!;
       r.requests++;
       r.prompt_tokens += e.prompt_tokens!;
       r.completion_tokens += e.completion_tokens!;
       r.cost_micros -= e.amount_micros;
+      r.cached_tokens += e.cached_tokens ?? 0;
     }
     return [...rows.values()];
   };
@@ -239,7 +252,7 @@ if (redis) {
     const table = await runCli(['usage', 'show', '--account', ACCOUNT, '--group-by', 'key'], env);
     t.match(
       table.stdout.split('\n')[0],
-      /^KEY_ID\s+REQUESTS\s+PROMPT_TOKENS\s+COMPLETION_TOKENS\s+COST_MICROS$/,
+      /^KEY_ID\s+REQUESTS\s+PROMPT_TOKENS\s+COMPLETION_TOKENS\s+COST_MICROS\s+CACHED_TOKENS$/,
       'a table with the grouped column',
     );
     t.equal(table.stdout.trim().split('\n').length, 4, 'one row per key used');

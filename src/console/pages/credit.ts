@@ -228,6 +228,7 @@ const CSV_COLUMNS = [
   'usage_source',
   'hold_micros',
   'note',
+  'cached_tokens',
 ] as const;
 
 /** RFC 4180 quoting, and a leading ' on cells a spreadsheet would run as a formula (notes are free text). */

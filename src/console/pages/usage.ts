@@ -122,6 +122,12 @@ export function usageBody(v: UsageView): Html {
             <th>Model</th>
             <th class="num">Requests</th>
             <th class="num">Tokens in</th>
+            <th
+              class="num"
+              title="The part of tokens in the upstream served from its prompt cache, priced at the model's cached-input price"
+            >
+              Cached
+            </th>
             <th class="num">Tokens out</th>
             <th class="num">Credits</th>
           </tr>
@@ -135,6 +141,7 @@ export function usageBody(v: UsageView): Html {
                 <td class="model">${r.model}</td>
                 <td class="num" data-label="Requests">${r.requests}</td>
                 <td class="num" data-label="In">${r.prompt_tokens}</td>
+                <td class="num cached" data-label="Cached">${r.cached_tokens}</td>
                 <td class="num" data-label="Out">${r.completion_tokens}</td>
                 <td class="num credits" data-label="Credits">${credits(r.cost_micros)}</td>
               </tr>`,

@@ -20,6 +20,9 @@
 -- A key with a budget (docs/keys.md) adds its budget counter as the last key (4 keys, or 6 for the whole
 -- script) and always sends 11 arguments: 11 the counter's expiry (unix ms, '' = none). The cost joins
 -- the counter's settled spend 's' and the hold leaves its open holds 'h<due>'.
+-- Cached prompt tokens (SPEC §4 "Cached input"), only when there are some: 12 arguments, 12 the count
+-- (11 is then '' for a key without a budget); the entry gets a `cached_tokens` field. Without it (8 or 11
+-- arguments) the entry has no such field, as before: a reader takes a missing field as 0.
 -- Amounts stay text end to end (a Lua number would be formatted again for every command).
 -- Returns {entry id, replayed (1/0), balance, held, wrote into a bucket no hold of it indexed (1/0)}.
 local v = redis.call('HGET', KEYS[2], ARGV[1])
@@ -62,9 +65,16 @@ local held
 if hold ~= '0' then held = redis.call('HINCRBY', KEYS[1], 'held', '-' .. hold) end
 local bal = redis.call('HINCRBY', KEYS[1], 'balance', ARGV[2])
 if not held then held = tonumber(redis.call('HGET', KEYS[1], 'held') or '0') end
-local id = redis.call('XADD', KEYS[3], '*', 'kind', 'debit', 'amount_micros', ARGV[2], 'ts', ARGV[3],
-  'request_id', ARGV[1], 'key_id', ARGV[4], 'model', ARGV[5], 'prompt_tokens', ARGV[6],
-  'completion_tokens', ARGV[7], 'usage_source', ARGV[8], 'hold_micros', hold)
+local id
+if ARGV[12] then
+  id = redis.call('XADD', KEYS[3], '*', 'kind', 'debit', 'amount_micros', ARGV[2], 'ts', ARGV[3],
+    'request_id', ARGV[1], 'key_id', ARGV[4], 'model', ARGV[5], 'prompt_tokens', ARGV[6],
+    'completion_tokens', ARGV[7], 'usage_source', ARGV[8], 'hold_micros', hold, 'cached_tokens', ARGV[12])
+else
+  id = redis.call('XADD', KEYS[3], '*', 'kind', 'debit', 'amount_micros', ARGV[2], 'ts', ARGV[3],
+    'request_id', ARGV[1], 'key_id', ARGV[4], 'model', ARGV[5], 'prompt_tokens', ARGV[6],
+    'completion_tokens', ARGV[7], 'usage_source', ARGV[8], 'hold_micros', hold)
+end
 if mark then redis.call('HSET', KEYS[2], ARGV[1], mark .. id) end
 if #KEYS == 4 or #KEYS == 6 then
   local kb = KEYS[#KEYS]
