@@ -5,7 +5,7 @@
  * Redis. Each gateway runs `src/main.ts` exactly as in production, from a config file written here.
  */
 import { randomBytes } from 'node:crypto';
-import { mkdirSync, mkdtempSync, readFileSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { execFileSync } from 'node:child_process';
@@ -287,7 +287,9 @@ export async function startStack(o: StackOptions = {}): Promise<Stack> {
 
 /** Whether the gateway's src/ has the per-account limits (SPEC §13); an older --ref refuses their config keys. */
 function accountLimits(cwd: string): boolean {
-  return readFileSync(join(cwd, 'src/config/schema.ts'), 'utf8').includes("'test_account'");
+  // The rate_limits section lives in src/limits/config.ts since the config was split by section.
+  const files = ['src/config/schema.ts', 'src/limits/config.ts'].map((f) => join(cwd, f)).filter((f) => existsSync(f));
+  return files.some((f) => readFileSync(f, 'utf8').includes("'test_account'"));
 }
 
 /** The generated gateway config (SPEC §11 keys), one upstream: the simulator. */
