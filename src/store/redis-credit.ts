@@ -6,6 +6,8 @@
  * calls so any Redis failure becomes 503 `store_unavailable`.
  */
 import { Cluster, type Redis } from 'ioredis';
+import calculateSlot from 'cluster-key-slot';
+import { createTurnBatcher } from './credit-batch.ts';
 import { bucketDue, DEFAULT_BUCKET_MS, settleBucketDue } from './hold-bucket.ts';
 import * as K from './redis-keys.ts';
 import type { LuaScript, ScriptPipe } from './script-pipe.ts';
@@ -27,16 +29,36 @@ export interface RedisCreditDeps {
   pipe: ScriptPipe | undefined;
   /** The store's defineCommand scripts by name (redis-store.ts SCRIPTS). */
   scripts: Record<
-    'tgHold' | 'tgHold3' | 'tgSettle3' | 'tgSettle4' | 'tgSettle5' | 'tgSettle6' | 'tgReapBucket3' | 'tgReapBucket' | 'tgLegacyReap',
+    | 'tgHold'
+    | 'tgHold3'
+    | 'tgHoldMany'
+    | 'tgSettle3'
+    | 'tgSettle4'
+    | 'tgSettle5'
+    | 'tgSettle6'
+    | 'tgSettleMany'
+    | 'tgReapBucket3'
+    | 'tgReapBucket'
+    | 'tgLegacyReap',
     ScriptFn
   >;
-  /** hold.lua and settle.lua, for the pipe. */
-  lua: { hold: LuaScript; settle: LuaScript };
+  /** hold.lua and settle.lua, and their group-commit forms (credit-batch.ts), for the pipe. */
+  lua: { hold: LuaScript; settle: LuaScript; holdMany: LuaScript; settleMany: LuaScript };
   onError: (err: Error) => void;
   /** How long a reaped hold is remembered (RedisStoreOptions.settledTtlSeconds). */
   reapedTtlSeconds: number;
   holdTtlMs?: number | undefined;
   bucketMs?: number | undefined;
+}
+
+/**
+ * settle.lua's arguments as it took them before group commit, from the 12 settle() builds: 10 (ids,
+ * amounts, may-have-run, due), 11 for a key with a budget (its counter's expiry, maybe ''), 12 with cached
+ * tokens. (Its 3-key common case without either takes only the first 8.)
+ */
+function trimTail(args: (string | number)[], budget: boolean): (string | number)[] {
+  if (args[11] !== '') return args;
+  return budget ? args.slice(0, 11) : args.slice(0, 10);
 }
 
 export function createRedisCredit(d: RedisCreditDeps): Pick<Store, 'hold' | 'settle' | 'reapExpiredHolds'> {
@@ -79,6 +101,58 @@ export function createRedisCredit(d: RedisCreditDeps): Pick<Store, 'hold' | 'set
     // without a hold is harmless, and a resent hold is resent after its ZADD.
     redis.zadd(K.HOLD_BUCKETS, due, JSON.stringify([acct, due])).catch(onError);
   }
+
+  /** One hold or settle as its script takes it: its keys (3 or 4) and its arguments. */
+  interface Call {
+    acct: string;
+    keys: string[];
+    args: (string | number)[];
+  }
+  // Group commit (credit-batch.ts): per slot, so on Cluster each batch is one node's call.
+  const slotOf = cluster ? (c: Call) => calculateSlot(c.keys[0]!) : () => 0;
+  const schedule = pipe ? (fn: () => void) => pipe.beforeWrite(fn) : (fn: () => void) => void setImmediate(fn);
+  /** The calls of a batch as the -many scripts take them: every key in order, each call's arguments after its key count. */
+  const flat = (calls: Call[], width: number) => {
+    const keys: string[] = [];
+    const args: (string | number)[] = [];
+    for (const c of calls) {
+      keys.push(...c.keys);
+      args.push(c.keys.length, ...c.args);
+      // Optional trailing arguments ('' = none), so every call has the same width.
+      for (let i = c.args.length + 1; i < width; i++) args.push('');
+    }
+    return { keys, args };
+  };
+  const many = (script: 'holdMany' | 'settleMany', width: number) => (calls: Call[]) => {
+    const { keys, args } = flat(calls, width);
+    const reply = pipe
+      ? pipe.run(lua[script], keys, args)
+      : script === 'holdMany'
+        ? s.tgHoldMany(keys.length, ...keys, ...args)
+        : s.tgSettleMany(keys.length, ...keys, ...args);
+    return reply as Promise<unknown[]>;
+  };
+  const holdCall = createTurnBatcher<Call, unknown>({
+    schedule,
+    slotOf,
+    one: (c) =>
+      pipe ? pipe.run(lua.hold, c.keys, c.args) : c.keys.length === 3 ? s.tgHold3(...c.keys, ...c.args) : s.tgHold(...c.keys, ...c.args),
+    many: many('holdMany', 6),
+  });
+  /** settle.lua's first call (3 keys, or 4 with a budget); an absent field answers '?'. */
+  const settleRun = (k: string[], a: (string | number)[]) => {
+    if (pipe) return pipe.run(lua.settle, k, a);
+    if (k.length === 3) return s.tgSettle3(...k, ...a);
+    if (k.length === 4) return s.tgSettle4(...k, ...a);
+    return k.length === 5 ? s.tgSettle5(...k, ...a) : s.tgSettle6(...k, ...a);
+  };
+  const settleCall = createTurnBatcher<Call, unknown>({
+    schedule,
+    slotOf,
+    // A batch of one sends what settle() sent before group commit: 8 arguments unless it needs more.
+    one: (c) => settleRun(c.keys, c.keys.length === 3 && c.args[11] === '' ? c.args.slice(0, 8) : trimTail(c.args, c.keys.length === 4)),
+    many: many('settleMany', 13),
+  });
 
   /**
    * Empties the due buckets of the index (reap-bucket.lua), a batch of up to REAP_BATCH members at a time;
@@ -150,8 +224,7 @@ export function createRedisCredit(d: RedisCreditDeps): Pick<Store, 'hold' | 'set
         keys.push(K.keyBudget(acct, budget.keyId, budget.period));
         args.push(budget.limitMicros, budget.expireAtMs ?? '');
       }
-      const hold = pipe ? pipe.run(lua.hold, keys, args) : budget ? s.tgHold3(...keys, ...args) : s.tgHold(...keys, ...args);
-      const [code, bal, held, used] = (await hold) as [number, number, number, number?];
+      const [code, bal, held, used] = (await holdCall({ acct, keys, args })) as [number, number, number, number?];
       return { ok: code > 0, balance_micros: bal, held_micros: held, ...(code === -2 && { budget: { used_micros: used ?? 0 } }) };
     },
 
@@ -169,24 +242,13 @@ export function createRedisCredit(d: RedisCreditDeps): Pick<Store, 'hold' | 'set
         i.completionTokens,
         i.usageSource,
       ];
-      const run = (k: string[], a: (string | number)[]) => {
-        if (pipe) return pipe.run(lua.settle, k, a);
-        if (k.length === 3) return s.tgSettle3(...k, ...a);
-        if (k.length === 4) return s.tgSettle4(...k, ...a);
-        return k.length === 5 ? s.tgSettle5(...k, ...a) : s.tgSettle6(...k, ...a);
-      };
-      // A key with a budget (settle.lua): its counter last, and always the 11 arguments; cached prompt
-      // tokens (only when there are some) as the 12th, so a request without any sends what it did before.
+      // A key with a budget (settle.lua): its counter last. Arguments 9-12 always (settle-many.lua's width);
+      // a batch of one trims them to what settle.lua took before (credit-batch.ts `one`).
       const b = i.budget;
       const cached = i.cachedTokens !== undefined && i.cachedTokens > 0 ? i.cachedTokens : 0;
       const budgetKeys = b ? [K.keyBudget(i.account, b.keyId, b.period)] : [];
-      const tail = (): (string | number)[] => [
-        i.mayHaveRun ? '1' : '0',
-        due,
-        ...(b || cached ? [b?.expireAtMs ?? ''] : []),
-        ...(cached ? [cached] : []),
-      ];
-      let reply = (await run([...keys, ...budgetKeys], b || cached ? [...args, ...tail()] : args)) as [
+      const tail: (string | number)[] = [i.mayHaveRun ? '1' : '0', due, b?.expireAtMs ?? '', cached || ''];
+      let reply = (await settleCall({ acct: i.account, keys: [...keys, ...budgetKeys], args: [...args, ...tail] })) as [
         string,
         number,
         number,
@@ -196,7 +258,7 @@ export function createRedisCredit(d: RedisCreditDeps): Pick<Store, 'hold' | 'set
       // No field in the bucket (rare: no hold reached it, or one of the previous layout): the whole script.
       if (reply[0] === '?') {
         const all = [...keys, K.holds(i.account), K.settled(i.account, i.requestId), ...budgetKeys];
-        reply = (await run(all, [...args, ...tail()])) as typeof reply;
+        reply = (await settleRun(all, trimTail([...args, ...tail], b !== undefined))) as typeof reply;
       }
       const [entryId, replayed, bal, held, fresh] = reply;
       // A settle without its hold wrote the bucket's first field, maybe: index it too (rare path).

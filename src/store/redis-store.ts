@@ -44,6 +44,11 @@ const SCRIPTS = {
   // allocation group": store_unavailable under load, test/cluster/contract.test.ts).
   tgSettle3: ['settle', 3],
   tgSettle5: ['settle', 5],
+  // Group commit (credit-batch.ts): a turn's holds or settles of one slot in one call, any number of keys.
+  // Not autopipelined (see the ignore list below): the batch is the pipeline, and on Cluster ioredis then
+  // routes it by its keys, not by its first argument.
+  tgHoldMany: ['hold-many', null],
+  tgSettleMany: ['settle-many', null],
   // reap-bucket.lua: one bucket (3 keys; every call on Cluster), or a batch of buckets on one node.
   tgReapBucket3: ['reap-bucket', 3],
   tgReapBucket: ['reap-bucket', null],
@@ -124,7 +129,14 @@ export async function createRedisStore(o: RedisStoreOptions & { client?: Client 
     scripts[name] = (...args) => (redis as unknown as Record<string, ScriptFn>)[name]!(...args);
   }
   // Single node: hold and settle, the two scripts of every live request, take the lean pipe (script-pipe.ts).
-  const pipe = o.scriptPipe === false ? undefined : pipeFor(redis, o.commandTimeoutMs, onError, [lua.hold!, lua.settle!]);
+  // Autopipelining would group a -many call by its first argument, the key count, not a key (SCRIPTS above).
+  // A new array: ioredis' default one is shared by every client.
+  const options = redis.options as { autoPipeliningIgnoredCommands?: string[] };
+  options.autoPipeliningIgnoredCommands = [...(options.autoPipeliningIgnoredCommands ?? []), 'tgHoldMany', 'tgSettleMany'];
+  const pipe =
+    o.scriptPipe === false
+      ? undefined
+      : pipeFor(redis, o.commandTimeoutMs, onError, [lua.hold!, lua.settle!, lua['hold-many']!, lua['settle-many']!]);
   if (pipe) await pipe.ready.catch(onError);
   // Not ioredis' autoResubscribe: it re-subscribes after a reconnect without a handler on the reply, so a
   // close (or another drop) before that reply arrives is an unhandled rejection, "Connection is closed."
@@ -148,7 +160,7 @@ export async function createRedisStore(o: RedisStoreOptions & { client?: Client 
     redis,
     pipe,
     scripts: s,
-    lua: { hold: lua.hold!, settle: lua.settle! },
+    lua: { hold: lua.hold!, settle: lua.settle!, holdMany: lua['hold-many']!, settleMany: lua['settle-many']! },
     onError,
     reapedTtlSeconds: o.settledTtlSeconds,
     holdTtlMs: o.holdTtlMs,

@@ -63,6 +63,11 @@ export interface ScriptPipe {
   /** Sends one plain command, in order with the scripts of the same turn (they share a write). */
   call(args: readonly (string | number)[]): Promise<Reply>;
   /**
+   * Runs `fn` once just before this turn's write (and makes sure there is one): a caller that collects the
+   * turn's calls (credit-batch.ts) issues them from there, so they share that write instead of the next.
+   */
+  beforeWrite(fn: () => void): void;
+  /**
    * Counts the connections made so far (bumped by each successful handshake): what a caller learnt
    * about the server on one connection (e.g. "this index entry exists") may not hold on the next.
    */
@@ -108,6 +113,8 @@ export function createScriptPipe(o: ScriptPipeOptions): ScriptPipe {
   let prelude: boolean[] = [];
   let out: string[] = [];
   let flushScheduled = false;
+  /** beforeWrite callbacks of this turn, run by the flush before it writes. */
+  let deferred: (() => void)[] = [];
   let generation = 0;
 
   const reader = new RespReader((r) => {
@@ -131,6 +138,12 @@ export function createScriptPipe(o: ScriptPipeOptions): ScriptPipe {
   });
 
   function flush(): void {
+    // Their calls join `out` while flushScheduled is still set, so they schedule no second write.
+    if (deferred.length > 0) {
+      const fns = deferred;
+      deferred = [];
+      for (const fn of fns) fn();
+    }
     flushScheduled = false;
     if (!socket || out.length === 0) return;
     socket.write(out.length === 1 ? out[0]! : out.join(''));
@@ -245,9 +258,7 @@ export function createScriptPipe(o: ScriptPipeOptions): ScriptPipe {
   );
   watchdog.unref();
 
-  function send(args: readonly (string | number)[]): Promise<Reply> {
-    if (!connected || !socket) return Promise.reject(new PipeError('redis not connected', false));
-    out.push(encodeCommand(args));
+  function scheduleFlush(): void {
     if (!flushScheduled) {
       flushScheduled = true;
       // setImmediate, not nextTick: commands queued by every I/O callback of this loop turn share one write.
@@ -256,6 +267,12 @@ export function createScriptPipe(o: ScriptPipeOptions): ScriptPipe {
       // turn has holds too).
       setImmediate(flush);
     }
+  }
+
+  function send(args: readonly (string | number)[]): Promise<Reply> {
+    if (!connected || !socket) return Promise.reject(new PipeError('redis not connected', false));
+    out.push(encodeCommand(args));
+    scheduleFlush();
     return new Promise<Reply>((resolve, reject) => waiting.push({ resolve, reject, at: performance.now() }));
   }
 
@@ -270,6 +287,10 @@ export function createScriptPipe(o: ScriptPipeOptions): ScriptPipe {
       return generation;
     },
     call: send,
+    beforeWrite(fn) {
+      deferred.push(fn);
+      scheduleFlush();
+    },
     async run(script, keys, args) {
       try {
         return await send(['EVALSHA', script.sha, keys.length, ...keys, ...args]);

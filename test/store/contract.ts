@@ -7,6 +7,7 @@ import { recordCases } from './contract-records.ts';
 import { consoleCases } from './contract-console.ts';
 import { exportCases } from './contract-export.ts';
 import { keyControlCases } from './contract-key-controls.ts';
+import { batchCases } from './contract-batch.ts';
 import { checkInvariants, track, type ContractOptions, type Harness, type MakeStore } from './harness.ts';
 
 export type { ContractOptions, MakeStore } from './harness.ts';
@@ -27,4 +28,5 @@ export function runStoreContract(t: Test, makeStore: MakeStore, opts: ContractOp
   consoleCases(test);
   exportCases(test);
   keyControlCases(test);
+  batchCases(test);
 }

@@ -1,0 +1,81 @@
+/**
+ * Group commit (docs/ledger.md "Group commit"): the calls one process makes in one event-loop turn are
+ * collected per Redis slot and sent as one script call per slot, just before the turn's write; the reply
+ * (one result per call, in order) fans out to each caller. Nothing waits for a batch to fill: at low load
+ * a batch is one call, sent in the turn it was made in (the caller's single-request script), and under
+ * load batches form by themselves from the calls that arrive in the same turn.
+ *
+ * A batch is one script, so on a connection loss either all of its calls ran or none did; every caller of
+ * it gets the same error and treats it as "may have run", exactly as for a call of its own (holds and
+ * settles are idempotent per request).
+ */
+
+/** The most calls in one script call: a larger turn is split, so no single script holds Redis long. */
+export const MAX_BATCH = 128;
+
+export interface TurnBatcherOptions<I, R> {
+  /** Runs `flush` once before this turn's write (the script pipe's beforeWrite), or at the turn's end. */
+  schedule: (flush: () => void) => void;
+  /** The slot a call goes to (Cluster); one value for every call on a single node. */
+  slotOf: (item: I) => string | number;
+  /** Sends a batch of one: the single-request script, as before group commit. */
+  one: (item: I) => Promise<R>;
+  /** Sends a batch of two or more (all of one slot) as one call; resolves one result per item, in order. */
+  many: (items: I[]) => Promise<R[]>;
+}
+
+interface Pending<I, R> {
+  items: I[];
+  waiters: { resolve(r: R): void; reject(e: unknown): void }[];
+}
+
+/** Returns `add`: queues a call for this turn's batch of its slot and resolves with its own result. */
+export function createTurnBatcher<I, R>(o: TurnBatcherOptions<I, R>): (item: I) => Promise<R> {
+  let pending = new Map<string | number, Pending<I, R>>();
+  let scheduled = false;
+
+  function send(items: I[], waiters: Pending<I, R>['waiters']): void {
+    if (items.length === 1) {
+      o.one(items[0]!).then(waiters[0]!.resolve, waiters[0]!.reject);
+      return;
+    }
+    o.many(items).then(
+      (results) => {
+        if (results.length !== items.length) {
+          const err = new Error(`batch of ${items.length} answered with ${results.length} results`);
+          for (const w of waiters) w.reject(err);
+          return;
+        }
+        for (let i = 0; i < waiters.length; i++) waiters[i]!.resolve(results[i]!);
+      },
+      (err: unknown) => {
+        for (const w of waiters) w.reject(err);
+      },
+    );
+  }
+
+  function flush(): void {
+    scheduled = false;
+    const batches = pending;
+    pending = new Map();
+    for (const { items, waiters } of batches.values()) {
+      if (items.length <= MAX_BATCH) send(items, waiters);
+      else for (let i = 0; i < items.length; i += MAX_BATCH) send(items.slice(i, i + MAX_BATCH), waiters.slice(i, i + MAX_BATCH));
+    }
+  }
+
+  return (item) => {
+    const slot = o.slotOf(item);
+    let p = pending.get(slot);
+    if (!p) {
+      p = { items: [], waiters: [] };
+      pending.set(slot, p);
+    }
+    p.items.push(item);
+    if (!scheduled) {
+      scheduled = true;
+      o.schedule(flush);
+    }
+    return new Promise<R>((resolve, reject) => p.waiters.push({ resolve, reject }));
+  };
+}
