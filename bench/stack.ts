@@ -21,7 +21,7 @@ export const WORKERS = 2;
 
 /** Where each target is reached and how it authenticates. */
 export interface Target {
-  readonly name: 'direct' | 'bare' | 'bare+redis' | 'tollgate/test' | 'tollgate/live' | 'tollgate/live-w2' | 'tollgate/live-budget';
+  readonly name: 'direct' | 'bare' | 'bare+redis' | 'tollgate/test' | 'tollgate/live' | `tollgate/live-w${number}` | 'tollgate/live-budget';
   /** Base URL including `/v1`. */
   readonly base: string;
   readonly authorization: string;
@@ -65,9 +65,10 @@ export interface StackOptions {
   reference?: boolean;
   /**
    * Add the "tollgate/live-w2" target: a second gateway with `server.workers: 2` on the same Redis,
-   * loaded with the same live key. Left out on the embedded store, which refuses workers > 1.
+   * loaded with the same live key. Left out on the embedded store, which refuses workers > 1. A number
+   * sets the workers (target "tollgate/live-w<n>"; bench/hot-account.ts runs 4).
    */
-  workers?: boolean;
+  workers?: boolean | number;
   /**
    * Add the "tollgate/live-budget" target: a live key of the same account with a budget it never reaches
    * (docs/keys.md), on the same gateway: what a budget costs the hot path (bench/ab.ts --key live-budget).
@@ -203,9 +204,10 @@ export async function startStack(o: StackOptions = {}): Promise<Stack> {
 
     // Same Redis, so the same keys and account: the live key is read from Redis like any key.
     let gw2: Awaited<ReturnType<typeof startGateway>> | undefined;
+    const workers = typeof o.workers === 'number' ? o.workers : WORKERS;
     if (o.workers && redisUrl) {
       try {
-        gw2 = await startGateway(`gateway-w${WORKERS}`, WORKERS);
+        gw2 = await startGateway(`gateway-w${workers}`, workers);
       } catch (e) {
         throw new Error(`${(e as Error).message}\n(a --ref older than server.workers cannot run it: add --no-workers)`);
       }
@@ -259,11 +261,11 @@ export async function startStack(o: StackOptions = {}): Promise<Stack> {
         ...(gw2
           ? [
               {
-                name: 'tollgate/live-w2',
+                name: `tollgate/live-w${workers}`,
                 base: gw2.base,
                 authorization: `Bearer ${liveKey.key as string}`,
                 pid: gw2.proc.pid,
-                workers: WORKERS,
+                workers,
                 ...(redisPid && { redisPid }),
                 ...(redisUrl && { redisUrl }),
               } as const,

@@ -20,7 +20,10 @@ export interface TurnBatcherOptions<I, R> {
   slotOf: (item: I) => string | number;
   /** Sends a batch of one: the single-request script, as before group commit. */
   one: (item: I) => Promise<R>;
-  /** Sends a batch of two or more (all of one slot) as one call; resolves one result per item, in order. */
+  /**
+   * Sends a batch of two or more (all of one slot) as one call; resolves one result per item, in order
+   * (an Error in an item's place fails that item alone).
+   */
   many: (items: I[]) => Promise<R[]>;
 }
 
@@ -46,7 +49,12 @@ export function createTurnBatcher<I, R>(o: TurnBatcherOptions<I, R>): (item: I) 
           for (const w of waiters) w.reject(err);
           return;
         }
-        for (let i = 0; i < waiters.length; i++) waiters[i]!.resolve(results[i]!);
+        // A request that failed on its own inside the script is an error in its place; the others stand.
+        for (let i = 0; i < waiters.length; i++) {
+          const r = results[i]!;
+          if (r instanceof Error) waiters[i]!.reject(r);
+          else waiters[i]!.resolve(r);
+        }
       },
       (err: unknown) => {
         for (const w of waiters) w.reject(err);

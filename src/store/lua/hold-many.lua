@@ -6,17 +6,18 @@
 -- KEYS: per request, in order: its balance hash, its hold bucket, and for a key with a budget its counter.
 -- ARGV: per request 6 values: 1 its number of keys (2, or 3 with a budget), 2 request id, 3 amount_micros,
 --       4 the bucket's due time (ms), 5 the budget's limit ('' without), 6 the counter's expiry ('' = none).
--- Returns one reply per request, in order, each hold.lua's: {code, balance, held[, used]}.
+-- Returns one reply per request, in order, each hold.lua's: {code, balance, held[, used]}, or an error reply
+-- for a request that failed on its own (the others are not affected).
 local accounts = {}
 local order = {}
 local out = {}
 local now
 local k = 1
-for a = 1, #ARGV, 6 do
+-- One request's hold; `a` its first argument, `k` its first key.
+local function hold(a, k)
   local bk, hk = KEYS[k], KEYS[k + 1]
   local ck
   if ARGV[a] == '3' then ck = KEYS[k + 2] end
-  k = k + tonumber(ARGV[a])
   local id, amount = ARGV[a + 1], ARGV[a + 2]
   local amt, due = tonumber(amount), tonumber(ARGV[a + 3])
   local s = accounts[bk]
@@ -73,7 +74,20 @@ for a = 1, #ARGV, 6 do
       end
     end
   end
-  out[#out + 1] = r
+  return r
+end
+-- Each request in a protected call: an error fails that request alone, and the holds taken so far still
+-- count in the account's 'held' below.
+for a = 1, #ARGV, 6 do
+  local ok, r = pcall(hold, a, k)
+  k = k + tonumber(ARGV[a])
+  if ok then
+    out[#out + 1] = r
+  elseif type(r) == 'table' and r.err then
+    out[#out + 1] = r
+  else
+    out[#out + 1] = { err = tostring(r) }
+  end
 end
 for _, bk in ipairs(order) do
   local s = accounts[bk]
