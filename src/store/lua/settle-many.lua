@@ -2,7 +2,8 @@
 -- event-loop turn for one slot, in one call. Each request is settled exactly as settle.lua's common case
 -- does it, in the order given, each with its own debit entry: a replay (also of a request settled earlier
 -- in the same batch) debits nothing and returns the first entry id. An account's balance hash is read
--- once per call and written once (HINCRBY of the batch's sums).
+-- once per call and written once (HINCRBY of the batch's sums), and each hold bucket read once (HMGET of
+-- the batch's request ids) and written once (HSET of the settled fields): per request, only its XADD.
 -- A request whose field is absent from its bucket (no hold reached it, or a hold of the previous layout)
 -- is answered {'?'} and left untouched: the store settles it alone with the whole settle.lua.
 -- KEYS: per request, in order: its balance hash, its hold bucket, its ledger stream, and for a key with a
@@ -17,6 +18,40 @@ local accounts = {}
 local order = {}
 local out = {}
 local k = 1
+-- The request ids this batch asks each bucket about (a pass over the arguments, no Redis call), so each
+-- bucket is read with one HMGET and written with one HSET instead of an HGET and an HSET per request.
+local wanted = {}
+do
+  local kk = 1
+  for a = 1, #ARGV, 13 do
+    local hk = KEYS[kk + 1]
+    local list = wanted[hk]
+    if not list then
+      list = {}
+      wanted[hk] = list
+    end
+    list[#list + 1] = ARGV[a + 1]
+    if ARGV[a] == '4' then kk = kk + 4 else kk = kk + 3 end
+  end
+end
+local known = {}
+local writes = {}
+local written = {}
+-- The bucket's fields this batch asks about (request id -> value), read once; a settle in this batch
+-- updates its field here too, so a replay later in the batch finds it.
+local function fields(hk)
+  local f = known[hk]
+  if not f then
+    local list = wanted[hk]
+    local vals = redis.call('HMGET', hk, unpack(list))
+    f = {}
+    for i = 1, #list do
+      if vals[i] then f[list[i]] = vals[i] end
+    end
+    known[hk] = f
+  end
+  return f
+end
 local function account(bk)
   local s = accounts[bk]
   if not s then
@@ -33,8 +68,15 @@ local function settle(a, k)
   local ck
   if ARGV[a] == '4' then ck = KEYS[k + 3] end
   local id, amount = ARGV[a + 1], ARGV[a + 2]
-  -- A request settled earlier in this batch: its field is written already, read like any other.
-  local v = redis.call('HGET', hk, id)
+  -- A bucket this batch asks about once is used as settle.lua does (HGET, then HSET): no read ahead.
+  local f
+  local v
+  if #wanted[hk] > 1 then
+    f = fields(hk)
+    v = f[id]
+  else
+    v = redis.call('HGET', hk, id)
+  end
   if not v then return { '?' } end
   local state = string.sub(v, 1, 1)
   local hold = '0'
@@ -64,12 +106,26 @@ local function settle(a, k)
   end
   -- The entry is written: its debit and release join the account's sums (written once, at the end).
   if hold ~= '0' then
-    s.held = s.held - tonumber(hold)
-    s.dheld = s.dheld - tonumber(hold)
+    local h = tonumber(hold)
+    s.held = s.held - h
+    s.dheld = s.dheld - h
   end
-  s.bal = s.bal + tonumber(amount)
-  s.dbal = s.dbal + tonumber(amount)
-  redis.call('HSET', hk, id, mark .. xid)
+  local amt = tonumber(amount)
+  s.bal = s.bal + amt
+  s.dbal = s.dbal + amt
+  if not f then
+    redis.call('HSET', hk, id, mark .. xid)
+  else
+    f[id] = mark .. xid
+    local w = writes[hk]
+    if not w then
+      w = {}
+      writes[hk] = w
+      written[#written + 1] = hk
+    end
+    w[#w + 1] = id
+    w[#w + 1] = f[id]
+  end
   if ck then
     local first = false
     if amount ~= '0' then
@@ -88,7 +144,7 @@ end
 -- and the sums of every debit written so far are still applied below.
 for a = 1, #ARGV, 13 do
   local ok, r = pcall(settle, a, k)
-  k = k + tonumber(ARGV[a])
+  if ARGV[a] == '4' then k = k + 4 else k = k + 3 end
   if ok then
     out[#out + 1] = r
   elseif type(r) == 'table' and r.err then
@@ -96,6 +152,9 @@ for a = 1, #ARGV, 13 do
   else
     out[#out + 1] = { err = tostring(r) }
   end
+end
+for _, hk in ipairs(written) do
+  redis.call('HSET', hk, unpack(writes[hk]))
 end
 for _, bk in ipairs(order) do
   local s = accounts[bk]
