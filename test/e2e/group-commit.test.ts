@@ -1,0 +1,117 @@
+// Group commit end to end (issue 29, docs/ledger.md "Group commit"): a crowd of live requests from two
+// accounts, through the official SDK, on a real redis-server. Their holds and settles reach Redis in
+// batches (fewer script calls than requests), yet each request is checked and billed on its own: the
+// poor account's refused holds (402) never fail the rich account's requests in the same batches, every
+// served request has exactly one debit, and both ledgers add up.
+import t from 'tap';
+import OpenAI from 'openai';
+import { startRedis } from '../helpers/redis.ts';
+import { startGateway } from '../helpers/gateway.ts';
+import { startSimulator } from '../../src/simulator/simulator.ts';
+import { accountOf, checkLedger, ledgerOf } from './credit-support.ts';
+import { readFileSync } from 'node:fs';
+import { luaScript } from '../../src/store/script-pipe.ts';
+import { monitorRedis } from '../helpers/redis.ts';
+import { waitFor } from '../helpers/wait.ts';
+
+const RICH = 64;
+const POOR = 48;
+
+const redis = await startRedis(t);
+if (redis) {
+  t.test('a crowd of two accounts: batched holds and settles, each request billed once, refusals stay in their account', async (t) => {
+    const sim = await startSimulator();
+    t.teardown(() => sim.close());
+    const gw = await startGateway(t, { redisUrl: redis.url, upstreamUrl: sim.url });
+    const rich = await gw.createKey({ account: 'gc-rich', env: 'live' });
+    const poor = await gw.createKey({ account: 'gc-poor', env: 'live' });
+    await gw.grant('gc-rich', 1_000_000_000);
+    const client = (key: string) => new OpenAI({ apiKey: key, baseURL: `${gw.url}/v1`, maxRetries: 0 });
+    const base = { model: 'sim-small', messages: [{ role: 'user' as const, content: 'hello there' }], max_tokens: 16 };
+
+    // What one request holds: the poor account gets enough for about a quarter of its crowd.
+    const probe = await client(rich.key).chat.completions.create(base);
+    t.ok(probe.choices[0]?.message.content);
+    const [first] = (await ledgerOf(gw.admin, 'gc-rich')).filter((e) => e.kind === 'debit');
+    const hold = first!.hold_micros!;
+    await gw.grant('gc-poor', Math.floor((POOR / 4) * hold));
+
+    // Every script call of the crowd, as MONITOR sees it: which script (by SHA) and how many requests it carried.
+    const sha = (name: string) => luaScript(readFileSync(new URL(`../../src/store/lua/${name}.lua`, import.meta.url), 'utf8')).sha;
+    const widths = new Map([
+      [sha('hold-many'), 6],
+      [sha('settle-many'), 13],
+      [sha('hold'), 0],
+      [sha('settle'), 0],
+    ]);
+    const mon = await monitorRedis(redis.url);
+    t.teardown(() => mon.close());
+    const served = new Map<string, Set<string>>([
+      ['gc-rich', new Set()],
+      ['gc-poor', new Set()],
+    ]);
+    const one = async (account: string, key: string, i: number) => {
+      const c = client(key);
+      if (i % 4 === 0) {
+        // Streaming too: its settle comes after the last event.
+        const { data: stream, response } = await c.chat.completions
+          .create({ ...base, stream: true, stream_options: { include_usage: true } })
+          .withResponse();
+        for await (const _ of stream);
+        served.get(account)!.add(response.headers.get('x-request-id')!);
+        return 200;
+      }
+      const { response } = await c.chat.completions.create(base).withResponse();
+      served.get(account)!.add(response.headers.get('x-request-id')!);
+      return 200;
+    };
+    const results = await Promise.allSettled([
+      ...Array.from({ length: RICH }, (_, i) => one('gc-rich', rich.key, i)),
+      ...Array.from({ length: POOR }, (_, i) => one('gc-poor', poor.key, i)),
+    ]);
+    const richResults = results.slice(0, RICH);
+    const poorResults = results.slice(RICH);
+    t.equal(richResults.filter((r) => r.status === 'fulfilled').length, RICH, 'every request of the funded account served');
+    const refused = poorResults.filter((r) => r.status === 'rejected').map((r) => (r as PromiseRejectedResult).reason);
+    t.ok(refused.length > 0 && refused.length < POOR, `the poor account: ${POOR - refused.length} served, ${refused.length} refused`);
+    t.ok(
+      refused.every(
+        (e) => e instanceof OpenAI.APIError && e.status === 402 && (e.error as { code?: string })?.code === 'insufficient_credit',
+      ),
+      'every refusal is 402 insufficient_credit',
+    );
+
+    // Settled (and the request lines' usage flushed) shortly after the last answer.
+    for (const account of ['gc-rich', 'gc-poor']) {
+      const settledIds = served.get(account)!;
+      const entries = await waitFor(
+        async () => {
+          const e = await ledgerOf(gw.admin, account);
+          return e.filter((x) => x.kind === 'debit').length >= settledIds.size + (account === 'gc-rich' ? 1 : 0) ? e : undefined;
+        },
+        5000,
+        `${account}'s debits`,
+      );
+      const acct = await accountOf(gw.admin, account);
+      const ids = account === 'gc-rich' ? new Set([...settledIds, first!.request_id!]) : settledIds;
+      checkLedger(t, entries, acct, ids);
+      t.equal(acct.held_micros, 0, `${account}: every hold released`);
+      t.ok(acct.balance_micros >= 0, `${account}: never below zero`);
+    }
+    mon.close();
+    // [requests carried] per credit script call: 1 for hold.lua / settle.lua, ARGV / width for the -many scripts.
+    const carried = mon.seen
+      .map((l) => l.split(' '))
+      .filter((w) => w[0]!.toLowerCase() === 'evalsha' && widths.has(w[1]!))
+      .map((w) => {
+        const width = widths.get(w[1]!)!;
+        return width === 0 ? 1 : (w.length - 3 - Number(w[2])) / width;
+      });
+    const batches = carried.filter((n) => n > 1);
+    const requests = carried.reduce((s, n) => s + n, 0);
+    const expected = RICH + POOR + RICH + (POOR - refused.length); // a hold each, a settle per served request
+    t.equal(requests, expected, 'every hold and settle of the crowd went to Redis exactly once');
+    t.ok(batches.length > 0, `${batches.length} calls carried more than one request (largest ${Math.max(0, ...batches)})`);
+    t.comment(`${carried.length} credit script calls for ${requests} holds + settles`);
+  });
+}
