@@ -1,0 +1,87 @@
+// Group commit on a real 3-master Redis Cluster (docs/ledger.md "Group commit"): one turn's holds for
+// accounts on different masters go as one script call per slot, each to its own master; and a master
+// whose connection is cut under its batch leaves that batch all run or none run, while the other
+// masters' batches of the same turn are answered.
+import { setTimeout as sleep } from 'node:timers/promises';
+import t from 'tap';
+import { startRedisCluster } from '../helpers/redis-cluster.ts';
+import { createRedisStore } from '../../src/store/redis-store.ts';
+import * as K from '../../src/store/redis-keys.ts';
+import { waitFor } from '../helpers/wait.ts';
+
+const FAR = 9_000_000_000_000;
+const TS = '2026-11-27T10:00:00.000Z';
+
+const cluster = await startRedisCluster(t);
+if (cluster) {
+  /** One account per master: the first ids whose balance keys land on three different masters. */
+  async function accountsPerMaster(prefix: string): Promise<Map<number, string>> {
+    const out = new Map<number, string>();
+    for (let i = 0; out.size < 3 && i < 200; i++) {
+      const acct = `${prefix}-${i}`;
+      const port = await cluster!.masterOf(K.balance(acct));
+      if (!out.has(port)) out.set(port, acct);
+    }
+    return out;
+  }
+  const evalshaCalls = async (port: number) => {
+    const info = await cluster!.cli(port, 'INFO', 'commandstats');
+    return Number(/cmdstat_evalsha:calls=(\d+)/.exec(info)?.[1] ?? 0);
+  };
+
+  t.test('one call per slot: ten holds for each of three masters in one turn', async (t) => {
+    const store = await createRedisStore({ clusterNodes: cluster.addresses, commandTimeoutMs: 2000, settledTtlSeconds: 4260 });
+    t.teardown(() => store.close());
+    const accounts = await accountsPerMaster('gc-slot');
+    t.equal(accounts.size, 3, 'an account on each master');
+    for (const acct of accounts.values()) await store.grant(acct, 1_000, undefined, undefined, TS);
+    // Warm: ioredis loads each script (EVAL) on first use per node; count only the calls after that.
+    await Promise.all([...accounts.values()].flatMap((a) => [store.hold(a, 'w1', 1, FAR), store.hold(a, 'w2', 1, FAR)]));
+    const before = new Map(await Promise.all([...accounts.keys()].map(async (p) => [p, await evalshaCalls(p)] as const)));
+    const results = await Promise.all(
+      [...accounts.values()].flatMap((a) => Array.from({ length: 10 }, (_, i) => store.hold(a, `r${i}`, 10, FAR))),
+    );
+    t.ok(
+      results.every((r) => r.ok),
+      'all 30 held',
+    );
+    for (const [port, acct] of accounts) {
+      t.equal((await evalshaCalls(port)) - before.get(port)!, 1, `master ${port}: one script call for ${acct}'s ten holds`);
+      t.equal((await store.getAccount(acct)).held_micros, 102, `${acct}: 100 held + the 2 warm-up holds`);
+    }
+  });
+
+  t.test("a master's connection cut under its batch: that batch all or none, the other masters' batches answered", async (t) => {
+    const store = await createRedisStore({ clusterNodes: cluster.addresses, commandTimeoutMs: 2000, settledTtlSeconds: 4260 });
+    t.teardown(() => store.close());
+    const accounts = await accountsPerMaster('gc-cut');
+    for (const acct of accounts.values()) await store.grant(acct, 1_000, undefined, undefined, TS);
+    await Promise.all([...accounts.values()].map((a) => store.hold(a, 'warm', 1, FAR)));
+    const [cut0, ...others] = [...accounts];
+    const [cutPort, cutAcct] = cut0!;
+    // Its writes wait at the server; CLIENT KILL still runs.
+    await cluster.cli(cutPort, 'CLIENT', 'PAUSE', '3000', 'WRITE');
+    const holds = [...accounts.values()].map((a) =>
+      Promise.all(
+        Array.from({ length: 8 }, (_, i) =>
+          store.hold(a, `c${i}`, 10, FAR).then(
+            (r) => (r.ok ? 'ok' : 'refused'),
+            () => 'failed',
+          ),
+        ),
+      ),
+    );
+    await sleep(200);
+    await cluster.cli(cutPort, 'CLIENT', 'KILL', 'TYPE', 'normal');
+    await cluster.cli(cutPort, 'CLIENT', 'UNPAUSE');
+    const answers = await Promise.all(holds);
+    const byAcct = new Map([...accounts.values()].map((a, i) => [a, answers[i]!]));
+    for (const [, acct] of others) t.strictSame(new Set(byAcct.get(acct)), new Set(['ok']), `${acct} (another master): all 8 held`);
+    const cut = byAcct.get(cutAcct)!;
+    t.equal(new Set(cut).size, 1, `the cut batch's callers all got the same answer (${cut[0]})`);
+    await waitFor(async () => (await store.getAccount(cutAcct).catch(() => null)) !== null, 5000, 'the cut master answers again');
+    const held = (await store.getAccount(cutAcct)).held_micros - 1;
+    t.ok(held === 0 || held === 80, `the cut batch ran whole or not at all: ${held / 10} of 8 holds in Redis`);
+    t.comment(`cut batch: answered ${cut[0]}, ${held / 10} of 8 held`);
+  });
+}
