@@ -24,7 +24,7 @@ export interface RequestContext {
   /** Headers every response of this request carries (x-ratelimit-*). */
   extraHeaders: Record<string, string> | undefined;
   /** Set by the gate on `meteredAdmit` routes: admits the request with its token estimate (http/gate.ts). */
-  admit: ((estimatedTokens?: number) => Promise<Admission>) | undefined;
+  admit: ((this: RequestContext, estimatedTokens?: number) => Promise<Admission>) | undefined;
 }
 
 /** A route handler; throws GatewayError/ValidationError, which the edge turns into a body. */

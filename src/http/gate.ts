@@ -33,7 +33,20 @@ export interface GateDeps {
   drainMs?: number;
 }
 
+/**
+ * `ctx.admit` of a metered route: one function for every request, called as `ctx.admit(n)` (so `this` is
+ * the context), where a closure per request (`ctx.admit = (n) => limits.admitTokens(ctx, n)`) kept each
+ * request's gate frame reachable and made V8's young-generation collector copy ~8× the bytes per
+ * request (callgrind, issue 24's A/B: ~half of the gateway's 12 % more instructions per request).
+ */
+function admitTokensOf(limits: Limits): NonNullable<RequestContext['admit']> {
+  return function admit(this: RequestContext, estimatedTokens = 0) {
+    return limits.admitTokens(this, estimatedTokens);
+  };
+}
+
 export function createGate(d: GateDeps): Gate {
+  const admitTokens = d.limits && admitTokensOf(d.limits);
   async function keyed(route: Route, scope: NonNullable<Route['auth']>, ctx: RequestContext): Promise<void> {
     if (!d.auth || !d.limits || !d.concurrency) throw new Error(`route ${route.pattern} needs key auth but the gate has none`);
     const limits = d.limits;
@@ -46,7 +59,7 @@ export function createGate(d: GateDeps): Gate {
       if (!route.meteredAdmit) await limits.admit(ctx);
       else {
         await limits.admitRequest(ctx);
-        ctx.admit = (estimatedTokens = 0) => limits.admitTokens(ctx, estimatedTokens);
+        ctx.admit = admitTokens;
       }
     } catch (err) {
       try {
