@@ -1,0 +1,241 @@
+/**
+ * The gateway's instructions per live non-streaming request, counted by valgrind's callgrind: a
+ * deterministic A/B where CPU time is not (on the 2-core VMs here CPU µs/request move ±30 % from run to
+ * run, so a 10 % step needs dozens of `bench/ab.ts` pairs; repeats of this agree within ~1 %). For each
+ * git ref (or the working tree, `--ref .`): simulator and redis-server as in bench/stack.ts, the gateway
+ * of that ref under `valgrind --tool=callgrind --instr-atstart=no`, a warm-up with counting off (the JIT
+ * settles), then counting on for `--n` requests at concurrency `--c`, and the count dumped.
+ * `--gc` runs the same load without valgrind under `--trace-gc-nvp` and reports the bytes allocated,
+ * surviving a young-generation collection and promoted per request (how issue 24's regression was found:
+ * a closure per request tripled what survived).
+ *   node bench/instructions.ts --ref 78dee2a --ref . [--n 4000] [--warmup 5000] [--c 8] [--gc]
+ * valgrind slows the gateway ~50×: 5,000 + 4,000 requests take ~2 min per ref.
+ */
+import { execFileSync, spawn } from 'node:child_process';
+import { randomBytes } from 'node:crypto';
+import { once } from 'node:events';
+import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
+import http from 'node:http';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { parseArgs } from 'node:util';
+import { describeRef } from './git.ts';
+import { answers, freePort, start, type Proc } from './procs.ts';
+import { MODEL, PRODUCTION_NODE_ARGS } from './stack.ts';
+
+const { values } = parseArgs({
+  options: {
+    ref: { type: 'string', multiple: true, default: ['.'] },
+    n: { type: 'string', default: '4000' },
+    warmup: { type: 'string', default: '5000' },
+    c: { type: 'string', default: '8' },
+    gc: { type: 'boolean', default: false },
+  },
+});
+const N = Number(values.n);
+const WARM = Number(values.warmup);
+const C = Number(values.c);
+const dir = mkdtempSync(join(tmpdir(), 'tollgate-instr-'));
+
+/** The gateway's working directory for a ref: its src/ exported (sharing node_modules), or this tree for '.'. */
+function workdir(ref: string): { cwd: string; label: string } {
+  if (ref === '.') return { cwd: process.cwd(), label: describeRef(undefined).label };
+  const { sha, label } = describeRef(ref);
+  const root = join(dir, sha ?? ref);
+  mkdirSync(root);
+  execFileSync('sh', ['-c', 'git archive --format=tar "$1" src package.json | tar -x -C "$2"', 'sh', sha ?? ref, root]);
+  symlinkSync(join(process.cwd(), 'node_modules'), join(root, 'node_modules'));
+  return { cwd: root, label };
+}
+
+const agent = new http.Agent({ keepAlive: true, maxSockets: 64 });
+function post(url: string, headers: Record<string, string>, body: string): Promise<{ status: number; text: string }> {
+  return new Promise((resolve, reject) => {
+    const req = http.request(
+      url,
+      { method: 'POST', headers: { ...headers, 'content-length': String(Buffer.byteLength(body)) }, agent },
+      (res) => {
+        let text = '';
+        res.setEncoding('utf8').on('data', (d: string) => (text += d));
+        res.on('end', () => resolve({ status: res.statusCode!, text }));
+      },
+    );
+    req.on('error', reject);
+    req.end(body);
+  });
+}
+
+/** n requests at concurrency c; throws on any non-200 (a refused request would not be the path measured). */
+async function load(url: string, auth: string, n: number): Promise<void> {
+  const body = JSON.stringify({
+    model: MODEL,
+    messages: [{ role: 'user', content: 'Say hello in one short sentence.' }],
+    max_tokens: 64,
+    sim: { tokens: 64 },
+  });
+  let next = 0;
+  const worker = async () => {
+    while (next < n) {
+      next++;
+      const r = await post(url, { 'content-type': 'application/json', authorization: auth }, body);
+      if (r.status !== 200) throw new Error(`${r.status} ${r.text}`);
+    }
+  };
+  await Promise.all(Array.from({ length: C }, worker));
+}
+
+interface Result {
+  label: string;
+  irPerReq?: number;
+  gc?: { allocated: number; survived: number; promoted: number; scavenges: number; markCompacts: number };
+}
+
+async function measure(ref: string, mode: 'callgrind' | 'gc'): Promise<Result> {
+  const { cwd, label } = workdir(ref);
+  const procs: Proc[] = [];
+  try {
+    const sim = await start('simulator', process.execPath, ['src/simulator/cli.ts', '--port', '0'], {
+      ready: (l) => l.some((x) => x.startsWith('http')),
+    });
+    procs.push(sim);
+    const simUrl = sim.lines.find((l) => l.startsWith('http'))!.trim();
+    const redisPort = await freePort();
+    procs.push(
+      await start('redis', 'redis-server', ['--port', String(redisPort), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no'], {
+        ready: (l) => l.some((x) => x.includes('Ready to accept connections')),
+      }),
+    );
+    const [port, adminPort] = [await freePort(), await freePort()];
+    const perAccount = ['src/config/schema.ts', 'src/limits/config.ts'].some(
+      (f) => existsSync(join(cwd, f)) && readFileSync(join(cwd, f), 'utf8').includes("'test_account'"),
+    );
+    const configFile = join(dir, `config-${randomBytes(4).toString('hex')}.json`);
+    writeFileSync(
+      configFile,
+      JSON.stringify({
+        server: { host: '127.0.0.1', port, admin_host: '127.0.0.1', admin_port: adminPort, drain_seconds: 2 },
+        store: { command_timeout_ms: 60_000 },
+        limits: { max_concurrent_per_key: 100_000, ...(perAccount && { max_concurrent_per_account: 100_000 }) },
+        log_level: 'info',
+        models: [
+          {
+            name: MODEL,
+            upstream_model: 'sim/bench-1',
+            max_output_tokens: 256,
+            price: { input: 0.1, output: 0.4 },
+            upstreams: [{ url: simUrl, api_key: 'upstream-secret' }],
+          },
+        ],
+      }),
+    );
+    const adminToken = randomBytes(24).toString('base64url');
+    const env: NodeJS.ProcessEnv = {
+      ...process.env,
+      TOLLGATE_ADMIN_TOKEN: adminToken,
+      NODE_ENV: 'production',
+      REDIS_URL: `redis://127.0.0.1:${redisPort}`,
+      TOLLGATE_CONFIG: configFile,
+    };
+    delete env.TOLLGATE_WORKERS;
+    const out = join(dir, `callgrind-${randomBytes(4).toString('hex')}.out`);
+    const nodeArgs = [...PRODUCTION_NODE_ARGS, ...(mode === 'gc' ? ['--trace-gc-nvp'] : []), 'src/main.ts'];
+    const [cmd, args] =
+      mode === 'callgrind'
+        ? [
+            'valgrind',
+            [
+              '--tool=callgrind',
+              '--smc-check=all-non-file',
+              '--instr-atstart=no',
+              `--callgrind-out-file=${out}`,
+              `--log-file=${out}.log`,
+              process.execPath,
+              ...nodeArgs,
+            ],
+          ]
+        : [process.execPath, nodeArgs];
+    // stdout piped (not the bench's /dev/null): --trace-gc-nvp prints there.
+    const gw = spawn(cmd, args, { cwd, env, stdio: ['ignore', 'pipe', 'ignore'] });
+    let stdout = '';
+    gw.stdout.setEncoding('utf8').on('data', (s: string) => (stdout += s));
+    try {
+      const deadline = Date.now() + 600_000;
+      while (!(await answers(`http://127.0.0.1:${adminPort}/readyz`))) {
+        if (gw.exitCode !== null || Date.now() > deadline) throw new Error(`gateway of ${label} did not start`);
+        await new Promise((r) => setTimeout(r, 200));
+      }
+      const call = async (path: string, body: unknown) => {
+        const r = await post(
+          `http://127.0.0.1:${adminPort}${path}`,
+          { authorization: `Bearer ${adminToken}`, 'content-type': 'application/json' },
+          JSON.stringify(body),
+        );
+        if (r.status >= 300) throw new Error(`${path}: ${r.status} ${r.text}`);
+        return JSON.parse(r.text) as { key?: string };
+      };
+      const { key } = await call('/admin/keys', { account: 'bench', env: 'live', name: 'bench live key' });
+      await call('/admin/accounts/bench/credits', { amount_micros: 1e15, idempotency_key: 'bench-grant' });
+      const url = `http://127.0.0.1:${port}/v1/chat/completions`;
+      await load(url, `Bearer ${key}`, WARM);
+      await new Promise((r) => setTimeout(r, 2000));
+      const ctl = (...x: string[]) => execFileSync('callgrind_control', [...x, String(gw.pid)], { encoding: 'utf8', timeout: 300_000 });
+      if (mode === 'callgrind') ctl('-i', 'on');
+      const mark = stdout.length;
+      await load(url, `Bearer ${key}`, N);
+      if (mode === 'callgrind') {
+        ctl('--dump=requests');
+        ctl('-i', 'off');
+      }
+      const measured = stdout.slice(mark);
+      gw.kill('SIGTERM');
+      await once(gw, 'exit');
+      if (mode === 'gc') {
+        const events = measured
+          .split('\n')
+          .filter((l) => l.includes('GC: {'))
+          .map((l) => JSON.parse(l.slice(l.indexOf('GC: ') + 4)) as Record<string, number | string>);
+        const s = events.filter((e) => e.gc === 's');
+        const sum = (k: string) => s.reduce((a, e) => a + Number(e[k] ?? 0), 0) / N;
+        return {
+          label,
+          gc: {
+            allocated: sum('allocated'),
+            survived: sum('new_space_survived'),
+            promoted: sum('promoted'),
+            scavenges: s.length,
+            markCompacts: events.filter((e) => e.gc === 'mc').length,
+          },
+        };
+      }
+      const text = readFileSync(`${out}.1`, 'utf8');
+      const ir = Number(/^(?:summary|totals): (\d+)/m.exec(text)?.[1]);
+      return { label, irPerReq: ir / N };
+    } finally {
+      if (gw.exitCode === null && gw.signalCode === null) gw.kill('SIGKILL');
+    }
+  } finally {
+    for (const p of procs.reverse()) await p.stop();
+  }
+}
+
+try {
+  const rows: Result[] = [];
+  for (const ref of values.ref) rows.push(await measure(ref, values.gc ? 'gc' : 'callgrind'));
+  process.stdout.write(`${N} live non-streaming requests at c=${C} after ${WARM} warm-up, per request:\n`);
+  const base = rows[0]?.irPerReq;
+  for (const r of rows) {
+    if (r.irPerReq !== undefined) {
+      process.stdout.write(
+        `  ${r.label}: ${Math.round(r.irPerReq).toLocaleString('en')} instructions${base ? ` (${(r.irPerReq / base).toFixed(3)} × the first)` : ''}\n`,
+      );
+    }
+    if (r.gc) {
+      const g = r.gc;
+      process.stdout.write(
+        `  ${r.label}: ${Math.round(g.allocated)} B allocated, ${Math.round(g.survived)} B survived a scavenge, ${Math.round(g.promoted)} B promoted (${g.scavenges} scavenges, ${g.markCompacts} full GCs)\n`,
+      );
+    }
+  }
+} finally {
+  rmSync(dir, { recursive: true, force: true });
+}
