@@ -160,7 +160,7 @@ async function measure(ref: string, mode: 'callgrind' | 'gc'): Promise<Result> {
     gw.stdout.setEncoding('utf8').on('data', (s: string) => (stdout += s));
     try {
       const deadline = Date.now() + 600_000;
-      while (!(await answers(`http://127.0.0.1:${adminPort}/readyz`))) {
+      while (!(await answers(`http://127.0.0.1:${adminPort}/readyz`).catch(() => false))) {
         if (gw.exitCode !== null || Date.now() > deadline) throw new Error(`gateway of ${label} did not start`);
         await new Promise((r) => setTimeout(r, 200));
       }
