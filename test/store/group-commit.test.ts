@@ -159,61 +159,69 @@ if (redis) {
 }
 
 if (redis) {
-  t.test("a request that fails inside a batch fails alone: another account's calls in the same script stand", async (t) => {
-    await redis.client.flushdb();
-    const store = await createRedisStore({ url: redis.url, commandTimeoutMs: 1000, settledTtlSeconds: 4260 });
-    t.teardown(() => store.close());
-    const [good, bad] = ['gc-good', 'gc-bad'];
-    await store.grant(good, 1_000, undefined, undefined, TS);
-    await store.grant(bad, 1_000, undefined, undefined, TS);
-    // The bad account's hold bucket is a string: HSETNX on it fails with WRONGTYPE, inside the batch.
-    const due = Math.ceil(FAR / 1000) * 1000;
-    await redis.client.set(K.holdBucket(bad, due), 'not a hash');
-    const held = await Promise.all([
-      store.hold(good, 'g1', 100, FAR).then(
-        (r) => r.ok,
-        () => 'failed',
-      ),
-      store.hold(bad, 'b1', 100, FAR).then(
-        (r) => r.ok,
-        () => 'failed',
-      ),
-      store.hold(good, 'g2', 100, FAR).then(
-        (r) => r.ok,
-        () => 'failed',
-      ),
-    ]);
-    t.strictSame(held, [true, 'failed', true], 'only the bad account’s hold failed');
-    t.strictSame(await store.getAccount(good), { id: good, balance_micros: 1_000, held_micros: 200 });
-    t.equal((await store.getAccount(bad)).held_micros, 0);
-    // Now its ledger is a string: XADD fails for its settle, after the good account's debit in the same script.
-    await redis.client.del(K.holdBucket(bad, due));
-    await store.hold(bad, 'b2', 100, FAR);
-    await redis.client.del(K.ledger(bad));
-    await redis.client.set(K.ledger(bad), 'not a stream');
-    const settled = await Promise.all([
-      store.settle(settleOf(good, 'g1', 30)).then(
-        (r) => r.replayed,
-        () => 'failed',
-      ),
-      store.settle(settleOf(bad, 'b2', 30)).then(
-        (r) => r.replayed,
-        () => 'failed',
-      ),
-      store.settle(settleOf(good, 'g2', 40)).then(
-        (r) => r.replayed,
-        () => 'failed',
-      ),
-    ]);
-    t.strictSame(settled, [false, 'failed', false]);
-    const acct = await store.getAccount(good);
-    t.strictSame(acct, { id: good, balance_micros: 930, held_micros: 0 }, 'both debits of the good account applied');
-    const ledger = await allEntries(store, good);
-    t.equal(
-      acct.balance_micros,
-      ledger.reduce((s, e) => s + e.amount_micros, 0),
-      'balance = Σ ledger',
+  for (const scriptPipe of [true, false])
+    t.test(
+      `a request that fails inside a batch fails alone: another account's calls in the same script stand (${scriptPipe ? 'script pipe' : 'ioredis'})`,
+      async (t) => {
+        await redis.client.flushdb();
+        const store = await createRedisStore({ url: redis.url, commandTimeoutMs: 1000, settledTtlSeconds: 4260, scriptPipe });
+        t.teardown(() => store.close());
+        const [good, bad] = ['gc-good', 'gc-bad'];
+        await store.grant(good, 1_000, undefined, undefined, TS);
+        await store.grant(bad, 1_000, undefined, undefined, TS);
+        // The bad account's hold bucket is a string: HSETNX on it fails with WRONGTYPE, inside the batch.
+        const due = Math.ceil(FAR / 1000) * 1000;
+        await redis.client.set(K.holdBucket(bad, due), 'not a hash');
+        const held = await Promise.all([
+          store.hold(good, 'g1', 100, FAR).then(
+            (r) => r.ok,
+            () => 'failed',
+          ),
+          store.hold(bad, 'b1', 100, FAR).then(
+            (r) => r.ok,
+            () => 'failed',
+          ),
+          store.hold(good, 'g2', 100, FAR).then(
+            (r) => r.ok,
+            () => 'failed',
+          ),
+        ]);
+        t.strictSame(held, [true, 'failed', true], 'only the bad account’s hold failed');
+        t.strictSame(await store.getAccount(good), { id: good, balance_micros: 1_000, held_micros: 200 });
+        t.equal((await store.getAccount(bad)).held_micros, 0);
+        // Now its ledger is a string: XADD fails for its settle, after the good account's debit in the same script.
+        await redis.client.del(K.holdBucket(bad, due));
+        await store.hold(bad, 'b2', 100, FAR);
+        await redis.client.del(K.ledger(bad));
+        await redis.client.set(K.ledger(bad), 'not a stream');
+        const settled = await Promise.all([
+          store.settle(settleOf(good, 'g1', 30)).then(
+            (r) => r.replayed,
+            () => 'failed',
+          ),
+          store.settle(settleOf(bad, 'b2', 30)).then(
+            (r) => r.replayed,
+            () => 'failed',
+          ),
+          store.settle(settleOf(good, 'g2', 40)).then(
+            (r) => r.replayed,
+            () => 'failed',
+          ),
+        ]);
+        t.strictSame(settled, [false, 'failed', false]);
+        const acct = await store.getAccount(good);
+        t.strictSame(acct, { id: good, balance_micros: 930, held_micros: 0 }, 'both debits of the good account applied');
+        const ledger = await allEntries(store, good);
+        t.equal(
+          acct.balance_micros,
+          ledger.reduce((s, e) => s + e.amount_micros, 0),
+          'balance = Σ ledger',
+        );
+        t.strictSame(
+          await store.getAccount(bad),
+          { id: bad, balance_micros: 1_000, held_micros: 100 },
+          'the failed settle changed nothing',
+        );
+      },
     );
-    t.strictSame(await store.getAccount(bad), { id: bad, balance_micros: 1_000, held_micros: 100 }, 'the failed settle changed nothing');
-  });
 }
