@@ -14,14 +14,14 @@
 import { execFileSync, spawn } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { once } from 'node:events';
-import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
+import { mkdirSync, mkdtempSync, readFileSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
 import http from 'node:http';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { parseArgs } from 'node:util';
 import { describeRef } from './git.ts';
 import { answers, freePort, start, type Proc } from './procs.ts';
-import { MODEL, PRODUCTION_NODE_ARGS } from './stack.ts';
+import { accountLimits, gatewayConfig, MODEL, PRODUCTION_NODE_ARGS } from './stack.ts';
 
 const { values } = parseArgs({
   options: {
@@ -106,27 +106,11 @@ async function measure(ref: string, mode: 'callgrind' | 'gc'): Promise<Result> {
       }),
     );
     const [port, adminPort] = [await freePort(), await freePort()];
-    const perAccount = ['src/config/schema.ts', 'src/limits/config.ts'].some(
-      (f) => existsSync(join(cwd, f)) && readFileSync(join(cwd, f), 'utf8').includes("'test_account'"),
-    );
     const configFile = join(dir, `config-${randomBytes(4).toString('hex')}.json`);
+    // bench/stack.ts's gateway config; a longer store timeout, as valgrind slows the gateway ~50×.
     writeFileSync(
       configFile,
-      JSON.stringify({
-        server: { host: '127.0.0.1', port, admin_host: '127.0.0.1', admin_port: adminPort, drain_seconds: 2 },
-        store: { command_timeout_ms: 60_000 },
-        limits: { max_concurrent_per_key: 100_000, ...(perAccount && { max_concurrent_per_account: 100_000 }) },
-        log_level: 'info',
-        models: [
-          {
-            name: MODEL,
-            upstream_model: 'sim/bench-1',
-            max_output_tokens: 256,
-            price: { input: 0.1, output: 0.4 },
-            upstreams: [{ url: simUrl, api_key: 'upstream-secret' }],
-          },
-        ],
-      }),
+      JSON.stringify({ ...gatewayConfig(simUrl, port, adminPort, 1, accountLimits(cwd)), store: { command_timeout_ms: 60_000 } }),
     );
     const adminToken = randomBytes(24).toString('base64url');
     const env: NodeJS.ProcessEnv = {

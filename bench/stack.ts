@@ -288,14 +288,14 @@ export async function startStack(o: StackOptions = {}): Promise<Stack> {
 }
 
 /** Whether the gateway's src/ has the per-account limits (SPEC §13); an older --ref refuses their config keys. */
-function accountLimits(cwd: string): boolean {
+export function accountLimits(cwd: string): boolean {
   // The rate_limits section lives in src/limits/config.ts since the config was split by section.
   const files = ['src/config/schema.ts', 'src/limits/config.ts'].map((f) => join(cwd, f)).filter((f) => existsSync(f));
   return files.some((f) => readFileSync(f, 'utf8').includes("'test_account'"));
 }
 
 /** The generated gateway config (SPEC §11 keys), one upstream: the simulator. */
-function gatewayConfig(simUrl: string, port: number, adminPort: number, workers: number, perAccount: boolean): object {
+export function gatewayConfig(simUrl: string, port: number, adminPort: number, workers: number, perAccount: boolean): object {
   // The account's limits (SPEC §13) must not refuse the bench key's account either; the per-key ones still run.
   const account = perAccount && {
     rate_limits: { test_account: { requests_per_minute: 1_000_000_000, tokens_per_minute: 1_000_000_000_000 } },

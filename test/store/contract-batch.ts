@@ -4,28 +4,12 @@
 // order it was issued, one refused never fails another, a replay in the batch debits nothing. The embedded
 // store has no batches and must answer the same.
 import type { Test } from 'tap';
-import type { BudgetCharge, SettleInput } from '../../src/store/types.ts';
-import { allEntries, TS, TS2, uniqueAccount, type Harness } from './harness.ts';
+import type { BudgetCharge } from '../../src/store/types.ts';
+import { allEntries, FAR, settleOf, TS, uniqueAccount, type Harness } from './harness.ts';
 
 type Case = (name: string, fn: (t: Test, h: Harness) => Promise<void>) => void;
 
-const FAR = 9_000_000_000_000;
-
-function settleInput(account: string, requestId: string, costMicros: number, extra: Partial<SettleInput> = {}): SettleInput {
-  return {
-    account,
-    requestId,
-    costMicros,
-    keyId: 'key_1111111111111111',
-    model: 'gpt-test',
-    promptTokens: 12,
-    completionTokens: 34,
-    usageSource: 'upstream',
-    ts: TS2,
-    holdExpiresAtMs: FAR,
-    ...extra,
-  };
-}
+const settleInput = settleOf;
 
 const charge = (keyId: string, limitMicros: number): BudgetCharge => ({ keyId, period: 'd2026-11-22', limitMicros, expireAtMs: FAR });
 

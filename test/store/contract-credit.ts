@@ -1,28 +1,10 @@
 // Contract cases for money (SPEC §4): grants, the ledger, holds, settle and the reaper.
 import type { Test } from 'tap';
-import type { SettleInput } from '../../src/store/types.ts';
-import { allEntries, ENTRY_ID, TS, TS2, uniqueAccount, within, type Harness } from './harness.ts';
+import { allEntries, ENTRY_ID, FAR, settleOf, TS, TS2, uniqueAccount, within, type Harness } from './harness.ts';
 
 type Case = (name: string, fn: (t: Test, h: Harness) => Promise<void>) => void;
 
-const FAR = 9_000_000_000_000; // an expiry no reaper run in these tests reaches
-
-function settleInput(account: string, requestId: string, costMicros: number, extra: Partial<SettleInput> = {}): SettleInput {
-  return {
-    account,
-    requestId,
-    costMicros,
-    keyId: 'key_1111111111111111',
-    model: 'gpt-test',
-    promptTokens: 12,
-    completionTokens: 34,
-    usageSource: 'upstream',
-    ts: TS2,
-    // Where the settle finds its hold (the expiry hold() was given); these cases hold with FAR unless they say.
-    holdExpiresAtMs: FAR,
-    ...extra,
-  };
-}
+const settleInput = settleOf;
 
 /** Registers the credit cases; `test` creates a fresh tracked store per case and checks invariants after. */
 export function creditCases(test: Case): void {

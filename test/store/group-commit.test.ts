@@ -7,24 +7,9 @@ import t from 'tap';
 import type { Test } from 'tap';
 import { createRedisStore } from '../../src/store/redis-store.ts';
 import * as K from '../../src/store/redis-keys.ts';
-import type { SettleInput, Store } from '../../src/store/types.ts';
+import type { Store } from '../../src/store/types.ts';
 import { monitorRedis, startRedis } from '../helpers/redis.ts';
-import { allEntries, TS, TS2, waitFor } from './harness.ts';
-
-const FAR = 9_000_000_000_000;
-const settleOf = (account: string, requestId: string, costMicros: number, extra: Partial<SettleInput> = {}): SettleInput => ({
-  account,
-  requestId,
-  costMicros,
-  keyId: 'key_1111111111111111',
-  model: 'gpt-test',
-  promptTokens: 1,
-  completionTokens: 2,
-  usageSource: 'upstream',
-  ts: TS2,
-  holdExpiresAtMs: FAR,
-  ...extra,
-});
+import { allEntries, FAR, settleOf, TS, waitFor } from './harness.ts';
 
 const redis = await startRedis(t);
 if (redis) {

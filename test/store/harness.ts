@@ -1,7 +1,7 @@
 // Shared plumbing for the store contract: a store wrapper that remembers which holds the test took, and
 // the two invariants every case ends on (SPEC §4): balance = Σ ledger amount_micros, held = Σ open holds.
 import type { Test } from 'tap';
-import type { LedgerEntry, Store } from '../../src/store/types.ts';
+import type { LedgerEntry, SettleInput, Store } from '../../src/store/types.ts';
 export { waitFor } from '../helpers/wait.ts';
 
 /** Builds a fresh, empty store for one subtest and closes it at that subtest's teardown. */
@@ -106,4 +106,24 @@ export function within<T>(p: Promise<T>, ms: number, what: string): Promise<T> {
     timer = setTimeout(() => reject(new Error(`${what} did not finish within ${ms} ms`)), ms);
   });
   return Promise.race([p, timeout]).finally(() => clearTimeout(timer));
+}
+
+/** An expiry no reaper run in these tests reaches. */
+export const FAR = 9_000_000_000_000;
+
+/** A settle of `requestId`'s hold taken with expiry FAR (unless `extra` says otherwise). */
+export function settleOf(account: string, requestId: string, costMicros: number, extra: Partial<SettleInput> = {}): SettleInput {
+  return {
+    account,
+    requestId,
+    costMicros,
+    keyId: 'key_1111111111111111',
+    model: 'gpt-test',
+    promptTokens: 12,
+    completionTokens: 34,
+    usageSource: 'upstream',
+    ts: TS2,
+    holdExpiresAtMs: FAR,
+    ...extra,
+  };
 }
