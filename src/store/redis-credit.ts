@@ -104,7 +104,6 @@ export function createRedisCredit(d: RedisCreditDeps): Pick<Store, 'hold' | 'set
 
   /** One hold or settle as its script takes it: its keys (3 or 4) and its arguments. */
   interface Call {
-    acct: string;
     keys: string[];
     args: (string | number)[];
   }
@@ -224,7 +223,7 @@ export function createRedisCredit(d: RedisCreditDeps): Pick<Store, 'hold' | 'set
         keys.push(K.keyBudget(acct, budget.keyId, budget.period));
         args.push(budget.limitMicros, budget.expireAtMs ?? '');
       }
-      const [code, bal, held, used] = (await holdCall({ acct, keys, args })) as [number, number, number, number?];
+      const [code, bal, held, used] = (await holdCall({ keys, args })) as [number, number, number, number?];
       return { ok: code > 0, balance_micros: bal, held_micros: held, ...(code === -2 && { budget: { used_micros: used ?? 0 } }) };
     },
 
@@ -248,7 +247,7 @@ export function createRedisCredit(d: RedisCreditDeps): Pick<Store, 'hold' | 'set
       const cached = i.cachedTokens !== undefined && i.cachedTokens > 0 ? i.cachedTokens : 0;
       const budgetKeys = b ? [K.keyBudget(i.account, b.keyId, b.period)] : [];
       const tail: (string | number)[] = [i.mayHaveRun ? '1' : '0', due, b?.expireAtMs ?? '', cached || ''];
-      let reply = (await settleCall({ acct: i.account, keys: [...keys, ...budgetKeys], args: [...args, ...tail] })) as [
+      let reply = (await settleCall({ keys: [...keys, ...budgetKeys], args: [...args, ...tail] })) as [
         string,
         number,
         number,
