@@ -37,7 +37,7 @@ export interface GateDeps {
  * `ctx.admit` of a metered route: one function for every request, called as `ctx.admit(n)` (so `this` is
  * the context), where a closure per request (`ctx.admit = (n) => limits.admitTokens(ctx, n)`) kept each
  * request's gate frame reachable and made V8's young-generation collector copy ~8× the bytes per
- * request (callgrind, issue 24's A/B: ~half of the gateway's 12 % more instructions per request).
+ * request (bench/results/gateway-instructions-24-28.md, `node bench/instructions.ts --gc`).
  */
 function admitTokensOf(limits: Limits): NonNullable<RequestContext['admit']> {
   return function admit(this: RequestContext, estimatedTokens = 0) {
