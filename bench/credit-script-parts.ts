@@ -1,7 +1,7 @@
 /**
  * Where a batched settle's Redis time goes (issue 29): `settle-many.lua` on batches of 64 settles of one
  * account against variants of itself made here — without the `XADD` (a constant entry id instead) and
- * without the reply (a count instead) — so the differences are the ledger append (its 22 arguments
+ * without the reply (a count instead) — so the differences are the ledger append (its arguments
  * through Lua's bridge included) and the per-request reply. `hold-many.lua` is measured beside them.
  * Each call's time is redis-server's own (`INFO commandstats`), per request, medians of alternating rounds.
  *   node bench/credit-script-parts.ts [--batch 64] [--calls 100] [--rounds 8]
@@ -11,6 +11,7 @@ import { parseArgs } from 'node:util';
 import { Redis } from 'ioredis';
 import { freePort, start } from './procs.ts';
 import { commandStats } from './redis-stats.ts';
+import { debitEntryData } from '../src/store/debit-layout.ts';
 
 const { values } = parseArgs({
   options: {
@@ -24,11 +25,14 @@ const CALLS = Number(values.calls);
 const ROUNDS = Number(values.rounds);
 const lua = (name: string) => readFileSync(new URL(`../src/store/lua/${name}.lua`, import.meta.url), 'utf8');
 const settleMany = lua('settle-many');
-const noXadd = settleMany.replace(/xid = redis\.call\('XADD'[^]*?\n(?=\s*end|\s*else)/g, "xid = '1-1'\n");
+const noXadd = settleMany.replace(/redis\.call\('XADD'[^\n]*/g, "'1-1'");
 if (noXadd === settleMany || noXadd.includes("'XADD'")) throw new Error('settle-many.lua changed: the no-XADD variant could not be made');
 const noReply = settleMany.replace(/\nreturn out\n?$/, '\nreturn #out\n');
 if (noReply === settleMany) throw new Error('settle-many.lua changed: the no-reply variant could not be made');
 const variants = { 'settle-many.lua': settleMany, 'without XADD': noXadd, 'without the reply': noReply, 'hold-many.lua': lua('hold-many') };
+
+const entry = (requestId: string) =>
+  debitEntryData({ costMicros: 123, ts: '2026-11-27T10:00:00.000Z', requestId, keyId: 'key_1111111111111111', model: 'bench-model', promptTokens: 12, completionTokens: 34, usageSource: 'upstream' });
 
 const port = await freePort();
 const server = await start('redis', 'redis-server', ['--port', String(port), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no'], {
@@ -55,24 +59,10 @@ try {
           ids.push(id);
           if (hold) {
             keys.push(`${acct}:bal`, `${acct}:hb:1000`);
-            args.push(2, id, 500, 1000, '', '');
+            args.push(2, id, 500, 1000);
           } else {
             keys.push(`${acct}:bal`, `${acct}:hb:1000`, `${acct}:ledger`);
-            args.push(
-              3,
-              id,
-              '-123',
-              '2026-11-27T10:00:00.000Z',
-              'key_1111111111111111',
-              'bench-model',
-              12,
-              34,
-              'upstream',
-              '0',
-              1000,
-              '',
-              '',
-            );
+            args.push(3, id, '-123', entry(id), 1000);
           }
         }
         if (hold) await r.hset(`${acct}:bal`, 'balance', 1e15);

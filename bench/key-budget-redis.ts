@@ -13,6 +13,7 @@ import { parseArgs } from 'node:util';
 import { Redis } from 'ioredis';
 import { freePort } from '../test/helpers/ports.ts';
 import * as K from '../src/store/redis-keys.ts';
+import { debitEntryData } from '../src/store/debit-layout.ts';
 
 const { values } = parseArgs({
   options: { n: { type: 'string', default: '20000' }, rounds: { type: 'string', default: '5' }, 'base-dir': { type: 'string' } },
@@ -43,11 +44,13 @@ try {
     hold: (await redis.script('LOAD', lua(dir, 'hold.lua'))) as string,
     settle: (await redis.script('LOAD', lua(dir, 'settle.lua'))) as string,
   });
-  const variants: { name: string; s: { hold: string; settle: string }; budget: boolean }[] = [
-    ...(values['base-dir'] ? [{ name: 'base scripts, no budget', s: await shas(values['base-dir']), budget: false }] : []),
+  const variants: { name: string; s: { hold: string; settle: string }; budget: boolean; base?: boolean }[] = [
+    ...(values['base-dir'] ? [{ name: 'base scripts, no budget', s: await shas(values['base-dir']), budget: false, base: true }] : []),
     { name: 'no budget', s: await shas(here), budget: false },
     { name: 'budget', s: await shas(here), budget: true },
   ];
+  const entry = (requestId: string) =>
+    debitEntryData({ costMicros: 200, ts: '2026-11-25T00:00:00.000Z', requestId, keyId: 'key_bench', model: 'm', promptTokens: 10, completionTokens: 20, usageSource: 'upstream' });
   const acct = 'bench';
   await redis.hset(K.balance(acct), 'balance', '1000000000000000');
   const due = Date.now() + 600_000;
@@ -66,7 +69,10 @@ try {
           const ha = v.budget ? [id, 500, due, 1e15, ''] : [id, 500, due];
           batch.push(redis.evalsha(v.s.hold, hk.length, ...hk, ...ha));
           const sk = v.budget ? [K.balance(acct), bucket, K.ledger(acct), kb] : [K.balance(acct), bucket, K.ledger(acct)];
-          const sa = [id, '-200', '2026-11-25T00:00:00.000Z', 'key_bench', 'm', 10, 20, 'upstream', ...(v.budget ? ['0', due, ''] : [])];
+          // settle.lua's arguments: the field-by-field entry of --base-dir's (older) scripts, or the entry's data.
+          const sa = v.base
+            ? [id, '-200', '2026-11-25T00:00:00.000Z', 'key_bench', 'm', 10, 20, 'upstream', ...(v.budget ? ['0', due, ''] : [])]
+            : [id, '-200', entry(id), ...(v.budget ? ['0', due, ''] : [])];
           batch.push(redis.evalsha(v.s.settle, sk.length, ...sk, ...sa));
         }
         await Promise.all(batch);

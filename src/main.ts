@@ -23,7 +23,7 @@ import {
 
 /** Opens the store SPEC §5 asks for: Redis when configured, else the embedded one (refused in production). */
 export async function openStore(config: Config, env: NodeJS.ProcessEnv, logger: Logger): Promise<Store> {
-  const { redisUrl, clusterNodes, commandTimeoutMs } = config.store;
+  const { redisUrl, clusterNodes, commandTimeoutMs, debitEntries } = config.store;
   const [{ holdTtlMs, settledMarkerTtlSeconds }, { bucketMsFor }] = await Promise.all([
     import('./credit/credit.ts'),
     import('./store/hold-bucket.ts'),
@@ -36,6 +36,7 @@ export async function openStore(config: Config, env: NodeJS.ProcessEnv, logger: 
       url: redisUrl,
       clusterNodes,
       commandTimeoutMs,
+      debitEntries,
       settledTtlSeconds: settledMarkerTtlSeconds(config),
       holdTtlMs: holdTtlMs(config),
       bucketMs: bucketMsFor(holdTtlMs(config)),

@@ -1,13 +1,17 @@
 /** The `store` section: where Redis is (REDIS_URL / REDIS_CLUSTER_NODES win over the file), and its command timeout. */
+import { ConfigError } from '../config/errors.ts';
 import { at, list, noUnknown, num, object, optional, str } from '../config/fields.ts';
+import { DEBIT_LAYOUTS, type DebitLayout } from './debit-layout.ts';
 
 export interface StoreConfig {
   readonly redisUrl: string | undefined;
   readonly clusterNodes: readonly string[];
   readonly commandTimeoutMs: number;
+  /** How debits are written to the ledger stream (debit-layout.ts): `fields` while older instances still run. */
+  readonly debitEntries: DebitLayout;
 }
 
-export const STORE_FIELDS = ['redis_url', 'cluster_nodes', 'command_timeout_ms'] as const;
+export const STORE_FIELDS = ['redis_url', 'cluster_nodes', 'command_timeout_ms', 'debit_entries'] as const;
 
 /** Compiles `store`; `env` has the SPEC §6 overrides, empty strings already dropped. */
 export function storeSection(v: unknown, env: NodeJS.ProcessEnv): StoreConfig {
@@ -19,9 +23,13 @@ export function storeSection(v: unknown, env: NodeJS.ProcessEnv): StoreConfig {
           .map((s) => s.trim())
           .filter(Boolean)
       : list(store.cluster_nodes, 'store.cluster_nodes', true).map((n, i) => str(n, at('store.cluster_nodes', i)));
+  const debitEntries = str(store.debit_entries, 'store.debit_entries', 'compact');
+  if (!(DEBIT_LAYOUTS as readonly string[]).includes(debitEntries))
+    throw new ConfigError('store.debit_entries', `must be one of ${DEBIT_LAYOUTS.join(', ')}, got ${JSON.stringify(debitEntries)}`);
   return {
     redisUrl: env.REDIS_URL || optional(store.redis_url, 'store.redis_url'),
     clusterNodes,
     commandTimeoutMs: num(store.command_timeout_ms, 'store.command_timeout_ms', { fallback: 500, min: 10 }),
+    debitEntries: debitEntries as DebitLayout,
   };
 }

@@ -8,6 +8,7 @@
 import { Cluster, type Redis } from 'ioredis';
 import calculateSlot from 'cluster-key-slot';
 import { createTurnBatcher } from './credit-batch.ts';
+import { debitEntryData } from './debit-layout.ts';
 import { bucketDue, DEFAULT_BUCKET_MS, settleBucketDue } from './hold-bucket.ts';
 import * as K from './redis-keys.ts';
 import type { LuaScript, ScriptPipe } from './script-pipe.ts';
@@ -51,14 +52,14 @@ export interface RedisCreditDeps {
   bucketMs?: number | undefined;
 }
 
-/**
- * settle.lua's arguments as it took them before group commit, from the 12 settle() builds: 10 (ids,
- * amounts, may-have-run, due), 11 for a key with a budget (its counter's expiry, maybe ''), 12 with cached
- * tokens. (Its 3-key common case without either takes only the first 8.)
- */
-function trimTail(args: (string | number)[], budget: boolean): (string | number)[] {
-  if (args[11] !== '') return args;
-  return budget ? args.slice(0, 11) : args.slice(0, 10);
+/** Splits a -many script's flat reply (4 values per call) into one result per call: an Error, or its values. */
+function perCall(flat: unknown[]): unknown[] {
+  const out: unknown[] = [];
+  for (let i = 0; i < flat.length; i += 4) {
+    const first = flat[i];
+    out.push(first instanceof Error ? first : first === '?' ? ['?'] : [first, flat[i + 1], flat[i + 2], flat[i + 3]]);
+  }
+  return out;
 }
 
 export function createRedisCredit(d: RedisCreditDeps): Pick<Store, 'hold' | 'settle' | 'reapExpiredHolds'> {
@@ -111,32 +112,26 @@ export function createRedisCredit(d: RedisCreditDeps): Pick<Store, 'hold' | 'set
   const slotOf = cluster ? (c: Call) => calculateSlot(c.keys[0]!) : () => 0;
   const schedule = pipe ? (fn: () => void) => pipe.beforeWrite(fn) : (fn: () => void) => void setImmediate(fn);
   /** The calls of a batch as the -many scripts take them: every key in order, each call's arguments after its key count. */
-  const flat = (calls: Call[], width: number) => {
+  const many = (script: 'holdMany' | 'settleMany', argsOf: (c: Call) => (string | number)[]) => async (calls: Call[]) => {
     const keys: string[] = [];
     const args: (string | number)[] = [];
     for (const c of calls) {
       keys.push(...c.keys);
-      args.push(c.keys.length, ...c.args);
-      // Optional trailing arguments ('' = none), so every call has the same width.
-      for (let i = c.args.length + 1; i < width; i++) args.push('');
+      args.push(c.keys.length, ...argsOf(c));
     }
-    return { keys, args };
-  };
-  const many = (script: 'holdMany' | 'settleMany', width: number) => (calls: Call[]) => {
-    const { keys, args } = flat(calls, width);
     const reply = pipe
       ? pipe.run(lua[script], keys, args)
       : script === 'holdMany'
         ? s.tgHoldMany(keys.length, ...keys, ...args)
         : s.tgSettleMany(keys.length, ...keys, ...args);
-    return reply as Promise<unknown[]>;
+    return perCall((await reply) as unknown[]);
   };
   const holdCall = createTurnBatcher<Call, unknown>({
     schedule,
     slotOf,
     one: (c) =>
       pipe ? pipe.run(lua.hold, c.keys, c.args) : c.keys.length === 3 ? s.tgHold3(...c.keys, ...c.args) : s.tgHold(...c.keys, ...c.args),
-    many: many('holdMany', 6),
+    many: many('holdMany', (c) => c.args),
   });
   /** settle.lua's first call (3 keys, or 4 with a budget); an absent field answers '?'. */
   const settleRun = (k: string[], a: (string | number)[]) => {
@@ -148,9 +143,10 @@ export function createRedisCredit(d: RedisCreditDeps): Pick<Store, 'hold' | 'set
   const settleCall = createTurnBatcher<Call, unknown>({
     schedule,
     slotOf,
-    // A batch of one sends what settle() sent before group commit: 8 arguments unless it needs more.
-    one: (c) => settleRun(c.keys, c.keys.length === 3 && c.args[11] === '' ? c.args.slice(0, 8) : trimTail(c.args, c.keys.length === 4)),
-    many: many('settleMany', 13),
+    // A batch of one is settle.lua's first call: 3 arguments, or all 6 for a key with a budget.
+    one: (c) => settleRun(c.keys, c.keys.length === 3 ? c.args.slice(0, 3) : c.args),
+    // settle-many.lua takes no may-have-run (only the absent case, settle.lua's, reads it).
+    many: many('settleMany', (c) => (c.keys.length === 4 ? [c.args[0]!, c.args[1]!, c.args[2]!, c.args[4]!, c.args[5]!] : [c.args[0]!, c.args[1]!, c.args[2]!, c.args[4]!])),
   });
 
   /**
@@ -230,34 +226,17 @@ export function createRedisCredit(d: RedisCreditDeps): Pick<Store, 'hold' | 'set
     async settle(i) {
       const due = settleBucketDue(i.holdExpiresAtMs, i.ts, holdTtlMs, bucketMs);
       const keys = [K.balance(i.account), K.holdBucket(i.account, due), K.ledger(i.account)];
-      const args: (string | number)[] = [
-        i.requestId,
-        // The entry's amount, as settle.lua writes it: 0 − cost is never "-0" (0 − 0 is +0).
-        String(0 - i.costMicros),
-        i.ts,
-        i.keyId,
-        i.model,
-        i.promptTokens,
-        i.completionTokens,
-        i.usageSource,
-      ];
-      // A key with a budget (settle.lua): its counter last. Arguments 9-12 always (settle-many.lua's width);
-      // a batch of one trims them to what settle.lua took before (credit-batch.ts `one`).
+      // settle.lua's arguments; a key with a budget adds its counter as the last key and its expiry.
+      // The entry's amount, as settle.lua writes it: 0 − cost is never "-0" (0 − 0 is +0).
+      const args: (string | number)[] = [i.requestId, String(0 - i.costMicros), debitEntryData(i), i.mayHaveRun ? '1' : '0', due];
       const b = i.budget;
-      const cached = i.cachedTokens !== undefined && i.cachedTokens > 0 ? i.cachedTokens : 0;
       const budgetKeys = b ? [K.keyBudget(i.account, b.keyId, b.period)] : [];
-      const tail: (string | number)[] = [i.mayHaveRun ? '1' : '0', due, b?.expireAtMs ?? '', cached || ''];
-      let reply = (await settleCall({ keys: [...keys, ...budgetKeys], args: [...args, ...tail] })) as [
-        string,
-        number,
-        number,
-        number,
-        number,
-      ];
+      if (b) args.push(b.expireAtMs ?? '');
+      let reply = (await settleCall({ keys: [...keys, ...budgetKeys], args })) as [string, number, number, number, number?];
       // No field in the bucket (rare: no hold reached it, or one of the previous layout): the whole script.
       if (reply[0] === '?') {
         const all = [...keys, K.holds(i.account), K.settled(i.account, i.requestId), ...budgetKeys];
-        reply = (await settleRun(all, trimTail([...args, ...tail], b !== undefined))) as typeof reply;
+        reply = (await settleRun(all, args)) as typeof reply;
       }
       const [entryId, replayed, bal, held, fresh] = reply;
       // A settle without its hold wrote the bucket's first field, maybe: index it too (rare path).

@@ -37,7 +37,31 @@ export function parseKey(h: Record<string, string>): KeyRecord | null {
 
 const NUMERIC = new Set(['amount_micros', 'prompt_tokens', 'completion_tokens', 'hold_micros', 'cached_tokens']);
 
+/**
+ * A ledger stream entry as a LedgerEntry. A debit is stored compact (docs/ledger.md "Debit entries"):
+ * `d` its fields as one JSON array (redis-credit.ts debitEntryData), `h` the hold it released; every other
+ * entry, and debits written before that layout, field by field.
+ */
 export function parseEntry([id, fields]: [string, string[]]): LedgerEntry {
+  if (fields[0] === 'd') {
+    const [amount, ts, requestId, keyId, model, prompt, completion, source, cached] = JSON.parse(fields[1]!) as [
+      number, string, string, string, string, number, number, string, number?,
+    ];
+    return {
+      id,
+      kind: 'debit',
+      amount_micros: amount,
+      ts,
+      request_id: requestId,
+      key_id: keyId,
+      model,
+      prompt_tokens: prompt,
+      completion_tokens: completion,
+      usage_source: source,
+      hold_micros: Number(fields[3] ?? 0),
+      ...(cached !== undefined && { cached_tokens: cached }),
+    } as LedgerEntry;
+  }
   const e: Record<string, unknown> = { id };
   for (let i = 0; i < fields.length; i += 2) e[fields[i]!] = NUMERIC.has(fields[i]!) ? Number(fields[i + 1]) : fields[i + 1];
   return e as unknown as LedgerEntry;

@@ -6,6 +6,7 @@
 import { readFile } from 'node:fs/promises';
 import { Cluster, Redis } from 'ioredis';
 import * as K from './redis-keys.ts';
+import { settleScriptFor, type DebitLayout } from './debit-layout.ts';
 import { createRedisCredit } from './redis-credit.ts';
 import { redisConsoleStore } from './redis-console.ts';
 import { redisExportStore } from './redis-export.ts';
@@ -78,6 +79,8 @@ export interface RedisStoreOptions {
   onError?: (err: Error) => void;
   /** Hold and settle through the script pipe on a single node (default); false keeps them on ioredis. */
   scriptPipe?: boolean;
+  /** How a debit's ledger entry is written (debit-layout.ts; default `compact`). */
+  debitEntries?: DebitLayout;
 }
 
 /** Builds the ioredis client the way NOTES §1 recommends for a hot path: fail fast, autopipeline. */
@@ -124,7 +127,8 @@ export async function createRedisStore(o: RedisStoreOptions & { client?: Client 
   const scripts: Record<string, ScriptFn> = {};
   const lua: Record<string, LuaScript> = {};
   for (const [name, [file, numberOfKeys]] of Object.entries(SCRIPTS)) {
-    lua[file] ??= luaScript(await readFile(new URL(`./lua/${file}.lua`, import.meta.url), 'utf8'));
+    // The settle scripts in the configured debit layout (debit-layout.ts); every other script as it is.
+    lua[file] ??= luaScript(settleScriptFor(await readFile(new URL(`./lua/${file}.lua`, import.meta.url), 'utf8'), file.startsWith('settle') ? (o.debitEntries ?? 'compact') : 'compact'));
     redis.defineCommand(name, { ...(numberOfKeys === null ? {} : { numberOfKeys }), lua: lua[file]!.lua });
     scripts[name] = (...args) => (redis as unknown as Record<string, ScriptFn>)[name]!(...args);
   }

@@ -1,4 +1,4 @@
-// The `ledger` and `usage` config sections (SPEC §10): defaults, where the export writes, when it is on,
+// The `ledger` and `usage` config sections (SPEC §10), and how the store writes debits to the ledger: defaults, where the export writes, when it is on,
 // and field-path errors.
 import t from 'tap';
 import { compileConfig } from '../../src/config/schema.ts';
@@ -56,4 +56,10 @@ t.test('bad values name their field', async (t) => {
   t.equal(errorPath({ usage: { flush_interval_ms: 2000 } }), 'usage.flush_interval_ms', 'at most every second (SPEC §10 lag)');
   t.equal(errorPath({ usage: { retention_days: 0 } }), 'usage.retention_days');
   t.equal(errorPath({ usage: { keep: 1 } }), 'usage.keep');
+});
+
+t.test('store.debit_entries: compact by default, fields on request, anything else names the field', async (t) => {
+  t.equal(compile({}).store.debitEntries, 'compact');
+  t.equal(compile({ store: { debit_entries: 'fields' } }).store.debitEntries, 'fields');
+  t.equal(errorPath({ store: { debit_entries: 'json' } }), 'store.debit_entries');
 });

@@ -7,6 +7,7 @@ import type { Test } from 'tap';
 import { GatewayError } from '../../src/http/errors.ts';
 import { createRedisStore } from '../../src/store/redis-store.ts';
 import * as K from '../../src/store/redis-keys.ts';
+import type { DebitLayout } from '../../src/store/debit-layout.ts';
 import type { Invalidation, SettleInput, Store } from '../../src/store/types.ts';
 import { startRedis } from '../helpers/redis.ts';
 import { runStoreContract } from './contract.ts';
@@ -62,8 +63,8 @@ const COMMAND_TIMEOUT_MS = 300;
 // How long a reaped hold is remembered (production derives it from the config: credit.ts settledMarkerTtlSeconds).
 const SETTLED_TTL_S = 4260;
 
-async function openStore(t: Test, url: string): Promise<Store> {
-  const store = await createRedisStore({ url, commandTimeoutMs: COMMAND_TIMEOUT_MS, settledTtlSeconds: SETTLED_TTL_S });
+async function openStore(t: Test, url: string, debitEntries?: DebitLayout): Promise<Store> {
+  const store = await createRedisStore({ url, commandTimeoutMs: COMMAND_TIMEOUT_MS, settledTtlSeconds: SETTLED_TTL_S, ...(debitEntries && { debitEntries }) });
   t.teardown(() => store.close());
   return store;
 }
@@ -120,6 +121,51 @@ if (redis) {
     holdExpiresAtMs,
     ...extra,
   });
+
+  // store.debit_entries (docs/ledger.md "Debit entries"): compact by default; field by field while older
+  // instances, which read only that, still run. Both layouts read back as the same entries.
+  const LAYOUTS: [DebitLayout, (f: string[]) => unknown, unknown][] = [
+    ['compact', (f) => [f[0], f[2], f[3]], ['d', 'h', '500']],
+    ['fields', (f) => f.filter((_, i) => i % 2 === 0).join(' '), 'kind amount_micros ts request_id key_id model prompt_tokens completion_tokens usage_source hold_micros'],
+  ];
+  for (const [layout, shape, expected] of LAYOUTS) {
+    t.test(`debit entries "${layout}": alone or in a batch, read back whole`, async (t) => {
+      await redis.client.flushdb();
+      const store = await openStore(t, redis.url, layout);
+      const far = Date.now() + 600_000;
+      await store.grant('compact', 10_000, undefined, undefined, TS);
+      for (const id of ['alone', 'b1', 'b2']) t.ok((await store.hold('compact', id, 500, far)).ok);
+      await store.settle(settleOf('compact', 'alone', far, { costMicros: 120, model: 'm "quoted"' }));
+      // Issued in one turn: one settle-many.lua call.
+      await Promise.all([
+        store.settle(settleOf('compact', 'b1', far, { costMicros: 0 })),
+        store.settle(settleOf('compact', 'b2', far, { costMicros: 70, promptTokens: 40, cachedTokens: 32, usageSource: 'estimated' })),
+      ]);
+      const raw = (await redis.client.xrange(K.ledger('compact'), '-', '+')) as [string, string[]][];
+      t.strictSame(
+        raw.slice(1, 3).map(([, f]) => shape(f)),
+        [expected, expected],
+        layout === 'compact' ? 'each debit: its data in `d`, the hold it released in `h`' : 'each debit field by field, as earlier versions wrote it',
+      );
+      const debits = (await allEntries(store, 'compact')).filter((e) => e.kind === 'debit');
+      const fields = ['id', 'kind', 'amount_micros', 'ts', 'request_id', 'key_id', 'model', 'prompt_tokens', 'completion_tokens', 'usage_source', 'hold_micros'];
+      t.strictSame(
+        debits.map((e) => Object.keys(e)),
+        [fields, fields, [...fields, 'cached_tokens']],
+        'read back with every field, in the order the field layout has them (exports keep their bytes)',
+      );
+      t.strictSame(
+        debits.map(({ id: _, ...e }) => e),
+        [
+          { kind: 'debit', amount_micros: -120, ts: TS, request_id: 'alone', key_id: 'key_a', model: 'm "quoted"', prompt_tokens: 1, completion_tokens: 1, usage_source: 'upstream', hold_micros: 500 },
+          { kind: 'debit', amount_micros: 0, ts: TS, request_id: 'b1', key_id: 'key_a', model: 'm', prompt_tokens: 1, completion_tokens: 1, usage_source: 'upstream', hold_micros: 500 },
+          { kind: 'debit', amount_micros: -70, ts: TS, request_id: 'b2', key_id: 'key_a', model: 'm', prompt_tokens: 40, completion_tokens: 1, usage_source: 'estimated', hold_micros: 500, cached_tokens: 32 },
+        ],
+      );
+      t.ok(Object.is(debits[1]!.amount_micros, 0), 'a free request is 0, never -0');
+      t.strictSame(await store.getAccount('compact'), { id: 'compact', balance_micros: 10_000 - 190, held_micros: 0 }, 'balance = Σ ledger');
+    });
+  }
 
   t.test('every key of an account carries the {acct:<id>} hash tag', async (t) => {
     await redis.client.flushdb();

@@ -8,6 +8,7 @@ import { readFile } from 'node:fs/promises';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { Redis } from 'ioredis';
 import * as K from '../../src/store/redis-keys.ts';
+import { debitEntryData } from '../../src/store/debit-layout.ts';
 import {
   createScriptPipe,
   luaScript,
@@ -150,7 +151,8 @@ t.test('the credit scripts come back the way the store reads them', async (t) =>
   t.same(await pipe.run(hold, holdKeys, ['r1', 100, due]), [1, 1000, 100], 'hold: [taken, balance, held]');
   t.same(await pipe.run(hold, holdKeys, ['r1', 100, due]), [2, 1000, 100], 'hold again: [already there, balance, held]');
   const settleKeys = [K.balance(acct), K.holdBucket(acct, due), K.ledger(acct), K.holds(acct), K.settled(acct, 'r1')];
-  const args = ['r1', '-40', '2026-11-22T10:00:00.000Z', 'key_1', 'm', 3, 5, 'reported', '0', due];
+  const entry = debitEntryData({ costMicros: 40, ts: '2026-11-22T10:00:00.000Z', requestId: 'r1', keyId: 'key_1', model: 'm', promptTokens: 3, completionTokens: 5, usageSource: 'reported' });
+  const args = ['r1', '-40', entry, '0', due];
   const first = (await pipe.run(settle, settleKeys, args)) as [string, number, number, number, number];
   t.match(first, [/^\d+-\d+$/, 0, 960, 0, 0], 'settle: [stream entry id, not replayed, balance, held, not a fresh bucket]');
   t.same(await pipe.run(settle, settleKeys, args), [first[0], 1, 960, 0, 0], 'a second settle replays the same entry id');

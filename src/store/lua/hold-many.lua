@@ -5,11 +5,14 @@
 -- hold bucket read once (HMGET of the batch's request ids) and written once (HSET of the holds taken), so a
 -- hot account pays four calls per batch, whatever its size.
 -- KEYS: per request, in order: its balance hash, its hold bucket, and for a key with a budget its counter.
--- ARGV: per request 6 values: 1 its number of keys (2, or 3 with a budget), 2 request id, 3 amount_micros,
---       4 the bucket's due time (ms), 5 the budget's limit ('' without), 6 the counter's expiry ('' = none).
--- Returns one reply per request, in order, each hold.lua's: {code, balance, held[, used]}, or an error reply
--- for a request that failed on its own (the others are not affected).
+-- ARGV: per request 4 values: 1 its number of keys (2, or 3 with a budget), 2 request id, 3 amount_micros,
+--       4 the bucket's due time (ms); with a budget 2 more: 5 the budget's limit, 6 the counter's expiry
+--       ('' = none).
+-- Returns a flat array, 4 values per request, in order: hold.lua's code, balance, held, and the budget's
+-- use (0 unless refused by it); or an error reply then three 0s for a request that failed on its own (the
+-- others are not affected). Flat, because a table per request costs Redis more than the request's hold.
 local accounts = {}
+local nargs = #ARGV
 local order = {}
 local out = {}
 local now
@@ -19,7 +22,8 @@ local k = 1
 local wanted = {}
 do
   local kk = 1
-  for a = 1, #ARGV, 6 do
+  local a = 1
+  while a <= nargs do
     local hk = KEYS[kk + 1]
     local list = wanted[hk]
     if not list then
@@ -27,7 +31,13 @@ do
       wanted[hk] = list
     end
     list[#list + 1] = ARGV[a + 1]
-    if ARGV[a] == '3' then kk = kk + 3 else kk = kk + 2 end
+    if ARGV[a] == '3' then
+      kk = kk + 3
+      a = a + 6
+    else
+      kk = kk + 2
+      a = a + 4
+    end
   end
 end
 local known = {}
@@ -67,13 +77,13 @@ local function hold(a, k)
     accounts[bk] = s
     order[#order + 1] = bk
   end
-  local r
-  if s.reaped and tonumber(ARGV[a + 3]) <= s.reaped then return { -1, s.bal, s.held } end
+  local r, used
+  if s.reaped and tonumber(ARGV[a + 3]) <= s.reaped then return -1, s.bal, s.held end
   -- A bucket this batch asks about once is used as hold.lua does (HEXISTS / HSETNX): no read ahead.
   local f
   if #wanted[hk] > 1 then f = fields(hk) end
   if s.bal - s.held < amt then
-    if exists(f, hk, id) then r = { 2, s.bal, s.held } else r = { 0, s.bal, s.held } end
+    if exists(f, hk, id) then r = 2 else r = 0 end
   else
     local stale
     local fresh
@@ -85,7 +95,7 @@ local function hold(a, k)
       end
       local c = redis.call('HGETALL', ck)
       fresh = #c == 0
-      local used = 0
+      used = 0
       for i = 1, #c, 2 do
         local name = c[i]
         if name == 's' then
@@ -98,7 +108,7 @@ local function hold(a, k)
         end
       end
       if used + amt > tonumber(ARGV[a + 4]) then
-        if exists(f, hk, id) then r = { 2, s.bal, s.held } else r = { -2, s.bal, s.held, used } end
+        if exists(f, hk, id) then r = 2 else r = -2 end
       end
     end
     if not r then
@@ -119,11 +129,11 @@ local function hold(a, k)
         w[#w + 1] = f[id]
       end
       if not taken then
-        r = { 2, s.bal, s.held }
+        r = 2
       else
         s.held = s.held + amt
         s.add = s.add + amt
-        r = { 1, s.bal, s.held }
+        r = 1
         if ck then
           redis.call('HINCRBY', ck, 'h' .. ARGV[a + 3], amount)
           if stale then redis.call('HDEL', ck, unpack(stale)) end
@@ -132,20 +142,30 @@ local function hold(a, k)
       end
     end
   end
-  return r
+  if r ~= -2 then used = 0 end
+  return r, s.bal, s.held, used
 end
 -- Each request in a protected call: an error fails that request alone, and the holds taken so far still
 -- count in the account's 'held' below.
-for a = 1, #ARGV, 6 do
-  local ok, r = pcall(hold, a, k)
-  if ARGV[a] == '3' then k = k + 3 else k = k + 2 end
-  if ok then
-    out[#out + 1] = r
-  elseif type(r) == 'table' and r.err then
-    out[#out + 1] = r
+local a = 1
+local n = 0
+while a <= nargs do
+  local ok, r, bal, held, used = pcall(hold, a, k)
+  if ARGV[a] == '3' then
+    k = k + 3
+    a = a + 6
   else
-    out[#out + 1] = { err = tostring(r) }
+    k = k + 2
+    a = a + 4
   end
+  if not ok then
+    if type(r) ~= 'table' or not r.err then r = { err = tostring(r) } end
+  end
+  out[n + 1] = r
+  out[n + 2] = bal or 0
+  out[n + 3] = held or 0
+  out[n + 4] = used or 0
+  n = n + 4
 end
 for _, hk in ipairs(written) do
   redis.call('HSET', hk, unpack(writes[hk]))

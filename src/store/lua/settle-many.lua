@@ -5,16 +5,17 @@
 -- once per call and written once (HINCRBY of the batch's sums), and each hold bucket read once (HMGET of
 -- the batch's request ids) and written once (HSET of the settled fields): per request, only its XADD.
 -- A request whose field is absent from its bucket (no hold reached it, or a hold of the previous layout)
--- is answered {'?'} and left untouched: the store settles it alone with the whole settle.lua.
+-- is answered '?' and left untouched: the store settles it alone with the whole settle.lua.
 -- KEYS: per request, in order: its balance hash, its hold bucket, its ledger stream, and for a key with a
 --       budget its counter.
--- ARGV: per request 13 values: 1 its number of keys (3, or 4 with a budget), then settle.lua's ARGV 1-12
---       (2 request id, 3 the debit's amount "0 - cost" as text, 4 ts, 5 key id, 6 model, 7 prompt tokens,
---       8 completion tokens, 9 usage source, 10 may have run (unused here: only the absent case reads it),
---       11 the bucket's due time, 12 the counter's expiry ('' = none), 13 cached prompt tokens ('' = none)).
--- Returns one reply per request, in order: settle.lua's {entry id, replayed, balance, held, 0}, {'?'}, or
--- an error reply for a request that failed on its own (the others are not affected).
+-- ARGV: per request 5 values: 1 its number of keys (3, or 4 with a budget), 2 request id, 3 the debit's
+--       amount "0 - cost" as text, 4 the debit entry's data (settle.lua's ARGV[3]), 5 the bucket's due
+--       time (ms); for a key with a budget a 6th: the counter's expiry (unix ms, '' = none).
+-- Returns a flat array, 4 values per request, in order: settle.lua's entry id, replayed, balance, held;
+-- '?' then three 0s (absent); or an error reply then three 0s for a request that failed on its own (the
+-- others are not affected). Flat, because a table per request costs Redis more than the request's XADD.
 local accounts = {}
+local nargs = #ARGV
 local order = {}
 local out = {}
 local k = 1
@@ -23,7 +24,8 @@ local k = 1
 local wanted = {}
 do
   local kk = 1
-  for a = 1, #ARGV, 13 do
+  local a = 1
+  while a <= nargs do
     local hk = KEYS[kk + 1]
     local list = wanted[hk]
     if not list then
@@ -31,7 +33,13 @@ do
       wanted[hk] = list
     end
     list[#list + 1] = ARGV[a + 1]
-    if ARGV[a] == '4' then kk = kk + 4 else kk = kk + 3 end
+    if ARGV[a] == '4' then
+      kk = kk + 4
+      a = a + 6
+    else
+      kk = kk + 3
+      a = a + 5
+    end
   end
 end
 local known = {}
@@ -77,7 +85,7 @@ local function settle(a, k)
   else
     v = redis.call('HGET', hk, id)
   end
-  if not v then return { '?' } end
+  if not v then return '?' end
   local state = string.sub(v, 1, 1)
   local hold = '0'
   local charged = false
@@ -92,18 +100,8 @@ local function settle(a, k)
     prev = string.sub(v, 2)
   end
   local s = account(bk)
-  if prev then return { prev, 1, s.bal, s.held, 0 } end
-  local xid
-  local cached = ARGV[a + 12]
-  if cached ~= '' then
-    xid = redis.call('XADD', lk, '*', 'kind', 'debit', 'amount_micros', amount, 'ts', ARGV[a + 3],
-      'request_id', id, 'key_id', ARGV[a + 4], 'model', ARGV[a + 5], 'prompt_tokens', ARGV[a + 6],
-      'completion_tokens', ARGV[a + 7], 'usage_source', ARGV[a + 8], 'hold_micros', hold, 'cached_tokens', cached)
-  else
-    xid = redis.call('XADD', lk, '*', 'kind', 'debit', 'amount_micros', amount, 'ts', ARGV[a + 3],
-      'request_id', id, 'key_id', ARGV[a + 4], 'model', ARGV[a + 5], 'prompt_tokens', ARGV[a + 6],
-      'completion_tokens', ARGV[a + 7], 'usage_source', ARGV[a + 8], 'hold_micros', hold)
-  end
+  if prev then return prev, 1, s.bal, s.held end
+  local xid = redis.call('XADD', lk, '*', 'd', ARGV[a + 3], 'h', hold)
   -- The entry is written: its debit and release join the account's sums (written once, at the end).
   if hold ~= '0' then
     local h = tonumber(hold)
@@ -133,25 +131,34 @@ local function settle(a, k)
       first = redis.call('HINCRBY', ck, 's', cost) == tonumber(cost)
     end
     if charged and hold ~= '0' then
-      local f = 'h' .. ARGV[a + 10]
+      local f = 'h' .. ARGV[a + 4]
       if redis.call('HINCRBY', ck, f, '-' .. hold) <= 0 then redis.call('HDEL', ck, f) end
     end
-    if first and ARGV[a + 11] ~= '' then redis.call('PEXPIREAT', ck, ARGV[a + 11]) end
+    if first and ARGV[a + 5] ~= '' then redis.call('PEXPIREAT', ck, ARGV[a + 5]) end
   end
-  return { xid, 0, s.bal, s.held, 0 }
+  return xid, 0, s.bal, s.held
 end
 -- Each request in a protected call: an error (a key of the wrong type, say) fails that request alone,
 -- and the sums of every debit written so far are still applied below.
-for a = 1, #ARGV, 13 do
-  local ok, r = pcall(settle, a, k)
-  if ARGV[a] == '4' then k = k + 4 else k = k + 3 end
-  if ok then
-    out[#out + 1] = r
-  elseif type(r) == 'table' and r.err then
-    out[#out + 1] = r
+local a = 1
+local n = 0
+while a <= nargs do
+  local ok, r, replayed, bal, held = pcall(settle, a, k)
+  if ARGV[a] == '4' then
+    k = k + 4
+    a = a + 6
   else
-    out[#out + 1] = { err = tostring(r) }
+    k = k + 3
+    a = a + 5
   end
+  if not ok then
+    if type(r) ~= 'table' or not r.err then r = { err = tostring(r) } end
+  end
+  out[n + 1] = r
+  out[n + 2] = replayed or 0
+  out[n + 3] = bal or 0
+  out[n + 4] = held or 0
+  n = n + 4
 end
 for _, hk in ipairs(written) do
   redis.call('HSET', hk, unpack(writes[hk]))

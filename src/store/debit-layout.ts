@@ -1,0 +1,57 @@
+/**
+ * How a debit's ledger entry is stored (docs/ledger.md "Debit entries"). `compact` (the default): two
+ * fields, `d` the entry's data as one JSON array made here and `h` the hold the script released, so the
+ * settle scripts copy two values where they used to copy eleven fields. `fields`: field by field, the
+ * layout every earlier version wrote and reads — for a rolling upgrade from such a version, whose
+ * instances (the ledger export among them) cannot read a compact entry. parseEntry (redis-records.ts)
+ * reads both.
+ */
+export type DebitLayout = 'compact' | 'fields';
+export const DEBIT_LAYOUTS: readonly DebitLayout[] = ['compact', 'fields'];
+
+/** What the store knows of a debit when it settles it. */
+export interface DebitData {
+  costMicros: number;
+  ts: string;
+  requestId: string;
+  keyId: string;
+  model: string;
+  promptTokens: number;
+  completionTokens: number;
+  usageSource: string;
+  cachedTokens?: number | undefined;
+}
+
+/** The debit's `d`: [amount, ts, request id, key id, model, prompt, completion, usage source(, cached tokens)]. */
+export function debitEntryData(i: DebitData): string {
+  // 0 − cost, as the field layout wrote it: never -0 (JSON writes -0 as 0 anyway).
+  const d = [0 - i.costMicros, i.ts, i.requestId, i.keyId, i.model, i.promptTokens, i.completionTokens, i.usageSource];
+  if (i.cachedTokens !== undefined && i.cachedTokens > 0) d.push(i.cachedTokens);
+  return JSON.stringify(d);
+}
+
+/** The settle scripts' compact append: `redis.call('XADD', <stream>, '*', 'd', <data>, 'h', hold)`. */
+const COMPACT_XADD = /redis\.call\('XADD', ([^,]+), '\*', 'd', ([^,]+), 'h', hold\)/g;
+
+/** Writes the entry field by field instead (Redis's cjson reads the data back); the script is otherwise the same. */
+const FIELDS_XADD = `local function tgDebitFields(stream, data, hold)
+  local e = cjson.decode(data)
+  local n = function(x) return string.format('%d', x) end
+  if e[9] then
+    return redis.call('XADD', stream, '*', 'kind', 'debit', 'amount_micros', n(e[1]), 'ts', e[2], 'request_id', e[3],
+      'key_id', e[4], 'model', e[5], 'prompt_tokens', n(e[6]), 'completion_tokens', n(e[7]), 'usage_source', e[8],
+      'hold_micros', hold, 'cached_tokens', n(e[9]))
+  end
+  return redis.call('XADD', stream, '*', 'kind', 'debit', 'amount_micros', n(e[1]), 'ts', e[2], 'request_id', e[3],
+    'key_id', e[4], 'model', e[5], 'prompt_tokens', n(e[6]), 'completion_tokens', n(e[7]), 'usage_source', e[8],
+    'hold_micros', hold)
+end
+`;
+
+/** settle.lua / settle-many.lua as the layout writes them (unchanged for `compact`). */
+export function settleScriptFor(lua: string, layout: DebitLayout): string {
+  if (layout === 'compact') return lua;
+  const out = lua.replace(COMPACT_XADD, 'tgDebitFields($1, $2, hold)');
+  if (out === lua) throw new Error('settle script without its compact XADD: debit-layout.ts needs updating');
+  return FIELDS_XADD + out;
+}
