@@ -32,7 +32,16 @@ if (noReply === settleMany) throw new Error('settle-many.lua changed: the no-rep
 const variants = { 'settle-many.lua': settleMany, 'without XADD': noXadd, 'without the reply': noReply, 'hold-many.lua': lua('hold-many') };
 
 const entry = (requestId: string) =>
-  debitEntryData({ costMicros: 123, ts: '2026-11-27T10:00:00.000Z', requestId, keyId: 'key_1111111111111111', model: 'bench-model', promptTokens: 12, completionTokens: 34, usageSource: 'upstream' });
+  debitEntryData({
+    costMicros: 123,
+    ts: '2026-11-27T10:00:00.000Z',
+    requestId,
+    keyId: 'key_1111111111111111',
+    model: 'bench-model',
+    promptTokens: 12,
+    completionTokens: 34,
+    usageSource: 'upstream',
+  });
 
 const port = await freePort();
 const server = await start('redis', 'redis-server', ['--port', String(port), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no'], {

@@ -50,7 +50,16 @@ try {
     { name: 'budget', s: await shas(here), budget: true },
   ];
   const entry = (requestId: string) =>
-    debitEntryData({ costMicros: 200, ts: '2026-11-25T00:00:00.000Z', requestId, keyId: 'key_bench', model: 'm', promptTokens: 10, completionTokens: 20, usageSource: 'upstream' });
+    debitEntryData({
+      costMicros: 200,
+      ts: '2026-11-25T00:00:00.000Z',
+      requestId,
+      keyId: 'key_bench',
+      model: 'm',
+      promptTokens: 10,
+      completionTokens: 20,
+      usageSource: 'upstream',
+    });
   const acct = 'bench';
   await redis.hset(K.balance(acct), 'balance', '1000000000000000');
   const due = Date.now() + 600_000;

@@ -31,7 +31,7 @@ export function debitEntryData(i: DebitData): string {
 }
 
 /** The settle scripts' compact append: `redis.call('XADD', <stream>, '*', 'd', <data>, 'h', hold)`. */
-const COMPACT_XADD = /redis\.call\('XADD', ([^,]+), '\*', 'd', ([^,]+), 'h', hold\)/g;
+const COMPACT_XADD = /(?:redis\.)?call\('XADD', ([^,]+), '\*', 'd', ([^,]+), 'h', hold\)/g;
 
 /** Writes the entry field by field instead (Redis's cjson reads the data back); the script is otherwise the same. */
 const FIELDS_XADD = `local function tgDebitFields(stream, data, hold)

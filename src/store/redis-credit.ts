@@ -111,13 +111,21 @@ export function createRedisCredit(d: RedisCreditDeps): Pick<Store, 'hold' | 'set
   // Group commit (credit-batch.ts): per slot, so on Cluster each batch is one node's call.
   const slotOf = cluster ? (c: Call) => calculateSlot(c.keys[0]!) : () => 0;
   const schedule = pipe ? (fn: () => void) => pipe.beforeWrite(fn) : (fn: () => void) => void setImmediate(fn);
-  /** The calls of a batch as the -many scripts take them: every key in order, each call's arguments after its key count. */
+  /**
+   * The calls of a batch as the -many scripts take them: each call's key count and arguments, its keys in
+   * order — or key count 0 and no keys when they are the previous call's (a hot account's are sent once).
+   */
   const many = (script: 'holdMany' | 'settleMany', argsOf: (c: Call) => (string | number)[]) => async (calls: Call[]) => {
     const keys: string[] = [];
     const args: (string | number)[] = [];
+    let prev: string[] = [];
     for (const c of calls) {
-      keys.push(...c.keys);
-      args.push(c.keys.length, ...argsOf(c));
+      if (c.keys.length === prev.length && c.keys.every((k, i) => k === prev[i])) args.push(0, ...argsOf(c));
+      else {
+        keys.push(...c.keys);
+        args.push(c.keys.length, ...argsOf(c));
+        prev = c.keys;
+      }
     }
     const reply = pipe
       ? pipe.run(lua[script], keys, args)
@@ -146,7 +154,9 @@ export function createRedisCredit(d: RedisCreditDeps): Pick<Store, 'hold' | 'set
     // A batch of one is settle.lua's first call: 3 arguments, or all 6 for a key with a budget.
     one: (c) => settleRun(c.keys, c.keys.length === 3 ? c.args.slice(0, 3) : c.args),
     // settle-many.lua takes no may-have-run (only the absent case, settle.lua's, reads it).
-    many: many('settleMany', (c) => (c.keys.length === 4 ? [c.args[0]!, c.args[1]!, c.args[2]!, c.args[4]!, c.args[5]!] : [c.args[0]!, c.args[1]!, c.args[2]!, c.args[4]!])),
+    many: many('settleMany', (c) =>
+      c.keys.length === 4 ? [c.args[0]!, c.args[1]!, c.args[2]!, c.args[4]!, c.args[5]!] : [c.args[0]!, c.args[1]!, c.args[2]!, c.args[4]!],
+    ),
   });
 
   /**

@@ -45,7 +45,15 @@ const NUMERIC = new Set(['amount_micros', 'prompt_tokens', 'completion_tokens', 
 export function parseEntry([id, fields]: [string, string[]]): LedgerEntry {
   if (fields[0] === 'd') {
     const [amount, ts, requestId, keyId, model, prompt, completion, source, cached] = JSON.parse(fields[1]!) as [
-      number, string, string, string, string, number, number, string, number?,
+      number,
+      string,
+      string,
+      string,
+      string,
+      number,
+      number,
+      string,
+      number?,
     ];
     return {
       id,

@@ -128,7 +128,12 @@ export async function createRedisStore(o: RedisStoreOptions & { client?: Client 
   const lua: Record<string, LuaScript> = {};
   for (const [name, [file, numberOfKeys]] of Object.entries(SCRIPTS)) {
     // The settle scripts in the configured debit layout (debit-layout.ts); every other script as it is.
-    lua[file] ??= luaScript(settleScriptFor(await readFile(new URL(`./lua/${file}.lua`, import.meta.url), 'utf8'), file.startsWith('settle') ? (o.debitEntries ?? 'compact') : 'compact'));
+    lua[file] ??= luaScript(
+      settleScriptFor(
+        await readFile(new URL(`./lua/${file}.lua`, import.meta.url), 'utf8'),
+        file.startsWith('settle') ? (o.debitEntries ?? 'compact') : 'compact',
+      ),
+    );
     redis.defineCommand(name, { ...(numberOfKeys === null ? {} : { numberOfKeys }), lua: lua[file]!.lua });
     scripts[name] = (...args) => (redis as unknown as Record<string, ScriptFn>)[name]!(...args);
   }

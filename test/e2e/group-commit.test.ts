@@ -38,10 +38,11 @@ if (redis) {
 
     // Every script call of the crowd, as MONITOR sees it: which script (by SHA) and how many requests it carried.
     const sha = (name: string) => luaScript(readFileSync(new URL(`../../src/store/lua/${name}.lua`, import.meta.url), 'utf8')).sha;
-    // Keys per request of the -many scripts (no key of this crowd has a budget).
+    // Arguments per request of the -many scripts (no key of this crowd has a budget): key count, then
+    // request id, amount, due (hold) or request id, amount, entry data, due (settle).
     const widths = new Map([
-      [sha('hold-many'), 2],
-      [sha('settle-many'), 3],
+      [sha('hold-many'), 4],
+      [sha('settle-many'), 5],
       [sha('hold'), 0],
       [sha('settle'), 0],
     ]);
@@ -100,13 +101,13 @@ if (redis) {
       t.ok(acct.balance_micros >= 0, `${account}: never below zero`);
     }
     mon.close();
-    // [requests carried] per credit script call: 1 for hold.lua / settle.lua, keys / keys per request for the -many scripts.
+    // [requests carried] per credit script call: 1 for hold.lua / settle.lua, ARGV / width for the -many scripts.
     const carried = mon.seen
       .map((l) => l.split(' '))
       .filter((w) => w[0]!.toLowerCase() === 'evalsha' && widths.has(w[1]!))
       .map((w) => {
         const width = widths.get(w[1]!)!;
-        return width === 0 ? 1 : Number(w[2]) / width;
+        return width === 0 ? 1 : (w.length - 3 - Number(w[2])) / width;
       });
     const batches = carried.filter((n) => n > 1);
     const requests = carried.reduce((s, n) => s + n, 0);

@@ -64,7 +64,12 @@ const COMMAND_TIMEOUT_MS = 300;
 const SETTLED_TTL_S = 4260;
 
 async function openStore(t: Test, url: string, debitEntries?: DebitLayout): Promise<Store> {
-  const store = await createRedisStore({ url, commandTimeoutMs: COMMAND_TIMEOUT_MS, settledTtlSeconds: SETTLED_TTL_S, ...(debitEntries && { debitEntries }) });
+  const store = await createRedisStore({
+    url,
+    commandTimeoutMs: COMMAND_TIMEOUT_MS,
+    settledTtlSeconds: SETTLED_TTL_S,
+    ...(debitEntries && { debitEntries }),
+  });
   t.teardown(() => store.close());
   return store;
 }
@@ -126,7 +131,11 @@ if (redis) {
   // instances, which read only that, still run. Both layouts read back as the same entries.
   const LAYOUTS: [DebitLayout, (f: string[]) => unknown, unknown][] = [
     ['compact', (f) => [f[0], f[2], f[3]], ['d', 'h', '500']],
-    ['fields', (f) => f.filter((_, i) => i % 2 === 0).join(' '), 'kind amount_micros ts request_id key_id model prompt_tokens completion_tokens usage_source hold_micros'],
+    [
+      'fields',
+      (f) => f.filter((_, i) => i % 2 === 0).join(' '),
+      'kind amount_micros ts request_id key_id model prompt_tokens completion_tokens usage_source hold_micros',
+    ],
   ];
   for (const [layout, shape, expected] of LAYOUTS) {
     t.test(`debit entries "${layout}": alone or in a batch, read back whole`, async (t) => {
@@ -145,10 +154,24 @@ if (redis) {
       t.strictSame(
         raw.slice(1, 3).map(([, f]) => shape(f)),
         [expected, expected],
-        layout === 'compact' ? 'each debit: its data in `d`, the hold it released in `h`' : 'each debit field by field, as earlier versions wrote it',
+        layout === 'compact'
+          ? 'each debit: its data in `d`, the hold it released in `h`'
+          : 'each debit field by field, as earlier versions wrote it',
       );
       const debits = (await allEntries(store, 'compact')).filter((e) => e.kind === 'debit');
-      const fields = ['id', 'kind', 'amount_micros', 'ts', 'request_id', 'key_id', 'model', 'prompt_tokens', 'completion_tokens', 'usage_source', 'hold_micros'];
+      const fields = [
+        'id',
+        'kind',
+        'amount_micros',
+        'ts',
+        'request_id',
+        'key_id',
+        'model',
+        'prompt_tokens',
+        'completion_tokens',
+        'usage_source',
+        'hold_micros',
+      ];
       t.strictSame(
         debits.map((e) => Object.keys(e)),
         [fields, fields, [...fields, 'cached_tokens']],
@@ -157,13 +180,51 @@ if (redis) {
       t.strictSame(
         debits.map(({ id: _, ...e }) => e),
         [
-          { kind: 'debit', amount_micros: -120, ts: TS, request_id: 'alone', key_id: 'key_a', model: 'm "quoted"', prompt_tokens: 1, completion_tokens: 1, usage_source: 'upstream', hold_micros: 500 },
-          { kind: 'debit', amount_micros: 0, ts: TS, request_id: 'b1', key_id: 'key_a', model: 'm', prompt_tokens: 1, completion_tokens: 1, usage_source: 'upstream', hold_micros: 500 },
-          { kind: 'debit', amount_micros: -70, ts: TS, request_id: 'b2', key_id: 'key_a', model: 'm', prompt_tokens: 40, completion_tokens: 1, usage_source: 'estimated', hold_micros: 500, cached_tokens: 32 },
+          {
+            kind: 'debit',
+            amount_micros: -120,
+            ts: TS,
+            request_id: 'alone',
+            key_id: 'key_a',
+            model: 'm "quoted"',
+            prompt_tokens: 1,
+            completion_tokens: 1,
+            usage_source: 'upstream',
+            hold_micros: 500,
+          },
+          {
+            kind: 'debit',
+            amount_micros: 0,
+            ts: TS,
+            request_id: 'b1',
+            key_id: 'key_a',
+            model: 'm',
+            prompt_tokens: 1,
+            completion_tokens: 1,
+            usage_source: 'upstream',
+            hold_micros: 500,
+          },
+          {
+            kind: 'debit',
+            amount_micros: -70,
+            ts: TS,
+            request_id: 'b2',
+            key_id: 'key_a',
+            model: 'm',
+            prompt_tokens: 40,
+            completion_tokens: 1,
+            usage_source: 'estimated',
+            hold_micros: 500,
+            cached_tokens: 32,
+          },
         ],
       );
       t.ok(Object.is(debits[1]!.amount_micros, 0), 'a free request is 0, never -0');
-      t.strictSame(await store.getAccount('compact'), { id: 'compact', balance_micros: 10_000 - 190, held_micros: 0 }, 'balance = Σ ledger');
+      t.strictSame(
+        await store.getAccount('compact'),
+        { id: 'compact', balance_micros: 10_000 - 190, held_micros: 0 },
+        'balance = Σ ledger',
+      );
     });
   }
 

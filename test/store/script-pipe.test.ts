@@ -151,7 +151,16 @@ t.test('the credit scripts come back the way the store reads them', async (t) =>
   t.same(await pipe.run(hold, holdKeys, ['r1', 100, due]), [1, 1000, 100], 'hold: [taken, balance, held]');
   t.same(await pipe.run(hold, holdKeys, ['r1', 100, due]), [2, 1000, 100], 'hold again: [already there, balance, held]');
   const settleKeys = [K.balance(acct), K.holdBucket(acct, due), K.ledger(acct), K.holds(acct), K.settled(acct, 'r1')];
-  const entry = debitEntryData({ costMicros: 40, ts: '2026-11-22T10:00:00.000Z', requestId: 'r1', keyId: 'key_1', model: 'm', promptTokens: 3, completionTokens: 5, usageSource: 'reported' });
+  const entry = debitEntryData({
+    costMicros: 40,
+    ts: '2026-11-22T10:00:00.000Z',
+    requestId: 'r1',
+    keyId: 'key_1',
+    model: 'm',
+    promptTokens: 3,
+    completionTokens: 5,
+    usageSource: 'reported',
+  });
   const args = ['r1', '-40', entry, '0', due];
   const first = (await pipe.run(settle, settleKeys, args)) as [string, number, number, number, number];
   t.match(first, [/^\d+-\d+$/, 0, 960, 0, 0], 'settle: [stream entry id, not replayed, balance, held, not a fresh bucket]');
