@@ -1,0 +1,117 @@
+// Group commit against one request at a time (docs/ledger.md "Group commit"), as a property: random turns of
+// holds, then of settles — one to three accounts, keys with and without a budget, replays of the same request
+// in a turn, settles without a hold (settled alone afterwards), may-have-run, cached tokens — run once all
+// issued in one turn (hold-many.lua / settle-many.lua, a hot account's keys sent once) and once awaited one
+// by one (hold.lua / settle.lua) on a twin set of accounts. Every hold answers alike, every settle debits or
+// replays alike, and the accounts end alike: balances, buckets, budget counters and ledgers (in order of
+// request; a settle without a hold lands after its batch). Seeded, so a failure names its trial.
+import t from 'tap';
+import { createRedisStore } from '../../src/store/redis-store.ts';
+import type { BudgetCharge, Store } from '../../src/store/types.ts';
+import { startRedis } from '../helpers/redis.ts';
+import { allEntries, FAR, TS } from './harness.ts';
+
+const TRIALS = 25;
+
+const redis = await startRedis(t);
+if (redis) {
+  for (const scriptPipe of [true, false]) {
+    t.test(
+      `a turn of holds and one of settles end as one request at a time does (${scriptPipe ? 'script pipe' : 'ioredis'})`,
+      async (t) => {
+        await redis.client.flushdb();
+        const store = await createRedisStore({ url: redis.url, commandTimeoutMs: 3000, settledTtlSeconds: 4260, scriptPipe });
+        t.teardown(() => store.close());
+        let seed = scriptPipe ? 29 : 71;
+        const rnd = () => ((seed = (seed * 1103515245 + 12345) % 2147483648), seed / 2147483648);
+        const pick = <T>(xs: readonly T[]) => xs[Math.floor(rnd() * xs.length)]!;
+        let batches = 0;
+        for (let trial = 0; trial < TRIALS; trial++) {
+          const accounts = ['a', 'b', 'c'].slice(0, 1 + Math.floor(rnd() * 3));
+          const budgets: (BudgetCharge | undefined)[] = [
+            undefined,
+            { keyId: 'key_k1', period: 'd2026-11-22', limitMicros: 1_000, expireAtMs: null },
+            { keyId: 'key_k2', period: 'd2026-11-22', limitMicros: 500, expireAtMs: FAR + 1_000_000 },
+          ];
+          const n = 2 + Math.floor(rnd() * 14);
+          const holds = Array.from({ length: n }, () => ({
+            acct: pick(accounts),
+            id: `r${Math.floor(rnd() * n)}`,
+            amount: Math.floor(rnd() * 600),
+            expires: pick([FAR, FAR + 5_000]),
+            budget: pick(budgets),
+          }));
+          const settles = Array.from({ length: n }, (_, i) => {
+            const h = pick(holds);
+            return {
+              ...h,
+              id: rnd() < 0.15 ? `none${i}` : h.id,
+              cost: Math.floor(rnd() * 700),
+              cached: rnd() < 0.3 ? 3 : undefined,
+              mayHaveRun: rnd() < 0.2,
+            };
+          });
+          // The twin accounts: `<trial>-<side>-<account>`.
+          const side = (s: string, acct: string) => `${trial}-${s}-${acct}`;
+          const grants = accounts.map(() => 1 + Math.floor(rnd() * 3_000));
+          for (const s of ['turn', 'seq'])
+            for (const [i, acct] of accounts.entries()) await store.grant(side(s, acct), grants[i]!, undefined, undefined, TS);
+          const hold = (s: string, h: (typeof holds)[number]) => store.hold(side(s, h.acct), h.id, h.amount, h.expires, h.budget);
+          const settle = (s: string, x: (typeof settles)[number]) =>
+            store.settle({
+              account: side(s, x.acct),
+              requestId: x.id,
+              costMicros: x.cost,
+              keyId: x.budget?.keyId ?? 'key_k0',
+              model: 'm',
+              promptTokens: 5,
+              completionTokens: 6,
+              ...(x.cached !== undefined && { cachedTokens: x.cached }),
+              usageSource: 'upstream',
+              ts: TS,
+              holdExpiresAtMs: x.expires,
+              mayHaveRun: x.mayHaveRun,
+              ...(x.budget && { budget: x.budget }),
+            });
+          const calls = Number(/cmdstat_evalsha:calls=(\d+)/.exec(await redis.client.info('commandstats'))?.[1] ?? 0);
+          const turnHolds = await Promise.all(holds.map((h) => hold('turn', h)));
+          const turnSettles = await Promise.all(settles.map((x) => settle('turn', x)));
+          if (Number(/cmdstat_evalsha:calls=(\d+)/.exec(await redis.client.info('commandstats'))?.[1] ?? 0) - calls < 2 * n) batches++;
+          const seqHolds = [];
+          for (const h of holds) seqHolds.push(await hold('seq', h));
+          const seqSettles = [];
+          for (const x of settles) seqSettles.push(await settle('seq', x));
+
+          const what = `trial ${trial}`;
+          t.strictSame(turnHolds, seqHolds, `holds answer alike, ${what}`);
+          t.strictSame(
+            turnSettles.map((r) => [r.replayed, r.entry_id === '']),
+            seqSettles.map((r) => [r.replayed, r.entry_id === '']),
+            `settles debit or replay alike, ${what}`,
+          );
+          for (const acct of accounts) {
+            const [a, b] = [side('turn', acct), side('seq', acct)];
+            t.strictSame(
+              await store.getAccount(a),
+              { ...(await store.getAccount(b)), id: a },
+              `${acct}: the same balance and held, ${what}`,
+            );
+            const ledger = async (x: string) => (await allEntries(store, x)).map(({ id: _, ...e }) => JSON.stringify(e)).sort();
+            t.strictSame(await ledger(a), await ledger(b), `${acct}: the same ledger entries, ${what}`);
+            for (const budget of budgets.filter((x) => x !== undefined))
+              t.strictSame(
+                await store.keySpend(a, budget.keyId, budget.period, Date.now()),
+                await store.keySpend(b, budget.keyId, budget.period, Date.now()),
+                `${acct}: the same spend on ${budget.keyId}, ${what}`,
+              );
+          }
+          if (!t.passing()) {
+            t.comment(`${what} failed with ${JSON.stringify({ holds, settles })}`);
+            break;
+          }
+        }
+        t.ok(batches > TRIALS / 2, `the turns went as batches (${batches} of ${TRIALS} used fewer script calls than requests)`);
+      },
+    );
+  }
+}
