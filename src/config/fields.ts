@@ -64,3 +64,10 @@ export function noUnknown(o: Obj, path: string, known: readonly string[]): void 
 export function optional(v: unknown, path: string): string | undefined {
   return str(v, path, '') || undefined;
 }
+
+/** `v` when it is one of `allowed`, else a ConfigError at `path` naming them. */
+export function oneOf<T extends string>(v: string, allowed: readonly T[], path: string): T {
+  if (!(allowed as readonly string[]).includes(v))
+    throw new ConfigError(path, `must be one of ${allowed.join(', ')}, got ${JSON.stringify(v)}`);
+  return v as T;
+}

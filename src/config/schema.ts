@@ -5,7 +5,7 @@
  * them, reads the top-level scalars and makes the checks that span sections.
  */
 import { ConfigError } from './errors.ts';
-import { noUnknown, object, str, type Obj } from './fields.ts';
+import { noUnknown, object, oneOf, str, type Obj } from './fields.ts';
 import { adminTokenWeakness } from '../admin/token.ts';
 import { otelSection, type OtelConfig } from './otel.ts';
 import { S3_FIELDS } from './s3.ts';
@@ -156,12 +156,6 @@ export function compileConfig(doc: unknown, rawEnv: NodeJS.ProcessEnv): Config {
 }
 
 const LOG_LEVELS = ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'];
-
-function oneOf<T extends string>(v: string, allowed: readonly T[], path: string): T {
-  if (!(allowed as readonly string[]).includes(v))
-    throw new ConfigError(path, `must be one of ${allowed.join(', ')}, got ${JSON.stringify(v)}`);
-  return v as T;
-}
 
 function logLevel(v: string, path: string): string {
   if (!LOG_LEVELS.includes(v)) throw new ConfigError(path, `must be one of ${LOG_LEVELS.join(', ')}, got ${JSON.stringify(v)}`);

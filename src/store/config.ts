@@ -1,6 +1,5 @@
 /** The `store` section: where Redis is (REDIS_URL / REDIS_CLUSTER_NODES win over the file), and its command timeout. */
-import { ConfigError } from '../config/errors.ts';
-import { at, list, noUnknown, num, object, optional, str } from '../config/fields.ts';
+import { at, list, noUnknown, num, object, oneOf, optional, str } from '../config/fields.ts';
 import { DEBIT_LAYOUTS, type DebitLayout } from './debit-layout.ts';
 
 export interface StoreConfig {
@@ -23,13 +22,10 @@ export function storeSection(v: unknown, env: NodeJS.ProcessEnv): StoreConfig {
           .map((s) => s.trim())
           .filter(Boolean)
       : list(store.cluster_nodes, 'store.cluster_nodes', true).map((n, i) => str(n, at('store.cluster_nodes', i)));
-  const debitEntries = str(store.debit_entries, 'store.debit_entries', 'compact');
-  if (!(DEBIT_LAYOUTS as readonly string[]).includes(debitEntries))
-    throw new ConfigError('store.debit_entries', `must be one of ${DEBIT_LAYOUTS.join(', ')}, got ${JSON.stringify(debitEntries)}`);
   return {
     redisUrl: env.REDIS_URL || optional(store.redis_url, 'store.redis_url'),
     clusterNodes,
     commandTimeoutMs: num(store.command_timeout_ms, 'store.command_timeout_ms', { fallback: 500, min: 10 }),
-    debitEntries: debitEntries as DebitLayout,
+    debitEntries: oneOf(str(store.debit_entries, 'store.debit_entries', 'compact'), DEBIT_LAYOUTS, 'store.debit_entries'),
   };
 }

@@ -6,21 +6,16 @@
  * instances (the ledger export among them) cannot read a compact entry. parseEntry (redis-records.ts)
  * reads both.
  */
+import type { SettleInput } from './types.ts';
+
 export type DebitLayout = 'compact' | 'fields';
 export const DEBIT_LAYOUTS: readonly DebitLayout[] = ['compact', 'fields'];
 
-/** What the store knows of a debit when it settles it. */
-export interface DebitData {
-  costMicros: number;
-  ts: string;
-  requestId: string;
-  keyId: string;
-  model: string;
-  promptTokens: number;
-  completionTokens: number;
-  usageSource: string;
-  cachedTokens?: number | undefined;
-}
+/** What the debit entry carries of a settle. */
+export type DebitData = Pick<
+  SettleInput,
+  'costMicros' | 'ts' | 'requestId' | 'keyId' | 'model' | 'promptTokens' | 'completionTokens' | 'usageSource' | 'cachedTokens'
+>;
 
 /** The debit's `d`: [amount, ts, request id, key id, model, prompt, completion, usage source(, cached tokens)]. */
 export function debitEntryData(i: DebitData): string {

@@ -159,7 +159,7 @@ t.test('the credit scripts come back the way the store reads them', async (t) =>
     model: 'm',
     promptTokens: 3,
     completionTokens: 5,
-    usageSource: 'reported',
+    usageSource: 'upstream',
   });
   const args = ['r1', '-40', entry, '0', due];
   const first = (await pipe.run(settle, settleKeys, args)) as [string, number, number, number, number];
