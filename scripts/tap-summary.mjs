@@ -18,11 +18,34 @@ function parseCounts(body) {
   return counts;
 }
 
+// Every `not ok` line, with the first lines of its diagnostic block, is printed again just above the
+// count: CI shows only the end of this output, and the end must say which test failed and where.
+const NOT_OK = /^(\s*)not ok \d+ - /;
+const failures = [];
+let diag = null; // { indent, lines } while inside the YAML block of the last `not ok`
+
 let last = null;
 for await (const line of createInterface({ input: process.stdin, crlfDelay: Infinity })) {
   process.stdout.write(line + '\n');
   const match = COUNTS.exec(line);
   if (match) last = parseCounts(match[1]);
+  if (diag !== null) {
+    if (diag.lines.length < 14 && line.startsWith(diag.indent)) diag.lines.push(line);
+    if (line.trim() === '...' || !line.startsWith(diag.indent)) diag = null;
+  }
+  const notOk = NOT_OK.exec(line);
+  if (notOk && failures.length < 40) {
+    diag = { indent: notOk[1] + '  ', lines: [] };
+    failures.push({ line, diag: diag.lines });
+  }
+}
+
+if (failures.length > 0) {
+  console.log(`# failed (${failures.length}${failures.length === 40 ? '+' : ''}), innermost first:`);
+  for (const f of failures) {
+    console.log(f.line);
+    for (const d of f.diag) if (!/^\s*(---|\.\.\.|typeName:|columnNumber:)/.test(d)) console.log(d);
+  }
 }
 
 if (last === null) {
