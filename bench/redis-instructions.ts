@@ -6,7 +6,8 @@
  * loop, the allocator, libc. Answers "what does Redis spend per live request, before and after group
  * commit": at 1 in flight every batch is one request, at 64 batches form by themselves.
  *   node bench/redis-instructions.ts --ref 8a74a09 --ref . [--n 4000] [--warmup 600] [--rate 2500] \
- *     [--in-flight 1,4,16,64] [--out bench/results/redis-instructions.md] [--keep]
+ *     [--in-flight 1,4,16,64] [--redis-config 'hash-max-listpack-entries 64'] \
+ *     [--out bench/results/redis-instructions.md] [--keep]
  * `--ref .` is the working tree's src/, copied when the tool starts; another ref is exported with
  * `git archive <ref> src` (both under $TMPDIR/redis-instr-*, sharing node_modules by a symlink, removed
  * at the end unless --keep). Per ref and in-flight level: a fresh redis-server under
@@ -16,6 +17,8 @@
  * with that many in flight, a dump, and `INFO commandstats` (script calls per request). Only user-space
  * instructions count: the kernel's side of the socket syscalls is not in the figures. `--rate`: the
  * requests per second the holds' clock advances by, so hold buckets fill as in production (below).
+ * `--redis-config 'name value'` (repeatable): a server setting for every run, as redis.conf would set it
+ * (docs/operations.md weighs `hash-max-listpack-entries` for accounts of a few to fifty requests a second).
  * Debian's redis-server is stripped: functions are grouped by name (its dynamic symbols), and a static
  * function callgrind shows as an address is put in the Lua VM when it lies in the vendored Lua's address
  * range, else with the exported function before it (same object file: an approximation). A binary with
@@ -42,12 +45,19 @@ const { values } = parseArgs({
     'in-flight': { type: 'string', default: '1,4,16,64' },
     out: { type: 'string' },
     keep: { type: 'boolean', default: false },
+    'redis-config': { type: 'string', multiple: true, default: [] },
   },
 });
 const N = Number(values.n);
 const WARM = Number(values.warmup);
 const RATE = Number(values.rate);
 const LEVELS = values['in-flight'].split(',').map(Number);
+/** redis-server's own arguments for each `--redis-config 'name value'`: `--name value`. */
+const REDIS_CONFIG = values['redis-config'].flatMap((c) => {
+  const [name, ...value] = c.trim().split(/\s+/);
+  if (!name || value.length === 0) throw new Error(`--redis-config wants 'name value', got '${c}'`);
+  return [`--${name}`, ...value];
+});
 const t0 = Date.now();
 const sh = (cmd: string, args: string[]) => execFileSync(cmd, args, { encoding: 'utf8', maxBuffer: 1 << 28 });
 const dir = mkdtempSync(join(tmpdir(), 'redis-instr-'));
@@ -240,6 +250,8 @@ interface Run {
   writesPerReq: number;
   top: Fn[];
   stripped: boolean;
+  /** The server's hash-max-listpack-entries: a hold bucket up to this many fields is a listpack. */
+  listpackEntries: number;
 }
 
 async function measure(src: string, label: string, inFlight: number, redisBin: string): Promise<Run> {
@@ -257,6 +269,7 @@ async function measure(src: string, label: string, inFlight: number, redisBin: s
       `--log-file=${out}.log`,
       'redis-server',
       ...['--port', String(port), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no'],
+      ...REDIS_CONFIG,
     ],
     { ready: (l) => l.some((x) => x.includes('Ready to accept connections')), timeoutMs: 300_000 },
   );
@@ -271,7 +284,9 @@ async function measure(src: string, label: string, inFlight: number, redisBin: s
   // As bench/ledger-redis.ts: the hold's expiry as the gateway sets it (now + the TTL), a settle with a full
   // ledger entry; but "now" is a clock that advances 1/RATE s per request from just after a bucket's start,
   // so how many holds share a bucket depends on RATE, not on how fast Redis runs under valgrind: a bucket's
-  // first 512 fields are a listpack, searched field by field (hash-max-listpack-entries), then a hashtable.
+  // first fields, up to hash-max-listpack-entries (512 by default), are a listpack, searched field by
+  // field, then it is a hashtable.
+  const listpackEntries = Number(((await admin.config('GET', 'hash-max-listpack-entries')) as string[])[1]);
   const t0 = Math.ceil(Date.now() / bucketMs) * bucketMs + 1;
   let seq = 0;
   const pair = async () => {
@@ -328,6 +343,7 @@ async function measure(src: string, label: string, inFlight: number, redisBin: s
       writesPerReq: callsOf(/^writeToClient$/),
       top: fns.sort((a, b) => b.self - a.self).slice(0, 15),
       stripped,
+      listpackEntries,
     };
   } finally {
     await store.close();
@@ -354,6 +370,7 @@ try {
 }
 
 const k = (x: number) => (x / 1000).toFixed(1);
+const LP = runs[0]?.listpackEntries ?? 512;
 const labels = [...new Set(runs.map((r) => r.label))];
 const L: string[] = [
   '# redis-server instructions per live request (hold + settle), by callgrind',
@@ -372,10 +389,12 @@ const L: string[] = [
   'per request from `INFO commandstats` (2 = a hold and a settle call each; fewer = batches; mean batch = 2 / that); reads and writes: calls',
   "of readQueryFromClient and writeToClient per request. Hold TTL 660 s and 10 s hold buckets (the gateway's defaults); the",
   `holds' clock advances as at ${RATE} requests/s (\`--rate\`) whatever the speed under valgrind, so a bucket gets ${RATE * 10} holds:`,
-  'its first 512 are a listpack, searched field by field (`hash-max-listpack-entries`), then a hashtable.' +
-    (WARM >= 512
-      ? ' The warm-up covers them: the counted requests find a hashtable.'
-      : ` With ${WARM} warm-up requests, ${512 - WARM} counted ones find the listpack.`),
+  `its first ${LP} are a listpack, searched field by field (\`hash-max-listpack-entries\`${REDIS_CONFIG.length > 0 ? `; server settings: \`${values['redis-config'].join('`, `')}\`` : ''}), then a hashtable.` +
+    (RATE * 10 <= LP
+      ? ' A bucket never leaves the listpack at this rate.'
+      : WARM >= LP
+        ? ' The warm-up covers them: the counted requests find a hashtable.'
+        : ` With ${WARM} warm-up requests, ${LP - WARM} counted ones find the listpack.`),
   runs[0]?.stripped
     ? "redis-server is stripped: functions are grouped by name, and a static function (an address) goes to the Lua VM in the vendored Lua's address range, else with the exported function before it (an approximation)."
     : 'Grouped by source file (debug info).',

@@ -235,7 +235,7 @@ t.test('compose: both gateways expose their metrics where Prometheus scrapes the
     t.ok(targets.includes(`${name}:${g.environment.METRICS_PORT}`), `${name} scraped on its METRICS_PORT`);
     t.equal(g.environment.REDIS_URL, 'redis://redis:6379');
   }
-  t.match(compose.services.redis.command.join(' '), /--appendonly yes.*--maxmemory-policy noeviction/);
+  t.match(compose.services.redis.command.join(' '), /--appendonly yes.*--maxmemory-policy noeviction.*--hash-max-listpack-entries 64/);
   t.ok(
     compose.services.grafana.volumes.some((v: string) => v.includes('tollgate-dashboard.json')),
     'the dashboard is provisioned',
