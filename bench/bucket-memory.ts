@@ -11,6 +11,7 @@ import { parseArgs } from 'node:util';
 import { newRequestId } from '../src/http/server.ts';
 import * as K from '../src/store/redis-keys.ts';
 import { createRedisStore } from '../src/store/redis-store.ts';
+import { liveRequest } from './live-request.ts';
 import { freePort, start } from './procs.ts';
 
 const { values } = parseArgs({
@@ -46,22 +47,7 @@ for (const lp of settings) {
       // Every hold expires inside one bucket: the bucket ends with n settled fields.
       const now = Math.ceil(Date.now() / BUCKET_MS) * BUCKET_MS + 1;
       const expiresAt = now + HOLD_TTL_MS;
-      for (let i = 0; i < n; i++) {
-        const id = newRequestId();
-        await store.hold(acct, id, 1000, expiresAt);
-        await store.settle({
-          account: acct,
-          requestId: id,
-          costMicros: 700,
-          keyId: 'key_bench000000000000',
-          model: 'llama-3.1-8b',
-          promptTokens: 812,
-          completionTokens: 64,
-          usageSource: 'upstream',
-          ts: new Date(now).toISOString(),
-          holdExpiresAtMs: expiresAt,
-        });
-      }
+      for (let i = 0; i < n; i++) await liveRequest(store, acct, newRequestId(), now, HOLD_TTL_MS);
       const key = K.holdBucket(acct, Math.ceil(expiresAt / BUCKET_MS) * BUCKET_MS);
       const fields = await admin.hlen(key);
       if (fields !== n) throw new Error(`${key}: ${fields} fields, expected ${n}`);

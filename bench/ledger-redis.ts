@@ -24,6 +24,7 @@ import { resolve } from 'node:path';
 import { loadavg } from 'node:os';
 import { Redis } from 'ioredis';
 import type { Store } from '../src/store/types.ts';
+import { liveRequest } from './live-request.ts';
 import { freePort, start } from './procs.ts';
 import { commandStats, luaCommands } from './redis-stats.ts';
 import { shortHead } from './git.ts';
@@ -76,23 +77,7 @@ async function runCase(name: string, src: string, accounts: number): Promise<Cas
   // As the gateway sets it: now + the hold TTL, so holds spread over buckets at the request rate.
   const ttlMs = 60_000;
   let seq = 0;
-  const pair = async (acct: string) => {
-    const id = `req_${String(seq++).padStart(22, '0')}`;
-    const expiresAt = Date.now() + ttlMs;
-    await store.hold(acct, id, 1000, expiresAt);
-    await store.settle({
-      account: acct,
-      requestId: id,
-      costMicros: 700,
-      keyId: 'key_bench000000000000',
-      model: 'llama-3.1-8b',
-      promptTokens: 812,
-      completionTokens: 64,
-      usageSource: 'upstream',
-      ts: new Date().toISOString(),
-      holdExpiresAtMs: expiresAt,
-    });
-  };
+  const pair = (acct: string) => liveRequest(store, acct, `req_${String(seq++).padStart(22, '0')}`, Date.now(), ttlMs);
   const run = async (pool: readonly string[], count: number) => {
     let left = count;
     let next = 0;

@@ -33,6 +33,7 @@ import { parseArgs } from 'node:util';
 import { Redis } from 'ioredis';
 import type { Store } from '../src/store/types.ts';
 import { describeRef, shortHead } from './git.ts';
+import { liveRequest } from './live-request.ts';
 import { freePort, start } from './procs.ts';
 import { commandStats } from './redis-stats.ts';
 
@@ -289,23 +290,9 @@ async function measure(src: string, label: string, inFlight: number, redisBin: s
   const listpackEntries = Number(((await admin.config('GET', 'hash-max-listpack-entries')) as string[])[1]);
   const t0 = Math.ceil(Date.now() / bucketMs) * bucketMs + 1;
   let seq = 0;
-  const pair = async () => {
+  const pair = () => {
     const now = t0 + Math.floor((seq * 1000) / RATE);
-    const id = `req_${String(seq++).padStart(22, '0')}`;
-    const expiresAt = now + holdTtlMs;
-    await store.hold(ACCT, id, 1000, expiresAt);
-    await store.settle({
-      account: ACCT,
-      requestId: id,
-      costMicros: 700,
-      keyId: 'key_bench000000000000',
-      model: 'llama-3.1-8b',
-      promptTokens: 812,
-      completionTokens: 64,
-      usageSource: 'upstream',
-      ts: new Date(now).toISOString(),
-      holdExpiresAtMs: expiresAt,
-    });
+    return liveRequest(store, ACCT, `req_${String(seq++).padStart(22, '0')}`, now, holdTtlMs);
   };
   const run = async (count: number) => {
     let left = count;
