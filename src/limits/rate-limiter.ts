@@ -25,7 +25,7 @@ import type { LimiterClient } from '../store/limiter-client.ts';
 import { GatewayError } from '../http/errors.ts';
 import type { RequestContext } from '../http/context.ts';
 import type { Logger } from '../obs/logger.ts';
-import type { Metrics } from '../obs/metrics.ts';
+import { bound, type Metrics } from '../obs/metrics.ts';
 import type { KeyRecord } from '../store/types.ts';
 import type { LimitSpec } from '../config/schema.ts';
 import { formatDuration } from './duration.ts';
@@ -130,6 +130,7 @@ export function createRateLimits(o: RateLimitOptions): Limits {
   const acctReq = limiter(o, 'tg:rl:acct:req', onInsurance);
   const acctTok = limiter(o, 'tg:rl:acct:tok', onInsurance);
   const windowMs = o.windowSeconds * 1000;
+  const latency = bound(o.metrics.limiterLatency);
   const pending = new Map<string, Pending>();
   let flushTimer: NodeJS.Timeout | undefined;
 
@@ -301,7 +302,7 @@ export function createRateLimits(o: RateLimitOptions): Limits {
       for (const s of sides) if (s.taken) correct(s.tok, s.id, s.taken.delta, s.taken.windowEnd);
       throw err;
     }
-    o.metrics.limiterLatency.observe(Number(process.hrtime.bigint() - t0) / 1e9);
+    latency().observe(Number(process.hrtime.bigint() - t0) / 1e9);
     if (o.redis) setFallback(insuranceUses !== usesBefore);
     const headers: Record<string, string> = {};
     if (ph.requests) headersFor('requests', sides, headers);
