@@ -94,7 +94,8 @@ class HistogramCell implements HotHistogram {
   }
   private series(): HistogramSeries | undefined {
     const names = this.metric.labelNames;
-    for (const s of Object.values(this.metric.hashMap)) if (names.every((n) => s.labels[n] === this.labels[n])) return s;
+    // As strings: a series made by a direct observe({ status: 200 }) is the same series (and zero() would replace it).
+    for (const s of Object.values(this.metric.hashMap)) if (names.every((n) => String(s.labels[n]) === this.labels[n])) return s;
     return undefined;
   }
 }

@@ -107,6 +107,11 @@ t.test('two bound() of one metric add to one series; a reset starts it over', as
   t.match(text, /z_seconds_count\{route="chat"\} 3\n/);
   t.match(text, /z_seconds_sum\{route="chat"\} 5\.55/);
   t.match(text, /z_seconds_bucket\{le="1",route="chat"\} 2\n/);
+  // A series a direct observe made, with a number for a label value, is the one bound() adds to.
+  const byStatus = new Histogram({ name: 's_seconds', help: 'h', labelNames: ['status'], buckets: BUCKETS, registers: [registry] });
+  byStatus.observe({ status: 200 }, 0.5);
+  bound(byStatus)(200).observe(0.5);
+  t.match(await registry.metrics(), /s_seconds_count\{status="200"\} 2\n/, 'one series, both observations');
   registry.resetMetrics();
   b('chat').observe(2);
   const after = await registry.metrics();
