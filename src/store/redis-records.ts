@@ -39,7 +39,7 @@ const NUMERIC = new Set(['amount_micros', 'prompt_tokens', 'completion_tokens', 
 
 /**
  * A ledger stream entry as a LedgerEntry. A debit is stored compact (docs/ledger.md "Debit entries"):
- * `d` its fields as one JSON array (redis-credit.ts debitEntryData), `h` the hold it released; every other
+ * `d` its fields as one JSON array (debit-layout.ts debitEntryData), `h` the hold it released; every other
  * entry, and debits written before that layout, field by field.
  */
 export function parseEntry([id, fields]: [string, string[]]): LedgerEntry {
