@@ -26,5 +26,6 @@ export async function liveRequest(
     usageSource: 'upstream',
     ts: new Date(nowMs).toISOString(),
     holdExpiresAtMs: expiresAt,
+    holdMicros: 1000,
   });
 }

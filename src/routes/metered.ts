@@ -162,6 +162,7 @@ export function meteredRoute<B extends { model: string }>(d: MeteredDeps, ep: Me
     const holdExpiresAtMs = Math.ceil(d.now() + holdTtlMs);
     // A key with a budget (SPEC §15): its period counter is charged by the hold and the settle; none otherwise.
     const budget = live && key.budget ? budgetCharge(key.id, key.budget, d.now()) : undefined;
+    const hold = live ? holdMicros(model.price, stateful?.heldPrompt ?? promptEstimate, output.total) : 0;
     /** The request's one settle (SPEC §4): not awaited by the response, tracked for shutdown, retried until it lands. */
     const settle = (b: Billed, costMicros: number) => {
       const settling = d.credit.settle({
@@ -176,12 +177,12 @@ export function meteredRoute<B extends { model: string }>(d: MeteredDeps, ep: Me
         usageSource: b.source,
         ts: isoTime(d.now()),
         holdExpiresAtMs,
+        holdMicros: hold,
         ...(budget && { budget }),
       });
       trace?.settle(settling, costMicros);
     };
     if (live) {
-      const hold = holdMicros(model.price, stateful?.heldPrompt ?? promptEstimate, output.total);
       const holdSpan = trace?.hold(hold);
       try {
         await d.credit.hold(key.account, ctx.requestId, hold, holdExpiresAtMs, budget);

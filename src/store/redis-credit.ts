@@ -33,18 +33,20 @@ export interface RedisCreditDeps {
     | 'tgHold'
     | 'tgHold3'
     | 'tgHoldMany'
+    | 'tgHoldRun'
     | 'tgSettle3'
     | 'tgSettle4'
     | 'tgSettle5'
     | 'tgSettle6'
     | 'tgSettleMany'
+    | 'tgSettleRun'
     | 'tgReapBucket3'
     | 'tgReapBucket'
     | 'tgLegacyReap',
     ScriptFn
   >;
-  /** hold.lua and settle.lua, and their group-commit forms (credit-batch.ts), for the pipe. */
-  lua: { hold: LuaScript; settle: LuaScript; holdMany: LuaScript; settleMany: LuaScript };
+  /** hold.lua and settle.lua, their group-commit forms (credit-batch.ts) and runs, for the pipe. */
+  lua: { hold: LuaScript; settle: LuaScript; holdMany: LuaScript; settleMany: LuaScript; holdRun: LuaScript; settleRun: LuaScript };
   onError: (err: Error) => void;
   /** How long a reaped hold is remembered (RedisStoreOptions.settledTtlSeconds). */
   reapedTtlSeconds: number;
@@ -60,6 +62,26 @@ function perCall(flat: unknown[]): unknown[] {
     out.push(first instanceof Error ? first : first === '?' ? ['?'] : [first, flat[i + 1], flat[i + 2], flat[i + 3]]);
   }
   return out;
+}
+
+/**
+ * Whether one account's calls of a batch can go as a run (hold-run.lua / settle-run.lua): the same keys
+ * for all (one bucket) and `plain` of them (no budget counter), each request id once, and for a settle
+ * the hold it expects to find.
+ */
+function isRun(
+  calls: readonly { keys: readonly string[]; args: readonly (string | number)[]; hold?: number | undefined }[],
+  plain: number,
+): boolean {
+  const first = calls[0]!.keys;
+  if (first.length !== plain) return false;
+  const ids = new Set<string | number>();
+  for (const c of calls) {
+    if (c.keys.length !== plain || c.keys[1] !== first[1]) return false;
+    if (plain === 3 && (c.hold === undefined || c.keys[2] !== first[2])) return false;
+    ids.add(c.args[0]!);
+  }
+  return ids.size === calls.length;
 }
 
 export function createRedisCredit(d: RedisCreditDeps): Pick<Store, 'hold' | 'settle' | 'reapExpiredHolds'> {
@@ -107,6 +129,8 @@ export function createRedisCredit(d: RedisCreditDeps): Pick<Store, 'hold' | 'set
   interface Call {
     keys: string[];
     args: (string | number)[];
+    /** A settle's hold as the store expects to find it (SettleInput.holdMicros); a run needs it. */
+    hold?: number | undefined;
   }
   // Group commit (credit-batch.ts): per slot, so on Cluster each batch is one node's call.
   const slotOf = cluster ? (c: Call) => calculateSlot(c.keys[0]!) : () => 0;
@@ -134,28 +158,145 @@ export function createRedisCredit(d: RedisCreditDeps): Pick<Store, 'hold' | 'set
         : s.tgSettleMany(keys.length, ...keys, ...args);
     return perCall((await reply) as unknown[]);
   };
+  /** A run's script call (hold-run.lua / settle-run.lua): its reply, or {0} when the run cannot go as one. */
+  const runScript = (script: 'holdRun' | 'settleRun', keys: string[], args: (string | number)[]) =>
+    (pipe
+      ? pipe.run(lua[script], keys, args)
+      : script === 'holdRun'
+        ? s.tgHoldRun(...keys, ...args)
+        : s.tgSettleRun(...keys, ...args)) as Promise<unknown[]>;
+  /** A run of holds in one pass; undefined when hold-run.lua declined it. */
+  async function holdRun(calls: Call[]): Promise<unknown[] | undefined> {
+    const n = calls.length;
+    const ids = new Array<string | number>(n);
+    const values = new Array<string>(n);
+    let total = 0;
+    for (let i = 0; i < n; i++) {
+      const [id, amount] = calls[i]!.args;
+      ids[i] = id!;
+      values[i] = `o${amount}`;
+      total += Number(amount);
+    }
+    const r = await runScript('holdRun', calls[0]!.keys, [total, calls[0]!.args[2]!, n, ...ids, ...values]);
+    if (r[0] !== 1) return undefined;
+    // hold-many.lua's answer for each: taken, the balance, and held after the holds before it and its own.
+    const bal = r[1];
+    let held = r[2] as number;
+    return calls.map((c) => [1, bal, (held += Number(c.args[1])), 0]);
+  }
+  /** A run of settles in one pass; undefined when settle-run.lua declined it. */
+  async function settleRun(calls: Call[]): Promise<unknown[] | undefined> {
+    const n = calls.length;
+    const ids = new Array<string | number>(n);
+    const expected = new Array<string>(n);
+    const data = new Array<string | number>(n);
+    const holds = new Array<string>(n);
+    let debit = 0;
+    let release = 0;
+    for (let i = 0; i < n; i++) {
+      const c = calls[i]!;
+      ids[i] = c.args[0]!;
+      holds[i] = String(c.hold);
+      expected[i] = `o${holds[i]}`;
+      data[i] = c.args[2]!;
+      debit += Number(c.args[1]);
+      release += c.hold!;
+    }
+    const r = await runScript('settleRun', calls[0]!.keys, [String(debit), String(0 - release), n, ...ids, ...expected, ...data, ...holds]);
+    if (r[0] !== 1) return undefined;
+    // settle-many.lua's answer for each: its entry id, not a replay, balance and held after it.
+    let bal = r[1] as number;
+    let held = r[2] as number;
+    return calls.map((c, i) => [r[3 + i], 0, (bal += Number(c.args[1])), (held -= c.hold!)]);
+  }
+  /**
+   * A batch (two or more calls of one slot) with its runs taken out (docs/ledger.md "Runs"): an account
+   * whose calls of the batch all have the same keys (one bucket, no budget: `plain` keys), and, for a
+   * settle, a known hold, each request id once, goes as a run of its own when it has two or more; the rest
+   * go as one -many call, in the order issued, and a run the script declined goes that way after it. An
+   * account's calls are never split between the two, so each account sees its requests in the order issued.
+   * A call that fails as a whole fails the calls it carried, and only those.
+   */
+  const batch =
+    (
+      plain: number,
+      run: (calls: Call[]) => Promise<unknown[] | undefined>,
+      rest: (calls: Call[]) => Promise<unknown[]>,
+      single: (c: Call) => Promise<unknown>,
+    ) =>
+    async (calls: Call[]): Promise<unknown[]> => {
+      const byAccount = new Map<string, number[]>();
+      for (let i = 0; i < calls.length; i++) {
+        const acct = calls[i]!.keys[0]!;
+        const at = byAccount.get(acct);
+        if (at) at.push(i);
+        else byAccount.set(acct, [i]);
+      }
+      const out = new Array<unknown>(calls.length);
+      const jobs: Promise<void>[] = [];
+      const send = (at: number[], go: (cs: Call[]) => Promise<unknown[]>) => {
+        jobs.push(
+          go(at.map((i) => calls[i]!)).then(
+            (rs) => at.forEach((i, j) => (out[i] = rs[j])),
+            (err: unknown) => at.forEach((i) => (out[i] = err instanceof Error ? err : new Error(String(err)))),
+          ),
+        );
+      };
+      const others: number[] = [];
+      for (const at of byAccount.values()) {
+        if (
+          at.length > 1 &&
+          isRun(
+            at.map((i) => calls[i]!),
+            plain,
+          )
+        ) {
+          send(at, async (cs) => (await run(cs)) ?? (await rest(cs)));
+        } else others.push(...at);
+      }
+      if (others.length > 0) {
+        others.sort((a, b) => a - b);
+        send(others, others.length === 1 ? async ([c]) => [await single(c!)] : rest);
+      }
+      await Promise.all(jobs);
+      return out;
+    };
+  const holdOne = (c: Call) =>
+    pipe ? pipe.run(lua.hold, c.keys, c.args) : c.keys.length === 3 ? s.tgHold3(...c.keys, ...c.args) : s.tgHold(...c.keys, ...c.args);
   const holdCall = createTurnBatcher<Call, unknown>({
     schedule,
     slotOf,
-    one: (c) =>
-      pipe ? pipe.run(lua.hold, c.keys, c.args) : c.keys.length === 3 ? s.tgHold3(...c.keys, ...c.args) : s.tgHold(...c.keys, ...c.args),
-    many: many('holdMany', (c) => c.args),
+    one: holdOne,
+    many: batch(
+      2,
+      holdRun,
+      many('holdMany', (c) => c.args),
+      holdOne,
+    ),
   });
   /** settle.lua's first call (3 keys, or 4 with a budget); an absent field answers '?'. */
-  const settleRun = (k: string[], a: (string | number)[]) => {
+  const settleScript = (k: string[], a: (string | number)[]) => {
     if (pipe) return pipe.run(lua.settle, k, a);
     if (k.length === 3) return s.tgSettle3(...k, ...a);
     if (k.length === 4) return s.tgSettle4(...k, ...a);
     return k.length === 5 ? s.tgSettle5(...k, ...a) : s.tgSettle6(...k, ...a);
   };
+  // A batch of one is settle.lua's first call: 3 arguments, or all 6 for a key with a budget.
+  const settleOne = (c: Call) => settleScript(c.keys, c.keys.length === 3 ? c.args.slice(0, 3) : c.args);
   const settleCall = createTurnBatcher<Call, unknown>({
     schedule,
     slotOf,
-    // A batch of one is settle.lua's first call: 3 arguments, or all 6 for a key with a budget.
-    one: (c) => settleRun(c.keys, c.keys.length === 3 ? c.args.slice(0, 3) : c.args),
-    // settle-many.lua takes no may-have-run (only the absent case, settle.lua's, reads it).
-    many: many('settleMany', (c) =>
-      c.keys.length === 4 ? [c.args[0]!, c.args[1]!, c.args[2]!, c.args[4]!, c.args[5]!] : [c.args[0]!, c.args[1]!, c.args[2]!, c.args[4]!],
+    one: settleOne,
+    many: batch(
+      3,
+      settleRun,
+      // settle-many.lua takes no may-have-run (only the absent case, settle.lua's, reads it).
+      many('settleMany', (c) =>
+        c.keys.length === 4
+          ? [c.args[0]!, c.args[1]!, c.args[2]!, c.args[4]!, c.args[5]!]
+          : [c.args[0]!, c.args[1]!, c.args[2]!, c.args[4]!],
+      ),
+      settleOne,
     ),
   });
 
@@ -242,11 +383,17 @@ export function createRedisCredit(d: RedisCreditDeps): Pick<Store, 'hold' | 'set
       const b = i.budget;
       const budgetKeys = b ? [K.keyBudget(i.account, b.keyId, b.period)] : [];
       if (b) args.push(b.expireAtMs ?? '');
-      let reply = (await settleCall({ keys: [...keys, ...budgetKeys], args })) as [string, number, number, number, number?];
+      let reply = (await settleCall({ keys: [...keys, ...budgetKeys], args, hold: i.holdMicros })) as [
+        string,
+        number,
+        number,
+        number,
+        number?,
+      ];
       // No field in the bucket (rare: no hold reached it, or one of the previous layout): the whole script.
       if (reply[0] === '?') {
         const all = [...keys, K.holds(i.account), K.settled(i.account, i.requestId), ...budgetKeys];
-        reply = (await settleRun(all, args)) as typeof reply;
+        reply = (await settleScript(all, args)) as typeof reply;
       }
       const [entryId, replayed, bal, held, fresh] = reply;
       // A settle without its hold wrote the bucket's first field, maybe: index it too (rare path).

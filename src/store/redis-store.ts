@@ -50,6 +50,9 @@ const SCRIPTS = {
   // routes it by its keys, not by its first argument.
   tgHoldMany: ['hold-many', null],
   tgSettleMany: ['settle-many', null],
+  // A hot account's run of holds or settles in one pass (docs/ledger.md "Runs"): fixed keys, one slot.
+  tgHoldRun: ['hold-run', 2],
+  tgSettleRun: ['settle-run', 3],
   // reap-bucket.lua: one bucket (3 keys; every call on Cluster), or a batch of buckets on one node.
   tgReapBucket3: ['reap-bucket', 3],
   tgReapBucket: ['reap-bucket', null],
@@ -145,7 +148,14 @@ export async function createRedisStore(o: RedisStoreOptions & { client?: Client 
   const pipe =
     o.scriptPipe === false
       ? undefined
-      : pipeFor(redis, o.commandTimeoutMs, onError, [lua.hold!, lua.settle!, lua['hold-many']!, lua['settle-many']!]);
+      : pipeFor(redis, o.commandTimeoutMs, onError, [
+          lua.hold!,
+          lua.settle!,
+          lua['hold-many']!,
+          lua['settle-many']!,
+          lua['hold-run']!,
+          lua['settle-run']!,
+        ]);
   if (pipe) await pipe.ready.catch(onError);
   // Not ioredis' autoResubscribe: it re-subscribes after a reconnect without a handler on the reply, so a
   // close (or another drop) before that reply arrives is an unhandled rejection, "Connection is closed."
@@ -169,7 +179,14 @@ export async function createRedisStore(o: RedisStoreOptions & { client?: Client 
     redis,
     pipe,
     scripts: s,
-    lua: { hold: lua.hold!, settle: lua.settle!, holdMany: lua['hold-many']!, settleMany: lua['settle-many']! },
+    lua: {
+      hold: lua.hold!,
+      settle: lua.settle!,
+      holdMany: lua['hold-many']!,
+      settleMany: lua['settle-many']!,
+      holdRun: lua['hold-run']!,
+      settleRun: lua['settle-run']!,
+    },
     onError,
     reapedTtlSeconds: o.settledTtlSeconds,
     holdTtlMs: o.holdTtlMs,

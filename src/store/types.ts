@@ -130,6 +130,13 @@ export interface SettleInput {
    */
   holdExpiresAtMs?: number;
   /**
+   * The hold taken for this request (hold()'s `amount`), when there was one. It lets the Redis store
+   * settle a hot account's settles of one turn in one pass (docs/ledger.md "Runs"), which checks that each
+   * hold is still there at that amount; absent or wrong, the settle goes the per-request way, with the
+   * same result.
+   */
+  holdMicros?: number;
+  /**
    * True when an earlier attempt of this same settle was sent and no answer came (it may have run). Once
    * the request's hold bucket has been emptied by the reaper, such a settle that finds no trace of its
    * request debits nothing and answers `entry_id: ''` (docs/ledger.md), never a second debit.

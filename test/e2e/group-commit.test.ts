@@ -1,8 +1,8 @@
 // Group commit end to end (issue 29, docs/ledger.md "Group commit"): a crowd of live requests from two
 // accounts, through the official SDK, on a real redis-server. Their holds and settles reach Redis in
-// batches (fewer script calls than requests), yet each request is checked and billed on its own: the
-// poor account's refused holds (402) never fail the rich account's requests in the same batches, every
-// served request has exactly one debit, and both ledgers add up.
+// batches (fewer script calls than requests; an account's turn as a run), yet each request is checked and
+// billed on its own: the poor account's refused holds (402) never fail the rich account's requests in the
+// same batches, every served request has exactly one debit, and both ledgers add up.
 import t from 'tap';
 import OpenAI from 'openai';
 import { startRedis } from '../helpers/redis.ts';
@@ -36,16 +36,21 @@ if (redis) {
     const hold = first!.hold_micros!;
     await gw.grant('gc-poor', Math.floor((POOR / 4) * hold));
 
-    // Every script call of the crowd, as MONITOR sees it: which script (by SHA) and how many requests it carried.
+    // Every script call of the crowd, as MONITOR sees it: which script (by SHA) and which requests it carried.
     const sha = (name: string) => luaScript(readFileSync(new URL(`../../src/store/lua/${name}.lua`, import.meta.url), 'utf8')).sha;
-    // Arguments per request of the -many scripts (no key of this crowd has a budget): key count, then
-    // request id, amount, due (hold) or request id, amount, entry data, due (settle).
-    const widths = new Map([
-      [sha('hold-many'), 4],
-      [sha('settle-many'), 5],
-      [sha('hold'), 0],
-      [sha('settle'), 0],
+    // The request ids a credit script call carried, from its arguments (no key of this crowd has a budget):
+    // hold.lua / settle.lua one; the -many scripts a group per request (key count, request id, amount, due
+    // or key count, request id, amount, entry data, due); a run its n ids after its first three arguments.
+    const idsOf = new Map<string, (argv: string[]) => string[]>([
+      [sha('hold'), (a) => [a[0]!]],
+      [sha('settle'), (a) => [a[0]!]],
+      [sha('hold-many'), (a) => a.filter((_, i) => i % 4 === 1)],
+      [sha('settle-many'), (a) => a.filter((_, i) => i % 5 === 1)],
+      [sha('hold-run'), (a) => a.slice(3, 3 + Number(a[2]))],
+      [sha('settle-run'), (a) => a.slice(3, 3 + Number(a[2]))],
     ]);
+    const runs = new Set([sha('hold-run'), sha('settle-run')]);
+    const holdScripts = new Set([sha('hold'), sha('hold-many'), sha('hold-run')]);
     const mon = await monitorRedis(redis.url);
     t.teardown(() => mon.close());
     const served = new Map<string, Set<string>>([
@@ -101,19 +106,34 @@ if (redis) {
       t.ok(acct.balance_micros >= 0, `${account}: never below zero`);
     }
     mon.close();
-    // [requests carried] per credit script call: 1 for hold.lua / settle.lua, ARGV / width for the -many scripts.
-    const carried = mon.seen
+    // Per credit script call: is it a hold, is it a run, the request ids it carried.
+    const calls = mon.seen
       .map((l) => l.split(' '))
-      .filter((w) => w[0]!.toLowerCase() === 'evalsha' && widths.has(w[1]!))
-      .map((w) => {
-        const width = widths.get(w[1]!)!;
-        return width === 0 ? 1 : (w.length - 3 - Number(w[2])) / width;
-      });
-    const batches = carried.filter((n) => n > 1);
-    const requests = carried.reduce((s, n) => s + n, 0);
+      .filter((w) => w[0]!.toLowerCase() === 'evalsha' && idsOf.has(w[1]!))
+      .map((w) => ({ hold: holdScripts.has(w[1]!), run: runs.has(w[1]!), ids: idsOf.get(w[1]!)!(w.slice(3 + Number(w[2]))) }));
+    // A request reaches Redis once per hold and once per settle — or twice, when a run carrying it was
+    // declined (the poor account could not cover a whole run) and a -many call carried it after.
+    const seen = new Map<string, { run: boolean }[]>();
+    for (const c of calls)
+      for (const id of c.ids) {
+        const k = `${c.hold ? 'hold' : 'settle'} ${id}`;
+        seen.set(k, [...(seen.get(k) ?? []), { run: c.run }]);
+      }
     const expected = RICH + POOR + RICH + (POOR - refused.length); // a hold each, a settle per served request
-    t.equal(requests, expected, 'every hold and settle of the crowd went to Redis exactly once');
-    t.ok(batches.length > 0, `${batches.length} calls carried more than one request (largest ${Math.max(0, ...batches)})`);
-    t.comment(`${carried.length} credit script calls for ${requests} holds + settles`);
+    t.equal(seen.size, expected, 'every hold and settle of the crowd went to Redis');
+    t.ok(
+      [...seen.values()].every((v) => v.length === 1 || (v.length === 2 && v[0]!.run && !v[1]!.run)),
+      'each once, or as a declined run and then request by request',
+    );
+    const batches = calls.filter((c) => c.ids.length > 1);
+    t.ok(
+      batches.length > 0,
+      `${batches.length} calls carried more than one request (largest ${Math.max(0, ...batches.map((c) => c.ids.length))})`,
+    );
+    t.ok(
+      calls.some((c) => c.run && c.ids.length > 1),
+      "the funded account's turns went as runs",
+    );
+    t.comment(`${calls.length} credit script calls (${calls.filter((c) => c.run).length} runs) for ${expected} holds + settles`);
   });
 }

@@ -4,11 +4,15 @@
 // issued in one turn (hold-many.lua / settle-many.lua, a hot account's keys sent once) and once awaited one
 // by one (hold.lua / settle.lua) on a twin set of accounts. Every hold answers alike, every settle debits or
 // replays alike, and the accounts end alike: balances, buckets, budget counters and ledgers (in order of
-// request; a settle without a hold lands after its batch). Seeded, so a failure names its trial.
+// request; a settle without a hold lands after its batch). Every other trial is plain, so its turns go as
+// runs (hold-run.lua / settle-run.lua) or runs declined and sent request by request. Seeded, so a failure
+// names its trial.
 import t from 'tap';
 import { createRedisStore } from '../../src/store/redis-store.ts';
 import type { BudgetCharge, Store } from '../../src/store/types.ts';
-import { startRedis } from '../helpers/redis.ts';
+import { readFileSync } from 'node:fs';
+import { luaScript } from '../../src/store/script-pipe.ts';
+import { monitorRedis, startRedis } from '../helpers/redis.ts';
 import { allEntries, FAR, TS } from './harness.ts';
 
 const TRIALS = 25;
@@ -26,29 +30,45 @@ if (redis) {
         const rnd = () => ((seed = (seed * 1103515245 + 12345) % 2147483648), seed / 2147483648);
         const pick = <T>(xs: readonly T[]) => xs[Math.floor(rnd() * xs.length)]!;
         let batches = 0;
+        const mon = await monitorRedis(redis.url);
+        t.teardown(() => mon.close());
+        const runSha = new Set(
+          ['hold-run', 'settle-run'].map(
+            (n) => luaScript(readFileSync(new URL(`../../src/store/lua/${n}.lua`, import.meta.url), 'utf8')).sha,
+          ),
+        );
         for (let trial = 0; trial < TRIALS; trial++) {
           const accounts = ['a', 'b', 'c'].slice(0, 1 + Math.floor(rnd() * 3));
-          const budgets: (BudgetCharge | undefined)[] = [
-            undefined,
-            { keyId: 'key_k1', period: 'd2026-11-22', limitMicros: 1_000, expireAtMs: null },
-            { keyId: 'key_k2', period: 'd2026-11-22', limitMicros: 500, expireAtMs: FAR + 1_000_000 },
-          ];
+          // Every other trial is plain (one bucket, no budgets, few replays): its accounts' turns are mostly
+          // runs (hold-run.lua / settle-run.lua), some declined (not enough credit, a replay, a hold amount
+          // that is not the bucket's) and sent through the -many scripts after.
+          const plain = trial % 2 === 1;
+          const budgets: (BudgetCharge | undefined)[] = plain
+            ? [undefined]
+            : [
+                undefined,
+                { keyId: 'key_k1', period: 'd2026-11-22', limitMicros: 1_000, expireAtMs: null },
+                { keyId: 'key_k2', period: 'd2026-11-22', limitMicros: 500, expireAtMs: FAR + 1_000_000 },
+              ];
           const n = 2 + Math.floor(rnd() * 14);
-          const holds = Array.from({ length: n }, () => ({
+          const holds = Array.from({ length: n }, (_, i) => ({
             acct: pick(accounts),
-            id: `r${Math.floor(rnd() * n)}`,
+            id: plain && rnd() < 0.9 ? `r${i}` : `r${Math.floor(rnd() * n)}`,
             amount: Math.floor(rnd() * 600),
-            expires: pick([FAR, FAR + 5_000]),
+            expires: plain ? FAR : pick([FAR, FAR + 5_000]),
             budget: pick(budgets),
           }));
           const settles = Array.from({ length: n }, (_, i) => {
-            const h = pick(holds);
+            const h = plain && rnd() < 0.8 ? holds[i]! : pick(holds);
+            const r = rnd();
             return {
               ...h,
               id: rnd() < 0.15 ? `none${i}` : h.id,
               cost: Math.floor(rnd() * 700),
               cached: rnd() < 0.3 ? 3 : undefined,
               mayHaveRun: rnd() < 0.2,
+              // What the gateway passes (the amount it held); sometimes not, or not what the bucket holds.
+              holdMicros: r < 0.8 ? h.amount : r < 0.9 ? h.amount + 1 : undefined,
             };
           });
           // The twin accounts: `<trial>-<side>-<account>`.
@@ -71,18 +91,34 @@ if (redis) {
               ts: TS,
               holdExpiresAtMs: x.expires,
               mayHaveRun: x.mayHaveRun,
+              ...(x.holdMicros !== undefined && { holdMicros: x.holdMicros }),
               ...(x.budget && { budget: x.budget }),
             });
           const calls = Number(/cmdstat_evalsha:calls=(\d+)/.exec(await redis.client.info('commandstats'))?.[1] ?? 0);
           const turnHolds = await Promise.all(holds.map((h) => hold('turn', h)));
+          // Plain trials: a later turn holds some again (replays, which a run must not take twice).
+          const holdAgain = plain ? holds.filter(() => rnd() < 0.4) : [];
+          turnHolds.push(...(await Promise.all(holdAgain.map((h) => hold('turn', h)))));
           const turnSettles = await Promise.all(settles.map((x) => settle('turn', x)));
           if (Number(/cmdstat_evalsha:calls=(\d+)/.exec(await redis.client.info('commandstats'))?.[1] ?? 0) - calls < 2 * n) batches++;
           const seqHolds = [];
-          for (const h of holds) seqHolds.push(await hold('seq', h));
+          for (const h of [...holds, ...holdAgain]) seqHolds.push(await hold('seq', h));
           const seqSettles = [];
           for (const x of settles) seqSettles.push(await settle('seq', x));
 
           const what = `trial ${trial}`;
+          if (plain) {
+            // A later turn settles some again: replays, which a run must not take for open holds.
+            const again = settles.filter(() => rnd() < 0.6);
+            const turnAgain = await Promise.all(again.map((x) => settle('turn', x)));
+            const seqAgain = [];
+            for (const x of again) seqAgain.push(await settle('seq', x));
+            t.strictSame(
+              turnAgain.map((r) => r.replayed),
+              seqAgain.map((r) => r.replayed),
+              `settles again replay alike, ${what}`,
+            );
+          }
           t.strictSame(turnHolds, seqHolds, `holds answer alike, ${what}`);
           t.strictSame(
             turnSettles.map((r) => [r.replayed, r.entry_id === '']),
@@ -110,6 +146,8 @@ if (redis) {
             break;
           }
         }
+        const runs = mon.seen.filter((l) => /^evalsha /i.test(l) && runSha.has(l.split(' ')[1]!)).length;
+        t.ok(runs >= TRIALS / 2, `the plain turns went as runs (${runs} run calls)`);
         t.ok(batches > TRIALS / 2, `the turns went as batches (${batches} of ${TRIALS} used fewer script calls than requests)`);
       },
     );

@@ -2,11 +2,13 @@
 // see from outside. The holds (and settles) of one event-loop turn reach Redis as ONE script call per
 // slot, a lone one as the single-request script, on the script pipe and on plain ioredis alike; and a
 // connection lost under a batch leaves all of it run or none of it, with every caller told it may have run.
+import { readFileSync } from 'node:fs';
 import { setTimeout as sleep } from 'node:timers/promises';
 import t from 'tap';
 import type { Test } from 'tap';
 import { createRedisStore } from '../../src/store/redis-store.ts';
 import * as K from '../../src/store/redis-keys.ts';
+import { luaScript } from '../../src/store/script-pipe.ts';
 import type { Store } from '../../src/store/types.ts';
 import { monitorRedis, startRedis } from '../helpers/redis.ts';
 import { allEntries, FAR, settleOf, TS, waitFor } from './harness.ts';
@@ -18,12 +20,14 @@ if (redis) {
     t.teardown(() => store.close());
     return store;
   };
-  /** The script calls MONITOR saw: [key count, first key] of each EVALSHA (scripts are loaded first: no EVAL). */
+  const sha = (name: string) => luaScript(readFileSync(new URL(`../../src/store/lua/${name}.lua`, import.meta.url), 'utf8')).sha;
+  const NAMES = new Map(['hold', 'settle', 'hold-many', 'settle-many', 'hold-run', 'settle-run'].map((n) => [sha(n), n]));
+  /** The script calls MONITOR saw: [script, key count, first key] of each EVALSHA (scripts are loaded first: no EVAL). */
   const scriptCalls = (seen: string[]) =>
     seen
       .map((l) => l.split(' '))
       .filter((w) => w[0]!.toLowerCase() === 'evalsha')
-      .map((w) => [Number(w[2]), w[3]] as const);
+      .map((w) => [NAMES.get(w[1]!) ?? w[1], Number(w[2]), w[3]] as const);
 
   for (const scriptPipe of [true, false]) {
     t.test(`one turn's holds and settles are one call each (${scriptPipe ? 'script pipe' : 'ioredis'})`, async (t) => {
@@ -34,50 +38,153 @@ if (redis) {
       await store.grant(a, 1_000_000, undefined, undefined, TS);
       await store.grant(b, 1_000_000, undefined, undefined, TS);
       // ioredis sends a script's body (EVAL) the first time it is used: each one once before MONITOR starts.
-      await Promise.all([store.hold(a, 'w1', 1, FAR), store.hold(a, 'w2', 1, FAR)]);
+      await Promise.all([
+        store.hold(a, 'w1', 1, FAR),
+        store.hold(a, 'w2', 1, FAR),
+        store.hold(b, 'w1', 1, FAR),
+        store.hold(b, 'w1b', 1, FAR + 5_000),
+      ]);
       await store.hold(a, 'w3', 1, FAR);
       await Promise.all([store.settle(settleOf(a, 'w1', 1)), store.settle(settleOf(a, 'w2', 1))]);
+      await Promise.all([store.settle(settleOf(b, 'w1', 1, { holdMicros: 1 })), store.settle(settleOf(b, 'w1b', 1, { holdMicros: 1 }))]);
       await store.settle(settleOf(a, 'w3', 1));
       const mon = await monitorRedis(redis.url);
       t.teardown(() => mon.close());
+      const seen = async (n: number, what: string) => {
+        await waitFor(() => scriptCalls(mon.seen).length >= n, 2000, `MONITOR sees ${what}`);
+        const calls = scriptCalls(mon.seen);
+        mon.seen.length = 0;
+        return calls;
+      };
       const ids = Array.from({ length: 20 }, (_, i) => `r${i}`);
       const held = await Promise.all(ids.map((id, i) => store.hold(i % 2 ? a : b, id, 100, FAR)));
       t.ok(held.every((h) => h.ok));
-      await waitFor(() => scriptCalls(mon.seen).length >= 1, 2000, 'MONITOR sees the hold call');
-      t.strictSame(scriptCalls(mon.seen), [[40, K.balance(b)]], '20 holds of two accounts: one call of 40 keys');
-      mon.seen.length = 0;
+      // Each account's holds are a run (one bucket, no budget): one pass each, no Lua per request.
+      t.strictSame(
+        await seen(2, 'the hold runs'),
+        [
+          ['hold-run', 2, K.balance(b)],
+          ['hold-run', 2, K.balance(a)],
+        ],
+        '20 holds of two accounts: a run each',
+      );
+      t.strictSame(
+        held.filter((_, i) => i % 2).map((h) => h.held_micros),
+        Array.from({ length: 10 }, (_, i) => 100 * (i + 1)),
+        "each hold of the run answers held as hold.lua would have after it: the run's holds before it and its own",
+      );
+      // Without the hold amount (SettleInput.holdMicros) a settle is not part of a run: settle-many.lua.
       const settled = await Promise.all(ids.map((id, i) => store.settle(settleOf(i % 2 ? a : b, id, 10))));
       t.equal(new Set(settled.map((s, i) => `${i % 2} ${s.entry_id}`)).size, 20, 'an entry each (ids are per account stream)');
-      await waitFor(() => scriptCalls(mon.seen).length >= 1, 2000, 'MONITOR sees the settle call');
-      t.strictSame(scriptCalls(mon.seen), [[60, K.balance(b)]], '20 settles: one call of 60 keys');
-      mon.seen.length = 0;
-      // A hot account: its keys go once, each request after the first says "the previous one's" (key count 0).
+      t.strictSame(await seen(1, 'the settle call'), [['settle-many', 60, K.balance(b)]], '20 settles: one call of 60 keys');
+      // A hot account with the hold amounts: a run of holds, a run of settles.
       const hot = Array.from({ length: 10 }, (_, i) => `hot${i}`);
       t.ok((await Promise.all(hot.map((id) => store.hold(a, id, 100, FAR)))).every((h) => h.ok));
-      await Promise.all(hot.map((id) => store.settle(settleOf(a, id, 10))));
-      await waitFor(() => scriptCalls(mon.seen).length >= 2, 2000, 'MONITOR sees both calls');
+      const before = await store.getAccount(a);
+      const hotSettled = await Promise.all(hot.map((id, i) => store.settle(settleOf(a, id, 10 + i, { holdMicros: 100 }))));
       t.strictSame(
-        scriptCalls(mon.seen),
+        await seen(2, 'both calls'),
         [
-          [2, K.balance(a)],
-          [3, K.balance(a)],
+          ['hold-run', 2, K.balance(a)],
+          ['settle-run', 3, K.balance(a)],
         ],
-        '10 holds and 10 settles of one account: their keys sent once',
+        '10 holds and 10 settles of one account: a run each',
       );
-      mon.seen.length = 0;
+      t.strictSame(
+        hotSettled.map((r) => [r.replayed, r.balance_micros, r.held_micros]),
+        hot.map((_, i) => [
+          false,
+          before.balance_micros - Array.from({ length: i + 1 }, (_, j) => 10 + j).reduce((x, y) => x + y),
+          before.held_micros - 100 * (i + 1),
+        ]),
+        'each settle of the run answers balance and held as settle.lua would have after it',
+      );
+      const entries = (await allEntries(store, a)).slice(-10);
+      t.strictSame(
+        entries.map((e) => [e.id, e.request_id, e.amount_micros, e.hold_micros]),
+        hotSettled.map((r, i) => [r.entry_id, hot[i], -(10 + i), 100]),
+        'an entry per request, in the order issued, each with its own debit and hold',
+      );
+      // A replay of a settled request, a budget, two buckets, a hold amount not in the bucket: not a run.
+      await store.hold(b, 'x1', 100, FAR);
+      await store.hold(b, 'x2', 100, FAR);
+      await store.settle(settleOf(b, 'x1', 5, { holdMicros: 100 }));
+      await seen(3, 'two holds and a settle');
+      const mixed = await Promise.all([
+        store.settle(settleOf(b, 'x1', 5, { holdMicros: 100 })),
+        store.settle(settleOf(b, 'x2', 5, { holdMicros: 99 })),
+      ]);
+      t.strictSame(
+        await seen(2, 'the declined run and its settle-many'),
+        [
+          ['settle-run', 3, K.balance(b)],
+          ['settle-many', 3, K.balance(b)],
+        ],
+        'a run the script declines (a replay, a wrong hold amount) goes through settle-many.lua after it',
+      );
+      t.strictSame(
+        mixed.map((r) => r.replayed),
+        [true, false],
+        'the replay replays, the other settles',
+      );
+      const x2 = (await allEntries(store, b)).at(-1)!;
+      t.equal(x2.hold_micros, 100, "the hold released is the bucket's, not the one the caller expected");
+      await Promise.all([store.hold(b, 'y1', 100, FAR), store.hold(b, 'y2', 100, FAR + 5_000), store.hold(a, 'y3', 100, FAR)]);
+      t.strictSame(
+        await seen(1, 'the hold-many call'),
+        [['hold-many', 6, K.balance(b)]],
+        'two buckets of one account and a lone request of another: hold-many.lua, in the order issued',
+      );
       // Low load: a lone request is a batch of one, sent as the single-request script in its own turn.
       await store.hold(a, 'alone', 100, FAR);
       await store.settle(settleOf(a, 'alone', 10));
-      await waitFor(() => scriptCalls(mon.seen).length >= 2, 2000, 'MONITOR sees both calls');
       t.strictSame(
-        scriptCalls(mon.seen),
+        await seen(2, 'both calls'),
         [
-          [2, K.balance(a)],
-          [3, K.balance(a)],
+          ['hold', 2, K.balance(a)],
+          ['settle', 3, K.balance(a)],
         ],
         'hold.lua with 2 keys, settle.lua with 3',
       );
-      t.strictSame(await store.getAccount(a), { id: a, balance_micros: 1_000_000 - 3 - 110 - 100, held_micros: 0 });
+      t.strictSame(await store.getAccount(a), { id: a, balance_micros: 1_000_000 - 3 - 100 - 145 - 10, held_micros: 100 });
+    });
+
+    t.test(`a run the account cannot cover goes request by request (${scriptPipe ? 'script pipe' : 'ioredis'})`, async (t) => {
+      await redis.client.flushdb();
+      const store = await open(t, scriptPipe);
+      const a = 'gc-short';
+      await store.grant(a, 350, undefined, undefined, TS);
+      // ioredis sends a script's body (EVAL) the first time it is used: both used once before MONITOR starts.
+      await Promise.all([store.hold('gc-none', 'w1', 1, FAR), store.hold('gc-none', 'w2', 1, FAR)]);
+      const mon = await monitorRedis(redis.url);
+      t.teardown(() => mon.close());
+      const held = await Promise.all(['s1', 's2', 's3', 's4', 's5'].map((id) => store.hold(a, id, 100, FAR)));
+      t.strictSame(
+        held.map((h) => [h.ok, h.held_micros]),
+        [
+          [true, 100],
+          [true, 200],
+          [true, 300],
+          [false, 300],
+          [false, 300],
+        ],
+        'the first three taken in the order issued, the rest refused',
+      );
+      await waitFor(() => scriptCalls(mon.seen).length >= 2, 2000, 'MONITOR sees both calls');
+      t.strictSame(
+        scriptCalls(mon.seen).map((c) => c[0]),
+        ['hold-run', 'hold-many'],
+        'hold-run.lua declined the run (350 < 500) and wrote nothing; hold-many.lua checked each',
+      );
+      t.strictSame(await store.getAccount(a), { id: a, balance_micros: 350, held_micros: 300 });
+      // A replay inside a later run: declined too, and the replay takes nothing.
+      mon.seen.length = 0;
+      const again = await Promise.all([store.hold(a, 's1', 100, FAR), store.hold(a, 's6', 10, FAR)]);
+      t.strictSame(
+        again.map((h) => h.ok),
+        [true, true],
+      );
+      t.equal((await store.getAccount(a)).held_micros, 310, 's1 replayed (nothing held twice), s6 taken');
     });
   }
 
