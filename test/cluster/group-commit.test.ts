@@ -8,6 +8,7 @@ import { startRedisCluster } from '../helpers/redis-cluster.ts';
 import { createRedisStore } from '../../src/store/redis-store.ts';
 import * as K from '../../src/store/redis-keys.ts';
 import { waitFor } from '../helpers/wait.ts';
+import { allEntries, settleOf } from '../store/harness.ts';
 
 const FAR = 9_000_000_000_000;
 const TS = '2026-11-27T10:00:00.000Z';
@@ -48,6 +49,33 @@ if (cluster) {
     for (const [port, acct] of accounts) {
       t.equal((await evalshaCalls(port)) - before.get(port)!, 1, `master ${port}: one script call for ${acct}'s ten holds`);
       t.equal((await store.getAccount(acct)).held_micros, 102, `${acct}: 100 held + the 2 warm-up holds`);
+    }
+    // Their settles, each saying the hold it expects: an account's turn is a run (settle-run.lua), one call
+    // per master, an entry per request.
+    const settle = (a: string, id: string, cost: number, hold: number) =>
+      store.settle({ ...settleOf(a, id, cost), ts: TS, holdMicros: hold });
+    await Promise.all([...accounts.values()].flatMap((a) => [settle(a, 'w1', 1, 1), settle(a, 'w2', 1, 1)]));
+    const before2 = new Map(await Promise.all([...accounts.keys()].map(async (p) => [p, await evalshaCalls(p)] as const)));
+    const settled = await Promise.all(
+      [...accounts.values()].flatMap((a) => Array.from({ length: 10 }, (_, i) => settle(a, `r${i}`, i, 10))),
+    );
+    t.ok(
+      settled.every((r) => !r.replayed && r.entry_id !== ''),
+      'all 30 settled',
+    );
+    for (const [port, acct] of accounts) {
+      t.equal((await evalshaCalls(port)) - before2.get(port)!, 1, `master ${port}: one script call for ${acct}'s ten settles`);
+      t.strictSame(
+        await store.getAccount(acct),
+        { id: acct, balance_micros: 1_000 - 2 - 45, held_micros: 0 },
+        `${acct}: debited 0 + 1 + … + 9 and the warm-up's 2, nothing held`,
+      );
+      const entries = await allEntries(store, acct);
+      t.strictSame(
+        entries.slice(-10).map((e) => [e.request_id, e.amount_micros, e.hold_micros]),
+        Array.from({ length: 10 }, (_, i) => [`r${i}`, -i, 10]),
+        `${acct}: an entry per request, in the order issued`,
+      );
     }
   });
 

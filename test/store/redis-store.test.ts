@@ -225,6 +225,25 @@ if (redis) {
         { id: 'compact', balance_micros: 10_000 - 190, held_micros: 0 },
         'balance = Σ ledger',
       );
+      // A run (settle-run.lua: settles of one turn that say their hold) writes the same layout.
+      for (const id of ['r1', 'r2']) t.ok((await store.hold('compact', id, 500, far)).ok);
+      await Promise.all([
+        store.settle(settleOf('compact', 'r1', far, { costMicros: 0, holdMicros: 500 })),
+        store.settle(settleOf('compact', 'r2', far, { costMicros: 30, cachedTokens: 2, holdMicros: 500 })),
+      ]);
+      const runRaw = (await redis.client.xrange(K.ledger('compact'), '-', '+')) as [string, string[]][];
+      t.strictSame(shape(runRaw.at(-2)![1]), expected, 'a run writes each debit in the configured layout');
+      const runDebits = (await allEntries(store, 'compact')).slice(-2);
+      t.strictSame(
+        runDebits.map((e) => [e.request_id, e.amount_micros, e.hold_micros, e.cached_tokens]),
+        [
+          ['r1', 0, 500, undefined],
+          ['r2', -30, 500, 2],
+        ],
+        'and they read back whole',
+      );
+      t.ok(Object.is(runDebits[0]!.amount_micros, 0), 'a free request in a run is 0, never -0');
+      t.strictSame(await store.getAccount('compact'), { id: 'compact', balance_micros: 10_000 - 220, held_micros: 0 });
     });
   }
 
