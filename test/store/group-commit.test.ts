@@ -188,80 +188,100 @@ if (redis) {
     });
   }
 
-  t.test('a connection lost under a batch: none of it ran (paused), every caller may-have-run, settles repair it', async (t) => {
-    await redis.client.flushdb();
-    const store = await open(t, true);
-    const a = 'gc-cut';
-    await store.grant(a, 1_000, undefined, undefined, TS);
-    const admin = redis.client.duplicate();
-    t.teardown(() => admin.disconnect());
-    // Writes wait at the server (the batch is a script that writes); CLIENT KILL still runs.
-    await admin.call('CLIENT', 'PAUSE', '2000', 'WRITE');
-    const ids = Array.from({ length: 8 }, (_, i) => `cut${i}`);
-    const holds = ids.map((id) =>
-      store.hold(a, id, 100, FAR).then(
-        () => null,
-        (e: unknown) => e,
-      ),
-    );
-    await sleep(100); // written, waiting behind the pause
-    await admin.call('CLIENT', 'KILL', 'TYPE', 'normal', 'SKIPME', 'yes');
-    const errors = await Promise.all(holds);
-    await admin.call('CLIENT', 'UNPAUSE');
-    t.equal(errors.filter((e) => e !== null).length, 8, 'every hold of the batch failed');
-    t.ok(
-      errors.every((e) => (e as { cause?: { sent?: unknown } }).cause?.sent !== false),
-      'and none says "never sent": each may have run (the caller settles it at 0)',
-    );
-    await waitFor(async () => (await store.getAccount(a).catch(() => null)) !== null, 3000, 'the store reconnects');
-    t.equal((await store.getAccount(a)).held_micros, 0, 'the killed batch never ran: nothing held');
-    // What credit.ts does after a failed hold: a settle at 0 that may have run. Idempotent, so also in one batch.
-    const repaired = await Promise.all(ids.map((id) => store.settle(settleOf(a, id, 0, { mayHaveRun: true }))));
-    t.equal(repaired.length, 8);
-    t.strictSame(await store.getAccount(a), { id: a, balance_micros: 1_000, held_micros: 0 });
-  });
+  // Both shapes of a batch: a run (one account, one bucket: hold-run.lua) and a -many call (the same
+  // account's holds alternating between two buckets: hold-many.lua).
+  const SHAPES = [
+    { shape: 'a run', expiry: (_i: number) => FAR },
+    { shape: 'a -many call', expiry: (i: number) => (i % 2 ? FAR : FAR + 5_000) },
+  ];
+  const buckets = (a: string) => [K.holdBucket(a, Math.ceil(FAR / 1000) * 1000), K.holdBucket(a, Math.ceil((FAR + 5_000) / 1000) * 1000)];
 
-  t.test('a connection cut racing a batch: all of it ran or none of it, never a part', async (t) => {
-    await redis.client.flushdb();
-    const store = await open(t, true);
-    // Not autopipelined: its CLIENT KILL is written when called, so it can beat the batch's write.
-    const admin = redis.client.duplicate({ enableAutoPipelining: false });
-    t.teardown(() => admin.disconnect());
-    const outcomes = new Set<string>();
-    for (let round = 0; round < 6; round++) {
-      const a = `gc-race-${round}`;
-      await waitFor(async () => (await store.grant(a, 10_000, `g${round}`, undefined, TS).catch(() => null)) !== null, 3000, 'grant');
-      const ids = Array.from({ length: 16 }, (_, i) => `race${i}`);
-      const holds = ids.map((id) =>
-        store.hold(a, id, 10, FAR).then(
-          () => 'ok',
-          () => 'failed',
-        ),
-      );
-      // Sent from another connection around the batch's write: before it (same turn), just after, or later.
-      const when = round % 3;
-      if (when === 1) await new Promise((r) => setImmediate(r));
-      if (when === 2) await sleep(1);
-      await admin.call('CLIENT', 'KILL', 'TYPE', 'normal', 'SKIPME', 'yes');
-      const answered = await Promise.all(holds);
-      await waitFor(async () => (await store.getAccount(a).catch(() => null)) !== null, 3000, 'reconnect');
-      const inRedis = await admin.hlen(K.holdBucket(a, Math.ceil(FAR / 1000) * 1000));
-      t.ok(inRedis === 0 || inRedis === 16, `round ${round}: ${inRedis} of 16 holds in Redis (all or none)`);
-      t.ok(new Set(answered).size === 1, `round ${round}: the batch's callers all got the same answer (${answered[0]})`);
-      outcomes.add(`${answered[0]}/${inRedis}`);
-      // Repair as the gateway does: every failed hold settled at 0, may have run; then nothing is held.
-      await Promise.all(ids.map((id) => store.settle(settleOf(a, id, answered[0] === 'ok' ? 1 : 0, { mayHaveRun: true }))));
-      const acct = await store.getAccount(a);
-      t.equal(acct.held_micros, 0, `round ${round}: nothing left held`);
-      const ledger = await allEntries(store, a);
-      t.equal(
-        acct.balance_micros,
-        ledger.reduce((s, e) => s + e.amount_micros, 0),
-        `round ${round}: balance = Σ ledger`,
-      );
-    }
-    t.comment(`outcomes (answer/holds in Redis): ${[...outcomes].join(', ')}`);
-  });
+  for (const { shape, expiry } of SHAPES) {
+    t.test(
+      `a connection lost under a batch (${shape}): none of it ran (paused), every caller may-have-run, settles repair it`,
+      async (t) => {
+        await redis.client.flushdb();
+        const store = await open(t, true);
+        const a = 'gc-cut';
+        await store.grant(a, 1_000, undefined, undefined, TS);
+        const admin = redis.client.duplicate();
+        t.teardown(() => admin.disconnect());
+        // Writes wait at the server (the batch is a script that writes); CLIENT KILL still runs.
+        await admin.call('CLIENT', 'PAUSE', '2000', 'WRITE');
+        const ids = Array.from({ length: 8 }, (_, i) => `cut${i}`);
+        const holds = ids.map((id, i) =>
+          store.hold(a, id, 100, expiry(i)).then(
+            () => null,
+            (e: unknown) => e,
+          ),
+        );
+        await sleep(100); // written, waiting behind the pause
+        await admin.call('CLIENT', 'KILL', 'TYPE', 'normal', 'SKIPME', 'yes');
+        const errors = await Promise.all(holds);
+        await admin.call('CLIENT', 'UNPAUSE');
+        t.equal(errors.filter((e) => e !== null).length, 8, 'every hold of the batch failed');
+        t.ok(
+          errors.every((e) => (e as { cause?: { sent?: unknown } }).cause?.sent !== false),
+          'and none says "never sent": each may have run (the caller settles it at 0)',
+        );
+        await waitFor(async () => (await store.getAccount(a).catch(() => null)) !== null, 3000, 'the store reconnects');
+        t.equal((await store.getAccount(a)).held_micros, 0, 'the killed batch never ran: nothing held');
+        // What credit.ts does after a failed hold: a settle at 0 that may have run. Idempotent, so also in one batch.
+        const repaired = await Promise.all(
+          ids.map((id, i) => store.settle(settleOf(a, id, 0, { mayHaveRun: true, holdExpiresAtMs: expiry(i), holdMicros: 100 }))),
+        );
+        t.equal(repaired.length, 8);
+        t.strictSame(await store.getAccount(a), { id: a, balance_micros: 1_000, held_micros: 0 });
+      },
+    );
+
+    t.test(`a connection cut racing a batch (${shape}): all of it ran or none of it, never a part`, async (t) => {
+      await redis.client.flushdb();
+      const store = await open(t, true);
+      // Not autopipelined: its CLIENT KILL is written when called, so it can beat the batch's write.
+      const admin = redis.client.duplicate({ enableAutoPipelining: false });
+      t.teardown(() => admin.disconnect());
+      const outcomes = new Set<string>();
+      for (let round = 0; round < 6; round++) {
+        const a = `gc-race-${round}`;
+        await waitFor(async () => (await store.grant(a, 10_000, `g${round}`, undefined, TS).catch(() => null)) !== null, 3000, 'grant');
+        const ids = Array.from({ length: 16 }, (_, i) => `race${i}`);
+        const holds = ids.map((id, i) =>
+          store.hold(a, id, 10, expiry(i)).then(
+            () => 'ok',
+            () => 'failed',
+          ),
+        );
+        // Sent from another connection around the batch's write: before it (same turn), just after, or later.
+        const when = round % 3;
+        if (when === 1) await new Promise((r) => setImmediate(r));
+        if (when === 2) await sleep(1);
+        await admin.call('CLIENT', 'KILL', 'TYPE', 'normal', 'SKIPME', 'yes');
+        const answered = await Promise.all(holds);
+        await waitFor(async () => (await store.getAccount(a).catch(() => null)) !== null, 3000, 'reconnect');
+        let inRedis = 0;
+        for (const bucket of buckets(a)) inRedis += await admin.hlen(bucket);
+        t.ok(inRedis === 0 || inRedis === 16, `round ${round}: ${inRedis} of 16 holds in Redis (all or none)`);
+        t.ok(new Set(answered).size === 1, `round ${round}: the batch's callers all got the same answer (${answered[0]})`);
+        outcomes.add(`${answered[0]}/${inRedis}`);
+        // Repair as the gateway does: every failed hold settled at 0, may have run; then nothing is held.
+        await Promise.all(
+          ids.map((id, i) =>
+            store.settle(settleOf(a, id, answered[0] === 'ok' ? 1 : 0, { mayHaveRun: true, holdExpiresAtMs: expiry(i), holdMicros: 10 })),
+          ),
+        );
+        const acct = await store.getAccount(a);
+        t.equal(acct.held_micros, 0, `round ${round}: nothing left held`);
+        const ledger = await allEntries(store, a);
+        t.equal(
+          acct.balance_micros,
+          ledger.reduce((s, e) => s + e.amount_micros, 0),
+          `round ${round}: balance = Σ ledger`,
+        );
+      }
+      t.comment(`outcomes (answer/holds in Redis): ${[...outcomes].join(', ')}`);
+    });
+  }
 }
 
 if (redis) {
@@ -287,7 +307,8 @@ if (redis) {
             (r) => r.ok,
             () => 'failed',
           ),
-          store.hold(good, 'g2', 100, FAR).then(
+          // Another bucket: the good account's calls are not a run, so both accounts share hold-many.lua.
+          store.hold(good, 'g2', 100, FAR + 5_000).then(
             (r) => r.ok,
             () => 'failed',
           ),
@@ -309,7 +330,7 @@ if (redis) {
             (r) => r.replayed,
             () => 'failed',
           ),
-          store.settle(settleOf(good, 'g2', 40)).then(
+          store.settle(settleOf(good, 'g2', 40, { holdExpiresAtMs: FAR + 5_000 })).then(
             (r) => r.replayed,
             () => 'failed',
           ),
@@ -327,6 +348,58 @@ if (redis) {
           await store.getAccount(bad),
           { id: bad, balance_micros: 1_000, held_micros: 100 },
           'the failed settle changed nothing',
+        );
+      },
+    );
+}
+
+if (redis) {
+  for (const scriptPipe of [true, false])
+    t.test(
+      `a run that fails fails its account alone: another account's run stands (${scriptPipe ? 'script pipe' : 'ioredis'})`,
+      async (t) => {
+        await redis.client.flushdb();
+        const store = await createRedisStore({ url: redis.url, commandTimeoutMs: 1000, settledTtlSeconds: 4260, scriptPipe });
+        t.teardown(() => store.close());
+        const [good, bad] = ['gr-good', 'gr-bad'];
+        await store.grant(good, 1_000, undefined, undefined, TS);
+        await store.grant(bad, 1_000, undefined, undefined, TS);
+        const due = Math.ceil(FAR / 1000) * 1000;
+        await redis.client.set(K.holdBucket(bad, due), 'not a hash');
+        const outcome = (p: Promise<{ ok?: boolean; replayed?: boolean }>) =>
+          p.then(
+            (r) => r.ok ?? !r.replayed,
+            () => 'failed',
+          );
+        // Two holds each, one bucket each: a run per account.
+        const held = await Promise.all(['g1', 'b1', 'g2', 'b2'].map((id) => outcome(store.hold(id[0] === 'g' ? good : bad, id, 100, FAR))));
+        t.strictSame(held, [true, 'failed', true, 'failed'], "the bad account's run failed (WRONGTYPE), the good one's was taken");
+        t.strictSame(await store.getAccount(good), { id: good, balance_micros: 1_000, held_micros: 200 });
+        t.equal((await store.getAccount(bad)).held_micros, 0, 'the failed run held nothing');
+        // Now the bad account's ledger is a string: its settle run's first XADD fails before anything is written.
+        await redis.client.del(K.holdBucket(bad, due));
+        await Promise.all([store.hold(bad, 'b1', 100, FAR), store.hold(bad, 'b2', 100, FAR)]);
+        await redis.client.set(K.ledger(bad), 'not a stream');
+        const settled = await Promise.all(
+          ['g1', 'b1', 'g2', 'b2'].map((id, i) =>
+            outcome(store.settle(settleOf(id[0] === 'g' ? good : bad, id, 10 * (i + 1), { holdMicros: 100 }))),
+          ),
+        );
+        t.strictSame(settled, [true, 'failed', true, 'failed']);
+        t.strictSame(
+          await store.getAccount(good),
+          { id: good, balance_micros: 1_000 - 10 - 30, held_micros: 0 },
+          "the good account's run applied",
+        );
+        t.strictSame(
+          await store.getAccount(bad),
+          { id: bad, balance_micros: 1_000, held_micros: 200 },
+          'the failed settle run changed nothing: its holds are still open',
+        );
+        t.strictSame(
+          await redis.client.hmget(K.holdBucket(bad, due), 'b1', 'b2'),
+          ['o100', 'o100'],
+          'and their fields untouched, so a retry settles them',
         );
       },
     );
