@@ -383,13 +383,10 @@ export function createRedisCredit(d: RedisCreditDeps): Pick<Store, 'hold' | 'set
       const b = i.budget;
       const budgetKeys = b ? [K.keyBudget(i.account, b.keyId, b.period)] : [];
       if (b) args.push(b.expireAtMs ?? '');
-      let reply = (await settleCall({ keys: [...keys, ...budgetKeys], args, hold: i.holdMicros })) as [
-        string,
-        number,
-        number,
-        number,
-        number?,
-      ];
+      // A run sums the holds in JavaScript: only a whole, non-negative number may join one (a settle read
+      // back from a spool file is not type-checked field by field).
+      const hold = Number.isSafeInteger(i.holdMicros) && i.holdMicros! >= 0 ? i.holdMicros : undefined;
+      let reply = (await settleCall({ keys: [...keys, ...budgetKeys], args, hold })) as [string, number, number, number, number?];
       // No field in the bucket (rare: no hold reached it, or one of the previous layout): the whole script.
       if (reply[0] === '?') {
         const all = [...keys, K.holds(i.account), K.settled(i.account, i.requestId), ...budgetKeys];
