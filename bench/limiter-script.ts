@@ -14,7 +14,7 @@ import { parseArgs } from 'node:util';
 import { Redis } from 'ioredis';
 import { RateLimiterRedis } from 'rate-limiter-flexible';
 import { INCR_TTL_LUA } from '../src/limits/rate-limiter.ts';
-import { freePort, start } from './procs.ts';
+import { freePort, startCallgrindRedis } from './procs.ts';
 
 const { values } = parseArgs({ options: { n: { type: 'string', default: '4000' }, out: { type: 'string' } } });
 const N = Number(values.n);
@@ -30,20 +30,7 @@ new RateLimiterRedis({
 async function measure(lua: string): Promise<number> {
   const dir = mkdtempSync(join(tmpdir(), 'limiter-script-'));
   const port = await freePort();
-  const server = await start(
-    'redis (callgrind)',
-    'valgrind',
-    [
-      '--tool=callgrind',
-      '--toggle-collect=serverCron',
-      '--collect-atstart=yes',
-      `--callgrind-out-file=${dir}/cg.%p`,
-      `--log-file=${dir}/valgrind.log`,
-      'redis-server',
-      ...['--port', String(port), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no'],
-    ],
-    { ready: (l) => l.some((x) => x.includes('Ready to accept connections')), timeoutMs: 300_000 },
-  );
+  const server = await startCallgrindRedis(port, `${dir}/cg.%p`, `${dir}/valgrind.log`);
   const r = new Redis({ port, enableAutoPipelining: false });
   const sha = (await r.script('LOAD', lua)) as string;
   let seq = 0;

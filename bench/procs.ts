@@ -130,3 +130,27 @@ export async function runChild(cmd: string, args: string[], onLine?: (line: stri
   if (code !== 0) throw new Error(`${cmd} ${args.slice(0, 1).join(' ')} exited ${code}: ${err}`);
   return lines;
 }
+
+/**
+ * redis-server under valgrind's callgrind, as the Redis instruction counts run it (redis-instructions.ts,
+ * limiter-script.ts): the 10 Hz serverCron left out (under valgrind a run lasts long enough for it to be a
+ * fifth of the count), no persistence, ready when it says so. `config`: more server arguments.
+ */
+export function startCallgrindRedis(port: number, outFile: string, logFile: string, config: readonly string[] = []): Promise<Proc> {
+  return start(
+    'redis (callgrind)',
+    'valgrind',
+    [
+      '--tool=callgrind',
+      // In this order: --toggle-collect also sets --collect-atstart=no (only serverCron would count).
+      '--toggle-collect=serverCron',
+      '--collect-atstart=yes',
+      `--callgrind-out-file=${outFile}`,
+      `--log-file=${logFile}`,
+      'redis-server',
+      ...['--port', String(port), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no'],
+      ...config,
+    ],
+    { ready: (l) => l.some((x) => x.includes('Ready to accept connections')), timeoutMs: 300_000 },
+  );
+}

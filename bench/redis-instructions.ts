@@ -34,7 +34,7 @@ import { Redis } from 'ioredis';
 import type { Store } from '../src/store/types.ts';
 import { describeRef, shortHead } from './git.ts';
 import { liveRequest } from './live-request.ts';
-import { freePort, start } from './procs.ts';
+import { freePort, startCallgrindRedis } from './procs.ts';
 import { commandStats } from './redis-stats.ts';
 
 const { values } = parseArgs({
@@ -258,22 +258,7 @@ interface Run {
 async function measure(src: string, label: string, inFlight: number, redisBin: string): Promise<Run> {
   const out = join(dir, `callgrind-${label.slice(0, 7).replace(/\W/g, '')}-${inFlight}.out`);
   const port = await freePort();
-  const server = await start(
-    'redis (callgrind)',
-    'valgrind',
-    [
-      '--tool=callgrind',
-      // In this order: --toggle-collect also sets --collect-atstart=no (only serverCron would count).
-      '--toggle-collect=serverCron',
-      '--collect-atstart=yes',
-      `--callgrind-out-file=${out}`,
-      `--log-file=${out}.log`,
-      'redis-server',
-      ...['--port', String(port), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no'],
-      ...REDIS_CONFIG,
-    ],
-    { ready: (l) => l.some((x) => x.includes('Ready to accept connections')), timeoutMs: 300_000 },
-  );
+  const server = await startCallgrindRedis(port, out, `${out}.log`, REDIS_CONFIG);
   const url = `redis://127.0.0.1:${port}`;
   const admin = new Redis(url);
   const mod = (await import(resolve(src, 'store/redis-store.ts'))) as typeof import('../src/store/redis-store.ts');
