@@ -234,9 +234,9 @@ export function createRedisCredit(d: RedisCreditDeps): Pick<Store, 'hold' | 'set
       }
       const out = new Array<unknown>(calls.length);
       const jobs: Promise<void>[] = [];
-      const send = (at: number[], go: (cs: Call[]) => Promise<unknown[]>) => {
+      const send = (at: number[], cs: Call[], go: (cs: Call[]) => Promise<unknown[]>) => {
         jobs.push(
-          go(at.map((i) => calls[i]!)).then(
+          go(cs).then(
             (rs) => at.forEach((i, j) => (out[i] = rs[j])),
             (err: unknown) => at.forEach((i) => (out[i] = err instanceof Error ? err : new Error(String(err)))),
           ),
@@ -244,19 +244,14 @@ export function createRedisCredit(d: RedisCreditDeps): Pick<Store, 'hold' | 'set
       };
       const others: number[] = [];
       for (const at of byAccount.values()) {
-        if (
-          at.length > 1 &&
-          isRun(
-            at.map((i) => calls[i]!),
-            plain,
-          )
-        ) {
-          send(at, async (cs) => (await run(cs)) ?? (await rest(cs)));
-        } else others.push(...at);
+        const cs = at.map((i) => calls[i]!);
+        if (at.length > 1 && isRun(cs, plain)) send(at, cs, async (cs) => (await run(cs)) ?? (await rest(cs)));
+        else others.push(...at);
       }
       if (others.length > 0) {
         others.sort((a, b) => a - b);
-        send(others, others.length === 1 ? async ([c]) => [await single(c!)] : rest);
+        const cs = others.map((i) => calls[i]!);
+        send(others, cs, cs.length === 1 ? async ([c]) => [await single(c!)] : rest);
       }
       await Promise.all(jobs);
       return out;
