@@ -40,13 +40,22 @@ export interface RedisCreditDeps {
     | 'tgSettle6'
     | 'tgSettleMany'
     | 'tgSettleRun'
+    | 'tgSettleHoldRun'
     | 'tgReapBucket3'
     | 'tgReapBucket'
     | 'tgLegacyReap',
     ScriptFn
   >;
   /** hold.lua and settle.lua, their group-commit forms (credit-batch.ts) and runs, for the pipe. */
-  lua: { hold: LuaScript; settle: LuaScript; holdMany: LuaScript; settleMany: LuaScript; holdRun: LuaScript; settleRun: LuaScript };
+  lua: {
+    hold: LuaScript;
+    settle: LuaScript;
+    holdMany: LuaScript;
+    settleMany: LuaScript;
+    holdRun: LuaScript;
+    settleRun: LuaScript;
+    settleHoldRun: LuaScript;
+  };
   onError: (err: Error) => void;
   /** How long a reaped hold is remembered (RedisStoreOptions.settledTtlSeconds). */
   reapedTtlSeconds: number;
@@ -63,6 +72,8 @@ function perCall(flat: unknown[]): unknown[] {
   }
   return out;
 }
+
+const errorOf = (err: unknown) => (err instanceof Error ? err : new Error(String(err)));
 
 /**
  * Whether one account's calls of a batch can go as a run (hold-run.lua / settle-run.lua): the same keys
@@ -131,6 +142,8 @@ export function createRedisCredit(d: RedisCreditDeps): Pick<Store, 'hold' | 'set
     args: (string | number)[];
     /** A settle's hold as the store expects to find it (SettleInput.holdMicros); a run needs it. */
     hold?: number | undefined;
+    /** A settle (else a hold). */
+    settle?: true;
   }
   // Group commit (credit-batch.ts): per slot, so on Cluster each batch is one node's call.
   const slotOf = cluster ? (c: Call) => calculateSlot(c.keys[0]!) : () => 0;
@@ -188,7 +201,6 @@ export function createRedisCredit(d: RedisCreditDeps): Pick<Store, 'hold' | 'set
   async function settleRun(calls: Call[]): Promise<unknown[] | undefined> {
     const n = calls.length;
     const ids = new Array<string | number>(n);
-    const expected = new Array<string>(n);
     const data = new Array<string | number>(n);
     const holds = new Array<string>(n);
     let debit = 0;
@@ -197,78 +209,148 @@ export function createRedisCredit(d: RedisCreditDeps): Pick<Store, 'hold' | 'set
       const c = calls[i]!;
       ids[i] = c.args[0]!;
       holds[i] = String(c.hold);
-      expected[i] = `o${holds[i]}`;
       data[i] = c.args[2]!;
       debit += Number(c.args[1]);
       release += c.hold!;
     }
-    const r = await runScript('settleRun', calls[0]!.keys, [String(debit), String(0 - release), n, ...ids, ...expected, ...data, ...holds]);
+    const r = await runScript('settleRun', calls[0]!.keys, [String(debit), String(0 - release), n, ...ids, ...data, ...holds]);
     if (r[0] !== 1) return undefined;
-    // settle-many.lua's answer for each: its entry id, not a replay, balance and held after it.
+    // settle-many.lua's answer for each: its entry id, not a replay, balance and held after it. The script
+    // answers with the balance and held after the whole run: each request's is that less the ones after it.
+    const out = new Array<unknown>(n);
     let bal = r[1] as number;
     let held = r[2] as number;
-    return calls.map((c, i) => [r[3 + i], 0, (bal += Number(c.args[1])), (held -= c.hold!)]);
+    for (let i = n - 1; i >= 0; i--) {
+      const c = calls[i]!;
+      out[i] = [r[3 + i], 0, bal, held];
+      bal -= Number(c.args[1]);
+      held += c.hold!;
+    }
+    return out;
   }
+  /** A turn's settles and holds of one account in one pass; undefined when settle-hold-run.lua declined it. */
+  async function settleHoldRun(settles: Call[], holds: Call[]): Promise<unknown[] | undefined> {
+    const ns = settles.length;
+    const nh = holds.length;
+    const ids = new Array<string | number>(ns + nh);
+    const data = new Array<string | number>(ns);
+    const settled = new Array<string>(ns);
+    const values = new Array<string>(nh);
+    let debit = 0;
+    let release = 0;
+    let total = 0;
+    for (let i = 0; i < ns; i++) {
+      const c = settles[i]!;
+      ids[i] = c.args[0]!;
+      data[i] = c.args[2]!;
+      settled[i] = String(c.hold);
+      debit += Number(c.args[1]);
+      release += c.hold!;
+    }
+    for (let i = 0; i < nh; i++) {
+      const [id, amount] = holds[i]!.args;
+      ids[ns + i] = id!;
+      values[i] = `o${amount}`;
+      total += Number(amount);
+    }
+    const keys = [settles[0]!.keys[0]!, settles[0]!.keys[1]!, settles[0]!.keys[2]!];
+    const args = [String(debit), String(total - release), total, holds[0]!.args[2]!, ns, nh, ...ids, ...data, ...settled, ...values];
+    const r = (await (pipe ? pipe.run(lua.settleHoldRun, keys, args) : s.tgSettleHoldRun(...keys, ...args))) as unknown[];
+    if (r[0] !== 1) return undefined;
+    // What settle-many.lua and then hold-many.lua would have answered each, one after the other.
+    const out = new Array<unknown>(ns + nh);
+    let bal = r[1] as number;
+    let held = r[2] as number;
+    for (let i = 0; i < ns; i++) {
+      const c = settles[i]!;
+      out[i] = [r[3 + i], 0, (bal += Number(c.args[1])), (held -= c.hold!)];
+    }
+    for (let i = 0; i < nh; i++) out[ns + i] = [1, bal, (held += Number(holds[i]!.args[1])), 0];
+    return out;
+  }
+  /** How one kind of call goes: a run (docs/ledger.md "Runs"), a -many call, or alone. */
+  interface Path {
+    /** A run's script; undefined when it declined the run. */
+    run: (calls: Call[]) => Promise<unknown[] | undefined>;
+    many: (calls: Call[]) => Promise<unknown[]>;
+    one: (c: Call) => Promise<unknown>;
+  }
+  /** One account's calls of a kind as a run when they can be one (else the -many call), declined runs included. */
+  const asRun = (p: Path) => async (cs: Call[]) => (await p.run(cs)) ?? (await p.many(cs));
+  /** Calls of one kind for the -many script, or the single-request script when there is one. */
+  const asMany = (p: Path) => async (cs: Call[]) => (cs.length === 1 ? [await p.one(cs[0]!)] : await p.many(cs));
   /**
-   * A batch (two or more calls of one slot) with its runs taken out (docs/ledger.md "Runs"): an account
-   * whose calls of the batch all have the same keys (one bucket, no budget: `plain` keys), and, for a
-   * settle, a known hold, each request id once, goes as a run of its own when it has two or more; the rest
-   * go as one -many call, in the order issued, and a run the script declined goes that way after it. An
-   * account's calls are never split between the two, so each account sees its requests in the order issued.
-   * A call that fails as a whole fails the calls it carried, and only those.
+   * A batch (two or more calls of one slot, holds and settles) with its runs taken out (docs/ledger.md
+   * "Runs"). Per account: its settles and its holds go as one settle-hold-run.lua call when both are runs
+   * of the same bucket; else each kind goes as a run of its own when it has two or more calls that can be
+   * one; the rest go as one -many call per kind, in the order issued, and a run the script declined goes
+   * that way after it. An account's calls of a kind are never split between paths, so each account sees
+   * them in the order issued; its settles are sent before its holds. A call that fails as a whole fails
+   * the calls it carried, and only those.
    */
-  const batch =
-    (
-      plain: number,
-      run: (calls: Call[]) => Promise<unknown[] | undefined>,
-      rest: (calls: Call[]) => Promise<unknown[]>,
-      single: (c: Call) => Promise<unknown>,
-    ) =>
-    async (calls: Call[]): Promise<unknown[]> => {
-      const byAccount = new Map<string, number[]>();
-      for (let i = 0; i < calls.length; i++) {
-        const acct = calls[i]!.keys[0]!;
-        const at = byAccount.get(acct);
-        if (at) at.push(i);
-        else byAccount.set(acct, [i]);
-      }
-      const out = new Array<unknown>(calls.length);
-      const jobs: Promise<void>[] = [];
-      const send = (at: number[], cs: Call[], go: (cs: Call[]) => Promise<unknown[]>) => {
-        jobs.push(
-          go(cs).then(
-            (rs) => at.forEach((i, j) => (out[i] = rs[j])),
-            (err: unknown) => at.forEach((i) => (out[i] = err instanceof Error ? err : new Error(String(err)))),
-          ),
-        );
-      };
-      const others: number[] = [];
-      for (const at of byAccount.values()) {
-        const cs = at.map((i) => calls[i]!);
-        if (at.length > 1 && isRun(cs, plain)) send(at, cs, async (cs) => (await run(cs)) ?? (await rest(cs)));
-        else others.push(...at);
-      }
-      if (others.length > 0) {
-        others.sort((a, b) => a - b);
-        const cs = others.map((i) => calls[i]!);
-        send(others, cs, cs.length === 1 ? async ([c]) => [await single(c!)] : rest);
-      }
-      await Promise.all(jobs);
-      return out;
+  async function batch(calls: Call[]): Promise<unknown[]> {
+    const byAccount = new Map<string, { settles: number[]; holds: number[] }>();
+    for (let i = 0; i < calls.length; i++) {
+      const acct = calls[i]!.keys[0]!;
+      let at = byAccount.get(acct);
+      if (!at) byAccount.set(acct, (at = { settles: [], holds: [] }));
+      (calls[i]!.settle ? at.settles : at.holds).push(i);
+    }
+    const out = new Array<unknown>(calls.length);
+    const jobs: Promise<void>[] = [];
+    const send = (at: number[], go: (cs: Call[]) => Promise<unknown[]>) => {
+      jobs.push(
+        go(at.map((i) => calls[i]!)).then(
+          (rs) => at.forEach((i, j) => (out[i] = rs[j])),
+          (err: unknown) => at.forEach((i) => (out[i] = errorOf(err))),
+        ),
+      );
     };
+    const otherSettles: number[] = [];
+    const otherHolds: number[] = [];
+    const holdsLater: number[][] = [];
+    for (const { settles: si, holds: hi } of byAccount.values()) {
+      const ss = si.map((i) => calls[i]!);
+      const hs = hi.map((i) => calls[i]!);
+      const sRun = ss.length > 0 && isRun(ss, 3);
+      const hRun = hs.length > 0 && isRun(hs, 2);
+      if (sRun && hRun && ss[0]!.keys[1] === hs[0]!.keys[1] && !hs.some((h) => ss.some((x) => x.args[0] === h.args[0]))) {
+        // Declined: the settles as a run (or a -many call), then the holds: one more round trip for the holds,
+        // only then, so they still see the credit the settles freed.
+        const n = ss.length;
+        send([...si, ...hi], async (cs) => {
+          const r = await settleHoldRun(cs.slice(0, n), cs.slice(n));
+          if (r) return r;
+          // Each kind's failure fails its own calls only.
+          const each = (go: (cs: Call[]) => Promise<unknown[]>, cs: Call[]) => go(cs).catch((err: unknown) => cs.map(() => errorOf(err)));
+          const settled = await each(asRun(settlePath), cs.slice(0, n));
+          return [...settled, ...(await each(asRun(holdPath), cs.slice(n)))];
+        });
+        continue;
+      }
+      if (ss.length > 1 && sRun) send(si, asRun(settlePath));
+      else otherSettles.push(...si);
+      if (hs.length > 1 && hRun) holdsLater.push(hi);
+      else otherHolds.push(...hi);
+    }
+    // Settles before holds: an account's credit its settles free is there for its holds of the same turn.
+    if (otherSettles.length > 0)
+      send(
+        otherSettles.sort((a, b) => a - b),
+        asMany(settlePath),
+      );
+    for (const hi of holdsLater) send(hi, asRun(holdPath));
+    if (otherHolds.length > 0)
+      send(
+        otherHolds.sort((a, b) => a - b),
+        asMany(holdPath),
+      );
+    await Promise.all(jobs);
+    return out;
+  }
   const holdOne = (c: Call) =>
     pipe ? pipe.run(lua.hold, c.keys, c.args) : c.keys.length === 3 ? s.tgHold3(...c.keys, ...c.args) : s.tgHold(...c.keys, ...c.args);
-  const holdCall = createTurnBatcher<Call, unknown>({
-    schedule,
-    slotOf,
-    one: holdOne,
-    many: batch(
-      2,
-      holdRun,
-      many('holdMany', (c) => c.args),
-      holdOne,
-    ),
-  });
+  const holdPath: Path = { run: holdRun, many: many('holdMany', (c) => c.args), one: holdOne };
   /** settle.lua's first call (3 keys, or 4 with a budget); an absent field answers '?'. */
   const settleScript = (k: string[], a: (string | number)[]) => {
     if (pipe) return pipe.run(lua.settle, k, a);
@@ -278,21 +360,20 @@ export function createRedisCredit(d: RedisCreditDeps): Pick<Store, 'hold' | 'set
   };
   // A batch of one is settle.lua's first call: 3 arguments, or all 6 for a key with a budget.
   const settleOne = (c: Call) => settleScript(c.keys, c.keys.length === 3 ? c.args.slice(0, 3) : c.args);
-  const settleCall = createTurnBatcher<Call, unknown>({
+  const settlePath: Path = {
+    run: settleRun,
+    // settle-many.lua takes no may-have-run (only the absent case, settle.lua's, reads it).
+    many: many('settleMany', (c) =>
+      c.keys.length === 4 ? [c.args[0]!, c.args[1]!, c.args[2]!, c.args[4]!, c.args[5]!] : [c.args[0]!, c.args[1]!, c.args[2]!, c.args[4]!],
+    ),
+    one: settleOne,
+  };
+  // One batcher for both kinds: a turn's settles and holds of an account can share a call.
+  const creditCall = createTurnBatcher<Call, unknown>({
     schedule,
     slotOf,
-    one: settleOne,
-    many: batch(
-      3,
-      settleRun,
-      // settle-many.lua takes no may-have-run (only the absent case, settle.lua's, reads it).
-      many('settleMany', (c) =>
-        c.keys.length === 4
-          ? [c.args[0]!, c.args[1]!, c.args[2]!, c.args[4]!, c.args[5]!]
-          : [c.args[0]!, c.args[1]!, c.args[2]!, c.args[4]!],
-      ),
-      settleOne,
-    ),
+    one: (c) => (c.settle ? settleOne(c) : holdOne(c)),
+    many: batch,
   });
 
   /**
@@ -365,7 +446,7 @@ export function createRedisCredit(d: RedisCreditDeps): Pick<Store, 'hold' | 'set
         keys.push(K.keyBudget(acct, budget.keyId, budget.period));
         args.push(budget.limitMicros, budget.expireAtMs ?? '');
       }
-      const [code, bal, held, used] = (await holdCall({ keys, args })) as [number, number, number, number?];
+      const [code, bal, held, used] = (await creditCall({ keys, args })) as [number, number, number, number?];
       return { ok: code > 0, balance_micros: bal, held_micros: held, ...(code === -2 && { budget: { used_micros: used ?? 0 } }) };
     },
 
@@ -381,7 +462,13 @@ export function createRedisCredit(d: RedisCreditDeps): Pick<Store, 'hold' | 'set
       // A run sums the holds in JavaScript: only a whole, non-negative number may join one (a settle read
       // back from a spool file is not type-checked field by field).
       const hold = Number.isSafeInteger(i.holdMicros) && i.holdMicros! >= 0 ? i.holdMicros : undefined;
-      let reply = (await settleCall({ keys: [...keys, ...budgetKeys], args, hold })) as [string, number, number, number, number?];
+      let reply = (await creditCall({ keys: [...keys, ...budgetKeys], args, hold, settle: true })) as [
+        string,
+        number,
+        number,
+        number,
+        number?,
+      ];
       // No field in the bucket (rare: no hold reached it, or one of the previous layout): the whole script.
       if (reply[0] === '?') {
         const all = [...keys, K.holds(i.account), K.settled(i.account, i.requestId), ...budgetKeys];

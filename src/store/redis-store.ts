@@ -53,6 +53,7 @@ const SCRIPTS = {
   // A hot account's run of holds or settles in one pass (docs/ledger.md "Runs"): fixed keys, one slot.
   tgHoldRun: ['hold-run', 2],
   tgSettleRun: ['settle-run', 3],
+  tgSettleHoldRun: ['settle-hold-run', 3],
   // reap-bucket.lua: one bucket (3 keys; every call on Cluster), or a batch of buckets on one node.
   tgReapBucket3: ['reap-bucket', 3],
   tgReapBucket: ['reap-bucket', null],
@@ -155,6 +156,7 @@ export async function createRedisStore(o: RedisStoreOptions & { client?: Client 
           lua['settle-many']!,
           lua['hold-run']!,
           lua['settle-run']!,
+          lua['settle-hold-run']!,
         ]);
   if (pipe) await pipe.ready.catch(onError);
   // Not ioredis' autoResubscribe: it re-subscribes after a reconnect without a handler on the reply, so a
@@ -186,6 +188,7 @@ export async function createRedisStore(o: RedisStoreOptions & { client?: Client 
       settleMany: lua['settle-many']!,
       holdRun: lua['hold-run']!,
       settleRun: lua['settle-run']!,
+      settleHoldRun: lua['settle-hold-run']!,
     },
     onError,
     reapedTtlSeconds: o.settledTtlSeconds,

@@ -77,6 +77,25 @@ if (cluster) {
         `${acct}: an entry per request, in the order issued`,
       );
     }
+    // A turn of an account's settles and holds (a gateway's turn under load): one settle-hold-run.lua call
+    // per master. Warm first: a turn of one settle and one hold each.
+    await Promise.all([...accounts.values()].map((a) => store.hold(a, 'x1', 1, FAR)));
+    await Promise.all([...accounts.values()].flatMap((a) => [settle(a, 'x1', 1, 1), store.hold(a, 'x2', 1, FAR)]));
+    const before3 = new Map(await Promise.all([...accounts.keys()].map(async (p) => [p, await evalshaCalls(p)] as const)));
+    const mixed = await Promise.all(
+      [...accounts.values()].flatMap((a) => [
+        settle(a, 'x2', 1, 1),
+        ...Array.from({ length: 5 }, (_, i) => store.hold(a, `m${i}`, 10, FAR)),
+      ]),
+    );
+    t.ok(
+      mixed.every((r) => ('ok' in r ? r.ok : !r.replayed)),
+      'all 3 settled and 15 held',
+    );
+    for (const [port, acct] of accounts) {
+      t.equal((await evalshaCalls(port)) - before3.get(port)!, 1, `master ${port}: one script call for ${acct}'s settle and five holds`);
+      t.strictSame(await store.getAccount(acct), { id: acct, balance_micros: 1_000 - 2 - 45 - 2, held_micros: 50 });
+    }
   });
 
   t.test("a master's connection cut under its batch: that batch all or none, the other masters' batches answered", async (t) => {

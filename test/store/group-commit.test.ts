@@ -21,7 +21,9 @@ if (redis) {
     return store;
   };
   const sha = (name: string) => luaScript(readFileSync(new URL(`../../src/store/lua/${name}.lua`, import.meta.url), 'utf8')).sha;
-  const NAMES = new Map(['hold', 'settle', 'hold-many', 'settle-many', 'hold-run', 'settle-run'].map((n) => [sha(n), n]));
+  const NAMES = new Map(
+    ['hold', 'settle', 'hold-many', 'settle-many', 'hold-run', 'settle-run', 'settle-hold-run'].map((n) => [sha(n), n]),
+  );
   /** The script calls MONITOR saw: [script, key count, first key] of each EVALSHA (scripts are loaded first: no EVAL). */
   const scriptCalls = (seen: string[]) =>
     seen
@@ -194,6 +196,153 @@ if (redis) {
       );
       t.equal((await store.getAccount(a)).held_micros, 310, 's1 replayed (nothing held twice), s6 taken');
     });
+    t.test(
+      `a turn's settles and holds of one account are one call, settles first (${scriptPipe ? 'script pipe' : 'ioredis'})`,
+      async (t) => {
+        await redis.client.flushdb();
+        const store = await open(t, scriptPipe);
+        const a = 'gc-turn';
+        // 1,000 µ-credits, all of it held by five open requests: new holds fit only once they are settled.
+        await store.grant(a, 1_000, undefined, undefined, TS);
+        const open5 = ['p0', 'p1', 'p2', 'p3', 'p4'];
+        t.ok((await Promise.all(open5.map((id) => store.hold(a, id, 200, FAR)))).every((h) => h.ok));
+        // ioredis sends a script's body (EVAL) the first time it is used: each one once before MONITOR starts.
+        const w = 'gc-warm';
+        await store.grant(w, 1_000, undefined, undefined, TS);
+        for (const id of ['w1', 'w2', 'w3', 'w4']) await store.hold(w, id, 1, FAR);
+        await Promise.all([store.settle(settleOf(w, 'w1', 1, { holdMicros: 1 })), store.hold(w, 'w5', 1, FAR)]);
+        await Promise.all([store.settle(settleOf(w, 'w2', 1, { holdMicros: 1 })), store.settle(settleOf(w, 'w3', 1, { holdMicros: 1 }))]);
+        await Promise.all([store.settle(settleOf(w, 'w4', 1)), store.settle(settleOf(w, 'w5', 1))]);
+        await Promise.all([store.hold(w, 'w6', 1, FAR), store.hold(w, 'w7', 1, FAR)]);
+        await Promise.all([store.hold(w, 'w8', 1, FAR), store.hold(w, 'w9', 1, FAR + 5_000)]);
+        const mon = await monitorRedis(redis.url);
+        t.teardown(() => mon.close());
+        const seen = async (n: number, what: string) => {
+          await waitFor(() => scriptCalls(mon.seen).length >= n, 2000, `MONITOR sees ${what}`);
+          const calls = scriptCalls(mon.seen).map((c) => c[0]);
+          mon.seen.length = 0;
+          return calls;
+        };
+        // One turn: the five settle (50 each: 250 debited, 1,000 released) and three new holds take the 750 left.
+        const [settled, held] = await Promise.all([
+          Promise.all(open5.map((id) => store.settle(settleOf(a, id, 50, { holdMicros: 200 })))),
+          Promise.all(['q0', 'q1', 'q2'].map((id) => store.hold(a, id, 250, FAR))),
+        ]);
+        t.strictSame(await seen(1, 'the turn'), ['settle-hold-run'], 'five settles and three holds of one account: one call');
+        t.strictSame(
+          settled.map((r) => [r.replayed, r.balance_micros, r.held_micros]),
+          open5.map((_, i) => [false, 1_000 - 50 * (i + 1), 1_000 - 200 * (i + 1)]),
+          'each settle answers as settle.lua would have after it, the settles before the holds',
+        );
+        t.strictSame(
+          held.map((h) => [h.ok, h.balance_micros, h.held_micros]),
+          [
+            [true, 750, 250],
+            [true, 750, 500],
+            [true, 750, 750],
+          ],
+          'each hold answers as hold.lua would have after it, with the credit the settles freed',
+        );
+        t.strictSame(
+          (await allEntries(store, a)).slice(-5).map((e) => [e.id, e.request_id, e.amount_micros, e.hold_micros]),
+          settled.map((r, i) => [r.entry_id, open5[i], -50, 200]),
+          'an entry per settle, in the order issued',
+        );
+        t.strictSame(await store.getAccount(a), { id: a, balance_micros: 750, held_micros: 750 });
+        // The settles free too little for the holds: declined, nothing written; then the settles as a run, and
+        // once they are done the holds as a run, declined too, so hold by hold.
+        const [again, more] = await Promise.all([
+          Promise.all(['q0', 'q1'].map((id) => store.settle(settleOf(a, id, 100, { holdMicros: 250 })))),
+          Promise.all(['m0', 'm1', 'm2'].map((id) => store.hold(a, id, 200, FAR))),
+        ]);
+        t.strictSame(
+          await seen(4, 'the declined turn'),
+          ['settle-hold-run', 'settle-run', 'hold-run', 'hold-many'],
+          'declined (300 free after the settles, 600 asked): runs of each kind, then hold-many.lua',
+        );
+        t.strictSame(
+          again.map((r) => [r.replayed, r.balance_micros, r.held_micros]),
+          [
+            [false, 650, 500],
+            [false, 550, 250],
+          ],
+          'the settles settled once each',
+        );
+        t.strictSame(
+          more.map((h) => [h.ok, h.held_micros]),
+          [
+            [true, 450],
+            [false, 450],
+            [false, 450],
+          ],
+          'the holds checked one by one after the settles',
+        );
+        // A replayed settle in the turn: declined; the settles go as settle-many.lua, the holds as their run.
+        const [replay, late] = await Promise.all([
+          Promise.all(['q0', 'q2'].map((id) => store.settle(settleOf(a, id, 100, { holdMicros: 250 })))),
+          Promise.all(['r0', 'r1'].map((id) => store.hold(a, id, 1, FAR))),
+        ]);
+        t.strictSame(
+          await seen(4, 'the turn with a replay'),
+          ['settle-hold-run', 'settle-run', 'settle-many', 'hold-run'],
+          'declined for the replay: the settles one by one, then the hold run',
+        );
+        t.strictSame(
+          replay.map((r) => r.replayed),
+          [true, false],
+          'q0 replays, q2 settles',
+        );
+        t.ok(
+          late.every((h) => h.ok),
+          'both holds taken',
+        );
+        t.strictSame(await store.getAccount(a), { id: a, balance_micros: 450, held_micros: 202 }, 'nothing debited or held twice');
+        // A hold of the turn already in the bucket (a replay of an open hold): declined; the settle as a run,
+        // then the holds, whose run is declined too, one by one: the replay holds nothing twice.
+        await store.hold(a, 'open', 10, FAR);
+        t.strictSame(await seen(1, 'the hold'), ['hold']);
+        const [[s1], replayed] = await Promise.all([
+          Promise.all([store.settle(settleOf(a, 'r0', 1, { holdMicros: 1 }))]),
+          Promise.all([store.hold(a, 'open', 10, FAR), store.hold(a, 'fresh', 10, FAR)]),
+        ]);
+        t.strictSame(
+          await seen(4, 'the turn with a held request again'),
+          ['settle-hold-run', 'settle-run', 'hold-run', 'hold-many'],
+          'declined for the hold already in the bucket',
+        );
+        t.equal(s1!.replayed, false);
+        t.strictSame(
+          replayed.map((h) => [h.ok, h.held_micros]),
+          [
+            [true, 211],
+            [true, 221],
+          ],
+          'the replay holds nothing more, the new hold is taken',
+        );
+        // A bucket the reaper is emptying ('reaped' through its due time, some fields still there): its open
+        // holds settle, but no new hold goes into it (hold.lua: refused, -1).
+        const due = Math.ceil(FAR / 10_000) * 10_000;
+        t.equal(await redis.client.hexists(K.holdBucket(a, due), 'fresh'), 1, 'the bucket of these holds');
+        await redis.client.hset(K.balance(a), 'reaped', due);
+        mon.seen.length = 0;
+        const [[s2], stale] = await Promise.all([
+          Promise.all([store.settle(settleOf(a, 'fresh', 1, { holdMicros: 10 }))]),
+          Promise.all([store.hold(a, 'late1', 1, FAR), store.hold(a, 'late2', 1, FAR)]),
+        ]);
+        t.strictSame(
+          await seen(4, 'the turn into a reaped bucket'),
+          ['settle-hold-run', 'settle-run', 'hold-run', 'hold-many'],
+          'declined for the stale bucket',
+        );
+        t.equal(s2!.replayed, false, 'the open hold settles');
+        t.strictSame(
+          stale.map((h) => h.ok),
+          [false, false],
+          'no hold taken into the stale bucket',
+        );
+        t.strictSame(await store.getAccount(a), { id: a, balance_micros: 448, held_micros: 211 });
+      },
+    );
   }
 
   // Both shapes of a batch: a run (one account, one bucket: hold-run.lua) and a -many call (the same
