@@ -6,7 +6,7 @@
  * loop, the allocator, libc. Answers "what does Redis spend per live request, before and after group
  * commit": at 1 in flight every batch is one request, at 64 batches form by themselves.
  *   node bench/redis-instructions.ts --ref 8a74a09 --ref . [--n 4000] [--warmup 600] [--rate 2500] \
- *     [--in-flight 1,4,16,64] [--redis-config 'hash-max-listpack-entries 64'] \
+ *     [--in-flight 1,4,16,64] [--redis-config 'hash-max-listpack-entries 64'] [--stagger] \
  *     [--out bench/results/redis-instructions.md] [--keep]
  * `--ref .` is the working tree's src/, copied when the tool starts; another ref is exported with
  * `git archive <ref> src` (both under $TMPDIR/redis-instr-*, sharing node_modules by a symlink, removed
@@ -19,6 +19,8 @@
  * requests per second the holds' clock advances by, so hold buckets fill as in production (below).
  * `--redis-config 'name value'` (repeatable): a server setting for every run, as redis.conf would set it
  * (docs/operations.md weighs `hash-max-listpack-entries` for accounts of a few to fifty requests a second).
+ * `--stagger`: half the requests in flight start one step late, so every batch holds for one half and
+ * settles for the other (a gateway's turns under load), not holds only and then settles only.
  * Debian's redis-server is stripped: functions are grouped by name (its dynamic symbols), and a static
  * function callgrind shows as an address is put in the Lua VM when it lies in the vendored Lua's address
  * range, else with the exported function before it (same object file: an approximation). A binary with
@@ -47,12 +49,14 @@ const { values } = parseArgs({
     out: { type: 'string' },
     keep: { type: 'boolean', default: false },
     'redis-config': { type: 'string', multiple: true, default: [] },
+    stagger: { type: 'boolean', default: false },
   },
 });
 const N = Number(values.n);
 const WARM = Number(values.warmup);
 const RATE = Number(values.rate);
 const LEVELS = values['in-flight'].split(',').map(Number);
+const STAGGER = values.stagger;
 /** redis-server's own arguments for each `--redis-config 'name value'`: `--name value`. */
 const REDIS_CONFIG = values['redis-config'].flatMap((c) => {
   const [name, ...value] = c.trim().split(/\s+/);
@@ -282,7 +286,11 @@ async function measure(src: string, label: string, inFlight: number, redisBin: s
   const run = async (count: number) => {
     let left = count;
     await Promise.all(
-      Array.from({ length: inFlight }, async () => {
+      Array.from({ length: inFlight }, async (_, i) => {
+        // --stagger: every other request starts one step late (a hold of 0 in the first batch, not counted
+        // as a request; its one batch is in the count), so each turn carries one half's holds and the other half's settles, as a gateway's
+        // turns under load do, instead of all holds, then all settles.
+        if (STAGGER && i % 2 === 1) await store.hold(ACCT, `stagger_${seq}_${i}`, 0, t0 + holdTtlMs);
         while (left-- > 0) await pair();
       }),
     );
