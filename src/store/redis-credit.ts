@@ -33,14 +33,13 @@ export interface RedisCreditDeps {
     | 'tgHold'
     | 'tgHold3'
     | 'tgHoldMany'
-    | 'tgHoldRun'
     | 'tgSettle3'
     | 'tgSettle4'
     | 'tgSettle5'
     | 'tgSettle6'
     | 'tgSettleMany'
-    | 'tgSettleRun'
-    | 'tgSettleHoldRun'
+    | 'tgRun2'
+    | 'tgRun3'
     | 'tgReapBucket3'
     | 'tgReapBucket'
     | 'tgLegacyReap',
@@ -52,9 +51,7 @@ export interface RedisCreditDeps {
     settle: LuaScript;
     holdMany: LuaScript;
     settleMany: LuaScript;
-    holdRun: LuaScript;
-    settleRun: LuaScript;
-    settleHoldRun: LuaScript;
+    run: LuaScript;
   };
   onError: (err: Error) => void;
   /** How long a reaped hold is remembered (RedisStoreOptions.settledTtlSeconds). */
@@ -76,7 +73,7 @@ function perCall(flat: unknown[]): unknown[] {
 const errorOf = (err: unknown) => (err instanceof Error ? err : new Error(String(err)));
 
 /**
- * Whether one account's calls of a batch can go as a run (hold-run.lua / settle-run.lua): the same keys
+ * Whether one account's calls of one kind in a batch can go in a run (run.lua): the same keys
  * for all (one bucket) and `plain` of them (no budget counter), each request id once, and for a settle
  * the hold it expects to find.
  */
@@ -171,65 +168,12 @@ export function createRedisCredit(d: RedisCreditDeps): Pick<Store, 'hold' | 'set
         : s.tgSettleMany(keys.length, ...keys, ...args);
     return perCall((await reply) as unknown[]);
   };
-  /** A run's script call (hold-run.lua / settle-run.lua): its reply, or {0} when the run cannot go as one. */
-  const runScript = (script: 'holdRun' | 'settleRun', keys: string[], args: (string | number)[]) =>
-    (pipe
-      ? pipe.run(lua[script], keys, args)
-      : script === 'holdRun'
-        ? s.tgHoldRun(...keys, ...args)
-        : s.tgSettleRun(...keys, ...args)) as Promise<unknown[]>;
-  /** A run of holds in one pass; undefined when hold-run.lua declined it. */
-  async function holdRun(calls: Call[]): Promise<unknown[] | undefined> {
-    const n = calls.length;
-    const ids = new Array<string | number>(n);
-    const values = new Array<string>(n);
-    let total = 0;
-    for (let i = 0; i < n; i++) {
-      const [id, amount] = calls[i]!.args;
-      ids[i] = id!;
-      values[i] = `o${amount}`;
-      total += Number(amount);
-    }
-    const r = await runScript('holdRun', calls[0]!.keys, [total, calls[0]!.args[2]!, n, ...ids, ...values]);
-    if (r[0] !== 1) return undefined;
-    // hold-many.lua's answer for each: taken, the balance, and held after the holds before it and its own.
-    const bal = r[1];
-    let held = r[2] as number;
-    return calls.map((c) => [1, bal, (held += Number(c.args[1])), 0]);
-  }
-  /** A run of settles in one pass; undefined when settle-run.lua declined it. */
-  async function settleRun(calls: Call[]): Promise<unknown[] | undefined> {
-    const n = calls.length;
-    const ids = new Array<string | number>(n);
-    const data = new Array<string | number>(n);
-    const holds = new Array<string>(n);
-    let debit = 0;
-    let release = 0;
-    for (let i = 0; i < n; i++) {
-      const c = calls[i]!;
-      ids[i] = c.args[0]!;
-      holds[i] = String(c.hold);
-      data[i] = c.args[2]!;
-      debit += Number(c.args[1]);
-      release += c.hold!;
-    }
-    const r = await runScript('settleRun', calls[0]!.keys, [String(debit), String(0 - release), n, ...ids, ...data, ...holds]);
-    if (r[0] !== 1) return undefined;
-    // settle-many.lua's answer for each: its entry id, not a replay, balance and held after it. The script
-    // answers with the balance and held after the whole run: each request's is that less the ones after it.
-    const out = new Array<unknown>(n);
-    let bal = r[1] as number;
-    let held = r[2] as number;
-    for (let i = n - 1; i >= 0; i--) {
-      const c = calls[i]!;
-      out[i] = [r[3 + i], 0, bal, held];
-      bal -= Number(c.args[1]);
-      held += c.hold!;
-    }
-    return out;
-  }
-  /** A turn's settles and holds of one account in one pass; undefined when settle-hold-run.lua declined it. */
-  async function settleHoldRun(settles: Call[], holds: Call[]): Promise<unknown[] | undefined> {
+  /**
+   * A run (run.lua, docs/ledger.md "Runs"): one account's settles, then its holds, of one bucket, in one
+   * pass; what settle-many.lua and then hold-many.lua would have answered each, or undefined when the
+   * script declined the run.
+   */
+  async function run(settles: Call[], holds: Call[]): Promise<unknown[] | undefined> {
     const ns = settles.length;
     const nh = holds.length;
     const ids = new Array<string | number>(ns + nh);
@@ -253,19 +197,40 @@ export function createRedisCredit(d: RedisCreditDeps): Pick<Store, 'hold' | 'set
       values[i] = `o${amount}`;
       total += Number(amount);
     }
-    const keys = [settles[0]!.keys[0]!, settles[0]!.keys[1]!, settles[0]!.keys[2]!];
-    const args = [String(debit), String(total - release), total, holds[0]!.args[2]!, ns, nh, ...ids, ...data, ...settled, ...values];
-    const r = (await (pipe ? pipe.run(lua.settleHoldRun, keys, args) : s.tgSettleHoldRun(...keys, ...args))) as unknown[];
+    // A settle's keys: balance, bucket, ledger; a hold's: balance, bucket (the ledger only with settles).
+    const keys = ns > 0 ? settles[0]!.keys : holds[0]!.keys;
+    const args = [
+      String(debit),
+      String(total - release),
+      total,
+      nh > 0 ? holds[0]!.args[2]! : 0,
+      ns,
+      nh,
+      ...ids,
+      ...data,
+      ...settled,
+      ...values,
+    ];
+    const r = (await (pipe
+      ? pipe.run(lua.run, keys, args)
+      : keys.length === 3
+        ? s.tgRun3(...keys, ...args)
+        : s.tgRun2(...keys, ...args))) as unknown[];
     if (r[0] !== 1) return undefined;
-    // What settle-many.lua and then hold-many.lua would have answered each, one after the other.
+    // The script answers with the balance and held after the run: each request's is that less the ones after it.
     const out = new Array<unknown>(ns + nh);
     let bal = r[1] as number;
     let held = r[2] as number;
-    for (let i = 0; i < ns; i++) {
-      const c = settles[i]!;
-      out[i] = [r[3 + i], 0, (bal += Number(c.args[1])), (held -= c.hold!)];
+    for (let i = nh - 1; i >= 0; i--) {
+      out[ns + i] = [1, bal, held, 0];
+      held -= Number(holds[i]!.args[1]);
     }
-    for (let i = 0; i < nh; i++) out[ns + i] = [1, bal, (held += Number(holds[i]!.args[1])), 0];
+    for (let i = ns - 1; i >= 0; i--) {
+      const c = settles[i]!;
+      out[i] = [r[3 + i], 0, bal, held];
+      bal -= Number(c.args[1]);
+      held += c.hold!;
+    }
     return out;
   }
   /** How one kind of call goes: a run (docs/ledger.md "Runs"), a -many call, or alone. */
@@ -281,9 +246,8 @@ export function createRedisCredit(d: RedisCreditDeps): Pick<Store, 'hold' | 'set
   const asMany = (p: Path) => async (cs: Call[]) => (cs.length === 1 ? [await p.one(cs[0]!)] : await p.many(cs));
   /**
    * A batch (two or more calls of one slot, holds and settles) with its runs taken out (docs/ledger.md
-   * "Runs"). Per account: its settles and its holds go as one settle-hold-run.lua call when both are runs
-   * of the same bucket; else each kind goes as a run of its own when it has two or more calls that can be
-   * one; the rest go as one -many call per kind, in the order issued, and a run the script declined goes
+   * "Runs"). Per account: its settles and its holds go as one run when both can be in one (the same
+   * bucket); else each kind goes as a run of its own when it has two or more calls that can be one; the rest go as one -many call per kind, in the order issued, and a run the script declined goes
    * that way after it. An account's calls of a kind are never split between paths, so each account sees
    * them in the order issued; its settles are sent before its holds. A call that fails as a whole fails
    * the calls it carried, and only those.
@@ -319,7 +283,7 @@ export function createRedisCredit(d: RedisCreditDeps): Pick<Store, 'hold' | 'set
         // only then, so they still see the credit the settles freed.
         const n = ss.length;
         send([...si, ...hi], async (cs) => {
-          const r = await settleHoldRun(cs.slice(0, n), cs.slice(n));
+          const r = await run(cs.slice(0, n), cs.slice(n));
           if (r) return r;
           // Each kind's failure fails its own calls only.
           const each = (go: (cs: Call[]) => Promise<unknown[]>, cs: Call[]) => go(cs).catch((err: unknown) => cs.map(() => errorOf(err)));
@@ -350,7 +314,7 @@ export function createRedisCredit(d: RedisCreditDeps): Pick<Store, 'hold' | 'set
   }
   const holdOne = (c: Call) =>
     pipe ? pipe.run(lua.hold, c.keys, c.args) : c.keys.length === 3 ? s.tgHold3(...c.keys, ...c.args) : s.tgHold(...c.keys, ...c.args);
-  const holdPath: Path = { run: holdRun, many: many('holdMany', (c) => c.args), one: holdOne };
+  const holdPath: Path = { run: (cs) => run([], cs), many: many('holdMany', (c) => c.args), one: holdOne };
   /** settle.lua's first call (3 keys, or 4 with a budget); an absent field answers '?'. */
   const settleScript = (k: string[], a: (string | number)[]) => {
     if (pipe) return pipe.run(lua.settle, k, a);
@@ -361,7 +325,7 @@ export function createRedisCredit(d: RedisCreditDeps): Pick<Store, 'hold' | 'set
   // A batch of one is settle.lua's first call: 3 arguments, or all 6 for a key with a budget.
   const settleOne = (c: Call) => settleScript(c.keys, c.keys.length === 3 ? c.args.slice(0, 3) : c.args);
   const settlePath: Path = {
-    run: settleRun,
+    run: (cs) => run(cs, []),
     // settle-many.lua takes no may-have-run (only the absent case, settle.lua's, reads it).
     many: many('settleMany', (c) =>
       c.keys.length === 4 ? [c.args[0]!, c.args[1]!, c.args[2]!, c.args[4]!, c.args[5]!] : [c.args[0]!, c.args[1]!, c.args[2]!, c.args[4]!],

@@ -50,10 +50,9 @@ const SCRIPTS = {
   // routes it by its keys, not by its first argument.
   tgHoldMany: ['hold-many', null],
   tgSettleMany: ['settle-many', null],
-  // A hot account's run of holds or settles in one pass (docs/ledger.md "Runs"): fixed keys, one slot.
-  tgHoldRun: ['hold-run', 2],
-  tgSettleRun: ['settle-run', 3],
-  tgSettleHoldRun: ['settle-hold-run', 3],
+  // A hot account's turn in one pass (docs/ledger.md "Runs"): holds only (2 keys), or settles too (3 keys).
+  tgRun2: ['run', 2],
+  tgRun3: ['run', 3],
   // reap-bucket.lua: one bucket (3 keys; every call on Cluster), or a batch of buckets on one node.
   tgReapBucket3: ['reap-bucket', 3],
   tgReapBucket: ['reap-bucket', null],
@@ -65,6 +64,9 @@ const SCRIPTS = {
   tgAddKey: ['add-key', 1],
   tgUsageFlush: ['usage-flush', 1],
 } as const;
+
+/** The scripts that write debit entries, in the configured layout (debit-layout.ts). */
+const DEBIT_SCRIPTS = new Set(['settle', 'settle-many', 'run']);
 
 export interface RedisStoreOptions {
   url?: string | undefined;
@@ -135,7 +137,7 @@ export async function createRedisStore(o: RedisStoreOptions & { client?: Client 
     lua[file] ??= luaScript(
       settleScriptFor(
         await readFile(new URL(`./lua/${file}.lua`, import.meta.url), 'utf8'),
-        file.startsWith('settle') ? (o.debitEntries ?? 'compact') : 'compact',
+        DEBIT_SCRIPTS.has(file) ? (o.debitEntries ?? 'compact') : 'compact',
       ),
     );
     redis.defineCommand(name, { ...(numberOfKeys === null ? {} : { numberOfKeys }), lua: lua[file]!.lua });
@@ -149,15 +151,7 @@ export async function createRedisStore(o: RedisStoreOptions & { client?: Client 
   const pipe =
     o.scriptPipe === false
       ? undefined
-      : pipeFor(redis, o.commandTimeoutMs, onError, [
-          lua.hold!,
-          lua.settle!,
-          lua['hold-many']!,
-          lua['settle-many']!,
-          lua['hold-run']!,
-          lua['settle-run']!,
-          lua['settle-hold-run']!,
-        ]);
+      : pipeFor(redis, o.commandTimeoutMs, onError, [lua.hold!, lua.settle!, lua['hold-many']!, lua['settle-many']!, lua.run!]);
   if (pipe) await pipe.ready.catch(onError);
   // Not ioredis' autoResubscribe: it re-subscribes after a reconnect without a handler on the reply, so a
   // close (or another drop) before that reply arrives is an unhandled rejection, "Connection is closed."
@@ -186,9 +180,7 @@ export async function createRedisStore(o: RedisStoreOptions & { client?: Client 
       settle: lua.settle!,
       holdMany: lua['hold-many']!,
       settleMany: lua['settle-many']!,
-      holdRun: lua['hold-run']!,
-      settleRun: lua['settle-run']!,
-      settleHoldRun: lua['settle-hold-run']!,
+      run: lua.run!,
     },
     onError,
     reapedTtlSeconds: o.settledTtlSeconds,

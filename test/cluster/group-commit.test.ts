@@ -50,7 +50,7 @@ if (cluster) {
       t.equal((await evalshaCalls(port)) - before.get(port)!, 1, `master ${port}: one script call for ${acct}'s ten holds`);
       t.equal((await store.getAccount(acct)).held_micros, 102, `${acct}: 100 held + the 2 warm-up holds`);
     }
-    // Their settles, each saying the hold it expects: an account's turn is a run (settle-run.lua), one call
+    // Their settles, each saying the hold it expects: an account's turn is a run (run.lua), one call
     // per master, an entry per request.
     const settle = (a: string, id: string, cost: number, hold: number) =>
       store.settle({ ...settleOf(a, id, cost), ts: TS, holdMicros: hold });
@@ -77,7 +77,7 @@ if (cluster) {
         `${acct}: an entry per request, in the order issued`,
       );
     }
-    // A turn of an account's settles and holds (a gateway's turn under load): one settle-hold-run.lua call
+    // A turn of an account's settles and holds (a gateway's turn under load): one run.lua call
     // per master. Warm first: a turn of one settle and one hold each.
     await Promise.all([...accounts.values()].map((a) => store.hold(a, 'x1', 1, FAR)));
     await Promise.all([...accounts.values()].flatMap((a) => [settle(a, 'x1', 1, 1), store.hold(a, 'x2', 1, FAR)]));

@@ -40,8 +40,8 @@ if (redis) {
     const sha = (name: string) => luaScript(readFileSync(new URL(`../../src/store/lua/${name}.lua`, import.meta.url), 'utf8')).sha;
     // The requests a credit script call carried ('hold <id>' / 'settle <id>'), from its arguments (no key of
     // this crowd has a budget): hold.lua / settle.lua one; the -many scripts a group per request (key count,
-    // request id, amount, due or key count, request id, amount, entry data, due); a run its n ids after its
-    // first three arguments; a settle-hold run its ns settles' then nh holds' ids after its first six.
+    // request id, amount, due or key count, request id, amount, entry data, due); a run (run.lua) its ns
+    // settles' then nh holds' ids after its first six.
     const as = (kind: string, ids: string[]) => ids.map((id) => `${kind} ${id}`);
     const idsOf = new Map<string, (argv: string[]) => string[]>([
       [sha('hold'), (a) => as('hold', [a[0]!])],
@@ -62,14 +62,12 @@ if (redis) {
             a.filter((_, i) => i % 5 === 1),
           ),
       ],
-      [sha('hold-run'), (a) => as('hold', a.slice(3, 3 + Number(a[2])))],
-      [sha('settle-run'), (a) => as('settle', a.slice(3, 3 + Number(a[2])))],
       [
-        sha('settle-hold-run'),
+        sha('run'),
         (a) => [...as('settle', a.slice(6, 6 + Number(a[4]))), ...as('hold', a.slice(6 + Number(a[4]), 6 + Number(a[4]) + Number(a[5])))],
       ],
     ]);
-    const runs = new Set([sha('hold-run'), sha('settle-run'), sha('settle-hold-run')]);
+    const runs = new Set([sha('run')]);
     const mon = await monitorRedis(redis.url);
     t.teardown(() => mon.close());
     const served = new Map<string, Set<string>>([

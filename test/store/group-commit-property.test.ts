@@ -5,7 +5,7 @@
 // by one (hold.lua / settle.lua) on a twin set of accounts. Every hold answers alike, every settle debits or
 // replays alike, and the accounts end alike: balances, buckets, budget counters and ledgers (in order of
 // request; a settle without a hold lands after its batch). Every other trial is plain, so its turns go as
-// runs (hold-run.lua / settle-run.lua) or runs declined and sent request by request. Seeded, so a failure
+// runs (run.lua) or runs declined and sent request by request. Seeded, so a failure
 // names its trial.
 import t from 'tap';
 import { createRedisStore } from '../../src/store/redis-store.ts';
@@ -33,11 +33,11 @@ if (redis) {
         const mon = await monitorRedis(redis.url);
         t.teardown(() => mon.close());
         const sha = (n: string) => luaScript(readFileSync(new URL(`../../src/store/lua/${n}.lua`, import.meta.url), 'utf8')).sha;
-        const runSha = new Set(['hold-run', 'settle-run', 'settle-hold-run'].map(sha));
+        const runSha = sha('run');
         for (let trial = 0; trial < TRIALS; trial++) {
           const accounts = ['a', 'b', 'c'].slice(0, 1 + Math.floor(rnd() * 3));
           // Every other trial is plain (one bucket, no budgets, few replays): its accounts' turns are mostly
-          // runs (hold-run.lua / settle-run.lua), some declined (not enough credit, a replay, a hold amount
+          // runs (run.lua), some declined (not enough credit, a replay, a hold amount
           // that is not the bucket's) and sent through the -many scripts after.
           const plain = trial % 2 === 1;
           const budgets: (BudgetCharge | undefined)[] = plain
@@ -97,9 +97,9 @@ if (redis) {
           const holdAgain = plain ? holds.filter(() => rnd() < 0.4) : [];
           turnHolds.push(...(await Promise.all(holdAgain.map((h) => hold('turn', h)))));
           // Plain trials: the settles' turn holds for new requests too (and again for some held before), as a
-          // gateway's turns under load do: an account's settles and holds as one call (settle-hold-run.lua), or
+          // gateway's turns under load do: an account's settles and holds as one call (a run of both), or
           // declined and sent as runs. Both sides get credit enough first, so no hold of that turn turns on
-          // whether the settles went before it (settle-hold-run.lua's credit check: group-commit.test.ts).
+          // whether the settles went before it (run.lua's credit check after the settles: group-commit.test.ts).
           // (Not again for a request settled in that turn: a hold and a settle of one request in one turn may
           // go in either order, and the debit's hold_micros tells which.)
           const unsettled = holds.filter((h) => !settles.some((x) => x.acct === h.acct && x.id === h.id));
@@ -171,10 +171,14 @@ if (redis) {
             break;
           }
         }
-        const runs = mon.seen.filter((l) => /^evalsha /i.test(l) && runSha.has(l.split(' ')[1]!)).length;
-        t.ok(runs >= TRIALS / 2, `the plain turns went as runs (${runs} run calls)`);
-        const both = mon.seen.filter((l) => /^evalsha /i.test(l) && l.split(' ')[1] === sha('settle-hold-run')).length;
-        t.ok(both >= TRIALS / 8, `settles and holds of an account went as one call (${both} settle-hold-run calls)`);
+        // run.lua's calls, by their key count and arguments: settles (5th), holds (6th).
+        const runCalls = mon.seen
+          .map((l) => l.split(' '))
+          .filter((w) => /^evalsha$/i.test(w[0]!) && w[1] === runSha)
+          .map((w) => w.slice(3 + Number(w[2])));
+        t.ok(runCalls.length >= TRIALS / 2, `the plain turns went as runs (${runCalls.length} run calls)`);
+        const both = runCalls.filter((a) => a[4] !== '0' && a[5] !== '0').length;
+        t.ok(both >= TRIALS / 8, `settles and holds of an account went as one call (${both} runs of both)`);
         t.ok(batches > TRIALS / 2, `the turns went as batches (${batches} of ${TRIALS} used fewer script calls than requests)`);
       },
     );

@@ -21,15 +21,21 @@ if (redis) {
     return store;
   };
   const sha = (name: string) => luaScript(readFileSync(new URL(`../../src/store/lua/${name}.lua`, import.meta.url), 'utf8')).sha;
-  const NAMES = new Map(
-    ['hold', 'settle', 'hold-many', 'settle-many', 'hold-run', 'settle-run', 'settle-hold-run'].map((n) => [sha(n), n]),
-  );
-  /** The script calls MONITOR saw: [script, key count, first key] of each EVALSHA (scripts are loaded first: no EVAL). */
+  const NAMES = new Map(['grant', 'hold', 'settle', 'hold-many', 'settle-many', 'run'].map((n) => [sha(n), n]));
+  /** A run.lua call by what it carried (its 5th and 6th arguments: settles, holds). */
+  const runOf = (args: string[]) => (args[4] === '0' ? 'hold-run' : args[5] === '0' ? 'settle-run' : 'settle-hold-run');
+  /**
+   * The script calls MONITOR saw: [script, key count, first key] of each EVALSHA (scripts are loaded first:
+   * no EVAL); a run as 'hold-run', 'settle-run' or 'settle-hold-run'.
+   */
   const scriptCalls = (seen: string[]) =>
     seen
       .map((l) => l.split(' '))
       .filter((w) => w[0]!.toLowerCase() === 'evalsha')
-      .map((w) => [NAMES.get(w[1]!) ?? w[1], Number(w[2]), w[3]] as const);
+      .map((w) => {
+        const name = NAMES.get(w[1]!) ?? w[1];
+        return [name === 'run' ? runOf(w.slice(3 + Number(w[2]))) : name, Number(w[2]), w[3]] as const;
+      });
 
   for (const scriptPipe of [true, false]) {
     t.test(`one turn's holds and settles are one call each (${scriptPipe ? 'script pipe' : 'ioredis'})`, async (t) => {
@@ -184,7 +190,7 @@ if (redis) {
       t.strictSame(
         scriptCalls(mon.seen).map((c) => c[0]),
         ['hold-run', 'hold-many'],
-        'hold-run.lua declined the run (350 < 500) and wrote nothing; hold-many.lua checked each',
+        'run.lua declined the run (350 < 500) and wrote nothing; hold-many.lua checked each',
       );
       t.strictSame(await store.getAccount(a), { id: a, balance_micros: 350, held_micros: 300 });
       // A replay inside a later run: declined too, and the replay takes nothing.
@@ -341,11 +347,27 @@ if (redis) {
           'no hold taken into the stale bucket',
         );
         t.strictSame(await store.getAccount(a), { id: a, balance_micros: 448, held_micros: 211 });
+        // A free model: holds of 0 and settles of 0 change no sum, so the run reads balance and held instead
+        // of taking them from its HINCRBYs.
+        const z = 'gc-free';
+        await store.grant(z, 500, undefined, undefined, TS);
+        await store.hold(z, 'open', 100, FAR);
+        t.ok((await Promise.all(['f1', 'f2'].map((id) => store.hold(z, id, 0, FAR)))).every((x) => x.ok));
+        const free = await Promise.all(['f1', 'f2'].map((id) => store.settle(settleOf(z, id, 0, { holdMicros: 0 }))));
+        t.strictSame(await seen(4, 'the grant, the hold, the hold run and the settle run'), ['grant', 'hold', 'hold-run', 'settle-run']);
+        t.strictSame(
+          free.map((r) => [r.replayed, r.balance_micros, r.held_micros]),
+          [
+            [false, 500, 100],
+            [false, 500, 100],
+          ],
+          'each free settle answers the balance and held as they are',
+        );
       },
     );
   }
 
-  // Both shapes of a batch: a run (one account, one bucket: hold-run.lua) and a -many call (the same
+  // Both shapes of a batch: a run (one account, one bucket: run.lua) and a -many call (the same
   // account's holds alternating between two buckets: hold-many.lua).
   const SHAPES = [
     { shape: 'a run', expiry: (_i: number) => FAR },

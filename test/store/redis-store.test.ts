@@ -225,7 +225,7 @@ if (redis) {
         { id: 'compact', balance_micros: 10_000 - 190, held_micros: 0 },
         'balance = Σ ledger',
       );
-      // A run (settle-run.lua: settles of one turn that say their hold) writes the same layout.
+      // A run (run.lua: settles of one turn that say their hold) writes the same layout.
       for (const id of ['r1', 'r2']) t.ok((await store.hold('compact', id, 500, far)).ok);
       await Promise.all([
         store.settle(settleOf('compact', 'r1', far, { costMicros: 0, holdMicros: 500 })),
