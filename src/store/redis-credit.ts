@@ -199,18 +199,7 @@ export function createRedisCredit(d: RedisCreditDeps): Pick<Store, 'hold' | 'set
     }
     // A settle's keys: balance, bucket, ledger; a hold's: balance, bucket (the ledger only with settles).
     const keys = ns > 0 ? settles[0]!.keys : holds[0]!.keys;
-    const args = [
-      String(debit),
-      String(total - release),
-      total,
-      nh > 0 ? holds[0]!.args[2]! : 0,
-      ns,
-      nh,
-      ...ids,
-      ...data,
-      ...settled,
-      ...values,
-    ];
+    const args = [String(debit), String(total - release), nh > 0 ? holds[0]!.args[2]! : 0, ns, nh, ...ids, ...data, ...settled, ...values];
     const r = (await (pipe
       ? pipe.run(lua.run, keys, args)
       : keys.length === 3

@@ -41,7 +41,7 @@ if (redis) {
     // The requests a credit script call carried ('hold <id>' / 'settle <id>'), from its arguments (no key of
     // this crowd has a budget): hold.lua / settle.lua one; the -many scripts a group per request (key count,
     // request id, amount, due or key count, request id, amount, entry data, due); a run (run.lua) its ns
-    // settles' then nh holds' ids after its first six.
+    // settles' then nh holds' ids after its first five.
     const as = (kind: string, ids: string[]) => ids.map((id) => `${kind} ${id}`);
     const idsOf = new Map<string, (argv: string[]) => string[]>([
       [sha('hold'), (a) => as('hold', [a[0]!])],
@@ -64,7 +64,7 @@ if (redis) {
       ],
       [
         sha('run'),
-        (a) => [...as('settle', a.slice(6, 6 + Number(a[4]))), ...as('hold', a.slice(6 + Number(a[4]), 6 + Number(a[4]) + Number(a[5])))],
+        (a) => [...as('settle', a.slice(5, 5 + Number(a[3]))), ...as('hold', a.slice(5 + Number(a[3]), 5 + Number(a[3]) + Number(a[4])))],
       ],
     ]);
     const runs = new Set([sha('run')]);

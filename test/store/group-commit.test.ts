@@ -22,8 +22,8 @@ if (redis) {
   };
   const sha = (name: string) => luaScript(readFileSync(new URL(`../../src/store/lua/${name}.lua`, import.meta.url), 'utf8')).sha;
   const NAMES = new Map(['grant', 'hold', 'settle', 'hold-many', 'settle-many', 'run'].map((n) => [sha(n), n]));
-  /** A run.lua call by what it carried (its 5th and 6th arguments: settles, holds). */
-  const runOf = (args: string[]) => (args[4] === '0' ? 'hold-run' : args[5] === '0' ? 'settle-run' : 'settle-hold-run');
+  /** A run.lua call by what it carried (its 4th and 5th arguments: settles, holds). */
+  const runOf = (args: string[]) => (args[3] === '0' ? 'hold-run' : args[4] === '0' ? 'settle-run' : 'settle-hold-run');
   /**
    * The script calls MONITOR saw: [script, key count, first key] of each EVALSHA (scripts are loaded first:
    * no EVAL); a run as 'hold-run', 'settle-run' or 'settle-hold-run'.

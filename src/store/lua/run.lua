@@ -3,30 +3,33 @@
 -- budget, each request id once; either kind may be absent. The settles are taken first, each exactly as
 -- settle.lua's common case takes it (its field still the open hold the store expects, 'o' .. its hold;
 -- its own debit entry), then the holds, each exactly as hold.lua takes it against the balance the settles
--- left: the account covers their total, the bucket is not stale, no hold's id is in the bucket yet.
+-- left: the account covers their total (after the run, balance ≥ held), the bucket is not stale, no hold's
+-- id is in the bucket yet.
 -- Every check comes before the first write, so a declined run writes nothing and answers {0}: the store
 -- then sends the same calls through settle-many.lua / hold-many.lua, which check each on its own. The
 -- account's hash is read once (only when there are holds: the settles need no check of it) and written
 -- once per field, the bucket read once (HMGET of every id) and written once (HSET of every field).
 -- KEYS: 1 balance hash, 2 hold bucket, 3 ledger stream (only with settles).
 -- ARGV: 1 the settles' debit (0 - Σ cost, as text), 2 the change of 'held' (Σ hold amount - Σ settled
---       hold, as text), 3 the holds' total (Σ amount), 4 the bucket's due time (ms), 5 ns, 6 nh, then the
---       ns settles' request ids, the nh holds' request ids, the ns debit entries' data (settle.lua's
---       ARGV[3]), the ns settles' holds (the amounts, as text), the nh holds' field values ('o<amount>').
+--       hold, as text), 3 the bucket's due time (ms), 4 ns, 5 nh, then the ns settles' request ids, the nh
+--       holds' request ids, the ns debit entries' data (settle.lua's ARGV[3]), the ns settles' holds (the
+--       amounts, as text), the nh holds' field values ('o<amount>').
 -- Returns {1, balance, held, entry id 1, …, entry id ns}: balance and held after the run (the HINCRBY
 -- replies, or the fields as they were when a sum is 0); the store works out each request's answer.
 local call, ARGV = redis.call, ARGV
-local ns, nh = tonumber(ARGV[5]), tonumber(ARGV[6])
+local ns, nh = tonumber(ARGV[4]), tonumber(ARGV[5])
 local bal, held
 if nh > 0 then
   local b = call('HMGET', KEYS[1], 'balance', 'held', 'reaped')
   bal, held = tonumber(b[1] or '0'), tonumber(b[2] or '0')
-  if b[3] and tonumber(ARGV[4]) <= tonumber(b[3]) then return { 0 } end
-  -- After the settles: balance - debits, held - released; the holds' total must fit in what is left.
-  if bal + tonumber(ARGV[1]) - (held + tonumber(ARGV[2]) - tonumber(ARGV[3])) < tonumber(ARGV[3]) then return { 0 } end
+  if b[3] and tonumber(ARGV[3]) <= tonumber(b[3]) then return { 0 } end
+  -- The holds' total fits in what the settles leave (balance - debits - (held - released)) exactly when
+  -- the balance after the run covers 'held' after it. Amounts are never negative, so then each hold,
+  -- taken one after the other, fits too.
+  if bal + tonumber(ARGV[1]) < held + tonumber(ARGV[2]) then return { 0 } end
 end
-local have = call('HMGET', KEYS[2], unpack(ARGV, 7, 6 + ns + nh))
-local d = 6 + ns + nh
+local have = call('HMGET', KEYS[2], unpack(ARGV, 6, 5 + ns + nh))
+local d = 5 + ns + nh
 local h, v = d + ns, d + 2 * ns
 for i = 1, ns do
   if have[i] ~= 'o' .. ARGV[h + i] then return { 0 } end
@@ -41,13 +44,13 @@ if ns > 0 then
   for i = 1, ns do
     local hold = ARGV[h + i]
     local id = call('XADD', lk, '*', 'd', ARGV[d + i], 'h', hold)
-    w[2 * i - 1] = ARGV[6 + i]
+    w[2 * i - 1] = ARGV[5 + i]
     w[2 * i] = '=' .. id
     out[3 + i] = id
   end
 end
 for i = 1, nh do
-  w[2 * (ns + i) - 1] = ARGV[6 + ns + i]
+  w[2 * (ns + i) - 1] = ARGV[5 + ns + i]
   w[2 * (ns + i)] = ARGV[v + i]
 end
 call('HSET', KEYS[2], unpack(w))
