@@ -236,10 +236,11 @@ export function createRedisCredit(d: RedisCreditDeps): Pick<Store, 'hold' | 'set
   /**
    * A batch (two or more calls of one slot, holds and settles) with its runs taken out (docs/ledger.md
    * "Runs"). Per account: its settles and its holds go as one run when both can be in one (the same
-   * bucket); else each kind goes as a run of its own when it has two or more calls that can be one; the rest go as one -many call per kind, in the order issued, and a run the script declined goes
-   * that way after it. An account's calls of a kind are never split between paths, so each account sees
-   * them in the order issued; its settles are sent before its holds. A call that fails as a whole fails
-   * the calls it carried, and only those.
+   * bucket); else each kind goes as a run of its own when it has two or more calls that can be one; the
+   * rest go as one -many call per kind, in the order issued, and a run the script declined goes that way
+   * after it. An account's calls of a kind are never split between paths, so each account sees them in
+   * the order issued; its settles are sent before its holds. A call that fails as a whole fails the calls
+   * it carried, and only those.
    */
   async function batch(calls: Call[]): Promise<unknown[]> {
     const byAccount = new Map<string, { settles: number[]; holds: number[] }>();

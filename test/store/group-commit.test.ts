@@ -229,11 +229,17 @@ if (redis) {
           mon.seen.length = 0;
           return calls;
         };
+        /** One turn: settles (request id, cost, the hold it expects) and holds (request id, amount) of `a`. */
+        const turn = (settles: [string, number, number][], holds: [string, number][]) =>
+          Promise.all([
+            Promise.all(settles.map(([id, cost, hold]) => store.settle(settleOf(a, id, cost, { holdMicros: hold })))),
+            Promise.all(holds.map(([id, amount]) => store.hold(a, id, amount, FAR))),
+          ]);
         // One turn: the five settle (50 each: 250 debited, 1,000 released) and three new holds take the 750 left.
-        const [settled, held] = await Promise.all([
-          Promise.all(open5.map((id) => store.settle(settleOf(a, id, 50, { holdMicros: 200 })))),
-          Promise.all(['q0', 'q1', 'q2'].map((id) => store.hold(a, id, 250, FAR))),
-        ]);
+        const [settled, held] = await turn(
+          open5.map((id) => [id, 50, 200]),
+          ['q0', 'q1', 'q2'].map((id) => [id, 250]),
+        );
         t.strictSame(await seen(1, 'the turn'), ['settle-hold-run'], 'five settles and three holds of one account: one call');
         t.strictSame(
           settled.map((r) => [r.replayed, r.balance_micros, r.held_micros]),
@@ -257,10 +263,13 @@ if (redis) {
         t.strictSame(await store.getAccount(a), { id: a, balance_micros: 750, held_micros: 750 });
         // The settles free too little for the holds: declined, nothing written; then the settles as a run, and
         // once they are done the holds as a run, declined too, so hold by hold.
-        const [again, more] = await Promise.all([
-          Promise.all(['q0', 'q1'].map((id) => store.settle(settleOf(a, id, 100, { holdMicros: 250 })))),
-          Promise.all(['m0', 'm1', 'm2'].map((id) => store.hold(a, id, 200, FAR))),
-        ]);
+        const [again, more] = await turn(
+          [
+            ['q0', 100, 250],
+            ['q1', 100, 250],
+          ],
+          ['m0', 'm1', 'm2'].map((id) => [id, 200]),
+        );
         t.strictSame(
           await seen(4, 'the declined turn'),
           ['settle-hold-run', 'settle-run', 'hold-run', 'hold-many'],
@@ -284,10 +293,16 @@ if (redis) {
           'the holds checked one by one after the settles',
         );
         // A replayed settle in the turn: declined; the settles go as settle-many.lua, the holds as their run.
-        const [replay, late] = await Promise.all([
-          Promise.all(['q0', 'q2'].map((id) => store.settle(settleOf(a, id, 100, { holdMicros: 250 })))),
-          Promise.all(['r0', 'r1'].map((id) => store.hold(a, id, 1, FAR))),
-        ]);
+        const [replay, late] = await turn(
+          [
+            ['q0', 100, 250],
+            ['q2', 100, 250],
+          ],
+          [
+            ['r0', 1],
+            ['r1', 1],
+          ],
+        );
         t.strictSame(
           await seen(4, 'the turn with a replay'),
           ['settle-hold-run', 'settle-run', 'settle-many', 'hold-run'],
@@ -307,10 +322,13 @@ if (redis) {
         // then the holds, whose run is declined too, one by one: the replay holds nothing twice.
         await store.hold(a, 'open', 10, FAR);
         t.strictSame(await seen(1, 'the hold'), ['hold']);
-        const [[s1], replayed] = await Promise.all([
-          Promise.all([store.settle(settleOf(a, 'r0', 1, { holdMicros: 1 }))]),
-          Promise.all([store.hold(a, 'open', 10, FAR), store.hold(a, 'fresh', 10, FAR)]),
-        ]);
+        const [[s1], replayed] = await turn(
+          [['r0', 1, 1]],
+          [
+            ['open', 10],
+            ['fresh', 10],
+          ],
+        );
         t.strictSame(
           await seen(4, 'the turn with a held request again'),
           ['settle-hold-run', 'settle-run', 'hold-run', 'hold-many'],
@@ -331,10 +349,13 @@ if (redis) {
         t.equal(await redis.client.hexists(K.holdBucket(a, due), 'fresh'), 1, 'the bucket of these holds');
         await redis.client.hset(K.balance(a), 'reaped', due);
         mon.seen.length = 0;
-        const [[s2], stale] = await Promise.all([
-          Promise.all([store.settle(settleOf(a, 'fresh', 1, { holdMicros: 10 }))]),
-          Promise.all([store.hold(a, 'late1', 1, FAR), store.hold(a, 'late2', 1, FAR)]),
-        ]);
+        const [[s2], stale] = await turn(
+          [['fresh', 1, 10]],
+          [
+            ['late1', 1],
+            ['late2', 1],
+          ],
+        );
         t.strictSame(
           await seen(4, 'the turn into a reaped bucket'),
           ['settle-hold-run', 'settle-run', 'hold-run', 'hold-many'],
