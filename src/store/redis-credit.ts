@@ -74,8 +74,9 @@ const errorOf = (err: unknown) => (err instanceof Error ? err : new Error(String
 
 /**
  * Whether one account's calls of one kind in a batch can go in a run (run.lua): the same keys
- * for all (one bucket) and `plain` of them (no budget counter), each request id once, and for a settle
- * the hold it expects to find.
+ * for all (one bucket) and `plain` of them (no budget counter), each request id once, for a settle the
+ * hold it expects to find, and for a hold a whole, non-negative amount (run.lua checks the holds' total
+ * once, which stands for each hold only when no amount is negative; hold-many.lua checks each).
  */
 function isRun(
   calls: readonly { keys: readonly string[]; args: readonly (string | number)[]; hold?: number | undefined }[],
@@ -87,6 +88,7 @@ function isRun(
   for (const c of calls) {
     if (c.keys.length !== plain || c.keys[1] !== first[1]) return false;
     if (plain === 3 && (c.hold === undefined || c.keys[2] !== first[2])) return false;
+    if (plain === 2 && !(Number.isSafeInteger(c.args[1]) && (c.args[1] as number) >= 0)) return false;
     ids.add(c.args[0]!);
   }
   return ids.size === calls.length;

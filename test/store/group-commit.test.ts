@@ -145,6 +145,10 @@ if (redis) {
       await Promise.all(['z1', 'z2'].map((id) => store.settle(settleOf(b, id, 5, { holdMicros: '100' as unknown as number }))));
       t.strictSame(await seen(1, 'the settle call'), [['settle-many', 3, K.balance(b)]], 'a hold amount given as text: settle-many.lua');
       t.equal((await store.getAccount(b)).held_micros, heldBefore - 200, 'each hold released by its own amount');
+      // A negative hold amount (never the route's) never joins a run: run.lua checks only the total, which
+      // a negative amount would let a hold before it exceed. hold-many.lua checks each.
+      await Promise.all([store.hold(b, 'n1', 100, FAR), store.hold(b, 'n2', -1, FAR)]);
+      t.strictSame(await seen(1, 'the hold call'), [['hold-many', 2, K.balance(b)]], 'a negative amount: hold-many.lua');
       await Promise.all([store.hold(b, 'y1', 100, FAR), store.hold(b, 'y2', 100, FAR + 5_000), store.hold(a, 'y3', 100, FAR)]);
       t.strictSame(
         await seen(1, 'the hold-many call'),
