@@ -3,7 +3,8 @@
  * redis-server, wrk non-streaming at c=64 and c=256 (and c=1 for the latency of a lone request). What a
  * single Redis shard spends per live request is what limits the biggest customer of a fleet: reported
  * from `INFO commandstats` (time inside the gateway's commands) and from /proc (redis-server's whole CPU,
- * network and syscalls included), beside req/s and the gateway's CPU per request.
+ * network and syscalls included), with the script calls per request (2 = a hold and a settle call each;
+ * fewer = turns batched), beside req/s and the gateway's CPU per request.
  *   node bench/hot-account.ts [--ref <before>] [--rounds 3] [--seconds 3] [--conns 1,64,256] [--workers 4] [--out file.md]
  * With --ref, the gateway at that ref is measured too, its stack up only while it runs; rounds alternate
  * (before, after, after, before, …) so drift hits both alike. Medians over rounds.
@@ -68,7 +69,7 @@ try {
         const key = `${side.name} ${c}`;
         runs.set(key, [...(runs.get(key) ?? []), m]);
         process.stderr.write(
-          `round ${r} ${key}: ${m.result.rps.toFixed(0)} req/s, Redis ${m.redisCmdUsPerReq?.toFixed(2)} µs/req (commandstats), ${m.redisUsPerReq?.toFixed(2)} µs/req (/proc), gateway ${m.cpuUsPerReq.toFixed(0)} µs/req\n`,
+          `round ${r} ${key}: ${m.result.rps.toFixed(0)} req/s, Redis ${m.redisCmdUsPerReq?.toFixed(2)} µs/req (commandstats), ${m.redisScriptCallsPerReq?.toFixed(3)} script calls/req, ${m.redisUsPerReq?.toFixed(2)} µs/req (/proc), gateway ${m.cpuUsPerReq.toFixed(0)} µs/req\n`,
         );
       }
     }
@@ -86,15 +87,15 @@ const lines = [
   '',
   'wrk, non-streaming, 64 tokens, all on the same 2 cores. Redis µs/req: `INFO commandstats` (time inside the gateway’s commands, scripts counted once) and redis-server’s CPU from /proc (its network and syscall work included), each per completed request. Medians over rounds.',
   '',
-  '| side | c | req/s | p50 ms | p99 ms | Redis µs/req (commandstats) | Redis CPU µs/req (/proc) | gateway CPU µs/req (all workers) |',
-  '|---|--:|--:|--:|--:|--:|--:|--:|',
+  '| side | c | req/s | p50 ms | p99 ms | Redis µs/req (commandstats) | script calls/req | Redis CPU µs/req (/proc) | gateway CPU µs/req (all workers) |',
+  '|---|--:|--:|--:|--:|--:|--:|--:|--:|',
 ];
 for (const c of conns) {
   for (const side of sides) {
     const ms = runs.get(`${side.name} ${c}`) ?? [];
     const f = (g: (m: Measurement) => number | undefined, d: number) => median(ms.map((m) => g(m) ?? NaN)).toFixed(d);
     lines.push(
-      `| ${side.name} | ${c} | ${f((m) => m.result.rps, 0)} | ${f((m) => m.result.latency.p50, 2)} | ${f((m) => m.result.latency.p99, 2)} | ${f((m) => m.redisCmdUsPerReq, 2)} | ${f((m) => m.redisUsPerReq, 2)} | ${f((m) => m.cpuUsPerReq, 0)} |`,
+      `| ${side.name} | ${c} | ${f((m) => m.result.rps, 0)} | ${f((m) => m.result.latency.p50, 2)} | ${f((m) => m.result.latency.p99, 2)} | ${f((m) => m.redisCmdUsPerReq, 2)} | ${f((m) => m.redisScriptCallsPerReq, 3)} | ${f((m) => m.redisUsPerReq, 2)} | ${f((m) => m.cpuUsPerReq, 0)} |`,
     );
   }
 }

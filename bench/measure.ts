@@ -30,6 +30,8 @@ export interface Measurement {
    * (tollgate targets on the Redis store; absent in reports before it was measured).
    */
   redisCmdUsPerReq?: number;
+  /** Script calls (EVALSHA + EVAL) per completed request, from `INFO commandstats`: 2 = a hold and a settle call each. */
+  redisScriptCallsPerReq?: number;
   /** SYNs dropped on full listen queues during the whole run, warm-up included (machine-wide). */
   listenOverflows: number;
 }
@@ -76,6 +78,7 @@ export async function measure(
   let stats0: Promise<string | undefined> | undefined;
   let stats1: Promise<string | undefined> | undefined;
   let redisCmdUs: number | undefined;
+  let scriptCalls: number | undefined;
   try {
     await redis?.connect();
     await runChild(process.execPath, [CLIENT_FILE[s.client], JSON.stringify(spec)], (line, childPid) => {
@@ -94,7 +97,12 @@ export async function measure(
       }
     });
     const [a, b] = [await stats0, await stats1];
-    if (a && b) redisCmdUs = usecBetween(commandStats(a), commandStats(b), scriptCommands);
+    if (a && b) {
+      const [sa, sb] = [commandStats(a), commandStats(b)];
+      redisCmdUs = usecBetween(sa, sb, scriptCommands);
+      const calls = (s: typeof sa) => (s.get('evalsha')?.calls ?? 0) + (s.get('eval')?.calls ?? 0);
+      scriptCalls = calls(sb) - calls(sa);
+    }
   } finally {
     redis?.disconnect();
   }
@@ -112,5 +120,6 @@ export async function measure(
     listenOverflows: overflows,
     ...(redisMs !== undefined && { redisUsPerReq: perReq(redisMs) }),
     ...(redisCmdUs !== undefined && { redisCmdUsPerReq: perReq(redisCmdUs / 1000) }),
+    ...(scriptCalls !== undefined && { redisScriptCallsPerReq: perReq(scriptCalls / 1000) }),
   };
 }
