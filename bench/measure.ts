@@ -30,7 +30,7 @@ export interface Measurement {
    * (tollgate targets on the Redis store; absent in reports before it was measured).
    */
   redisCmdUsPerReq?: number;
-  /** Script calls (EVALSHA + EVAL) per completed request, from `INFO commandstats`: 2 = a hold and a settle call each. */
+  /** Script calls (EVALSHA + EVAL) per completed request, from `INFO commandstats` (a live key unbatched: 2, its hold and settle). */
   redisScriptCallsPerReq?: number;
   /** SYNs dropped on full listen queues during the whole run, warm-up included (machine-wide). */
   listenOverflows: number;
