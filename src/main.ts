@@ -40,6 +40,7 @@ export async function openStore(config: Config, env: NodeJS.ProcessEnv, logger: 
       settledTtlSeconds: settledMarkerTtlSeconds(config),
       holdTtlMs: holdTtlMs(config),
       bucketMs: bucketMsFor(holdTtlMs(config)),
+      leases: config.credit.leases,
       onError: (err) => {
         // ioredis emits an error per reconnect attempt: one line for the outage, then one a minute.
         if (Date.now() - lastLogged > 60_000) {

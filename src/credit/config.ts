@@ -1,12 +1,14 @@
-/** The `credit` section: the hold's margin and how often the reaper looks for expired holds. */
-import { noUnknown, num, object } from '../config/fields.ts';
+/** The `credit` section: the hold's margin, how often the reaper looks for expired holds, and credit leases. */
+import { bool, noUnknown, num, object } from '../config/fields.ts';
 
 export interface CreditConfig {
   readonly holdMarginSeconds: number;
   readonly reaperIntervalMs: number;
+  /** A hot account's holds from a per-process lease (docs/ledger.md "Leases"); Redis only, default off. */
+  readonly leases: boolean;
 }
 
-export const CREDIT_FIELDS = ['hold_margin_seconds', 'reaper_interval_ms'] as const;
+export const CREDIT_FIELDS = ['hold_margin_seconds', 'reaper_interval_ms', 'leases'] as const;
 
 /** Compiles `credit`. */
 export function creditSection(v: unknown): CreditConfig {
@@ -15,5 +17,6 @@ export function creditSection(v: unknown): CreditConfig {
   return {
     holdMarginSeconds: num(credit.hold_margin_seconds, 'credit.hold_margin_seconds', { fallback: 60, min: 0 }),
     reaperIntervalMs: num(credit.reaper_interval_ms, 'credit.reaper_interval_ms', { fallback: 5_000, min: 10 }),
+    leases: bool(credit.leases, 'credit.leases', false),
   };
 }

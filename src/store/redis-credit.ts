@@ -7,7 +7,9 @@
  */
 import { Cluster, type Redis } from 'ioredis';
 import calculateSlot from 'cluster-key-slot';
+import { randomBytes } from 'node:crypto';
 import { createTurnBatcher } from './credit-batch.ts';
+import { createLeaseBook } from './credit-lease.ts';
 import { debitEntryData } from './debit-layout.ts';
 import { bucketDue, DEFAULT_BUCKET_MS, settleBucketDue } from './hold-bucket.ts';
 import * as K from './redis-keys.ts';
@@ -40,6 +42,7 @@ export interface RedisCreditDeps {
     | 'tgSettleMany'
     | 'tgRun2'
     | 'tgRun3'
+    | 'tgLeaseSettle'
     | 'tgReapBucket3'
     | 'tgReapBucket'
     | 'tgLegacyReap',
@@ -52,12 +55,15 @@ export interface RedisCreditDeps {
     holdMany: LuaScript;
     settleMany: LuaScript;
     run: LuaScript;
+    leaseSettle: LuaScript;
   };
   onError: (err: Error) => void;
   /** How long a reaped hold is remembered (RedisStoreOptions.settledTtlSeconds). */
   reapedTtlSeconds: number;
   holdTtlMs?: number | undefined;
   bucketMs?: number | undefined;
+  /** Credit leases for an account this process holds for often (credit-lease.ts, `credit.leases`). */
+  leases?: boolean | undefined;
 }
 
 /** Splits a -many script's flat reply (4 values per call) into one result per call: an Error, or its values. */
@@ -94,7 +100,9 @@ function isRun(
   return ids.size === calls.length;
 }
 
-export function createRedisCredit(d: RedisCreditDeps): Pick<Store, 'hold' | 'settle' | 'reapExpiredHolds'> {
+export function createRedisCredit(
+  d: RedisCreditDeps,
+): Pick<Store, 'hold' | 'settle' | 'reapExpiredHolds'> & { closeLeases(): Promise<void>; readonly openLeases: number } {
   const { redis, pipe, scripts: s, lua, onError } = d;
   const cluster = redis instanceof Cluster;
   const holdTtlMs = d.holdTtlMs ?? DEFAULT_HOLD_TTL_MS;
@@ -143,6 +151,9 @@ export function createRedisCredit(d: RedisCreditDeps): Pick<Store, 'hold' | 'set
     hold?: number | undefined;
     /** A settle (else a hold). */
     settle?: true;
+    /** A settle of a request drawn from this lease, or (with `giveBack`) the lease's undrawn part given back. */
+    lease?: string;
+    giveBack?: number;
   }
   // Group commit (credit-batch.ts): per slot, so on Cluster each batch is one node's call.
   const slotOf = cluster ? (c: Call) => calculateSlot(c.keys[0]!) : () => 0;
@@ -224,6 +235,39 @@ export function createRedisCredit(d: RedisCreditDeps): Pick<Store, 'hold' | 'set
     }
     return out;
   }
+  /**
+   * One lease's settles and give-backs of a turn in one call (lease-settle.lua); per call what settle.lua
+   * would answer (entry id, replayed, balance, held: the account's after the call), '?' for a request
+   * the script left to settle.lua, and for a give-back its balance and held.
+   */
+  async function leaseSettle(calls: Call[]): Promise<unknown[]> {
+    const settles = calls.filter((c) => c.giveBack === undefined);
+    const ns = settles.length;
+    const args = new Array<string | number>(3 + 4 * ns);
+    let give = 0;
+    for (const c of calls) give += c.giveBack ?? 0;
+    args[0] = calls[0]!.lease!;
+    args[1] = String(give);
+    args[2] = ns;
+    for (let i = 0; i < ns; i++) {
+      const c = settles[i]!;
+      args[3 + i] = c.args[0]!;
+      args[3 + ns + i] = c.args[1]!;
+      args[3 + 2 * ns + i] = c.args[2]!;
+      args[3 + 3 * ns + i] = String(c.hold);
+    }
+    const keys = settles.length > 0 ? settles[0]!.keys : calls[0]!.keys;
+    const r = (await (pipe ? pipe.run(lua.leaseSettle, keys, args) : s.tgLeaseSettle(...keys, ...args))) as unknown[];
+    const [bal, held] = r;
+    let i = 0;
+    return calls.map((c) => {
+      if (c.giveBack !== undefined) return [bal, held];
+      const id = r[2 + 2 * i];
+      const replayed = r[3 + 2 * i];
+      i++;
+      return id === '?' ? ['?'] : [id, replayed, bal, held];
+    });
+  }
   /** How one kind of call goes: a run (docs/ledger.md "Runs"), a -many call, or alone. */
   interface Path {
     /** A run's script; undefined when it declined the run. */
@@ -246,7 +290,17 @@ export function createRedisCredit(d: RedisCreditDeps): Pick<Store, 'hold' | 'set
    */
   async function batch(calls: Call[]): Promise<unknown[]> {
     const byAccount = new Map<string, { settles: number[]; holds: number[] }>();
+    // A lease's settles and give-backs: one call each lease (its bucket and id), whatever else the turn has.
+    const byLease = new Map<string, number[]>();
     for (let i = 0; i < calls.length; i++) {
+      const lease = calls[i]!.lease;
+      if (lease !== undefined) {
+        const g = `${calls[i]!.keys[1]} ${lease}`;
+        const at = byLease.get(g);
+        if (at) at.push(i);
+        else byLease.set(g, [i]);
+        continue;
+      }
       const acct = calls[i]!.keys[0]!;
       let at = byAccount.get(acct);
       if (!at) byAccount.set(acct, (at = { settles: [], holds: [] }));
@@ -262,6 +316,7 @@ export function createRedisCredit(d: RedisCreditDeps): Pick<Store, 'hold' | 'set
         ),
       );
     };
+    for (const at of byLease.values()) send(at, leaseSettle);
     const otherSettles: number[] = [];
     const otherHolds: number[] = [];
     const holdsLater: number[][] = [];
@@ -328,7 +383,7 @@ export function createRedisCredit(d: RedisCreditDeps): Pick<Store, 'hold' | 'set
   const creditCall = createTurnBatcher<Call, unknown>({
     schedule,
     slotOf,
-    one: (c) => (c.settle ? settleOne(c) : holdOne(c)),
+    one: async (c) => (c.lease !== undefined ? (await leaseSettle([c]))[0] : c.settle ? settleOne(c) : holdOne(c)),
     many: batch,
   });
 
@@ -391,9 +446,29 @@ export function createRedisCredit(d: RedisCreditDeps): Pick<Store, 'hold' | 'set
     }
   }
 
+  const leases = d.leases
+    ? createLeaseBook({
+        holdTtlMs,
+        keepMs: d.reapedTtlSeconds * 1000,
+        now: Date.now,
+        onError,
+        idPrefix: `L${randomBytes(6).toString('base64url')}`,
+        async take(acct, due, id, amount) {
+          index(acct, due);
+          const [code] = (await creditCall({ keys: [K.balance(acct), K.holdBucket(acct, due)], args: [id, amount, due] })) as [number];
+          return { ok: code === 1 };
+        },
+        giveBack: (acct, due, id, amount) =>
+          creditCall({ keys: [K.balance(acct), K.holdBucket(acct, due), K.ledger(acct)], args: [], lease: id, giveBack: amount }),
+      })
+    : undefined;
+
   return {
     async hold(acct, requestId, amount, expiresAt, budget) {
       const due = bucketDue(expiresAt, bucketMs);
+      // From the account's lease in this process, when it has one with enough left: no Redis call.
+      if (leases && !budget && leases.draw(acct, due, requestId, amount) !== undefined)
+        return { ok: true, balance_micros: 0, held_micros: 0 };
       index(acct, due);
       const keys = [K.balance(acct), K.holdBucket(acct, due)];
       const args: (string | number)[] = [requestId, amount, due];
@@ -403,6 +478,7 @@ export function createRedisCredit(d: RedisCreditDeps): Pick<Store, 'hold' | 'set
         args.push(budget.limitMicros, budget.expireAtMs ?? '');
       }
       const [code, bal, held, used] = (await creditCall({ keys, args })) as [number, number, number, number?];
+      if (leases && !budget && code === 1) leases.held(acct, due, amount, bal - held);
       return { ok: code > 0, balance_micros: bal, held_micros: held, ...(code === -2 && { budget: { used_micros: used ?? 0 } }) };
     },
 
@@ -418,22 +494,31 @@ export function createRedisCredit(d: RedisCreditDeps): Pick<Store, 'hold' | 'set
       // A run sums the holds in JavaScript: only a whole, non-negative number may join one (a settle read
       // back from a spool file is not type-checked field by field).
       const hold = Number.isSafeInteger(i.holdMicros) && i.holdMicros! >= 0 ? i.holdMicros : undefined;
-      let reply = (await creditCall({ keys: [...keys, ...budgetKeys], args, hold, settle: true })) as [
-        string,
-        number,
-        number,
-        number,
-        number?,
-      ];
+      // Drawn from a lease: its own pass (lease-settle.lua), which releases the draw from the lease.
+      const lease = leases && !b && hold !== undefined ? leases.leaseOf(i.account, i.requestId, due) : undefined;
+      let reply = (await creditCall({
+        keys: [...keys, ...budgetKeys],
+        args,
+        hold,
+        settle: true,
+        ...(lease !== undefined && { lease }),
+      })) as [string, number, number, number, number?];
       // No field in the bucket (rare: no hold reached it, or one of the previous layout): the whole script.
       if (reply[0] === '?') {
         const all = [...keys, K.holds(i.account), K.settled(i.account, i.requestId), ...budgetKeys];
         reply = (await settleScript(all, args)) as typeof reply;
       }
+      if (lease !== undefined) leases!.settled(i.account, i.requestId);
       const [entryId, replayed, bal, held, fresh] = reply;
       // A settle without its hold wrote the bucket's first field, maybe: index it too (rare path).
       if (fresh === 1) index(i.account, due);
       return { entry_id: entryId, replayed: replayed === 1, balance_micros: bal, held_micros: held };
+    },
+
+    /** Gives back every lease's undrawn part (the store's close, before the connections go). */
+    closeLeases: async () => leases?.close(),
+    get openLeases() {
+      return leases?.open ?? 0;
     },
 
     async reapExpiredHolds(nowMs, ts) {

@@ -53,6 +53,8 @@ const SCRIPTS = {
   // A hot account's turn in one pass (docs/ledger.md "Runs"): holds only (2 keys), or settles too (3 keys).
   tgRun2: ['run', 2],
   tgRun3: ['run', 3],
+  // A credit lease's settles and give-back (docs/ledger.md "Leases").
+  tgLeaseSettle: ['lease-settle', 3],
   // reap-bucket.lua: one bucket (3 keys; every call on Cluster), or a batch of buckets on one node.
   tgReapBucket3: ['reap-bucket', 3],
   tgReapBucket: ['reap-bucket', null],
@@ -66,7 +68,7 @@ const SCRIPTS = {
 } as const;
 
 /** The scripts that write debit entries, in the configured layout (debit-layout.ts). */
-const DEBIT_SCRIPTS = new Set(['settle', 'settle-many', 'run']);
+const DEBIT_SCRIPTS = new Set(['settle', 'settle-many', 'run', 'lease-settle']);
 
 export interface RedisStoreOptions {
   url?: string | undefined;
@@ -87,6 +89,8 @@ export interface RedisStoreOptions {
   scriptPipe?: boolean;
   /** How a debit's ledger entry is written (debit-layout.ts; default `compact`). */
   debitEntries?: DebitLayout;
+  /** Credit leases for a hot account (credit-lease.ts, `credit.leases`; default off). */
+  leases?: boolean;
 }
 
 /** Builds the ioredis client the way NOTES §1 recommends for a hot path: fail fast, autopipeline. */
@@ -151,7 +155,14 @@ export async function createRedisStore(o: RedisStoreOptions & { client?: Client 
   const pipe =
     o.scriptPipe === false
       ? undefined
-      : pipeFor(redis, o.commandTimeoutMs, onError, [lua.hold!, lua.settle!, lua['hold-many']!, lua['settle-many']!, lua.run!]);
+      : pipeFor(redis, o.commandTimeoutMs, onError, [
+          lua.hold!,
+          lua.settle!,
+          lua['hold-many']!,
+          lua['settle-many']!,
+          lua.run!,
+          lua['lease-settle']!,
+        ]);
   if (pipe) await pipe.ready.catch(onError);
   // Not ioredis' autoResubscribe: it re-subscribes after a reconnect without a handler on the reply, so a
   // close (or another drop) before that reply arrives is an unhandled rejection, "Connection is closed."
@@ -181,11 +192,13 @@ export async function createRedisStore(o: RedisStoreOptions & { client?: Client 
       holdMany: lua['hold-many']!,
       settleMany: lua['settle-many']!,
       run: lua.run!,
+      leaseSettle: lua['lease-settle']!,
     },
     onError,
     reapedTtlSeconds: o.settledTtlSeconds,
     holdTtlMs: o.holdTtlMs,
     bucketMs: o.bucketMs,
+    leases: o.leases,
   });
   const readAccount = async (acct: string): Promise<AccountState> => {
     const [bal, held] = await redis.hmget(K.balance(acct), 'balance', 'held');
@@ -343,6 +356,7 @@ export async function createRedisStore(o: RedisStoreOptions & { client?: Client 
     ...redisExportStore(redis, s.tgLedgerExport, s.tgUsageFlush),
     async close() {
       handlers.length = 0;
+      await credit.closeLeases();
       pipe?.close();
       await Promise.allSettled([sub.quit(), redis.quit()]);
       sub.disconnect();

@@ -131,4 +131,61 @@ if (cluster) {
     t.ok(held === 0 || held === 80, `the cut batch ran whole or not at all: ${held / 10} of 8 holds in Redis`);
     t.comment(`cut batch: answered ${cut[0]}, ${held / 10} of 8 held`);
   });
+
+  /** Script calls that ran on a master: EVALSHA and EVAL (ioredis may send a script's body first), less those refused. */
+  const scriptCalls = async (port: number) => {
+    const info = await cluster!.cli(port, 'INFO', 'commandstats');
+    let n = 0;
+    for (const [, calls, failed] of info.matchAll(/cmdstat_eval(?:sha)?:calls=(\d+),.*failed_calls=(\d+)/g))
+      n += Number(calls) - Number(failed);
+    return n;
+  };
+
+  t.test("credit leases on Cluster: each master's hot account draws from its lease, its settles one call per master", async (t) => {
+    const store = await createRedisStore({
+      clusterNodes: cluster.addresses,
+      commandTimeoutMs: 2000,
+      settledTtlSeconds: 4260,
+      leases: true,
+    });
+    const accounts = await accountsPerMaster('gc-lease');
+    for (const acct of accounts.values()) await store.grant(acct, 10_000_000, undefined, undefined, TS);
+    // LEASE_AFTER (8) holds each, one at a time: then each account takes its lease on its own master.
+    for (let i = 0; i < 8; i++) await Promise.all([...accounts.values()].map((a) => store.hold(a, `w${i}`, 100, FAR)));
+    for (const acct of accounts.values())
+      await waitFor(async () => (await store.getAccount(acct)).held_micros === 800 + 3200, 2000, `${acct}: its lease of 32 holds`);
+    const before = new Map(await Promise.all([...accounts.keys()].map(async (p) => [p, await scriptCalls(p)] as const)));
+    const held = await Promise.all(
+      [...accounts.values()].flatMap((a) => Array.from({ length: 10 }, (_, i) => store.hold(a, `r${i}`, 100, FAR))),
+    );
+    t.ok(
+      held.every((r) => r.ok),
+      'all 30 held',
+    );
+    for (const [port] of accounts) t.equal(await scriptCalls(port), before.get(port), `master ${port}: drawn, no script call`);
+    const settled = await Promise.all(
+      [...accounts.values()].flatMap((a) =>
+        Array.from({ length: 10 }, (_, i) => store.settle({ ...settleOf(a, `r${i}`, 60), ts: TS, holdMicros: 100 })),
+      ),
+    );
+    t.ok(settled.every((s) => !s.replayed));
+    for (const [port, acct] of accounts) {
+      t.equal((await scriptCalls(port)) - before.get(port)!, 1, `master ${port}: ${acct}'s ten settles in one call`);
+      t.equal((await store.getAccount(acct)).held_micros, 800 + 2200, `${acct}: the warm-up holds and the lease's rest`);
+    }
+    await store.close();
+    const reader = await createRedisStore({ clusterNodes: cluster.addresses, commandTimeoutMs: 2000, settledTtlSeconds: 4260 });
+    t.teardown(() => reader.close());
+    for (const acct of accounts.values()) {
+      const state = await reader.getAccount(acct);
+      t.equal(state.held_micros, 800, `${acct}: closed, the lease given back; the 8 open holds stay`);
+      const entries = await allEntries(reader, acct);
+      t.equal(
+        state.balance_micros,
+        entries.reduce((x, e) => x + e.amount_micros, 0),
+        `${acct}: balance = Σ ledger`,
+      );
+      t.equal(entries.filter((e) => e.kind === 'debit').length, 10, `${acct}: a debit per request`);
+    }
+  });
 }

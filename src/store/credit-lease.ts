@@ -1,0 +1,216 @@
+/**
+ * Credit leases (docs/ledger.md "Leases", `credit.leases`): a process that makes many holds for one
+ * account takes one larger hold — a lease, in the requests' own hold bucket — and takes the next holds of
+ * that bucket from it in memory, with no Redis call; each request's settle then debits, releases its draw
+ * from the lease and records itself in one pass (lease-settle.lua), and the lease's undrawn part is given
+ * back when no more requests can fall into its bucket. Only the bookkeeping is here; redis-credit.ts sends
+ * the calls.
+ *
+ * Why it stays exact: the lease is a hold, taken by hold.lua against `balance − held` like any other, so
+ * the draws of all processes together never exceed the balance; each draw is released once (by its
+ * request's settle, which finds the request's field absent exactly once, or by the reaper with the rest of
+ * the lease once its bucket is due, which is never before a drawn request's own hold would have expired).
+ */
+
+/** Per-request holds of an account and bucket in this process before it takes a lease. */
+export const LEASE_AFTER = 8;
+/** A first lease covers this many holds of the size that asked for it; each next one in the bucket twice the last. */
+export const LEASE_HOLDS = 32;
+/** The most holds of that size one lease covers. */
+export const LEASE_MAX_HOLDS = 1024;
+/** A lease takes at most this share of the account's available credit (balance − held)… */
+export const LEASE_SHARE = 64;
+/** …and is not taken when that leaves it fewer than this many holds of the size that asked. */
+export const LEASE_MIN_HOLDS = 8;
+
+export interface LeaseDeps {
+  /** Takes the lease: a hold of `amount` for the field `id` in bucket `due` of `account` (hold.lua). */
+  take(account: string, due: number, id: string, amount: number): Promise<{ ok: boolean }>;
+  /** Gives the undrawn `amount` of a closed lease back (lease-settle.lua with no settles). */
+  giveBack(account: string, due: number, id: string, amount: number): Promise<unknown>;
+  /** The hold TTL: a request holding at `t` falls into the bucket due at or after `t + holdTtlMs`. */
+  holdTtlMs: number;
+  now(): number;
+  onError(err: Error): void;
+  /**
+   * How long after its bucket is due a drawn request still settles through its lease (the reaped lease's
+   * 'r' lives that long: RedisStoreOptions.settledTtlSeconds); later it settles as one without a hold.
+   */
+  keepMs: number;
+  /** The lease ids' prefix, unique to this process (a restart or another worker never reuses an id). */
+  idPrefix: string;
+}
+
+interface Lease {
+  readonly id: string;
+  readonly account: string;
+  readonly due: number;
+  /** What is left to draw. */
+  avail: number;
+  /** Draws are still taken from it. */
+  open: boolean;
+  /** The requests drawn from it (drawn's keys), until each settles (forgotten `keepMs` after the bucket is due). */
+  readonly requests: Set<string>;
+}
+
+/** An account and bucket this process holds in: its per-request holds, its lease. */
+interface Slot {
+  holds: number;
+  current: Lease | undefined;
+  taking: boolean;
+  /** Holds of the asking size the next lease covers. */
+  nextHolds: number;
+}
+
+export interface LeaseBook {
+  /** Draws `amount` from the account's open lease of bucket `due`: the lease's id, or undefined (take a hold). */
+  draw(account: string, due: number, requestId: string, amount: number): string | undefined;
+  /** A per-request hold of `amount` was taken with `available` (balance − held) left: maybe take a lease. */
+  held(account: string, due: number, amount: number, available: number): void;
+  /** The lease the account's request drew from, if it drew in bucket `due`. */
+  leaseOf(account: string, requestId: string, due: number): string | undefined;
+  /** The request's settle landed: it no longer counts against its lease. */
+  settled(account: string, requestId: string): void;
+  /** Leases open now (for tests and metrics). */
+  readonly open: number;
+  /** Closes every lease, giving back what is undrawn. */
+  close(): Promise<void>;
+}
+
+/** setTimeout's longest delay; a later time is reached in steps (an expiry far off, in tests). */
+const MAX_DELAY = 2 ** 31 - 1;
+
+/** Runs `fn` once `d.now()` reaches `atMs` (unref'd: it never keeps the process up). */
+function at(d: Pick<LeaseDeps, 'now'>, atMs: number, fn: () => void): void {
+  const wait = atMs - d.now();
+  if (wait > MAX_DELAY) setTimeout(() => at(d, atMs, fn), MAX_DELAY).unref();
+  else setTimeout(fn, Math.max(0, wait)).unref();
+}
+
+export function createLeaseBook(d: LeaseDeps): LeaseBook {
+  const slots = new Map<string, Slot>();
+  /** By account and request id (a request id is the store's per account). */
+  const drawn = new Map<string, Lease>();
+  const drawKey = (account: string, requestId: string) => `${account}\n${requestId}`;
+  const giving = new Set<Promise<unknown>>();
+  let seq = 0;
+  let open = 0;
+
+  /** No more draws; the undrawn part goes back. */
+  function closeLease(l: Lease): void {
+    if (!l.open) return;
+    l.open = false;
+    open--;
+    const amount = l.avail;
+    l.avail = 0;
+    if (amount <= 0) return;
+    const p = d
+      .giveBack(l.account, l.due, l.id, amount)
+      .catch(d.onError)
+      .finally(() => giving.delete(p));
+    giving.add(p);
+  }
+
+  /** A request holding from now on falls into a later bucket: `due`'s window is over. */
+  const windowLeft = (due: number) => due - d.holdTtlMs - d.now();
+
+  function slotOf(account: string, due: number, make: boolean): Slot | undefined {
+    const key = `${due} ${account}`;
+    let s = slots.get(key);
+    if (!s && make) {
+      if (windowLeft(due) <= 0) return undefined;
+      s = { holds: 0, current: undefined, taking: false, nextHolds: LEASE_HOLDS };
+      slots.set(key, s);
+      // Past the window: the lease closes, the slot goes; once the bucket is due, its requests are forgotten
+      // (a settle after that finds no lease and goes the per-request way).
+      at(d, due - d.holdTtlMs + 1, () => {
+        slots.delete(key);
+        const l = s!.current;
+        if (l) closeLease(l);
+      });
+    }
+    return s;
+  }
+
+  return {
+    draw(account, due, requestId, amount) {
+      const s = slotOf(account, due, false);
+      const l = s?.current;
+      if (!l) return undefined;
+      // A hold repeated for the same request draws once.
+      const key = drawKey(account, requestId);
+      if (drawn.get(key) === l) return l.id;
+      if (!l.open || windowLeft(due) <= 0) return undefined;
+      if (l.avail < amount) {
+        // Spent: closed (the rest back), and the next hold asks for a larger one.
+        closeLease(l);
+        s!.current = undefined;
+        s!.holds = LEASE_AFTER - 1;
+        return undefined;
+      }
+      l.avail -= amount;
+      l.requests.add(key);
+      drawn.set(key, l);
+      return l.id;
+    },
+
+    held(account, due, amount, available) {
+      if (!(amount > 0) || windowLeft(due) <= 0) return;
+      const s = slotOf(account, due, true);
+      if (!s || s.taking || s.current) return;
+      if (++s.holds < LEASE_AFTER) return;
+      const size = Math.min(s.nextHolds * amount, Math.floor(available / LEASE_SHARE));
+      if (!(size >= LEASE_MIN_HOLDS * amount) || !Number.isSafeInteger(size)) return;
+      s.taking = true;
+      const id = `${d.idPrefix}.${++seq}`;
+      d.take(account, due, id, size).then(
+        (r) => {
+          s.taking = false;
+          // Refused (the credit went meanwhile, or the bucket is stale): ask again after as many holds.
+          if (!r.ok) {
+            s.holds = 0;
+            return;
+          }
+          const l: Lease = { id, account, due, avail: size, open: true, requests: new Set() };
+          open++;
+          s.current = l;
+          s.nextHolds = Math.min(s.nextHolds * 2, LEASE_MAX_HOLDS);
+          // Long after its bucket was due: a request drawn from it and still not settled is forgotten.
+          at(d, due + d.keepMs, () => {
+            for (const r of l.requests) if (drawn.get(r) === l) drawn.delete(r);
+          });
+          // The window may have ended while the lease was taken.
+          if (!slots.has(`${due} ${account}`)) closeLease(l);
+        },
+        (err: unknown) => {
+          s.taking = false;
+          s.holds = 0;
+          d.onError(err instanceof Error ? err : new Error(String(err)));
+        },
+      );
+    },
+
+    leaseOf(account, requestId, due) {
+      const l = drawn.get(drawKey(account, requestId));
+      return l && l.due === due ? l.id : undefined;
+    },
+
+    settled(account, requestId) {
+      const key = drawKey(account, requestId);
+      const l = drawn.get(key);
+      if (!l) return;
+      drawn.delete(key);
+      l.requests.delete(key);
+    },
+
+    get open() {
+      return open;
+    },
+
+    async close() {
+      for (const s of slots.values()) if (s.current) closeLease(s.current);
+      slots.clear();
+      await Promise.allSettled([...giving]);
+    },
+  };
+}

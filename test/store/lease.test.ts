@@ -1,0 +1,209 @@
+// Credit leases on a real Redis (docs/ledger.md "Leases", credit-lease.ts, lease-settle.lua): a process
+// holding often for one account takes a lease and draws the next holds of the bucket from it without a
+// Redis call; every ledger guarantee still holds per request: no overspend (the lease is a hold), one
+// debit per request id (a replayed settle replays), a settle after the reaper took the lease debits with
+// hold 0, a settle from a process that knows nothing of the lease (the spool) debits once, and whatever a
+// lease did not spend goes back (at close, at the end of its bucket's window, or by the reaper).
+import { setTimeout as sleep } from 'node:timers/promises';
+import t from 'tap';
+import type { Test } from 'tap';
+import { LEASE_AFTER } from '../../src/store/credit-lease.ts';
+import { createRedisStore } from '../../src/store/redis-store.ts';
+import * as K from '../../src/store/redis-keys.ts';
+import { bucketDue, DEFAULT_BUCKET_MS } from '../../src/store/hold-bucket.ts';
+import type { Store } from '../../src/store/types.ts';
+import { startRedis } from '../helpers/redis.ts';
+import { allEntries, FAR, settleOf, TS, waitFor } from './harness.ts';
+
+const redis = await startRedis(t);
+if (redis) {
+  const open = async (
+    t: Test,
+    o: { scriptPipe?: boolean; leases?: boolean; holdTtlMs?: number; bucketMs?: number } = {},
+  ): Promise<Store> => {
+    const store = await createRedisStore({ url: redis.url, commandTimeoutMs: 2000, settledTtlSeconds: 4260, leases: true, ...o });
+    t.teardown(() => store.close());
+    return store;
+  };
+  /** Script calls that ran (ioredis' first EVALSHA of a script fails with NOSCRIPT and is sent again as EVAL). */
+  const evalCalls = async () => {
+    const info = await redis.client.info('commandstats');
+    let n = 0;
+    for (const [, calls, failed] of info.matchAll(/cmdstat_eval(?:sha)?:calls=(\d+),.*failed_calls=(\d+)/g))
+      n += Number(calls) - Number(failed);
+    return n;
+  };
+  /** 'held' read straight from Redis (also after the store is closed). */
+  const heldOf = async (acct: string) => Number(await redis.client.hget(K.balance(acct), 'held'));
+  /** An expiry whose bucket's window (a hold TTL of 1.5 s, 1 s buckets) lasts at least another second. */
+  const soon = () => Math.ceil((Date.now() + 1500) / 1000) * 1000 + 1000;
+  /** The bucket's fields: the leases' (`L…`) and the requests'. */
+  const bucket = async (acct: string, expiresAt = FAR, bucketMs = DEFAULT_BUCKET_MS) => {
+    const all = await redis.client.hgetall(K.holdBucket(acct, bucketDue(expiresAt, bucketMs)));
+    const leases = Object.entries(all).filter(([f]) => f.startsWith('L'));
+    return { leases, requests: Object.entries(all).filter(([f]) => !f.startsWith('L')) };
+  };
+  /** Holds one at a time until this process has a lease in the bucket (its field there). */
+  const warm = async (t: Test, store: Store, acct: string, amount: number, expiresAt = FAR, bucketMs = DEFAULT_BUCKET_MS) => {
+    for (let i = 0; i < LEASE_AFTER; i++) t.ok((await store.hold(acct, `warm${i}`, amount, expiresAt)).ok);
+    await waitFor(async () => (await bucket(acct, expiresAt, bucketMs)).leases.length === 1, 2000, 'the lease is taken');
+  };
+  const balanceIsLedger = async (t: Test, store: Store, acct: string) => {
+    const entries = await allEntries(store, acct);
+    t.equal(
+      (await store.getAccount(acct)).balance_micros,
+      entries.reduce((s, e) => s + e.amount_micros, 0),
+      'balance = Σ ledger',
+    );
+    return entries;
+  };
+
+  for (const scriptPipe of [true, false]) {
+    t.test(
+      `a hot account's holds come from its lease; each settle debits and releases once (${scriptPipe ? 'pipe' : 'ioredis'})`,
+      async (t) => {
+        const store = await open(t, { scriptPipe });
+        const acct = `lease-hot-${scriptPipe}`;
+        await store.grant(acct, 100_000_000, undefined, undefined, TS);
+        await warm(t, store, acct, 1000);
+        const [[leaseId, leaseValue]] = (await bucket(acct)).leases as [[string, string]];
+        t.equal(leaseValue, `o${32 * 1000}`, 'the first lease covers 32 holds of the size that asked');
+        t.equal((await store.getAccount(acct)).held_micros, 8 * 1000 + 32 * 1000, 'held: the 8 holds and the lease');
+        const before = await evalCalls();
+        const held = await Promise.all(Array.from({ length: 20 }, (_, i) => store.hold(acct, `r${i}`, 1000, FAR)));
+        t.ok(
+          held.every((h) => h.ok),
+          'every hold is taken',
+        );
+        t.ok((await store.hold(acct, 'r5', 1000, FAR)).ok, 'a hold repeated for a drawn request');
+        t.equal(await evalCalls(), before, '20 holds drawn from the lease (and one repeated): no script call');
+        t.equal((await bucket(acct)).requests.length, 8, 'a drawn request has no field until it settles');
+        // Settles: each its debit, its draw released from 'held' and from the lease, in one pass per turn.
+        const settled = await Promise.all(held.map((_, i) => store.settle(settleOf(acct, `r${i}`, 700, { holdMicros: 1000 }))));
+        t.equal(await evalCalls(), before + 1, "a turn's settles of one lease: one call");
+        t.ok(settled.every((s) => !s.replayed && /^\d+-\d+$/.test(s.entry_id)));
+        t.equal((await bucket(acct)).leases[0]![1], `o${12 * 1000}`, 'the lease: less the 20 draws');
+        t.equal((await store.getAccount(acct)).held_micros, 8 * 1000 + 12 * 1000, 'held: the 8 holds and what is left of the lease');
+        // A settle repeated (its reply lost, say): a replay with the first entry id, nothing debited.
+        const again = await store.settle(settleOf(acct, 'r3', 700, { holdMicros: 1000, mayHaveRun: true }));
+        t.same([again.replayed, again.entry_id], [true, settled[3]!.entry_id], 'a replayed settle replays');
+        for (let i = 0; i < 8; i++) await store.settle(settleOf(acct, `warm${i}`, 700, { holdMicros: 1000 }));
+        const entries = await balanceIsLedger(t, store, acct);
+        t.equal(entries.filter((e) => e.kind === 'debit').length, 28, 'one debit per request');
+        t.ok(
+          entries.filter((e) => e.kind === 'debit' && e.request_id?.startsWith('r')).every((e) => e.hold_micros === 1000),
+          'each drawn request released its draw',
+        );
+        await store.close();
+        t.equal(await heldOf(acct), 0, 'closed: the lease given back (the repeated hold drew nothing), nothing held');
+        t.equal((await bucket(acct)).leases[0]![1], '=', 'an emptied lease is marked done (the reaper drops it)');
+      },
+    );
+  }
+
+  t.test('no overspend: draws of two processes never exceed the balance, and what leases keep goes back', async (t) => {
+    const a = await open(t);
+    const b = await open(t);
+    const acct = 'lease-tight';
+    // 2,560 holds of 100 would spend it all; each process takes leases (1/64 of what is available, smaller
+    // as the credit goes) and both hold in turns of 100 until it is gone.
+    const balance = 2560 * 100;
+    await a.grant(acct, balance, undefined, undefined, TS);
+    await warm(t, a, acct, 100);
+    let ok = LEASE_AFTER;
+    let refused = 0;
+    for (let round = 0; round < 30; round++) {
+      const rs = await Promise.all(Array.from({ length: 100 }, (_, i) => (i % 2 ? a : b).hold(acct, `t${round}_${i}`, 100, FAR)));
+      ok += rs.filter((r) => r.ok).length;
+      refused += rs.filter((r) => !r.ok).length;
+      const state = await a.getAccount(acct);
+      t.ok(state.held_micros <= state.balance_micros, `round ${round}: held ≤ balance`);
+    }
+    t.ok(ok * 100 <= balance, `the holds taken (${ok} of 100) fit the balance`);
+    t.ok(refused > 0, 'and the rest were refused');
+    await a.close();
+    await b.close();
+    t.equal(await heldOf(acct), ok * 100, 'both closed: held is exactly the holds taken (every lease gave back its rest)');
+    t.ok(ok >= 2560 - 2 * 8, `the credit was usable: ${ok} holds of at most 2,560`);
+  });
+
+  t.test('a settle after the reaper took the lease debits with hold 0; the lease rest is hold_expired', async (t) => {
+    // A 1.5 s hold TTL and 1 s buckets: the lease's bucket is due within ~2.5 s.
+    const o = { holdTtlMs: 1500, bucketMs: 1000 };
+    const store = await open(t, o);
+    const acct = 'lease-reaped';
+    await store.grant(acct, 10_000_000, undefined, undefined, TS);
+    const exp = soon();
+    for (let i = 0; i < LEASE_AFTER; i++) await store.hold(acct, `w${i}`, 1000, exp);
+    await waitFor(async () => (await bucket(acct, exp, 1000)).leases.length === 1, 2000, 'the lease is taken');
+    t.ok((await store.hold(acct, 'late', 1000, exp)).ok);
+    t.equal((await bucket(acct, exp, 1000)).requests.length, 8, 'drawn');
+    await sleep(Math.max(0, bucketDue(exp, 1000) - Date.now() + 20));
+    t.ok((await store.reapExpiredHolds(Date.now(), TS)) >= 9, 'the reaper releases the 8 holds and the lease');
+    t.equal(await heldOf(acct), 0, 'nothing held');
+    const entries0 = await allEntries(store, acct);
+    const lease = entries0.find((e) => e.kind === 'hold_expired' && e.request_id?.startsWith('L'));
+    // The window's end gave back the 31 never drawn; what the reaper finds is the open draw.
+    t.equal(lease?.hold_micros, 1000, "the lease's rest (the open draw) is released with a hold_expired entry");
+    const s = await store.settle(settleOf(acct, 'late', 700, { holdMicros: 1000, holdExpiresAtMs: exp }));
+    t.notOk(s.replayed);
+    t.equal(await heldOf(acct), 0, 'the settle released nothing: the reaper had');
+    const again = await store.settle(settleOf(acct, 'late', 700, { holdMicros: 1000, holdExpiresAtMs: exp, mayHaveRun: true }));
+    t.same([again.replayed, again.entry_id], [true, s.entry_id], 'and it replays');
+    const entries = await balanceIsLedger(t, store, acct);
+    const debit = entries.filter((e) => e.kind === 'debit');
+    t.same(
+      debit.map((e) => [e.request_id, e.amount_micros, e.hold_micros]),
+      [['late', -700, 0]],
+      'one debit, hold 0',
+    );
+  });
+
+  t.test('a settle from a process without the lease (the spool) debits once; the draw goes back with the lease', async (t) => {
+    const o = { holdTtlMs: 1500, bucketMs: 1000 };
+    const store = await open(t, o);
+    const other = await open(t, { ...o, leases: false });
+    const acct = 'lease-spool';
+    await store.grant(acct, 10_000_000, undefined, undefined, TS);
+    const exp = soon();
+    for (let i = 0; i < LEASE_AFTER; i++) await store.hold(acct, `w${i}`, 1000, exp);
+    await waitFor(async () => (await bucket(acct, exp, 1000)).leases.length === 1, 2000, 'the lease is taken');
+    t.ok((await store.hold(acct, 'drawn', 1000, exp)).ok);
+    const s = await other.settle(settleOf(acct, 'drawn', 700, { holdMicros: 1000, holdExpiresAtMs: exp, mayHaveRun: true }));
+    t.notOk(s.replayed, 'debited by the other process');
+    // The first process settling it too (a retry racing the spool): a replay.
+    const mine = await store.settle(settleOf(acct, 'drawn', 700, { holdMicros: 1000, holdExpiresAtMs: exp, mayHaveRun: true }));
+    t.same([mine.replayed, mine.entry_id], [true, s.entry_id], "the lease's own settle replays it");
+    for (let i = 0; i < LEASE_AFTER; i++) await store.settle(settleOf(acct, `w${i}`, 0, { holdMicros: 1000, holdExpiresAtMs: exp }));
+    // The window ends before the bucket is due: the lease gives back what was never drawn by itself.
+    await waitFor(async () => (await bucket(acct, exp, 1000)).leases[0]?.[1] === 'o1000', 3000, 'the undrawn part given back');
+    t.equal(await heldOf(acct), 1000, 'held: the one draw the other process settled without releasing');
+    await sleep(Math.max(0, bucketDue(exp, 1000) - Date.now() + 20));
+    await store.reapExpiredHolds(Date.now(), TS);
+    t.equal(await heldOf(acct), 0, 'the reaper releases it with the lease');
+    const entries = await balanceIsLedger(t, store, acct);
+    t.equal(entries.filter((e) => e.kind === 'debit' && e.request_id === 'drawn').length, 1, 'one debit');
+  });
+
+  t.test('an account without enough credit to spare takes no lease', async (t) => {
+    const store = await open(t);
+    const acct = 'lease-poor';
+    // 8 holds of 1000 leave 2,000: a lease of 1/64 of it would not cover 8 holds.
+    await store.grant(acct, 10_000, undefined, undefined, TS);
+    for (let i = 0; i < LEASE_AFTER; i++) await store.hold(acct, `p${i}`, 1000, FAR);
+    await sleep(50);
+    t.equal((await bucket(acct)).leases.length, 0, 'no lease');
+    t.equal((await store.getAccount(acct)).held_micros, 8000);
+    t.notOk((await store.hold(acct, 'p9', 3000, FAR)).ok, 'a hold is refused exactly as without leases');
+  });
+
+  t.test('leases off (the default): every hold is its own', async (t) => {
+    const store = await open(t, { leases: false });
+    const acct = 'lease-off';
+    await store.grant(acct, 100_000_000, undefined, undefined, TS);
+    for (let i = 0; i < 3 * LEASE_AFTER; i++) await store.hold(acct, `o${i}`, 1000, FAR);
+    await sleep(50);
+    t.same((await bucket(acct)).leases, []);
+    t.equal((await bucket(acct)).requests.length, 3 * LEASE_AFTER);
+  });
+}
