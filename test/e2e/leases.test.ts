@@ -1,0 +1,118 @@
+// Credit leases end to end (`credit.leases: true`, docs/ledger.md "Leases"): a crowd of live requests of
+// a funded account and a poor one, through the official SDK, on a real redis-server. Once the funded
+// account is hot, its holds are drawn from the gateway's lease (no hold reaches Redis) and its settles go
+// as lease passes; yet every served request has exactly one debit, the poor account's refusals (402,
+// never leased: it has no credit to spare) stay its own, both ledgers add up, and once the crowd is
+// over the lease gives back its rest by itself: nothing stays held.
+import { readFileSync } from 'node:fs';
+import t from 'tap';
+import OpenAI from 'openai';
+import { monitorRedis, startRedis } from '../helpers/redis.ts';
+import { startGateway } from '../helpers/gateway.ts';
+import { waitFor } from '../helpers/wait.ts';
+import { startSimulator } from '../../src/simulator/simulator.ts';
+import { luaScript } from '../../src/store/script-pipe.ts';
+import { accountOf, checkLedger, ledgerOf } from './credit-support.ts';
+
+const RICH = 96;
+const WAVE = 16;
+const POOR_PER_WAVE = 5;
+const POOR = (RICH / WAVE) * POOR_PER_WAVE;
+
+const redis = await startRedis(t);
+if (redis) {
+  t.test('a hot account draws from its lease; each request billed once; the lease gives back its rest', async (t) => {
+    const sim = await startSimulator();
+    t.teardown(() => sim.close());
+    const gw = await startGateway(t, {
+      redisUrl: redis.url,
+      upstreamUrl: sim.url,
+      config: { credit: { hold_margin_seconds: 5, reaper_interval_ms: 200, leases: true } },
+    });
+    const rich = await gw.createKey({ account: 'ls-rich', env: 'live' });
+    const poor = await gw.createKey({ account: 'ls-poor', env: 'live' });
+    await gw.grant('ls-rich', 1_000_000_000);
+    const client = (key: string) => new OpenAI({ apiKey: key, baseURL: `${gw.url}/v1`, maxRetries: 0 });
+    const base = { model: 'sim-small', messages: [{ role: 'user' as const, content: 'hello there' }], max_tokens: 16 };
+    const probe = await client(rich.key).chat.completions.create(base);
+    t.ok(probe.choices[0]?.message.content);
+    const [first] = (await ledgerOf(gw.admin, 'ls-rich')).filter((e) => e.kind === 'debit');
+    const hold = first!.hold_micros!;
+    await gw.grant('ls-poor', Math.floor((POOR / 4) * hold));
+
+    const leaseSettle = luaScript(readFileSync(new URL('../../src/store/lua/lease-settle.lua', import.meta.url), 'utf8')).sha;
+    const mon = await monitorRedis(redis.url);
+    t.teardown(() => mon.close());
+    const served = new Map<string, Set<string>>([
+      ['ls-rich', new Set()],
+      ['ls-poor', new Set()],
+    ]);
+    const one = async (account: string, key: string, i: number) => {
+      const c = client(key);
+      if (i % 4 === 0) {
+        const { data: stream, response } = await c.chat.completions
+          .create({ ...base, stream: true, stream_options: { include_usage: true } })
+          .withResponse();
+        for await (const _ of stream);
+        served.get(account)!.add(response.headers.get('x-request-id')!);
+        return;
+      }
+      const { response } = await c.chat.completions.create(base).withResponse();
+      served.get(account)!.add(response.headers.get('x-request-id')!);
+    };
+    // In waves, so the funded account is hot (8 holds in a bucket) before most of its requests.
+    const results: PromiseSettledResult<void>[] = [];
+    for (let w = 0; w < RICH / WAVE; w++) {
+      results.push(
+        ...(await Promise.allSettled([
+          ...Array.from({ length: WAVE }, (_, i) => one('ls-rich', rich.key, w * WAVE + i)),
+          ...Array.from({ length: POOR_PER_WAVE }, (_, i) => one('ls-poor', poor.key, i)),
+        ])),
+      );
+    }
+    const richOk = results.filter((r, i) => i % (WAVE + POOR_PER_WAVE) < WAVE && r.status === 'fulfilled').length;
+    t.equal(richOk, RICH, 'every request of the funded account served');
+    const refused = results.filter((r) => r.status === 'rejected').map((r) => (r as PromiseRejectedResult).reason);
+    t.ok(refused.length > 0 && refused.length < POOR, `the poor account: ${POOR - refused.length} served, ${refused.length} refused`);
+    t.ok(
+      refused.every((e) => e instanceof OpenAI.APIError && e.status === 402),
+      'every refusal is 402',
+    );
+
+    for (const account of ['ls-rich', 'ls-poor']) {
+      const ids = account === 'ls-rich' ? new Set([...served.get(account)!, first!.request_id!]) : served.get(account)!;
+      const entries = await waitFor(
+        async () => {
+          const e = await ledgerOf(gw.admin, account);
+          return e.filter((x) => x.kind === 'debit').length >= ids.size ? e : undefined;
+        },
+        5000,
+        `${account}'s debits`,
+      );
+      // The bucket's window (1 s with this config's hold TTL) ends: the lease's rest goes back by itself.
+      const acct = await waitFor(
+        async () => {
+          const a = await accountOf(gw.admin, account);
+          return a.held_micros === 0 ? a : undefined;
+        },
+        5000,
+        `${account}: nothing held`,
+      );
+      checkLedger(t, entries, acct, ids);
+    }
+    mon.close();
+    // The lease passes: the funded account's settles they carried (their request ids, after 3 arguments).
+    const passes = mon.seen
+      .map((l) => l.split(' '))
+      .filter((w) => w[0]!.toLowerCase() === 'evalsha' && w[1] === leaseSettle)
+      .map((w) => w.slice(3 + Number(w[2])));
+    const leased = new Set(passes.flatMap((a) => a.slice(3, 3 + Number(a[2]))));
+    t.ok(leased.size >= RICH / 2, `${leased.size} of the funded account's ${RICH} requests were drawn from a lease`);
+    t.ok(
+      [...leased].every((id) => served.get('ls-rich')!.has(id)),
+      "only the funded account's requests (the poor one never has credit to spare)",
+    );
+    const holds = mon.seen.filter((l) => l.toLowerCase().startsWith('evalsha') && !l.includes(leaseSettle)).length;
+    t.comment(`${passes.length} lease passes carried ${leased.size} settles; ${holds} other credit script calls`);
+  });
+}
