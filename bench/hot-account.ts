@@ -5,9 +5,10 @@
  * from `INFO commandstats` (time inside the gateway's commands) and from /proc (redis-server's whole CPU,
  * network and syscalls included), with the script calls per request (2 = a hold and a settle call each;
  * fewer = turns batched), beside req/s and the gateway's CPU per request.
- *   node bench/hot-account.ts [--ref <before>] [--rounds 3] [--seconds 3] [--conns 1,64,256] [--workers 4] [--out file.md]
+ *   node bench/hot-account.ts [--ref <before>] [--rounds 3] [--seconds 3] [--conns 1,64,256] [--workers 4] [--leases] [--out file.md]
  * With --ref, the gateway at that ref is measured too, its stack up only while it runs; rounds alternate
- * (before, after, after, before, …) so drift hits both alike. Medians over rounds.
+ * (before, after, after, before, …) so drift hits both alike. Medians over rounds. `--leases`: the working
+ * tree's gateway with `credit.leases: true` (docs/ledger.md "Leases"); the ref's as configured by default.
  */
 import { writeFileSync } from 'node:fs';
 import { loadavg } from 'node:os';
@@ -25,6 +26,7 @@ const { values } = parseArgs({
     conns: { type: 'string', default: '1,64,256' },
     workers: { type: 'string', default: '4' },
     out: { type: 'string' },
+    leases: { type: 'boolean', default: false },
   },
 });
 const rounds = Number(values.rounds);
@@ -47,7 +49,15 @@ const median = (xs: number[]) => {
 
 const stacks = new Map<string, Stack>();
 for (const side of sides)
-  stacks.set(side.name, await startStack({ reference: false, workers, ...(side.ref.sha && { ref: side.ref.sha }) }));
+  stacks.set(
+    side.name,
+    await startStack({
+      reference: false,
+      workers,
+      ...(side.ref.sha && { ref: side.ref.sha }),
+      ...(side.name === 'after' && values.leases && { config: { credit: { leases: true } } }),
+    }),
+  );
 const runs = new Map<string, Measurement[]>();
 const load0 = loadavg()
   .map((x) => x.toFixed(2))
@@ -83,7 +93,7 @@ const lines = [
   '',
   `\`node bench/hot-account.ts${values.ref ? ` --ref ${values.ref}` : ''} --rounds ${rounds} --seconds ${values.seconds} --conns ${values.conns}\` · ${new Date().toISOString()} · load average at start ${load0}`,
   '',
-  ...sides.map((s) => `- ${s.name}: ${s.ref.label}`),
+  ...sides.map((s) => `- ${s.name}: ${s.ref.label}${s.name === 'after' && values.leases ? ', `credit.leases: true`' : ''}`),
   '',
   'wrk, non-streaming, 64 tokens, all on the same 2 cores. Redis µs/req: `INFO commandstats` (time inside the gateway’s commands, scripts counted once) and redis-server’s CPU from /proc (its network and syscall work included), each per completed request. Medians over rounds.',
   '',

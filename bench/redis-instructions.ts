@@ -19,6 +19,7 @@
  * requests per second the holds' clock advances by, so hold buckets fill as in production (below).
  * `--redis-config 'name value'` (repeatable): a server setting for every run, as redis.conf would set it
  * (docs/operations.md weighs `hash-max-listpack-entries` for accounts of a few to fifty requests a second).
+ * `--leases`: the working tree's store (`--ref .`) with `leases: true` (credit.leases, docs/ledger.md "Leases").
  * `--stagger`: half the requests in flight start one step late, so every batch holds for one half and
  * settles for the other (a gateway's turns under load), not holds only and then settles only.
  * Debian's redis-server is stripped: functions are grouped by name (its dynamic symbols), and a static
@@ -50,6 +51,7 @@ const { values } = parseArgs({
     keep: { type: 'boolean', default: false },
     'redis-config': { type: 'string', multiple: true, default: [] },
     stagger: { type: 'boolean', default: false },
+    leases: { type: 'boolean', default: false },
   },
 });
 const N = Number(values.n);
@@ -259,7 +261,7 @@ interface Run {
   listpackEntries: number;
 }
 
-async function measure(src: string, label: string, inFlight: number, redisBin: string): Promise<Run> {
+async function measure(src: string, label: string, inFlight: number, redisBin: string, leases: boolean): Promise<Run> {
   const out = join(dir, `callgrind-${label.slice(0, 7).replace(/\W/g, '')}-${inFlight}.out`);
   const port = await freePort();
   const server = await startCallgrindRedis(port, out, `${out}.log`, REDIS_CONFIG);
@@ -268,7 +270,7 @@ async function measure(src: string, label: string, inFlight: number, redisBin: s
   const mod = (await import(resolve(src, 'store/redis-store.ts'))) as typeof import('../src/store/redis-store.ts');
   // The gateway's defaults: a 660 s hold TTL, 10 s hold buckets (hold-bucket.ts bucketMsFor).
   const [holdTtlMs, bucketMs] = [660_000, 10_000];
-  const store: Store = await mod.createRedisStore({ url, commandTimeoutMs: 120_000, settledTtlSeconds: 4260, holdTtlMs, bucketMs });
+  const store: Store = await mod.createRedisStore({ url, commandTimeoutMs: 120_000, settledTtlSeconds: 4260, holdTtlMs, bucketMs, leases });
   const ACCT = 'bench';
   await store.grant(ACCT, 1e15, 'bench-grant', undefined, new Date().toISOString());
   // As bench/ledger-redis.ts: the hold's expiry as the gateway sets it (now + the TTL), a settle with a full
@@ -336,10 +338,14 @@ async function measure(src: string, label: string, inFlight: number, redisBin: s
 const redisBin = realpathSync(sh('sh', ['-c', 'command -v redis-server']).trim());
 const runs: Run[] = [];
 try {
-  const trees = values.ref.map(srcOf);
+  const trees = values.ref.map((ref) => {
+    const leases = values.leases && ref === '.';
+    const tree = srcOf(ref);
+    return { ...tree, label: leases ? `${tree.label}, leases` : tree.label, leases };
+  });
   for (const inFlight of LEVELS) {
-    for (const { src, label } of trees) {
-      const r = await measure(src, label, inFlight, redisBin);
+    for (const { src, label, leases } of trees) {
+      const r = await measure(src, label, inFlight, redisBin, leases);
       console.error(`${label} @${inFlight}: ${Math.round(r.irPerReq)} Ir/request, ${r.scriptCallsPerReq.toFixed(3)} script calls/request`);
       runs.push(r);
     }

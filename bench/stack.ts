@@ -74,6 +74,8 @@ export interface StackOptions {
    * (docs/keys.md), on the same gateway: what a budget costs the hot path (bench/ab.ts --key live-budget).
    */
   budgetKey?: boolean;
+  /** Config sections merged over the generated ones (e.g. `{ credit: { leases: true } }`; a ref must know them). */
+  config?: Record<string, object>;
 }
 
 /** Exports src/ and package.json of a git ref into dir; returns the gateway's working directory. */
@@ -157,7 +159,8 @@ export async function startStack(o: StackOptions = {}): Promise<Stack> {
     const startGateway = async (name: string, workers: number) => {
       const [port, adminPort] = [await freePort(), await freePort()];
       const configFile = join(dir, `${name}.yaml`);
-      const config = gatewayConfig(simUrl, port, adminPort, workers, accountLimits(cwd ?? process.cwd()));
+      const config: Record<string, unknown> = gatewayConfig(simUrl, port, adminPort, workers, accountLimits(cwd ?? process.cwd()));
+      for (const [section, v] of Object.entries(o.config ?? {})) config[section] = { ...(config[section] as object | undefined), ...v };
       writeFileSync(configFile, JSON.stringify(config, null, 2)); // JSON is YAML
       const adminUrl = `http://127.0.0.1:${adminPort}`;
       const proc = await start(name, process.execPath, [...PRODUCTION_NODE_ARGS, ...(o.gatewayNodeArgs ?? []), 'src/main.ts'], {
@@ -295,7 +298,13 @@ export function accountLimits(cwd: string): boolean {
 }
 
 /** The generated gateway config (SPEC §11 keys), one upstream: the simulator. */
-export function gatewayConfig(simUrl: string, port: number, adminPort: number, workers: number, perAccount: boolean): object {
+export function gatewayConfig(
+  simUrl: string,
+  port: number,
+  adminPort: number,
+  workers: number,
+  perAccount: boolean,
+): Record<string, unknown> {
   // The account's limits (SPEC §13) must not refuse the bench key's account either; the per-key ones still run.
   const account = perAccount && {
     rate_limits: { test_account: { requests_per_minute: 1_000_000_000, tokens_per_minute: 1_000_000_000_000 } },

@@ -243,27 +243,34 @@ export function createRedisCredit(
   async function leaseSettle(calls: Call[]): Promise<unknown[]> {
     const settles = calls.filter((c) => c.giveBack === undefined);
     const ns = settles.length;
-    const args = new Array<string | number>(3 + 4 * ns);
+    const args = new Array<string | number>(5 + 4 * ns);
     let give = 0;
     for (const c of calls) give += c.giveBack ?? 0;
+    let debit = 0;
+    let drawn = 0;
+    for (let i = 0; i < ns; i++) {
+      const c = settles[i]!;
+      args[5 + i] = c.args[0]!;
+      args[5 + ns + i] = c.args[1]!;
+      args[5 + 2 * ns + i] = c.args[2]!;
+      args[5 + 3 * ns + i] = String(c.hold);
+      debit += Number(c.args[1]);
+      drawn += c.hold!;
+    }
     args[0] = calls[0]!.lease!;
     args[1] = String(give);
     args[2] = ns;
-    for (let i = 0; i < ns; i++) {
-      const c = settles[i]!;
-      args[3 + i] = c.args[0]!;
-      args[3 + ns + i] = c.args[1]!;
-      args[3 + 2 * ns + i] = c.args[2]!;
-      args[3 + 3 * ns + i] = String(c.hold);
-    }
+    args[3] = String(debit);
+    args[4] = String(drawn);
     const keys = settles.length > 0 ? settles[0]!.keys : calls[0]!.keys;
     const r = (await (pipe ? pipe.run(lua.leaseSettle, keys, args) : s.tgLeaseSettle(...keys, ...args))) as unknown[];
-    const [bal, held] = r;
+    const [bal, held, common] = r;
     let i = 0;
     return calls.map((c) => {
       if (c.giveBack !== undefined) return [bal, held];
-      const id = r[2 + 2 * i];
-      const replayed = r[3 + 2 * i];
+      // The common case answers each settle's entry id; else its entry id (or '?') and whether it replayed.
+      const id = common === 1 ? r[3 + i] : r[3 + 2 * i];
+      const replayed = common === 1 ? 0 : r[4 + 2 * i];
       i++;
       return id === '?' ? ['?'] : [id, replayed, bal, held];
     });

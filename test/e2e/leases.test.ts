@@ -101,13 +101,15 @@ if (redis) {
       checkLedger(t, entries, acct, ids);
     }
     mon.close();
-    // The lease passes: the funded account's settles they carried (their request ids, after 3 arguments).
+    // The lease passes: the funded account's settles they carried (their request ids, after 5 arguments).
     const passes = mon.seen
       .map((l) => l.split(' '))
       .filter((w) => w[0]!.toLowerCase() === 'evalsha' && w[1] === leaseSettle)
       .map((w) => w.slice(3 + Number(w[2])));
-    const leased = new Set(passes.flatMap((a) => a.slice(3, 3 + Number(a[2]))));
-    t.ok(leased.size >= RICH / 2, `${leased.size} of the funded account's ${RICH} requests were drawn from a lease`);
+    const leased = new Set(passes.flatMap((a) => a.slice(5, 5 + Number(a[2]))));
+    // Each 1 s bucket (this config's hold TTL) starts with 8 holds of its own before its lease: a slow machine
+    // spreads the crowd over more buckets, so only a quarter is asked for.
+    t.ok(leased.size >= RICH / 4, `${leased.size} of the funded account's ${RICH} requests were drawn from a lease`);
     t.ok(
       [...leased].every((id) => served.get('ls-rich')!.has(id)),
       "only the funded account's requests (the poor one never has credit to spare)",
