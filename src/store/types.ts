@@ -105,6 +105,10 @@ export interface GrantResult {
 
 export interface HoldResult {
   ok: boolean;
+  /**
+   * The account's balance and held as the hold found or left them; a hold drawn from a credit lease
+   * (docs/ledger.md "Leases") asked no one and answers 0 for both (callers read them only on a refusal).
+   */
   balance_micros: number;
   held_micros: number;
   /** Set when the key's budget refused the hold: what the key's period had spent and held (docs/keys.md). */
