@@ -67,8 +67,8 @@ export interface LeaseBook {
   draw(account: string, due: number, requestId: string, amount: number): string | undefined;
   /** A per-request hold of `amount` was taken with `available` (balance − held) left: maybe take a lease. */
   held(account: string, due: number, amount: number, available: number): void;
-  /** The lease the account's request drew from, if it drew in bucket `due`. */
-  leaseOf(account: string, requestId: string, due: number): string | undefined;
+  /** The lease the account's request drew from and how much, if it drew in bucket `due`. */
+  leaseOf(account: string, requestId: string, due: number): { id: string; amount: number } | undefined;
   /** The request's settle landed: it no longer counts against its lease. */
   settled(account: string, requestId: string): void;
   /** Leases open now (for tests and metrics). */
@@ -89,8 +89,8 @@ function at(d: Pick<LeaseDeps, 'now'>, atMs: number, fn: () => void): void {
 
 export function createLeaseBook(d: LeaseDeps): LeaseBook {
   const slots = new Map<string, Slot>();
-  /** By account and request id (a request id is the store's per account). */
-  const drawn = new Map<string, Lease>();
+  /** By account and request id (a request id is the store's per account): the lease and the draw. */
+  const drawn = new Map<string, { lease: Lease; amount: number }>();
   const drawKey = (account: string, requestId: string) => `${account}\n${requestId}`;
   const giving = new Set<Promise<unknown>>();
   let seq = 0;
@@ -139,7 +139,7 @@ export function createLeaseBook(d: LeaseDeps): LeaseBook {
       if (!l) return undefined;
       // A hold repeated for the same request draws once.
       const key = drawKey(account, requestId);
-      if (drawn.get(key) === l) return l.id;
+      if (drawn.get(key)?.lease === l) return l.id;
       if (!l.open || windowLeft(due) <= 0) return undefined;
       if (l.avail < amount) {
         // Spent: closed (the rest back), and the next hold asks for a larger one.
@@ -150,7 +150,7 @@ export function createLeaseBook(d: LeaseDeps): LeaseBook {
       }
       l.avail -= amount;
       l.requests.add(key);
-      drawn.set(key, l);
+      drawn.set(key, { lease: l, amount });
       return l.id;
     },
 
@@ -177,7 +177,7 @@ export function createLeaseBook(d: LeaseDeps): LeaseBook {
           s.nextHolds = Math.min(s.nextHolds * 2, LEASE_MAX_HOLDS);
           // Long after its bucket was due: a request drawn from it and still not settled is forgotten.
           at(d, due + d.keepMs, () => {
-            for (const r of l.requests) if (drawn.get(r) === l) drawn.delete(r);
+            for (const r of l.requests) if (drawn.get(r)?.lease === l) drawn.delete(r);
           });
           // The window may have ended while the lease was taken.
           if (!slots.has(`${due} ${account}`)) closeLease(l);
@@ -191,16 +191,16 @@ export function createLeaseBook(d: LeaseDeps): LeaseBook {
     },
 
     leaseOf(account, requestId, due) {
-      const l = drawn.get(drawKey(account, requestId));
-      return l && l.due === due ? l.id : undefined;
+      const x = drawn.get(drawKey(account, requestId));
+      return x && x.lease.due === due ? { id: x.lease.id, amount: x.amount } : undefined;
     },
 
     settled(account, requestId) {
       const key = drawKey(account, requestId);
-      const l = drawn.get(key);
-      if (!l) return;
+      const x = drawn.get(key);
+      if (!x) return;
       drawn.delete(key);
-      l.requests.delete(key);
+      x.lease.requests.delete(key);
     },
 
     get open() {

@@ -102,7 +102,7 @@ function isRun(
 
 export function createRedisCredit(
   d: RedisCreditDeps,
-): Pick<Store, 'hold' | 'settle' | 'reapExpiredHolds'> & { closeLeases(): Promise<void>; readonly openLeases: number } {
+): Pick<Store, 'hold' | 'settle' | 'reapExpiredHolds'> & { closeLeases(): Promise<void> } {
   const { redis, pipe, scripts: s, lua, onError } = d;
   const cluster = redis instanceof Cluster;
   const holdTtlMs = d.holdTtlMs ?? DEFAULT_HOLD_TTL_MS;
@@ -501,21 +501,22 @@ export function createRedisCredit(
       // A run sums the holds in JavaScript: only a whole, non-negative number may join one (a settle read
       // back from a spool file is not type-checked field by field).
       const hold = Number.isSafeInteger(i.holdMicros) && i.holdMicros! >= 0 ? i.holdMicros : undefined;
-      // Drawn from a lease: its own pass (lease-settle.lua), which releases the draw from the lease.
-      const lease = leases && !b && hold !== undefined ? leases.leaseOf(i.account, i.requestId, due) : undefined;
+      // Drawn from a lease: its own pass (lease-settle.lua), which releases the draw (as the book recorded
+      // it) from the lease.
+      const lease = leases && !b ? leases.leaseOf(i.account, i.requestId, due) : undefined;
       let reply = (await creditCall({
         keys: [...keys, ...budgetKeys],
         args,
-        hold,
+        hold: lease ? lease.amount : hold,
         settle: true,
-        ...(lease !== undefined && { lease }),
+        ...(lease && { lease: lease.id }),
       })) as [string, number, number, number, number?];
       // No field in the bucket (rare: no hold reached it, or one of the previous layout): the whole script.
       if (reply[0] === '?') {
         const all = [...keys, K.holds(i.account), K.settled(i.account, i.requestId), ...budgetKeys];
         reply = (await settleScript(all, args)) as typeof reply;
       }
-      if (lease !== undefined) leases!.settled(i.account, i.requestId);
+      if (lease) leases!.settled(i.account, i.requestId);
       const [entryId, replayed, bal, held, fresh] = reply;
       // A settle without its hold wrote the bucket's first field, maybe: index it too (rare path).
       if (fresh === 1) index(i.account, due);
@@ -524,9 +525,6 @@ export function createRedisCredit(
 
     /** Gives back every lease's undrawn part (the store's close, before the connections go). */
     closeLeases: async () => leases?.close(),
-    get openLeases() {
-      return leases?.open ?? 0;
-    },
 
     async reapExpiredHolds(nowMs, ts) {
       for (const [cacheKey, { due }] of indexed) if (due <= nowMs) indexed.delete(cacheKey);

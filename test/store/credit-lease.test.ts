@@ -41,7 +41,7 @@ t.test('a lease after LEASE_AFTER holds, 32 of the asking size; spent, the rest 
   t.equal(b.draw('a', FAR_DUE, 'big', 150), undefined, 'a draw larger than what is left: a hold of its own');
   t.same(given, [{ id: 'Ltest.1', amount: 100 }], 'the spent lease gives back its rest');
   t.equal(b.open, 0);
-  t.equal(b.leaseOf('a', 'r3', FAR_DUE), 'Ltest.1', 'its requests still settle through it');
+  t.same(b.leaseOf('a', 'r3', FAR_DUE), { id: 'Ltest.1', amount: 100 }, 'its requests still settle through it, with their draw');
   t.equal(b.leaseOf('a', 'r3', FAR_DUE - 1), undefined, 'only in its own bucket');
   b.held('a', FAR_DUE, 100, 1e12);
   await sleep(0);
@@ -121,7 +121,7 @@ t.test("the bucket's window ends: the lease stops lending and gives back its res
   await sleep(300);
   t.equal(b.draw('a', due, 'y', 10), undefined, 'past the window');
   t.same(given, [{ id: 'Ltest.1', amount: (LEASE_HOLDS - 1) * 10 }], 'the rest given back');
-  t.equal(b.leaseOf('a', 'x', due), 'Ltest.1', 'its draw still settles through it');
+  t.same(b.leaseOf('a', 'x', due), { id: 'Ltest.1', amount: 10 }, 'its draw still settles through it');
   b.held('a', due, 10, 1e12);
   await sleep(0);
   t.equal(b.open, 0, 'no new lease for a bucket whose window is over');
