@@ -39,7 +39,15 @@ export interface LeaseDeps {
   keepMs: number;
   /** The lease ids' prefix, unique to this process (a restart or another worker never reuses an id). */
   idPrefix: string;
+  /**
+   * The connection's generation (the script pipe's), when there is one: a lease taken on an earlier
+   * connection is not drawn from (the server may have restarted empty, and the lease with it).
+   */
+  generation?: () => number;
 }
+
+/** How often the book looks for leases whose bucket's window is over, and for draws to forget. */
+export const SWEEP_MS = 250;
 
 interface Lease {
   readonly id: string;
@@ -49,12 +57,15 @@ interface Lease {
   avail: number;
   /** Draws are still taken from it. */
   open: boolean;
+  /** The connection generation it was taken on. */
+  readonly generation: number | undefined;
   /** The requests drawn from it (drawn's keys), until each settles (forgotten `keepMs` after the bucket is due). */
   readonly requests: Set<string>;
 }
 
 /** An account and bucket this process holds in: its per-request holds, its lease. */
 interface Slot {
+  readonly due: number;
   holds: number;
   current: Lease | undefined;
   taking: boolean;
@@ -77,18 +88,11 @@ export interface LeaseBook {
   close(): Promise<void>;
 }
 
-/** setTimeout's longest delay; a later time is reached in steps (an expiry far off, in tests). */
-const MAX_DELAY = 2 ** 31 - 1;
-
-/** Runs `fn` once `d.now()` reaches `atMs` (unref'd: it never keeps the process up). */
-function at(d: Pick<LeaseDeps, 'now'>, atMs: number, fn: () => void): void {
-  const wait = atMs - d.now();
-  if (wait > MAX_DELAY) setTimeout(() => at(d, atMs, fn), MAX_DELAY).unref();
-  else setTimeout(fn, Math.max(0, wait)).unref();
-}
-
 export function createLeaseBook(d: LeaseDeps): LeaseBook {
+  /** By `<due> <account>`: each account and bucket this process held in while the bucket's window lasts. */
   const slots = new Map<string, Slot>();
+  /** Leases whose requests may still settle, until `keepMs` after their bucket is due. */
+  const leases = new Set<Lease>();
   /** By account and request id (a request id is the store's per account): the lease and the draw. */
   const drawn = new Map<string, { lease: Lease; amount: number }>();
   const drawKey = (account: string, requestId: string) => `${account}\n${requestId}`;
@@ -114,20 +118,39 @@ export function createLeaseBook(d: LeaseDeps): LeaseBook {
   /** A request holding from now on falls into a later bucket: `due`'s window is over. */
   const windowLeft = (due: number) => due - d.holdTtlMs - d.now();
 
+  /**
+   * One timer for the book, running while it has slots or leases (unref'd: it never keeps the process up):
+   * a slot whose window is over goes, its lease closed (the rest given back); a lease `keepMs` past its
+   * bucket's due time forgets its unsettled draws (such a settle goes the per-request way).
+   */
+  let sweeper: NodeJS.Timeout | undefined;
+  function sweep(): void {
+    const now = d.now();
+    for (const [key, s] of slots) {
+      if (s.due - d.holdTtlMs > now) continue;
+      slots.delete(key);
+      if (s.current) closeLease(s.current);
+    }
+    for (const l of leases) {
+      if (l.due + d.keepMs > now) continue;
+      leases.delete(l);
+      for (const r of l.requests) if (drawn.get(r)?.lease === l) drawn.delete(r);
+    }
+    if (slots.size === 0 && leases.size === 0) {
+      clearInterval(sweeper);
+      sweeper = undefined;
+    }
+  }
+  const sweeping = () => (sweeper ??= setInterval(sweep, SWEEP_MS).unref());
+
   function slotOf(account: string, due: number, make: boolean): Slot | undefined {
     const key = `${due} ${account}`;
     let s = slots.get(key);
     if (!s && make) {
       if (windowLeft(due) <= 0) return undefined;
-      s = { holds: 0, current: undefined, taking: false, nextHolds: LEASE_HOLDS };
+      s = { due, holds: 0, current: undefined, taking: false, nextHolds: LEASE_HOLDS };
       slots.set(key, s);
-      // Past the window: the lease closes, the slot goes; once the bucket is due, its requests are forgotten
-      // (a settle after that finds no lease and goes the per-request way).
-      at(d, due - d.holdTtlMs + 1, () => {
-        slots.delete(key);
-        const l = s!.current;
-        if (l) closeLease(l);
-      });
+      sweeping();
     }
     return s;
   }
@@ -141,6 +164,13 @@ export function createLeaseBook(d: LeaseDeps): LeaseBook {
       const key = drawKey(account, requestId);
       if (drawn.get(key)?.lease === l) return l.id;
       if (!l.open || windowLeft(due) <= 0) return undefined;
+      if (d.generation && l.generation !== d.generation()) {
+        // Taken on an earlier connection: closed (the give-back finds it or does nothing), and a new one asked for.
+        closeLease(l);
+        s!.current = undefined;
+        s!.holds = LEASE_AFTER - 1;
+        return undefined;
+      }
       if (l.avail < amount) {
         // Spent: closed (the rest back), and the next hold asks for a larger one.
         closeLease(l);
@@ -163,6 +193,7 @@ export function createLeaseBook(d: LeaseDeps): LeaseBook {
       if (!(size >= LEASE_MIN_HOLDS * amount) || !Number.isSafeInteger(size)) return;
       s.taking = true;
       const id = `${d.idPrefix}.${++seq}`;
+      const generation = d.generation?.();
       d.take(account, due, id, size).then(
         (r) => {
           s.taking = false;
@@ -171,16 +202,14 @@ export function createLeaseBook(d: LeaseDeps): LeaseBook {
             s.holds = 0;
             return;
           }
-          const l: Lease = { id, account, due, avail: size, open: true, requests: new Set() };
+          const l: Lease = { id, account, due, avail: size, open: true, generation, requests: new Set() };
           open++;
           s.current = l;
           s.nextHolds = Math.min(s.nextHolds * 2, LEASE_MAX_HOLDS);
-          // Long after its bucket was due: a request drawn from it and still not settled is forgotten.
-          at(d, due + d.keepMs, () => {
-            for (const r of l.requests) if (drawn.get(r)?.lease === l) drawn.delete(r);
-          });
+          leases.add(l);
+          sweeping();
           // The window may have ended while the lease was taken.
-          if (!slots.has(`${due} ${account}`)) closeLease(l);
+          if (slots.get(`${due} ${account}`) !== s) closeLease(l);
         },
         (err: unknown) => {
           s.taking = false;
@@ -210,6 +239,8 @@ export function createLeaseBook(d: LeaseDeps): LeaseBook {
     async close() {
       for (const s of slots.values()) if (s.current) closeLease(s.current);
       slots.clear();
+      clearInterval(sweeper);
+      sweeper = undefined;
       await Promise.allSettled([...giving]);
     },
   };

@@ -460,6 +460,7 @@ export function createRedisCredit(
         now: Date.now,
         onError,
         idPrefix: `L${randomBytes(6).toString('base64url')}`,
+        ...(pipe && { generation: () => pipe.generation }),
         async take(acct, due, id, amount) {
           index(acct, due);
           const [code] = (await creditCall({ keys: [K.balance(acct), K.holdBucket(acct, due)], args: [id, amount, due] })) as [number];

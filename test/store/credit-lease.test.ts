@@ -2,6 +2,7 @@
 // and that whatever it did not lend goes back (when spent, at the end of its bucket's window, at close).
 // The Redis side is test/store/lease.test.ts.
 import { setTimeout as sleep } from 'node:timers/promises';
+import { waitFor } from '../helpers/wait.ts';
 import t from 'tap';
 import { createLeaseBook, LEASE_AFTER, LEASE_HOLDS, LEASE_MAX_HOLDS, LEASE_SHARE, type LeaseDeps } from '../../src/store/credit-lease.ts';
 
@@ -120,9 +121,37 @@ t.test("the bucket's window ends: the lease stops lending and gives back its res
   t.equal(b.draw('a', due, 'x', 10), 'Ltest.1');
   await sleep(300);
   t.equal(b.draw('a', due, 'y', 10), undefined, 'past the window');
+  await waitFor(() => given.length > 0, 2000, 'the give-back (the next sweep)');
   t.same(given, [{ id: 'Ltest.1', amount: (LEASE_HOLDS - 1) * 10 }], 'the rest given back');
   t.same(b.leaseOf('a', 'x', due), { id: 'Ltest.1', amount: 10 }, 'its draw still settles through it');
   b.held('a', due, 10, 1e12);
   await sleep(0);
   t.equal(b.open, 0, 'no new lease for a bucket whose window is over');
+});
+
+t.test('a draw still unsettled keepMs after its bucket was due is forgotten', async (t) => {
+  const { b } = book({ holdTtlMs: 300, keepMs: 100 });
+  const due = Date.now() + 400;
+  for (let i = 0; i < LEASE_AFTER; i++) b.held('a', due, 10, 1e12);
+  await sleep(0);
+  t.equal(b.draw('a', due, 'x', 10), 'Ltest.1');
+  t.ok(b.leaseOf('a', 'x', due));
+  await waitFor(() => b.leaseOf('a', 'x', due) === undefined, 3000, 'the draw forgotten');
+  t.ok(Date.now() >= due + 100, 'not before its bucket was due and keepMs more');
+});
+
+t.test('a lease taken on an earlier connection is not drawn from', async (t) => {
+  let generation = 1;
+  const { b, taken, given } = book({ generation: () => generation });
+  for (let i = 0; i < LEASE_AFTER; i++) b.held('a', FAR_DUE, 10, 1e12);
+  await sleep(0);
+  t.equal(b.draw('a', FAR_DUE, 'x', 10), 'Ltest.1');
+  generation = 2;
+  t.equal(b.draw('a', FAR_DUE, 'y', 10), undefined, 'a new connection: a hold of its own');
+  t.same(given, [{ id: 'Ltest.1', amount: (LEASE_HOLDS - 1) * 10 }], 'the old lease closed, its rest given back');
+  b.held('a', FAR_DUE, 10, 1e12);
+  await sleep(0);
+  t.equal(taken.length, 2, 'and a new lease asked for at the next hold');
+  t.equal(b.draw('a', FAR_DUE, 'z', 10), 'Ltest.2');
+  await b.close();
 });
