@@ -30,6 +30,8 @@ const { values } = parseArgs({
   },
 });
 const rounds = Number(values.rounds);
+/** The gateway measured: with `server.workers` set, or the single process for --workers 1. */
+const TARGET = Number(values.workers) > 1 ? `tollgate/live-w${values.workers}` : 'tollgate/live';
 const workers = Number(values.workers);
 const conns = values.conns.split(',').map(Number);
 const base = SCENARIOS.find((s) => s.id === 'nonstream')!;
@@ -53,7 +55,8 @@ for (const side of sides)
     side.name,
     await startStack({
       reference: false,
-      workers,
+      // One worker: the stack's own single-process gateway ('tollgate/live'), no second one.
+      workers: workers > 1 ? workers : false,
       ...(side.ref.sha && { ref: side.ref.sha }),
       ...(side.name === 'after' && values.leases && { config: { credit: { leases: true } } }),
     }),
@@ -66,7 +69,7 @@ try {
   // Warm every side at every concurrency (JIT, pools, key caches in every worker).
   for (const side of sides) {
     const st = stacks.get(side.name)!;
-    const t = st.targets.find((x) => x.name === `tollgate/live-w${workers}`)!;
+    const t = st.targets.find((x) => x.name === TARGET)!;
     for (const c of conns) await measure(scenario(c), t, 0, false, st.pids);
   }
   for (let r = 0; r < rounds; r++) {
@@ -74,7 +77,7 @@ try {
     for (const c of conns) {
       for (const side of order) {
         const st = stacks.get(side.name)!;
-        const t = st.targets.find((x) => x.name === `tollgate/live-w${workers}`)!;
+        const t = st.targets.find((x) => x.name === TARGET)!;
         const m = await measure(scenario(c), t, r, false, st.pids, st.redisScriptCommands);
         const key = `${side.name} ${c}`;
         runs.set(key, [...(runs.get(key) ?? []), m]);
