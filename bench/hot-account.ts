@@ -82,7 +82,7 @@ try {
         const key = `${side.name} ${c}`;
         runs.set(key, [...(runs.get(key) ?? []), m]);
         process.stderr.write(
-          `round ${r} ${key}: ${m.result.rps.toFixed(0)} req/s, Redis ${m.redisCmdUsPerReq?.toFixed(2)} µs/req (commandstats), ${m.redisScriptCallsPerReq?.toFixed(3)} script calls/req, ${m.redisUsPerReq?.toFixed(2)} µs/req (/proc), gateway ${m.cpuUsPerReq.toFixed(0)} µs/req\n`,
+          `round ${r} ${key}: ${m.result.rps.toFixed(0)} req/s, p50 ${m.result.latency.p50.toFixed(2)} / p99 ${m.result.latency.p99.toFixed(2)} ms, Redis ${m.redisCmdUsPerReq?.toFixed(2)} µs/req (commandstats), ${m.redisScriptCallsPerReq?.toFixed(3)} script calls/req, ${m.redisUsPerReq?.toFixed(2)} µs/req (/proc), gateway ${m.cpuUsPerReq.toFixed(0)} µs/req\n`,
         );
       }
     }
