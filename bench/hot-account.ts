@@ -9,6 +9,8 @@
  * With --ref, the gateway at that ref is measured too, its stack up only while it runs; rounds alternate
  * (before, after, after, before, …) so drift hits both alike. Medians over rounds. `--leases`: the working
  * tree's gateway with `credit.leases: true` (docs/ledger.md "Leases"); the ref's as configured by default.
+ * `--rate N`: an open loop at N requests a second (bench/paced.ts, latency from each request's scheduled
+ * time) instead of wrk's closed loop; `--conns` is then the client's connection pool.
  */
 import { writeFileSync } from 'node:fs';
 import { loadavg } from 'node:os';
@@ -27,6 +29,7 @@ const { values } = parseArgs({
     workers: { type: 'string', default: '4' },
     out: { type: 'string' },
     leases: { type: 'boolean', default: false },
+    rate: { type: 'string' },
   },
 });
 const rounds = Number(values.rounds);
@@ -34,11 +37,13 @@ const rounds = Number(values.rounds);
 const TARGET = Number(values.workers) > 1 ? `tollgate/live-w${values.workers}` : 'tollgate/live';
 const workers = Number(values.workers);
 const conns = values.conns.split(',').map(Number);
-const base = SCENARIOS.find((s) => s.id === 'nonstream')!;
+const rate = values.rate ? Number(values.rate) : undefined;
+// Closed loop (wrk, c connections), or with --rate an open loop at that many requests a second (bench/paced.ts).
+const base = SCENARIOS.find((s) => s.id === (rate ? 'rate2000' : 'nonstream'))!;
 const scenario = (c: number): Scenario => ({
   ...base,
-  title: `non-streaming, 64 tokens, c=${c}`,
-  spec: (t, q) => ({ ...base.spec(t, q), connections: c, warmupS: 1, durationS: Number(values.seconds) }),
+  title: rate ? `non-streaming, ${rate} req/s, ${c} connections` : `non-streaming, 64 tokens, c=${c}`,
+  spec: (t, q) => ({ ...base.spec(t, q), connections: c, warmupS: 1, durationS: Number(values.seconds), ...(rate && { rate }) }),
 });
 
 const sides = [...(values.ref ? [{ name: 'before', ref: describeRef(values.ref) }] : []), { name: 'after', ref: describeRef(undefined) }];
