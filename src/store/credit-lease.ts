@@ -84,6 +84,8 @@ export interface LeaseBook {
   settled(account: string, requestId: string): void;
   /** Leases open now (for tests and metrics). */
   readonly open: number;
+  /** Leases the book still remembers: open, or with draws not settled yet (its memory is bounded by these). */
+  readonly remembered: number;
   /** Closes every lease, giving back what is undrawn. */
   close(): Promise<void>;
 }
@@ -91,7 +93,7 @@ export interface LeaseBook {
 export function createLeaseBook(d: LeaseDeps): LeaseBook {
   /** By `<due> <account>`: each account and bucket this process held in while the bucket's window lasts. */
   const slots = new Map<string, Slot>();
-  /** Leases whose requests may still settle, until `keepMs` after their bucket is due. */
+  /** Leases open or with draws not settled yet (those forgotten `keepMs` after their bucket is due). */
   const leases = new Set<Lease>();
   /** By account and request id (a request id is the store's per account): the lease and the draw. */
   const drawn = new Map<string, { lease: Lease; amount: number }>();
@@ -132,9 +134,12 @@ export function createLeaseBook(d: LeaseDeps): LeaseBook {
       if (s.current) closeLease(s.current);
     }
     for (const l of leases) {
-      if (l.due + d.keepMs > now) continue;
-      leases.delete(l);
-      for (const r of l.requests) if (drawn.get(r)?.lease === l) drawn.delete(r);
+      // Closed with every draw settled: nothing left to remember (a busy process takes a lease a second or more).
+      if (!l.open && l.requests.size === 0) leases.delete(l);
+      else if (l.due + d.keepMs <= now) {
+        leases.delete(l);
+        for (const r of l.requests) if (drawn.get(r)?.lease === l) drawn.delete(r);
+      }
     }
     if (slots.size === 0 && leases.size === 0) {
       clearInterval(sweeper);
@@ -234,6 +239,10 @@ export function createLeaseBook(d: LeaseDeps): LeaseBook {
 
     get open() {
       return open;
+    },
+
+    get remembered() {
+      return leases.size;
     },
 
     async close() {

@@ -155,3 +155,22 @@ t.test('a lease taken on an earlier connection is not drawn from', async (t) => 
   t.equal(b.draw('a', FAR_DUE, 'z', 10), 'Ltest.2');
   await b.close();
 });
+
+t.test('a closed lease whose draws all settled is not kept', async (t) => {
+  const { b } = book({ holdTtlMs: 300, keepMs: 60_000 });
+  const due = Date.now() + 500;
+  for (let i = 0; i < LEASE_AFTER; i++) b.held('a', due, 10, 1e12);
+  await sleep(0);
+  t.equal(b.draw('a', due, 'x', 10), 'Ltest.1');
+  t.equal(b.draw('a', due, 'y', 10), 'Ltest.1');
+  b.settled('a', 'x');
+  // The window ends (~200 ms): closed; 'y' still drawn, so the lease is still known for its settle.
+  await waitFor(() => b.open === 0, 2000, 'the window ends');
+  await sleep(600);
+  t.same(b.leaseOf('a', 'y', due), { id: 'Ltest.1', amount: 10 }, 'a draw still to settle keeps its lease');
+  t.equal(b.remembered, 1);
+  b.settled('a', 'y');
+  t.equal(b.leaseOf('a', 'y', due), undefined);
+  await waitFor(() => b.remembered === 0, 2000, 'the settled, closed lease dropped at the next sweep');
+  await b.close();
+});
