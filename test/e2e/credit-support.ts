@@ -9,6 +9,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { fileURLToPath } from 'node:url';
+import type OpenAI from 'openai';
 import type { Test } from 'tap';
 import { stringify } from 'yaml';
 import { ADMIN_TOKEN, testConfigDoc } from '../helpers/gateway.ts';
@@ -24,6 +25,28 @@ interface Teardown {
 export type Entry = LedgerEntry;
 
 type Admin = (path: string) => Promise<{ status: number; body: any }>;
+
+/**
+ * One chat request of a crowd through the official SDK: streamed when `stream` (its settle comes after
+ * the last event), else not; its `x-request-id` is added to `served` once it is answered.
+ */
+export async function crowdRequest(
+  c: OpenAI,
+  body: OpenAI.Chat.Completions.ChatCompletionCreateParamsNonStreaming,
+  stream: boolean,
+  served: Set<string>,
+): Promise<void> {
+  if (stream) {
+    const { data, response } = await c.chat.completions
+      .create({ ...body, stream: true, stream_options: { include_usage: true } })
+      .withResponse();
+    for await (const _ of data);
+    served.add(response.headers.get('x-request-id')!);
+    return;
+  }
+  const { response } = await c.chat.completions.create(body).withResponse();
+  served.add(response.headers.get('x-request-id')!);
+}
 
 /** POST /v1/chat/completions with a JSON body (a `sim` field steers the simulator). */
 export function chat(baseUrl: string, key: string, body: Record<string, unknown>, signal?: AbortSignal): Promise<Response> {

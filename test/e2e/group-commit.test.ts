@@ -8,7 +8,7 @@ import OpenAI from 'openai';
 import { startRedis } from '../helpers/redis.ts';
 import { startGateway } from '../helpers/gateway.ts';
 import { startSimulator } from '../../src/simulator/simulator.ts';
-import { accountOf, checkLedger, ledgerOf } from './credit-support.ts';
+import { accountOf, checkLedger, crowdRequest, ledgerOf } from './credit-support.ts';
 import { readFileSync } from 'node:fs';
 import { luaScript } from '../../src/store/script-pipe.ts';
 import { monitorRedis } from '../helpers/redis.ts';
@@ -74,21 +74,8 @@ if (redis) {
       ['gc-rich', new Set()],
       ['gc-poor', new Set()],
     ]);
-    const one = async (account: string, key: string, i: number) => {
-      const c = client(key);
-      if (i % 4 === 0) {
-        // Streaming too: its settle comes after the last event.
-        const { data: stream, response } = await c.chat.completions
-          .create({ ...base, stream: true, stream_options: { include_usage: true } })
-          .withResponse();
-        for await (const _ of stream);
-        served.get(account)!.add(response.headers.get('x-request-id')!);
-        return 200;
-      }
-      const { response } = await c.chat.completions.create(base).withResponse();
-      served.get(account)!.add(response.headers.get('x-request-id')!);
-      return 200;
-    };
+    // Every fourth streamed: its settle comes after the last event.
+    const one = (account: string, key: string, i: number) => crowdRequest(client(key), base, i % 4 === 0, served.get(account)!);
     const results = await Promise.allSettled([
       ...Array.from({ length: RICH }, (_, i) => one('gc-rich', rich.key, i)),
       ...Array.from({ length: POOR }, (_, i) => one('gc-poor', poor.key, i)),

@@ -12,7 +12,7 @@ import { startGateway } from '../helpers/gateway.ts';
 import { waitFor } from '../helpers/wait.ts';
 import { startSimulator } from '../../src/simulator/simulator.ts';
 import { luaScript } from '../../src/store/script-pipe.ts';
-import { accountOf, checkLedger, ledgerOf } from './credit-support.ts';
+import { accountOf, checkLedger, crowdRequest, ledgerOf } from './credit-support.ts';
 
 const RICH = 96;
 const WAVE = 16;
@@ -47,19 +47,7 @@ if (redis) {
       ['ls-rich', new Set()],
       ['ls-poor', new Set()],
     ]);
-    const one = async (account: string, key: string, i: number) => {
-      const c = client(key);
-      if (i % 4 === 0) {
-        const { data: stream, response } = await c.chat.completions
-          .create({ ...base, stream: true, stream_options: { include_usage: true } })
-          .withResponse();
-        for await (const _ of stream);
-        served.get(account)!.add(response.headers.get('x-request-id')!);
-        return;
-      }
-      const { response } = await c.chat.completions.create(base).withResponse();
-      served.get(account)!.add(response.headers.get('x-request-id')!);
-    };
+    const one = (account: string, key: string, i: number) => crowdRequest(client(key), base, i % 4 === 0, served.get(account)!);
     // In waves, so the funded account is hot (8 holds in a bucket) before most of its requests.
     const results: PromiseSettledResult<void>[] = [];
     for (let w = 0; w < RICH / WAVE; w++) {
