@@ -261,7 +261,8 @@ export function createRedisCredit(
     args[1] = String(give);
     args[2] = ns;
     args[3] = String(debit);
-    args[4] = String(drawn);
+    // A request settled twice in one call (a retry racing its first attempt) goes the per-request way.
+    args[4] = new Set(settles.map((c) => c.args[0])).size === ns ? String(drawn) : '-';
     const keys = settles.length > 0 ? settles[0]!.keys : calls[0]!.keys;
     const r = (await (pipe ? pipe.run(lua.leaseSettle, keys, args) : s.tgLeaseSettle(...keys, ...args))) as unknown[];
     const [bal, held, common] = r;

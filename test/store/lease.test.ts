@@ -188,6 +188,33 @@ if (redis) {
     t.equal(entries.filter((e) => e.kind === 'debit' && e.request_id === 'drawn').length, 1, 'one debit');
   });
 
+  t.test('a drawn request settled twice in one turn (a retry racing its first attempt) is debited once', async (t) => {
+    const store = await open(t);
+    const acct = 'lease-twice';
+    await store.grant(acct, 100_000_000, undefined, undefined, TS);
+    await warm(t, store, acct, 1000);
+    t.ok((await store.hold(acct, 'x', 1000, FAR)).ok);
+    t.ok((await store.hold(acct, 'y', 1000, FAR)).ok);
+    const input = settleOf(acct, 'x', 700, { holdMicros: 1000 });
+    const [a, b, c] = await Promise.all([
+      store.settle(input),
+      store.settle({ ...input, mayHaveRun: true }),
+      store.settle(settleOf(acct, 'y', 500, { holdMicros: 1000 })),
+    ]);
+    t.same([a.replayed, b.replayed, c.replayed], [false, true, false], 'the second of x replays');
+    t.equal(b.entry_id, a.entry_id, 'with the first entry id');
+    const entries = await balanceIsLedger(t, store, acct);
+    t.same(
+      entries.filter((e) => e.kind === 'debit').map((e) => [e.request_id, e.amount_micros, e.hold_micros]),
+      [
+        ['x', -700, 1000],
+        ['y', -500, 1000],
+      ],
+      'one debit each, each releasing its draw once',
+    );
+    t.equal((await bucket(acct)).leases[0]![1], `o${30 * 1000}`, 'the lease less the two draws');
+  });
+
   t.test('an account without enough credit to spare takes no lease', async (t) => {
     const store = await open(t);
     const acct = 'lease-poor';

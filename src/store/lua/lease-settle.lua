@@ -15,7 +15,8 @@
 -- one loop that runs no check per request: each settle is then new and releases its draw.
 -- KEYS: 1 balance hash, 2 hold bucket, 3 ledger stream.
 -- ARGV: 1 the lease's field, 2 the give-back (µ-credits as text, '0' for none), 3 ns, 4 the settles'
---       debit (0 - Σ cost, as text), 5 their draws' total (as text), then the ns settles' request ids,
+--       debit (0 - Σ cost, as text), 5 their draws' total (as text; '-' when a request id occurs twice,
+--       which only the per-request loop can take), then the ns settles' request ids,
 --       their debits ('0 - cost' as text), their entry data (settle.lua's ARGV[3]), their draws (as text).
 -- Returns {balance, held, 1, then per settle its entry id} (the common case), or {balance, held, 0,
 -- then per settle: entry id (or '?'), replayed (1/0)}.
@@ -30,9 +31,11 @@ if lv and sub(lv, 1, 1) == 'o' then left = tonumber(sub(lv, 2)) end
 local dq, dd, dh = 5 + ns, 5 + 2 * ns, 5 + 3 * ns
 local out = { 0, 0, 0 }
 local w, nw = {}, 0
+-- The fields this call wrote, so a request settled twice in it replays the second time.
+local done = {}
 local debit, release = 0, 0
 local lk = KEYS[3]
-local common = left and left >= tonumber(ARGV[5])
+local common = left and ARGV[5] ~= '-' and left >= tonumber(ARGV[5])
 if common then
   for i = 2, ns + 1 do
     if have[i] then
@@ -55,7 +58,7 @@ if common then
   ns = 0
 end
 for i = 1, ns do
-  local v = have[i + 1]
+  local v = have[i + 1] or done[ARGV[5 + i]]
   if v then
     local st = sub(v, 1, 1)
     if st == '=' or st == '+' then
@@ -80,6 +83,7 @@ for i = 1, ns do
     debit = debit + tonumber(ARGV[dq + i])
     out[2 * i + 2], out[2 * i + 3] = x, 0
     w[nw + 1], w[nw + 2] = ARGV[5 + i], mark .. x
+    done[ARGV[5 + i]] = mark .. x
     nw = nw + 2
   end
 end
