@@ -157,6 +157,8 @@ export function createGateway(d: GatewayDeps): Gateway {
   // Loaded by listen() before the gateway reports ready (SPEC §13: no first-use stalls).
   const warmUp = createWarmUp({ tokenizer, s3: config.shares.s3, logger });
   const credit = createCredit({ store, logger });
+  // Credit leases (credit.leases, Redis only): the store's counts, read at each scrape.
+  if (store.leaseStats) metrics.watchLeases(store.leaseStats);
   const upstreams = createUpstreams(config.models, config.upstream);
   const shares = createShares({ config: config.shares, store, now, metrics, logger });
   // Per process (per worker with server.workers): SPEC §12's bounds on what one key or the whole mix can hold.

@@ -4,6 +4,7 @@
  * never a key, an account or a slug.
  */
 import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client';
+import type { LeaseStats } from '../store/types.ts';
 
 /** Gateway overhead is sub-millisecond when healthy (NOTES §5 suggestion). */
 const OVERHEAD_BUCKETS = [0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25];
@@ -149,6 +150,9 @@ export function bound(metric: Counter<string> | Histogram<string>): (...values: 
 /** Creates the registry and every metric; `defaults` adds process metrics (off in most tests). */
 export function createMetrics(opts: { defaults?: boolean } = {}) {
   const registry = new Registry();
+  // Credit leases (docs/ledger.md "Leases"): the store counts them in plain numbers, read at each scrape.
+  let leaseStats: (() => LeaseStats) | undefined;
+  const seen = { taken: 0, draws: 0 };
   if (opts.defaults !== false) collectDefaultMetrics({ register: registry, prefix: 'tollgate_' });
   const r = [registry];
   return {
@@ -250,6 +254,36 @@ export function createMetrics(opts: { defaults?: boolean } = {}) {
       registers: r,
     }),
     holdsReaped: new Counter({ name: 'tollgate_holds_reaped_total', help: 'Expired credit holds released by the reaper', registers: r }),
+    leasesTaken: new Counter({
+      name: 'tollgate_credit_leases_taken_total',
+      help: "Credit leases taken (credit.leases: a hot account's holds drawn in memory)",
+      registers: r,
+      collect() {
+        const s = leaseStats?.();
+        if (s && s.taken > seen.taken) (this.inc(s.taken - seen.taken), (seen.taken = s.taken));
+      },
+    }),
+    leaseDraws: new Counter({
+      name: 'tollgate_credit_lease_draws_total',
+      help: 'Holds drawn from a credit lease, with no Redis call',
+      registers: r,
+      collect() {
+        const s = leaseStats?.();
+        if (s && s.draws > seen.draws) (this.inc(s.draws - seen.draws), (seen.draws = s.draws));
+      },
+    }),
+    leasesOpen: new Gauge({
+      name: 'tollgate_credit_leases_open',
+      help: 'Credit leases open (lending) now',
+      registers: r,
+      collect() {
+        if (leaseStats) this.set(leaseStats().open);
+      },
+    }),
+    /** Where the lease metrics come from (the store's leaseStats, when it has leases on). */
+    watchLeases(source: () => LeaseStats) {
+      leaseStats = source;
+    },
     ledgerExported: new Counter({
       name: 'tollgate_ledger_exported_entries_total',
       help: 'Ledger entries acknowledged by S3',

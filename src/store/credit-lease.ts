@@ -84,6 +84,9 @@ export interface LeaseBook {
   settled(account: string, requestId: string): void;
   /** Leases open now (for tests and metrics). */
   readonly open: number;
+  /** Leases taken and holds drawn since the book was made (for metrics). */
+  readonly taken: number;
+  readonly draws: number;
   /** Leases the book still remembers: open, or with draws not settled yet (its memory is bounded by these). */
   readonly remembered: number;
   /** Closes every lease, giving back what is undrawn. */
@@ -101,6 +104,8 @@ export function createLeaseBook(d: LeaseDeps): LeaseBook {
   const giving = new Set<Promise<unknown>>();
   let seq = 0;
   let open = 0;
+  let draws = 0;
+  let taken = 0;
 
   /** No more draws; the undrawn part goes back. */
   function closeLease(l: Lease): void {
@@ -184,6 +189,7 @@ export function createLeaseBook(d: LeaseDeps): LeaseBook {
         return undefined;
       }
       l.avail -= amount;
+      draws++;
       l.requests.add(key);
       drawn.set(key, { lease: l, amount });
       return l.id;
@@ -209,6 +215,7 @@ export function createLeaseBook(d: LeaseDeps): LeaseBook {
           }
           const l: Lease = { id, account, due, avail: size, open: true, generation, requests: new Set() };
           open++;
+          taken++;
           s.current = l;
           s.nextHolds = Math.min(s.nextHolds * 2, LEASE_MAX_HOLDS);
           leases.add(l);
@@ -243,6 +250,14 @@ export function createLeaseBook(d: LeaseDeps): LeaseBook {
 
     get remembered() {
       return leases.size;
+    },
+
+    get taken() {
+      return taken;
+    },
+
+    get draws() {
+      return draws;
     },
 
     async close() {

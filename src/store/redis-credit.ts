@@ -102,7 +102,7 @@ function isRun(
 
 export function createRedisCredit(
   d: RedisCreditDeps,
-): Pick<Store, 'hold' | 'settle' | 'reapExpiredHolds'> & { closeLeases(): Promise<void> } {
+): Pick<Store, 'hold' | 'settle' | 'reapExpiredHolds' | 'leaseStats'> & { closeLeases(): Promise<void> } {
   const { redis, pipe, scripts: s, lua, onError } = d;
   const cluster = redis instanceof Cluster;
   const holdTtlMs = d.holdTtlMs ?? DEFAULT_HOLD_TTL_MS;
@@ -527,6 +527,7 @@ export function createRedisCredit(
 
     /** Gives back every lease's undrawn part (the store's close, before the connections go). */
     closeLeases: async () => leases?.close(),
+    ...(leases && { leaseStats: () => ({ taken: leases.taken, draws: leases.draws, open: leases.open }) }),
 
     async reapExpiredHolds(nowMs, ts) {
       for (const [cacheKey, { due }] of indexed) if (due <= nowMs) indexed.delete(cacheKey);

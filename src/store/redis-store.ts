@@ -336,6 +336,7 @@ export async function createRedisStore(o: RedisStoreOptions & { client?: Client 
     hold: (acct, requestId, amount, expiresAt, budget) => guard(credit.hold(acct, requestId, amount, expiresAt, budget)),
     settle: (i) => guard(credit.settle(i)),
     reapExpiredHolds: (nowMs, ts) => guard(credit.reapExpiredHolds(nowMs, ts)),
+    ...(credit.leaseStats && { leaseStats: credit.leaseStats }),
 
     ...redisShareStore(redis, s),
 

@@ -103,6 +103,13 @@ export interface GrantResult {
   replayed: boolean;
 }
 
+/** What a process's credit leases did since it started (credit-lease.ts), and how many are open now. */
+export interface LeaseStats {
+  taken: number;
+  draws: number;
+  open: number;
+}
+
 export interface HoldResult {
   ok: boolean;
   /**
@@ -320,6 +327,8 @@ export interface Store {
    * with a `hold_expired` entry, and drops the records of settled requests with them; returns how many holds.
    */
   reapExpiredHolds(nowMs: number, ts: string): Promise<number>;
+  /** Credit leases of this process (docs/ledger.md "Leases"), when the store has them on: for /metrics. */
+  leaseStats?(): LeaseStats;
 
   putShare(record: ShareRecord): Promise<void>;
   /**

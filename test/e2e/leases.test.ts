@@ -102,6 +102,12 @@ if (redis) {
       [...leased].every((id) => served.get('ls-rich')!.has(id)),
       "only the funded account's requests (the poor one never has credit to spare)",
     );
+    // /metrics counts them: the leases taken and every hold drawn (the lease passes' settles among them).
+    const text = await (await fetch(`${gw.adminUrl}/metrics`)).text();
+    const value = (name: string) => Number(new RegExp(`^${name} (\\d+)`, 'm').exec(text)?.[1] ?? NaN);
+    t.ok(value('tollgate_credit_leases_taken_total') >= 1, `leases taken: ${value('tollgate_credit_leases_taken_total')}`);
+    t.ok(value('tollgate_credit_lease_draws_total') >= leased.size, `draws: ${value('tollgate_credit_lease_draws_total')}`);
+    t.equal(value('tollgate_credit_leases_open'), 0, 'none open once the windows are over');
     const holds = mon.seen.filter((l) => l.toLowerCase().startsWith('evalsha') && !l.includes(leaseSettle)).length;
     t.comment(`${passes.length} lease passes carried ${leased.size} settles; ${holds} other credit script calls`);
   });

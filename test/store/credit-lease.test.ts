@@ -41,6 +41,7 @@ t.test('a lease after LEASE_AFTER holds, 32 of the asking size; spent, the rest 
   for (let i = 0; i < LEASE_HOLDS - 1; i++) t.equal(b.draw('a', FAR_DUE, `r${i}`, 100), 'Ltest.1');
   t.equal(b.draw('a', FAR_DUE, 'big', 150), undefined, 'a draw larger than what is left: a hold of its own');
   t.same(given, [{ id: 'Ltest.1', amount: 100 }], 'the spent lease gives back its rest');
+  t.same([b.taken, b.draws], [1, LEASE_HOLDS - 1], 'counted for /metrics: one lease, its draws');
   t.equal(b.open, 0);
   t.same(b.leaseOf('a', 'r3', FAR_DUE), { id: 'Ltest.1', amount: 100 }, 'its requests still settle through it, with their draw');
   t.equal(b.leaseOf('a', 'r3', FAR_DUE - 1), undefined, 'only in its own bucket');
@@ -110,6 +111,7 @@ t.test('a refused lease is asked for again only after as many holds', async (t) 
   await sleep(0);
   t.equal(taken.length, 2);
   t.equal(b.draw('a', FAR_DUE, 'r', 100), undefined);
+  t.equal(b.taken, 0, 'a refused lease is not counted as taken');
 });
 
 t.test("the bucket's window ends: the lease stops lending and gives back its rest by itself", async (t) => {
