@@ -147,12 +147,27 @@ export function bound(metric: Counter<string> | Histogram<string>): (...values: 
   };
 }
 
+/** A counter that follows a running total kept elsewhere: each scrape adds what the total gained since the last. */
+function followingCounter(name: string, help: string, registers: Registry[], total: () => number | undefined): Counter {
+  let seen = 0;
+  return new Counter({
+    name,
+    help,
+    registers,
+    collect() {
+      const now = total();
+      if (now === undefined || now <= seen) return;
+      this.inc(now - seen);
+      seen = now;
+    },
+  });
+}
+
 /** Creates the registry and every metric; `defaults` adds process metrics (off in most tests). */
 export function createMetrics(opts: { defaults?: boolean } = {}) {
   const registry = new Registry();
   // Credit leases (docs/ledger.md "Leases"): the store counts them in plain numbers, read at each scrape.
   let leaseStats: (() => LeaseStats) | undefined;
-  const seen = { taken: 0, draws: 0 };
   if (opts.defaults !== false) collectDefaultMetrics({ register: registry, prefix: 'tollgate_' });
   const r = [registry];
   return {
@@ -254,24 +269,18 @@ export function createMetrics(opts: { defaults?: boolean } = {}) {
       registers: r,
     }),
     holdsReaped: new Counter({ name: 'tollgate_holds_reaped_total', help: 'Expired credit holds released by the reaper', registers: r }),
-    leasesTaken: new Counter({
-      name: 'tollgate_credit_leases_taken_total',
-      help: "Credit leases taken (credit.leases: a hot account's holds drawn in memory)",
-      registers: r,
-      collect() {
-        const s = leaseStats?.();
-        if (s && s.taken > seen.taken) (this.inc(s.taken - seen.taken), (seen.taken = s.taken));
-      },
-    }),
-    leaseDraws: new Counter({
-      name: 'tollgate_credit_lease_draws_total',
-      help: 'Holds drawn from a credit lease, with no Redis call',
-      registers: r,
-      collect() {
-        const s = leaseStats?.();
-        if (s && s.draws > seen.draws) (this.inc(s.draws - seen.draws), (seen.draws = s.draws));
-      },
-    }),
+    leasesTaken: followingCounter(
+      'tollgate_credit_leases_taken_total',
+      "Credit leases taken (credit.leases: a hot account's holds drawn in memory)",
+      r,
+      () => leaseStats?.().taken,
+    ),
+    leaseDraws: followingCounter(
+      'tollgate_credit_lease_draws_total',
+      'Holds drawn from a credit lease, with no Redis call',
+      r,
+      () => leaseStats?.().draws,
+    ),
     leasesOpen: new Gauge({
       name: 'tollgate_credit_leases_open',
       help: 'Credit leases open (lending) now',
