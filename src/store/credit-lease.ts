@@ -174,15 +174,9 @@ export function createLeaseBook(d: LeaseDeps): LeaseBook {
       const key = drawKey(account, requestId);
       if (drawn.get(key)?.lease === l) return l.id;
       if (!l.open || windowLeft(due) <= 0) return undefined;
-      if (d.generation && l.generation !== d.generation()) {
-        // Taken on an earlier connection: closed (the give-back finds it or does nothing), and a new one asked for.
-        closeLease(l);
-        s!.current = undefined;
-        s!.holds = LEASE_AFTER - 1;
-        return undefined;
-      }
-      if (l.avail < amount) {
-        // Spent: closed (the rest back), and the next hold asks for a larger one.
+      // Spent, or taken on an earlier connection (its give-back then finds it, or finds nothing and does
+      // nothing): closed, the rest given back, and the next hold asks for a new, larger one.
+      if (l.avail < amount || (d.generation && l.generation !== d.generation())) {
         closeLease(l);
         s!.current = undefined;
         s!.holds = LEASE_AFTER - 1;
