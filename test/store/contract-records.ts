@@ -1,4 +1,5 @@
 // Contract cases for records and messages: key records, shares and invalidations (SPEC §1.1, §1.4, §5).
+import { randomBytes } from 'node:crypto';
 import type { Test } from 'tap';
 import type { Invalidation, KeyRecord, ShareRecord, Store } from '../../src/store/types.ts';
 import { TS, TS2, uniqueAccount, waitFor, type Harness } from './harness.ts';
@@ -133,13 +134,18 @@ export function recordCases(test: Case, makePeer: MakePeer): void {
 
   test('invalidations reach every instance, decoded', async (t, { store }) => {
     const peer = await makePeer(t, store);
+    // Fresh names, and only ours counted: on a Cluster an earlier case's publish travels the cluster bus
+    // and can reach this case's new subscription late (one CI run saw the revoke case's share message).
+    const hash = randomBytes(32).toString('hex');
+    const slug = `S${randomBytes(16).toString('base64url').replace(/[-_]/g, 'x').slice(0, 21)}`;
+    const ours = (m: Invalidation) => (m.kind === 'key' ? m.hash === hash : m.slug === slug);
     const atPeer: Invalidation[] = [];
     const atSelf: Invalidation[] = [];
-    peer.onInvalidation((m) => atPeer.push(m));
-    store.onInvalidation((m) => atSelf.push(m));
+    peer.onInvalidation((m) => ours(m) && atPeer.push(m));
+    store.onInvalidation((m) => ours(m) && atSelf.push(m));
     const sent: Invalidation[] = [
-      { kind: 'key', hash: 'a'.repeat(64), version: 7 },
-      { kind: 'share', slug: 'A1b2C3d4E5f6G7h8J9k1m2' },
+      { kind: 'key', hash, version: 7 },
+      { kind: 'share', slug },
     ];
     for (const m of sent) await store.publish(m);
     await waitFor(() => atPeer.length >= 2 && atSelf.length >= 2, 1000, 'both invalidations on both instances');
