@@ -53,6 +53,7 @@ t.test('every metric the dashboard and the alerts query exists in a live gateway
     'in flight',
     'redis',
     'memory',
+    'lease',
   ])
     t.match(titles, topic, `a panel on ${topic}`);
 });
