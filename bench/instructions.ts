@@ -8,7 +8,9 @@
  * `--gc` runs the same load without valgrind under `--trace-gc-nvp` and reports the bytes allocated,
  * surviving a young-generation collection and promoted per request (how issue 24's regression was found:
  * a closure per request tripled what survived).
- *   node bench/instructions.ts --ref 78dee2a --ref . [--n 4000] [--warmup 5000] [--c 8] [--gc]
+ *   node bench/instructions.ts --ref 78dee2a --ref . [--n 4000] [--warmup 5000] [--c 8] [--gc] [--leases]
+ * `--leases`: every gateway with `credit.leases: true` (docs/ledger.md "Leases"; a ref older than the
+ * setting refuses the config).
  * valgrind slows the gateway ~50×: 5,000 + 4,000 requests take ~2 min per ref.
  */
 import { execFileSync, spawn } from 'node:child_process';
@@ -30,6 +32,7 @@ const { values } = parseArgs({
     warmup: { type: 'string', default: '5000' },
     c: { type: 'string', default: '8' },
     gc: { type: 'boolean', default: false },
+    leases: { type: 'boolean', default: false },
   },
 });
 const N = Number(values.n);
@@ -110,7 +113,11 @@ async function measure(ref: string, mode: 'callgrind' | 'gc'): Promise<Result> {
     // bench/stack.ts's gateway config; a longer store timeout, as valgrind slows the gateway ~50×.
     writeFileSync(
       configFile,
-      JSON.stringify({ ...gatewayConfig(simUrl, port, adminPort, 1, accountLimits(cwd)), store: { command_timeout_ms: 60_000 } }),
+      JSON.stringify({
+        ...gatewayConfig(simUrl, port, adminPort, 1, accountLimits(cwd)),
+        store: { command_timeout_ms: 60_000 },
+        ...(values.leases && { credit: { leases: true } }),
+      }),
     );
     const adminToken = randomBytes(24).toString('base64url');
     const env: NodeJS.ProcessEnv = {
