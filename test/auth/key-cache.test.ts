@@ -84,6 +84,33 @@ t.test('unknown keys are cached negatively (coalesced too) until the negative TT
   t.equal(c.reads(), 2);
 });
 
+t.test('an expired entry is refreshed in place: the cache never resets its arrays on the request path', async (t) => {
+  // lru-cache deletes an entry found stale by get() unless told not to, and deleting the last entry
+  // fills every one of its max-slot arrays (~0.4 ms at 100,000): once per TTL for a gateway with one key.
+  const c = counting();
+  const max = 50_000;
+  const cache = createKeyCache({ store: c.store, ttlMs: 100, negativeTtlMs: 100, max });
+  const hash = hashKey(generateKey('live'));
+  await c.store.createKey(hash, record());
+  t.equal((await cache.lookup(hash))?.id, 'key_1111111111111111');
+  await sleep(200);
+  const fill = Array.prototype.fill;
+  let resets = 0;
+  Array.prototype.fill = function (this: unknown[], ...a: Parameters<typeof fill>) {
+    if (this.length >= max) resets++;
+    return fill.apply(this, a);
+  } as typeof fill;
+  try {
+    t.equal(cache.peek(hash), undefined, 'expired: a miss');
+    t.equal((await cache.lookup(hash))?.id, 'key_1111111111111111', 'read again from the store');
+  } finally {
+    Array.prototype.fill = fill;
+  }
+  t.equal(resets, 0, 'no max-sized array filled');
+  t.equal(c.reads(), 2);
+  t.equal(cache.peek(hash)?.id, 'key_1111111111111111', 'fresh again');
+});
+
 t.test('a key created after a negative lookup is found once the entry is invalidated', async (t) => {
   const c = counting();
   const cache = createKeyCache({ store: c.store, ...opts });
