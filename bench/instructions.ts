@@ -9,6 +9,10 @@
  * surviving a young-generation collection and promoted per request (how issue 24's regression was found:
  * a closure per request tripled what survived).
  *   node bench/instructions.ts --ref 78dee2a --ref . [--n 4000] [--warmup 5000] [--c 8] [--gc] [--leases]
+ * `--ref bare` and `--ref bare+redis`: the bench's reference proxies instead of a gateway (bench/bare-proxy.ts
+ * of the working tree; bare+redis adds its two Redis round trips), under the same load: the deterministic
+ * form of the full bench's "CPU per request × bare+redis".
+ * `--keep`: the callgrind dumps stay (one per thread; `-01` is the main thread) for callgrind_annotate.
  * `--leases`: every gateway with `credit.leases: true` (docs/ledger.md "Leases"; a ref older than the
  * setting refuses the config).
  * valgrind slows the gateway ~50×: 5,000 + 4,000 requests take ~2 min per ref.
@@ -16,10 +20,10 @@
 import { execFileSync, spawn } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { once } from 'node:events';
-import { mkdirSync, mkdtempSync, readFileSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
 import http from 'node:http';
 import { tmpdir } from 'node:os';
-import { join } from 'node:path';
+import { basename, join } from 'node:path';
 import { parseArgs } from 'node:util';
 import { describeRef } from './git.ts';
 import { answers, freePort, start, type Proc } from './procs.ts';
@@ -33,18 +37,24 @@ const { values } = parseArgs({
     c: { type: 'string', default: '8' },
     gc: { type: 'boolean', default: false },
     leases: { type: 'boolean', default: false },
+    keep: { type: 'boolean', default: false },
   },
 });
 const N = Number(values.n);
 const WARM = Number(values.warmup);
 const C = Number(values.c);
 const dir = mkdtempSync(join(tmpdir(), 'tollgate-instr-'));
+/** Pseudo-refs for the bench's reference proxies (bench/bare-proxy.ts of the working tree), same load. */
+const REFERENCES = new Set(['bare', 'bare+redis']);
 
 /** The gateway's working directory for a ref: its src/ exported (sharing node_modules), or this tree for '.'. */
 function workdir(ref: string): { cwd: string; label: string } {
   if (ref === '.') return { cwd: process.cwd(), label: describeRef(undefined).label };
+  if (REFERENCES.has(ref)) return { cwd: process.cwd(), label: `${ref} (bench/bare-proxy.ts)` };
   const { sha, label } = describeRef(ref);
   const root = join(dir, sha ?? ref);
+  // A ref named twice (alternated pairs: --ref A --ref B --ref A --ref B) is exported once.
+  if (existsSync(root)) return { cwd: root, label };
   mkdirSync(root);
   execFileSync('sh', ['-c', 'git archive --format=tar "$1" src package.json | tar -x -C "$2"', 'sh', sha ?? ref, root]);
   symlinkSync(join(process.cwd(), 'node_modules'), join(root, 'node_modules'));
@@ -90,6 +100,8 @@ async function load(url: string, auth: string, n: number): Promise<void> {
 interface Result {
   label: string;
   irPerReq?: number;
+  /** The main thread's share (JavaScript, the event loop, the main-thread GC). */
+  mainIrPerReq?: number;
   gc?: { allocated: number; survived: number; promoted: number; scavenges: number; markCompacts: number };
 }
 
@@ -129,7 +141,18 @@ async function measure(ref: string, mode: 'callgrind' | 'gc'): Promise<Result> {
     };
     delete env.TOLLGATE_WORKERS;
     const out = join(dir, `callgrind-${randomBytes(4).toString('hex')}.out`);
-    const nodeArgs = [...PRODUCTION_NODE_ARGS, ...(mode === 'gc' ? ['--trace-gc-nvp'] : []), 'src/main.ts'];
+    const reference = REFERENCES.has(ref);
+    const main = reference
+      ? [
+          'bench/bare-proxy.ts',
+          '--port',
+          String(port),
+          '--upstream',
+          new URL(simUrl).origin,
+          ...(ref === 'bare+redis' ? ['--redis', env.REDIS_URL!] : []),
+        ]
+      : ['src/main.ts'];
+    const nodeArgs = [...PRODUCTION_NODE_ARGS, ...(mode === 'gc' ? ['--trace-gc-nvp'] : []), ...main];
     const [cmd, args] =
       mode === 'callgrind'
         ? [
@@ -138,6 +161,7 @@ async function measure(ref: string, mode: 'callgrind' | 'gc'): Promise<Result> {
               '--tool=callgrind',
               '--smc-check=all-non-file',
               '--instr-atstart=no',
+              '--separate-threads=yes',
               `--callgrind-out-file=${out}`,
               `--log-file=${out}.log`,
               process.execPath,
@@ -151,7 +175,9 @@ async function measure(ref: string, mode: 'callgrind' | 'gc'): Promise<Result> {
     gw.stdout.setEncoding('utf8').on('data', (s: string) => (stdout += s));
     try {
       const deadline = Date.now() + 600_000;
-      while (!(await answers(`http://127.0.0.1:${adminPort}/readyz`).catch(() => false))) {
+      // The gateway is ready when its /readyz answers; a reference proxy once it printed its URL.
+      const ready = () => (reference ? Promise.resolve(stdout.includes('http://')) : answers(`http://127.0.0.1:${adminPort}/readyz`));
+      while (!(await ready().catch(() => false))) {
         if (gw.exitCode !== null || Date.now() > deadline) throw new Error(`gateway of ${label} did not start`);
         await new Promise((r) => setTimeout(r, 200));
       }
@@ -164,15 +190,18 @@ async function measure(ref: string, mode: 'callgrind' | 'gc'): Promise<Result> {
         if (r.status >= 300) throw new Error(`${path}: ${r.status} ${r.text}`);
         return JSON.parse(r.text) as { key?: string };
       };
-      const { key } = await call('/admin/keys', { account: 'bench', env: 'live', name: 'bench live key' });
-      await call('/admin/accounts/bench/credits', { amount_micros: 1e15, idempotency_key: 'bench-grant' });
+      // A reference proxy checks no key: the same header size as the bench's (bench/stack.ts).
+      const auth = reference
+        ? 'Bearer sk-bench-not-checked-0123456789abcdef'
+        : `Bearer ${(await call('/admin/keys', { account: 'bench', env: 'live', name: 'bench live key' })).key}`;
+      if (!reference) await call('/admin/accounts/bench/credits', { amount_micros: 1e15, idempotency_key: 'bench-grant' });
       const url = `http://127.0.0.1:${port}/v1/chat/completions`;
-      await load(url, `Bearer ${key}`, WARM);
+      await load(url, auth, WARM);
       await new Promise((r) => setTimeout(r, 2000));
       const ctl = (...x: string[]) => execFileSync('callgrind_control', [...x, String(gw.pid)], { encoding: 'utf8', timeout: 300_000 });
       if (mode === 'callgrind') ctl('-i', 'on');
       const mark = stdout.length;
-      await load(url, `Bearer ${key}`, N);
+      await load(url, auth, N);
       if (mode === 'callgrind') {
         ctl('--dump=requests');
         ctl('-i', 'off');
@@ -198,9 +227,15 @@ async function measure(ref: string, mode: 'callgrind' | 'gc'): Promise<Result> {
           },
         };
       }
-      const text = readFileSync(`${out}.1`, 'utf8');
-      const ir = Number(/^(?:summary|totals): (\d+)/m.exec(text)?.[1]);
-      return { label, irPerReq: ir / N };
+      // One dump per thread (--separate-threads): thread 1 is the main thread, where requests are served;
+      // the others are V8's compiler and GC helpers and libuv's pool.
+      const name = basename(out);
+      const irOf = (f: string) => Number(/^(?:summary|totals): (\d+)/m.exec(readFileSync(join(dir, f), 'utf8'))?.[1]);
+      const dumps = readdirSync(dir).filter((f) => f.startsWith(`${name}.1-`));
+      const main = dumps.find((f) => f.endsWith('-01'));
+      if (!main) throw new Error(`no dump of the main thread in ${dir}`);
+      const ir = dumps.reduce((a, f) => a + irOf(f), 0);
+      return { label, irPerReq: ir / N, mainIrPerReq: irOf(main) / N };
     } finally {
       if (gw.exitCode === null && gw.signalCode === null) gw.kill('SIGKILL');
     }
@@ -214,10 +249,12 @@ try {
   for (const ref of values.ref) rows.push(await measure(ref, values.gc ? 'gc' : 'callgrind'));
   process.stdout.write(`${N} live non-streaming requests at c=${C} after ${WARM} warm-up, per request:\n`);
   const base = rows[0]?.irPerReq;
+  const mainBase = rows[0]?.mainIrPerReq;
   for (const r of rows) {
     if (r.irPerReq !== undefined) {
       process.stdout.write(
-        `  ${r.label}: ${Math.round(r.irPerReq).toLocaleString('en')} instructions${base ? ` (${(r.irPerReq / base).toFixed(3)} × the first)` : ''}\n`,
+        `  ${r.label}: ${Math.round(r.irPerReq).toLocaleString('en')} instructions${base ? ` (${(r.irPerReq / base).toFixed(3)} × the first)` : ''}` +
+          `, main thread ${Math.round(r.mainIrPerReq!).toLocaleString('en')}${mainBase ? ` (${(r.mainIrPerReq! / mainBase).toFixed(3)} ×)` : ''}\n`,
       );
     }
     if (r.gc) {
@@ -228,5 +265,6 @@ try {
     }
   }
 } finally {
-  rmSync(dir, { recursive: true, force: true });
+  if (values.keep) process.stdout.write(`dumps kept in ${dir} (callgrind_annotate <dump>.1-01: the main thread)\n`);
+  else rmSync(dir, { recursive: true, force: true });
 }

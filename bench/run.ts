@@ -1,5 +1,5 @@
 /**
- * `npm run bench` (about 10 min, 5 rounds) and `npm run bench -- --quick` (about 80 s, 1 round).
+ * `npm run bench` (about 13 min, 5 rounds) and `npm run bench -- --quick` (about 80 s, 1 round).
  * Starts the simulator, Redis (when redis-server is on PATH), the bare proxy and the gateway (plus a
  * second one with two workers on Redis) as separate processes; runs every scenario against direct →
  * bare → bare+redis → tollgate/test → tollgate/live → tollgate/live-w2, one after the other, round
@@ -11,6 +11,8 @@
  *   --ref <git ref>    run the gateway from that commit's src/ (default: the working tree)
  *   --no-reference     leave out the bare+redis target (bare proxy + two autopipelined Redis round trips; on by default)
  *   --no-workers       leave out the tollgate/live-w2 target (a gateway with server.workers: 2; on by default on Redis)
+ *   --warm-seconds N   the unmeasured pass per target before round 1, half non-streaming, half streaming
+ *                      (default 30; quick 1): the gateway's JIT settles only after tens of thousands of requests
  *   --node-args="…"    extra node flags for the gateway (e.g. --node-args="--max-semi-space-size=32")
  *   --no-soak          leave out the last phase: Redis memory per live request with the ledger export on (bench/soak.ts)
  *   --render <file>    no load: rebuild the Markdown/SVG (and README section) from a saved report JSON
@@ -42,10 +44,13 @@ const { values } = parseArgs({
     'node-args': { type: 'string' },
     soak: { type: 'boolean', default: true },
     render: { type: 'string' },
+    'warm-seconds': { type: 'string' },
   },
 });
 const gatewayNodeArgs = values['node-args']?.split(' ').filter(Boolean) ?? [];
 const quick = values.quick;
+const warmS = values['warm-seconds'] ? Number(values['warm-seconds']) : quick ? 1 : 30;
+if (!(warmS >= 0.2)) throw new Error('--warm-seconds must be at least 0.2');
 const rounds = values.rounds ? Number(values.rounds) : quick ? 1 : 5;
 if (!Number.isInteger(rounds) || rounds < 1 || rounds > 10) throw new Error('--rounds must be 1-10 (each round is ~2 min in full mode)');
 const only = values.only?.split(',').filter(Boolean) as ScenarioId[] | undefined;
@@ -73,17 +78,24 @@ async function runAll(): Promise<Report> {
   );
   const ms: Measurement[] = [];
   try {
-    // One unmeasured pass per target so JIT, pools and the key cache are warm before round 1.
-    const warm = SCENARIOS.find((s) => s.id === 'stream64')!;
+    // One unmeasured pass per target so JIT, pools and the key cache are warm before round 1: non-streaming
+    // and streaming, half of --warm-seconds each. V8 keeps compiling the gateway's code for tens of
+    // thousands of requests (bench/results/instructions-vs-bare.md: 626k instructions per request after
+    // 5,000, 436–454k after 30,000, 421k after 60,000), and a round's CPU per request would count that
+    // compiling, which a long-running gateway has long finished.
+    log(`warming every target up for ${warmS} s`);
     for (const t of stack.targets)
-      await measure(
-        { ...warm, spec: (tt, q) => ({ ...warm.spec(tt, q), warmupS: 0, durationS: quick ? 0.5 : 1 }) },
-        t,
-        0,
-        true,
-        stack.pids,
-        stack.redisScriptCommands,
-      );
+      for (const id of ['nonstream', 'stream64'] as const) {
+        const warm = SCENARIOS.find((s) => s.id === id)!;
+        await measure(
+          { ...warm, spec: (tt, q) => ({ ...warm.spec(tt, q), warmupS: 0, durationS: warmS / 2 }) },
+          t,
+          0,
+          true,
+          stack.pids,
+          stack.redisScriptCommands,
+        );
+      }
     for (let round = 1; round <= rounds; round++) {
       for (const s of scenarios) {
         for (const t of stack.targets) {
