@@ -106,6 +106,10 @@ export function createShareCache(o: ShareCacheOptions): ShareCache {
     maxSize: maxBytes,
     sizeCalculation: sizeOf,
     ttl: o.ttlMs,
+    // An expired share stays (its bytes still counted against maxSize) until it is read again and
+    // replaced, or evicted: lru-cache deleting its last entry on a stale get resets all of its `max`-slot
+    // arrays on the read path (the key cache, key-cache.ts, has the same setting).
+    noDeleteOnStaleGet: true,
     fetchMethod: async (slug, _stale, { options }) => {
       const record = await o.store.getShare(slug);
       if (!record) {

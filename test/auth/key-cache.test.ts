@@ -4,6 +4,7 @@ import { createKeyCache } from '../../src/auth/key-cache.ts';
 import { generateKey, hashKey } from '../../src/auth/keys.ts';
 import { createMemoryStore } from '../../src/store/memory-store.ts';
 import type { KeyRecord, Store } from '../../src/store/types.ts';
+import { largeFills } from '../helpers/array-fill.ts';
 import { waitFor } from '../helpers/wait.ts';
 
 function record(over: Partial<KeyRecord> = {}): KeyRecord {
@@ -94,18 +95,10 @@ t.test('an expired entry is refreshed in place: the cache never resets its array
   await c.store.createKey(hash, record());
   t.equal((await cache.lookup(hash))?.id, 'key_1111111111111111');
   await sleep(200);
-  const fill = Array.prototype.fill;
-  let resets = 0;
-  Array.prototype.fill = function (this: unknown[], ...a: Parameters<typeof fill>) {
-    if (this.length >= max) resets++;
-    return fill.apply(this, a);
-  } as typeof fill;
-  try {
+  const resets = await largeFills(max, async () => {
     t.equal(cache.peek(hash), undefined, 'expired: a miss');
     t.equal((await cache.lookup(hash))?.id, 'key_1111111111111111', 'read again from the store');
-  } finally {
-    Array.prototype.fill = fill;
-  }
+  });
   t.equal(resets, 0, 'no max-sized array filled');
   t.equal(c.reads(), 2);
   t.equal(cache.peek(hash)?.id, 'key_1111111111111111', 'fresh again');

@@ -5,6 +5,7 @@ import { createMemorySnapshotObjects, type SnapshotObjects } from '../../src/sha
 import { createMemoryStore } from '../../src/store/memory-store.ts';
 import { GatewayError } from '../../src/http/errors.ts';
 import type { ShareRecord, Store } from '../../src/store/types.ts';
+import { largeFills } from '../helpers/array-fill.ts';
 import { waitFor } from '../helpers/wait.ts';
 
 const SLUG = 'AbCdEfGhJkLmNpQrStUvWx';
@@ -85,6 +86,24 @@ t.test('50 concurrent lookups of an uncached share make one store read, later on
   await cache.lookup(SLUG);
   t.equal(cache.peek(SLUG)?.status, 'live');
   t.equal(c.reads(), 1);
+});
+
+t.test('an expired share is refreshed in place: the cache never resets its arrays on the read path', async (t) => {
+  // As the key cache (test/auth/key-cache.test.ts): lru-cache deleting its last, stale entry would fill
+  // every one of its max-slot arrays during a public read.
+  const c = counting();
+  const max = 50_000;
+  await c.store.putShare(share());
+  const cache = createShareCache({ store: c.store, objects: c.objects, ttlMs: 100, negativeTtlMs: 100, max });
+  t.equal((await cache.lookup(SLUG)).status, 'live');
+  await sleep(200);
+  const resets = await largeFills(max, async () => {
+    t.equal(cache.peek(SLUG), undefined, 'expired: a miss');
+    t.equal((await cache.lookup(SLUG)).status, 'live', 'read again from the store');
+  });
+  t.equal(resets, 0, 'no max-sized array filled');
+  t.equal(c.reads(), 2);
+  t.equal(cache.peek(SLUG)?.status, 'live', 'fresh again');
 });
 
 t.test('unknown slugs are cached negatively, coalesced, until the negative TTL', async (t) => {
