@@ -36,8 +36,8 @@ const MAX_ATTEMPTS = 3;
 /** Builds the key cache and subscribes it to the store's invalidations. */
 export function createKeyCache(o: KeyCacheOptions): KeyCache {
   // An expired entry stays until its key is read again (and replaced) or evicted: when lru-cache deletes
-  // the last entry on a stale get, it resets all of its `max`-slot arrays (~0.4 ms at max 100,000, on the
-  // request path, once per TTL when a gateway has one active key). Still bounded by `max`.
+  // the last entry on a stale get, it resets all of its `max`-slot arrays on the request path, once per
+  // TTL when a gateway has one active key (bench/results/instructions-vs-bare.md). Still bounded by `max`.
   const stale = { noDeleteOnStaleGet: true } as const;
   // Highest version announced per key; kept longer than the cache TTL so a late read of an old record is refused.
   const floors = new LRUCache<string, number>({ max: o.max, ttl: Math.max(60_000, o.ttlMs * 6), ...stale });
