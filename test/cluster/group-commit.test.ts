@@ -154,6 +154,8 @@ if (cluster) {
     for (let i = 0; i < 8; i++) await Promise.all([...accounts.values()].map((a) => store.hold(a, `w${i}`, 100, FAR)));
     for (const acct of accounts.values())
       await waitFor(async () => (await store.getAccount(acct)).held_micros === 800 + 3200, 2000, `${acct}: its lease of 32 holds`);
+    // Redis can show a lease before the take's reply reached this process's book (another connection).
+    await waitFor(() => store.leaseStats!().taken === accounts.size, 2000, 'every lease in the book');
     const before = new Map(await Promise.all([...accounts.keys()].map(async (p) => [p, await scriptCalls(p)] as const)));
     const held = await Promise.all(
       [...accounts.values()].flatMap((a) => Array.from({ length: 10 }, (_, i) => store.hold(a, `r${i}`, 100, FAR))),
