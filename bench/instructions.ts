@@ -8,14 +8,16 @@
  * `--gc` runs the same load without valgrind under `--trace-gc-nvp` and reports the bytes allocated,
  * surviving a young-generation collection and promoted per request (how issue 24's regression was found:
  * a closure per request tripled what survived).
- *   node bench/instructions.ts --ref 78dee2a --ref . [--n 4000] [--warmup 5000] [--c 8] [--gc] [--leases]
+ *   node bench/instructions.ts --ref 78dee2a --ref . [--n 4000] [--warmup 30000] [--c 8] [--gc] [--leases]
  * `--ref bare` and `--ref bare+redis`: the bench's reference proxies instead of a gateway (bench/bare-proxy.ts
  * of the working tree; bare+redis adds its two Redis round trips), under the same load: the deterministic
  * form of the full bench's "CPU per request × bare+redis".
  * `--keep`: the callgrind dumps stay (one per thread; `-01` is the main thread) for callgrind_annotate.
  * `--leases`: every gateway with `credit.leases: true` (docs/ledger.md "Leases"; a ref older than the
  * setting refuses the config).
- * valgrind slows the gateway ~50×: 5,000 + 4,000 requests take ~2 min per ref.
+ * valgrind slows the gateway ~50× while it counts: 30,000 warm-up + 4,000 counted requests take ~2 min per ref.
+ * The warm-up is 30,000 because V8 compiles the gateway's code that long: after 5,000 (the default until
+ * 2026-12-01) ~30 % of a count was compiling (bench/results/instructions-vs-bare.md).
  */
 import { execFileSync, spawn } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
@@ -33,7 +35,7 @@ const { values } = parseArgs({
   options: {
     ref: { type: 'string', multiple: true, default: ['.'] },
     n: { type: 'string', default: '4000' },
-    warmup: { type: 'string', default: '5000' },
+    warmup: { type: 'string', default: '30000' },
     c: { type: 'string', default: '8' },
     gc: { type: 'boolean', default: false },
     leases: { type: 'boolean', default: false },

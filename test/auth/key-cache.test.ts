@@ -87,7 +87,8 @@ t.test('unknown keys are cached negatively (coalesced too) until the negative TT
 
 t.test('an expired entry is refreshed in place: the cache never resets its arrays on the request path', async (t) => {
   // lru-cache deletes an entry found stale by get() unless told not to, and deleting the last entry
-  // fills every one of its max-slot arrays (~0.4 ms at 100,000): once per TTL for a gateway with one key.
+  // fills every one of its max-slot arrays: once per TTL for a gateway with one key, on the request path
+  // (bench/results/instructions-vs-bare.md).
   const c = counting();
   const max = 50_000;
   const cache = createKeyCache({ store: c.store, ttlMs: 100, negativeTtlMs: 100, max });
