@@ -6,6 +6,7 @@ import { connect } from 'node:net';
 import t from 'tap';
 import { startGateway } from '../helpers/gateway.ts';
 import { startRedis } from '../helpers/redis.ts';
+import { waitFor } from '../helpers/wait.ts';
 import { postChat, startSim, waitForDebit } from './chat-fixture.ts';
 
 const redis = await startRedis(t);
@@ -38,14 +39,20 @@ if (redis) {
       stream: true,
       sim: { tokens: 2000, delay_ms: 5 },
     });
-    const stall = stallRedis(150);
+    const stall = stallRedis(400);
     const socket = connect(Number(new URL(gw.url).port), '127.0.0.1');
     socket.on('error', () => {});
     await new Promise((r) => socket.once('connect', r));
     socket.write(
       `POST /v1/chat/completions HTTP/1.1\r\nhost: gw\r\nauthorization: Bearer ${key}\r\ncontent-type: application/json\r\ncontent-length: ${Buffer.byteLength(body)}\r\n\r\n${body}`,
     );
-    // Leave while the hold waits on Redis.
+    // Leave while the hold waits on Redis: once the request is in flight (the gauge is read without Redis)
+    // and has had a moment to reach its hold, well inside the stall.
+    await waitFor(
+      async () => /^tollgate_in_flight_requests [1-9]/m.test(await (await fetch(`${gw.adminUrl}/metrics`)).text()),
+      300,
+      'the request in flight',
+    );
     await new Promise((r) => setTimeout(r, 30));
     socket.destroy();
     await stall;
@@ -60,11 +67,10 @@ if (redis) {
     const debit = await waitForDebit(gw, 'gone-a', line!.request_id, 1200).catch((e: Error) => e);
     t.notOk(debit instanceof Error, 'settled within ~1 s of the client leaving, not at total_timeout_ms');
 
-    // 2000 tokens at 5 ms is a 10 s completion: by now the upstream must not be generating it any more.
-    await new Promise((r) => setTimeout(r, 500));
-    t.same(
-      sim.requests.filter((r) => !r.aborted && !r.finished).map((r) => r.id),
-      [],
+    // 2000 tokens at 5 ms is a 10 s completion: the upstream must stop generating it long before that
+    // (the simulator marks a request aborted when it sees its socket close).
+    t.ok(
+      await waitFor(() => sim.requests.every((r) => r.aborted || r.finished), 3000, 'the upstream request to stop'),
       'no upstream request still running for a client that left',
     );
     t.notOk(

@@ -4,6 +4,7 @@
 import t from 'tap';
 import { simPromptTokens } from '../../src/simulator/simulator.ts';
 import { startGateway } from '../helpers/gateway.ts';
+import { waitFor } from '../helpers/wait.ts';
 import { SIM_SMALL, expectedCost, metricsText, postChat, sample, startSim, waitForDebit } from './chat-fixture.ts';
 
 const ROUTE = '/v1/chat/completions';
@@ -46,12 +47,15 @@ t.test('chat metrics add up to what was served and billed', async (t) => {
     ids.push(r.headers.get('x-request-id')!);
   }
 
-  // Request counters are written when the response closes: poll briefly for the last one.
-  let m = await metricsText(gw);
-  for (let i = 0; i < 50 && sample(m, 'tollgate_requests_total', { route: ROUTE }) < 6; i++) {
-    await new Promise((r) => setTimeout(r, 20));
-    m = await metricsText(gw);
-  }
+  // Request counters are written when the response closes and the handler has returned (after its billing).
+  const m = await waitFor(
+    async () => {
+      const text = await metricsText(gw);
+      return sample(text, 'tollgate_requests_total', { route: ROUTE }) >= 6 && text;
+    },
+    5000,
+    'the last request counted',
+  );
 
   t.equal(sample(m, 'tollgate_tokens_total', { model: 'sim-small', kind: 'prompt' }), prompt, 'prompt tokens');
   t.equal(sample(m, 'tollgate_tokens_total', { model: 'sim-small', kind: 'completion' }), completion, 'completion tokens');
@@ -164,10 +168,8 @@ t.test('in-flight stream gauge returns to 0 after complete, cut and abandoned st
   t.equal(sample(await metricsText(gw), 'tollgate_in_flight_streams'), 1, 'one stream open');
   await reader.cancel();
   await sim.waitFor((r) => r.aborted, 2000);
-  let m = await metricsText(gw);
-  for (let i = 0; i < 50 && sample(m, 'tollgate_in_flight_streams') !== 0; i++) {
-    await new Promise((r) => setTimeout(r, 20));
-    m = await metricsText(gw);
-  }
-  t.equal(sample(m, 'tollgate_in_flight_streams'), 0);
+  t.ok(
+    await waitFor(async () => sample(await metricsText(gw), 'tollgate_in_flight_streams') === 0, 5000, 'the stream to close'),
+    'no stream open once the client left',
+  );
 });

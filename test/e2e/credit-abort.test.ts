@@ -68,17 +68,17 @@ if (redis) {
     t.comment(`debit visible ${(now() - abortedAt).toFixed(0)} ms after the abort`);
     t.equal(entry.usage_source, 'estimated', 'no usage chunk came: tokenizer counts');
     t.equal(entry.prompt_tokens, tokenizer.countPromptTokens(messages), 'prompt tokens counted over the messages');
-    // The gateway meters what reached it: every token the simulator wrote before its socket closed,
-    // except possibly the last one if it was still in flight when the gateway let go. Both counts are
-    // accepted; with 30 ms between tokens the exact one is what normally happens.
+    // The gateway meters what reached it: at most every token the simulator wrote before its socket
+    // closed (what was still in the socket when the gateway let go, one chunk normally, more if a loaded
+    // machine delayed the gateway's loop, is not billed), and at least what the client received.
     const sent = rec.completionTokensSent;
     const exact = tokenizer.countText(simCompletionText(sent));
-    const oneShort = tokenizer.countText(simCompletionText(sent - 1));
+    const received = tokenizer.countText(simCompletionText(K));
     t.ok(
-      entry.completion_tokens === exact || entry.completion_tokens === oneShort,
-      `completion tokens ${entry.completion_tokens} = the tokenizer over the ${sent} tokens sent (${exact}) or one chunk fewer (${oneShort})`,
+      entry.completion_tokens! <= exact && entry.completion_tokens! >= received,
+      `completion tokens ${entry.completion_tokens}: at most the tokenizer over the ${sent} tokens sent (${exact}), at least over the ${K} received (${received})`,
     );
-    t.ok(entry.completion_tokens! >= tokenizer.countText(simCompletionText(K)), 'at least what the client received is billed');
+    t.comment(`billed ${entry.completion_tokens} of ${exact} (${sent} tokens sent)`);
     t.equal(
       entry.amount_micros,
       -expectedCost(SIM_SMALL, entry.prompt_tokens!, entry.completion_tokens!),

@@ -27,7 +27,9 @@ if (redis) {
     const gw = await startGateway(t, {
       redisUrl: redis.url,
       upstreamUrl: sim.url,
-      config: { credit: { hold_margin_seconds: 5, reaper_interval_ms: 200, leases: true } },
+      // A 180 s hold TTL (30 s upstream deadline + 150 s): 3 s hold buckets, so the waves share a few buckets
+      // even on a slow machine (each bucket starts with 8 holds of its own before its lease).
+      config: { credit: { hold_margin_seconds: 150, reaper_interval_ms: 200, leases: true } },
     });
     const rich = await gw.createKey({ account: 'ls-rich', env: 'live' });
     const poor = await gw.createKey({ account: 'ls-poor', env: 'live' });
@@ -77,13 +79,13 @@ if (redis) {
         5000,
         `${account}'s debits`,
       );
-      // The bucket's window (1 s with this config's hold TTL) ends: the lease's rest goes back by itself.
+      // The bucket's window (3 s with this config's hold TTL) ends: the lease's rest goes back by itself.
       const acct = await waitFor(
         async () => {
           const a = await accountOf(gw.admin, account);
           return a.held_micros === 0 ? a : undefined;
         },
-        5000,
+        10_000,
         `${account}: nothing held`,
       );
       checkLedger(t, entries, acct, ids);
@@ -95,7 +97,7 @@ if (redis) {
       .filter((w) => w[0]!.toLowerCase() === 'evalsha' && w[1] === leaseSettle)
       .map((w) => w.slice(3 + Number(w[2])));
     const leased = new Set(passes.flatMap((a) => a.slice(5, 5 + Number(a[2]))));
-    // Each 1 s bucket (this config's hold TTL) starts with 8 holds of its own before its lease: a slow machine
+    // Each 3 s bucket (this config's hold TTL) starts with 8 holds of its own before its lease: a slow machine
     // spreads the crowd over more buckets, so only a quarter is asked for.
     t.ok(leased.size >= RICH / 4, `${leased.size} of the funded account's ${RICH} requests were drawn from a lease`);
     t.ok(
@@ -112,7 +114,7 @@ if (redis) {
         text = await (await fetch(`${gw.adminUrl}/metrics`)).text();
         return value('tollgate_credit_leases_open') === 0;
       },
-      5000,
+      10_000,
       'every lease closed once its window is over',
     );
     t.ok(value('tollgate_credit_leases_taken_total') >= 1, `leases taken: ${value('tollgate_credit_leases_taken_total')}`);

@@ -18,30 +18,9 @@ import { stringify } from 'yaml';
 import { ADMIN_TOKEN, testConfigDoc } from '../helpers/gateway.ts';
 import { freePort } from '../helpers/ports.ts';
 import { waitFor } from '../helpers/wait.ts';
+import { worstHealth } from '../helpers/health.ts';
 import { startSim } from '../e2e/chat-fixture.ts';
 import { chat, ledgerOf, streamBody } from '../e2e/credit-support.ts';
-
-/** Wall time of one GET /healthz on a fresh connection. */
-async function healthMs(adminUrl: string): Promise<number> {
-  const t0 = performance.now();
-  const res = await fetch(`${adminUrl}/healthz`, { headers: { connection: 'close' } });
-  await res.arrayBuffer();
-  return performance.now() - t0;
-}
-
-/** /healthz probed back to back until `until` settles (at most 2,000 probes): the slowest answer. */
-async function worstHealth(adminUrl: string, until: Promise<unknown>): Promise<{ worst: number; probes: number }> {
-  let done = false;
-  void until.finally(() => (done = true));
-  let worst = 0;
-  let probes = 0;
-  while (!done && probes < 2_000) {
-    worst = Math.max(worst, await healthMs(adminUrl));
-    probes++;
-    await sleep(2);
-  }
-  return { worst, probes };
-}
 
 const sim = await startSim(t);
 // Its own `node src/main.ts` (not credit-support's spawnGateway): /readyz is polled from the first

@@ -207,11 +207,14 @@ export function keyControlCases(test: Case): void {
   test('a counter past its expiry is gone', async (t, { store }) => {
     const a = uniqueAccount();
     await store.grant(a, 10_000, undefined, undefined, TS);
-    const b = charge('key_BBBBBBBBBBBBBBBA', 1_000, { expireAtMs: Date.now() + 300 });
+    // 1.5 s: the hold, the settle and the first read land before it even on a loaded machine (a settle past
+    // it would find the counter gone at once); the second read comes after it.
+    const expireAtMs = Date.now() + 1_500;
+    const b = charge('key_BBBBBBBBBBBBBBBA', 1_000, { expireAtMs });
     t.equal((await store.hold(a, 'e1', 100, FAR, b)).ok, true);
     await store.settle(settleInput(a, 'e1', 100, { budget: b }));
     t.equal((await store.keySpend(a, b.keyId, b.period, Date.now())).spent_micros, 100);
-    await new Promise((r) => setTimeout(r, 500));
+    await new Promise((r) => setTimeout(r, Math.max(0, expireAtMs - Date.now()) + 200));
     t.strictSame(await store.keySpend(a, b.keyId, b.period, Date.now()), { spent_micros: 0, held_micros: 0 });
   });
 }
