@@ -13,6 +13,8 @@ import { findTooDeep } from './json-depth.ts';
 /** Throws 415 unless the request declares a JSON body (`application/json`, parameters allowed). */
 export function requireJson(req: IncomingMessage): void {
   const ct = req.headers['content-type'];
+  // What nearly every client sends, compared before anything is split or lowered.
+  if (ct === 'application/json') return;
   const base = ct?.split(';', 1)[0]!.trim().toLowerCase();
   if (base !== 'application/json') {
     throw new GatewayError(

@@ -43,7 +43,10 @@ export interface Router {
   match(method: string, path: string): Match;
 }
 
-/** Compiles the table once; matching is a split and a segment compare, no regex per request. */
+/**
+ * Compiles the table once; matching a path without parameters is one Map lookup (the table's first
+ * pattern to match it, found when compiling), any other path a split and a segment compare, no regex.
+ */
 export function createRouter(routes: readonly Route[]): Router {
   const compiled: Compiled[] = [];
   for (const r of routes) {
@@ -51,23 +54,37 @@ export function createRouter(routes: readonly Route[]): Router {
     if (!c) compiled.push((c = { pattern: r.pattern, segments: r.pattern.split('/'), methods: new Map() }));
     c.methods.set(r.method, r);
   }
+  /** The first pattern in table order that `parts` matches, with its parameters. */
+  function find(parts: string[]): { c: Compiled; params: Record<string, string> | undefined } | undefined {
+    for (const c of compiled) {
+      if (c.segments.length !== parts.length) continue;
+      let params: Record<string, string> | undefined;
+      let ok = true;
+      for (let i = 0; i < parts.length; i++) {
+        const seg = c.segments[i]!;
+        if (seg.charCodeAt(0) === 123 /* { */) {
+          (params ??= {})[seg.slice(1, -1)] = parts[i]!;
+        } else if (seg !== parts[i]) {
+          ok = false;
+          break;
+        }
+      }
+      if (ok) return { c, params };
+    }
+    return undefined;
+  }
+  // Every literal pattern's path, resolved as a request for it would be (an earlier {param} pattern wins).
+  const exact = new Map<string, { c: Compiled; params: undefined }>();
+  for (const c of compiled) {
+    if (c.segments.some((s) => s.charCodeAt(0) === 123)) continue;
+    const hit = find(c.segments);
+    if (hit && !hit.params) exact.set(c.pattern, { c: hit.c, params: undefined });
+  }
   return {
     match(method, path) {
-      const parts = path.split('/');
-      for (const c of compiled) {
-        if (c.segments.length !== parts.length) continue;
-        let params: Record<string, string> | undefined;
-        let ok = true;
-        for (let i = 0; i < parts.length; i++) {
-          const seg = c.segments[i]!;
-          if (seg.charCodeAt(0) === 123 /* { */) {
-            (params ??= {})[seg.slice(1, -1)] = parts[i]!;
-          } else if (seg !== parts[i]) {
-            ok = false;
-            break;
-          }
-        }
-        if (!ok) continue;
+      const hit = exact.get(path) ?? find(path.split('/'));
+      if (hit) {
+        const { c, params } = hit;
         const route = c.methods.get(method) ?? (method === 'HEAD' ? c.methods.get('GET') : undefined);
         if (!route) {
           const allow = [...c.methods.keys()].join(', ');

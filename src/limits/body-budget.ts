@@ -45,8 +45,41 @@ export function createBodyBudget(max: number, onChange?: (used: number) => void,
   let used = 0;
   const perKey = o.perKey ?? Infinity;
   const byKey = new Map<string, number>();
+  /**
+   * One key's budget, for one request: a class, so a request costs one small object (its methods and
+   * getter live on the prototype; an object literal with a getter is defined in V8's runtime each time).
+   */
+  class KeyBudget implements BodyBudget {
+    readonly keyId: string;
+    readonly timeoutMs = o.timeoutMs;
+    constructor(keyId: string) {
+      this.keyId = keyId;
+    }
+    reserve(bytes: number): void {
+      const mine = byKey.get(this.keyId) ?? 0;
+      if (mine + bytes > perKey) {
+        throw new GatewayError(
+          'concurrency_limit_exceeded',
+          `This API key already has ${perKey} bytes of request bodies in flight; wait for a request to finish.`,
+          { headers: { 'retry-after': '1', 'retry-after-ms': '1000', 'x-ratelimit-scope': 'key' } },
+        );
+      }
+      process.reserve(bytes);
+      byKey.set(this.keyId, mine + bytes);
+    }
+    release(bytes: number): void {
+      const left = (byKey.get(this.keyId) ?? 0) - bytes;
+      if (left <= 0) byKey.delete(this.keyId);
+      else byKey.set(this.keyId, left);
+      process.release(bytes);
+    }
+    get used(): number {
+      return byKey.get(this.keyId) ?? 0;
+    }
+  }
+
   const process: ProcessBodyBudget = {
-    reserve(bytes) {
+    reserve(bytes: number): void {
       if (used + bytes > max) {
         throw new GatewayError('overloaded', 'The gateway is reading too many request bodies at once; retry shortly.', {
           headers: { 'retry-after': '1', 'retry-after-ms': '500' },
@@ -55,41 +88,16 @@ export function createBodyBudget(max: number, onChange?: (used: number) => void,
       used += bytes;
       onChange?.(used);
     },
-    release(bytes) {
+    release(bytes: number): void {
       used = Math.max(0, used - bytes);
       onChange?.(used);
     },
-    get used() {
+    get used(): number {
       return used;
     },
     timeoutMs: o.timeoutMs,
     usedBy: (keyId) => byKey.get(keyId) ?? 0,
-    forKey(keyId) {
-      return {
-        reserve(bytes) {
-          const mine = byKey.get(keyId) ?? 0;
-          if (mine + bytes > perKey) {
-            throw new GatewayError(
-              'concurrency_limit_exceeded',
-              `This API key already has ${perKey} bytes of request bodies in flight; wait for a request to finish.`,
-              { headers: { 'retry-after': '1', 'retry-after-ms': '1000', 'x-ratelimit-scope': 'key' } },
-            );
-          }
-          process.reserve(bytes);
-          byKey.set(keyId, mine + bytes);
-        },
-        release(bytes) {
-          const left = (byKey.get(keyId) ?? 0) - bytes;
-          if (left <= 0) byKey.delete(keyId);
-          else byKey.set(keyId, left);
-          process.release(bytes);
-        },
-        get used() {
-          return byKey.get(keyId) ?? 0;
-        },
-        timeoutMs: o.timeoutMs,
-      };
-    },
+    forKey: (keyId) => new KeyBudget(keyId),
   };
   return process;
 }

@@ -60,7 +60,10 @@ export function outputBound(body: ChatBody, model: ModelConfig): { perChoice: nu
  * them an upstream generates up to its own limit, past the hold.
  */
 function upstreamBody(body: ChatBody, model: ModelConfig, perChoice: number): Buffer {
-  const out: Record<string, unknown> = { ...body, model: model.upstreamModel, max_tokens: perChoice };
+  // A copy, then stores: fields after a spread in one literal are defined in V8's runtime, per request.
+  const out: Record<string, unknown> = { ...body };
+  out.model = model.upstreamModel;
+  out.max_tokens = perChoice;
   if (body.max_completion_tokens !== undefined && body.max_completion_tokens !== null) out.max_completion_tokens = perChoice;
   if (body.stream === true) {
     const so = body.stream_options && typeof body.stream_options === 'object' ? body.stream_options : {};

@@ -57,7 +57,9 @@ function outputBound(body: CompletionsBody, model: ModelConfig): OutputBound {
 
 /** Model rewritten, output capped by what was held, usage forced on streams (as for chat). */
 function upstreamBody(body: CompletionsBody, model: ModelConfig, perChoice: number): Buffer {
-  const out: Record<string, unknown> = { ...body, model: model.upstreamModel, max_tokens: perChoice };
+  const out: Record<string, unknown> = { ...body }; // then stores, as for chat
+  out.model = model.upstreamModel;
+  out.max_tokens = perChoice;
   if (body.stream === true) {
     const so = isObj(body.stream_options) ? body.stream_options : {};
     out.stream_options = { ...so, include_usage: true };

@@ -93,13 +93,13 @@ export function meteredRoute<B extends { model: string }>(d: MeteredDeps, ep: Me
    * the token and credit metrics. Anything else that wants per-request billing hooks in here.
    */
   function recordFinalBilling(ctx: RequestContext, f: FinalBilling, maxOutput: number): void {
-    Object.assign(ctx.log, {
-      prompt_tokens: f.promptTokens,
-      completion_tokens: f.completionTokens,
-      ...(f.cachedTokens > 0 && { cached_tokens: f.cachedTokens }),
-      usage_source: f.source,
-      cost_micros: f.costMicros,
-    });
+    // Field by field (an object literal with a spread before other fields is built in V8's runtime).
+    const log = ctx.log;
+    log.prompt_tokens = f.promptTokens;
+    log.completion_tokens = f.completionTokens;
+    if (f.cachedTokens > 0) log.cached_tokens = f.cachedTokens;
+    log.usage_source = f.source;
+    log.cost_micros = f.costMicros;
     if (f.completionTokens > maxOutput) {
       // An upstream that ignored its output cap: debited in full (SPEC §4's only overspend), counted, logged.
       overruns(f.model).inc();
@@ -173,11 +173,12 @@ export function meteredRoute<B extends { model: string }>(d: MeteredDeps, ep: Me
         model: model.name,
         promptTokens: b.promptTokens,
         completionTokens: b.completionTokens,
-        ...(b.cachedTokens > 0 && { cachedTokens: b.cachedTokens }),
         usageSource: b.source,
         ts: isoTime(d.now()),
         holdExpiresAtMs,
         holdMicros: hold,
+        // The optional fields last: a field after a spread is defined in V8's runtime, per request.
+        ...(b.cachedTokens > 0 && { cachedTokens: b.cachedTokens }),
         ...(budget && { budget }),
       });
       trace?.settle(settling, costMicros);

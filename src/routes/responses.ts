@@ -104,7 +104,10 @@ function outputBound(body: ResponsesBody, model: ModelConfig): OutputBound {
 
 /** Model rewritten, output capped by what was held. Streams always carry usage (response.completed). */
 function upstreamBody(body: ResponsesBody, model: ModelConfig, perChoice: number): Buffer {
-  return Buffer.from(JSON.stringify({ ...body, model: model.upstreamModel, max_output_tokens: perChoice }));
+  const out: Record<string, unknown> = { ...body }; // then stores, as for chat
+  out.model = model.upstreamModel;
+  out.max_output_tokens = perChoice;
+  return Buffer.from(JSON.stringify(out));
 }
 
 /**

@@ -111,4 +111,14 @@ t.test('the first route wins when two patterns could match', async (t) => {
   ]);
   t.equal(label(r.match('GET', '/a/fixed').handler), 'fixed');
   t.equal(label(r.match('GET', '/a/other').handler), 'param');
+  // A literal path is looked up in a map built when compiling: it must still lose to an earlier
+  // {param} pattern, with that pattern's params, and a 405 there names the earlier pattern's methods.
+  const p = createRouter([
+    { method: 'GET', pattern: '/b/{x}', handler: h('param') },
+    { method: 'GET', pattern: '/b/fixed', handler: h('fixed') },
+    { method: 'POST', pattern: '/b/fixed', handler: h('fixed-post') },
+  ]);
+  const m = p.match('GET', '/b/fixed');
+  t.same([label(m.handler), m.pattern, m.params], ['param', '/b/{x}', { x: 'fixed' }]);
+  t.match(thrown(() => p.match('POST', '/b/fixed')), { code: 'method_not_allowed', headers: { allow: 'GET' } });
 });
