@@ -62,7 +62,6 @@ export function createEdge(d: EdgeDeps): (req: IncomingMessage, res: ServerRespo
       extraHeaders: undefined,
       admit: undefined,
     };
-    res.setHeader('x-request-id', requestId);
     if (d.headers) for (const h in d.headers) res.setHeader(h, d.headers[h]!);
     d.metrics.inFlight.inc();
     // The line is written once both the response has closed and the handler has returned: a client that
@@ -93,6 +92,10 @@ export function createEdge(d: EdgeDeps): (req: IncomingMessage, res: ServerRespo
     } catch (e) {
       return failed(e);
     }
+    // A metered route writes the request id with its response's other headers (routes/metered.ts): a header
+    // set before writeHead(status, headers) turns Node's header handling into its slow, merging path, per
+    // request. Every other route has it from here; an error response gets it in fail().
+    if (!match.route.meteredAdmit) res.setHeader('x-request-id', requestId);
     ctx.route = match.pattern;
     ctx.params = match.params;
     gate(match.route, ctx).then(done, failed);
@@ -102,7 +105,10 @@ export function createEdge(d: EdgeDeps): (req: IncomingMessage, res: ServerRespo
 function fail(ctx: RequestContext, err: unknown, send: (res: ServerResponse, err: unknown) => void): void {
   if (!(err instanceof GatewayError) && !(err instanceof ValidationError)) ctx.log.err = err;
   else if (err instanceof GatewayError) ctx.log.error_code = err.code;
-  if (ctx.extraHeaders && !ctx.res.headersSent) for (const h in ctx.extraHeaders) ctx.res.setHeader(h, ctx.extraHeaders[h]!);
+  if (!ctx.res.headersSent) {
+    ctx.res.setHeader('x-request-id', ctx.requestId);
+    if (ctx.extraHeaders) for (const h in ctx.extraHeaders) ctx.res.setHeader(h, ctx.extraHeaders[h]!);
+  }
   send(ctx.res, err);
 }
 

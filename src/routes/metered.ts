@@ -324,6 +324,8 @@ export function meteredRoute<B extends { model: string }>(d: MeteredDeps, ep: Me
   async function respond(ctx: RequestContext, a: Answered, body: Prepared['reply']): Promise<RelayOutcome | undefined> {
     const res: ServerResponse = ctx.res;
     const headers = headerPolicy.clientResponse(a.headers);
+    // Set here, not by the edge (server.ts): one writeHead with every header is Node's fast path.
+    headers['x-request-id'] = ctx.requestId;
     if (ctx.extraHeaders) Object.assign(headers, ctx.extraHeaders);
     if (a.status >= 500) {
       // A 500/501 is not retried (only 502/503/504/429 are) and its body may identify the upstream: 502.

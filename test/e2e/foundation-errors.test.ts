@@ -6,6 +6,7 @@ import type { Test } from 'tap';
 import { ERROR_CODES, type ErrorCode } from '../../src/http/errors.ts';
 import { ADMIN_TOKEN, startGateway } from '../helpers/gateway.ts';
 import { waitFor } from '../helpers/wait.ts';
+import { postChat, startSim } from './chat-fixture.ts';
 
 const REQ_ID = /^req_[1-9A-HJ-NP-Za-km-z]{22}$/;
 const ADMIN = { authorization: `Bearer ${ADMIN_TOKEN}` };
@@ -168,6 +169,44 @@ t.test('every response carries a fresh x-request-id, and the request log line ca
   await waitFor(() => [...ids].every((id) => loggedIds().has(id)), 3000);
   const logged = loggedIds();
   for (const id of ids) t.ok(logged.has(id), `log line for ${id}`);
+});
+
+t.test('a metered route writes its x-request-id with its own headers: answers, streams, passed-through and refused', async (t) => {
+  // The edge leaves a metered route's id to the route (one writeHead with every header, server.ts), so
+  // each way such a request can end is checked here, against the id its log line carries.
+  const sim = await startSim(t);
+  const gw = await startGateway(t, { upstreamUrl: sim.url });
+  const { key } = await gw.createKey({ account: 'rid', env: 'live' });
+  const { key: broke } = await gw.createKey({ account: 'rid-broke', env: 'live' });
+  await gw.grant('rid', 100_000_000);
+  const msg = [{ role: 'user', content: 'hi' }];
+  const cases: [string, string, unknown, number][] = [
+    ['answered', key, { model: 'sim-small', messages: msg }, 200],
+    ['streamed', key, { model: 'sim-small', messages: msg, stream: true }, 200],
+    ['upstream 404 passed through', key, { model: 'sim-small', messages: msg, sim: { status: 404 } }, 404],
+    ['upstream 500 as 502', key, { model: 'sim-small', messages: msg, sim: { status: 500 } }, 502],
+    ['refused: no credit', broke, { model: 'sim-small', messages: msg }, 402],
+    ['refused: invalid body', key, { model: 'sim-small' }, 422],
+    ['refused: unknown model', key, { model: 'nope', messages: msg }, 404],
+  ];
+  const ids = new Set<string>();
+  for (const [what, k, body, status] of cases) {
+    const res = await postChat(gw, k, body);
+    await res.arrayBuffer();
+    t.equal(res.status, status, what);
+    const id = res.headers.get('x-request-id');
+    t.match(id, REQ_ID, `${what}: x-request-id`);
+    ids.add(id!);
+  }
+  t.equal(ids.size, cases.length, 'ids are unique');
+  const logged = () =>
+    new Set(
+      gw.logs
+        .map((l) => JSON.parse(l))
+        .filter((l) => l.route === '/v1/chat/completions')
+        .map((l) => l.request_id),
+    );
+  await waitFor(() => [...ids].every((id) => logged().has(id)), 3000, 'every request line');
 });
 
 t.test('a client x-request-id never replaces a sane one on the response; it is logged beside ours', async (t) => {
