@@ -92,7 +92,7 @@ export function meteredRoute<B extends { model: string }>(d: MeteredDeps, ep: Me
    * The one place where a request's final billing is known, after its settle was issued: the log line,
    * the token and credit metrics. Anything else that wants per-request billing hooks in here.
    */
-  function recordFinalBilling(ctx: RequestContext, f: FinalBilling, maxOutput: number): void {
+  function recordFinalBilling(ctx: RequestContext, f: FinalBilling, maxOutput: number, at: number): void {
     // Field by field (an object literal with a spread before other fields is built in V8's runtime).
     const log = ctx.log;
     log.prompt_tokens = f.promptTokens;
@@ -118,7 +118,7 @@ export function meteredRoute<B extends { model: string }>(d: MeteredDeps, ep: Me
       completionTokens: f.completionTokens,
       cachedTokens: f.cachedTokens,
       costMicros: f.env === 'live' ? f.costMicros : 0,
-      at: d.now(),
+      at,
     });
   }
 
@@ -159,12 +159,13 @@ export function meteredRoute<B extends { model: string }>(d: MeteredDeps, ep: Me
     const admission = await ctx.admit!(promptEstimate + output.total);
     const live = key.env === 'live';
     // The settle names its hold's expiry: that is where the store finds the hold (docs/ledger.md).
-    const holdExpiresAtMs = Math.ceil(d.now() + holdTtlMs);
+    const admitted = d.now();
+    const holdExpiresAtMs = Math.ceil(admitted + holdTtlMs);
     // A key with a budget (SPEC §15): its period counter is charged by the hold and the settle; none otherwise.
-    const budget = live && key.budget ? budgetCharge(key.id, key.budget, d.now()) : undefined;
+    const budget = live && key.budget ? budgetCharge(key.id, key.budget, admitted) : undefined;
     const hold = live ? holdMicros(model.price, stateful?.heldPrompt ?? promptEstimate, output.total) : 0;
     /** The request's one settle (SPEC §4): not awaited by the response, tracked for shutdown, retried until it lands. */
-    const settle = (b: Billed, costMicros: number) => {
+    const settle = (b: Billed, costMicros: number, at = d.now()) => {
       const settling = d.credit.settle({
         account: key.account,
         requestId: ctx.requestId,
@@ -174,7 +175,7 @@ export function meteredRoute<B extends { model: string }>(d: MeteredDeps, ep: Me
         promptTokens: b.promptTokens,
         completionTokens: b.completionTokens,
         usageSource: b.source,
-        ts: isoTime(d.now()),
+        ts: isoTime(at),
         holdExpiresAtMs,
         holdMicros: hold,
         // The optional fields last: a field after a spread is defined in V8's runtime, per request.
@@ -260,10 +261,11 @@ export function meteredRoute<B extends { model: string }>(d: MeteredDeps, ep: Me
         stateful && { request: stateful, call: answered?.call, format: ep.format, timeoutMs: up.headersTimeoutMs },
       );
       const cost = costMicros(model.price, b.promptTokens, b.completionTokens, b.cachedTokens);
+      const billedAt = d.now(); // the settle's ts and the usage record's time: one clock read
       admission.settle(b.promptTokens + b.completionTokens);
       ctx.log.relay_end = outcome?.end ?? (gone() ? 'client_gone' : 'none');
       if (live) {
-        settle(b, cost);
+        settle(b, cost, billedAt);
         settleStarted?.(); // the settle itself is tracked from here on
       }
       recordFinalBilling(
@@ -282,6 +284,7 @@ export function meteredRoute<B extends { model: string }>(d: MeteredDeps, ep: Me
           cachedTokens: b.cachedTokens,
         },
         output.total,
+        billedAt,
       );
       trace?.billed(b.promptTokens, b.completionTokens, cost, b.source, b.cachedTokens);
       // Arrival → upstream call, plus chunk handling, plus settling; upstream waiting excluded.

@@ -52,12 +52,13 @@ export async function forward(
   const t0 = process.hrtime.bigint();
   for (;;) {
     if (signal.aborted) throw new ClientGoneError();
-    // The total deadline bounds the whole request, retries included.
-    if (d.now() >= r.deadline) throw new GatewayError('upstream_timeout', `The upstream of model '${model.name}' timed out.`);
-    const up = d.upstreams.pick(model, tried, d.now());
+    // The total deadline bounds the whole request, retries included. One clock read per attempt.
+    const now = d.now();
+    if (now >= r.deadline) throw new GatewayError('upstream_timeout', `The upstream of model '${model.name}' timed out.`);
+    const up = d.upstreams.pick(model, tried, now);
     if (!up) break;
     tried.add(up);
-    const call = new UpstreamCall(up, d.upstreams.start(up, d.now()));
+    const call = new UpstreamCall(up, d.upstreams.start(up, now));
     onCall(call);
     up.outstanding++;
     up.pool.dispatch(
@@ -66,7 +67,7 @@ export async function forward(
         method: 'POST',
         headers: r.headers(up.authorization),
         body: r.body,
-        headersTimeout: Math.max(1, Math.min(r.headersTimeoutMs, r.deadline - d.now())),
+        headersTimeout: Math.max(1, Math.min(r.headersTimeoutMs, r.deadline - now)),
         bodyTimeout: r.idleTimeoutMs,
       },
       call,
