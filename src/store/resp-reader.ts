@@ -60,30 +60,62 @@ export class RespReader {
     return s;
   }
 
+  /**
+   * The integer of the line starting after the type byte at #pos (an integer reply, a length), read from
+   * its bytes: no string and no string-to-number conversion for the few digits these have (past 15 digits,
+   * where summing digits in a double could round differently, the text goes through Number()).
+   */
+  #int(b: Buffer): number | typeof INCOMPLETE {
+    const cr = b.indexOf(CR, this.#pos);
+    if (cr < 0 || cr + 1 >= b.length) return INCOMPLETE;
+    const start = this.#pos + 1;
+    this.#pos = cr + 2;
+    const negative = b[start] === 0x2d;
+    let i = negative ? start + 1 : start;
+    if (cr === i || cr - i > 15) return Number(b.toString('latin1', start, cr));
+    let n = 0;
+    for (; i < cr; i++) {
+      const digit = b[i]! - 0x30;
+      // Anything but digits (never sent by Redis): whatever Number() makes of the text.
+      if (digit < 0 || digit > 9) return Number(b.toString('latin1', start, cr));
+      n = n * 10 + digit;
+    }
+    return negative ? -n : n;
+  }
+
   #value(b: Buffer): Step {
     if (this.#pos >= b.length) return INCOMPLETE;
     const type = b[this.#pos];
+    if (type === 0x3a || type === 0x24 || type === 0x2a) return this.#counted(b, type);
     const line = this.#line(b);
     if (line === INCOMPLETE) return INCOMPLETE;
     switch (type) {
-      case 0x3a: // ':' integer
-        return Number(line);
       case 0x2b: // '+' simple string
         return line;
       case 0x2d: // '-' error
         return new Error(line);
+      default:
+        throw new Error(`unexpected RESP type byte 0x${(type ?? 0).toString(16)}`);
+    }
+  }
+
+  /** An integer, a bulk string or an array: a reply whose line is a number. */
+  #counted(b: Buffer, type: number): Step {
+    const n = this.#int(b);
+    if (n === INCOMPLETE) return INCOMPLETE;
+    switch (type) {
+      case 0x3a: // ':' integer
+        return n;
       case 0x24: {
         // '$' bulk string
-        const n = Number(line);
         if (n < 0) return null;
         if (this.#pos + n + 2 > b.length) return INCOMPLETE;
         const s = b.toString('utf8', this.#pos, this.#pos + n);
         this.#pos += n + 2;
         return s;
       }
-      case 0x2a: {
+      default: {
         // '*' array
-        const n = Number(line);
         if (n < 0) return null;
         const out: Reply[] = new Array(n);
         for (let i = 0; i < n; i++) {
@@ -93,8 +125,6 @@ export class RespReader {
         }
         return out;
       }
-      default:
-        throw new Error(`unexpected RESP type byte 0x${(type ?? 0).toString(16)}`);
     }
   }
 }

@@ -43,6 +43,26 @@ t.test('an encoded command reads back as the same strings', async (t) => {
 
 t.test('scalar replies', async (t) => {
   t.same(decode(':0\r\n', ':42\r\n', ':-5\r\n').replies, [0, 42, -5], 'integers become numbers');
+  // Integers are read from their bytes; every one must be what Number() makes of its text, to the last
+  // digit (a balance in micro-credits), short and long, negative, and at the edges of exact doubles.
+  const texts = [
+    '-0',
+    '9',
+    '-1',
+    '1712345678901',
+    '999999999999999',
+    '1000000000000000',
+    '-4503599627370497',
+    '9007199254740993',
+    '123456789012345678901',
+  ];
+  for (let i = 0; i < 2000; i++) texts.push(String(Math.floor((Math.random() - 0.5) * 2 * 10 ** (1 + (i % 17)))));
+  const read = decode(...texts.map((x) => `:${x}\r\n`)).replies;
+  t.ok(
+    texts.every((x, i) => Object.is(read[i], Number(x))),
+    `${texts.length} integers read as Number() reads their text`,
+  );
+  t.same(decode('*2\r\n$3\r\nabc\r\n:7\r\n').replies, [['abc', 7]], 'lengths read the same way');
   t.same(decode('+OK\r\n', '+\r\n').replies, ['OK', ''], 'simple strings become strings');
   const errs: Reply[] = [];
   new RespReader((r) => errs.push(r)).feed(Buffer.from('-NOSCRIPT No matching script. Please use EVAL.\r\n'));
