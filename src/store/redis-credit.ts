@@ -76,6 +76,9 @@ function perCall(flat: unknown[]): unknown[] {
   return out;
 }
 
+/** Accounts whose key names redis-credit keeps made (namesOf). */
+const NAMES_MAX = 10_000;
+
 const errorOf = (err: unknown) => (err instanceof Error ? err : new Error(String(err)));
 
 /**
@@ -117,10 +120,31 @@ export function createRedisCredit(
    */
   const indexed = new Map<string, { due: number; generation: number }>();
 
+  /**
+   * An account's key names, made once per account (the bucket's once per bucket): every call of an account
+   * then carries the same string objects, so a batch's Map lookups and key comparisons are pointer-fast.
+   * A name built per request is a cons string V8 flattens and internalizes at each such use (~1k
+   * instructions each, bench/results/instructions-vs-bare.md). Bounded: forgotten past NAMES_MAX accounts.
+   */
+  const names = new Map<string, { balance: string; ledger: string; due: number; bucket: string; indexKey: string }>();
+  function namesOf(acct: string, due: number) {
+    let n = names.get(acct);
+    if (n === undefined) {
+      if (names.size >= NAMES_MAX) names.clear();
+      names.set(acct, (n = { balance: K.balance(acct), ledger: K.ledger(acct), due: -1, bucket: '', indexKey: '' }));
+    }
+    if (n.due !== due) {
+      n.due = due;
+      n.bucket = K.holdBucket(acct, due);
+      n.indexKey = `${due} ${acct}`;
+    }
+    return n;
+  }
+
   /** Puts the bucket in the global index (SPEC §11: its own command), before the script that writes it. */
   function index(acct: string, due: number): void {
     if (pipe) {
-      const cacheKey = `${due} ${acct}`;
+      const cacheKey = namesOf(acct, due).indexKey;
       const known = indexed.get(cacheKey);
       if (known && known.generation === pipe.generation) return;
       const member = JSON.stringify([acct, due]);
@@ -479,7 +503,8 @@ export function createRedisCredit(
       if (leases && !budget && leases.draw(acct, due, requestId, amount) !== undefined)
         return { ok: true, balance_micros: 0, held_micros: 0 };
       index(acct, due);
-      const keys = [K.balance(acct), K.holdBucket(acct, due)];
+      const n = namesOf(acct, due);
+      const keys = [n.balance, n.bucket];
       const args: (string | number)[] = [requestId, amount, due];
       // A key with a budget: its period counter joins the script (same slot); keys without one pay nothing.
       if (budget) {
@@ -493,7 +518,8 @@ export function createRedisCredit(
 
     async settle(i) {
       const due = settleBucketDue(i.holdExpiresAtMs, i.ts, holdTtlMs, bucketMs);
-      const keys = [K.balance(i.account), K.holdBucket(i.account, due), K.ledger(i.account)];
+      const n = namesOf(i.account, due);
+      const keys = [n.balance, n.bucket, n.ledger];
       // settle.lua's arguments; a key with a budget adds its counter as the last key and its expiry.
       // The entry's amount, as settle.lua writes it: 0 − cost is never "-0" (0 − 0 is +0).
       const args: (string | number)[] = [i.requestId, String(0 - i.costMicros), debitEntryData(i), i.mayHaveRun ? '1' : '0', due];
