@@ -90,9 +90,18 @@ export function readBody(req: IncomingMessage, maxBytes: number, budget?: BodyBu
   return new Promise((resolve, reject) => {
     const chunks: Buffer[] = [];
     let size = 0;
-    // Only a body still arriving pays for a timer: a small one is usually complete in the socket's buffer.
+    // Only a body still arriving after this turn of the event loop pays for a timer: a small one ends in
+    // the socket read that brought it. (Node keeps a timer list per duration and drops it when it empties;
+    // a timer set and cleared per request made and dropped that list each time, in V8's runtime.) Armed
+    // one turn late, the bound is one turn longer: what matters is that a trickling body has one.
     const timeoutMs = budget?.timeoutMs;
-    const timer = timeoutMs !== undefined && !req.complete ? setTimeout(() => timedOut(timeoutMs), timeoutMs) : undefined;
+    let settled = false;
+    let timer: NodeJS.Timeout | undefined;
+    if (timeoutMs !== undefined && !req.complete) {
+      setImmediate(() => {
+        if (!settled) timer = setTimeout(() => timedOut(timeoutMs), timeoutMs);
+      });
+    }
     const fail = (e: unknown) => {
       cleanup();
       giveBack();
@@ -133,6 +142,7 @@ export function readBody(req: IncomingMessage, maxBytes: number, budget?: BodyBu
       if (!req.complete) onError(new Error('request body aborted'));
     };
     const cleanup = () => {
+      settled = true;
       if (timer) clearTimeout(timer);
       req.off('data', onData).off('end', onEnd).off('error', onError).off('close', onClose);
     };
