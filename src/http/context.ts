@@ -14,7 +14,10 @@ export interface RequestContext {
   params: Record<string, string>;
   /** Set by authentication. */
   key: KeyRecord | undefined;
-  /** Fields added to the request's single log line (tokens, cost, upstream, timings…). */
+  /**
+   * The request's single log line (SPEC §7): the edge's leading fields, then what the route adds (tokens,
+   * cost, upstream, timings…); written as this object once the request is over (server.ts finish()).
+   */
   log: Record<string, unknown>;
   /**
    * The gateway's own time on a proxied request (SPEC §7): arrival → upstream call, plus time spent on

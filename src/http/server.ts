@@ -57,7 +57,9 @@ export function createEdge(d: EdgeDeps): (req: IncomingMessage, res: ServerRespo
       route: 'unmatched',
       params: {},
       key: undefined,
-      log: {},
+      // The request's log line itself, its leading fields in place (finish() fills them in; routes append
+      // theirs): written as it is, never copied into another object per request.
+      log: { listener: d.listener, request_id: requestId, method: req.method, route: 'unmatched', status: 0, duration_ms: 0 },
       overheadNs: undefined,
       extraHeaders: undefined,
       admit: undefined,
@@ -137,15 +139,10 @@ function finish(
     ctx.log.overhead_us = Number(ctx.overheadNs / 1000n);
   }
   const clientId = ctx.req.headers['x-request-id'];
-  const line: Record<string, unknown> = {
-    listener: d.listener,
-    request_id: ctx.requestId,
-    method: ctx.req.method,
-    route: ctx.route,
-    status,
-    duration_ms: Number(totalNs / 1000n) / 1000,
-    ...ctx.log,
-  };
+  const line = ctx.log;
+  line.route = ctx.route;
+  line.status = status;
+  line.duration_ms = Number(totalNs / 1000n) / 1000;
   if (typeof clientId === 'string' && SANE_CLIENT_ID.test(clientId)) line.client_request_id = clientId;
   if (ctx.key) {
     line.key_id = ctx.key.id;
