@@ -15,6 +15,10 @@
  * `--keep`: the callgrind dumps stay (one per thread; `-01` is the main thread) for callgrind_annotate.
  * `--leases`: every gateway with `credit.leases: true` (docs/ledger.md "Leases"; a ref older than the
  * setting refuses the config).
+ * `--runtime`: also lists the main thread's calls into V8's C++ runtime by the JavaScript that made them
+ * (callgrind's --separate-callers=4 and node's --perf-basic-prof; bench/runtime-calls.ts): how the
+ * per-request runtime work of results/instructions-vs-bare.md was found. Counts move with the JIT's state
+ * (a call site optimised with one-shape feedback makes no runtime call at all).
  * valgrind slows the gateway ~50× while it counts: 30,000 warm-up + 4,000 counted requests take ~2 min per ref.
  * The warm-up is 30,000 because V8 compiles the gateway's code that long: after 5,000 (the default until
  * 2026-12-01) ~30 % of a count was compiling (bench/results/instructions-vs-bare.md).
@@ -30,6 +34,7 @@ import { parseArgs } from 'node:util';
 import { describeRef } from './git.ts';
 import { answers, freePort, start, type Proc } from './procs.ts';
 import { accountLimits, gatewayConfig, MODEL, PRODUCTION_NODE_ARGS } from './stack.ts';
+import { runtimeCalls } from './runtime-calls.ts';
 
 const { values } = parseArgs({
   options: {
@@ -40,6 +45,7 @@ const { values } = parseArgs({
     gc: { type: 'boolean', default: false },
     leases: { type: 'boolean', default: false },
     keep: { type: 'boolean', default: false },
+    runtime: { type: 'boolean', default: false },
   },
 });
 const N = Number(values.n);
@@ -104,6 +110,8 @@ interface Result {
   irPerReq?: number;
   /** The main thread's share (JavaScript, the event loop, the main-thread GC). */
   mainIrPerReq?: number;
+  /** `--runtime`: the main thread's V8 runtime calls by JavaScript caller (runtime-calls.ts). */
+  runtime?: string | undefined;
   gc?: { allocated: number; survived: number; promoted: number; scavenges: number; markCompacts: number };
 }
 
@@ -154,7 +162,12 @@ async function measure(ref: string, mode: 'callgrind' | 'gc'): Promise<Result> {
           ...(ref === 'bare+redis' ? ['--redis', env.REDIS_URL!] : []),
         ]
       : ['src/main.ts'];
-    const nodeArgs = [...PRODUCTION_NODE_ARGS, ...(mode === 'gc' ? ['--trace-gc-nvp'] : []), ...main];
+    const nodeArgs = [
+      ...PRODUCTION_NODE_ARGS,
+      ...(mode === 'gc' ? ['--trace-gc-nvp'] : []),
+      ...(values.runtime ? ['--perf-basic-prof'] : []),
+      ...main,
+    ];
     const [cmd, args] =
       mode === 'callgrind'
         ? [
@@ -164,6 +177,7 @@ async function measure(ref: string, mode: 'callgrind' | 'gc'): Promise<Result> {
               '--smc-check=all-non-file',
               '--instr-atstart=no',
               '--separate-threads=yes',
+              ...(values.runtime ? ['--separate-callers=4'] : []),
               `--callgrind-out-file=${out}`,
               `--log-file=${out}.log`,
               process.execPath,
@@ -237,7 +251,11 @@ async function measure(ref: string, mode: 'callgrind' | 'gc'): Promise<Result> {
       const main = dumps.find((f) => f.endsWith('-01'));
       if (!main) throw new Error(`no dump of the main thread in ${dir}`);
       const ir = dumps.reduce((a, f) => a + irOf(f), 0);
-      return { label, irPerReq: ir / N, mainIrPerReq: irOf(main) / N };
+      // Valgrind runs node in its own process: the perf map is named after the gateway's pid.
+      const perfMap = `/tmp/perf-${gw.pid}.map`;
+      const runtime = values.runtime ? runtimeCalls(join(dir, main), perfMap, N) : undefined;
+      if (values.runtime) rmSync(perfMap, { force: true });
+      return { label, irPerReq: ir / N, mainIrPerReq: irOf(main) / N, runtime };
     } finally {
       if (gw.exitCode === null && gw.signalCode === null) gw.kill('SIGKILL');
     }
@@ -259,6 +277,7 @@ try {
           `, main thread ${Math.round(r.mainIrPerReq!).toLocaleString('en')}${mainBase ? ` (${(r.mainIrPerReq! / mainBase).toFixed(3)} ×)` : ''}\n`,
       );
     }
+    if (r.runtime) process.stdout.write(r.runtime.replace(/^/gm, '    '));
     if (r.gc) {
       const g = r.gc;
       process.stdout.write(
