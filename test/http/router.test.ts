@@ -120,5 +120,8 @@ t.test('the first route wins when two patterns could match', async (t) => {
   ]);
   const m = p.match('GET', '/b/fixed');
   t.same([label(m.handler), m.pattern, m.params], ['param', '/b/{x}', { x: 'fixed' }]);
-  t.match(thrown(() => p.match('POST', '/b/fixed')), { code: 'method_not_allowed', headers: { allow: 'GET' } });
+  t.match(
+    thrown(() => p.match('POST', '/b/fixed')),
+    { code: 'method_not_allowed', headers: { allow: 'GET' } },
+  );
 });
