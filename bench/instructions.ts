@@ -165,7 +165,8 @@ async function measure(ref: string, mode: 'callgrind' | 'gc'): Promise<Result> {
     const nodeArgs = [
       ...PRODUCTION_NODE_ARGS,
       ...(mode === 'gc' ? ['--trace-gc-nvp'] : []),
-      ...(values.runtime ? ['--perf-basic-prof'] : []),
+      // V8 writes a log beside the perf map: into the tool's folder, not the gateway's working directory.
+      ...(values.runtime ? ['--perf-basic-prof', '--no-logfile-per-isolate', `--logfile=${join(dir, 'v8.log')}`] : []),
       ...main,
     ];
     const [cmd, args] =
