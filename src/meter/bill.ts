@@ -81,14 +81,12 @@ async function billCounted(
   // usage is missing. The gateway loads it before it reports ready (admin/warm-up.ts); here only when that failed.
   // If it cannot load, bytes bound the tokens from above: over-billed at worst, never unbilled.
   if ((!outcome.usage || extra) && !tokenizer.loaded) await tokenizer.load().catch(() => {});
-  // The common case: the upstream's usage and nothing past it to count (no clock read, no closure).
-  if (outcome.usage && !extra) {
-    const u = outcome.usage;
-    return { promptTokens: u.prompt_tokens, completionTokens: u.completion_tokens, cachedTokens: u.cached_tokens ?? 0, source: 'upstream' };
-  }
-  // Counted in bounded slices with the event loop served between them (SPEC §12), one deadline per request.
-  const budget = { deadline: Date.now() + COUNT_BUDGET_MS }; // wall time on this CPU, not the business clock
-  const countText = (s: string) => (tokenizer.loaded ? tokenizer.countTextBounded(s, budget) : Promise.resolve(Buffer.byteLength(s)));
+  // Counted in bounded slices with the event loop served between them (SPEC §12), one deadline per request,
+  // taken when the first count starts (wall time on this CPU, not the business clock): a request whose
+  // usage came with nothing past it reads no clock.
+  let budget: Budget | undefined;
+  const budgetNow = () => (budget ??= { deadline: Date.now() + COUNT_BUDGET_MS });
+  const countText = (s: string) => (tokenizer.loaded ? tokenizer.countTextBounded(s, budgetNow()) : Promise.resolve(Buffer.byteLength(s)));
   if (outcome.usage) {
     const more = extra ? await countText(extra) : 0;
     return {
@@ -98,7 +96,7 @@ async function billCounted(
       source: more > 0 ? 'estimated' : 'upstream',
     };
   }
-  const prompt = tokenizer.loaded ? await countPrompt(budget) : promptEstimate;
+  const prompt = tokenizer.loaded ? await countPrompt(budgetNow()) : promptEstimate;
   return { promptTokens: prompt, completionTokens: extra ? await countText(extra) : 0, cachedTokens: 0, source: 'estimated' };
 }
 

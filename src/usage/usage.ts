@@ -95,13 +95,13 @@ export function createUsage(d: UsageDeps): Usage {
   const maxPending = d.maxPendingCells ?? 100_000;
   // The cells of the next flush in order, found by day, account, key and model. Those are strings a
   // request reuses (the key record's, the config's, the minute's stamp below), so a record builds no key
-  // string: V8 internalizes a fresh string used as a Map key, per lookup (~1k instructions each).
+  // string: V8 internalizes a fresh string used as a Map key, per lookup (bench/results/instructions-vs-bare.md,
+  // "The runtime calls, found and removed").
   let cells: Cell[] = [];
   let cellIndex = new Map<string, Map<string, Map<string, Map<string, Cell>>>>();
   type LastUsed = { account: string; key_id: string; at: string };
-  /** By account, then key id (the same reuse). */
+  /** By account, then key id (the same reuse); an account's map is made with its first entry. */
   let lastUsed = new Map<string, Map<string, LastUsed>>();
-  let lastUsedCount = 0;
   let ledgerAccounts = new Set<string>();
   let dropped = 0;
   // This process's flush ids: a random name (processes of every instance share Redis) and a number.
@@ -132,8 +132,7 @@ export function createUsage(d: UsageDeps): Usage {
   }
 
   function add(c: Cell): void {
-    const byModel = level(level(level(cellIndex, c.day), c.account), c.key_id);
-    const have = byModel.get(c.model);
+    const have = cellIndex.get(c.day)?.get(c.account)?.get(c.key_id)?.get(c.model);
     if (have) {
       have.requests += c.requests;
       have.prompt_tokens += c.prompt_tokens;
@@ -142,7 +141,7 @@ export function createUsage(d: UsageDeps): Usage {
       have.cached_tokens += c.cached_tokens;
     } else if (cells.length < maxPending) {
       const cell = { ...c };
-      byModel.set(c.model, cell);
+      level(level(level(cellIndex, c.day), c.account), c.key_id).set(c.model, cell);
       cells.push(cell);
     } else {
       dropped++;
@@ -169,7 +168,7 @@ export function createUsage(d: UsageDeps): Usage {
         return;
       }
     }
-    if (cells.length === 0 && lastUsedCount === 0 && ledgerAccounts.size === 0) return;
+    if (cells.length === 0 && lastUsed.size === 0 && ledgerAccounts.size === 0) return;
     const batch: UsageFlush = {
       cells,
       lastUsed: [...lastUsed.values()].flatMap((byKey) => [...byKey.values()]),
@@ -180,7 +179,6 @@ export function createUsage(d: UsageDeps): Usage {
     cells = [];
     cellIndex = new Map();
     lastUsed = new Map();
-    lastUsedCount = 0;
     ledgerAccounts = new Set();
     try {
       await d.store.flushUsage(batch);
@@ -219,12 +217,9 @@ export function createUsage(d: UsageDeps): Usage {
         cost_micros: r.costMicros,
         cached_tokens: r.cachedTokens ?? 0,
       });
-      const byKey = level(lastUsed, r.account);
-      const seen = byKey.get(r.keyId);
-      if (!seen) {
-        byKey.set(r.keyId, { account: r.account, key_id: r.keyId, at: minute });
-        lastUsedCount++;
-      } else seen.at = minute;
+      const seen = lastUsed.get(r.account)?.get(r.keyId);
+      if (seen) seen.at = minute;
+      else level(lastUsed, r.account).set(r.keyId, { account: r.account, key_id: r.keyId, at: minute });
       if (r.live) ledgerAccounts.add(r.account);
     },
     flush,
