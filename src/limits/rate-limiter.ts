@@ -21,7 +21,7 @@
  */
 import { RateLimiterMemory, RateLimiterRedis, type RateLimiterAbstract, type RateLimiterRes } from 'rate-limiter-flexible';
 import type { Cluster, Redis } from 'ioredis';
-import type { LimiterClient } from '../store/limiter-client.ts';
+import { INCR_TTL_LUA, type LimiterClient } from '../store/limiter-client.ts';
 import { GatewayError } from '../http/errors.ts';
 import type { RequestContext } from '../http/context.ts';
 import type { Logger } from '../obs/logger.ts';
@@ -81,21 +81,8 @@ class Insurance extends RateLimiterMemory {
   }
 }
 
-/**
- * Each counter call's script (rate-limiter-flexible's `customIncrTtlLuaScript`): the library's own, without
- * its first command. The library creates a missing counter with `SET k 0 EX <window> NX` before its
- * `INCRBY`; here `INCRBY` creates it and the expiry is set when `PTTL` finds none, which the library's
- * script does too. Same counts, same expiries, same reply; two commands instead of three on a counter
- * that exists (every call but a window's first): 0.81× the redis-server instructions per call by callgrind
- * (`node bench/limiter-script.ts`, `bench/results/limiter-script.md`).
- */
-export const INCR_TTL_LUA = `local consumed = redis.call('incrby', KEYS[1], ARGV[1])
-local ttl = redis.call('pttl', KEYS[1])
-if ttl == -1 then
-  redis.call('expire', KEYS[1], ARGV[2])
-  ttl = 1000 * ARGV[2]
-end
-return {consumed, ttl}`;
+/** The counter script every limiter runs (store/limiter-client.ts, where calls of one turn are summed). */
+export { INCR_TTL_LUA };
 
 function limiter(o: RateLimitOptions, prefix: string, onInsurance: () => void): RateLimiterAbstract {
   const base = { points: UNCAPPED, duration: o.windowSeconds };

@@ -134,6 +134,21 @@ if (stack) {
     t.match(text, /tollgate_rate_limiter_seconds_count \d+/, 'limiter latency is measured');
   });
 
+  t.test('a burst on one key: exactly N admitted, each with its own remaining count (calls of a turn are summed)', async (t) => {
+    const N = 10;
+    const { key, id } = await gw.createKey({ account: 'acme', env: 'test', rate_limits: { requests_per_minute: N, tokens_per_minute: 1_000_000 } });
+    const replies = await Promise.all(Array.from({ length: 3 * N }, () => chat(gw, key)));
+    const ok = replies.filter((r) => r.status === 200);
+    t.equal(ok.length, N, `${N} of ${3 * N} admitted`);
+    t.equal(replies.filter((r) => r.status === 429).length, 2 * N, 'the rest refused');
+    t.same(
+      ok.map((r) => Number(r.headers.get('x-ratelimit-remaining-requests'))).sort((a, b) => a - b),
+      Array.from({ length: N }, (_, i) => i),
+      'the admitted ones saw N-1 … 0 remaining, each count once',
+    );
+    t.equal(await redis.client.get(`tg:rl:req:${id}`), String(3 * N), 'every request counted');
+  });
+
   t.test('the counters live in Redis under tg:rl:req:<key id>, expiring with the window', async (t) => {
     const { key, id } = await gw.createKey({ account: 'acme', env: 'test', rate_limits: { requests_per_minute: 10 } });
     for (let i = 0; i < 4; i++) t.equal((await models(gw, key)).status, 200);

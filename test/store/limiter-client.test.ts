@@ -3,7 +3,7 @@
 import t from 'tap';
 import { Redis } from 'ioredis';
 import { RateLimiterMemory, RateLimiterRedis } from 'rate-limiter-flexible';
-import { limiterClient } from '../../src/store/limiter-client.ts';
+import { INCR_TTL_LUA, limiterClient } from '../../src/store/limiter-client.ts';
 import { createScriptPipe, type ScriptPipe } from '../../src/store/script-pipe.ts';
 import { startRedis } from '../helpers/redis.ts';
 import { waitFor } from '../helpers/wait.ts';
@@ -95,4 +95,80 @@ t.test("readiness is the pipe's: while it is down, calls go to the insurance lim
   t.equal(client.status, 'reconnecting', 'not ready once the pipe lost its connection');
   t.equal((await limiter.consume('k', 5)).consumedPoints, 5, 'the call is served by the insurance limiter, from zero');
   t.equal((await insurance.get('k'))?.consumedPoints, 5, 'which holds the count');
+});
+
+t.test("a turn's calls of one counter are one run; each is answered as if the calls ran one after another", async (t) => {
+  const redis = await startRedis(t);
+  if (!redis) return;
+  const pipe = createScriptPipe({ target: { host: '127.0.0.1', port: redis.port }, commandTimeoutMs: 2000 });
+  t.teardown(() => pipe.close());
+  await pipe.ready;
+  let runs = 0;
+  let failNext = false;
+  const counted: ScriptPipe = {
+    ...pipe,
+    get connected() {
+      return pipe.connected;
+    },
+    ready: pipe.ready,
+    close: () => pipe.close(),
+    run: (...a) => {
+      runs++;
+      if (failNext) {
+        failNext = false;
+        return Promise.reject(new Error('connection lost'));
+      }
+      return pipe.run(...a);
+    },
+  };
+  const io = new Redis(redis.url, { lazyConnect: true });
+  t.teardown(() => io.disconnect());
+  await io.connect();
+  const client = limiterClient(io, counted);
+  const limiter = (prefix: string, duration = 60) =>
+    new RateLimiterRedis({ storeClient: client, keyPrefix: prefix, points: 1000, duration, customIncrTtlLuaScript: INCR_TTL_LUA });
+  const a = limiter('sum');
+  const b = limiter('sum-b', 30);
+
+  // One turn: five calls on counter k (a reward among them), one on j, one on k of a limiter with another window.
+  const turn = await Promise.all([
+    a.consume('k', 3),
+    a.consume('k', 4),
+    a.reward('k', 2),
+    a.consume('j', 5),
+    a.penalty('k', 6),
+    a.consume('k', 1),
+    b.consume('k', 9),
+  ]);
+  t.same(
+    turn.map((r) => r.consumedPoints),
+    [3, 7, 5, 5, 11, 12, 9],
+    "each call's count is the count after it, in the order the calls were made",
+  );
+  t.equal(runs, 3, 'one run per counter: sum:k, sum:j and sum-b:k');
+  t.equal(await redis.client.get('sum:k'), '12', 'Redis holds the sum: 3 + 4 - 2 + 6 + 1');
+  t.equal(await redis.client.get('sum:j'), '5');
+  t.equal(await redis.client.get('sum-b:k'), '9');
+  const [ttlA, ttlB] = [await redis.client.pttl('sum:k'), await redis.client.pttl('sum-b:k')];
+  t.ok(ttlA > 55_000 && ttlA <= 60_000, `the window's expiry was set once (${ttlA} ms)`);
+  t.ok(ttlB > 25_000 && ttlB <= 30_000, `the other limiter's counter has its own window (${ttlB} ms)`);
+  t.ok(turn.every((r) => r.msBeforeNext > 0 && r.msBeforeNext <= 60_000), 'each answer carries the time left');
+
+  // The next turn starts from what the last left; calls across turns are runs of their own.
+  runs = 0;
+  t.equal((await a.consume('k', 1)).consumedPoints, 13);
+  t.equal((await a.consume('k', 1)).consumedPoints, 14);
+  t.equal(runs, 2, 'two turns, two runs');
+
+  // A run that fails fails each of its calls (the limiter's insurance, if any, then serves each).
+  runs = 0;
+  failNext = true;
+  const failed = await Promise.allSettled([a.consume('k', 1), a.consume('k', 1), a.consume('k', 1)]);
+  t.same(
+    failed.map((r) => r.status),
+    ['rejected', 'rejected', 'rejected'],
+    'all three calls of the failed run are rejected',
+  );
+  t.equal(runs, 1, 'they were one run');
+  t.equal(await redis.client.get('sum:k'), '14', 'and nothing of it was counted');
 });
