@@ -19,6 +19,10 @@
  * (callgrind's --separate-callers=4 and node's --perf-basic-prof; bench/runtime-calls.ts): how the
  * per-request runtime work of results/instructions-vs-bare.md was found. Counts move with the JIT's state
  * (a call site optimised with one-shape feedback makes no runtime call at all).
+ * `--syscalls` (no valgrind): the same load twice, first for the user and kernel CPU per request from /proc,
+ * then under `strace -c -f` for the syscalls per request (bench/process-costs.ts).
+ * `--alloc` (no valgrind): the load under V8's sampling heap profiler, over the inspector, freed objects
+ * included: bytes allocated per request by the function that allocated them.
  * valgrind slows the gateway ~50× while it counts: 30,000 warm-up + 4,000 counted requests take ~2 min per ref.
  * The warm-up is 30,000 because V8 compiles the gateway's code that long: after 5,000 (the default until
  * 2026-12-01) ~30 % of a count was compiling (bench/results/instructions-vs-bare.md).
@@ -35,6 +39,7 @@ import { describeRef } from './git.ts';
 import { answers, freePort, start, type Proc } from './procs.ts';
 import { accountLimits, gatewayConfig, MODEL, PRODUCTION_NODE_ARGS } from './stack.ts';
 import { runtimeCalls } from './runtime-calls.ts';
+import { bytesByFunction, cpuTicks, straceCounts, type SamplingNode } from './process-costs.ts';
 
 const { values } = parseArgs({
   options: {
@@ -46,6 +51,8 @@ const { values } = parseArgs({
     leases: { type: 'boolean', default: false },
     keep: { type: 'boolean', default: false },
     runtime: { type: 'boolean', default: false },
+    syscalls: { type: 'boolean', default: false },
+    alloc: { type: 'boolean', default: false },
   },
 });
 const N = Number(values.n);
@@ -107,6 +114,10 @@ async function load(url: string, auth: string, n: number): Promise<void> {
 
 interface Result {
   label: string;
+  /** `--syscalls`: CPU per request split by /proc into user and kernel time, and the syscalls behind the kernel's part. */
+  /** `--alloc`: bytes allocated per request by the function that allocated them (V8's sampling heap profiler). */
+  alloc?: { total: number; top: { fn: string; bytes: number }[] };
+  sys?: { userUs: number; sysUs: number; calls: number; top: { name: string; calls: number }[] };
   irPerReq?: number;
   /** The main thread's share (JavaScript, the event loop, the main-thread GC). */
   mainIrPerReq?: number;
@@ -115,7 +126,9 @@ interface Result {
   gc?: { allocated: number; survived: number; promoted: number; scavenges: number; markCompacts: number };
 }
 
-async function measure(ref: string, mode: 'callgrind' | 'gc'): Promise<Result> {
+type Mode = 'callgrind' | 'gc' | 'syscalls' | 'alloc';
+
+async function measure(ref: string, mode: Mode): Promise<Result> {
   const { cwd, label } = workdir(ref);
   const procs: Proc[] = [];
   try {
@@ -151,6 +164,7 @@ async function measure(ref: string, mode: 'callgrind' | 'gc'): Promise<Result> {
     };
     delete env.TOLLGATE_WORKERS;
     const out = join(dir, `callgrind-${randomBytes(4).toString('hex')}.out`);
+    const inspectPort = mode === 'alloc' ? await freePort() : 0;
     const reference = REFERENCES.has(ref);
     const main = reference
       ? [
@@ -165,6 +179,7 @@ async function measure(ref: string, mode: 'callgrind' | 'gc'): Promise<Result> {
     const nodeArgs = [
       ...PRODUCTION_NODE_ARGS,
       ...(mode === 'gc' ? ['--trace-gc-nvp'] : []),
+      ...(mode === 'alloc' ? [`--inspect=127.0.0.1:${inspectPort}`] : []),
       // V8 writes a log beside the perf map: into the tool's folder, not the gateway's working directory.
       ...(values.runtime ? ['--perf-basic-prof', '--no-logfile-per-isolate', `--logfile=${join(dir, 'v8.log')}`] : []),
       ...main,
@@ -218,6 +233,18 @@ async function measure(ref: string, mode: 'callgrind' | 'gc'): Promise<Result> {
       const ctl = (...x: string[]) => execFileSync('callgrind_control', [...x, String(gw.pid)], { encoding: 'utf8', timeout: 300_000 });
       if (mode === 'callgrind') ctl('-i', 'on');
       const mark = stdout.length;
+      if (mode === 'alloc') {
+        const alloc = await allocationWindow(inspectPort, () => load(url, auth, N));
+        gw.kill('SIGTERM');
+        await once(gw, 'exit');
+        return { label, alloc };
+      }
+      if (mode === 'syscalls') {
+        const sys = await syscallWindow(gw.pid!, () => load(url, auth, N));
+        gw.kill('SIGTERM');
+        await once(gw, 'exit');
+        return { label, sys };
+      }
       await load(url, auth, N);
       if (mode === 'callgrind') {
         ctl('--dump=requests');
@@ -265,9 +292,73 @@ async function measure(ref: string, mode: 'callgrind' | 'gc'): Promise<Result> {
   }
 }
 
+/**
+ * Two windows of N requests: the first unobserved, for user and kernel CPU per request from /proc (every
+ * thread of the process); the second under `strace -c -f`, for the syscalls per request (strace slows the
+ * process, so its window gives counts, not times).
+ */
+async function syscallWindow(pid: number, run: () => Promise<void>): Promise<NonNullable<Result['sys']>> {
+  const hz = Number(execFileSync('getconf', ['CLK_TCK'], { encoding: 'utf8' }).trim());
+  const a = cpuTicks(pid);
+  await run();
+  const b = cpuTicks(pid);
+  const file = join(dir, `strace-${pid}.txt`);
+  const st = spawn('strace', ['-c', '-f', '-q', '-o', file, '-p', String(pid)], { stdio: 'ignore' });
+  await new Promise((r) => setTimeout(r, 1000)); // attached to every thread
+  await run();
+  st.kill('SIGINT');
+  await once(st, 'exit');
+  const top = straceCounts(readFileSync(file, 'utf8'));
+  const us = (ticks: number) => ((ticks / hz) * 1e6) / N;
+  return {
+    userUs: us(b.user - a.user),
+    sysUs: us(b.sys - a.sys),
+    calls: top.reduce((x, r) => x + r.calls, 0) / N,
+    top: top.slice(0, 12).map((r) => ({ name: r.name, calls: r.calls / N })),
+  };
+}
+
+/**
+ * N requests under V8's sampling heap profiler (inspector `HeapProfiler.startSampling`), keeping the
+ * samples of objects the GC has already freed: what each function allocates, live or not, per request.
+ * Sampled every 256 bytes on average, so a few hundred bytes per request are within the sampling's noise.
+ */
+async function allocationWindow(port: number, run: () => Promise<void>): Promise<NonNullable<Result['alloc']>> {
+  const list = (await (await fetch(`http://127.0.0.1:${port}/json/list`)).json()) as { webSocketDebuggerUrl: string }[];
+  const ws = new WebSocket(list[0]!.webSocketDebuggerUrl);
+  await new Promise((resolve, reject) => {
+    ws.onopen = resolve;
+    ws.onerror = reject;
+  });
+  let id = 0;
+  const waiting = new Map<number, (v: unknown) => void>();
+  ws.onmessage = (m) => {
+    const msg = JSON.parse(String(m.data)) as { id?: number; result?: unknown };
+    if (msg.id !== undefined) waiting.get(msg.id)?.(msg.result);
+  };
+  const send = (method: string, params: unknown = {}) =>
+    new Promise<unknown>((resolve) => {
+      waiting.set(++id, resolve);
+      ws.send(JSON.stringify({ id, method, params }));
+    });
+  await send('HeapProfiler.enable');
+  await send('HeapProfiler.startSampling', {
+    samplingInterval: 256,
+    includeObjectsCollectedByMajorGC: true,
+    includeObjectsCollectedByMinorGC: true,
+  });
+  await run();
+  const { profile } = (await send('HeapProfiler.stopSampling')) as { profile: { head: SamplingNode } };
+  ws.close();
+  const all = bytesByFunction(profile.head);
+  const total = all.reduce((x, r) => x + r.bytes, 0);
+  return { total: total / N, top: all.slice(0, 30).map((r) => ({ fn: r.fn, bytes: r.bytes / N })) };
+}
+
 try {
   const rows: Result[] = [];
-  for (const ref of values.ref) rows.push(await measure(ref, values.gc ? 'gc' : 'callgrind'));
+  const mode: Mode = values.alloc ? 'alloc' : values.syscalls ? 'syscalls' : values.gc ? 'gc' : 'callgrind';
+  for (const ref of values.ref) rows.push(await measure(ref, mode));
   process.stdout.write(`${N} live non-streaming requests at c=${C} after ${WARM} warm-up, per request:\n`);
   const base = rows[0]?.irPerReq;
   const mainBase = rows[0]?.mainIrPerReq;
@@ -279,6 +370,18 @@ try {
       );
     }
     if (r.runtime) process.stdout.write(r.runtime.replace(/^/gm, '    '));
+    if (r.alloc) {
+      process.stdout.write(`  ${r.label}: ${Math.round(r.alloc.total)} B allocated (sampled), by the allocating function:\n`);
+      for (const t of r.alloc.top) process.stdout.write(`    ${Math.round(t.bytes).toString().padStart(6)} B  ${t.fn}\n`);
+    }
+    if (r.sys) {
+      const x = r.sys;
+      process.stdout.write(
+        `  ${r.label}: CPU ${x.userUs.toFixed(1)} µs user + ${x.sysUs.toFixed(1)} µs kernel; ${x.calls.toFixed(2)} syscalls (` +
+          x.top.map((t) => `${t.name} ${t.calls.toFixed(2)}`).join(', ') +
+          ')\n',
+      );
+    }
     if (r.gc) {
       const g = r.gc;
       process.stdout.write(

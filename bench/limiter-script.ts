@@ -2,7 +2,7 @@
  * redis-server's instructions per rate-limiter counter call (`rlflxIncr`, every consume, reward and
  * penalty of a Redis-backed limit: ~4 per test-key chat request), counted by valgrind's callgrind:
  * rate-limiter-flexible's own script (`SET … EX … NX`, `INCRBY`, `PTTL`) against ours
- * (src/limits/rate-limiter.ts INCR_TTL_LUA: `INCRBY`, `PTTL`), each on a fresh redis-server, the calls sent
+ * (src/store/limiter-client.ts INCR_TTL_LUA: `INCRBY`, `PTTL`), each on a fresh redis-server, the calls sent
  * 4 per write as a test key's phases send them, on 6 counters (an existing counter: the common case).
  *   node bench/limiter-script.ts [--n 4000] [--out bench/results/limiter-script.md]
  */
@@ -66,7 +66,7 @@ user-space instructions of redis-server by callgrind (serverCron left out).
 | script | kIr / call |
 |---|--:|
 | rate-limiter-flexible's (\`SET … EX … NX\`, \`INCRBY\`, \`PTTL\`) | ${(lib / 1000).toFixed(1)} |
-| ours (src/limits/rate-limiter.ts \`INCR_TTL_LUA\`: \`INCRBY\`, \`PTTL\`) | ${(ours / 1000).toFixed(1)} (${(ours / lib).toFixed(2)}×) |
+| ours (src/store/limiter-client.ts \`INCR_TTL_LUA\`: \`INCRBY\`, \`PTTL\`) | ${(ours / 1000).toFixed(1)} (${(ours / lib).toFixed(2)}×) |
 `;
 process.stdout.write(report);
 if (values.out) writeFileSync(values.out, report);

@@ -136,7 +136,11 @@ if (stack) {
 
   t.test('a burst on one key: exactly N admitted, each with its own remaining count (calls of a turn are summed)', async (t) => {
     const N = 10;
-    const { key, id } = await gw.createKey({ account: 'acme', env: 'test', rate_limits: { requests_per_minute: N, tokens_per_minute: 1_000_000 } });
+    const { key, id } = await gw.createKey({
+      account: 'acme',
+      env: 'test',
+      rate_limits: { requests_per_minute: N, tokens_per_minute: 1_000_000 },
+    });
     const replies = await Promise.all(Array.from({ length: 3 * N }, () => chat(gw, key)));
     const ok = replies.filter((r) => r.status === 200);
     t.equal(ok.length, N, `${N} of ${3 * N} admitted`);

@@ -1,4 +1,4 @@
-// The rate limiter's counter script (rate-limiter.ts INCR_TTL_LUA, two commands where the library's own
+// The rate limiter's counter script (store/limiter-client.ts INCR_TTL_LUA, re-exported by rate-limiter.ts, two commands where the library's own
 // takes three) against rate-limiter-flexible's, on a real redis-server: the same replies, counts and
 // expiries for any run of consumes and rewards, fresh counters included; and the limiter really sends ours.
 import { createHash } from 'node:crypto';

@@ -152,7 +152,10 @@ t.test("a turn's calls of one counter are one run; each is answered as if the ca
   const [ttlA, ttlB] = [await redis.client.pttl('sum:k'), await redis.client.pttl('sum-b:k')];
   t.ok(ttlA > 55_000 && ttlA <= 60_000, `the window's expiry was set once (${ttlA} ms)`);
   t.ok(ttlB > 25_000 && ttlB <= 30_000, `the other limiter's counter has its own window (${ttlB} ms)`);
-  t.ok(turn.every((r) => r.msBeforeNext > 0 && r.msBeforeNext <= 60_000), 'each answer carries the time left');
+  t.ok(
+    turn.every((r) => r.msBeforeNext > 0 && r.msBeforeNext <= 60_000),
+    'each answer carries the time left',
+  );
 
   // The next turn starts from what the last left; calls across turns are runs of their own.
   runs = 0;
