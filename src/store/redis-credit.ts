@@ -76,6 +76,8 @@ function perCall(flat: unknown[]): unknown[] {
   return out;
 }
 
+const NO_KEYS: readonly string[] = [];
+
 /** Accounts whose key names redis-credit keeps made (namesOf). */
 const NAMES_MAX = 10_000;
 
@@ -93,14 +95,26 @@ function isRun(
 ): boolean {
   const first = calls[0]!.keys;
   if (first.length !== plain) return false;
-  const ids = new Set<string | number>();
   for (const c of calls) {
     if (c.keys.length !== plain || c.keys[1] !== first[1]) return false;
     if (plain === 3 && (c.hold === undefined || c.keys[2] !== first[2])) return false;
     if (plain === 2 && !(Number.isSafeInteger(c.args[1]) && (c.args[1] as number) >= 0)) return false;
-    ids.add(c.args[0]!);
   }
-  return ids.size === calls.length;
+  return distinctIds(calls);
+}
+
+/**
+ * Whether no request id occurs twice among the calls. A turn's run is a few calls: compared pairwise
+ * below 16, where a Set would internalize each fresh id string (bench/results/instructions-vs-bare.md).
+ */
+function distinctIds(calls: readonly { args: readonly (string | number)[] }[]): boolean {
+  const n = calls.length;
+  if (n >= 16) return new Set(calls.map((c) => c.args[0])).size === n;
+  for (let i = 1; i < n; i++) {
+    const id = calls[i]!.args[0];
+    for (let j = 0; j < i; j++) if (calls[j]!.args[0] === id) return false;
+  }
+  return true;
 }
 
 export function createRedisCredit(
@@ -286,7 +300,7 @@ export function createRedisCredit(
     args[2] = ns;
     args[3] = String(debit);
     // A request settled twice in one call (a retry racing its first attempt) goes the per-request way.
-    args[4] = new Set(settles.map((c) => c.args[0])).size === ns ? String(drawn) : '-';
+    args[4] = distinctIds(settles) ? String(drawn) : '-';
     const keys = settles.length > 0 ? settles[0]!.keys : calls[0]!.keys;
     const r = (await (pipe ? pipe.run(lua.leaseSettle, keys, args) : s.tgLeaseSettle(...keys, ...args))) as unknown[];
     const [bal, held, common] = r;
@@ -524,7 +538,7 @@ export function createRedisCredit(
       // The entry's amount, as settle.lua writes it: 0 − cost is never "-0" (0 − 0 is +0).
       const args: (string | number)[] = [i.requestId, String(0 - i.costMicros), debitEntryData(i), i.mayHaveRun ? '1' : '0', due];
       const b = i.budget;
-      const budgetKeys = b ? [K.keyBudget(i.account, b.keyId, b.period)] : [];
+      const budgetKeys = b ? [K.keyBudget(i.account, b.keyId, b.period)] : NO_KEYS;
       if (b) args.push(b.expireAtMs ?? '');
       // A run sums the holds in JavaScript: only a whole, non-negative number may join one (a settle read
       // back from a spool file is not type-checked field by field).
@@ -533,7 +547,7 @@ export function createRedisCredit(
       // it) from the lease.
       const lease = leases && !b ? leases.leaseOf(i.account, i.requestId, due) : undefined;
       let reply = (await creditCall({
-        keys: [...keys, ...budgetKeys],
+        keys: b ? [...keys, ...budgetKeys] : keys,
         args,
         hold: lease ? lease.amount : hold,
         settle: true,

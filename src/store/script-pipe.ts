@@ -291,14 +291,13 @@ export function createScriptPipe(o: ScriptPipeOptions): ScriptPipe {
       deferred.push(fn);
       scheduleFlush();
     },
-    async run(script, keys, args) {
-      try {
-        return await send(['EVALSHA', script.sha, keys.length, ...keys, ...args]);
-      } catch (err) {
+    run(script, keys, args) {
+      // A derived promise rather than an async function: one promise less per script call.
+      return send(['EVALSHA', script.sha, keys.length, ...keys, ...args]).catch((err: unknown) => {
         if (!(err instanceof Error) || !err.message.startsWith('NOSCRIPT')) throw err;
         // Not run (the server does not know the script): send the body once, which caches it again.
         return send(['EVAL', script.lua, keys.length, ...keys, ...args]);
-      }
+      });
     },
     close() {
       closed = true;
