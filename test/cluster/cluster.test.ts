@@ -4,6 +4,7 @@
 // reaper finding holds on every master, shared test-key limits, console sign-in links and sessions
 // across instances, and a master failover under live load.
 import t from 'tap';
+import http from 'node:http';
 import { startRedisCluster } from '../helpers/redis-cluster.ts';
 import { startGateway, type TestGateway } from '../helpers/gateway.ts';
 import { waitFor } from '../helpers/wait.ts';
@@ -35,6 +36,27 @@ if (cluster) {
   });
   await waitFor(async () => (await fetch(`${child.adminUrl}/readyz`).catch(() => null))?.status === 200, 20_000, 'both workers of B', 100);
   const b = { url: child.url, auth: (key: string) => ({ authorization: `Bearer ${key}` }) };
+  /**
+   * The statuses of four GETs to B, each on a connection of its own: B's primary hands connections to its
+   * workers in turn (node:cluster's round robin), so both workers answer two of them. A check through a
+   * kept-alive fetch reaches one worker only, which need not be the one whose cache is tested.
+   */
+  const onBothWorkers = async (path: string, headers: Record<string, string> = {}): Promise<number[]> => {
+    const statuses: number[] = [];
+    for (let i = 0; i < 4; i++) {
+      statuses.push(
+        await new Promise<number>((resolve, reject) => {
+          http
+            .get(`${b.url}${path}`, { headers, agent: false }, (res) => {
+              res.resume();
+              res.on('end', () => resolve(res.statusCode!));
+            })
+            .on('error', reject);
+        }),
+      );
+    }
+    return statuses;
+  };
   const body = { model: 'sim-small', messages: [{ role: 'user', content: 'hello' }], max_tokens: 16, sim: { tokens: 8 } };
 
   /** Accounts whose slots are owned by different masters: one per master. */
@@ -79,10 +101,14 @@ if (cluster) {
 
   t.test('a key disabled on one instance is refused by the other within 1 s', async (t) => {
     const { key, id } = await a.createKey({ account: 'inval', env: 'test' });
-    t.equal((await fetch(`${b.url}/v1/models`, { headers: b.auth(key) })).status, 200, 'cached on B');
+    t.same(await onBothWorkers('/v1/models', b.auth(key)), [200, 200, 200, 200], 'cached by both of B’s workers');
     t.equal((await a.admin(`/admin/keys/${id}`, { method: 'PATCH', body: { active: false } })).status, 200);
     const t0 = Date.now();
-    await waitFor(async () => (await fetch(`${b.url}/v1/models`, { headers: b.auth(key) })).status === 401, 1000, 'B to refuse the key');
+    await waitFor(
+      async () => (await onBothWorkers('/v1/models', b.auth(key))).every((s) => s === 401),
+      1000,
+      'both of B’s workers to refuse the key',
+    );
     t.pass(`refused on B after ${Date.now() - t0} ms`);
   });
 
@@ -124,9 +150,13 @@ if (cluster) {
       body: JSON.stringify({ snapshot: { messages: [{ role: 'user', content: 'x' }] } }),
     });
     const { slug } = (await created.json()) as { slug: string };
-    t.equal((await fetch(`${b.url}/v1/shares/${slug}`)).status, 200, 'read (and cached) on B');
+    t.same(await onBothWorkers(`/v1/shares/${slug}`), [200, 200, 200, 200], 'read (and cached) by both of B’s workers');
     t.equal((await fetch(`${a.url}/v1/shares/${slug}`, { method: 'DELETE', headers: a.auth(key) })).status, 204);
-    await waitFor(async () => (await fetch(`${b.url}/v1/shares/${slug}`)).status === 410, 1000, 'B to answer 410');
+    await waitFor(
+      async () => (await onBothWorkers(`/v1/shares/${slug}`)).every((s) => s === 410),
+      1000,
+      'both of B’s workers to answer 410',
+    );
   });
 
   t.test('console sessions across instances: a link minted on A signs in on B once; ended on A, refused on B', async (t) => {
