@@ -1,6 +1,6 @@
 // rate-limiter-flexible on the script pipe: its counter script and get() through the pipe, the rest on
 // ioredis, readiness from the pipe (so an outage falls back to the insurance limiter as it did on ioredis).
-import t from 'tap';
+import t, { type Test } from 'tap';
 import { Redis } from 'ioredis';
 import { RateLimiterMemory, RateLimiterRedis } from 'rate-limiter-flexible';
 import { INCR_TTL_LUA, limiterClient } from '../../src/store/limiter-client.ts';
@@ -8,29 +8,48 @@ import { createScriptPipe, type ScriptPipe } from '../../src/store/script-pipe.t
 import { startRedis } from '../helpers/redis.ts';
 import { waitFor } from '../helpers/wait.ts';
 
-t.test('consume, reward, penalty and get run through the pipe; forced expiries through ioredis; counts land in Redis', async (t) => {
-  const redis = await startRedis(t);
-  if (!redis) return;
-  const u = new URL(redis.url);
+/** The pipe, counting its script runs; `failNext` makes the next run fail as a lost connection would. */
+function countRuns(pipe: ScriptPipe): ScriptPipe & { runs: number; failNext: boolean } {
+  const counted = {
+    ...pipe,
+    runs: 0,
+    failNext: false,
+    get connected() {
+      return pipe.connected;
+    },
+    ready: pipe.ready,
+    close: () => pipe.close(),
+    run: (...a: Parameters<ScriptPipe['run']>) => {
+      counted.runs++;
+      if (counted.failNext) {
+        counted.failNext = false;
+        return Promise.reject(new Error('connection lost'));
+      }
+      return pipe.run(...a);
+    },
+  };
+  return counted;
+}
+
+/** A script pipe (its runs counted) and an ioredis client on the server at url, both closed with the test. */
+async function clients(t: Test, url: string) {
+  const u = new URL(url);
   const pipe = createScriptPipe({
     target: { host: u.hostname, port: Number(u.port), db: Number(u.pathname.slice(1) || 0) },
     commandTimeoutMs: 2000,
   });
   t.teardown(() => pipe.close());
   await pipe.ready;
-  let runs = 0;
-  const counted: ScriptPipe = {
-    ...pipe,
-    get connected() {
-      return pipe.connected;
-    },
-    ready: pipe.ready,
-    close: () => pipe.close(),
-    run: (...a) => (runs++, pipe.run(...a)),
-  };
-  const io = new Redis(redis.url, { lazyConnect: true });
+  const io = new Redis(url, { lazyConnect: true });
   t.teardown(() => io.disconnect());
   await io.connect();
+  return { counted: countRuns(pipe), io };
+}
+
+t.test('consume, reward, penalty and get run through the pipe; forced expiries through ioredis; counts land in Redis', async (t) => {
+  const redis = await startRedis(t);
+  if (!redis) return;
+  const { counted, io } = await clients(t, redis.url);
   const limiter = new RateLimiterRedis({
     storeClient: limiterClient(io, counted),
     keyPrefix: 'lc',
@@ -43,20 +62,20 @@ t.test('consume, reward, penalty and get run through the pipe; forced expiries t
   t.equal((await limiter.consume('k', 4)).consumedPoints, 7);
   await limiter.penalty('k', 5);
   await limiter.reward('k', 2);
-  t.equal(runs, 4, 'two consumes, a penalty and a reward: four script runs on the pipe');
+  t.equal(counted.runs, 4, 'two consumes, a penalty and a reward: four script runs on the pipe');
   t.equal(await redis.client.get('lc:k'), '10', 'the counter is in Redis: 3 + 4 + 5 - 2');
   const ttl = await redis.client.pttl('lc:k');
   t.ok(ttl > 0 && ttl <= 60_000, `with the window's expiry (${ttl} ms)`);
   const got = await limiter.get('k');
   t.equal(got?.consumedPoints, 10, 'get() reads it back');
   t.ok(got!.msBeforeNext > 0 && got!.msBeforeNext <= ttl, `with the time left in the window (${got!.msBeforeNext} ms)`);
-  t.equal(runs, 5, 'in one script run on the pipe');
+  t.equal(counted.runs, 5, 'in one script run on the pipe');
   t.equal(await limiter.get('never-used'), null, 'a key never counted reads as null, not as 0 points');
-  t.equal(runs, 6);
+  t.equal(counted.runs, 6);
 
   // Forced expiries (set) are not on the pipe: replayed on an ioredis MULTI.
   await limiter.set('forced', 7, 30);
-  t.equal(runs, 6, 'set() does not use the pipe');
+  t.equal(counted.runs, 6, 'set() does not use the pipe');
   t.equal(await redis.client.get('lc:forced'), '7', 'set() wrote the counter through ioredis');
   const forcedTtl = await redis.client.pttl('lc:forced');
   t.ok(forcedTtl > 25_000 && forcedTtl <= 30_000, `with its forced expiry (${forcedTtl} ms)`);
@@ -100,30 +119,7 @@ t.test("readiness is the pipe's: while it is down, calls go to the insurance lim
 t.test("a turn's calls of one counter are one run; each is answered as if the calls ran one after another", async (t) => {
   const redis = await startRedis(t);
   if (!redis) return;
-  const pipe = createScriptPipe({ target: { host: '127.0.0.1', port: redis.port }, commandTimeoutMs: 2000 });
-  t.teardown(() => pipe.close());
-  await pipe.ready;
-  let runs = 0;
-  let failNext = false;
-  const counted: ScriptPipe = {
-    ...pipe,
-    get connected() {
-      return pipe.connected;
-    },
-    ready: pipe.ready,
-    close: () => pipe.close(),
-    run: (...a) => {
-      runs++;
-      if (failNext) {
-        failNext = false;
-        return Promise.reject(new Error('connection lost'));
-      }
-      return pipe.run(...a);
-    },
-  };
-  const io = new Redis(redis.url, { lazyConnect: true });
-  t.teardown(() => io.disconnect());
-  await io.connect();
+  const { counted, io } = await clients(t, redis.url);
   const client = limiterClient(io, counted);
   const limiter = (prefix: string, duration = 60) =>
     new RateLimiterRedis({ storeClient: client, keyPrefix: prefix, points: 1000, duration, customIncrTtlLuaScript: INCR_TTL_LUA });
@@ -145,7 +141,7 @@ t.test("a turn's calls of one counter are one run; each is answered as if the ca
     [3, 7, 5, 5, 11, 12, 9],
     "each call's count is the count after it, in the order the calls were made",
   );
-  t.equal(runs, 3, 'one run per counter: sum:k, sum:j and sum-b:k');
+  t.equal(counted.runs, 3, 'one run per counter: sum:k, sum:j and sum-b:k');
   t.equal(await redis.client.get('sum:k'), '12', 'Redis holds the sum: 3 + 4 - 2 + 6 + 1');
   t.equal(await redis.client.get('sum:j'), '5');
   t.equal(await redis.client.get('sum-b:k'), '9');
@@ -158,20 +154,20 @@ t.test("a turn's calls of one counter are one run; each is answered as if the ca
   );
 
   // The next turn starts from what the last left; calls across turns are runs of their own.
-  runs = 0;
+  counted.runs = 0;
   t.equal((await a.consume('k', 1)).consumedPoints, 13);
   t.equal((await a.consume('k', 1)).consumedPoints, 14);
-  t.equal(runs, 2, 'two turns, two runs');
+  t.equal(counted.runs, 2, 'two turns, two runs');
 
   // A run that fails fails each of its calls (the limiter's insurance, if any, then serves each).
-  runs = 0;
-  failNext = true;
+  counted.runs = 0;
+  counted.failNext = true;
   const failed = await Promise.allSettled([a.consume('k', 1), a.consume('k', 1), a.consume('k', 1)]);
   t.same(
     failed.map((r) => r.status),
     ['rejected', 'rejected', 'rejected'],
     'all three calls of the failed run are rejected',
   );
-  t.equal(runs, 1, 'they were one run');
+  t.equal(counted.runs, 1, 'they were one run');
   t.equal(await redis.client.get('sum:k'), '14', 'and nothing of it was counted');
 });
