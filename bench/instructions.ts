@@ -13,6 +13,7 @@
  * of the working tree; bare+redis adds its two Redis round trips), under the same load: the deterministic
  * form of the full bench's "CPU per request × bare+redis".
  * `--keep`: the callgrind dumps stay (one per thread; `-01` is the main thread) for callgrind_annotate.
+ * `--key test`: the requests carry a test key (rate limits, no credit) instead of the live key.
  * `--leases`: every gateway with `credit.leases: true` (docs/ledger.md "Leases"; a ref older than the
  * setting refuses the config).
  * `--runtime`: also lists the main thread's calls into V8's C++ runtime by the JavaScript that made them
@@ -49,6 +50,7 @@ const { values } = parseArgs({
     c: { type: 'string', default: '8' },
     gc: { type: 'boolean', default: false },
     leases: { type: 'boolean', default: false },
+    key: { type: 'string', default: 'live' },
     keep: { type: 'boolean', default: false },
     runtime: { type: 'boolean', default: false },
     syscalls: { type: 'boolean', default: false },
@@ -56,6 +58,8 @@ const { values } = parseArgs({
   },
 });
 const N = Number(values.n);
+/** `--key test`: a test key instead (rate-limited with bench/stack.ts's limits, no credit calls). */
+const KEY_ENV = values.key === 'test' ? 'test' : 'live';
 const WARM = Number(values.warmup);
 const C = Number(values.c);
 const dir = mkdtempSync(join(tmpdir(), 'tollgate-instr-'));
@@ -225,7 +229,17 @@ async function measure(ref: string, mode: Mode): Promise<Result> {
       // A reference proxy checks no key: the same header size as the bench's (bench/stack.ts).
       const auth = reference
         ? 'Bearer sk-bench-not-checked-0123456789abcdef'
-        : `Bearer ${(await call('/admin/keys', { account: 'bench', env: 'live', name: 'bench live key' })).key}`;
+        : `Bearer ${
+            (
+              await call('/admin/keys', {
+                account: 'bench',
+                env: KEY_ENV,
+                name: `bench ${KEY_ENV} key`,
+                // As bench/stack.ts's test key: the limiter runs (its cost is measured) but never refuses.
+                ...(KEY_ENV === 'test' && { rate_limits: { requests_per_minute: 1_000_000_000, tokens_per_minute: 1_000_000_000_000 } }),
+              })
+            ).key
+          }`;
       if (!reference) await call('/admin/accounts/bench/credits', { amount_micros: 1e15, idempotency_key: 'bench-grant' });
       const url = `http://127.0.0.1:${port}/v1/chat/completions`;
       await load(url, auth, WARM);
@@ -359,7 +373,7 @@ try {
   const rows: Result[] = [];
   const mode: Mode = values.alloc ? 'alloc' : values.syscalls ? 'syscalls' : values.gc ? 'gc' : 'callgrind';
   for (const ref of values.ref) rows.push(await measure(ref, mode));
-  process.stdout.write(`${N} live non-streaming requests at c=${C} after ${WARM} warm-up, per request:\n`);
+  process.stdout.write(`${N} ${KEY_ENV} non-streaming requests at c=${C} after ${WARM} warm-up, per request:\n`);
   const base = rows[0]?.irPerReq;
   const mainBase = rows[0]?.mainIrPerReq;
   for (const r of rows) {

@@ -135,7 +135,12 @@ export function createRateLimits(o: RateLimitOptions): Limits {
   const acctTok = limiter(o, 'tg:rl:acct:tok', onInsurance);
   const windowMs = o.windowSeconds * 1000;
   const latency = bound(o.metrics.limiterLatency);
-  const pending = new Map<string, Pending>();
+  // Corrections not yet sent, per counter: the key's token counters by key id, the accounts' by account.
+  // Keyed by the ids themselves (strings each request reuses), never by a string built per request,
+  // which V8 would internalize at each lookup (bench/results/instructions-vs-bare.md).
+  const pendingKeys = new Map<string, Pending>();
+  const pendingAccounts = new Map<string, Pending>();
+  const pendingOf = (tok: RateLimiterAbstract) => (tok === keyTok ? pendingKeys : pendingAccounts);
   let flushTimer: NodeJS.Timeout | undefined;
 
   /** Sends one counter's correction by itself (reward or penalty); dropped once its window is over. */
@@ -147,34 +152,33 @@ export function createRateLimits(o: RateLimitOptions): Limits {
 
   function flush(): Promise<unknown> {
     flushTimer = undefined;
-    const sends = [...pending.values()].map(send);
-    pending.clear();
+    const sends = [...pendingKeys.values(), ...pendingAccounts.values()].map(send);
+    pendingKeys.clear();
+    pendingAccounts.clear();
     return Promise.all(sends);
   }
 
-  const pendingId = (tok: RateLimiterAbstract, id: string) => (tok === keyTok ? `k:${id}` : `a:${id}`);
-
   /** Queues a correction for the counter's next token admission, or for the flush timer. */
   function correct(tok: RateLimiterAbstract, id: string, delta: number, windowEnd: number): void {
-    const pid = pendingId(tok, id);
-    const p = pending.get(pid);
+    const pending = pendingOf(tok);
+    const p = pending.get(id);
     // Ends computed by two admissions of one window differ by milliseconds, of two windows by about a window.
     if (p && Math.abs(p.windowEnd - windowEnd) < windowMs / 2) {
       p.delta += delta;
       p.windowEnd = Math.min(p.windowEnd, windowEnd);
     } else {
       if (p) void send(p);
-      pending.set(pid, { tok, id, delta, windowEnd });
+      pending.set(id, { tok, id, delta, windowEnd });
     }
     flushTimer ??= setTimeout(() => void flush(), CORRECTION_FLUSH_MS).unref();
   }
 
   /** Takes the counter's queued correction if its window is still current. */
   function takeCorrection(tok: RateLimiterAbstract, id: string): Pending | undefined {
-    const pid = pendingId(tok, id);
-    const p = pending.get(pid);
+    const pending = pendingOf(tok);
+    const p = pending.get(id);
     if (!p) return undefined;
-    pending.delete(pid);
+    pending.delete(id);
     return now() < p.windowEnd ? p : undefined;
   }
 

@@ -27,3 +27,22 @@ t.test('fractions of a millisecond round up (never announce a reset earlier than
   t.equal(formatDuration(59_999.5), '1m0s');
   t.equal(formatDuration(-5), '0ms');
 });
+
+t.test('seconds from integers agree with the decimal definition (toFixed(3), trailing zeros trimmed) everywhere', async (t) => {
+  const byDecimals = (ms: number): string => {
+    const v = Math.max(0, Math.ceil(ms));
+    if (v < 1000) return `${v}ms`;
+    const h = Math.floor(v / 3_600_000);
+    const m = Math.floor((v % 3_600_000) / 60_000);
+    const s = String(Number(((v % 60_000) / 1000).toFixed(3)));
+    return h > 0 ? `${h}h${m}m${s}s` : m > 0 ? `${m}m${s}s` : `${s}s`;
+  };
+  let mismatches = 0;
+  // Every millisecond of the first 3 minutes, then values drawn up to 10 hours, fractions included.
+  for (let ms = 0; ms < 180_000; ms++) if (formatDuration(ms) !== byDecimals(ms)) mismatches++;
+  for (let i = 0; i < 100_000; i++) {
+    const ms = Math.random() * 36_000_000;
+    if (formatDuration(ms) !== byDecimals(ms)) mismatches++;
+  }
+  t.equal(mismatches, 0);
+});
