@@ -118,9 +118,9 @@ async function load(url: string, auth: string, n: number): Promise<void> {
 
 interface Result {
   label: string;
-  /** `--syscalls`: CPU per request split by /proc into user and kernel time, and the syscalls behind the kernel's part. */
   /** `--alloc`: bytes allocated per request by the function that allocated them (V8's sampling heap profiler). */
   alloc?: { total: number; top: { fn: string; bytes: number }[] };
+  /** `--syscalls`: CPU per request split by /proc into user and kernel time, and the syscalls behind the kernel's part. */
   sys?: { userUs: number; sysUs: number; calls: number; top: { name: string; calls: number }[] };
   irPerReq?: number;
   /** The main thread's share (JavaScript, the event loop, the main-thread GC). */
