@@ -278,7 +278,7 @@ export function createRateLimits(o: RateLimitOptions): Limits {
   /**
    * The common live key: no limits, nothing to count (no account limit for live keys). Answered with a
    * promise made once, without entering `run`: its async frame and phase object were ~1 KB per live
-   * request (`node bench/instructions.ts --alloc`).
+   * request (`bench/results/instructions-vs-bare.md`, "Beyond instructions").
    */
   const uncounted = (key: KeyRecord) => key.env === 'live' && liveUnlimited && !key.rate_limits;
   const ADMITTED = Promise.resolve(NOTHING);

@@ -105,8 +105,9 @@ function isRun(
 
 /**
  * Whether no request id occurs twice among the calls. Not with a Set of the ids: it internalizes each
- * fresh id string, which showed in the profile at c=64 (bench/results/profile.md). The ids are bucketed
- * by length and last character (random in a request id) and compared whole only within a bucket.
+ * fresh id string, which showed in the profile at c=64 (bench/results/instructions-vs-bare.md, "Beyond
+ * instructions"). The ids are bucketed by length and last character (random in a request id) and
+ * compared whole only within a bucket.
  */
 function distinctIds(calls: readonly { args: readonly (string | number)[] }[]): boolean {
   const n = calls.length;
