@@ -12,8 +12,10 @@
  * `--ref bare` and `--ref bare+redis`: the bench's reference proxies instead of a gateway (bench/bare-proxy.ts
  * of the working tree; bare+redis adds its two Redis round trips), under the same load: the deterministic
  * form of the full bench's "CPU per request × bare+redis".
- * `--keep`: the callgrind dumps stay (one per thread; `-01` is the main thread) for callgrind_annotate.
+ * `--keep`: the callgrind dumps stay (one per thread; `-01` is the main thread) for callgrind_annotate; with
+ * `--runtime`, V8's perf map too (`perf-<dump>.map`), which names the JIT code the dumps show as `???`.
  * `--key test`: the requests carry a test key (rate limits, no credit) instead of the live key.
+ * `--stream`: the requests ask for a stream (`stream: true`, the full bench's stream64) instead of one JSON body.
  * `--leases`: every gateway with `credit.leases: true` (docs/ledger.md "Leases"; a ref older than the
  * setting refuses the config).
  * `--runtime`: also lists the main thread's calls into V8's C++ runtime by the JavaScript that made them
@@ -55,12 +57,15 @@ const { values } = parseArgs({
     runtime: { type: 'boolean', default: false },
     syscalls: { type: 'boolean', default: false },
     alloc: { type: 'boolean', default: false },
+    stream: { type: 'boolean', default: false },
   },
 });
 const N = Number(values.n);
 /** `--key test`: a test key instead (rate-limited with bench/stack.ts's limits, no credit calls). */
 const KEY_ENV = values.key === 'test' ? 'test' : 'live';
 const WARM = Number(values.warmup);
+/** `--stream`: streamed answers (64 SSE events each), as the full bench's stream64. */
+const STREAM = values.stream === true;
 const C = Number(values.c);
 const dir = mkdtempSync(join(tmpdir(), 'tollgate-instr-'));
 /** Pseudo-refs for the bench's reference proxies (bench/bare-proxy.ts of the working tree), same load. */
@@ -103,6 +108,7 @@ async function load(url: string, auth: string, n: number): Promise<void> {
     model: MODEL,
     messages: [{ role: 'user', content: 'Say hello in one short sentence.' }],
     max_tokens: 64,
+    ...(STREAM && { stream: true }),
     sim: { tokens: 64 },
   });
   let next = 0;
@@ -296,6 +302,8 @@ async function measure(ref: string, mode: Mode): Promise<Result> {
       // Valgrind runs node in its own process: the perf map is named after the gateway's pid.
       const perfMap = `/tmp/perf-${gw.pid}.map`;
       const runtime = values.runtime ? runtimeCalls(join(dir, main), perfMap, N) : undefined;
+      // With --keep the map stays beside the dumps, to name their JIT addresses (callgrind shows them as ???).
+      if (values.runtime && values.keep) execFileSync('cp', [perfMap, join(dir, `perf-${name}.map`)]);
       if (values.runtime) rmSync(perfMap, { force: true });
       return { label, irPerReq: ir / N, mainIrPerReq: irOf(main) / N, runtime };
     } finally {
@@ -373,7 +381,9 @@ try {
   const rows: Result[] = [];
   const mode: Mode = values.alloc ? 'alloc' : values.syscalls ? 'syscalls' : values.gc ? 'gc' : 'callgrind';
   for (const ref of values.ref) rows.push(await measure(ref, mode));
-  process.stdout.write(`${N} ${KEY_ENV} non-streaming requests at c=${C} after ${WARM} warm-up, per request:\n`);
+  process.stdout.write(
+    `${N} ${KEY_ENV} ${STREAM ? 'streaming' : 'non-streaming'} requests at c=${C} after ${WARM} warm-up, per request:\n`,
+  );
   const base = rows[0]?.irPerReq;
   const mainBase = rows[0]?.mainIrPerReq;
   for (const r of rows) {
