@@ -443,3 +443,55 @@ t.test('in a turn of many events only the last usage-only chunk is dropped (the 
     'one event a turn: each is dropped',
   );
 });
+
+t.test('a turn of one large chunk (a burst, as undici hands it over) is metered as the same events a chunk each', async (t) => {
+  const rnd = seededInts(0xb0057);
+  let bad = 0;
+  let bursts = 0;
+  for (let run = 0; run < 400; run++) {
+    const eol = run % 2 === 0 ? '\n' : '\r\n';
+    const piece = (s: string) => event({ object: 'chat.completion.chunk', choices: [{ delta: { content: s } }], usage: null }, eol);
+    const usage = (n: number, content?: string) =>
+      event({ choices: content === undefined ? [] : [{ delta: { content } }], usage: { prompt_tokens: 3, completion_tokens: n } }, eol);
+    // A turn before the burst: the meter reads its last bytes as the ones before the burst's first.
+    const before = [piece('p0'), piece('p1')];
+    const events: string[] = [];
+    const n = 20 + rnd(40);
+    for (let i = 0; i < n; i++) {
+      const r = rnd(20);
+      if (r === 0) events.push(`: keep-alive${eol}${eol}`);
+      else if (r === 1) events.push(usage(i, rnd(2) === 0 ? undefined : `u${i}`));
+      else if (r === 2)
+        events.push(eol); // a stray blank line: an event of its own, with no data
+      else if (r === 3) events.push(`event: x${eol}data: {"choices":[{"delta":{"content":"m${i}"}}],${eol}data: "usage":null}${eol}${eol}`);
+      else events.push(piece(`t${i} "q" é`));
+    }
+    const tail = rnd(4);
+    if (tail === 0) events.push(usage(n), `data: [DONE]${eol}${eol}`);
+    else if (tail === 1) events.push(usage(n, 'last'), `: c${eol}${eol}`, `data: [DONE]${eol}${eol}`);
+    else if (tail === 2) events.push(usage(n));
+    else events.push(`data: [DONE]${eol}${eol}`);
+    const whole = Buffer.from(events.join(''));
+    if (whole.length < 2048) continue; // a burst of many events
+    bursts++;
+    for (const opts of [drop, keep]) {
+      const ref = createSseMeter(opts);
+      const refOut = feedTurns(
+        ref,
+        [...before, ...events].map((e) => Buffer.from(e)),
+        (turn) => (turn === 0 ? before.length : events.length),
+      );
+      const m = createSseMeter(opts);
+      const out = feedTurns(m, [...before.map((e) => Buffer.from(e)), whole], (turn) => (turn === 0 ? before.length : 1));
+      if (
+        out !== refOut ||
+        JSON.stringify(m.usage) !== JSON.stringify(ref.usage) ||
+        m.completionText() !== ref.completionText() ||
+        m.sawDone !== ref.sawDone
+      )
+        bad++;
+    }
+  }
+  t.ok(bursts > 300, `${bursts} bursts`);
+  t.equal(bad, 0, 'same bytes, usage, text and [DONE]');
+});
