@@ -3,10 +3,11 @@
  * (with `"usage":null` on every chunk, the worst case for the usage check, and a final usage-only chunk
  * that is dropped), per chunk and per stream, for three chunkings, one chunk per event-loop turn (a
  * token-paced stream), and the same stream arriving in one turn (a burst: the relay hands the meter
- * all of a turn's chunks, then flushes once). The baseline "parse every event"
- * is what the meter avoids. The same 64 tokens as a Responses API stream (typed events, usage in
- * response.completed, the text repeated by the .done events) go through the same scanner with the
- * Responses row of meter/formats.ts. Run: `node bench/micro/sse-scanner.bench.ts`.
+ * all of a turn's chunks, then flushes once), as 68 chunks and as the one chunk undici hands over when
+ * the upstream wrote it at once. The baseline "parse every event" is what the meter avoids. The same 64
+ * tokens as a Responses API stream (typed events, usage in response.completed, the text repeated by the
+ * .done events) go through the same scanner with the Responses row of meter/formats.ts.
+ * Run: `node bench/micro/sse-scanner.bench.ts`.
  */
 import { createSseMeter } from '../../src/meter/sse-scanner.ts';
 import { RESPONSES } from '../../src/meter/formats.ts';
@@ -55,6 +56,9 @@ function meterBurst(chunks: Buffer[]): number {
 
 const perBurst = nsPerOp(() => meterBurst(oneEach), 2_000, 500);
 report.add('meter, one event per chunk, all in one turn: per stream', perBurst, 'ns/op', `${oneEach.length} chunks, one flush`);
+// The whole stream in one chunk: what undici hands the relay when the upstream wrote the burst at once.
+const perOneChunk = nsPerOp(() => meterBurst([stream]), 2_000, 500);
+report.add('meter, the whole stream as one chunk (a burst): per stream', perOneChunk, 'ns/op', `${stream.length} bytes, one flush`);
 
 for (const [name, chunks] of [
   ['one event per chunk', oneEach],
