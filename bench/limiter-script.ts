@@ -13,7 +13,7 @@ import { join } from 'node:path';
 import { parseArgs } from 'node:util';
 import { Redis } from 'ioredis';
 import { RateLimiterRedis } from 'rate-limiter-flexible';
-import { INCR_TTL_LUA } from '../src/limits/rate-limiter.ts';
+import { INCR_TTL_LUA } from '../src/store/limiter-client.ts';
 import { freePort, startCallgrindRedis } from './procs.ts';
 
 const { values } = parseArgs({ options: { n: { type: 'string', default: '4000' }, out: { type: 'string' } } });

@@ -81,9 +81,6 @@ class Insurance extends RateLimiterMemory {
   }
 }
 
-/** The counter script every limiter runs (store/limiter-client.ts, where calls of one turn are summed). */
-export { INCR_TTL_LUA };
-
 function limiter(o: RateLimitOptions, prefix: string, onInsurance: () => void): RateLimiterAbstract {
   const base = { points: UNCAPPED, duration: o.windowSeconds };
   if (!o.redis) return new RateLimiterMemory({ ...base, keyPrefix: prefix });

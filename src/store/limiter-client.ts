@@ -61,12 +61,13 @@ function sumCounterCalls(pipe: ScriptPipe, script: LuaScript): (args: Args) => P
   let turn = new Map<string, CounterTurn>();
   let scheduled = false;
   const runOne = (c: CounterTurn) => {
+    const run = pipe.run(script, [c.key], [String(c.total), ...c.rest]);
     if (c.calls.length === 1) {
       const w = c.calls[0]!;
-      pipe.run(script, [c.key], [String(c.total), ...c.rest]).then(w.resolve, w.reject);
+      run.then(w.resolve, w.reject);
       return;
     }
-    pipe.run(script, [c.key], [String(c.total), ...c.rest]).then(
+    run.then(
       (reply) => {
         const [count, ttl] = reply as [number, number];
         // The count before this turn's calls, then each call's own points on top, in order.

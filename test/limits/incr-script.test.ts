@@ -1,11 +1,12 @@
-// The rate limiter's counter script (store/limiter-client.ts INCR_TTL_LUA, re-exported by rate-limiter.ts, two commands where the library's own
+// The rate limiter's counter script (store/limiter-client.ts INCR_TTL_LUA, two commands where the library's own
 // takes three) against rate-limiter-flexible's, on a real redis-server: the same replies, counts and
 // expiries for any run of consumes and rewards, fresh counters included; and the limiter really sends ours.
 import { createHash } from 'node:crypto';
 import { Writable } from 'node:stream';
 import t from 'tap';
 import { RateLimiterRedis } from 'rate-limiter-flexible';
-import { createRateLimits, INCR_TTL_LUA } from '../../src/limits/rate-limiter.ts';
+import { createRateLimits } from '../../src/limits/rate-limiter.ts';
+import { INCR_TTL_LUA } from '../../src/store/limiter-client.ts';
 import type { RequestContext } from '../../src/http/context.ts';
 import { createLogger } from '../../src/obs/logger.ts';
 import { createMetrics } from '../../src/obs/metrics.ts';
