@@ -194,3 +194,42 @@ export function scanData(data: Buffer, start: number, end: number, text: TextCol
   }
   return usageObject;
 }
+
+/**
+ * Appends to `text` the text values of a JSON body cut mid-way (an upstream that failed after its first
+ * byte: it cannot be parsed), found by the format's `bodyCandidate` (formats.ts): every complete string
+ * value of a text key, and the one the cut fell in up to the cut, less an escape cut in half. Runs once,
+ * on that rare path only: one regex pass, as scanData.
+ */
+export function scanTruncated(body: Buffer, text: TextCollector, candidate: RegExp): void {
+  const finder = new KeyFinder(candidate);
+  const end = body.length;
+  let pos = 0;
+  for (;;) {
+    const i = finder.next(body, pos);
+    if (i === -1) break;
+    const v = finder.valueAt();
+    pos = i + 1;
+    if (i > 0 && body[i - 1] === BACKSLASH && isEscaped(body, i, 0)) continue;
+    if (body[i + 1] === U || body[v] !== QUOTE) continue; // usage, or a text key holding an object
+    const close = findStringEnd(body, v + 1, end);
+    if (close === -1) {
+      text.append(body, v + 1, cutEscape(body, v + 1, end));
+      break;
+    }
+    text.append(body, v + 1, close);
+    pos = close + 1;
+  }
+  finder.release();
+}
+
+/** End of `buf[start, end)` without a trailing escape the cut fell in (`\`, `\u` plus up to three hex digits). */
+function cutEscape(buf: Buffer, start: number, end: number): number {
+  for (let i = end - 1; i >= start && i >= end - 6; i--) {
+    if (buf[i] !== BACKSLASH || isEscaped(buf, i, start)) continue;
+    // An unescaped backslash in the last 6 bytes: complete only as `\uXXXX` or a two-byte escape ending before `end`.
+    const complete = buf[i + 1] === U ? end - i >= 6 : end - i >= 2;
+    return complete ? end : i;
+  }
+  return end;
+}

@@ -32,6 +32,11 @@ export interface ApiFormat {
   usage(value: unknown): Usage | null;
   /** Generated text of a parsed non-streaming body, for the tokenizer fallback. */
   bodyText(body: Record<string, unknown>): string;
+  /**
+   * As `candidate`, for the text keys of a non-streaming body: read only from a body cut mid-way (the
+   * upstream failed), which cannot be parsed (data-scan.ts scanTruncated).
+   */
+  readonly bodyCandidate: RegExp;
   /** The event a stream that broke after its first byte ends with (SPEC §2a). */
   readonly streamError: Buffer;
 }
@@ -108,15 +113,19 @@ export const CHAT: ApiFormat = {
   eventUsage: (data) => readUsage(obj(data)?.['usage']),
   usage: readUsage,
   bodyText: chatText,
+  bodyCandidate: CHAT_CANDIDATE,
   streamError: CHUNK_ERROR,
 };
 
+const COMPLETIONS_CANDIDATE = /"(?:text|usage)"[ \t\n\r]*:[ \t\n\r]*["{]/g;
+
 export const COMPLETIONS: ApiFormat = {
   name: 'completions',
-  candidate: /"(?:text|usage)"[ \t\n\r]*:[ \t\n\r]*["{]/g,
+  candidate: COMPLETIONS_CANDIDATE,
   eventUsage: (data) => readUsage(obj(data)?.['usage']),
   usage: readUsage,
   bodyText: completionsText,
+  bodyCandidate: COMPLETIONS_CANDIDATE,
   streamError: CHUNK_ERROR,
 };
 
@@ -127,6 +136,9 @@ export const RESPONSES: ApiFormat = {
   eventUsage: (data) => responsesUsage(obj(obj(data)?.['response'])?.['usage']),
   usage: responsesUsage,
   bodyText: responsesText,
+  // An output item's `text` (message parts, reasoning summaries), `refusal` and `arguments`, as responsesText;
+  // a `text` holding an object (the response's `text.format`) is not text.
+  bodyCandidate: /"(?:text|refusal|arguments|usage)"[ \t\n\r]*:[ \t\n\r]*["{]/g,
   streamError: RESPONSES_ERROR,
 };
 
@@ -136,5 +148,6 @@ export const EMBEDDINGS: ApiFormat = {
   eventUsage: (data) => embeddingsUsage(obj(data)?.['usage']),
   usage: embeddingsUsage,
   bodyText: () => '',
+  bodyCandidate: /"(?:usage)"[ \t\n\r]*:[ \t\n\r]*["{]/g,
   streamError: CHUNK_ERROR,
 };

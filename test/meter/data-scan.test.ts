@@ -1,5 +1,6 @@
 import t from 'tap';
-import { findStringEnd, KeyFinder, scanData, UsageFinder } from '../../src/meter/data-scan.ts';
+import { findStringEnd, KeyFinder, scanData, scanTruncated, UsageFinder } from '../../src/meter/data-scan.ts';
+import { CHAT, COMPLETIONS, RESPONSES } from '../../src/meter/formats.ts';
 import { TextCollector } from '../../src/meter/text-slices.ts';
 
 function scan(json: string): { usage: boolean; text: string } {
@@ -136,4 +137,34 @@ t.test('UsageFinder: a usage key holding an object, in one event or several of o
     const end = starts[i]! + Buffer.byteLength(events[i]!);
     t.equal(shared.hasObject(buf, starts[i]!, end), has(events[i]!), `event ${i}`);
   }
+});
+
+t.test('scanTruncated: a body cut mid-way gives its complete text values and the cut one up to the cut', async (t) => {
+  const text = (body: string, candidate = CHAT.bodyCandidate) => {
+    const c = new TextCollector();
+    scanTruncated(Buffer.from(body), c, candidate);
+    return c.text();
+  };
+  const chat = '{"id":"x","choices":[{"index":0,"message":{"role":"assistant","reasoning_content":"think","content":"Hello wor';
+  t.equal(text(chat), 'thinkHello wor', 'the cut string counts up to the cut');
+  t.equal(text(chat.slice(0, chat.indexOf('"content"') + 3)), 'think', 'cut inside a key');
+  t.equal(text('{"choices":[{"message":{"content":"a\\n b\\'), 'a\n b', 'a backslash cut in half is dropped');
+  t.equal(text('{"choices":[{"message":{"content":"caf\\u00'), 'caf', 'a \\u escape cut in half is dropped');
+  t.equal(text('{"choices":[{"message":{"content":"caf\\u00e9'), 'café', 'a whole \\u escape at the cut is kept');
+  t.equal(text('{"choices":[{"message":{"content":"a\\\\'), 'a\\', 'an escaped backslash at the cut is kept');
+  t.equal(
+    text('{"choices":[{"message":{"content":"done"},"logprobs":{"content":[{"token":"x"}]}}],"usage":{"prompt_tokens":1'),
+    'done',
+    'arrays and a usage object are not text',
+  );
+  t.equal(text('{"choices":[{"text":"abc","index":0},{"text":"de', COMPLETIONS.bodyCandidate), 'abcde', 'completions');
+  t.equal(
+    text(
+      '{"id":"resp_1","instructions":"say \\"text\\":\\"no\\"","text":{"format":{"type":"text"}},"output":[{"type":"reasoning","summary":[{"type":"summary_text","text":"S"}]},' +
+        '{"type":"function_call","arguments":"{}"},{"type":"message","content":[{"type":"output_text","text":"Hi th',
+      RESPONSES.bodyCandidate,
+    ),
+    'S{}Hi th',
+    'responses: output item text, summaries and arguments; not the echoed instructions, not text.format',
+  );
 });
