@@ -4,12 +4,19 @@
  * ask for it), metered and written once per event-loop turn; JSON bodies are written through as they
  * arrive and read for usage once, at the end. Backpressure: a full client pauses the upstream read until
  * it drains. Per chunk: no await, no Redis, no logging, no JSON parse (except the usage event).
+ *
+ * A JSON body only starts once the upstream has generated all of it: a client that leaves during it
+ * does not stop the read (the rest is read, not written, within the request's total timeout), and the
+ * request is billed the upstream's usage as if the client had stayed. A body the upstream breaks off is
+ * billed from what arrived (relayJson's `cut`).
  */
 import type { ServerResponse } from 'node:http';
 import type { UpstreamCall } from '../upstream/call.ts';
 import { createSseMeter, type SseOutput } from './sse-scanner.ts';
 import { readUsageFromJson } from './usage.ts';
 import { JsonUsageScanner } from './json-usage.ts';
+import { scanTruncated } from './data-scan.ts';
+import { TextCollector } from './text-slices.ts';
 import type { Usage } from './usage.ts';
 import { CHAT, type ApiFormat } from './formats.ts';
 import { GatewayError } from '../http/errors.ts';
@@ -25,6 +32,11 @@ export interface RelayOutcome {
   chunkNs: bigint;
   /** A non-streaming body too large to keep whole, without a usage object: its text could not be counted. */
   uncounted?: boolean;
+  /**
+   * The upstream's error when it failed (`upstream_failed`) before any byte of a JSON answer was written:
+   * the response is untouched, and the route answers the error SPEC §2a names instead (502 / 504).
+   */
+  unsent?: Error;
 }
 
 /**
@@ -57,7 +69,8 @@ function write(res: ServerResponse, out: SseOutput): boolean {
 /**
  * Feeds the call's body chunks through `transform` to the client, and once per event-loop turn that had
  * chunks, after the last of them, writes what `turn` returns; returns the time spent so far. A full
- * client pauses the upstream until it drains; a destroyed one (it never drains) stops the upstream.
+ * client pauses the upstream until it drains; a destroyed one (it never drains) stops the upstream, or,
+ * with `readOnGone`, resumes it and has the rest of the body go through `transform` without being written.
  */
 function pipe(
   call: UpstreamCall,
@@ -65,6 +78,7 @@ function pipe(
   transform: (chunk: Buffer) => SseOutput | null,
   end: () => void,
   turn?: () => SseOutput | null,
+  readOnGone = false,
 ): () => bigint {
   let ns = 0n;
   // Writes of one tick share a socket write, the response's end included (it comes in the tick of the
@@ -117,7 +131,14 @@ function pipe(
     end,
     data(chunk, resumeUpstream) {
       if (res.destroyed) {
-        call.abort(new Error('client connection closed'));
+        if (!readOnGone) call.abort(new Error('client connection closed'));
+        else {
+          try {
+            transform(chunk); // metered, not written
+          } catch (err) {
+            call.abort(err as Error);
+          }
+        }
         return true;
       }
       resume = resumeUpstream;
@@ -144,6 +165,8 @@ function pipe(
       return true;
     },
   });
+  // A client gone while it was full never drains: the read it paused goes on without it.
+  if (readOnGone) res.once('close', drained);
   return () => ns;
 }
 
@@ -207,20 +230,32 @@ export async function relaySse(
   return { usage: meter.usage, text: () => meter.completionText(), end, chunkNs: spent() };
 }
 
-/** Relays a JSON body unchanged; usage is read from the whole body at the end, or by a scan when it is large. */
+/**
+ * Relays a JSON body unchanged; usage is read from the whole body at the end, or by a scan when it is
+ * large. `head` writes the response's status and headers: called with the first body byte (or at the
+ * end of an empty body), so an upstream that fails before any byte leaves the response untouched
+ * (`unsent`) for the route to answer SPEC's error instead. The client leaving does not stop the read
+ * (see the top of this file).
+ */
 export async function relayJson(
   call: UpstreamCall,
   res: ServerResponse,
   clientGone: () => boolean,
   format: ApiFormat = CHAT,
+  head: () => void = () => {},
 ): Promise<RelayOutcome> {
   let chunks: Buffer[] = [];
   let size = 0;
   let scanner: JsonUsageScanner | undefined;
+  let headed = false;
   const spent = pipe(
     call,
     res,
     (chunk) => {
+      if (!headed) {
+        headed = true;
+        if (!res.destroyed) head();
+      }
       size += chunk.length;
       if (scanner) scanner.push(chunk);
       else if (size <= MAX_JSON_RETAINED) chunks.push(chunk);
@@ -233,17 +268,40 @@ export async function relayJson(
       }
       return chunk;
     },
-    () => res.end(),
+    () => {
+      if (res.destroyed) return;
+      if (!headed) {
+        headed = true;
+        head();
+      }
+      res.end();
+    },
+    undefined,
+    true,
   );
-  let end: RelayOutcome['end'] = 'complete';
   try {
     await call.done;
-    if (!res.writableEnded) res.end(); // when the body ended before the relay attached
-  } catch {
-    end = clientGone() ? 'client_gone' : 'upstream_failed';
-    res.destroy();
+    if (!res.writableEnded && !res.destroyed) {
+      // when the body ended before the relay attached
+      if (!headed) head();
+      res.end();
+    }
+  } catch (err) {
+    const gone = clientGone();
+    // Nothing was written yet: the route answers the error instead of a response cut before its first byte.
+    if (headed && !gone) res.destroy();
+    return cut(
+      chunks,
+      size,
+      scanner,
+      format,
+      gone ? 'client_gone' : 'upstream_failed',
+      spent(),
+      headed || gone ? undefined : (err as Error),
+    );
   }
-  if (end !== 'complete') return { usage: null, text: () => '', end, chunkNs: spent() };
+  // Read to its end, also when the client left during it: billed as if it had stayed.
+  const end: RelayOutcome['end'] = clientGone() ? 'client_gone' : 'complete';
   const t = process.hrtime.bigint();
   if (scanner) {
     let usage = null;
@@ -258,4 +316,45 @@ export async function relayJson(
   const chunkNs = spent() + process.hrtime.bigint() - t;
   // With usage present it covers the whole body; the text is only needed when it is absent.
   return { usage: parsed.usage, text: parsed.usage ? () => '' : parsed.completionText, end, chunkNs };
+}
+
+/**
+ * The outcome of a JSON body the upstream broke off (or the total timeout cut): the generation was over
+ * before the body started, so what arrived is billed. A top-level usage that arrived whole is the
+ * upstream's; otherwise the text that arrived is counted (the cut string up to the cut: scanTruncated),
+ * `estimated`. A body past the keep limit kept no text: without usage it is billed as `uncounted` (the
+ * clamped output it was held for), as a whole one is.
+ */
+function cut(
+  chunks: Buffer[],
+  size: number,
+  scanner: JsonUsageScanner | undefined,
+  format: ApiFormat,
+  end: RelayOutcome['end'],
+  chunkNs: bigint,
+  unsent: Error | undefined,
+): RelayOutcome {
+  const t = process.hrtime.bigint();
+  const rest = unsent ? { unsent } : {};
+  let text: () => string = () => '';
+  if (!scanner && size > 0) {
+    scanner = new JsonUsageScanner();
+    for (const c of chunks) scanner.push(c);
+    const body = chunks.length === 1 ? chunks[0]! : Buffer.concat(chunks, size);
+    text = () => {
+      const collected = new TextCollector();
+      scanTruncated(body, collected, format.bodyCandidate);
+      return collected.text();
+    };
+  }
+  let usage = null;
+  try {
+    usage = scanner?.result ? format.usage(JSON.parse(scanner.result)) : null;
+  } catch {
+    // not JSON: no usage
+  }
+  chunkNs += process.hrtime.bigint() - t;
+  if (usage) return { usage, text: () => '', end, chunkNs, ...rest };
+  if (size > MAX_JSON_RETAINED) return { usage: null, text, end, chunkNs, uncounted: true, ...rest };
+  return { usage: null, text, end, chunkNs, ...rest };
 }

@@ -19,7 +19,7 @@ import { costMicros, holdMicros } from '../credit/pricing.ts';
 import { budgetCharge } from '../credit/budget.ts';
 import { createHeaderPolicy } from '../upstream/headers.ts';
 import { ClientGoneError, forward, type Answered } from '../upstream/forward.ts';
-import type { UpstreamCall } from '../upstream/call.ts';
+import { classify, type UpstreamCall } from '../upstream/call.ts';
 import type { Upstreams } from '../upstream/pool.ts';
 import { relayJson, relaySse, shuttingDown, type RelayOutcome } from '../meter/relay.ts';
 import type { Tokenizer } from '../meter/tokenizer.ts';
@@ -147,7 +147,10 @@ export function meteredRoute<B extends { model: string }>(d: MeteredDeps, ep: Me
   async function pipeline(ctx: RequestContext, signal: AbortSignal, trace: RequestTrace | undefined): Promise<void> {
     // The upstream attempt in flight; the client leaving aborts it, whenever that happens.
     let current: UpstreamCall | undefined;
-    signal.addEventListener('abort', () => current?.abort(new ClientGoneError()), { once: true });
+    // Set once a JSON body is relayed: its generation is over, and the client leaving no longer stops the
+    // read (meter/relay.ts); the total timeout still does.
+    const relaying = { readOnGone: false };
+    signal.addEventListener('abort', () => relaying.readOnGone || current?.abort(new ClientGoneError()), { once: true });
     const track = (c: UpstreamCall | undefined) => {
       current = c;
       if (c && signal.aborted) c.abort(new ClientGoneError());
@@ -238,11 +241,18 @@ export function meteredRoute<B extends { model: string }>(d: MeteredDeps, ep: Me
       ctx.log.upstream_status = answered.status;
       trace?.upstreamAnswered(answered.status, answered.call.upstream.label);
       ttfb(model.name).observe(Number(answered.waitedNs) / 1e9);
-      outcome = await respond(ctx, answered, reply);
+      outcome = await respond(ctx, answered, reply, relaying);
       if (outcome?.end === 'upstream_failed') {
         // A stream that broke after its first byte counts toward ejecting its upstream too (once per burst).
         d.metrics.upstreamErrors.inc({ upstream: answered.call.upstream.label, reason: 'stream_broken' });
         d.upstreams.failed(answered.call.upstream, d.now(), answered.call.attempt);
+      }
+      // A JSON answer that failed before its first byte was written: the client gets SPEC §2a's error, not a
+      // reset (not retried: the upstream answered, and generated). Billed below from what arrived.
+      if (outcome?.unsent) {
+        throw classify(outcome.unsent).kind === 'timeout'
+          ? new GatewayError('upstream_timeout', `The upstream of model '${model.name}' timed out.`)
+          : new GatewayError('upstream_error', `The upstream of model '${model.name}' failed.`);
       }
     } catch (err) {
       if (!(err instanceof ClientGoneError)) throw err;
@@ -323,8 +333,13 @@ export function meteredRoute<B extends { model: string }>(d: MeteredDeps, ep: Me
     };
   }
 
-  /** Writes the response for an answered upstream call; returns what the relay metered. */
-  async function respond(ctx: RequestContext, a: Answered, body: Prepared['reply']): Promise<RelayOutcome | undefined> {
+  /** Writes the response for an answered upstream call; returns what the relay metered. `relaying.readOnGone` is set for a JSON body. */
+  async function respond(
+    ctx: RequestContext,
+    a: Answered,
+    body: Prepared['reply'],
+    relaying: { readOnGone: boolean },
+  ): Promise<RelayOutcome | undefined> {
     const res: ServerResponse = ctx.res;
     const headers = headerPolicy.clientResponse(a.headers);
     // Set here, not by the edge (server.ts): one writeHead with every header is Node's fast path.
@@ -349,24 +364,32 @@ export function meteredRoute<B extends { model: string }>(d: MeteredDeps, ep: Me
     // must still be metered from its own format.
     const ct = a.headers['content-type'];
     const stream = a.status < 300 && (typeof ct === 'string' ? ct.includes('text/event-stream') : body.stream);
-    if (!stream && a.headers['content-length'] !== undefined) headers['content-length'] = a.headers['content-length'];
-    res.writeHead(a.status, headers);
-    if (stream) {
-      // Headers go out with the first chunk when it already arrived (one write instead of two); otherwise
-      // now, so the client sees the stream open before the first token.
-      if (!a.call.hasEarlyData) res.flushHeaders();
-      d.metrics.streams.inc();
-      const cut = () => a.call.abort(shuttingDown());
-      d.shutdown?.addEventListener('abort', cut);
-      if (d.shutdown?.aborted) cut();
-      try {
-        return await relaySse(a.call, res, !body.wantsUsage, () => res.destroyed && !res.writableFinished, ep.format);
-      } finally {
-        d.shutdown?.removeEventListener('abort', cut);
-        d.metrics.streams.dec();
-      }
+    if (!stream) {
+      if (a.headers['content-length'] !== undefined) headers['content-length'] = a.headers['content-length'];
+      // The head goes out with the body's first byte: an upstream failing before it gets SPEC's error instead.
+      relaying.readOnGone = true;
+      return relayJson(
+        a.call,
+        res,
+        () => res.destroyed && !res.writableFinished,
+        ep.format,
+        () => res.writeHead(a.status, headers),
+      );
     }
-    return relayJson(a.call, res, () => res.destroyed && !res.writableFinished, ep.format);
+    res.writeHead(a.status, headers);
+    // Headers go out with the first chunk when it already arrived (one write instead of two); otherwise
+    // now, so the client sees the stream open before the first token.
+    if (!a.call.hasEarlyData) res.flushHeaders();
+    d.metrics.streams.inc();
+    const cut = () => a.call.abort(shuttingDown());
+    d.shutdown?.addEventListener('abort', cut);
+    if (d.shutdown?.aborted) cut();
+    try {
+      return await relaySse(a.call, res, !body.wantsUsage, () => res.destroyed && !res.writableFinished, ep.format);
+    } finally {
+      d.shutdown?.removeEventListener('abort', cut);
+      d.metrics.streams.dec();
+    }
   }
 
   return { method: 'POST', pattern: ep.pattern, handler: handle, doc: ep.doc, auth: ep.scope, meteredAdmit: true };

@@ -95,21 +95,32 @@ t.test('a stream cut after its usage chunk (before [DONE]) is billed from that u
   t.match(e, { usage_source: 'upstream', prompt_tokens: prompt, completion_tokens: 3, amount_micros: -expectedCost(SIM_SMALL, prompt, 3) });
 });
 
-t.test('a non-streaming body cut mid-way: the client sees a broken response, the prompt is billed as estimated', async (t) => {
-  const { gw, key, requests } = await twoUpstreamGateway(t, 'cut-d');
-  const messages = [{ role: 'user', content: 'a question' }];
-  const res = await postChat(gw, key, { model: 'm', messages, sim: { tokens: 40, cut_after: 1 } });
-  t.equal(res.status, 200);
-  const read = await res.text().then(
-    () => 'complete',
-    () => 'broken',
-  );
-  t.equal(read, 'broken', 'the body ends in a transport error, not a truncated document that looks whole');
-  t.equal(requests().length, 1, 'not retried');
-  const e = await waitForDebit(gw, 'cut-d', res.headers.get('x-request-id')!);
-  t.match(e, { usage_source: 'estimated', prompt_tokens: tokenizer.countPromptTokens(messages) });
-  t.ok(e.amount_micros < 0, 'the prompt is billed');
-});
+t.test(
+  'a non-streaming body cut mid-way: the client sees a broken response, the prompt and the text that arrived are billed (estimated)',
+  async (t) => {
+    const { gw, key, requests } = await twoUpstreamGateway(t, 'cut-d');
+    const messages = [{ role: 'user', content: 'a question' }];
+    const res = await postChat(gw, key, { model: 'm', messages, sim: { tokens: 40, cut_after: 1 } });
+    t.equal(res.status, 200);
+    const read = await res.text().then(
+      () => 'complete',
+      () => 'broken',
+    );
+    t.equal(read, 'broken', 'the body ends in a transport error, not a truncated document that looks whole');
+    t.equal(requests().length, 1, 'not retried');
+    const e = await waitForDebit(gw, 'cut-d', res.headers.get('x-request-id')!);
+    t.match(e, { usage_source: 'estimated', prompt_tokens: tokenizer.countPromptTokens(messages) });
+    // The simulator sends half of the body: a part of its content arrived, and is what is counted.
+    const text = simCompletionText(40);
+    const prefixes = new Set<number>();
+    for (let k = 1; k <= text.length; k++) prefixes.add(tokenizer.countText(text.slice(0, k)));
+    t.ok(
+      e.completion_tokens! > 0 && prefixes.has(e.completion_tokens!),
+      `${e.completion_tokens} completion tokens: a prefix of the content`,
+    );
+    t.equal(e.amount_micros, -expectedCost(SIM_SMALL, e.prompt_tokens!, e.completion_tokens!));
+  },
+);
 
 t.test('an upstream idle longer than idle_timeout_ms mid-stream: error event, upstream aborted, nothing retried', async (t) => {
   const sim = await startSim(t);

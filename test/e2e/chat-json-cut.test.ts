@@ -1,0 +1,216 @@
+// Non-streaming answers whose relay does not run to its end (SPEC §1.2, §2a, §12), against a small real
+// HTTP upstream: a JSON body only starts once the upstream has generated all of it, so a client that
+// reads the message and leaves before the trailing `usage` is debited the upstream's usage as if it had
+// stayed (the gateway reads the rest); a body the upstream breaks off bills the text that arrived; an
+// upstream that fails after its headers but before any body byte gives the client SPEC's 502 / 504, not a
+// reset.
+import t, { type Test } from 'tap';
+import { createServer, type IncomingMessage, type ServerResponse } from 'node:http';
+import { connect, type AddressInfo } from 'node:net';
+import { createTokenizer } from '../../src/meter/tokenizer.ts';
+import { startGateway } from '../helpers/gateway.ts';
+import { SIM_SMALL, accountVsLedger, expectedCost, postChat, waitForDebit } from './chat-fixture.ts';
+
+const tokenizer = createTokenizer();
+await tokenizer.load();
+
+/** An upstream answering every request with `handler`; counts the requests. */
+async function upstream(
+  t: Test,
+  handler: (res: ServerResponse, req: IncomingMessage) => void,
+): Promise<{ url: string; count: () => number }> {
+  let n = 0;
+  const server = createServer((req, res) => {
+    n++;
+    req.resume();
+    req.on('end', () => handler(res, req));
+  });
+  await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
+  t.teardown(
+    () =>
+      new Promise<void>((r) => {
+        server.close(() => r());
+        server.closeAllConnections();
+      }),
+  );
+  return { url: `http://127.0.0.1:${(server.address() as AddressInfo).port}/v1`, count: () => n };
+}
+
+const messages = [{ role: 'user', content: 'hello' }];
+const request = { model: 'sim-small', messages };
+
+function completionBody(content: string, usage: { prompt_tokens: number; completion_tokens: number }, extra: object = {}): string {
+  return JSON.stringify({
+    id: 'chatcmpl-x',
+    object: 'chat.completion',
+    created: 1,
+    model: 'm',
+    choices: [{ index: 0, message: { role: 'assistant', content }, ...extra, finish_reason: 'stop' }],
+    usage: { ...usage, total_tokens: usage.prompt_tokens + usage.completion_tokens },
+  });
+}
+
+/**
+ * A raw HTTP client that reads `readBytes` of the response (pausing `pauseMs` after each read, a slow
+ * reader) and then destroys its socket; resolves with the request id and the bytes read.
+ */
+function readPartThenLeave(gwUrl: string, key: string, readBytes: number, pauseMs = 0): Promise<{ requestId: string; got: number }> {
+  const body = JSON.stringify(request);
+  return new Promise((resolve, reject) => {
+    const s = connect(Number(new URL(gwUrl).port), '127.0.0.1');
+    let got = 0;
+    let head = '';
+    s.on('error', reject);
+    s.on('connect', () =>
+      s.write(
+        `POST /v1/chat/completions HTTP/1.1\r\nhost: gw\r\nauthorization: Bearer ${key}\r\ncontent-type: application/json\r\n` +
+          `content-length: ${Buffer.byteLength(body)}\r\n\r\n${body}`,
+      ),
+    );
+    s.on('end', () => reject(new Error(`the response ended after ${got} bytes, before the client left`)));
+    s.on('data', (c: Buffer) => {
+      if (head.length < 4096) head += c.toString('latin1');
+      got += c.length;
+      if (got >= readBytes) {
+        s.destroy();
+        resolve({ requestId: /x-request-id: (\S+)/i.exec(head)?.[1] ?? '', got });
+      } else if (pauseMs > 0) {
+        s.pause();
+        setTimeout(() => s.resume(), pauseMs);
+      }
+    });
+  });
+}
+
+async function funded(t: Test, url: string, account: string, config: Record<string, unknown> = {}) {
+  const gw = await startGateway(t, { upstreamUrl: url, config });
+  const { key } = await gw.createKey({ account, env: 'live' });
+  await gw.grant(account, 100_000_000);
+  return { gw, key };
+}
+
+t.test('client reads the message and leaves before the body ends: debited the upstream usage, as if it had stayed', async (t) => {
+  const usage = { prompt_tokens: 11, completion_tokens: 200 };
+  const body = completionBody('word '.repeat(4000), usage);
+  // Half the body, then the rest 400 ms later: the client has left in between.
+  const up = await upstream(t, (res) => {
+    res.writeHead(200, { 'content-type': 'application/json', 'content-length': Buffer.byteLength(body) });
+    res.write(body.slice(0, 10_000));
+    setTimeout(() => res.end(body.slice(10_000)), 400);
+  });
+  const { gw, key } = await funded(t, up.url, 'left-a');
+  const r = await readPartThenLeave(gw.url, key, 5000);
+  t.ok(r.got < Buffer.byteLength(body), 'the client left before the body ended');
+  const e = await waitForDebit(gw, 'left-a', r.requestId, 3000);
+  t.match(e, { usage_source: 'upstream', prompt_tokens: 11, completion_tokens: 200, amount_micros: -expectedCost(SIM_SMALL, 11, 200) });
+  const s = await accountVsLedger(gw, 'left-a');
+  t.equal(s.balance, s.sum);
+  t.equal(s.held, 0);
+});
+
+t.test('a body over the keep limit (usage scanned), a slow client that leaves early: the read it paused goes on', async (t) => {
+  // ~6 MiB of logprobs after the content, usage last, sent in one write: the gateway pauses its upstream
+  // read while the slow client is full, and must resume it once that client is gone.
+  const usage = { prompt_tokens: 11, completion_tokens: 60_000 };
+  const logprobs = {
+    content: Array.from({ length: 60_000 }, (_, i) => ({ token: `w${i}`, logprob: -0.0123456789, bytes: [119], top_logprobs: [] })),
+  };
+  const body = completionBody('word '.repeat(60_000), usage, { logprobs });
+  t.ok(Buffer.byteLength(body) > 4 * 1024 * 1024, `a ${Buffer.byteLength(body)}-byte body`);
+  const up = await upstream(t, (res) => {
+    res.writeHead(200, { 'content-type': 'application/json', 'content-length': Buffer.byteLength(body) });
+    res.end(body);
+  });
+  const { gw, key } = await funded(t, up.url, 'left-b', {
+    models: [
+      {
+        name: 'sim-small',
+        upstream_model: 'm',
+        max_output_tokens: 100_000,
+        price: { input: 1.5, output: 2.25 },
+        upstreams: [{ url: up.url }],
+      },
+    ],
+  });
+  const r = await readPartThenLeave(gw.url, key, 512 * 1024, 2);
+  const e = await waitForDebit(gw, 'left-b', r.requestId, 5000);
+  t.match(e, {
+    usage_source: 'upstream',
+    prompt_tokens: 11,
+    completion_tokens: 60_000,
+    amount_micros: -expectedCost(SIM_SMALL, 11, 60_000),
+  });
+  t.equal((await accountVsLedger(gw, 'left-b')).held, 0);
+});
+
+t.test('the upstream resets mid-body: the client sees a broken body, the text that arrived is billed (estimated)', async (t) => {
+  const body = completionBody('word '.repeat(4000), { prompt_tokens: 11, completion_tokens: 4000 });
+  const cutAt = 10_000;
+  const up = await upstream(t, (res) => {
+    res.writeHead(200, { 'content-type': 'application/json', 'content-length': Buffer.byteLength(body) });
+    res.write(body.slice(0, cutAt));
+    setTimeout(() => res.socket?.destroy(), 100);
+  });
+  const { gw, key } = await funded(t, up.url, 'cut-a');
+  const res = await postChat(gw, key, request);
+  t.equal(res.status, 200, 'the answer had started');
+  t.equal(
+    await res.text().then(
+      () => 'complete',
+      () => 'broken',
+    ),
+    'broken',
+  );
+  // What arrived of the content: from its opening quote to the cut.
+  const received = body.slice(body.indexOf('"content":"') + '"content":"'.length, cutAt);
+  const e = await waitForDebit(gw, 'cut-a', res.headers.get('x-request-id')!);
+  const prompt = tokenizer.countPromptTokens(messages);
+  const completion = await tokenizer.countTextBounded(received); // as the gateway counts: in slices
+  t.ok(completion > 1000, `${completion} completion tokens arrived`);
+  t.match(e, {
+    usage_source: 'estimated',
+    prompt_tokens: prompt,
+    completion_tokens: completion,
+    amount_micros: -expectedCost(SIM_SMALL, prompt, completion),
+  });
+  t.equal(up.count(), 1, 'not retried');
+});
+
+t.test('the upstream fails after its headers, before any body byte: 502 / 504 with the error body, not a reset', async (t) => {
+  const cases = [
+    {
+      name: 'reset',
+      status: 502,
+      code: 'upstream_error',
+      handler: (res: ServerResponse) => {
+        res.writeHead(200, { 'content-type': 'application/json', 'content-length': '500' });
+        res.flushHeaders();
+        setTimeout(() => res.socket?.destroy(), 100);
+      },
+    },
+    {
+      name: 'idle past idle_timeout_ms',
+      status: 504,
+      code: 'upstream_timeout',
+      handler: (res: ServerResponse) => {
+        res.writeHead(200, { 'content-type': 'application/json', 'content-length': '500' });
+        res.flushHeaders();
+      },
+    },
+  ];
+  for (const c of cases) {
+    const up = await upstream(t, c.handler);
+    const account = `nb-${c.status}`;
+    const { gw, key } = await funded(t, up.url, account, { upstream: { idle_timeout_ms: 300 } });
+    const res = await postChat(gw, key, request);
+    t.equal(res.status, c.status, c.name);
+    const id = res.headers.get('x-request-id');
+    t.ok(id, 'with its request id');
+    t.match(await res.json(), { error: { code: c.code, type: 'upstream_error', param: null, message: /sim-small/ } });
+    t.equal(up.count(), 1, 'not retried: the upstream answered');
+    // Settled as before: the prompt, estimated; nothing arrived to count.
+    const e = await waitForDebit(gw, account, id!);
+    t.match(e, { usage_source: 'estimated', prompt_tokens: tokenizer.countPromptTokens(messages), completion_tokens: 0 });
+    t.equal((await accountVsLedger(gw, account)).held, 0);
+  }
+});
