@@ -49,6 +49,9 @@ export interface MeteredDeps {
   tracing?: Tracing | undefined;
 }
 
+/** `text/event-stream` in a Content-Type, in any case. */
+const EVENT_STREAM = /text\/event-stream/i;
+
 /** A request's final billing, known once it has settled (or, for a test key, once it was counted). */
 export interface FinalBilling {
   requestId: string;
@@ -362,8 +365,9 @@ export function meteredRoute<B extends { model: string }>(d: MeteredDeps, ep: Me
     }
     // The relay follows what the upstream sent, not what was asked: an upstream that ignores `stream`
     // must still be metered from its own format.
+    // Media types are case-insensitive (RFC 9110 §8.3.1): a test of the header as it is, no lower-cased copy.
     const ct = a.headers['content-type'];
-    const stream = a.status < 300 && (typeof ct === 'string' ? ct.includes('text/event-stream') : body.stream);
+    const stream = a.status < 300 && (typeof ct === 'string' ? EVENT_STREAM.test(ct) : body.stream);
     if (!stream) {
       if (a.headers['content-length'] !== undefined) headers['content-length'] = a.headers['content-length'];
       // The head goes out with the body's first byte: an upstream failing before it gets SPEC's error instead.

@@ -3,13 +3,13 @@
 // reads the message and leaves before the trailing `usage` is debited the upstream's usage as if it had
 // stayed (the gateway reads the rest); a body the upstream breaks off bills the text that arrived; an
 // upstream that fails after its headers but before any body byte gives the client SPEC's 502 / 504, not a
-// reset.
+// reset. Also: a stream announced as `Text/Event-Stream` is metered as SSE.
 import t, { type Test } from 'tap';
 import { createServer, type IncomingMessage, type ServerResponse } from 'node:http';
 import { connect, type AddressInfo } from 'node:net';
 import { createTokenizer } from '../../src/meter/tokenizer.ts';
 import { startGateway } from '../helpers/gateway.ts';
-import { SIM_SMALL, accountVsLedger, expectedCost, postChat, waitForDebit } from './chat-fixture.ts';
+import { SIM_SMALL, accountVsLedger, expectedCost, postChat, sseData, waitForDebit } from './chat-fixture.ts';
 
 const tokenizer = createTokenizer();
 await tokenizer.load();
@@ -213,4 +213,24 @@ t.test('the upstream fails after its headers, before any body byte: 502 / 504 wi
     t.match(e, { usage_source: 'estimated', prompt_tokens: tokenizer.countPromptTokens(messages), completion_tokens: 0 });
     t.equal((await accountVsLedger(gw, account)).held, 0);
   }
+});
+
+t.test('an SSE answer whose media type is spelled Text/Event-Stream is metered as a stream', async (t) => {
+  const chunk = { id: 'c', object: 'chat.completion.chunk', choices: [{ index: 0, delta: { content: 'Hello' }, finish_reason: null }] };
+  const usageChunk = {
+    id: 'c',
+    object: 'chat.completion.chunk',
+    choices: [],
+    usage: { prompt_tokens: 7, completion_tokens: 300, total_tokens: 307 },
+  };
+  const up = await upstream(t, (res) => {
+    res.writeHead(200, { 'content-type': 'Text/Event-Stream; charset=utf-8' });
+    res.end(`data: ${JSON.stringify(chunk)}\n\ndata: ${JSON.stringify(usageChunk)}\n\ndata: [DONE]\n\n`);
+  });
+  const { gw, key } = await funded(t, up.url, 'ct');
+  const res = await postChat(gw, key, { ...request, stream: true });
+  const data = sseData(await res.text());
+  t.same(data, [JSON.stringify(chunk), '[DONE]'], 'the usage-only chunk the client did not ask for is removed');
+  const e = await waitForDebit(gw, 'ct', res.headers.get('x-request-id')!);
+  t.match(e, { usage_source: 'upstream', prompt_tokens: 7, completion_tokens: 300 });
 });
