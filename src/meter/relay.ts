@@ -170,15 +170,28 @@ function pipe(
   return () => ns;
 }
 
-/** Relays an SSE stream; resolves when the upstream ended, failed, or the client left. */
+/**
+ * The largest single SSE event a stream may carry (the meter holds an event whole until its end): 1 MiB
+ * plus twice the upstream request's bytes. A `/v1/responses` upstream echoes the request's
+ * `instructions` and `tools` in `response.created` and `response.completed` (OpenAI, vLLM), and an
+ * echo may escape what the request sent raw (`é` as `\u00e9`: at most 2× for the BMP), so the bound
+ * follows the request, and a request's memory stays bounded by its own size (its body is bounded by
+ * `limits.max_body_bytes`).
+ */
+export function maxEventBytes(requestBytes: number): number {
+  return 2 * requestBytes + 1024 * 1024;
+}
+
+/** Relays an SSE stream; resolves when the upstream ended, failed, or the client left. `maxEvent`: see maxEventBytes. */
 export async function relaySse(
   call: UpstreamCall,
   res: ServerResponse,
   dropUsageOnlyChunk: boolean,
   clientGone: () => boolean,
   format: ApiFormat = CHAT,
+  maxEvent = maxEventBytes(0),
 ): Promise<RelayOutcome> {
-  const meter = createSseMeter({ dropUsageOnlyChunk, format });
+  const meter = createSseMeter({ dropUsageOnlyChunk, format, maxPendingBytes: maxEvent });
   let finished = false;
   /** The upstream body is complete: the turn's events, the held tail (if any) and the response's end go out with the last chunk. */
   const finish = () => {

@@ -21,7 +21,7 @@ import { createHeaderPolicy } from '../upstream/headers.ts';
 import { ClientGoneError, forward, type Answered } from '../upstream/forward.ts';
 import { classify, type UpstreamCall } from '../upstream/call.ts';
 import type { Upstreams } from '../upstream/pool.ts';
-import { relayJson, relaySse, shuttingDown, type RelayOutcome } from '../meter/relay.ts';
+import { maxEventBytes, relayJson, relaySse, shuttingDown, type RelayOutcome } from '../meter/relay.ts';
 import type { Tokenizer } from '../meter/tokenizer.ts';
 import type { MeteredEndpoint, OutputBound, StatefulRequest } from './endpoint.ts';
 import { bill, NOTHING_PRODUCED, type Billed } from '../meter/bill.ts';
@@ -244,7 +244,7 @@ export function meteredRoute<B extends { model: string }>(d: MeteredDeps, ep: Me
       ctx.log.upstream_status = answered.status;
       trace?.upstreamAnswered(answered.status, answered.call.upstream.label);
       ttfb(model.name).observe(Number(answered.waitedNs) / 1e9);
-      outcome = await respond(ctx, answered, reply, relaying);
+      outcome = await respond(ctx, answered, reply, payload.length, relaying);
       if (outcome?.end === 'upstream_failed') {
         // A stream that broke after its first byte counts toward ejecting its upstream too (once per burst).
         d.metrics.upstreamErrors.inc({ upstream: answered.call.upstream.label, reason: 'stream_broken' });
@@ -336,11 +336,15 @@ export function meteredRoute<B extends { model: string }>(d: MeteredDeps, ep: Me
     };
   }
 
-  /** Writes the response for an answered upstream call; returns what the relay metered. `relaying.readOnGone` is set for a JSON body. */
+  /**
+   * Writes the response for an answered upstream call; returns what the relay metered. `requestBytes`
+   * (the upstream payload's) bounds a stream's largest event; `relaying.readOnGone` is set for a JSON body.
+   */
   async function respond(
     ctx: RequestContext,
     a: Answered,
     body: Prepared['reply'],
+    requestBytes: number,
     relaying: { readOnGone: boolean },
   ): Promise<RelayOutcome | undefined> {
     const res: ServerResponse = ctx.res;
@@ -389,7 +393,14 @@ export function meteredRoute<B extends { model: string }>(d: MeteredDeps, ep: Me
     d.shutdown?.addEventListener('abort', cut);
     if (d.shutdown?.aborted) cut();
     try {
-      return await relaySse(a.call, res, !body.wantsUsage, () => res.destroyed && !res.writableFinished, ep.format);
+      return await relaySse(
+        a.call,
+        res,
+        !body.wantsUsage,
+        () => res.destroyed && !res.writableFinished,
+        ep.format,
+        maxEventBytes(requestBytes),
+      );
     } finally {
       d.shutdown?.removeEventListener('abort', cut);
       d.metrics.streams.dec();

@@ -15,6 +15,7 @@ import {
   accountVsLedger,
   expectedCost,
   sdk,
+  startFixedUpstream,
   startSim,
   startSteeredFront,
   twoUpstreamGateway,
@@ -243,6 +244,42 @@ t.test('upstream cut mid-stream: the Responses error event, no retry, the SDK ra
   t.match(err, { message: /upstream stream failed/ });
   t.equal(text, simCompletionText(3), 'the deltas before the cut were delivered');
   await checkBooks(t, gw, 'resp-g');
+});
+
+t.test('a stream whose upstream echoes 1.2 MB of instructions in one event completes, and is billed its usage', async (t) => {
+  // OpenAI, vLLM and the simulator echo `instructions` in response.created and response.completed: an
+  // event over 1 MiB for a request under max_body_bytes. Its non-streaming twin was always served.
+  const sim = await startSim(t);
+  const gw = await startGateway(t, { upstreamUrl: sim.url });
+  const { key } = await gw.createKey({ account: 'resp-big', env: 'live' });
+  await gw.grant('resp-big', 1_000_000_000);
+  const body = { model: 'sim-small', instructions: 'Be brief. '.repeat(120_000), input: 'hi', stream: true };
+  const res = await postResponses(gw, key, body, { 'x-sim-tokens': '5' });
+  t.equal(res.status, 200);
+  const raw = await res.text();
+  t.match(raw, /event: response\.completed\n/, 'the stream ends as the upstream sent it');
+  t.notMatch(raw, /event: error/);
+  const e = await waitForDebit(gw, 'resp-big', res.headers.get('x-request-id')!, 5000);
+  const prompt = simResponsesPromptTokens(body);
+  t.match(e, { usage_source: 'upstream', prompt_tokens: prompt, completion_tokens: 5, amount_micros: -expectedCost(SIM_SMALL, prompt, 5) });
+});
+
+t.test('an event past the bound of its request (1 MiB + 2 × the request) still ends the stream with the error event', async (t) => {
+  // The bound follows the request: a small request cannot make the gateway hold a 3 MiB event.
+  const event = (o: unknown) => `event: ${(o as { type: string }).type}\ndata: ${JSON.stringify(o)}\n\n`;
+  const front = await startFixedUpstream(
+    t,
+    200,
+    { 'content-type': 'text/event-stream' },
+    event({ type: 'response.created', response: { id: 'resp_1', instructions: 'x'.repeat(3 * 1024 * 1024), usage: null } }),
+  );
+  const gw = await startGateway(t, { upstreamUrl: front.url });
+  const { key } = await gw.createKey({ account: 'resp-huge', env: 'live' });
+  await gw.grant('resp-huge', 1_000_000_000);
+  const res = await postResponses(gw, key, { model: 'sim-small', input: 'hi', stream: true });
+  t.equal(res.status, 200);
+  t.match(await res.text(), /^event: error\ndata: \{"type":"error","code":"upstream_error"/, 'the error event, nothing of the event');
+  await waitForDebit(gw, 'resp-huge', res.headers.get('x-request-id')!);
 });
 
 t.test('failover before the first byte: a 503 upstream is skipped', async (t) => {
