@@ -72,7 +72,10 @@ export interface SseMeter {
   flush(): SseOutput | null;
   /** add() then flush(): one chunk's complete events. */
   push(chunk: Buffer): SseOutput | null;
-  /** At upstream end, after the last flush(): meters and returns the held incomplete tail as-is, or null. Call once, last. */
+  /**
+   * At upstream end, after the last flush(): meters and returns the held incomplete tail as-is, or null
+   * (none, or the usage-only chunk to drop). Call once, last.
+   */
   end(): Buffer | null;
   /** Latest valid usage object seen (cumulative: the latest wins); null when none. */
   readonly usage: Usage | null;
@@ -236,10 +239,11 @@ class Scanner implements SseMeter {
     const tail = Buffer.concat(this.pending, this.pendingLen);
     this.pending = [];
     this.pendingLen = 0;
-    // Metered (an upstream may omit the final blank line after usage or [DONE]) but forwarded as-is.
-    this.meter(tail, 0, tail.length);
+    // Metered (an upstream may omit the final blank line after usage or [DONE]) and forwarded as-is,
+    // unless it is the usage-only chunk the client did not ask for (the last event of a stream without [DONE]).
+    const keep = this.meter(tail, 0, tail.length);
     this.keys.release();
-    return tail;
+    return keep ? tail : null;
   }
 
   /** The turn's events minus the dropped ones, as runs of adjacent bytes: whole chunks where possible. */

@@ -205,12 +205,23 @@ t.test('[DONE] detection', async (t) => {
   t.throws(() => m2.push(Buffer.from('x')), /after end/);
 });
 
-t.test('usage in an unterminated tail is metered at end()', async (t) => {
+t.test('usage in an unterminated tail is metered at end(); the usage-only chunk is dropped there too', async (t) => {
+  for (const eol of ['', '\n', '\r\n']) {
+    const tail = `data: {"choices":[],"usage":{"prompt_tokens":4,"completion_tokens":6}}${eol}`;
+    const m = createSseMeter(drop);
+    const hi = event({ choices: [{ delta: { content: 'Hi' } }] });
+    t.equal(m.push(Buffer.from(hi + tail))?.toString(), hi, 'the complete event goes out');
+    t.equal(m.end(), null, `not asked for: not forwarded (${JSON.stringify(eol)} after it)`);
+    t.same(m.usage, { prompt_tokens: 4, completion_tokens: 6 });
+    const k = createSseMeter(keep);
+    t.equal(k.push(Buffer.from(tail)), null);
+    t.equal(k.end()?.toString(), tail, 'asked for: forwarded as-is');
+    t.same(k.usage, { prompt_tokens: 4, completion_tokens: 6 });
+  }
   const m = createSseMeter(drop);
-  const tail = 'data: {"choices":[],"usage":{"prompt_tokens":4,"completion_tokens":6}}';
-  t.equal(m.push(Buffer.from(tail)), null);
-  t.equal(m.end()?.toString(), tail);
-  t.same(m.usage, { prompt_tokens: 4, completion_tokens: 6 });
+  const last = 'data: {"choices":[{"delta":{"content":"x"}}],"usage":{"prompt_tokens":4,"completion_tokens":6}}';
+  m.push(Buffer.from(last));
+  t.equal(m.end()?.toString(), last, 'a usage chunk with content is not the usage-only chunk: forwarded');
 });
 
 t.test('comments, keep-alives, other fields and multi-line data', async (t) => {
