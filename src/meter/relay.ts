@@ -6,9 +6,10 @@
  * it drains. Per chunk: no await, no Redis, no logging, no JSON parse (except the usage event).
  *
  * A JSON body only starts once the upstream has generated all of it: a client that leaves during it
- * does not stop the read (the rest is read, not written, within the request's total timeout), and the
- * request is billed the upstream's usage as if the client had stayed. A body the upstream breaks off is
- * billed from what arrived (relayJson's `cut`).
+ * does not stop the read at once (the route lets the rest be read, not written, for JSON_TAIL_GRACE_MS,
+ * inside SPEC's 100 ms), and a body read to its end is billed the upstream's usage as if the client had
+ * stayed. A body the upstream breaks off, or that the route's abort cut, is billed from what arrived
+ * (relayJson's `cut`).
  */
 import type { ServerResponse } from 'node:http';
 import type { UpstreamCall } from '../upstream/call.ts';
@@ -248,7 +249,7 @@ export async function relaySse(
  * large. `head` writes the response's status and headers: called with the first body byte (or at the
  * end of an empty body), so an upstream that fails before any byte leaves the response untouched
  * (`unsent`) for the route to answer SPEC's error instead. The client leaving does not stop the read
- * (see the top of this file).
+ * at once (see the top of this file).
  */
 export async function relayJson(
   call: UpstreamCall,

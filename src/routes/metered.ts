@@ -49,6 +49,13 @@ export interface MeteredDeps {
   tracing?: Tracing | undefined;
 }
 
+/**
+ * How long a JSON body's read goes on after its client left (SPEC §2a: the upstream is aborted within
+ * 100 ms of a client abort). Over loopback or a LAN the rest of an answer already generated arrives in a
+ * few ms, with its usage; what has not arrived by then is billed from what did (relay.ts `cut`).
+ */
+export const JSON_TAIL_GRACE_MS = 50;
+
 /** `text/event-stream` in a Content-Type, in any case. */
 const EVENT_STREAM = /text\/event-stream/i;
 
@@ -150,10 +157,17 @@ export function meteredRoute<B extends { model: string }>(d: MeteredDeps, ep: Me
   async function pipeline(ctx: RequestContext, signal: AbortSignal, trace: RequestTrace | undefined): Promise<void> {
     // The upstream attempt in flight; the client leaving aborts it, whenever that happens.
     let current: UpstreamCall | undefined;
-    // Set once a JSON body is relayed: its generation is over, and the client leaving no longer stops the
-    // read (meter/relay.ts); the total timeout still does.
+    // Set once a JSON body is relayed: its generation is over, so the client leaving lets the read go on
+    // for JSON_TAIL_GRACE_MS (meter/relay.ts), to bill the trailing usage, before it stops the upstream.
     const relaying = { readOnGone: false };
-    signal.addEventListener('abort', () => relaying.readOnGone || current?.abort(new ClientGoneError()), { once: true });
+    signal.addEventListener(
+      'abort',
+      () => {
+        if (!relaying.readOnGone) return current?.abort(new ClientGoneError());
+        setTimeout(() => current?.abort(new ClientGoneError()), JSON_TAIL_GRACE_MS).unref();
+      },
+      { once: true },
+    );
     const track = (c: UpstreamCall | undefined) => {
       current = c;
       if (c && signal.aborted) c.abort(new ClientGoneError());
