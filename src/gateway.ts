@@ -300,7 +300,7 @@ export function createGateway(d: GatewayDeps): Gateway {
       // SPEC §15 traces: the OpenTelemetry SDK (~1 s and ~10 MB of heap to load) is imported only when configured,
       // before the first request can arrive.
       if (config.otel && !metered.tracing) metered.tracing = (await import('./obs/otlp.ts')).createOtlpTracing(config.otel, VERSION);
-      const opts = { headersTimeoutMs: s.headersTimeoutMs, requestTimeoutMs: s.requestTimeoutMs };
+      const opts = { headersTimeoutMs: s.headersTimeoutMs, requestTimeoutMs: s.requestTimeoutMs, writeTimeoutMs: s.writeTimeoutMs };
       const pub = await listen(publicHandler, { ...opts, host: s.host, port: s.port });
       publicListenerUrl = url(s.host, pub);
       const adm = await listen(adminHandler, { ...opts, host: s.adminHost, port: s.adminPort });

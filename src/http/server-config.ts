@@ -16,6 +16,12 @@ export interface ServerConfig {
   readonly requestTimeoutMs: number;
   /** A request body not complete this long after it started to be read → 408 request_timeout (SPEC §13). */
   readonly bodyTimeoutMs: number;
+  /**
+   * A response the client has stopped taking: bytes wait to be written and none has been for this long →
+   * the connection is destroyed, the request ends as "client gone" (src/http/server.ts). A response with
+   * nothing waiting (a slow upstream between events) is never cut by it.
+   */
+  readonly writeTimeoutMs: number;
   readonly drainSeconds: number;
   /** Processes serving the public port (node:cluster); 1 = no cluster. `auto` compiles to the cores available. */
   readonly workers: number;
@@ -41,6 +47,7 @@ export const SERVER_FIELDS = [
   'headers_timeout_ms',
   'request_timeout_ms',
   'body_timeout_ms',
+  'write_timeout_ms',
   'drain_seconds',
   'workers',
   'spool_dir',
@@ -77,6 +84,7 @@ export function serverSection(v: unknown, env: NodeJS.ProcessEnv): ServerConfig 
     headersTimeoutMs: num(server.headers_timeout_ms, 'server.headers_timeout_ms', { fallback: 10_000, min: 100 }),
     requestTimeoutMs: num(server.request_timeout_ms, 'server.request_timeout_ms', { fallback: 30_000, min: 100 }),
     bodyTimeoutMs: num(server.body_timeout_ms, 'server.body_timeout_ms', { fallback: 10_000, min: 100 }),
+    writeTimeoutMs: num(server.write_timeout_ms, 'server.write_timeout_ms', { fallback: 30_000, min: 100 }),
     drainSeconds: num(server.drain_seconds, 'server.drain_seconds', { fallback: 30, min: 0 }),
     workers: workerCount(
       env.TOLLGATE_WORKERS ?? server.workers,

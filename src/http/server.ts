@@ -5,7 +5,7 @@
  * and draining on shutdown.
  */
 import { STATUS_CODES, createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
-import type { AddressInfo } from 'node:net';
+import type { AddressInfo, Socket } from 'node:net';
 import { randomBase58 } from './base58.ts';
 import { GatewayError, ValidationError, type ErrorCode } from './errors.ts';
 import { errorBody, sendError } from './respond.ts';
@@ -158,6 +158,22 @@ export interface ListenOptions {
   port: number;
   headersTimeoutMs: number;
   requestTimeoutMs: number;
+  /** server.write_timeout_ms: how long a response may wait on a client that takes none of its bytes (default 30 s). */
+  writeTimeoutMs?: number;
+}
+
+/**
+ * A response's socket saw no activity for `server.write_timeout_ms` (Node's socket timeout, armed with
+ * `server.timeout`: any read, write or partial write progress restarts it). Bytes still waiting for the
+ * client mean the client stopped taking them (its window is full): the connection is destroyed, the
+ * response closes, and the request ends as "client gone" (its upstream aborted, billed for what was
+ * produced, its body budget and concurrency slot released). Nothing waiting means the response itself
+ * is quiet (an upstream between two events, a body still arriving under its own timeout): kept.
+ * Registered on the response, so a socket between requests keeps Node's own handling
+ * (keep-alive timeout, idle close).
+ */
+function onResponseTimeout(this: ServerResponse, socket: Socket): void {
+  if (socket.writableLength > 0) socket.destroy();
 }
 
 /** Starts a server with timeouts against slow clients; resolves once listening. */
@@ -170,8 +186,13 @@ export async function listen(handler: (req: IncomingMessage, res: ServerResponse
       // Node checks those timeouts only this often (default 30 s): without it a slow client holds its socket ~30 s.
       connectionsCheckingInterval: Math.max(50, Math.min(1_000, Math.floor(Math.min(o.headersTimeoutMs, o.requestTimeoutMs) / 2))),
     },
-    handler,
+    (req, res) => {
+      res.on('timeout', onResponseTimeout);
+      handler(req, res);
+    },
   );
+  // Each socket's inactivity timer (Node's own, one per socket, restarted by every read and completed write).
+  server.timeout = o.writeTimeoutMs ?? 30_000;
   server.on('clientError', answerClientError);
   await new Promise<void>((resolve, reject) => {
     server.once('error', reject);

@@ -6,7 +6,7 @@
  * Bytes are reserved as they arrive, never on a promise: a declared `content-length` reserves nothing
  * until its bytes come (16 sockets declaring 4 MiB and sending one byte each used to take the whole
  * process budget and refuse every other tenant). They are released once the request no longer needs
- * them (for chat: once the request ends; its upstream payload lives that long). The text, the parsed
+ * them (for chat: once its pipeline ends, upstream answered and billed; its upstream payload lives that long). The text, the parsed
  * object and the upstream payload that a body becomes are about 3–4× its bytes, so the heap such bodies
  * can take is bounded by a few times the budget, whatever mix of requests arrives; the per-key cap keeps
  * one key from taking that budget away from the others.

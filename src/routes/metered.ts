@@ -86,6 +86,11 @@ interface Prepared {
   stateful: StatefulRequest | undefined;
 }
 
+/** The request body's budget release, once the body was read (called when the pipeline ends). */
+interface HeldBody {
+  release: (() => void) | undefined;
+}
+
 /** The route of one metered endpoint. */
 export function meteredRoute<B extends { model: string }>(d: MeteredDeps, ep: MeteredEndpoint<B>): Route {
   const models = new Map(d.config.models.map((m) => [m.name, m]));
@@ -143,18 +148,23 @@ export function meteredRoute<B extends { model: string }>(d: MeteredDeps, ep: Me
     if (ctx.res.destroyed && !ctx.res.writableFinished) aborter.abort();
     ctx.res.once('close', onClose);
     const trace = d.tracing?.start(ctx, ep.endpoint);
+    const body: HeldBody = { release: undefined };
     try {
-      await pipeline(ctx, aborter.signal, trace);
+      await pipeline(ctx, aborter.signal, trace, body);
     } catch (err) {
       trace?.fail(err);
       throw err;
     } finally {
+      // The pipeline is over (upstream done, billing read the payload): the body's bytes are given back now,
+      // not when the response closes, so a response still waiting on its client (an error body included)
+      // holds no body budget.
+      body.release?.();
       ctx.res.off('close', onClose);
       trace?.end(ctx.res.statusCode);
     }
   }
 
-  async function pipeline(ctx: RequestContext, signal: AbortSignal, trace: RequestTrace | undefined): Promise<void> {
+  async function pipeline(ctx: RequestContext, signal: AbortSignal, trace: RequestTrace | undefined, held: HeldBody): Promise<void> {
     // The upstream attempt in flight; the client leaving aborts it, whenever that happens.
     let current: UpstreamCall | undefined;
     // Set once a JSON body is relayed: its generation is over, so the client leaving lets the read go on
@@ -173,7 +183,7 @@ export function meteredRoute<B extends { model: string }>(d: MeteredDeps, ep: Me
       if (c && signal.aborted) c.abort(new ClientGoneError());
     };
     const key = ctx.key!;
-    const { model, output, promptEstimate, payload, reply, stateful } = await prepare(ctx);
+    const { model, output, promptEstimate, payload, reply, stateful } = await prepare(ctx, held);
     ctx.log.model = model.name;
     trace?.model(model.name, model.upstreamModel);
     const admission = await ctx.admit!(promptEstimate + output.total);
@@ -326,11 +336,11 @@ export function meteredRoute<B extends { model: string }>(d: MeteredDeps, ep: Me
    * re-reads the prompt from the payload in the rare case it must count it. A failure here is admitted
    * by the gate (without tokens) before it reaches the client.
    */
-  async function prepare(ctx: RequestContext): Promise<Prepared> {
+  async function prepare(ctx: RequestContext, held: HeldBody): Promise<Prepared> {
     // The gate has taken the key's slot and request admission already (SPEC §13): only now is the body read.
     const read = await readJson(ctx.req, d.config.limits.maxBodyBytes, d.bodyBudget.forKey(ctx.key!.id), d.config.limits.maxJsonDepth);
-    // The body's bytes stay reserved until the request ends: its upstream payload lives that long.
-    ctx.res.once('close', read.release);
+    // The body's bytes stay reserved until the pipeline ends (handle's finally): its upstream payload lives that long.
+    held.release = read.release;
     const body = ep.validate(read.value, d.config.limits);
     const model = models.get(body.model);
     if (!model) throw new GatewayError('model_not_found', `The model '${body.model}' does not exist.`, { param: 'model' });

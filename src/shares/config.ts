@@ -23,6 +23,10 @@ export interface SharesConfig {
   readonly janitorIntervalMs: number;
   readonly orphanGraceSeconds: number;
   readonly migrateBatch: number;
+  /** A revoked share answers 410 this long, then 404 (its tombstone expires); seconds. */
+  readonly revokedRetentionSeconds: number;
+  /** Revoked shares remembered per account (their tombstones); past it the oldest answer 404 early. */
+  readonly maxRevokedPerAccount: number;
 }
 
 export const SHARES_FIELDS = [
@@ -41,6 +45,8 @@ export const SHARES_FIELDS = [
   'janitor_interval_ms',
   'orphan_grace_seconds',
   'migrate_batch',
+  'revoked_retention_seconds',
+  'max_revoked_per_account',
 ] as const;
 
 /** Share file types a browser may render inline from the S3 origin: raster images only, never HTML or SVG. */
@@ -81,5 +87,17 @@ export function sharesSection(v: unknown, env: NodeJS.ProcessEnv): SharesConfig 
     }),
     orphanGraceSeconds: num(shares.orphan_grace_seconds, 'shares.orphan_grace_seconds', { fallback: 300, min: 0, integer: true }),
     migrateBatch: num(shares.migrate_batch, 'shares.migrate_batch', { fallback: 100, min: 1, max: 10_000, integer: true }),
+    revokedRetentionSeconds: num(shares.revoked_retention_seconds, 'shares.revoked_retention_seconds', {
+      fallback: 7 * 24 * 3600,
+      min: 1,
+      max: 366 * 24 * 3600,
+      integer: true,
+    }),
+    maxRevokedPerAccount: num(shares.max_revoked_per_account, 'shares.max_revoked_per_account', {
+      fallback: 1000,
+      min: 0,
+      max: 1_000_000,
+      integer: true,
+    }),
   };
 }

@@ -4,7 +4,8 @@
  * - **Orphan sweep.** A create writes an intent before its snapshot object and clears it after the
  *   record. An intent older than `graceMs` whose record does not exist is a create that failed after
  *   the upload and could not clean up (the store was down): the object is deleted, the quota given back,
- *   the intent cleared. An intent whose record exists is only cleared. Every step is idempotent, so
+ *   the intent cleared. An intent whose record is revoked is a revoke whose object delete failed: the
+ *   object is deleted. An intent whose live record exists is only cleared. Every step is idempotent, so
  *   several instances sweeping at once do no harm.
  * - **Migration.** Records of the layout that kept the snapshot in Redis are moved, `batch` records
  *   looked at per tick: object written, confirmed (length and SHA-256 by HEAD), then the record is
@@ -54,16 +55,21 @@ export function createShareJanitor(d: ShareJanitorDeps): ShareJanitor {
     const due = await d.store.duePendingShares(d.now() - d.graceMs, d.batch);
     let deleted = 0;
     for (const p of due) {
-      if ((await d.store.getShare(p.slug)) === null) {
+      const record = await d.store.getShare(p.slug);
+      if (record === null) {
         await d.objects.delete(p.slug);
         await d.store.releaseShareQuota(p.account, p.slug, 'dropped');
+        deleted++;
+      } else if (record.revoked_at !== null) {
+        // A revoke whose snapshot delete failed: the record is a tombstone, its quota given back already.
+        await d.objects.delete(p.slug);
         deleted++;
       }
       await d.store.clearSharePending(p);
     }
     if (deleted > 0) {
       d.onReport?.('orphan_deleted', deleted);
-      d.logger.warn({ deleted }, 'deleted share snapshot objects whose record was never written');
+      d.logger.warn({ deleted }, 'deleted share snapshot objects of creates that failed or shares revoked');
     }
     return deleted;
   }

@@ -11,7 +11,7 @@
  *   mark revoked in the store, here at once, then everywhere through pub/sub (≤ 1 s).
  */
 import { GatewayError } from '../http/errors.ts';
-import type { ShareQuotaLimits, ShareRecord, Store } from '../store/types.ts';
+import { DEFAULT_REVOKED_KEEP, type RevokedShareKeep, type ShareQuotaLimits, type ShareRecord, type Store } from '../store/types.ts';
 import { newSlug } from './slug.ts';
 import { missingObject, type ShareCache } from './share-cache.ts';
 import type { SnapshotObjects } from './snapshot-objects.ts';
@@ -52,6 +52,8 @@ export interface ShareServiceDeps {
   slug?: () => string;
   /** Per account: live shares and their bytes (SPEC §12). Absent: unlimited (unit tests). */
   quota?: ShareQuotaLimits;
+  /** How long and how many revoked shares answer 410 (shares.revoked_retention_seconds, max_revoked_per_account). */
+  revokedKeep?: RevokedShareKeep;
   /** A cleanup that failed (left to the orphan sweep); for the log. */
   onCleanupFailed?: (slug: string, err: unknown) => void;
   /** Creations per key in a fixed minute (a counter per key id; the operator's creates are not counted). */
@@ -100,6 +102,25 @@ export function createShareService(d: ShareServiceDeps): ShareService {
       d.onCleanupFailed?.(slug, err);
     }
   }
+  const keep = d.revokedKeep ?? DEFAULT_REVOKED_KEEP;
+
+  /**
+   * A revoked share's snapshot object is deleted: nothing reads it any more. The intent is written first, so
+   * a delete that fails (S3 down) or never runs (a crash) is repeated by the orphan sweep, which deletes the
+   * object of any intent whose record is gone or revoked. Uploaded files are not deleted (docs/shares.md).
+   */
+  async function dropSnapshot(slug: string, account: string): Promise<void> {
+    const objects = d.objects;
+    if (!objects) return;
+    try {
+      await d.store.markSharePending({ slug, account }, d.now());
+      await objects.delete(slug);
+      await d.store.clearSharePending({ slug, account });
+    } catch (err) {
+      d.onCleanupFailed?.(slug, err);
+    }
+  }
+
   return {
     async create(account, body, keyId) {
       if (keyId !== undefined && d.createsPerKey) {
@@ -178,13 +199,16 @@ export function createShareService(d: ShareServiceDeps): ShareService {
     async revoke(slug, account) {
       const r = await d.store.getShare(slug);
       if (!r || (account !== undefined && r.account !== account)) throw notFound();
-      if (r.revoked_at === null) await d.store.revokeShare(slug, new Date(d.now()).toISOString());
-      // Idempotent per share: a repeated or concurrent revoke gives the quota back once.
-      await d.store.releaseShareQuota(r.account, slug, 'revoked');
+      // The record becomes a tombstone (no files, no sizes) that answers 410 for the retention, then expires.
+      if (r.revoked_at === null) await d.store.revokeShare(slug, new Date(d.now()).toISOString(), keep);
+      // Idempotent per share: a repeated or concurrent revoke gives the quota back once. The share leaves the
+      // account's index; the account remembers at most keep.maxPerAccount revoked shares.
+      await d.store.releaseShareQuota(r.account, slug, 'revoked', keep);
       d.cache.revoke(slug);
       d.files?.forget(slug, r.files);
       // Published again on a repeated revoke too: a retry after a failed publish still reaches everyone.
       await d.store.publish({ kind: 'share', slug });
+      await dropSnapshot(slug, r.account);
     },
   };
 }

@@ -94,9 +94,10 @@ export function createShares(d: {
       files,
       now: d.now,
       quota: { maxCount: c.maxPerAccount, maxBytes: c.maxBytesPerAccount, unfundedMaxCount: c.unfundedMaxPerAccount },
+      revokedKeep: { retentionMs: c.revokedRetentionSeconds * 1000, maxPerAccount: c.maxRevokedPerAccount },
       createsPerKey: createFailureWindow({ perWindow: c.createPerMinute, now: d.now }),
       onCleanupFailed: (slug, err) =>
-        d.logger?.warn({ err, share: `${slug.slice(0, 6)}…` }, 'a failed share create could not clean up; the orphan sweep will'),
+        d.logger?.warn({ err, share: `${slug.slice(0, 6)}…` }, 'a share create or revoke could not clean up; the orphan sweep will'),
     }),
     limits: { maxSnapshotBytes: c.maxSnapshotBytes, maxFiles: c.maxFiles, filesEnabled: files !== undefined },
     janitor,

@@ -7,6 +7,7 @@ import { EventEmitter } from 'node:events';
 import { memorySessions } from './memory-sessions.ts';
 import { memoryExportStore } from './memory-export.ts';
 import { bucketDue, DEFAULT_BUCKET_MS, settleBucketDue } from './hold-bucket.ts';
+import { DEFAULT_REVOKED_KEEP } from './types.ts';
 import type {
   AccountState,
   GrantResult,
@@ -77,6 +78,19 @@ export function createMemoryStore(now: () => number = Date.now, opts: MemoryStor
   const keyIdsByAccount = new Map<string, Set<string>>();
   const accounts = new Map<string, Account>();
   const shares = new Map<string, ShareRecord>();
+  // Revoked shares' tombstones: when each expires (shares.revoked_retention_seconds), and per account the
+  // remembered ones by revoke time, oldest first (at most shares.max_revoked_per_account), as in Redis.
+  const tombstoneExpiry = new Map<string, number>();
+  const revokedByAccount = new Map<string, Map<string, number>>();
+  /** The share's record, a tombstone past its retention forgotten on the way. */
+  const shareOf = (slug: string): ShareRecord | undefined => {
+    const until = tombstoneExpiry.get(slug);
+    if (until !== undefined && until <= now()) {
+      tombstoneExpiry.delete(slug);
+      shares.delete(slug);
+    }
+    return shares.get(slug);
+  };
   // Per account: the bytes of each live share counted against its quota.
   const quotas = new Map<string, Map<string, number>>();
   const budgets = new Map<string, BudgetCounter>();
@@ -333,8 +347,20 @@ export function createMemoryStore(now: () => number = Date.now, opts: MemoryStor
       q.set(slug, bytes);
       return 'ok';
     },
-    async releaseShareQuota(account, slug) {
+    async releaseShareQuota(account, slug, how = 'revoked', keep = DEFAULT_REVOKED_KEEP) {
       quotas.get(account)?.delete(slug);
+      if (how === 'dropped') return;
+      let revoked = revokedByAccount.get(account);
+      if (!revoked) revokedByAccount.set(account, (revoked = new Map()));
+      const at = now();
+      if (!revoked.has(slug)) revoked.set(slug, at);
+      // Oldest first: past the retention (expired) or past the newest `maxPerAccount`, forgotten with their tombstone.
+      for (const [s, revokedAt] of revoked) {
+        if (revokedAt > at - keep.retentionMs && revoked.size <= keep.maxPerAccount) break;
+        revoked.delete(s);
+        if (tombstoneExpiry.delete(s)) shares.delete(s);
+      }
+      if (revoked.size === 0) revokedByAccount.delete(account);
     },
 
     async putShare(record) {
@@ -342,14 +368,17 @@ export function createMemoryStore(now: () => number = Date.now, opts: MemoryStor
       shares.set(record.slug, clone(r));
     },
     async getShare(slug) {
-      const s = shares.get(slug);
+      const s = shareOf(slug);
       return s ? clone(s) : null;
     },
-    async revokeShare(slug, ts) {
-      const s = shares.get(slug);
+    async revokeShare(slug, ts, keep = DEFAULT_REVOKED_KEEP) {
+      const s = shareOf(slug);
       if (!s) return null;
-      s.revoked_at ??= ts;
-      return clone(s);
+      if (tombstoneExpiry.has(slug)) return clone(s);
+      const revoked_at = s.revoked_at ?? ts;
+      shares.set(slug, { slug, account: s.account, created_at: s.created_at, bytes: 0, files: [], revoked_at });
+      tombstoneExpiry.set(slug, now() + keep.retentionMs);
+      return clone({ ...s, revoked_at });
     },
     async markSharePending(p, at) {
       pending.set(p.slug, { p: { ...p }, at });
@@ -419,8 +448,9 @@ export function createMemoryStore(now: () => number = Date.now, opts: MemoryStor
         .map(clone);
     },
     async listShares(acct, limit) {
-      return [...shares.values()]
-        .filter((r) => r.account === acct)
+      return [...shares.keys()]
+        .map(shareOf)
+        .filter((r): r is ShareRecord => r !== undefined && r.account === acct)
         .sort((a, b) => b.created_at.localeCompare(a.created_at) || b.slug.localeCompare(a.slug))
         .slice(0, limit)
         .map(clone);

@@ -24,6 +24,8 @@ export const HOLD_INDEX = 'tg:holds';
 export const share = (slug: string) => `tg:share:${slug}`;
 /** An account's live shares and their bytes (SPEC §12 quotas), in the account's slot. */
 export const shareQuota = (acct: string) => `{acct:${acct}}:shares`;
+/** An account's revoked shares still remembered (score: revoke ms), at most shares.max_revoked_per_account; in the account's slot. */
+export const shareRevoked = (acct: string) => `{acct:${acct}}:shares-revoked`;
 export const INVALIDATION_CHANNEL = 'tg:inval';
 /** Creates whose object may exist without a record yet (member `<slug><account>`, score ms): the orphan sweep's index. */
 export const SHARES_PENDING = 'tg:share-pending';

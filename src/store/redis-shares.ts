@@ -5,8 +5,13 @@
  *   JSON, only when there are files), `r` (revoked_at, once revoked). The snapshot is an object in S3.
  *   Records of the previous layout (`slug`, `account`, `created_at`, `snapshot`, `files`, `revoked_at`)
  *   are read as they are until the migration rewrites them (share-compact.lua).
- * - `{acct:<id>}:shares`: the account's quota totals and one field per share (share-quota.lua), which
+ *   A revoked share's record is a tombstone `a`, `c`, `r` that expires after shares.revoked_retention_seconds
+ *   (revoke-share.lua).
+ * - `{acct:<id>}:shares`: the account's quota totals and one field per live share (share-quota.lua), which
  *   is also the console's list (the previous layout's `{acct:<id>}:share-list` is still read).
+ * - `{acct:<id>}:shares-revoked`: the account's remembered revoked shares (score: revoke ms), at most
+ *   shares.max_revoked_per_account; the tombstones of those pushed out are deleted, so Redis per account is
+ *   bounded whatever the create/revoke churn.
  * - `tg:share-pending`: creates in progress (score: when), so an object whose record was never written
  *   is found and deleted (the orphan sweep, shares/janitor.ts).
  * - `tg:share-migration` + `:lease`: the migration's saved cursor, and which instance runs it now.
@@ -17,7 +22,7 @@
 import { Cluster, Redis } from 'ioredis';
 import * as K from './redis-keys.ts';
 import { guard, parseShare } from './redis-records.ts';
-import type { Store, ShareRecord } from './types.ts';
+import { DEFAULT_REVOKED_KEEP, type Store, type ShareRecord } from './types.ts';
 
 type ScriptFn = (...args: (string | number)[]) => Promise<unknown>;
 
@@ -75,6 +80,7 @@ export function redisShareStore(
         s.tgShareQuota(
           K.shareQuota(account),
           K.ledger(account),
+          K.shareRevoked(account),
           'reserve',
           slug,
           bytes,
@@ -84,24 +90,31 @@ export function redisShareStore(
           indexValue(createdMs, bytes),
         ) as Promise<'ok' | 'count' | 'bytes' | 'unfunded'>,
       ),
-    releaseShareQuota: (account, slug, how = 'revoked') =>
+    releaseShareQuota: (account, slug, how = 'revoked', keep = DEFAULT_REVOKED_KEEP) =>
       guard(
-        (
-          s.tgShareQuota(
+        (async () => {
+          const out = (await s.tgShareQuota(
             K.shareQuota(account),
             K.ledger(account),
+            K.shareRevoked(account),
             how === 'dropped' ? 'drop' : 'release',
             slug,
-            0,
-            0,
-            0,
-            0,
-            '',
-          ) as Promise<number>
-        ).then(() => undefined),
+            Date.now(),
+            keep.maxPerAccount,
+            Math.max(1, Math.floor(keep.retentionMs)),
+          )) as (number | string)[];
+          // Tombstones pushed out of the account's revoked set: each its own key (another slot on a Cluster).
+          // One that is not deleted (a failed call) still expires with its retention.
+          const pushedOut = out.slice(1) as string[];
+          if (pushedOut.length > 0) await Promise.all(pushedOut.map((g) => redis.del(K.share(g))));
+        })(),
       ),
-    revokeShare: (slug, ts) =>
-      guard((s.tgRevokeShare(K.share(slug), ts) as Promise<string[] | null>).then((h) => (h ? parseShare(h, slug) : null))),
+    revokeShare: (slug, ts, keep = DEFAULT_REVOKED_KEEP) =>
+      guard(
+        (s.tgRevokeShare(K.share(slug), ts, Math.max(1, Math.floor(keep.retentionMs))) as Promise<string[] | null>).then((h) =>
+          h ? parseShare(h, slug) : null,
+        ),
+      ),
 
     markSharePending: (p, atMs) => guard(redis.zadd(K.SHARES_PENDING, atMs, p.slug + p.account).then(() => undefined)),
     clearSharePending: (p) => guard(redis.zrem(K.SHARES_PENDING, p.slug + p.account).then(() => undefined)),
@@ -157,19 +170,22 @@ export function redisShareStore(
     listShares: (acct, limit) =>
       guard(
         (async () => {
-          // This layout's index (field per share, created ms in base 36) and the previous layout's list.
-          const [index, legacy] = await Promise.all([
+          // This layout's index (field per live share, created ms in base 36), the account's revoked shares
+          // still remembered (newest revoked first) and the previous layout's list.
+          const [index, legacy, revoked] = await Promise.all([
             redis.hgetall(K.shareQuota(acct)),
             redis.zrevrange(K.shareList(acct), 0, limit - 1, 'WITHSCORES'),
+            redis.zrevrange(K.shareRevoked(acct), 0, limit - 1),
           ]);
           const when = new Map<string, number>();
           for (const [f, v] of Object.entries(index)) {
             if (f.length === SLUG_LEN) when.set(f, parseInt(v.slice(0, v.indexOf(':')), 36));
           }
           for (let j = 0; j < legacy.length; j += 2) when.set(legacy[j]!, Number(legacy[j + 1]));
-          const slugs = [...when].sort((x, y) => y[1] - x[1] || (x[0] < y[0] ? -1 : 1)).slice(0, limit);
-          const found = await Promise.all(slugs.map(([slug]) => readShare(slug)));
-          return found.filter((r): r is ShareRecord => r !== null);
+          const live = [...when].sort((x, y) => y[1] - x[1] || (x[0] < y[0] ? -1 : 1)).slice(0, limit);
+          const slugs = new Set([...live.map(([slug]) => slug), ...revoked]);
+          const found = (await Promise.all([...slugs].map((slug) => readShare(slug)))).filter((r): r is ShareRecord => r !== null);
+          return found.sort((x, y) => Date.parse(y.created_at) - Date.parse(x.created_at) || (x.slug < y.slug ? -1 : 1)).slice(0, limit);
         })(),
       ),
   };

@@ -60,7 +60,7 @@ const SCRIPTS = {
   tgReapBucket: ['reap-bucket', null],
   tgLegacyReap: ['legacy-reap', 3],
   tgRevokeShare: ['revoke-share', 1],
-  tgShareQuota: ['share-quota', 2],
+  tgShareQuota: ['share-quota', 3],
   tgShareCompact: ['share-compact', 1],
   tgLedgerExport: ['ledger-export', 3],
   tgAddKey: ['add-key', 1],

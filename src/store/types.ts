@@ -193,6 +193,19 @@ export interface ShareQuotaLimits {
   unfundedMaxCount: number;
 }
 
+/**
+ * How long and how many revoked shares are remembered (docs/shares.md "Revoke"): a revoked share's record
+ * is a tombstone answering 410 for `retentionMs` (then it expires: 404), and an account keeps at most
+ * `maxPerAccount` of them (the oldest go first), so create/revoke churn cannot grow Redis.
+ */
+export interface RevokedShareKeep {
+  retentionMs: number;
+  maxPerAccount: number;
+}
+
+/** shares.revoked_retention_seconds and shares.max_revoked_per_account's defaults. */
+export const DEFAULT_REVOKED_KEEP: RevokedShareKeep = { retentionMs: 7 * 24 * 3600 * 1000, maxPerAccount: 1000 };
+
 /** A share whose record may not have been written after its object was (the create's intent). */
 export interface PendingShare {
   slug: string;
@@ -343,10 +356,11 @@ export interface Store {
     createdMs: number,
   ): Promise<'ok' | 'count' | 'bytes' | 'unfunded'>;
   /**
-   * Gives a share's count and bytes back; idempotent per share. `revoked`: the share stays listed for
-   * the console (as revoked); `dropped`: it was never stored and is forgotten.
+   * Gives a share's count and bytes back and takes it out of the account's index; idempotent per share.
+   * `revoked`: remembered among the account's revoked shares (listed for the console) within `keep`, the
+   * tombstones of those pushed past it deleted; `dropped`: it was never stored and is forgotten.
    */
-  releaseShareQuota(account: string, slug: string, how?: 'revoked' | 'dropped'): Promise<void>;
+  releaseShareQuota(account: string, slug: string, how?: 'revoked' | 'dropped', keep?: RevokedShareKeep): Promise<void>;
   /** Records the intent of a create before its object is written (the orphan sweep's index). */
   markSharePending(p: PendingShare, atMs: number): Promise<void>;
   /** Removes the intent once the record is written (or the orphan cleaned up). */
@@ -368,8 +382,12 @@ export interface Store {
   /** Saves the walk (null = a whole walk found nothing to move: finished) while holding the lease. */
   saveShareMigration(owner: string, walk: ShareMigration | null): Promise<void>;
   getShare(slug: string): Promise<ShareRecord | null>;
-  /** Marks the share revoked (idempotent); null when unknown. */
-  revokeShare(slug: string, ts: string): Promise<ShareRecord | null>;
+  /**
+   * Revokes the share (idempotent): its record becomes a tombstone (account, created_at, revoked_at; no
+   * files, bytes 0) that expires after `keep.retentionMs`. Returns the record as it was, revoked_at set
+   * (a repeated revoke: the tombstone, first revoked_at kept); null when unknown.
+   */
+  revokeShare(slug: string, ts: string, keep?: RevokedShareKeep): Promise<ShareRecord | null>;
 
   publish(msg: Invalidation): Promise<void>;
   /** Registers the handler for invalidations from every instance, this one included. */

@@ -19,7 +19,10 @@ const REQ_ID = /^req_[1-9A-HJ-NP-Za-km-z]{22}$/;
 async function serve(
   t: Test,
   routes: { method: string; pattern: string; handler: Handler }[],
-  timeouts = { headersTimeoutMs: 10_000, requestTimeoutMs: 30_000 },
+  timeouts: { headersTimeoutMs: number; requestTimeoutMs: number; writeTimeoutMs?: number } = {
+    headersTimeoutMs: 10_000,
+    requestTimeoutMs: 30_000,
+  },
 ) {
   const logs: Record<string, unknown>[] = [];
   const sink = new Writable({
@@ -231,4 +234,67 @@ t.test('slow clients are cut off near the configured timeouts (SPEC §8)', async
   ]);
   t.ok(headers.closedAfterMs !== null, `half-sent headers are cut (closed after ${headers.closedAfterMs} ms, want < 3000)`);
   t.ok(body.closedAfterMs !== null, `a stalled body is cut (closed after ${body.closedAfterMs} ms, want < 6000)`);
+});
+
+t.test('server.write_timeout_ms: a response its client stopped reading is cut; a quiet one and keep-alive are not', async (t) => {
+  const closed: string[] = [];
+  const { server, logs } = await serve(
+    t,
+    [
+      {
+        method: 'GET',
+        pattern: '/big',
+        // 32 MiB: more than any socket buffer on loopback takes.
+        handler: async (ctx) => {
+          ctx.res.once('close', () => closed.push(`big finished=${ctx.res.writableFinished}`));
+          ctx.res.writeHead(200, { 'content-type': 'application/octet-stream' });
+          ctx.res.end(Buffer.alloc(32 * 1024 * 1024, 'x'));
+        },
+      },
+      {
+        method: 'GET',
+        pattern: '/quiet',
+        // Two parts 3 × the write timeout apart (an upstream slow between events): nothing waits for the client.
+        handler: async (ctx) => {
+          ctx.res.writeHead(200, { 'content-type': 'text/plain' });
+          ctx.res.write('a');
+          await new Promise((r) => setTimeout(r, 900));
+          ctx.res.end('b');
+        },
+      },
+      { method: 'GET', pattern: '/small', handler: async (ctx) => sendJson(ctx.res, 200, {}) },
+    ],
+    { headersTimeoutMs: 10_000, requestTimeoutMs: 30_000, writeTimeoutMs: 300 },
+  );
+  const port = portOf(server);
+
+  // The stalled reader: reads the first bytes, then nothing; its socket stays open on our side.
+  const stalled = connect(port, '127.0.0.1');
+  stalled.on('error', () => {});
+  stalled.once('data', () => stalled.pause());
+  stalled.write('GET /big HTTP/1.1\r\nHost: x\r\n\r\n');
+  await waitFor(async () => closed.length > 0, 5000, 'the stalled response to close', 20);
+  t.same(closed, ['big finished=false'], 'the response closed unfinished: the gateway destroyed the connection');
+  await waitFor(async () => logs.some((l) => l.route === '/big'), 2000, 'its request line', 20);
+  t.match(
+    logs.find((l) => l.route === '/big'),
+    { status: 200, aborted: true },
+    'logged as a request its client left',
+  );
+  stalled.destroy();
+
+  const quiet = await fetch(`http://127.0.0.1:${port}/quiet`);
+  t.equal(await quiet.text(), 'ab', 'a response quiet for 3 × write_timeout_ms with nothing waiting completes');
+
+  // Keep-alive between requests is still Node's: an idle connection closes after keepAliveTimeout (5 s), not never.
+  const started = Date.now();
+  const idle = await new Promise<number>((resolve) => {
+    const s = connect(port, '127.0.0.1');
+    s.on('error', () => {});
+    s.on('data', () => {});
+    s.on('close', () => resolve(Date.now() - started));
+    s.write('GET /small HTTP/1.1\r\nHost: x\r\n\r\n');
+    setTimeout(() => s.destroy(), 9000);
+  });
+  t.ok(idle < 8000, `an idle keep-alive connection is closed by the server (${idle} ms)`);
 });

@@ -98,7 +98,7 @@ export function recordCases(test: Case, makePeer: MakePeer): void {
     t.strictSame((await store.getKeyByHash('hash-b2'))?.scopes, ['chat', 'embeddings'], 'stored');
   });
 
-  test('share records round-trip (no snapshot: it is an object); revoke sets revoked_at once', async (t, { store }) => {
+  test('share records round-trip (no snapshot: it is an object); revoke leaves a tombstone, revoked_at set once', async (t, { store }) => {
     const share: ShareRecord = {
       slug: 'A1b2C3d4E5f6G7h8J9k1m2',
       account: uniqueAccount(),
@@ -120,16 +120,72 @@ export function recordCases(test: Case, makePeer: MakePeer): void {
     t.equal((await store.getShare('Y1b2C3d4E5f6G7h8J9k1m2'))?.snapshot, undefined, 'not even when handed one');
     t.strictSame(await store.getShare(bare.slug), bare, 'empty file list');
     t.equal(await store.getShare('unknownunknownunknown1'), null);
-    t.strictSame(await store.revokeShare(share.slug, TS2), { ...share, revoked_at: TS2 });
-    t.strictSame(
-      await store.revokeShare(share.slug, '2026-12-01T00:00:00.000Z'),
-      { ...share, revoked_at: TS2 },
-      'second revoke keeps the first time',
-    );
-    t.strictSame(await store.getShare(share.slug), { ...share, revoked_at: TS2 });
+    t.strictSame(await store.revokeShare(share.slug, TS2), { ...share, revoked_at: TS2 }, 'the record as it was, revoked');
+    const tombstone = { ...share, bytes: 0, files: [], revoked_at: TS2 };
+    t.strictSame(await store.revokeShare(share.slug, '2026-12-01T00:00:00.000Z'), tombstone, 'second revoke keeps the first time');
+    t.strictSame(await store.getShare(share.slug), tombstone, 'a tombstone: account, created_at and revoked_at only');
     t.equal(await store.revokeShare('unknownunknownunknown1', TS2), null);
     t.equal(await store.getShare('unknownunknownunknown1'), null, 'revoking an unknown slug creates nothing');
     t.strictSame(await store.getShare(bare.slug), bare, 'other shares untouched');
+  });
+
+  test('revoked shares: tombstones that expire with their retention, at most maxPerAccount per account', async (t, { store }) => {
+    const acct = uniqueAccount();
+    const slug = () => randomBytes(11).toString('hex');
+    const limits = { maxCount: 2, maxBytes: 10_000, unfundedMaxCount: 2 };
+    const keep = { retentionMs: 60_000, maxPerAccount: 2 };
+    const made: ShareRecord[] = [];
+    for (let i = 0; i < 6; i++) {
+      const r: ShareRecord = {
+        slug: slug(),
+        account: acct,
+        created_at: new Date(Date.parse(TS) + i * 1000).toISOString(),
+        bytes: 10,
+        files: [{ name: `file ${i}.txt`, content_type: 'text/plain', size: 5 }],
+        revoked_at: null,
+      };
+      t.equal(
+        await store.reserveShareQuota(acct, r.slug, 15, limits, Date.parse(r.created_at)),
+        'ok',
+        `create ${i}: revoked shares gave their quota back`,
+      );
+      await store.putShare(r);
+      await store.revokeShare(r.slug, TS2, keep);
+      await store.releaseShareQuota(acct, r.slug, 'revoked', keep);
+      made.push(r);
+    }
+    const states = await Promise.all(made.map((r) => store.getShare(r.slug)));
+    t.strictSame(
+      states.map((r) => r?.revoked_at ?? null),
+      [null, null, null, null, TS2, TS2],
+      'the two most recently revoked are remembered (410); the older tombstones are gone (404)',
+    );
+    t.strictSame(states[5], { ...made[5]!, bytes: 0, files: [], revoked_at: TS2 }, 'a tombstone keeps no files or sizes');
+    t.strictSame(
+      (await store.listShares(acct, 10)).map((r) => r.slug),
+      [made[5]!.slug, made[4]!.slug],
+      'the console lists the remembered revoked shares, newest first',
+    );
+    const live = { ...made[0]!, slug: slug(), revoked_at: null };
+    t.equal(await store.reserveShareQuota(acct, live.slug, 15, limits, Date.parse(live.created_at)), 'ok');
+    await store.putShare(live);
+    t.strictSame(
+      (await store.listShares(acct, 10)).map((r) => r.slug),
+      [made[5]!.slug, made[4]!.slug, live.slug],
+      'live and revoked together, by creation time',
+    );
+
+    // The retention: within it a revoked share is a tombstone (410), after it the slug is unknown (404).
+    const brief = { retentionMs: 150, maxPerAccount: 10 };
+    const r = { ...made[0]!, slug: slug() };
+    await store.reserveShareQuota(acct, r.slug, 15, limits, Date.parse(r.created_at));
+    await store.putShare(r);
+    await store.revokeShare(r.slug, TS2, brief);
+    await store.releaseShareQuota(acct, r.slug, 'revoked', brief);
+    t.equal((await store.getShare(r.slug))?.revoked_at, TS2, 'revoked within its retention');
+    await waitFor(async () => (await store.getShare(r.slug)) === null, 3000, 'the tombstone to expire', 20);
+    t.pass('unknown once its retention has passed');
+    t.equal(await store.revokeShare(r.slug, TS2, brief), null, 'and cannot be revoked again');
   });
 
   test('invalidations reach every instance, decoded', async (t, { store }) => {
