@@ -20,6 +20,12 @@ import type { Spool } from './spool.ts';
 export interface Credit {
   /** Takes the hold or throws 402 `insufficient_credit` (503 `store_unavailable` when the store is down). */
   hold(account: string, requestId: string, amountMicros: number, expiresAtMs: number, budget?: BudgetCharge): Promise<void>;
+  /**
+   * The due time of the hold bucket a hold expiring at `expiresAtMs` is taken in (Store.holdBucketDue), for
+   * the request's settle to carry (`SettleInput.holdBucketDue`, spool lines included); undefined when the
+   * store does not say.
+   */
+  holdBucketDue(expiresAtMs: number): number | undefined;
   /** Settles now, or keeps retrying in the background; resolves with the result once it landed. */
   settle(input: SettleInput): Promise<SettleResult | undefined>;
   /**
@@ -201,6 +207,9 @@ export function createCredit(d: CreditDeps): Credit {
           },
         );
       }
+    },
+    holdBucketDue(expiresAtMs) {
+      return d.store.holdBucketDue?.(Math.ceil(expiresAtMs));
     },
     settle(input) {
       return track(settleWithRetry(input));

@@ -330,6 +330,7 @@ export async function createRedisStore(o: RedisStoreOptions & { client?: Client 
       ),
     hold: (acct, requestId, amount, expiresAt, budget) => guard(credit.hold(acct, requestId, amount, expiresAt, budget)),
     settle: (i) => guard(credit.settle(i)),
+    holdBucketDue: credit.holdBucketDue,
     reapExpiredHolds: (nowMs, ts) => guard(credit.reapExpiredHolds(nowMs, ts)),
     ...(credit.leaseStats && { leaseStats: credit.leaseStats }),
 
