@@ -207,7 +207,7 @@ export function meteredRoute<B extends { model: string }>(d: MeteredDeps, ep: Me
       ctx.log.hold_micros = hold;
     }
     // Shutdown waits for this request's settle even while billing still awaits the tokenizer.
-    const settleStarted = live ? d.credit.expect() : undefined;
+    const settleStarted = live ? d.credit.expect({ account: key.account, requestId: ctx.requestId, holdMicros: hold }) : undefined;
 
     // From here on, whatever happens, the request is settled exactly once.
     const gone = () => !ctx.res.writableFinished && ctx.res.destroyed;
