@@ -361,7 +361,10 @@ export function createGateway(d: GatewayDeps): Gateway {
       await credit.drain(deadline + SETTLE_GRACE_MS - Date.now());
       const settledMs = Date.now() - started;
       const spooled = await credit.spool(spool);
-      await spool.close().catch((e: unknown) => logger.error({ err: (e as Error).message, spool: spool.file }, 'spool close failed'));
+      // Billing that outlived the drain (the tokenizer over a cut stream, a stateful request's usage asked
+      // of its upstream) hands its settle over later: it lands, or goes to the spool, which stays open for
+      // it until STOP_GRACE_MS after the deadline, alongside the background jobs below.
+      const late = credit.settleLate(deadline + STOP_GRACE_MS - Date.now());
       // After the drain: the last requests' usage is in the final flush.
       const rest = async () => {
         await usage.stop();
@@ -373,7 +376,11 @@ export function createGateway(d: GatewayDeps): Gateway {
         await metered.tracing?.shutdown();
       };
       const stopped = await within(rest(), deadline + STOP_GRACE_MS - Date.now());
-      const phases = { drained_ms: drainedMs, settled_ms: settledMs, spooled, stopped_ms: Date.now() - started };
+      await late;
+      // Whatever is still being billed now cannot be spooled (its cost is unknown): each gets an error line.
+      const unbilled = credit.abandonExpected();
+      await spool.close().catch((e: unknown) => logger.error({ err: (e as Error).message, spool: spool.file }, 'spool close failed'));
+      const phases = { drained_ms: drainedMs, settled_ms: settledMs, spooled, unbilled, stopped_ms: Date.now() - started };
       if (stopped) logger.info(phases, 'shutdown: drained, settled, background jobs stopped');
       else logger.warn(phases, 'shutdown: background jobs still stopping at their deadline; exiting without them');
     },

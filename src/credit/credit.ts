@@ -20,23 +20,48 @@ import type { Spool } from './spool.ts';
 export interface Credit {
   /** Takes the hold or throws 402 `insufficient_credit` (503 `store_unavailable` when the store is down). */
   hold(account: string, requestId: string, amountMicros: number, expiresAtMs: number, budget?: BudgetCharge): Promise<void>;
+  /**
+   * The due time of the hold bucket a hold expiring at `expiresAtMs` is taken in (Store.holdBucketDue), for
+   * the request's settle to carry (`SettleInput.holdBucketDue`, spool lines included); undefined when the
+   * store does not say.
+   */
+  holdBucketDue(expiresAtMs: number): number | undefined;
   /** Settles now, or keeps retrying in the background; resolves with the result once it landed. */
   settle(input: SettleInput): Promise<SettleResult | undefined>;
   /**
    * Marks a settle still to come (a hold was taken; billing may first await the tokenizer): drain()
    * waits for it too. Call the returned function once the settle was handed to settle(), or given up.
+   * `what` names it in the error line should the process exit before it is handed over (abandonExpected).
    */
-  expect(): () => void;
+  expect(what?: ExpectedSettle): () => void;
   /** Settles (and expected settles) not yet landed. */
   readonly pending: number;
   /** Waits (up to the deadline) for pending settles. */
   drain(deadlineMs: number): Promise<void>;
   /**
    * At exit, after drain(): appends every settle still owed to the spool (fsynced; SPEC §14) and stops
-   * retrying them; a settle handed over later whose first attempt fails goes there too. Each is logged at
-   * error level with the whole settle. Resolves with how many were spooled.
+   * retrying them; from then on a settle handed over whose first attempt fails goes there too (no retry).
+   * Each is logged at error level with the whole settle. Resolves with how many were spooled now.
    */
   spool(spool: Spool): Promise<number>;
+  /**
+   * At exit, after spool(): waits (up to the deadline) for the settles still expected to be handed over
+   * and for every settle in flight to land or be spooled. Resolves with how many are still pending.
+   */
+  settleLate(deadlineMs: number): Promise<number>;
+  /**
+   * At exit, once the wait is over: logs at error level each settle still expected (its billing did not end
+   * in time; it can be neither settled nor spooled: its hold is released by the reaper with a hold_expired
+   * entry) and returns how many.
+   */
+  abandonExpected(): number;
+}
+
+/** What an expected settle is, for the error line should it never be handed over. */
+export interface ExpectedSettle {
+  account: string;
+  requestId: string;
+  holdMicros?: number;
 }
 
 /** Retry back-off for a failed settle: 100 ms doubling to 5 s. */
@@ -99,6 +124,20 @@ export function createCredit(d: CreditDeps): Credit {
     wake: () => void;
   }
   const owed = new Set<Owed>();
+  /** Settles expected (expect() with what they are) and not handed over yet. */
+  const expected = new Set<ExpectedSettle>();
+
+  /** Waits until nothing is pending (an expected settle resolves when its settle starts, then that one is waited for) or the deadline. */
+  async function waitPending(deadlineMs: number): Promise<void> {
+    const deadline = Date.now() + deadlineMs;
+    while (inFlight.size > 0 && Date.now() < deadline) {
+      let timer: NodeJS.Timeout | undefined;
+      const late = new Promise<boolean>((r) => (timer = setTimeout(r, deadline - Date.now(), true)));
+      const timedOut = await Promise.race([Promise.allSettled([...inFlight]).then(() => false), late]);
+      clearTimeout(timer);
+      if (timedOut) break;
+    }
+  }
   /** Set by spool(): from then on a failed settle is spooled instead of retried. */
   let spoolTo: Spool | undefined;
 
@@ -202,29 +241,39 @@ export function createCredit(d: CreditDeps): Credit {
         );
       }
     },
+    holdBucketDue(expiresAtMs) {
+      return d.store.holdBucketDue?.(Math.ceil(expiresAtMs));
+    },
     settle(input) {
       return track(settleWithRetry(input));
     },
-    expect() {
+    expect(what) {
       let done!: () => void;
-      track(new Promise<void>((r) => (done = r)));
+      const p = track(new Promise<void>((r) => (done = r)));
+      if (!what) return done;
+      expected.add(what);
+      void p.then(() => expected.delete(what));
       return done;
     },
     get pending() {
       return inFlight.size;
     },
     async drain(deadlineMs) {
-      // Rounds: an expected settle resolves when its settle starts, which is then waited for in turn.
-      const deadline = Date.now() + deadlineMs;
-      while (inFlight.size > 0 && Date.now() < deadline) {
-        let timer: NodeJS.Timeout | undefined;
-        const late = new Promise<boolean>((r) => (timer = setTimeout(r, deadline - Date.now(), true)));
-        const timedOut = await Promise.race([Promise.allSettled([...inFlight]).then(() => false), late]);
-        clearTimeout(timer);
-        if (timedOut) break;
-      }
+      await waitPending(deadlineMs);
       if (inFlight.size > 0)
         d.logger.warn({ pending: inFlight.size, owed: owed.size }, 'settles still pending at the end of the drain: spooling those owed');
+    },
+    async settleLate(deadlineMs) {
+      await waitPending(deadlineMs);
+      return inFlight.size;
+    },
+    abandonExpected() {
+      for (const what of expected)
+        d.logger.error(
+          { settle: what },
+          'settle still being billed at exit: neither settled nor spooled; its hold is released by the reaper (hold_expired); reconcile the ledger from this line and the request log',
+        );
+      return expected.size;
     },
     async spool(spool) {
       spoolTo = spool;

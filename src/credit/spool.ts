@@ -26,9 +26,13 @@ import type { Logger } from '../obs/logger.ts';
 import type { SettleInput, SettleResult } from '../store/types.ts';
 
 export interface Spool {
-  /** Appends the settles, one line each, and fsyncs the file before resolving. Creates the file at first use. */
+  /**
+   * Appends the settles, one line each, and fsyncs the file before resolving. Creates the file at first use,
+   * and again after close(): a settle spooled after the close goes to a new file (left `.open` unless
+   * close() is called again; a replay takes it once it is stale), never to the closed one.
+   */
   append(settles: readonly SettleInput[]): Promise<void>;
-  /** Closes this process's file and names it `.spool`, so a replay may take it. */
+  /** Closes this process's file and names it `.spool`, so a replay may take it. After the appends queued before it. */
   close(): Promise<void>;
   /** This process's file (its final `.spool` name), once something was spooled. */
   readonly file: string | undefined;
@@ -128,13 +132,20 @@ export function createSpool(d: SpoolDeps): Spool {
       queue = run.catch(() => {});
       return run;
     },
-    async close() {
-      await queue;
-      if (!fh || base === undefined) return;
-      await fh.close();
-      fh = undefined;
-      await rename(base + OPEN, base + SUFFIX);
-      await syncDir(d.dir);
+    close() {
+      // In the queue: after every append issued before it, and before any issued after it (which opens a new file).
+      const run = queue.then(async () => {
+        const h = fh ?? (opening && (await opening.catch(() => undefined)));
+        const name = base;
+        fh = undefined;
+        opening = undefined;
+        if (!h || name === undefined) return;
+        await h.close();
+        await rename(name + OPEN, name + SUFFIX);
+        await syncDir(d.dir);
+      });
+      queue = run.catch(() => {});
+      return run;
     },
   };
 }

@@ -191,6 +191,9 @@ export function meteredRoute<B extends { model: string }>(d: MeteredDeps, ep: Me
     // The settle names its hold's expiry: that is where the store finds the hold (docs/ledger.md).
     const admitted = d.now();
     const holdExpiresAtMs = Math.ceil(admitted + holdTtlMs);
+    // …and the bucket it is taken in, by this process's bucket size: a settle applied elsewhere (the spool,
+    // after a config change) looks there, not in a bucket of its own size.
+    const holdBucketDue = live ? d.credit.holdBucketDue(holdExpiresAtMs) : undefined;
     // A key with a budget (SPEC §15): its period counter is charged by the hold and the settle; none otherwise.
     const budget = live && key.budget ? budgetCharge(key.id, key.budget, admitted) : undefined;
     const hold = live ? holdMicros(model.price, stateful?.heldPrompt ?? promptEstimate, output.total) : 0;
@@ -207,6 +210,7 @@ export function meteredRoute<B extends { model: string }>(d: MeteredDeps, ep: Me
         usageSource: b.source,
         ts: isoTime(at),
         holdExpiresAtMs,
+        holdBucketDue,
         holdMicros: hold,
         // The optional fields last: a field after a spread is defined in V8's runtime, per request.
         ...(b.cachedTokens > 0 && { cachedTokens: b.cachedTokens }),
@@ -233,7 +237,7 @@ export function meteredRoute<B extends { model: string }>(d: MeteredDeps, ep: Me
       ctx.log.hold_micros = hold;
     }
     // Shutdown waits for this request's settle even while billing still awaits the tokenizer.
-    const settleStarted = live ? d.credit.expect() : undefined;
+    const settleStarted = live ? d.credit.expect({ account: key.account, requestId: ctx.requestId, holdMicros: hold }) : undefined;
 
     // From here on, whatever happens, the request is settled exactly once.
     const gone = () => !ctx.res.writableFinished && ctx.res.destroyed;

@@ -25,8 +25,18 @@ export function debitEntryData(i: DebitData): string {
   return JSON.stringify(d);
 }
 
-/** The settle scripts' compact append: `redis.call('XADD', <stream>, '*', 'd', <data>, 'h', hold)`. */
-const COMPACT_XADD = /(?:redis\.)?call\('XADD', ([^,]+), '\*', 'd', ([^,]+), 'h', hold\)/g;
+/**
+ * The settle scripts' compact append: `redis.call('XADD', <stream>, '*', 'd', <data>, 'h', <hold>)`, whatever
+ * expression gives the hold (a local `hold`, or an argument such as `ARGV[dh + i]` in lease-settle.lua's
+ * common path).
+ */
+const COMPACT_XADD = /(?:redis\.)?call\('XADD', ([^,()]+), '\*', 'd', ([^,()]+), 'h', ([^,()]+)\)/g;
+
+/**
+ * Any XADD that starts its entry with the compact `d` field, however written (spacing, quotes, a field list
+ * split over lines): what must be left of none once a script is rewritten for `fields`.
+ */
+const ANY_COMPACT_XADD = /XADD['"]\s*,[^)]*?['"]\*['"]\s*,\s*['"]d['"]/;
 
 /** Writes the entry field by field instead (Redis's cjson reads the data back); the script is otherwise the same. */
 const FIELDS_XADD = `local function tgDebitFields(stream, data, hold)
@@ -43,10 +53,15 @@ const FIELDS_XADD = `local function tgDebitFields(stream, data, hold)
 end
 `;
 
-/** settle.lua / settle-many.lua as the layout writes them (unchanged for `compact`). */
+/**
+ * A script as the layout writes it (unchanged for `compact`; scripts without a debit are returned as they
+ * are). For `fields`, every compact debit XADD is rewritten; one left over — a script whose XADD the
+ * rewrite does not recognise — throws at startup rather than write compact entries an older version misreads.
+ */
 export function settleScriptFor(lua: string, layout: DebitLayout): string {
-  if (layout === 'compact') return lua;
-  const out = lua.replace(COMPACT_XADD, 'tgDebitFields($1, $2, hold)');
-  if (out === lua) throw new Error('settle script without its compact XADD: debit-layout.ts needs updating');
+  if (layout === 'compact' || !ANY_COMPACT_XADD.test(lua)) return lua;
+  const out = lua.replace(COMPACT_XADD, 'tgDebitFields($1, $2, $3)');
+  const left = ANY_COMPACT_XADD.exec(out);
+  if (left) throw new Error(`debit-layout.ts: a compact debit XADD not rewritten for "fields": ${out.slice(left.index, left.index + 120)}`);
   return FIELDS_XADD + out;
 }

@@ -258,6 +258,7 @@ export function createMemoryStore(now: () => number = Date.now, opts: MemoryStor
       if (counter) counter.held.set(due, (counter.held.get(due) ?? 0) + amount);
       return result(true);
     },
+    holdBucketDue: (expiresAt) => bucketDue(expiresAt, bucketMs),
     async settle(i: SettleInput): Promise<SettleResult> {
       // `0 - cost`, not `-cost`: a free request's entry must read 0, not -0 (which prints as "-0").
       const a = account(i.account);
@@ -267,7 +268,7 @@ export function createMemoryStore(now: () => number = Date.now, opts: MemoryStor
         balance_micros: a.balance,
         held_micros: a.held,
       });
-      const due = settleBucketDue(i.holdExpiresAtMs, i.ts, holdTtlMs, bucketMs);
+      const due = settleBucketDue(i, holdTtlMs, bucketMs);
       const r = a.buckets.get(due)?.get(i.requestId);
       if (r && (r.state === 'settled' || r.state === 'settledAfterReap')) return replay(r.entryId);
       // No record, and its bucket already emptied by the reaper: nothing is recorded there any more.

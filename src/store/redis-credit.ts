@@ -126,9 +126,10 @@ function distinctIds(calls: readonly { args: readonly (string | number)[] }[]): 
   return true;
 }
 
-export function createRedisCredit(
-  d: RedisCreditDeps,
-): Pick<Store, 'hold' | 'settle' | 'reapExpiredHolds' | 'leaseStats'> & { closeLeases(): Promise<void> } {
+export function createRedisCredit(d: RedisCreditDeps): Pick<Store, 'hold' | 'settle' | 'reapExpiredHolds' | 'leaseStats'> & {
+  holdBucketDue(expiresAtMs: number): number;
+  closeLeases(): Promise<void>;
+} {
   const { redis, pipe, scripts: s, lua, onError } = d;
   const cluster = redis instanceof Cluster;
   const holdTtlMs = d.holdTtlMs ?? DEFAULT_HOLD_TTL_MS;
@@ -520,6 +521,7 @@ export function createRedisCredit(
     : undefined;
 
   return {
+    holdBucketDue: (expiresAt) => bucketDue(expiresAt, bucketMs),
     async hold(acct, requestId, amount, expiresAt, budget) {
       const due = bucketDue(expiresAt, bucketMs);
       // From the account's lease in this process, when it has one with enough left: no Redis call.
@@ -540,7 +542,7 @@ export function createRedisCredit(
     },
 
     async settle(i) {
-      const due = settleBucketDue(i.holdExpiresAtMs, i.ts, holdTtlMs, bucketMs);
+      const due = settleBucketDue(i, holdTtlMs, bucketMs);
       const n = namesOf(i.account, due);
       const keys = [n.balance, n.bucket, n.ledger];
       // settle.lua's arguments; a key with a budget adds its counter as the last key and its expiry.

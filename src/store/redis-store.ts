@@ -67,9 +67,6 @@ const SCRIPTS = {
   tgUsageFlush: ['usage-flush', 1],
 } as const;
 
-/** The scripts that write debit entries, in the configured layout (debit-layout.ts). */
-const DEBIT_SCRIPTS = new Set(['settle', 'settle-many', 'run', 'lease-settle']);
-
 export interface RedisStoreOptions {
   url?: string | undefined;
   clusterNodes?: readonly string[];
@@ -137,12 +134,10 @@ export async function createRedisStore(o: RedisStoreOptions & { client?: Client 
   const scripts: Record<string, ScriptFn> = {};
   const lua: Record<string, LuaScript> = {};
   for (const [name, [file, numberOfKeys]] of Object.entries(SCRIPTS)) {
-    // The settle scripts in the configured debit layout (debit-layout.ts); every other script as it is.
+    // Every script that writes a debit in the configured debit layout (debit-layout.ts: each compact XADD
+    // rewritten, or startup fails); a script without one comes back as it is.
     lua[file] ??= luaScript(
-      settleScriptFor(
-        await readFile(new URL(`./lua/${file}.lua`, import.meta.url), 'utf8'),
-        DEBIT_SCRIPTS.has(file) ? (o.debitEntries ?? 'compact') : 'compact',
-      ),
+      settleScriptFor(await readFile(new URL(`./lua/${file}.lua`, import.meta.url), 'utf8'), o.debitEntries ?? 'compact'),
     );
     redis.defineCommand(name, { ...(numberOfKeys === null ? {} : { numberOfKeys }), lua: lua[file]!.lua });
     scripts[name] = (...args) => (redis as unknown as Record<string, ScriptFn>)[name]!(...args);
@@ -335,6 +330,7 @@ export async function createRedisStore(o: RedisStoreOptions & { client?: Client 
       ),
     hold: (acct, requestId, amount, expiresAt, budget) => guard(credit.hold(acct, requestId, amount, expiresAt, budget)),
     settle: (i) => guard(credit.settle(i)),
+    holdBucketDue: credit.holdBucketDue,
     reapExpiredHolds: (nowMs, ts) => guard(credit.reapExpiredHolds(nowMs, ts)),
     ...(credit.leaseStats && { leaseStats: credit.leaseStats }),
 

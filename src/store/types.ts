@@ -141,6 +141,14 @@ export interface SettleInput {
    */
   holdExpiresAtMs?: number;
   /**
+   * The due time of the hold bucket the hold was taken in (Store.holdBucketDue of the process that took
+   * it): where the settle looks, whatever bucket size the process applying it uses — the spool's next
+   * start or `tollgate spool replay` may run with another hold TTL (docs/ledger.md "Settles from the
+   * spool"). Absent (a settle spooled by an older version): the bucket of `holdExpiresAtMs` at this
+   * store's bucket size, as before.
+   */
+  holdBucketDue?: number | undefined;
+  /**
    * The hold taken for this request (hold()'s `amount`), when there was one. It lets the Redis store
    * settle a hot account's settles of one turn in one pass (docs/ledger.md "Runs"), which checks that each
    * hold is still there at that amount; absent or wrong, the settle goes the per-request way, with the
@@ -335,6 +343,11 @@ export interface Store {
    * whose `cause.sent === false` never reached the store (the settle certainly did not run).
    */
   settle(input: SettleInput): Promise<SettleResult>;
+  /**
+   * The due time of the hold bucket a hold expiring at `expiresAtMs` goes to in this store (hold-bucket.ts,
+   * at this store's bucket size): what the request's settle carries as `holdBucketDue`.
+   */
+  holdBucketDue?(expiresAtMs: number): number;
   /**
    * Releases holds whose expiry bucket is due (⌈expiry / bucket⌉ · bucket ≤ now, hold-bucket.ts), each
    * with a `hold_expired` entry, and drops the records of settled requests with them; returns how many holds.

@@ -5,7 +5,7 @@
 import { Writable } from 'node:stream';
 import { copyFile, mkdtemp, readdir, readFile, rm, utimes, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
-import { join } from 'node:path';
+import { basename, join } from 'node:path';
 import t, { type Test } from 'tap';
 import { createCredit } from '../../src/credit/credit.ts';
 import { createSpool, decodeSpool, encodeLine, replaySpool } from '../../src/credit/spool.ts';
@@ -109,6 +109,39 @@ t.test('a process file: nothing until the first append, `.open` while written, `
     decodeSpool(text).settles.map((s) => s.requestId),
     ['req-1', 'req-2', 'req-3'],
     'every settle, in order',
+  );
+});
+
+t.test('an append after close() goes to a new file, never to the closed one; a close queued behind appends waits for them', async (t) => {
+  const dir = await tempDir(t);
+  const spool = createSpool({ dir });
+  await spool.append([input('req-1', 1000)]);
+  // Issued together: the close runs after the append before it, the append after it opens a new file.
+  const [, , late] = await Promise.allSettled([spool.append([input('req-2', 1000)]), spool.close(), spool.append([input('req-3', 1000)])]);
+  t.equal(late.status, 'fulfilled', 'the append after close() did not fail');
+  const first = (await readdir(dir)).filter((n) => n.endsWith('.spool'));
+  t.equal(first.length, 1, 'the first file was closed');
+  t.same(
+    decodeSpool(await readFile(join(dir, first[0]!), 'utf8')).settles.map((s) => s.requestId),
+    ['req-1', 'req-2'],
+    'with what was appended before the close',
+  );
+  const open = (await readdir(dir)).filter((n) => n.endsWith('.spool.open'));
+  t.equal(open.length, 1, 'the later append: a new file, `.open`');
+  t.same(
+    decodeSpool(await readFile(join(dir, open[0]!), 'utf8')).settles.map((s) => s.requestId),
+    ['req-3'],
+  );
+  await spool.append([input('req-4', 1000)]);
+  await spool.close();
+  t.same(
+    (await readdir(dir)).filter((n) => n.endsWith('.open')),
+    [],
+    'a second close names it `.spool` too',
+  );
+  t.same(
+    decodeSpool(await readFile(spool.file!, 'utf8')).settles.map((s) => s.requestId),
+    ['req-3', 'req-4'],
   );
 });
 
@@ -297,4 +330,76 @@ t.test('Credit.spool when the spool cannot be written: the whole settle is still
   const line = lines.find((l) => typeof l.msg === 'string' && l.msg.startsWith('settle could not be spooled'));
   t.equal(line?.level, 50);
   t.match(line?.settle, { requestId: 'lost', costMicros: 40, mayHaveRun: true });
+});
+
+// The gateway's shutdown (gateway.ts close): drain, spool() what is owed, settleLate() while billing that
+// outlived the drain hands its settles over, abandonExpected(), then the spool's close.
+t.test('Credit at exit: a settle handed over after spool() still reaches the spool before it closes', async (t) => {
+  keepAlive(t);
+  const dir = await tempDir(t);
+  // Redis away: every attempt is sent and unanswered.
+  const store: Store = { ...createMemoryStore(), settle: () => Promise.reject(new GatewayError('store_unavailable', 'connection lost')) };
+  const { logger, lines } = capture();
+  const credit = createCredit({ store, logger });
+  const spool = createSpool({ dir });
+  void credit.settle(input('req-early', 9e12));
+  // Still being billed (the tokenizer, a stateful request's usage asked of its upstream).
+  const handOverLate = credit.expect({ account: 'acme', requestId: 'req-late', holdMicros: 500 });
+  const never = credit.expect({ account: 'acme', requestId: 'req-never', holdMicros: 700 });
+  await new Promise((r) => setTimeout(r, 20));
+  await credit.drain(50);
+  t.equal(await credit.spool(spool), 1, 'the early settle is spooled');
+  const waiting = credit.settleLate(2_000);
+  setTimeout(() => {
+    void credit.settle(input('req-late', 9e12));
+    handOverLate();
+  }, 100);
+  // req-never's billing does not end in time: the wait stops at its deadline.
+  t.equal(await Promise.race([waiting, new Promise((r) => setTimeout(() => r('hung'), 4_000))]), 1, 'one still pending at the deadline');
+  t.equal(credit.abandonExpected(), 1, 'one settle never handed over');
+  await spool.close();
+  const files = await readdir(dir);
+  t.same(files, [basename(spool.file!)], 'one file, closed');
+  t.same(
+    decodeSpool(await readFile(spool.file!, 'utf8')).settles.map((s) => [s.requestId, s.mayHaveRun]),
+    [
+      ['req-early', true],
+      ['req-late', true],
+    ],
+    'the late settle too',
+  );
+  t.notOk(
+    lines.some((l) => String(l.msg).startsWith('settle could not be spooled')),
+    'none failed to be spooled',
+  );
+  const abandoned = lines.filter((l) => String(l.msg).startsWith('settle still being billed at exit'));
+  t.match(
+    abandoned,
+    [{ level: 50, settle: { account: 'acme', requestId: 'req-never', holdMicros: 700 } }],
+    'the one never handed over: an error line naming it',
+  );
+  never();
+});
+
+t.test('Credit: a settle failing after the spool was closed goes to a new spool file, not lost', async (t) => {
+  keepAlive(t);
+  const dir = await tempDir(t);
+  const store: Store = { ...createMemoryStore(), settle: () => Promise.reject(new GatewayError('store_unavailable', 'connection lost')) };
+  const { logger, lines } = capture();
+  const credit = createCredit({ store, logger });
+  const spool = createSpool({ dir });
+  void credit.settle(input('req-early', 9e12));
+  await new Promise((r) => setTimeout(r, 20));
+  t.equal(await credit.spool(spool), 1);
+  await spool.close();
+  // The process has not exited yet (the store's close): a settle handed over now.
+  t.equal(await credit.settle(input('req-after-close', 9e12)), undefined);
+  const spooledIds = (await Promise.all((await readdir(dir)).map((f) => readFile(join(dir, f), 'utf8')))).flatMap((text) =>
+    decodeSpool(text).settles.map((s) => s.requestId),
+  );
+  t.same(spooledIds.sort(), ['req-after-close', 'req-early']);
+  t.notOk(
+    lines.some((l) => String(l.msg).startsWith('settle could not be spooled')),
+    'spooled, not only logged',
+  );
 });

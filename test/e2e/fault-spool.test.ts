@@ -56,6 +56,11 @@ if (requireRedis(t, process.env, true) && onPath('redis-server', process.env.PAT
       settles.every((s) => s.completionTokens === 30 && s.costMicros > 0),
       'with what each produced',
     );
+    // Each line names the bucket its hold was taken in (1 s buckets at this config's 35 s hold TTL).
+    t.ok(
+      settles.every((s) => s.holdBucketDue === Math.ceil(s.holdExpiresAtMs! / 1000) * 1000),
+      "and its hold's bucket",
+    );
     const keep = join(spoolDir, '..', `${files[0]}.copy-${process.pid}`);
     await copyFile(join(spoolDir, files[0]!), keep);
     t.teardown(() => rm(keep, { force: true }));
@@ -70,8 +75,10 @@ if (requireRedis(t, process.env, true) && onPath('redis-server', process.env.PAT
     );
     t.ok((await accountOf(admin.admin, 'spooled')).held_micros > 0, 'the holds are still there');
 
-    // The next process on the same spool applies it at start.
-    const second = await spawnGateway(t, { readyTimeoutMs: BOOT_MS, redisUrl: redis.url, upstreamUrl: sim.url, config });
+    // The next process on the same spool applies it at start, with the hold margin raised meanwhile: 10 s
+    // buckets where the holds were taken in 1 s ones. Each settle finds its hold in the bucket its line names.
+    const later = { ...config, credit: { hold_margin_seconds: 600 } };
+    const second = await spawnGateway(t, { readyTimeoutMs: BOOT_MS, redisUrl: redis.url, upstreamUrl: sim.url, config: later });
     const entries = await waitFor(
       async () => {
         const all = await ledgerOf(admin.admin, 'spooled');
@@ -96,7 +103,7 @@ if (requireRedis(t, process.env, true) && onPath('redis-server', process.env.PAT
     await copyFile(keep, join(again, 'settles-copy.spool'));
     const cfgFile = join(spoolDir, '..', `tollgate-fault-spool-${process.pid}.yaml`);
     const doc = testConfigDoc(sim.url) as Record<string, Record<string, unknown>>;
-    for (const [section, values] of Object.entries(config)) doc[section] = { ...doc[section], ...values };
+    for (const [section, values] of Object.entries(later)) doc[section] = { ...doc[section], ...values };
     await writeFile(cfgFile, stringify(doc));
     t.teardown(() => rm(cfgFile, { force: true }));
     const cli = await runCli(['spool', 'replay', '--dir', again], { TOLLGATE_CONFIG: cfgFile, REDIS_URL: redis.url });

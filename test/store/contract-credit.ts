@@ -1,5 +1,6 @@
 // Contract cases for money (SPEC §4): grants, the ledger, holds, settle and the reaper.
 import type { Test } from 'tap';
+import type { SettleInput } from '../../src/store/types.ts';
 import { allEntries, ENTRY_ID, FAR, settleOf, TS, TS2, uniqueAccount, within, type Harness } from './harness.ts';
 
 type Case = (name: string, fn: (t: Test, h: Harness) => Promise<void>) => void;
@@ -138,6 +139,60 @@ export function creditCases(test: Case): void {
       { ok: true, balance_micros: 880, held_micros: 0 },
       'a hold for a settled request takes nothing',
     );
+  });
+
+  // A settle applied by another process (the spool replayed by the next start or `tollgate spool replay`,
+  // another pod) may size its hold buckets otherwise (another hold TTL): it looks in the bucket the hold
+  // was taken in, which it carries (holdBucketDue), not in one its expiry names at its own size. Here the
+  // holds are taken as a process with 10 s buckets would have (in the bucket due at ⌈E / 10 s⌉ · 10 s) and
+  // settled by this store, whose buckets are 1 s.
+  test('a settle looks in the hold bucket it carries, not in one of its own bucket size', async (t, { store }) => {
+    const acct = uniqueAccount();
+    await store.grant(acct, 10_000, undefined, undefined, TS);
+    const expiry = FAR + 1234;
+    const due = Math.ceil(expiry / 10_000) * 10_000;
+    t.equal(store.holdBucketDue!(due), due, 'the store names a bucket by its due time');
+    t.not(store.holdBucketDue!(expiry), due, 'at its own size the expiry names another bucket');
+    const budget = { keyId: 'key_1111111111111111', period: 't', limitMicros: 100_000, expireAtMs: null };
+    for (const id of ['alone', 'turn-1', 'turn-2']) t.ok((await store.hold(acct, id, 500, due)).ok);
+    t.ok((await store.hold(acct, 'budgeted', 500, due, budget)).ok);
+    const settle = (id: string, cost: number, extra: Partial<SettleInput> = {}) =>
+      settleInput(acct, id, cost, { holdExpiresAtMs: expiry, holdBucketDue: due, holdMicros: 500, ...extra });
+    const first = [
+      await store.settle(settle('alone', 100)),
+      // One turn: a batch (or a run) on Redis.
+      ...(await Promise.all([store.settle(settle('turn-1', 200)), store.settle(settle('turn-2', 300))])),
+      await store.settle(settle('budgeted', 400, { budget })),
+    ];
+    t.strictSame(
+      first.map((r) => r.replayed),
+      [false, false, false, false],
+    );
+    t.strictSame(await store.getAccount(acct), { id: acct, balance_micros: 10_000 - 1000, held_micros: 0 }, 'every hold released');
+    t.strictSame(await store.keySpend(acct, budget.keyId, budget.period, Date.now()), { spent_micros: 400, held_micros: 0 });
+    // The same settles again, as a spool replay sends them (it may have landed): replays, in one turn too.
+    const again = await Promise.all(
+      ['alone', 'turn-1', 'turn-2', 'budgeted'].map((id, i) =>
+        store.settle(settle(id, 999, { mayHaveRun: true, ...(i === 3 && { budget }) })),
+      ),
+    );
+    t.strictSame(
+      again.map((r) => [r.replayed, r.entry_id]),
+      first.map((r) => [true, r.entry_id]),
+      'each replays with its first entry id',
+    );
+    const debits = (await allEntries(store, acct)).filter((e) => e.kind === 'debit');
+    t.strictSame(
+      debits.map((e) => [e.request_id, e.amount_micros, e.hold_micros]),
+      [
+        ['alone', -100, 500],
+        ['turn-1', -200, 500],
+        ['turn-2', -300, 500],
+        ['budgeted', -400, 500],
+      ],
+      'one debit each, each releasing its hold',
+    );
+    t.strictSame(await store.getAccount(acct), { id: acct, balance_micros: 9000, held_micros: 0 });
   });
 
   test('settle with cost 0 still writes an entry', async (t, { store }) => {

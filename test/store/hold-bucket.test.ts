@@ -18,8 +18,18 @@ t.test('bucket size: a 60th of the hold TTL in whole seconds, between 1 s and 10
 });
 
 t.test('a settle finds the bucket of the expiry it names, else one fixed by its own ts', async (t) => {
-  t.equal(settleBucketDue(12_345, '2026-11-22T10:00:00.000Z', 60_000, 1000), 13_000);
+  t.equal(settleBucketDue({ holdExpiresAtMs: 12_345, ts: '2026-11-22T10:00:00.000Z' }, 60_000, 1000), 13_000);
   const ts = '2026-11-22T10:00:00.500Z';
-  t.equal(settleBucketDue(undefined, ts, 60_000, 1000), Date.parse(ts) + 60_500, 'ts + TTL, rounded up to the bucket');
-  t.equal(settleBucketDue(undefined, ts, 60_000, 1000), settleBucketDue(undefined, ts, 60_000, 1000), 'the same for every repeat');
+  t.equal(settleBucketDue({ ts }, 60_000, 1000), Date.parse(ts) + 60_500, 'ts + TTL, rounded up to the bucket');
+  t.equal(settleBucketDue({ ts }, 60_000, 1000), settleBucketDue({ ts }, 60_000, 1000), 'the same for every repeat');
+});
+
+t.test("a settle that carries its hold bucket looks there, whatever this process's bucket size", async (t) => {
+  const ts = '2026-11-22T10:00:00.000Z';
+  // Held at a 10 s bucket size (660 s TTL), applied by a process at 6 s (360 s TTL).
+  t.equal(settleBucketDue({ holdBucketDue: 20_000, holdExpiresAtMs: 12_345, ts }, 360_000, 6000), 20_000, 'the carried due time');
+  t.equal(settleBucketDue({ holdExpiresAtMs: 12_345, ts }, 360_000, 6000), 18_000, 'without it (an older spool line): this size');
+  // A spool line is not type-checked: a carried value that is not a positive whole number is ignored.
+  for (const bad of [0, -10_000, 1.5, Number.NaN, '20000' as unknown as number])
+    t.equal(settleBucketDue({ holdBucketDue: bad, holdExpiresAtMs: 12_345, ts }, 360_000, 6000), 18_000, `ignored: ${String(bad)}`);
 });

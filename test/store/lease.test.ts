@@ -7,6 +7,7 @@
 import { setTimeout as sleep } from 'node:timers/promises';
 import t from 'tap';
 import type { Test } from 'tap';
+import type { DebitLayout } from '../../src/store/debit-layout.ts';
 import { LEASE_AFTER } from '../../src/store/credit-lease.ts';
 import { createRedisStore } from '../../src/store/redis-store.ts';
 import * as K from '../../src/store/redis-keys.ts';
@@ -19,7 +20,7 @@ const redis = await startRedis(t);
 if (redis) {
   const open = async (
     t: Test,
-    o: { scriptPipe?: boolean; leases?: boolean; holdTtlMs?: number; bucketMs?: number } = {},
+    o: { scriptPipe?: boolean; leases?: boolean; holdTtlMs?: number; bucketMs?: number; debitEntries?: DebitLayout } = {},
   ): Promise<Store> => {
     const store = await createRedisStore({ url: redis.url, commandTimeoutMs: 2000, settledTtlSeconds: 4260, leases: true, ...o });
     t.teardown(() => store.close());
@@ -222,6 +223,42 @@ if (redis) {
     );
     t.equal((await bucket(acct)).leases[0]![1], `o${30 * 1000}`, 'the lease less the two draws');
   });
+
+  // store.debit_entries: fields (a rolling upgrade, docs/ledger.md "Debit entries"): every debit a lease pass
+  // writes, in its common path (no check per request) and in its per-request loop, is field by field.
+  for (const scriptPipe of [true, false]) {
+    t.test(`debit entries "fields": a lease pass writes none compact (${scriptPipe ? 'pipe' : 'ioredis'})`, async (t) => {
+      const store = await open(t, { scriptPipe, debitEntries: 'fields' });
+      const acct = `lease-fields-${scriptPipe}`;
+      await store.grant(acct, 100_000_000, undefined, undefined, TS);
+      await warm(t, store, acct, 1000);
+      for (const id of ['a', 'b', 'c', 'd']) t.ok((await store.hold(acct, id, 1000, FAR)).ok);
+      const before = await evalCalls();
+      // One turn, each request once: the common path.
+      await Promise.all([store.settle(settleOf(acct, 'a', 700)), store.settle(settleOf(acct, 'b', 800))]);
+      // One turn with a request twice: the per-request loop.
+      const c = settleOf(acct, 'c', 600, { holdMicros: 1000 });
+      await Promise.all([store.settle(c), store.settle({ ...c, mayHaveRun: true }), store.settle(settleOf(acct, 'd', 500))]);
+      t.equal(await evalCalls(), before + 2, 'two lease passes, one per turn');
+      const raw = (await redis.client.xrange(K.ledger(acct), '-', '+')) as [string, string[]][];
+      t.strictSame(
+        raw.filter(([, f]) => f[0] !== 'kind').map(([, f]) => f[0]),
+        [],
+        'no compact entry',
+      );
+      const entries = await balanceIsLedger(t, store, acct);
+      t.strictSame(
+        entries.filter((e) => e.kind === 'debit').map((e) => [e.request_id, e.amount_micros, e.hold_micros]),
+        [
+          ['a', -700, 1000],
+          ['b', -800, 1000],
+          ['c', -600, 1000],
+          ['d', -500, 1000],
+        ],
+        'each read back whole, its draw released',
+      );
+    });
+  }
 
   t.test('an account without enough credit to spare takes no lease', async (t) => {
     const store = await open(t);
