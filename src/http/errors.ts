@@ -172,13 +172,18 @@ function cut(v: unknown, b: { left: number }, depth: number): unknown {
   return out;
 }
 
-/** One issue with every part a client chose bounded: loc elements, msg, input and ctx. */
+/**
+ * One issue with every part a client chose bounded: loc elements, msg, input and ctx. The `input` of a
+ * path, query or header issue is echoed whole: the request head is bounded already (Node's 16 KiB), and
+ * SPEC §1.4 pins a slug's `input` to the segment as received.
+ */
 function boundIssue(d: ValidationIssue): ValidationIssue {
+  const head = d.loc[0] === 'path' || d.loc[0] === 'query' || d.loc[0] === 'header';
   return {
     loc: d.loc.map((l) => clipString(l, MAX_LOC_CHARS)),
     msg: clipString(d.msg, MAX_MSG_CHARS),
     type: d.type,
-    input: clipValue(d.input),
+    input: head ? d.input : clipValue(d.input),
     ctx: clipValue(d.ctx) as Record<string, unknown>,
   };
 }

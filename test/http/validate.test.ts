@@ -295,3 +295,9 @@ t.test('clipValue: a list keeps its first items then CUT, an object its first me
   const ms = performance.now() - t0;
   t.ok(ms < 1000, `1000 clips of a 2M-item list in ${ms.toFixed(1)} ms: the walk stops at the budget`);
 });
+
+t.test('the input of a path, query or header issue is echoed whole: the request head is bounded already', async (t) => {
+  const slug = 'x'.repeat(15_000);
+  const e = new ValidationError([{ loc: ['path', 'slug'], msg: 'm', type: 'string_too_long', input: slug, ctx: { max_length: 22 } }]);
+  t.equal(e.detail[0]!.input, slug);
+});
