@@ -35,10 +35,11 @@ export function rateLimitsField(o: Obj, issues: Issues): RateLimitOverride | nul
 function stringList(o: Obj, key: string, issues: Issues, allowed?: readonly string[]): string[] | undefined {
   const l = list(o, key, ['body'], issues);
   if (!l) return undefined;
-  l.forEach((item, i) => {
+  for (let i = 0; i < l.length && !issues.full; i++) {
+    const item = l[i];
     if (typeof item !== 'string') issues.add(['body', key, String(i)], 'string_type', 'Input should be a valid string', item);
     else if (allowed) literal({ [String(i)]: item }, String(i), allowed, ['body', key], issues);
-  });
+  }
   return [...new Set(l as string[])];
 }
 

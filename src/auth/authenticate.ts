@@ -56,7 +56,7 @@ export function createAuthenticator(d: {
   const addressOf: ClientAddress = d.clientAddress ?? ((req) => req.socket.remoteAddress ?? 'unknown');
   async function refuse(address: string, reason: AuthFailure): Promise<never> {
     d.onFailure?.(reason);
-    const wait = await d.failed.fail(address);
+    const wait = d.failed.fail(address);
     if (wait > 0) throw throttled(wait);
     if (reason === 'missing') throw new GatewayError('missing_api_key', 'Missing API key: send it as Authorization: Bearer <key>.');
     throw new GatewayError(
@@ -81,7 +81,7 @@ export function createAuthenticator(d: {
       }
       // Malformed or known bad: past the limit, 429 without a store lookup.
       const address = addressOf(req);
-      const wait = await d.failed.blockedFor(address);
+      const wait = d.failed.blockedFor(address);
       if (wait > 0) {
         d.onFailure?.('throttled');
         throw throttled(wait);

@@ -3,32 +3,18 @@
  * limit (default 30 a minute) such attempts answer 429 without a store lookup, so keys cannot be
  * guessed at line rate. Per instance, in memory: a guesser spread over N instances gets N × the limit,
  * which is still ~10^50 years per key at 187 bits.
+ *
+ * The same bounded window as the admin guard's and the share reads' (failure-window.ts): at most
+ * MAX_ADDRESSES addresses are remembered, the least recently failing evicted first, and IPv6 addresses
+ * count by their /64. (It used rate-limiter-flexible's in-memory limiter before, which keeps every
+ * address seen in a window: ~400 B each, unbounded under a spray of source addresses.)
  */
-import { RateLimiterMemory, RateLimiterRes } from 'rate-limiter-flexible';
+import { createFailureWindow, type FailureWindow } from './failure-window.ts';
 
-export interface FailedAuthLimiter {
-  /** Milliseconds until the address may try again, or 0 when it is not blocked. */
-  blockedFor(address: string): Promise<number>;
-  /** Counts one failure; returns the wait in ms when this failure crossed the limit, else 0. */
-  fail(address: string): Promise<number>;
-}
+/** blockedFor: ms until the address may try again (0: not blocked); fail: counts one, ms to wait once past the limit. */
+export type FailedAuthLimiter = FailureWindow;
 
 /** A per-address limiter of `perMinute` failures in a fixed one-minute window. */
-export function createFailedAuthLimiter(perMinute: number): FailedAuthLimiter {
-  const limiter = new RateLimiterMemory({ points: perMinute, duration: 60 });
-  return {
-    async blockedFor(address) {
-      const res = await limiter.get(address);
-      return res && res.consumedPoints >= perMinute ? res.msBeforeNext : 0;
-    },
-    async fail(address) {
-      try {
-        await limiter.consume(address);
-        return 0;
-      } catch (e) {
-        if (e instanceof RateLimiterRes) return e.msBeforeNext;
-        throw e;
-      }
-    },
-  };
+export function createFailedAuthLimiter(perMinute: number, o: { now?: () => number; maxAddresses?: number } = {}): FailedAuthLimiter {
+  return createFailureWindow({ perWindow: perMinute, windowMs: 60_000, ...o });
 }

@@ -161,7 +161,7 @@ export function accountRoutes(d: AccountRouteDeps): Route[] {
     const name = str(o, 'name', ['form'], issues, { required: true, minLength: 1, maxLength: 200 });
     const env = literal(o, 'env', ['live', 'test'] as const, ['form'], issues, true);
     const scopes = form.getAll('scopes');
-    scopes.forEach((s, i) => literal({ [i]: s }, String(i), SCOPES, ['form', 'scopes'], issues));
+    for (let i = 0; i < scopes.length && !issues.full; i++) literal({ [i]: scopes[i] }, String(i), SCOPES, ['form', 'scopes'], issues);
     if (scopes.length === 0) issues.add(['form', 'scopes'], 'too_short', 'Choose at least one scope', scopes);
     if (viewer.account === null && o.new_account !== account && (await unseen(account)))
       issues.add(

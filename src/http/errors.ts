@@ -72,14 +72,135 @@ export class GatewayError extends Error {
   }
 }
 
-/** A 422 with a Pydantic-style `detail` list (SPEC §3.1). Not a GatewayError: its body has another shape. */
+/**
+ * A 422 lists at most this many issues, the first found in field order (docs/behaviour.md, "Validation
+ * errors"). Validators stop looking once they have them (http/validate.ts `Issues.full`), so neither the
+ * time to build a 422 nor its size grows with the number of bad elements in a body.
+ */
+export const MAX_ISSUES = 10;
+/** Characters of `input` (and of `ctx`) echoed per issue, roughly as JSON counts them; the rest is cut. */
+export const MAX_ECHO_CHARS = 1024;
+/** Characters of one `loc` element (a key of the body may be any length) and of `msg`. */
+export const MAX_LOC_CHARS = 128;
+export const MAX_MSG_CHARS = 1024;
+
+/** Marks where an echoed string, list or object was cut. */
+export const CUT = '…';
+
+/** `s` cut to at most `n` characters plus CUT; never ends in half a surrogate pair. */
+export function clipString(s: string, n: number): string {
+  if (s.length <= n) return s;
+  let end = Math.max(0, n);
+  const last = s.charCodeAt(end - 1);
+  if (last >= 0xd800 && last <= 0xdbff) end--;
+  return s.slice(0, end) + CUT;
+}
+
+/**
+ * Whether `v` serialises to roughly at most `budget` characters. Walks at most ~`budget` values (each
+ * costs at least one), so it is O(budget) whatever the size of `v`. Returns the budget left, or -1.
+ */
+function fits(v: unknown, budget: number, depth = 0): number {
+  if (budget < 0) return -1;
+  if (typeof v === 'string') return budget - v.length - 2;
+  if (v === null || typeof v !== 'object') return budget - String(v).length;
+  if (depth > 64) return -1;
+  budget -= 2;
+  if (Array.isArray(v)) {
+    for (const x of v) {
+      budget = fits(x, budget - 1, depth + 1);
+      if (budget < 0) return -1;
+    }
+    return budget;
+  }
+  for (const k in v) {
+    if (!Object.hasOwn(v, k)) continue;
+    budget = fits((v as Record<string, unknown>)[k], budget - k.length - 4, depth + 1);
+    if (budget < 0) return -1;
+  }
+  return budget;
+}
+
+/**
+ * `v` itself when it is small, else a copy cut to about `budget` characters: long strings end in CUT, a
+ * list keeps its first items and ends with a CUT string, an object keeps its first members and gets a
+ * CUT member. O(budget), not O(size of `v`).
+ */
+export function clipValue(v: unknown, budget = MAX_ECHO_CHARS): unknown {
+  if (fits(v, budget) >= 0) return v;
+  return cut(v, { left: budget }, 0);
+}
+
+function cut(v: unknown, b: { left: number }, depth: number): unknown {
+  if (typeof v === 'string') {
+    const s = clipString(v, Math.max(16, b.left - 2));
+    b.left -= s.length + 2;
+    return s;
+  }
+  if (v === null || typeof v !== 'object') {
+    b.left -= String(v).length;
+    return v;
+  }
+  if (depth >= 8) {
+    b.left -= 1;
+    return CUT;
+  }
+  b.left -= 2;
+  if (Array.isArray(v)) {
+    const out: unknown[] = [];
+    for (const x of v) {
+      if (b.left <= 0) {
+        out.push(CUT);
+        break;
+      }
+      b.left -= 1;
+      out.push(cut(x, b, depth + 1));
+    }
+    return out;
+  }
+  const out: Record<string, unknown> = {};
+  for (const k in v) {
+    if (!Object.hasOwn(v, k)) continue;
+    if (b.left <= 0) {
+      out[CUT] = CUT;
+      break;
+    }
+    const key = clipString(k, MAX_LOC_CHARS);
+    b.left -= key.length + 4;
+    out[key] = cut((v as Record<string, unknown>)[k], b, depth + 1);
+  }
+  return out;
+}
+
+/**
+ * One issue with every part a client chose bounded: loc elements, msg, input and ctx. The `input` of a
+ * path, query or header issue is echoed whole: the request head is bounded already (Node's 16 KiB), and
+ * SPEC §1.4 pins a slug's `input` to the segment as received.
+ */
+function boundIssue(d: ValidationIssue): ValidationIssue {
+  const head = d.loc[0] === 'path' || d.loc[0] === 'query' || d.loc[0] === 'header';
+  return {
+    loc: d.loc.map((l) => clipString(l, MAX_LOC_CHARS)),
+    msg: clipString(d.msg, MAX_MSG_CHARS),
+    type: d.type,
+    input: head ? d.input : clipValue(d.input),
+    ctx: clipValue(d.ctx) as Record<string, unknown>,
+  };
+}
+
+/**
+ * A 422 with a Pydantic-style `detail` list (SPEC §3.1). Not a GatewayError: its body has another shape.
+ * Holds the first MAX_ISSUES issues, each bounded (boundIssue), so its message and body are small
+ * whatever the request held.
+ */
 export class ValidationError extends Error {
   readonly status = 422;
   readonly detail: ValidationIssue[];
   constructor(detail: ValidationIssue[]) {
-    super(detail.map((d) => `${d.loc.join('.')}: ${d.msg}`).join('; '));
+    const bounded = detail.slice(0, MAX_ISSUES).map(boundIssue);
+    super(bounded.map((d) => `${d.loc.join('.')}: ${d.msg}`).join('; '));
     this.name = 'ValidationError';
-    this.detail = detail;
+    this.detail = bounded;
   }
 }
 

@@ -1,15 +1,24 @@
 /**
- * A small Pydantic-v2-style checker for request bodies and query strings (SPEC §3.1): every problem is
- * collected (Pydantic reports all of them), with Pydantic's `type` and `msg`, `loc` as strings, and
- * `input` = the enclosing object for a missing field.
+ * A small Pydantic-v2-style checker for request bodies and query strings (SPEC §3.1): problems are
+ * collected in field order (Pydantic reports all of them; we stop at MAX_ISSUES), with Pydantic's `type`
+ * and `msg`, `loc` as strings, and `input` = the enclosing object for a missing field.
  */
-import { ValidationError, type ValidationIssue } from './errors.ts';
+import { MAX_ISSUES, ValidationError, type ValidationIssue } from './errors.ts';
 
 export type Obj = Record<string, unknown>;
 
+/**
+ * The issues of one body. Past MAX_ISSUES further ones are dropped and `full` turns true: a loop over
+ * the elements of a client's list checks it and stops, so a body of a million bad elements costs as
+ * little to refuse as one with ten (docs/behaviour.md, "Validation errors").
+ */
 export class Issues {
   readonly list: ValidationIssue[] = [];
+  get full(): boolean {
+    return this.list.length >= MAX_ISSUES;
+  }
   add(loc: string[], type: string, msg: string, input: unknown, ctx: Record<string, unknown> = {}): void {
+    if (this.full) return;
     this.list.push({ loc, msg, type, input: input === undefined ? null : input, ctx });
   }
   /** Throws the 422 when anything was collected. */
@@ -33,8 +42,10 @@ export function isObj(v: unknown): v is Obj {
 
 /** Reports fields outside `known` as extra_forbidden (admin bodies catch typos this way). */
 export function forbidExtra(o: Obj, known: readonly string[], loc: string[], issues: Issues): void {
-  for (const k of Object.keys(o))
-    if (!known.includes(k)) issues.add([...loc, k], 'extra_forbidden', 'Extra inputs are not permitted', o[k]);
+  for (const k in o) {
+    if (issues.full) return;
+    if (Object.hasOwn(o, k) && !known.includes(k)) issues.add([...loc, k], 'extra_forbidden', 'Extra inputs are not permitted', o[k]);
+  }
 }
 
 interface StrOpts {

@@ -31,13 +31,14 @@ function message(m: unknown, i: number, issues: Issues): void {
   }
   if (typeof c === 'string') return;
   if (!Array.isArray(c)) return issues.add([...loc, 'content'], 'string_type', 'Input should be a valid string', c);
-  c.forEach((part, j) => {
+  for (let j = 0; j < c.length && !issues.full; j++) {
+    const part: unknown = c[j];
     if (!isObj(part)) issues.add([...loc, 'content', String(j)], 'dict_type', 'Input should be a valid dictionary', part);
     else str(part, 'type', [...loc, 'content', String(j)], issues, { required: true });
-  });
+  }
 }
 
-/** The validated body, or a ValidationError listing every problem. `maxN` bounds `n` (limits.max_n, SPEC §12). */
+/** The validated body, or a ValidationError listing its first problems (at most MAX_ISSUES). `maxN` bounds `n` (limits.max_n, SPEC §12). */
 export function validateChatBody(value: unknown, maxN: number): ChatBody {
   const issues = new Issues();
   if (!rootObject(value, issues)) {
@@ -46,7 +47,8 @@ export function validateChatBody(value: unknown, maxN: number): ChatBody {
   const body = value as Obj;
   str(body, 'model', ['body'], issues, { required: true, minLength: 1 });
   const messages = list(body, 'messages', ['body'], issues, { required: true, minLength: 1 });
-  messages?.forEach((m, i) => message(m, i, issues));
+  // Stops at the issue cap (Issues.full): a 4 MiB body of a million bad messages is refused as fast as one.
+  if (messages) for (let i = 0; i < messages.length && !issues.full; i++) message(messages[i], i, issues);
   // OpenAI accepts null for these optional fields (= not set); so do we.
   const opt = (k: string) => (body[k] === null ? {} : body);
   bool(opt('stream'), 'stream', ['body'], issues);

@@ -29,7 +29,7 @@ export interface MeteredEndpoint<B extends { model: string }> {
   doc: RouteDoc;
   /** Where the upstream's answer keeps usage and text. */
   format: ApiFormat;
-  /** The validated body, or a ValidationError (422) listing every problem. */
+  /** The validated body, or a ValidationError (422) listing its first problems (at most MAX_ISSUES). */
   validate(value: unknown, limits: Config['limits']): B;
   /** The output bound of the hold (SPEC §12: the request's maximum clamped to the model's cap, never refused). */
   output(body: B, model: ModelConfig): OutputBound;

@@ -6,9 +6,11 @@
  * the stored state lives on the upstream that answered (docs/behaviour.md, "Responses"). A request naming
  * either is stateful (SPEC §4): its hold's input part is the model's `context_window`, and it is billed
  * from the upstream's stored response when it ends without usage (`stateful` below, meter/bill.ts).
+ * `background: true` is refused (400 invalid_request): its generation happens after the response ends.
  */
 import type { ModelConfig } from '../config/schema.ts';
 import type { RouteDoc } from '../http/openapi.ts';
+import { GatewayError } from '../http/errors.ts';
 import { Issues, bool, int, isObj, list, rootObject, str, type Obj } from '../http/validate.ts';
 import { PER_MESSAGE, PER_NON_TEXT_PART, PER_REQUEST, PER_TOOLS_BLOCK } from '../credit/hold-estimate.ts';
 import { CHAT_OVERHEAD, type Budget, type Tokenizer } from '../meter/tokenizer.ts';
@@ -37,7 +39,18 @@ export function validateResponsesBody(value: unknown): ResponsesBody {
   int(opt('max_output_tokens'), 'max_output_tokens', ['body'], issues, { gt: 0 });
   str(opt('previous_response_id'), 'previous_response_id', ['body'], issues);
   bool(opt('store'), 'store', ['body'], issues);
+  const background = bool(opt('background'), 'background', ['body'], issues);
   issues.done();
+  // The upstream answers a background request at once (`status: "queued"`, `usage: null`) and generates
+  // afterwards, where no meter sees it: it would be billed the prompt only. Refused before any hold is
+  // taken or any upstream contacted (docs/behaviour.md, "Background responses").
+  if (background === true) {
+    throw new GatewayError(
+      'invalid_request',
+      'background: true is not supported by this gateway: a background response is generated after the request ends, where it cannot be metered. Send the request without it (stream: true for long generations).',
+      { param: 'background' },
+    );
+  }
   return body as ResponsesBody;
 }
 
@@ -141,6 +154,10 @@ const DOC: RouteDoc = {
       max_output_tokens: { type: ['integer', 'null'], exclusiveMinimum: 0, description: "clamped to the model's max_output_tokens" },
       previous_response_id: { type: ['string', 'null'], description: 'passed through: the state lives on the upstream that stored it' },
       store: { type: ['boolean', 'null'], description: 'passed through' },
+      background: {
+        type: ['boolean', 'null'],
+        description: 'true is refused with 400 invalid_request (param background): work done after the response cannot be metered',
+      },
     },
   },
   responses: meteredResponses("The upstream's response object (JSON), or its event stream (text/event-stream)", 'chat', '/v1/responses'),

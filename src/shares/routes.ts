@@ -7,7 +7,7 @@ import type { RequestContext } from '../http/context.ts';
 import { sendEmpty, sendJson } from '../http/respond.ts';
 import type { Route } from '../http/router.ts';
 import type { Metrics } from '../obs/metrics.ts';
-import type { BodyBudget } from '../limits/body-budget.ts';
+import type { ProcessBodyBudget } from '../limits/body-budget.ts';
 import type { FailureWindow } from '../auth/failure-window.ts';
 import type { ClientAddress } from '../http/client-address.ts';
 import { GatewayError } from '../http/errors.ts';
@@ -18,7 +18,8 @@ import { validateSlug } from './validate.ts';
 export interface ShareRouteDeps {
   service: ShareService;
   limits: ShareBodyLimits;
-  bodyBudget: BodyBudget;
+  /** The process body budget: a share body is read under its key's share of it (forKey), as a chat body is. */
+  bodyBudget: ProcessBodyBudget;
   metrics: Pick<Metrics, 'shareReads'>;
   /** Failed share reads per client address (shares.failed_reads_per_minute). */
   failedReads: FailureWindow;
@@ -106,7 +107,9 @@ const CREATED_SHARE_SCHEMA = {
 export function shareRoutes(d: ShareRouteDeps): Route[] {
   async function create(ctx: RequestContext) {
     const key = ctx.key!;
-    const body = await readShareBody(ctx.req, d.limits, false, d.bodyBudget);
+    // Under the key's own cap (limits.max_inflight_body_bytes_per_key → 429), not only the process's:
+    // one key's stalled uploads must not take the whole budget from every other account (SPEC §13).
+    const body = await readShareBody(ctx.req, d.limits, false, d.bodyBudget.forKey(key.id));
     const created = await d.service.create(key.account, body, key.id);
     ctx.log.share_files = body.files.length;
     sendJson(ctx.res, 201, created, ctx.extraHeaders);

@@ -1,7 +1,7 @@
 /**
  * Input checks for the shares capability (SPEC §1.4, §3.1): the slug path segment and the
  * `POST /v1/shares` / `POST /admin/shares` body. Errors are Pydantic v2 shaped 422s; the body
- * validator collects every issue before throwing, as Pydantic does.
+ * validator collects issues before throwing, as Pydantic does, up to MAX_ISSUES (http/errors.ts).
  *
  * Decisions where Pydantic has no answer (also in the docs of each check below):
  * - Types are strict: no coercion of "5" or true to an integer (Pydantic's strict-mode messages).
@@ -10,7 +10,8 @@
  * - File names fail custom rules with `value_error`, msg "Value error, <reason>", ctx {error: reason}.
  * - When `files` is longer than allowed only `too_long` is reported; its items are not inspected.
  */
-import { ValidationError, invalid, type ValidationIssue } from '../http/errors.ts';
+import { ValidationError, invalid } from '../http/errors.ts';
+import { Issues as BaseIssues } from '../http/validate.ts';
 import { SLUG_LENGTH } from './slug.ts';
 
 /** The slug pattern exactly as SPEC §1.4 prints it in `string_pattern_mismatch`. */
@@ -95,12 +96,8 @@ export function validateSlug(rawPathSegment: string): string {
 type Obj = Record<string, unknown>;
 const isObj = (v: unknown): v is Obj => typeof v === 'object' && v !== null && !Array.isArray(v);
 
-/** Collects issues in field order, the way a Pydantic model reports them. */
-class Issues {
-  readonly list: ValidationIssue[] = [];
-  add(loc: string[], type: string, msg: string, input: unknown, ctx: Record<string, unknown> = {}): void {
-    this.list.push({ loc, msg, type, input: input === undefined ? null : input, ctx });
-  }
+/** Collects issues in field order, the way a Pydantic model reports them, up to the cap (http/validate.ts). */
+class Issues extends BaseIssues {
   missing(loc: string[], parent: Obj): void {
     this.add(loc, 'missing', 'Field required', parent);
   }
@@ -163,9 +160,11 @@ function checkSnapshot(issues: Issues, loc: string[], s: Obj): void {
   if (!('messages' in s)) issues.missing([...loc, 'messages'], s);
   else {
     const msgs = issues.list_([...loc, 'messages'], s.messages, 1, Infinity);
-    msgs?.forEach((m, i) => {
-      if (!isObj(m)) issues.add([...loc, 'messages', String(i)], 'dict_type', 'Input should be a valid dictionary', m);
-    });
+    // Stops at the issue cap: a snapshot of a million bad messages is refused as fast as one of ten.
+    if (msgs)
+      for (let i = 0; i < msgs.length && !issues.full; i++) {
+        if (!isObj(msgs[i])) issues.add([...loc, 'messages', String(i)], 'dict_type', 'Input should be a valid dictionary', msgs[i]);
+      }
   }
   if (s.metadata !== undefined && s.metadata !== null && !isObj(s.metadata)) {
     issues.add([...loc, 'metadata'], 'dict_type', 'Input should be a valid dictionary', s.metadata);
@@ -223,7 +222,7 @@ function checkFile(issues: Issues, loc: string[], f: unknown): ShareFileInput | 
 
 /**
  * The share body `{snapshot, files?}`, or a ValidationError listing
- * every issue. `files` defaults to [] and holds at most `maxFiles` entries with unique names (exact,
+ * its first issues (MAX_ISSUES). `files` defaults to [] and holds at most `maxFiles` entries with unique names (exact,
  * case-sensitive comparison, as S3 keys are; a repeat fails at its own `name` with "duplicate file
  * name"). Unknown top-level keys are ignored; unknown snapshot keys are kept.
  */
@@ -242,14 +241,15 @@ export function validateShareBody(body: unknown, opts: ShareBodyOptions): ShareI
   if ('files' in body) {
     const list = issues.list_(['body', 'files'], body.files, 0, opts.maxFiles);
     const seen = new Set<string>();
-    list?.forEach((f, i) => {
-      const loc = ['body', 'files', String(i)];
-      const file = checkFile(issues, loc, f);
-      if (!file) return;
-      if (seen.has(file.name)) issues.valueError([...loc, 'name'], 'duplicate file name', file.name);
-      seen.add(file.name);
-      files.push(file);
-    });
+    if (list)
+      for (let i = 0; i < list.length && !issues.full; i++) {
+        const loc = ['body', 'files', String(i)];
+        const file = checkFile(issues, loc, list[i]);
+        if (!file) continue;
+        if (seen.has(file.name)) issues.valueError([...loc, 'name'], 'duplicate file name', file.name);
+        seen.add(file.name);
+        files.push(file);
+      }
   }
 
   if (issues.list.length > 0 || !isObj(snapshot)) throw new ValidationError(issues.list);

@@ -1,5 +1,14 @@
 import t from 'tap';
-import { ValidationError } from '../../src/http/errors.ts';
+import {
+  CUT,
+  MAX_ISSUES,
+  MAX_LOC_CHARS,
+  MAX_MSG_CHARS,
+  MAX_ECHO_CHARS,
+  ValidationError,
+  clipString,
+  clipValue,
+} from '../../src/http/errors.ts';
 import { Issues, bool, forbidExtra, int, isObj, list, literal, query, queryInt, rootObject, str } from '../../src/http/validate.ts';
 
 /** Runs one helper on a fresh Issues and returns its result and what it collected. */
@@ -217,4 +226,78 @@ t.test('queryInt: fallback, lax string parsing, bounds', async (t) => {
   t.same(big.issues[0]!.loc, ['query', 'limit']);
   t.same(big.issues[0]!.ctx, { le: 1000 });
   t.equal(q('/l?limit=0').issues[0]!.type, 'greater_than_equal');
+});
+
+t.test('Issues stops at MAX_ISSUES: later issues are dropped and `full` tells loops to stop', async (t) => {
+  const i = new Issues();
+  for (let n = 0; n < 25; n++) {
+    if (i.full) break;
+    i.add(['body', String(n)], 'dict_type', 'Input should be a valid dictionary', n);
+  }
+  t.equal(i.list.length, MAX_ISSUES);
+  t.ok(i.full);
+  i.add(['body', 'late'], 'missing', 'Field required', null);
+  t.equal(i.list.length, MAX_ISSUES, 'nothing past the cap');
+  t.same(
+    i.list.map((x) => x.loc[1]),
+    Array.from({ length: MAX_ISSUES }, (_, n) => String(n)),
+    'the first ones, in order',
+  );
+  // forbidExtra over an object of many unknown keys stops too.
+  const many = Object.fromEntries(Array.from({ length: 1000 }, (_, n) => [`k${n}`, n]));
+  const r = run((iss) => forbidExtra(many, [], ['body'], iss));
+  t.equal(r.issues.length, MAX_ISSUES);
+});
+
+t.test('ValidationError bounds what it echoes: at most MAX_ISSUES, loc, msg, input and ctx cut', async (t) => {
+  const big = 'x'.repeat(1_000_000);
+  const detail = Array.from({ length: 50 }, (_, n) => ({
+    loc: ['body', 'k'.repeat(10_000), String(n)],
+    msg: 'm'.repeat(10_000),
+    type: 'value_error',
+    input: { pad: big, list: Array(100_000).fill(1), n },
+    ctx: { error: big },
+  }));
+  const e = new ValidationError(detail);
+  t.equal(e.detail.length, MAX_ISSUES);
+  const text = JSON.stringify({ detail: e.detail });
+  t.ok(text.length < 64 * 1024, `422 body ${text.length} bytes`);
+  t.ok(e.message.length < 16 * 1024, `message ${e.message.length} chars`);
+  const first = e.detail[0]!;
+  t.equal(first.loc[1], 'k'.repeat(MAX_LOC_CHARS) + CUT, 'a long loc element is cut');
+  t.equal(first.loc[2], '0');
+  t.equal(first.msg, 'm'.repeat(MAX_MSG_CHARS) + CUT);
+  const input = first.input as { pad: string; list?: unknown[] };
+  t.ok(input.pad.startsWith('xxxx') && input.pad.endsWith(CUT) && input.pad.length <= MAX_ECHO_CHARS, 'a long string keeps its start');
+  t.ok((first.ctx.error as string).endsWith(CUT));
+  // Small values are echoed as they were: the same object, not a copy.
+  const small = { model: 'm', messages: [] };
+  t.equal(new ValidationError([{ loc: ['body'], msg: 'x', type: 't', input: small, ctx: {} }]).detail[0]!.input, small);
+});
+
+t.test('clipValue: a list keeps its first items then CUT, an object its first members then a CUT member, in O(budget)', async (t) => {
+  const l = clipValue(Array(100_000).fill(7), 20) as unknown[];
+  t.ok(l.length > 5 && l.length < 12, `${l.length} items kept`);
+  t.same(l, [...Array(l.length - 1).fill(7), CUT]);
+  const o = Object.fromEntries(Array.from({ length: 1000 }, (_, n) => [`key${n}`, n]));
+  const keys = Object.keys(clipValue(o, 40) as Record<string, unknown>);
+  t.ok(keys.length > 3 && keys.length < 8, `${keys.length} members kept`);
+  t.same(keys, [...keys.slice(0, -1).map((_, n) => `key${n}`), CUT]);
+  t.equal(clipString('a\u{1F600}', 2), 'a' + CUT, 'never half a surrogate pair');
+  t.equal(clipValue('short'), 'short');
+  // Deep nesting is cut too.
+  let deep: unknown = 1;
+  for (let n = 0; n < 100; n++) deep = [deep];
+  t.ok(JSON.stringify(clipValue(deep, 1000)).length < 100);
+  const huge = Array(2_000_000).fill(1);
+  const t0 = performance.now();
+  for (let n = 0; n < 1000; n++) clipValue(huge);
+  const ms = performance.now() - t0;
+  t.ok(ms < 1000, `1000 clips of a 2M-item list in ${ms.toFixed(1)} ms: the walk stops at the budget`);
+});
+
+t.test('the input of a path, query or header issue is echoed whole: the request head is bounded already', async (t) => {
+  const slug = 'x'.repeat(15_000);
+  const e = new ValidationError([{ loc: ['path', 'slug'], msg: 'm', type: 'string_too_long', input: slug, ctx: { max_length: 22 } }]);
+  t.equal(e.detail[0]!.input, slug);
 });

@@ -1,7 +1,7 @@
 // validateChatBody (SPEC §1.2, §3.1): Pydantic v2 shaped issues for the fields Tollgate acts on, every
-// problem collected, every other field left alone.
+// problem collected (the first MAX_ISSUES), every other field left alone.
 import t from 'tap';
-import { ValidationError } from '../../src/http/errors.ts';
+import { CUT, MAX_ECHO_CHARS, MAX_ISSUES, ValidationError } from '../../src/http/errors.ts';
 import { validateChatBody } from '../../src/routes/chat-validate.ts';
 
 const USER = { role: 'user', content: 'hi' };
@@ -228,4 +228,30 @@ t.test('every problem is reported, in field order, each with all five fields', a
     d.every((i) => (i.loc as unknown[]).every((l) => typeof l === 'string')),
     'loc parts are strings',
   );
+});
+
+t.test('a body of a million bad messages or parts: the first MAX_ISSUES issues, found without walking the rest', async (t) => {
+  const n = 2_000_000;
+  for (const [name, body] of [
+    ['messages', { model: 'm', messages: Array(n).fill(1) }],
+    ['content parts', { model: 'm', messages: [{ role: 'user', content: Array(n).fill(1) }] }],
+    ['messages missing content', { model: 'm', messages: Array(n).fill({ role: 'user' }) }],
+  ] as const) {
+    const t0 = performance.now();
+    const d = detail(body) as { loc: string[]; input: unknown }[];
+    const ms = performance.now() - t0;
+    t.equal(d.length, MAX_ISSUES, `${name}: ${MAX_ISSUES} issues`);
+    t.ok(ms < 200, `${name}: refused in ${ms.toFixed(1)} ms`);
+    t.ok(JSON.stringify({ detail: d }).length < 16 * 1024, `${name}: a small 422`);
+  }
+  const d = detail({ model: 'm', messages: Array(n).fill(1) }) as { loc: string[] }[];
+  t.same(d.at(-1)!.loc, ['body', 'messages', String(MAX_ISSUES - 1)], 'the first ones, in order');
+});
+
+t.test('a missing field echoes its enclosing object, cut to a bound (SPEC §2a)', async (t) => {
+  const pad = 'x'.repeat(4 * 1024 * 1024);
+  const d = detail({ messages: [USER], pad }) as { loc: string[]; input: { pad: string; messages: unknown } }[];
+  t.same(d[0]!.loc, ['body', 'model']);
+  t.same(d[0]!.input.messages, [USER], 'small members are kept');
+  t.ok(d[0]!.input.pad.length <= MAX_ECHO_CHARS && d[0]!.input.pad.endsWith(CUT), 'a long string is cut');
 });

@@ -1,5 +1,5 @@
 import t, { type Test } from 'tap';
-import { ValidationError, type ValidationIssue } from '../../src/http/errors.ts';
+import { MAX_ISSUES, ValidationError, type ValidationIssue } from '../../src/http/errors.ts';
 import { MAX_FILE_SIZE, SLUG_PATTERN, validateShareBody, validateSlug, type ShareBodyOptions } from '../../src/shares/validate.ts';
 import { newSlug } from '../../src/shares/slug.ts';
 import { parseShareBody } from '../../src/shares/share-body.ts';
@@ -264,4 +264,14 @@ t.test('file names are unique within a share (exact match)', async (t) => {
     ],
   );
   t.equal(validateShareBody({ snapshot, files: [f('a.txt'), f('A.txt')] }, OPTS).files.length, 2, 'case matters, as in S3 keys');
+});
+
+t.test('a snapshot of a million bad messages: the first MAX_ISSUES issues, found without walking the rest', async (t) => {
+  const t0 = performance.now();
+  const d = detail(t, () => validateShareBody({ snapshot: { messages: Array(2_000_000).fill(1) } }, { maxFiles: 20 }));
+  const ms = performance.now() - t0;
+  t.equal(d.length, MAX_ISSUES);
+  t.same(d[0]!.loc, ['body', 'snapshot', 'messages', '0']);
+  t.ok(ms < 200, `refused in ${ms.toFixed(1)} ms`);
+  t.ok(JSON.stringify({ detail: d }).length < 16 * 1024, 'a small 422');
 });
