@@ -195,7 +195,7 @@ export function accountRoutes(d: AccountRouteDeps): Route[] {
   async function keyPage(ctx: RequestContext, viewer: Viewer, account: string) {
     const k = await ownKey(account, ctx.params.id!);
     const saved = query(ctx.req.url!).saved;
-    const notice = typeof saved === 'string' ? SAVED[saved] : undefined;
+    const notice = typeof saved === 'string' && Object.hasOwn(SAVED, saved) ? SAVED[saved] : undefined;
     show(ctx, viewer, `Key ${k.name}`, 'keys', keyDetailBody({ account, view: await keyView(k), nowMs: d.now(), notice }), account);
   }
 

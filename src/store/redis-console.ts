@@ -44,7 +44,9 @@ export function redisConsoleStore(redis: Redis | Cluster): ConsoleStore {
           const hashes = await redis.smembers(index);
           // One key per DEL: session keys live in different Cluster slots.
           const deleted = await Promise.all(hashes.map((h) => redis.del(K.consoleSession(h))));
-          await redis.del(index);
+          // Only the members read leave the index: a session signed in meanwhile stays listed, so the next
+          // "sign all members out" reaches it (deleting the whole index would orphan it for its lifetime).
+          if (hashes.length > 0) await redis.srem(index, ...hashes);
           return deleted.reduce((n, d) => n + d, 0);
         })(),
       ),

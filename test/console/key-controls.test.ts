@@ -122,6 +122,12 @@ t.test('budget and expiry posts: stored as the admin API stores them; bad input 
   t.equal(ok.location, `${keyPath(k.id)}?saved=budget`);
   t.same((await record(k.id)).budget, { limit_micros: 12_500_000, period: 'day', spent_micros: 0 });
   t.match((await get(ok.location!)).text, /The budget was saved[\s\S]*id="budget-bar"[\s\S]*value="Change budget"|Change budget/);
+  // Only the named notices: an inherited name (`constructor`, `toString`) shows none.
+  for (const inherited of ['constructor', 'toString', '__proto__']) {
+    const page = await get(`${keyPath(k.id)}?saved=${inherited}`);
+    t.equal(page.status, 200, inherited);
+    t.notMatch(page.text, /native code|\[object /, `?saved=${inherited}: no notice`);
+  }
   for (const body of [
     'action=budget&limit=-1&period=day',
     'action=budget&limit=abc&period=day',
