@@ -6,6 +6,7 @@
 import { readFile } from 'node:fs/promises';
 import { Cluster, Redis } from 'ioredis';
 import * as K from './redis-keys.ts';
+import { parseClusterNodes } from './cluster-nodes.ts';
 import { settleScriptFor, type DebitLayout } from './debit-layout.ts';
 import { createRedisCredit } from './redis-credit.ts';
 import { redisConsoleStore } from './redis-console.ts';
@@ -96,14 +97,19 @@ export function createRedisClient(o: Pick<RedisStoreOptions, 'url' | 'clusterNod
   // cases are interleaved (28.9 vs 28.2 µs, bench/micro/redis-client.bench.ts), so nothing is gained by it.
   const common = { lazyConnect: true, maxRetriesPerRequest: 1, commandTimeout: o.commandTimeoutMs, enableAutoPipelining: true } as const;
   if (o.clusterNodes && o.clusterNodes.length > 0) {
-    const nodes = o.clusterNodes.map((n) => {
-      const u = new URL(n.includes('://') ? n : `redis://${n}`);
-      return { host: u.hostname, port: Number(u.port || 6379) };
-    });
+    // The nodes' user, password and TLS (checked alike on every node at config load) apply to every node
+    // ioredis connects to, the ones it discovers included.
+    const { nodes, username, password, tls } = parseClusterNodes(o.clusterNodes);
     return new Cluster(nodes, {
       lazyConnect: true,
       enableAutoPipelining: true,
-      redisOptions: { maxRetriesPerRequest: 1, commandTimeout: o.commandTimeoutMs },
+      redisOptions: {
+        maxRetriesPerRequest: 1,
+        commandTimeout: o.commandTimeoutMs,
+        ...(username !== undefined && { username }),
+        ...(password !== undefined && { password }),
+        ...(tls && { tls: {} }),
+      },
     });
   }
   return new Redis(o.url ?? 'redis://127.0.0.1:6379', common);
