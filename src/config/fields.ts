@@ -41,6 +41,15 @@ export function bool(v: unknown, path: string, fallback: boolean): boolean {
   throw new ConfigError(path, 'must be true or false');
 }
 
+/**
+ * The longest delay a Node timer takes (2^31 − 1 ms, ~24.8 days): setTimeout/setInterval turn anything
+ * longer into 1 ms (TimeoutOverflowWarning), so a huge `drain_seconds` cut every stream at once. Every
+ * config field used as a timer delay has it (or less) as its `max`.
+ */
+export const MAX_TIMER_MS = 2_147_483_647;
+/** MAX_TIMER_MS in whole seconds, for `_seconds` fields. */
+export const MAX_TIMER_SECONDS = 2_147_483;
+
 /** A number; interpolated strings like "8080" are accepted. */
 export function num(v: unknown, path: string, opts: { fallback?: number; min?: number; max?: number; integer?: boolean } = {}): number {
   if (v === undefined || v === null || v === '') {

@@ -1,5 +1,5 @@
 /** The `credit` section: the hold's margin, how often the reaper looks for expired holds, and credit leases. */
-import { bool, noUnknown, num, object } from '../config/fields.ts';
+import { bool, MAX_TIMER_MS, MAX_TIMER_SECONDS, noUnknown, num, object } from '../config/fields.ts';
 
 export interface CreditConfig {
   readonly holdMarginSeconds: number;
@@ -15,8 +15,8 @@ export function creditSection(v: unknown): CreditConfig {
   const credit = object(v, 'credit', true);
   noUnknown(credit, 'credit', CREDIT_FIELDS);
   return {
-    holdMarginSeconds: num(credit.hold_margin_seconds, 'credit.hold_margin_seconds', { fallback: 60, min: 0 }),
-    reaperIntervalMs: num(credit.reaper_interval_ms, 'credit.reaper_interval_ms', { fallback: 5_000, min: 10 }),
+    holdMarginSeconds: num(credit.hold_margin_seconds, 'credit.hold_margin_seconds', { fallback: 60, min: 0, max: MAX_TIMER_SECONDS }),
+    reaperIntervalMs: num(credit.reaper_interval_ms, 'credit.reaper_interval_ms', { fallback: 5_000, min: 10, max: MAX_TIMER_MS }),
     leases: bool(credit.leases, 'credit.leases', false),
   };
 }

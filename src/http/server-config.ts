@@ -4,7 +4,10 @@
  */
 import { isIP } from 'node:net';
 import { ConfigError } from '../config/errors.ts';
-import { at, list, noUnknown, num, object, str } from '../config/fields.ts';
+import { at, list, MAX_TIMER_MS, MAX_TIMER_SECONDS, noUnknown, num, object, str } from '../config/fields.ts';
+
+/** server.drain_seconds: drain + the 5 s shutdown margin, in ms, within MAX_TIMER_MS. */
+const MAX_DRAIN_SECONDS = Math.floor((MAX_TIMER_MS - 5_000) / 1000);
 import { autoWorkers } from '../config/cpus.ts';
 
 export interface ServerConfig {
@@ -81,17 +84,18 @@ export function serverSection(v: unknown, env: NodeJS.ProcessEnv): ServerConfig 
     trustedProxies: list(server.trusted_proxies, 'server.trusted_proxies', true).map((c, i) =>
       cidr(str(c, at('server.trusted_proxies', i)), at('server.trusted_proxies', i)),
     ),
-    headersTimeoutMs: num(server.headers_timeout_ms, 'server.headers_timeout_ms', { fallback: 10_000, min: 100 }),
-    requestTimeoutMs: num(server.request_timeout_ms, 'server.request_timeout_ms', { fallback: 30_000, min: 100 }),
-    bodyTimeoutMs: num(server.body_timeout_ms, 'server.body_timeout_ms', { fallback: 10_000, min: 100 }),
-    writeTimeoutMs: num(server.write_timeout_ms, 'server.write_timeout_ms', { fallback: 30_000, min: 100 }),
-    drainSeconds: num(server.drain_seconds, 'server.drain_seconds', { fallback: 30, min: 0 }),
+    headersTimeoutMs: num(server.headers_timeout_ms, 'server.headers_timeout_ms', { fallback: 10_000, min: 100, max: MAX_TIMER_MS }),
+    requestTimeoutMs: num(server.request_timeout_ms, 'server.request_timeout_ms', { fallback: 30_000, min: 100, max: MAX_TIMER_MS }),
+    bodyTimeoutMs: num(server.body_timeout_ms, 'server.body_timeout_ms', { fallback: 10_000, min: 100, max: MAX_TIMER_MS }),
+    writeTimeoutMs: num(server.write_timeout_ms, 'server.write_timeout_ms', { fallback: 30_000, min: 100, max: MAX_TIMER_MS }),
+    // The shutdown arms drain + 5 s at most (main.ts hard stop, gateway.ts graces): that sum must fit a timer.
+    drainSeconds: num(server.drain_seconds, 'server.drain_seconds', { fallback: 30, min: 0, max: MAX_DRAIN_SECONDS }),
     workers: workerCount(
       env.TOLLGATE_WORKERS ?? server.workers,
       env.TOLLGATE_WORKERS !== undefined ? 'TOLLGATE_WORKERS (environment)' : 'server.workers',
     ),
     spoolDir: spoolDir(server.spool_dir),
-    spoolScanSeconds: num(server.spool_scan_seconds, 'server.spool_scan_seconds', { fallback: 60, min: 1 }),
+    spoolScanSeconds: num(server.spool_scan_seconds, 'server.spool_scan_seconds', { fallback: 60, min: 1, max: MAX_TIMER_SECONDS }),
   };
 }
 

@@ -1,5 +1,5 @@
 /** The `limits` section (request size and concurrency, SPEC §13) and `rate_limits` (per key and account, SPEC §1.5). */
-import { at, noUnknown, num, object } from '../config/fields.ts';
+import { at, MAX_TIMER_SECONDS, noUnknown, num, object } from '../config/fields.ts';
 
 export interface LimitsConfig {
   readonly maxBodyBytes: number;
@@ -79,7 +79,7 @@ export function rateLimitsSection(v: unknown): RateLimitsConfig {
   noUnknown(rl, 'rate_limits', RATE_LIMITS_FIELDS);
   const testLimits = limitSpec(rl.test, 'rate_limits.test', { requestsPerMinute: 60, tokensPerMinute: 100_000 });
   return {
-    windowSeconds: num(rl.window_seconds, 'rate_limits.window_seconds', { fallback: 60, min: 1, integer: true }),
+    windowSeconds: num(rl.window_seconds, 'rate_limits.window_seconds', { fallback: 60, min: 1, max: MAX_TIMER_SECONDS, integer: true }),
     test: testLimits,
     live: limitSpec(rl.live, 'rate_limits.live', { requestsPerMinute: undefined, tokensPerMinute: undefined }),
     testAccount: limitSpec(rl.test_account, 'rate_limits.test_account', times(4, testLimits)),

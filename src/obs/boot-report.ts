@@ -5,6 +5,7 @@
  */
 import type { Config } from '../config/schema.ts';
 import type { Store } from '../store/types.ts';
+import { clusterAddress } from '../store/cluster-nodes.ts';
 
 /** The one-line summary's fields: models → upstreams, store, admin API on/off. */
 export function bootSummary(config: Config, store: string, urls: { publicUrl: string; adminUrl: string }): Record<string, unknown> {
@@ -103,10 +104,10 @@ export function listenErrorMessage(err: unknown, config: Config): string | undef
   return `cannot listen on ${where}: the address ${what}.${fix}`;
 }
 
-/** Where the store is, for log lines: `host:port` of REDIS_URL (never its password), or the cluster nodes. */
+/** Where the store is, for log lines: `host:port` of REDIS_URL or of each cluster node, never a password. */
 export function storeAddress(config: Config): string {
   const { redisUrl, clusterNodes } = config.store;
-  if (clusterNodes.length > 0) return clusterNodes.join(',');
+  if (clusterNodes.length > 0) return clusterAddress(clusterNodes);
   if (!redisUrl) return 'embedded';
   if (redisUrl.startsWith('/')) return redisUrl;
   try {

@@ -1,5 +1,5 @@
 /** The `shares` section (SPEC §12): links, quotas, the read caches, the S3 bucket and the janitor. */
-import { at, list, noUnknown, num, object, str } from '../config/fields.ts';
+import { at, list, MAX_TIMER_SECONDS, noUnknown, num, object, str } from '../config/fields.ts';
 import { s3Section, type S3Config } from '../config/s3.ts';
 
 export interface SharesConfig {
@@ -85,7 +85,12 @@ export function sharesSection(v: unknown, env: NodeJS.ProcessEnv): SharesConfig 
       max: 3_600_000,
       integer: true,
     }),
-    orphanGraceSeconds: num(shares.orphan_grace_seconds, 'shares.orphan_grace_seconds', { fallback: 300, min: 0, integer: true }),
+    orphanGraceSeconds: num(shares.orphan_grace_seconds, 'shares.orphan_grace_seconds', {
+      fallback: 300,
+      min: 0,
+      max: MAX_TIMER_SECONDS,
+      integer: true,
+    }),
     migrateBatch: num(shares.migrate_batch, 'shares.migrate_batch', { fallback: 100, min: 1, max: 10_000, integer: true }),
     revokedRetentionSeconds: num(shares.revoked_retention_seconds, 'shares.revoked_retention_seconds', {
       fallback: 7 * 24 * 3600,

@@ -1,5 +1,7 @@
 /** The `store` section: where Redis is (REDIS_URL / REDIS_CLUSTER_NODES win over the file), and its command timeout. */
-import { at, list, noUnknown, num, object, oneOf, optional, str } from '../config/fields.ts';
+import { at, list, MAX_TIMER_MS, noUnknown, num, object, oneOf, optional, str } from '../config/fields.ts';
+import { ConfigError } from '../config/errors.ts';
+import { parseClusterNodes } from './cluster-nodes.ts';
 import { DEBIT_LAYOUTS, type DebitLayout } from './debit-layout.ts';
 
 export interface StoreConfig {
@@ -22,10 +24,18 @@ export function storeSection(v: unknown, env: NodeJS.ProcessEnv): StoreConfig {
           .map((s) => s.trim())
           .filter(Boolean)
       : list(store.cluster_nodes, 'store.cluster_nodes', true).map((n, i) => str(n, at('store.cluster_nodes', i)));
+  try {
+    parseClusterNodes(clusterNodes);
+  } catch (e) {
+    throw new ConfigError(
+      env.REDIS_CLUSTER_NODES !== undefined ? 'REDIS_CLUSTER_NODES (environment)' : 'store.cluster_nodes',
+      (e as Error).message,
+    );
+  }
   return {
     redisUrl: env.REDIS_URL || optional(store.redis_url, 'store.redis_url'),
     clusterNodes,
-    commandTimeoutMs: num(store.command_timeout_ms, 'store.command_timeout_ms', { fallback: 500, min: 10 }),
+    commandTimeoutMs: num(store.command_timeout_ms, 'store.command_timeout_ms', { fallback: 500, min: 10, max: MAX_TIMER_MS }),
     debitEntries: oneOf(str(store.debit_entries, 'store.debit_entries', 'compact'), DEBIT_LAYOUTS, 'store.debit_entries'),
   };
 }

@@ -6,6 +6,7 @@
 import { readFile } from 'node:fs/promises';
 import { Cluster, Redis } from 'ioredis';
 import * as K from './redis-keys.ts';
+import { parseClusterNodes } from './cluster-nodes.ts';
 import { settleScriptFor, type DebitLayout } from './debit-layout.ts';
 import { createRedisCredit } from './redis-credit.ts';
 import { redisConsoleStore } from './redis-console.ts';
@@ -96,14 +97,19 @@ export function createRedisClient(o: Pick<RedisStoreOptions, 'url' | 'clusterNod
   // cases are interleaved (28.9 vs 28.2 µs, bench/micro/redis-client.bench.ts), so nothing is gained by it.
   const common = { lazyConnect: true, maxRetriesPerRequest: 1, commandTimeout: o.commandTimeoutMs, enableAutoPipelining: true } as const;
   if (o.clusterNodes && o.clusterNodes.length > 0) {
-    const nodes = o.clusterNodes.map((n) => {
-      const u = new URL(n.includes('://') ? n : `redis://${n}`);
-      return { host: u.hostname, port: Number(u.port || 6379) };
-    });
+    // The nodes' user, password and TLS (checked alike on every node at config load) apply to every node
+    // ioredis connects to, the ones it discovers included.
+    const { nodes, username, password, tls } = parseClusterNodes(o.clusterNodes);
     return new Cluster(nodes, {
       lazyConnect: true,
       enableAutoPipelining: true,
-      redisOptions: { maxRetriesPerRequest: 1, commandTimeout: o.commandTimeoutMs },
+      redisOptions: {
+        maxRetriesPerRequest: 1,
+        commandTimeout: o.commandTimeoutMs,
+        ...(username !== undefined && { username }),
+        ...(password !== undefined && { password }),
+        ...(tls && { tls: {} }),
+      },
     });
   }
   return new Redis(o.url ?? 'redis://127.0.0.1:6379', common);
@@ -126,11 +132,32 @@ function pipeFor(
   return createScriptPipe({ target: { host, port, path, family, tls, username, password, db }, commandTimeoutMs, onError, scripts });
 }
 
+/**
+ * ioredis 6 holds a Cluster's autopipelined commands (and pipelines) until it first learns the slots, then
+ * runs each in a nextTick callback. When that first slot table is partial (a cluster still being created,
+ * as a gateway booted before its cluster sees it), the command's slot has no node and the callback throws
+ * a TypeError (autoPipelining.js `client.slots[…].join`) outside any promise: an uncaught exception that
+ * killed the process. The callback's own error path rejects the command instead, as store_unavailable.
+ */
+function guardDelayedCommands(redis: Cluster): void {
+  const c = redis as unknown as { delayUntilReady(cb: (err?: Error | null) => void): void };
+  const delay = c.delayUntilReady.bind(redis);
+  c.delayUntilReady = (cb) =>
+    delay((err) => {
+      try {
+        cb(err);
+      } catch (e) {
+        cb(e as Error);
+      }
+    });
+}
+
 /** Connects (or keeps retrying in the background) and returns the Redis-backed store. */
 export async function createRedisStore(o: RedisStoreOptions & { client?: Client }): Promise<Store> {
   const redis = o.client ?? createRedisClient(o);
   const onError = o.onError ?? (() => {});
   redis.on('error', onError);
+  if (redis instanceof Cluster) guardDelayedCommands(redis);
   const scripts: Record<string, ScriptFn> = {};
   const lua: Record<string, LuaScript> = {};
   for (const [name, [file, numberOfKeys]] of Object.entries(SCRIPTS)) {
@@ -162,8 +189,10 @@ export async function createRedisStore(o: RedisStoreOptions & { client?: Client 
   // Not ioredis' autoResubscribe: it re-subscribes after a reconnect without a handler on the reply, so a
   // close (or another drop) before that reply arrives is an unhandled rejection, "Connection is closed."
   // (CI, limits-outage). The 'ready' listener below does the same with the error handled.
+  // Cluster: no offline queue on the subscriber, so a subscribe while no node is reachable fails at once
+  // instead of waiting in ioredis' queue for ever (the boot awaited it and never listened).
   const cluster = redis instanceof Cluster;
-  const sub: Client = cluster ? redis.duplicate() : redis.duplicate({ autoResubscribe: false });
+  const sub: Client = cluster ? redis.duplicate([], { enableOfflineQueue: false }) : redis.duplicate({ autoResubscribe: false });
   sub.on('error', onError);
   const handlers: ((m: Invalidation) => void)[] = [];
   sub.on('message', (_channel: string, message: string) => {
@@ -172,9 +201,12 @@ export async function createRedisStore(o: RedisStoreOptions & { client?: Client 
   });
   if (redis.status === 'wait') await redis.connect().catch(onError);
   if (sub.status === 'wait') await sub.connect().catch(onError);
-  await sub.subscribe(K.INVALIDATION_CHANNEL).catch(onError);
-  // After a reconnect (or a first connect that failed above); subscribing twice is harmless.
-  if (!cluster) sub.on('ready', () => void sub.subscribe(K.INVALIDATION_CHANNEL).catch(onError));
+  // Not awaited when the connection is down: the boot must reach listen() with Redis unreachable (SPEC §5).
+  // After a reconnect (or a first connect that failed above) the 'ready' listener subscribes; subscribing
+  // twice is harmless. On Cluster, ioredis moves the subscription itself when its subscriber node changes,
+  // but only once a subscribe has succeeded.
+  sub.on('ready', () => void sub.subscribe(K.INVALIDATION_CHANNEL).catch(onError));
+  if (sub.status === 'ready') await sub.subscribe(K.INVALIDATION_CHANNEL).catch(onError);
 
   const s = scripts as Record<keyof typeof SCRIPTS, ScriptFn>;
   const credit = createRedisCredit({

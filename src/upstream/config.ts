@@ -3,7 +3,7 @@
  * upstreams, price and endpoints): what the gateway forwards to, and how.
  */
 import { ConfigError } from '../config/errors.ts';
-import { at, list, noUnknown, num, object, str } from '../config/fields.ts';
+import { at, list, MAX_TIMER_MS, MAX_TIMER_SECONDS, noUnknown, num, object, str } from '../config/fields.ts';
 import { parsePrice, type Price } from '../credit/pricing.ts';
 
 export interface UpstreamConfig {
@@ -70,13 +70,13 @@ export function upstreamSection(v: unknown): UpstreamPolicy {
   const upstream = object(v, 'upstream', true);
   noUnknown(upstream, 'upstream', UPSTREAM_FIELDS);
   return {
-    connectTimeoutMs: num(upstream.connect_timeout_ms, 'upstream.connect_timeout_ms', { fallback: 5_000, min: 1 }),
-    headersTimeoutMs: num(upstream.headers_timeout_ms, 'upstream.headers_timeout_ms', { fallback: 120_000, min: 1 }),
-    idleTimeoutMs: num(upstream.idle_timeout_ms, 'upstream.idle_timeout_ms', { fallback: 60_000, min: 1 }),
-    totalTimeoutMs: num(upstream.total_timeout_ms, 'upstream.total_timeout_ms', { fallback: 600_000, min: 1 }),
+    connectTimeoutMs: num(upstream.connect_timeout_ms, 'upstream.connect_timeout_ms', { fallback: 5_000, min: 1, max: MAX_TIMER_MS }),
+    headersTimeoutMs: num(upstream.headers_timeout_ms, 'upstream.headers_timeout_ms', { fallback: 120_000, min: 1, max: MAX_TIMER_MS }),
+    idleTimeoutMs: num(upstream.idle_timeout_ms, 'upstream.idle_timeout_ms', { fallback: 60_000, min: 1, max: MAX_TIMER_MS }),
+    totalTimeoutMs: num(upstream.total_timeout_ms, 'upstream.total_timeout_ms', { fallback: 600_000, min: 1, max: MAX_TIMER_MS }),
     ejectAfterFailures: num(upstream.eject_after_failures, 'upstream.eject_after_failures', { fallback: 5, min: 1, integer: true }),
-    ejectSeconds: num(upstream.eject_seconds, 'upstream.eject_seconds', { fallback: 10, min: 0 }),
-    maxEjectSeconds: num(upstream.max_eject_seconds, 'upstream.max_eject_seconds', { fallback: 60, min: 0 }),
+    ejectSeconds: num(upstream.eject_seconds, 'upstream.eject_seconds', { fallback: 10, min: 0, max: MAX_TIMER_SECONDS }),
+    maxEjectSeconds: num(upstream.max_eject_seconds, 'upstream.max_eject_seconds', { fallback: 60, min: 0, max: MAX_TIMER_SECONDS }),
     maxConnections: num(upstream.max_connections, 'upstream.max_connections', { fallback: 0, min: 0, integer: true }),
     forwardHeaders: headerNames(upstream.forward_headers, 'upstream.forward_headers'),
     returnHeaders: headerNames(upstream.return_headers, 'upstream.return_headers'),

@@ -44,8 +44,15 @@ async function hasRedis(): Promise<boolean> {
   );
 }
 
-/** Starts the cluster; null when redis-server is missing (outside CI). */
-export async function startRedisCluster(t: Teardown): Promise<RedisCluster | null> {
+/**
+ * Starts the cluster; null when redis-server is missing (outside CI). `o.ports`: the six ports to use (a
+ * gateway already pointed at them, e.g.), else free ones. `o.password`: every node requires it
+ * (`--requirepass`, and `--masterauth` for the replicas).
+ */
+export async function startRedisCluster(
+  t: Teardown,
+  o: { ports?: readonly number[]; password?: string } = {},
+): Promise<RedisCluster | null> {
   if (!(await hasRedis())) {
     if (process.env.CI === 'true') throw new Error('redis-server is not installed (apt-get install -y redis-server)');
     t.comment?.('SKIP: redis-server not on PATH; the cluster tests need it');
@@ -67,7 +74,7 @@ export async function startRedisCluster(t: Teardown): Promise<RedisCluster | nul
     await rm(dir, { recursive: true, force: true });
   });
   for (let i = 0; i < 6; i++) {
-    const port = await freePort();
+    const port = o.ports?.[i] ?? (await freePort());
     const nodeDir = join(dir, String(port));
     await run('mkdir', ['-p', nodeDir]);
     const child = spawn(
@@ -94,6 +101,7 @@ export async function startRedisCluster(t: Teardown): Promise<RedisCluster | nul
         '0',
         '--dir',
         nodeDir,
+        ...(o.password === undefined ? [] : ['--requirepass', o.password, '--masterauth', o.password]),
       ],
       { stdio: ['ignore', 'pipe', 'pipe'] },
     );
@@ -104,8 +112,9 @@ export async function startRedisCluster(t: Teardown): Promise<RedisCluster | nul
     nodes.push({ port, child });
   }
   const addresses = nodes.map((n) => `127.0.0.1:${n.port}`);
-  await run('redis-cli', ['--cluster', 'create', ...addresses, '--cluster-replicas', '1', '--cluster-yes']);
-  const cli = async (port: number, ...args: string[]) => (await run('redis-cli', ['-p', String(port), ...args])).stdout;
+  const auth = o.password === undefined ? [] : ['-a', o.password, '--no-auth-warning'];
+  await run('redis-cli', [...auth, '--cluster', 'create', ...addresses, '--cluster-replicas', '1', '--cluster-yes']);
+  const cli = async (port: number, ...args: string[]) => (await run('redis-cli', [...auth, '-p', String(port), ...args])).stdout;
   const waitOk = async (port: number, timeoutMs = 30_000) => {
     let info = '';
     await waitFor(
