@@ -119,10 +119,17 @@ export function createLedgerExporter(d: LedgerExporterDeps): LedgerExporter {
         const { cursor } = await d.store.exportState(account);
         const entries = await d.store.ledger(account, cursor ?? undefined, d.batchSize);
         if (entries.length === 0) break;
-        const signal = AbortSignal.timeout(Math.max(0, Math.floor(leasedAt + leaseMs / 2 - performance.now())));
+        const deadline = leasedAt + leaseMs / 2;
+        const signal = AbortSignal.timeout(Math.max(0, Math.floor(deadline - performance.now())));
+        // Checked against the clock before each request: a timeout signal whose time has already passed
+        // aborts only on a later tick, so `throwIfAborted` alone lets a late write through.
+        const inTime = () => {
+          if (performance.now() >= deadline) throw new Error('half the lease has passed; nothing more is written');
+          signal.throwIfAborted();
+        };
         for (const [day, list] of byDay(entries)) {
           let key = objectKey(d.prefix, day, account, list[0]!.id);
-          signal.throwIfAborted();
+          inTime();
           const existing = await d.sink.find(key, signal);
           if (existing) {
             const lost = await notHeld(account, decodeObject(existing), entries, entries.length === d.batchSize);
@@ -137,7 +144,7 @@ export function createLedgerExporter(d: LedgerExporterDeps): LedgerExporter {
               );
             }
           }
-          signal.throwIfAborted();
+          inTime();
           await d.sink.put(key, encodeObject(account, list), signal);
           r.objects++;
         }

@@ -1,8 +1,8 @@
 // The ledger export when Redis is behind S3 (docs/ledger-export.md "When Redis lost writes"), against a
 // real Redis and a signature-checking S3: a restore from an older snapshot (DUMP/RESTORE of the account's
 // keys, as a restore or an async-replica failover leaves them) must not make the next pass overwrite the
-// object that holds the lost, already exported entries; and a crash-retry with a smaller batch still
-// replaces its orphan whole.
+// object that holds the lost, already exported entries; a crash-retry with a smaller batch still replaces
+// its orphan whole; and an exporter whose reads outlived half its lease writes nothing.
 import { Writable } from 'node:stream';
 import t from 'tap';
 import { createLedgerExporter, type LedgerExporterDeps } from '../../src/ledger/exporter.ts';
@@ -135,5 +135,51 @@ if (redis) {
     }
     t.same(errorLines(), [], 'no error line');
     await checkExactlyOnce(t, s3sink, new Map([['acct', await ledgerOf(store, 'acct')]]));
+  });
+
+  t.test('reads that outlive half the lease: nothing is written after that point', async (t) => {
+    await redis.client.flushdb();
+    logs.length = 0;
+    const s3 = await startS3(t, 'ledger-late');
+    const s3sink = sinkFor(s3);
+    const store = await openRedisStore(t, redis.url);
+    for (let i = 0; i < 3; i++) await grant(store, 'acct', `g${i}`);
+    const LEASE = 300;
+    // A's first ledger read stalls past its whole lease (a GC pause, a slow Redis); B's does not.
+    let stall = true;
+    const slow: Store = {
+      ...store,
+      ledger: async (...a: Parameters<Store['ledger']>) => {
+        const page = await store.ledger(...a);
+        if (stall) {
+          stall = false;
+          await new Promise((r) => setTimeout(r, LEASE + 100));
+        }
+        return page;
+      },
+    };
+    const requests: string[] = [];
+    const traced = (name: string): LedgerSink => ({
+      ...s3sink,
+      find: (key, signal) => (requests.push(`${name} find`), s3sink.find(key, signal)),
+      put: (key, body, signal) => (requests.push(`${name} put ${decodeObject(body).length}`), s3sink.put(key, body, signal)),
+    });
+    const a = exporter(slow, { sink: traced('A'), leaseMs: LEASE, retentionDays: 0 });
+    const b = exporter(store, { sink: traced('B'), leaseMs: LEASE, retentionDays: 0 });
+    const runA = a.runOnce();
+    await new Promise((r) => setTimeout(r, LEASE + 20)); // A's lease has lapsed in Redis
+    for (let i = 3; i < 5; i++) await grant(store, 'acct', `g${i}`);
+    const all = await ledgerOf(store, 'acct');
+    const rb = await b.runOnce();
+    t.equal(rb.entries, 5, 'B took over and exported all five');
+    const ra = await runA;
+    t.equal(ra.failed, 1, 'A gave up');
+    t.same(
+      requests.filter((r) => r.startsWith('A')),
+      [],
+      'A sent S3 nothing after its deadline',
+    );
+    t.equal(rb.trimmed, 5, 'retention 0: B trimmed what it exported');
+    await checkExactlyOnce(t, s3sink, new Map([['acct', all]]));
   });
 }
