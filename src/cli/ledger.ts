@@ -35,6 +35,7 @@ export const ledgerGroup: CommandGroup = {
                 ['objects', String(r.objects)],
                 ['trimmed', String(r.trimmed)],
                 ['failed', String(r.failed)],
+                ['conflicts', String(r.conflicts)],
               ]),
         );
         if (r.failed > 0)

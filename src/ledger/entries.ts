@@ -29,6 +29,15 @@ export function objectKey(prefix: string, day: string, account: string, firstId:
   return `${prefix}dt=${day}/${encodeURIComponent(account)}/${firstId}.ndjson.gz`;
 }
 
+/**
+ * Where a batch goes when its object's name already holds entries Redis no longer has (Redis lost
+ * writes): beside it, never over it. `tag` is unique to the attempt. Still `<first id>….ndjson.gz`, so
+ * globs over the objects read it; consumers deduplicate by account + id (docs/ledger-export.md).
+ */
+export function conflictKey(prefix: string, day: string, account: string, firstId: string, tag: string): string {
+  return `${prefix}dt=${day}/${encodeURIComponent(account)}/${firstId}.${tag}.ndjson.gz`;
+}
+
 /** Splits a batch (ordered by id) into its days, each in id order. */
 export function byDay(entries: readonly LedgerEntry[]): Map<string, LedgerEntry[]> {
   const days = new Map<string, LedgerEntry[]>();

@@ -3,7 +3,8 @@
  * per account, one at a time holds a lease in Redis and:
  *   1. reads up to `batch_size` entries after the account's cursor,
  *   2. writes them to S3, one object per UTC day named by its first entry id (a retry rewrites the same
- *      object whole),
+ *      object whole; an object under that name holding entries Redis no longer has is kept, and the
+ *      batch is written beside it),
  *   3. moves the cursor to the last entry only after S3 acknowledged every object, fenced by the lease
  *      token and by the cursor it started from,
  * then trims what is both exported and older than `retention_days`. An S3 write is abandoned before the
@@ -12,8 +13,8 @@
 import { randomUUID } from 'node:crypto';
 import { performance } from 'node:perf_hooks';
 import type { Logger } from '../obs/logger.ts';
-import type { Store } from '../store/types.ts';
-import { byDay, encodeObject, idAtMs, objectKey } from './entries.ts';
+import type { LedgerEntry, Store } from '../store/types.ts';
+import { byDay, compareIds, conflictKey, decodeObject, encodeObject, type ExportedEntry, idAtMs, objectKey } from './entries.ts';
 import type { LedgerSink } from './sink.ts';
 
 export interface ExportReport {
@@ -26,6 +27,11 @@ export interface ExportReport {
   trimmed: number;
   /** Accounts whose export failed (S3 or store); retried next run. */
   failed: number;
+  /**
+   * Objects written beside an existing one of the same name because that one holds entries Redis no
+   * longer has (Redis lost writes); each is logged at error level. The operator reconciles.
+   */
+  conflicts: number;
 }
 
 export interface LedgerExporter {
@@ -63,6 +69,41 @@ export function createLedgerExporter(d: LedgerExporterDeps): LedgerExporter {
   let current: Promise<ExportReport> | undefined;
   let timer: NodeJS.Timeout | undefined;
 
+  /**
+   * The ids of an existing object's entries that neither the batch nor Redis after it holds, identical:
+   * none when the object is an earlier attempt at this batch (a crash between its write and its commit,
+   * with this batch size or a larger one), some when Redis lost writes after they were exported (a
+   * restore from an older snapshot, a failover to a replica that missed them). Those must not be
+   * overwritten: the object is the only copy left.
+   */
+  async function notHeld(account: string, existing: ExportedEntry[], batch: LedgerEntry[], full: boolean): Promise<string[]> {
+    const line = (e: LedgerEntry) => JSON.stringify({ ...e, account });
+    const held = new Map(batch.map((e) => [e.id, line(e)]));
+    const last = batch.at(-1)!.id;
+    const lost: string[] = [];
+    const beyond: ExportedEntry[] = [];
+    for (const e of existing) {
+      if (compareIds(e.id, last) > 0) beyond.push(e);
+      else if (held.get(e.id) !== JSON.stringify(e)) lost.push(e.id);
+    }
+    if (beyond.length === 0) return lost;
+    // A batch shorter than batch_size read everything Redis had after the cursor, so entries past its
+    // end are gone. A full one stopped early: an earlier attempt with a larger batch size also wrote the
+    // entries that follow it in Redis, and they are exported next (rare: read them to tell).
+    const rest = new Map<string, string>();
+    if (full) {
+      const end = beyond.reduce((m, e) => (compareIds(e.id, m) > 0 ? e.id : m), last);
+      for (let after = last; ;) {
+        const page = await d.store.ledger(account, after, d.batchSize);
+        for (const e of page) rest.set(e.id, line(e));
+        if (page.length < d.batchSize || compareIds(page.at(-1)!.id, end) >= 0) break;
+        after = page.at(-1)!.id;
+      }
+    }
+    for (const e of beyond) if (rest.get(e.id) !== JSON.stringify(e)) lost.push(e.id);
+    return lost;
+  }
+
   /** Exports one account's new entries, then trims; the lease is released whatever happens. */
   async function exportAccount(account: string, r: ExportReport): Promise<void> {
     const token = randomUUID();
@@ -78,10 +119,33 @@ export function createLedgerExporter(d: LedgerExporterDeps): LedgerExporter {
         const { cursor } = await d.store.exportState(account);
         const entries = await d.store.ledger(account, cursor ?? undefined, d.batchSize);
         if (entries.length === 0) break;
-        const signal = AbortSignal.timeout(Math.max(0, Math.floor(leasedAt + leaseMs / 2 - performance.now())));
-        for (const [day, list] of byDay(entries)) {
+        const deadline = leasedAt + leaseMs / 2;
+        const signal = AbortSignal.timeout(Math.max(0, Math.floor(deadline - performance.now())));
+        // Checked against the clock before each request: a timeout signal whose time has already passed
+        // aborts only on a later tick, so `throwIfAborted` alone lets a late write through.
+        const inTime = () => {
+          if (performance.now() >= deadline) throw new Error('half the lease has passed; nothing more is written');
           signal.throwIfAborted();
-          await d.sink.put(objectKey(d.prefix, day, account, list[0]!.id), encodeObject(account, list), signal);
+        };
+        for (const [day, list] of byDay(entries)) {
+          let key = objectKey(d.prefix, day, account, list[0]!.id);
+          inTime();
+          const existing = await d.sink.find(key, signal);
+          if (existing) {
+            const lost = await notHeld(account, decodeObject(existing), entries, entries.length === d.batchSize);
+            if (lost.length > 0) {
+              const taken = key;
+              key = conflictKey(d.prefix, day, account, list[0]!.id, randomUUID().slice(0, 8));
+              r.conflicts++;
+              d.logger.error(
+                { account, object: taken, written: key, lost_entries: lost.length, lost_ids: lost.slice(0, 10) },
+                'ledger export: an exported object holds entries Redis no longer has (a restore or failover lost writes); ' +
+                  'it is kept and this batch is written beside it. Reconcile the account (docs/operations.md "Reconciling from the exported ledger")',
+              );
+            }
+          }
+          inTime();
+          await d.sink.put(key, encodeObject(account, list), signal);
           r.objects++;
         }
         if (!(await d.store.commitExport(account, token, cursor, entries.at(-1)!.id))) {
@@ -107,7 +171,7 @@ export function createLedgerExporter(d: LedgerExporterDeps): LedgerExporter {
   }
 
   async function pass(): Promise<ExportReport> {
-    const r: ExportReport = { accounts: 0, busy: 0, entries: 0, objects: 0, trimmed: 0, failed: 0 };
+    const r: ExportReport = { accounts: 0, busy: 0, entries: 0, objects: 0, trimmed: 0, failed: 0, conflicts: 0 };
     if (!backfilled) {
       // Accounts whose ledger predates the index (an upgrade), or whose entries were never indexed
       // (a process died between its settle and its usage flush): found once per process.
@@ -122,7 +186,7 @@ export function createLedgerExporter(d: LedgerExporterDeps): LedgerExporter {
       };
       await Promise.all(Array.from({ length: Math.min(concurrency, accounts.length) }, worker));
     });
-    if (r.entries > 0 || r.trimmed > 0 || r.failed > 0) d.logger.info({ ledger_export: r }, 'ledger export run');
+    if (r.entries > 0 || r.trimmed > 0 || r.failed > 0 || r.conflicts > 0) d.logger.info({ ledger_export: r }, 'ledger export run');
     d.onReport?.(r);
     return r;
   }

@@ -13,6 +13,16 @@ export interface LedgerSink {
   /** Every object key under `prefix`. */
   list(prefix: string): Promise<string[]>;
   get(key: string): Promise<Uint8Array>;
+  /**
+   * The object's body, or undefined when there is none (the export's check before it writes a name:
+   * docs/ledger-export.md "Redis lost writes"). Rejects on any other failure or when `signal` aborts.
+   */
+  find(key: string, signal: AbortSignal): Promise<Uint8Array | undefined>;
+}
+
+function isNotFound(e: unknown): boolean {
+  const x = e as { name?: string; $metadata?: { httpStatusCode?: number } };
+  return x.name === 'NoSuchKey' || x.name === 'NotFound' || x.$metadata?.httpStatusCode === 404;
 }
 
 export function createS3Sink(cfg: S3Config): LedgerSink {
@@ -45,6 +55,15 @@ export function createS3Sink(cfg: S3Config): LedgerSink {
     async get(key) {
       const r = await s3.send(new GetObjectCommand({ Bucket, Key: key }));
       return r.Body!.transformToByteArray();
+    },
+    async find(key, signal) {
+      try {
+        const r = await s3.send(new GetObjectCommand({ Bucket, Key: key }), { abortSignal: signal });
+        return await r.Body!.transformToByteArray();
+      } catch (e) {
+        if (isNotFound(e)) return undefined;
+        throw e;
+      }
     },
   };
 }
