@@ -105,7 +105,8 @@ if (requireRedis(t, process.env, true) && onPath('redis-server', process.env.PAT
       'the spooled settles to land',
       100,
     );
-    await waitFor(async () => (await spooled(spoolDir)).files.length === 0, 5_000, 'the replayed files to be deleted');
+    await waitFor(async () => (await spooled(spoolDir)).files.length === 0, 5_000, 'the replayed file to be deleted');
+    await waitFor(async () => (await usageSpooled(spoolDir)).files.length === 0, 5_000, 'the replayed usage file to be deleted');
     let acct = await accountOf(admin.admin, 'spooled');
     t.equal(acct.held_micros, 0, 'every hold released');
     checkLedger(t, entries, acct, new Set(ids));

@@ -52,11 +52,12 @@ export async function readContent(res: Response, n: number): Promise<{ rest: () 
   return { rest };
 }
 
-/** The `.spool` files in `dir` (none when it does not exist) and every settle in them. */
+/** The settle spool files in `dir` (none when it does not exist) and every settle in them. */
 export async function spooled(dir: string): Promise<{ files: string[]; settles: SettleInput[] }> {
   let names: string[] = [];
   try {
-    names = (await readdir(dir)).sort();
+    // The usage spool beside it (`usage-….usage`) is usageSpooled's.
+    names = (await readdir(dir)).filter((n) => !n.startsWith('usage-')).sort();
   } catch (e) {
     if ((e as NodeJS.ErrnoException).code !== 'ENOENT') throw e;
   }
