@@ -208,7 +208,7 @@ export function createUsage(d: UsageDeps): Usage {
         } else {
           d.logger.warn(
             { err: (err as Error).message, cells: pending.batch.cells.length },
-            stopping ? 'usage flush failed again at stop; spooled' : 'usage flush failed again; retried as it was',
+            stopping ? 'usage flush failed again at stop (see the next line)' : 'usage flush failed again; retried as it was',
           );
         }
         return;
@@ -227,7 +227,7 @@ export function createUsage(d: UsageDeps): Usage {
       d.onFlushFailed?.();
       d.logger.warn(
         { err: (err as Error).message, cells: batch.cells.length },
-        stopping ? 'usage flush failed at stop; spooled' : 'usage flush failed; retried as it was',
+        stopping ? 'usage flush failed at stop (see the next line)' : 'usage flush failed; retried as it was',
       );
     } finally {
       sending = undefined;
