@@ -50,6 +50,7 @@ import { createRequire } from 'node:module';
 import { createConsole, isConsolePath, type Console } from './console/setup.ts';
 import { createUsage, type Usage } from './usage/usage.ts';
 import { rebuildUsage } from './usage/rebuild.ts';
+import { replayUsageSpool } from './usage/spool.ts';
 import { usageRoutes } from './usage/routes.ts';
 import { createLedgerExporter, type LedgerExporter } from './ledger/exporter.ts';
 import { createS3Sink, type LedgerSink } from './ledger/sink.ts';
@@ -103,6 +104,8 @@ const SETTLE_GRACE_MS = 1_500;
  * ~2 s of the SPEC §14 bound (drain + 5 s) to a loaded machine's late timers (1 s late was seen at load 30).
  */
 const STOP_GRACE_MS = 2_500;
+/** The usage flush is tried until STOP_GRACE_MS; writing what did not land to the spool (a local fsync) gets this much more. */
+const USAGE_SPOOL_GRACE_MS = 300;
 
 /** Resolves true when `p` settled within `ms`, false otherwise (`p` keeps running). */
 async function within(p: Promise<unknown> | undefined, ms: number): Promise<boolean> {
@@ -173,6 +176,8 @@ export function createGateway(d: GatewayDeps): Gateway {
     retentionDays: config.usage.retentionDays,
     flushIntervalMs: config.usage.flushIntervalMs,
     onFlushFailed: () => metrics.usageFlushFailures.inc(),
+    // What cannot be flushed at exit goes beside the settles it was billed with (SPEC §10, §14).
+    spoolDir: config.server.spoolDir,
   });
   const ex = config.ledger.export;
   const ledgerSink = d.ledgerSink ?? (ex.enabled ? createS3Sink(ex.s3) : undefined);
@@ -324,11 +329,14 @@ export function createGateway(d: GatewayDeps): Gateway {
       // Settles other processes spooled at exit: applied once each, in the background (retried while the store is
       // away), at start and then every server.spool_scan_seconds (a readdir of a usually absent directory), so
       // the spool of the last pod of a rolling update, on a shared volume, does not wait for the next start.
+      // Usage flushes spooled beside them (src/usage/spool.ts) likewise: each applied once by its flush id.
       const scan = () => {
         if (replaying) return;
-        replaying = replaySpool({ dir: config.server.spoolDir, settle: (s) => credit.settle(s), logger })
-          .catch((e: unknown) => logger.error({ err: (e as Error).message, spool: config.server.spoolDir }, 'spool replay failed'))
-          .finally(() => (replaying = undefined));
+        const failed = (e: unknown) => logger.error({ err: (e as Error).message, spool: config.server.spoolDir }, 'spool replay failed');
+        replaying = Promise.all([
+          replaySpool({ dir: config.server.spoolDir, settle: (s) => credit.settle(s), logger }).catch(failed),
+          replayUsageSpool({ dir: config.server.spoolDir, flush: (f) => store.flushUsage(f), logger }).catch(failed),
+        ]).finally(() => (replaying = undefined));
       };
       scan();
       spoolScan = setInterval(scan, config.server.spoolScanSeconds * 1000).unref();
@@ -365,9 +373,12 @@ export function createGateway(d: GatewayDeps): Gateway {
       // of its upstream) hands its settle over later: it lands, or goes to the spool, which stays open for
       // it until STOP_GRACE_MS after the deadline, alongside the background jobs below.
       const late = credit.settleLate(deadline + STOP_GRACE_MS - Date.now());
-      // After the drain: the last requests' usage is in the final flush.
+      // Usage stops once the last settle could record (a request records its usage as its settle starts,
+      // billing that outlived the drain included): its final flush is tried until STOP_GRACE_MS, and what
+      // did not land is spooled (SPEC §10: the aggregates follow the ledger, spooled settles included).
+      let usageSpooled = 0;
+      const usageStop = late.then(async () => (usageSpooled = await usage.stop(Math.max(0, deadline + STOP_GRACE_MS - Date.now()))));
       const rest = async () => {
-        await usage.stop();
         await exporter?.stop();
         await shares.janitor?.stop();
         await upstreams.close();
@@ -375,12 +386,21 @@ export function createGateway(d: GatewayDeps): Gateway {
         // Last: the settles of drained requests end their spans before the final export.
         await metered.tracing?.shutdown();
       };
-      const stopped = await within(rest(), deadline + STOP_GRACE_MS - Date.now());
+      const restStopped = await within(rest(), deadline + STOP_GRACE_MS - Date.now());
+      const usageStopped = await within(usageStop, deadline + STOP_GRACE_MS + USAGE_SPOOL_GRACE_MS - Date.now());
+      const stopped = restStopped && usageStopped;
       await late;
       // Whatever is still being billed now cannot be spooled (its cost is unknown): each gets an error line.
       const unbilled = credit.abandonExpected();
       await spool.close().catch((e: unknown) => logger.error({ err: (e as Error).message, spool: spool.file }, 'spool close failed'));
-      const phases = { drained_ms: drainedMs, settled_ms: settledMs, spooled, unbilled, stopped_ms: Date.now() - started };
+      const phases = {
+        drained_ms: drainedMs,
+        settled_ms: settledMs,
+        spooled,
+        usage_spooled: usageSpooled,
+        unbilled,
+        stopped_ms: Date.now() - started,
+      };
       if (stopped) logger.info(phases, 'shutdown: drained, settled, background jobs stopped');
       else logger.warn(phases, 'shutdown: background jobs still stopping at their deadline; exiting without them');
     },

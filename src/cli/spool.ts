@@ -3,7 +3,8 @@
  * (SPEC §14, src/credit/spool.ts), exactly once by request id, then deletes the files applied. A gateway
  * does the same at start; this is for a spool whose gateway will not start again (a volume moved to
  * another host, a scaled-down deployment). It talks to Redis itself, with the gateway's config
- * (TOLLGATE_CONFIG, REDIS_URL): the hold buckets depend on the configured hold TTL.
+ * (TOLLGATE_CONFIG, REDIS_URL): the hold buckets depend on the configured hold TTL. The usage flushes
+ * spooled beside them (src/usage/spool.ts) are applied too, once each by their flush id.
  */
 import { Writable } from 'node:stream';
 import { expectPositionals, InputError, optString } from './args.ts';
@@ -19,7 +20,8 @@ export const spoolGroup: CommandGroup = {
   notes: [
     'Reads the gateway config (TOLLGATE_CONFIG, REDIS_URL) and connects to Redis directly; --dir overrides server.spool_dir.',
     'Each settle is applied once by request id: replaying a file twice, or one the gateway already replayed, debits nothing again.',
-    'Exit code 1 when a settle could not reach Redis (its file is kept for the next replay).',
+    'Usage flushes spooled at shutdown (usage-….usage files) are applied too, each once by its flush id.',
+    'Exit code 1 when a settle or usage flush could not reach Redis (its file is kept for the next replay).',
   ],
   commands: {
     replay: {
@@ -36,6 +38,7 @@ export const spoolGroup: CommandGroup = {
           import('../credit/spool.ts'),
           import('../obs/logger.ts'),
         ]);
+        const { replayUsageSpool } = await import('../usage/spool.ts');
         const env = ctx.env as NodeJS.ProcessEnv;
         let config;
         try {
@@ -56,8 +59,9 @@ export const spoolGroup: CommandGroup = {
         const logger = createLogger('warn', sink);
         const store = await openStore(config, env, logger);
         try {
+          const dir = optString(ctx.values, 'dir') ?? config.server.spoolDir;
           const report = await replaySpool({
-            dir: optString(ctx.values, 'dir') ?? config.server.spoolDir,
+            dir,
             logger,
             async settle(s) {
               try {
@@ -74,9 +78,13 @@ export const spoolGroup: CommandGroup = {
               }
             },
           });
+          const usage = await replayUsageSpool({ dir, logger, flush: (f) => store.flushUsage(f) });
           ctx.io.out(
             ctx.json
-              ? json(report)
+              ? json({
+                  ...report,
+                  usage: { files: usage.files, flushes: usage.flushes, failed: usage.failed, torn: usage.torn, corrupt: usage.corrupt },
+                })
               : fields([
                   ['files', String(report.files)],
                   ['settles', String(report.settles)],
@@ -86,8 +94,16 @@ export const spoolGroup: CommandGroup = {
                   ['failed', String(report.failed)],
                   ['torn', String(report.torn)],
                   ['corrupt', String(report.corrupt)],
+                  ['usage_files', String(usage.files)],
+                  ['usage_flushes', String(usage.flushes)],
+                  ['usage_failed', String(usage.failed)],
                 ]),
           );
+          if (usage.failed > 0)
+            throw new ApiError(
+              'replay_incomplete',
+              `${usage.failed} usage spool file(s) could not reach Redis; they are kept for the next replay.`,
+            );
           if (report.failed > 0)
             throw new ApiError(
               'replay_incomplete',

@@ -11,10 +11,17 @@
  * time; what arrives meanwhile waits for the next id. `requests` counts requests served: a request that
  * billed no token (no upstream answered, a refusal, a hold that never ran) is no request, in the
  * aggregates and in the rebuild alike (`servedRequests`).
+ *
+ * At stop (SPEC §14: Redis may be unreachable at shutdown, as for the settles) the last flush is tried until
+ * the stop's deadline; what did not land then — the pending retry, a flush still in flight, the cells recorded
+ * since — is written to the usage spool (`spool.ts`) with the flush ids it had or would have had, and applied
+ * at the next start exactly once. Without a spool directory, or when the write fails, an error line names the
+ * accounts and days lost and the `tollgate usage rebuild` commands that restore them.
  */
 import { randomBytes } from 'node:crypto';
 import type { Logger } from '../obs/logger.ts';
 import type { Store, UsageCell, UsageFlush } from '../store/types.ts';
+import { writeUsageSpool } from './spool.ts';
 
 /** What a request's final billing reports (live keys after settle, test keys at the end, cost 0). */
 export interface UsageRecord {
@@ -57,8 +64,12 @@ export interface Usage {
   /** key id → ISO minute of its last request (flushed ones). */
   lastUsed(account: string): Promise<Record<string, string>>;
   start(): void;
-  /** Stops the timer and flushes once more. */
-  stop(): Promise<void>;
+  /**
+   * Stops the timer and flushes once more, for at most `deadlineMs` (default: as long as the store takes);
+   * what has not landed then goes to the usage spool (or, failing that, an error line naming the rebuild).
+   * Resolves how many flushes were spooled. Call it after the last request could record.
+   */
+  stop(deadlineMs?: number): Promise<number>;
 }
 
 export interface UsageDeps {
@@ -73,6 +84,8 @@ export interface UsageDeps {
   maxPendingCells?: number;
   /** Told of each flush the store refused (metrics). */
   onFlushFailed?: () => void;
+  /** Where stop() writes the flushes that could not land (`server.spool_dir`); absent: an error line only. */
+  spoolDir?: string;
 }
 
 type Cell = UsageCell & { account: string };
@@ -90,6 +103,29 @@ export function servedRequests(promptTokens: number, completionTokens: number): 
  * hours later could meet a day hash that expired with its marks, and the process's memory is bounded.
  */
 const RETRY_FOR_MS = 12 * 3_600_000;
+
+/** Resolves true once `p` settled, false when `until` (ms since epoch; undefined: never) comes first. */
+async function settles(p: Promise<unknown> | undefined, until: number | undefined): Promise<boolean> {
+  if (!p) return true;
+  if (until === undefined)
+    return p.then(
+      () => true,
+      () => true,
+    );
+  let timer: NodeJS.Timeout | undefined;
+  const late = new Promise<boolean>((r) => (timer = setTimeout(r, Math.max(0, until - Date.now()), false)));
+  try {
+    return await Promise.race([
+      p.then(
+        () => true,
+        () => true,
+      ),
+      late,
+    ]);
+  } finally {
+    clearTimeout(timer);
+  }
+}
 
 export function createUsage(d: UsageDeps): Usage {
   const maxPending = d.maxPendingCells ?? 100_000;
@@ -109,6 +145,12 @@ export function createUsage(d: UsageDeps): Usage {
   let seq = 0;
   /** The flush that failed, retried as it was (same id) before anything newer goes. */
   let retry: { batch: UsageFlush; since: number } | undefined;
+  /** The flush being sent (the retry or a new one), until the store answers. */
+  let sending: UsageFlush | undefined;
+  /** stop() began: a failure is no longer retried but spooled (its log line says so). */
+  let stopping = false;
+  let stopped = false;
+  let lateRecords = 0;
   let timer: NodeJS.Timeout | undefined;
   let flushing: Promise<void> | undefined;
   // The UTC day and minute of the last record, reused within that minute: formatting a date per
@@ -152,6 +194,7 @@ export function createUsage(d: UsageDeps): Usage {
     const pending = retry;
     if (pending) {
       try {
+        sending = pending.batch;
         await d.store.flushUsage(pending.batch);
         retry = undefined;
       } catch (err) {
@@ -163,12 +206,43 @@ export function createUsage(d: UsageDeps): Usage {
           );
           retry = undefined;
         } else {
-          d.logger.warn({ err: (err as Error).message, cells: pending.batch.cells.length }, 'usage flush failed again; retried as it was');
+          d.logger.warn(
+            { err: (err as Error).message, cells: pending.batch.cells.length },
+            stopping ? 'usage flush failed again at stop (see the next line)' : 'usage flush failed again; retried as it was',
+          );
         }
         return;
+      } finally {
+        sending = undefined;
       }
     }
     if (cells.length === 0 && lastUsed.size === 0 && ledgerAccounts.size === 0) return;
+    const batch = take();
+    try {
+      sending = batch;
+      await d.store.flushUsage(batch);
+    } catch (err) {
+      // Redis may have applied it before the failure reached us: retried whole, with its id (at most once).
+      retry = { batch, since: Date.now() };
+      d.onFlushFailed?.();
+      d.logger.warn(
+        { err: (err as Error).message, cells: batch.cells.length },
+        stopping ? 'usage flush failed at stop (see the next line)' : 'usage flush failed; retried as it was',
+      );
+    } finally {
+      sending = undefined;
+    }
+    if (dropped > 0) {
+      d.logger.error(
+        { dropped },
+        'usage aggregates dropped while the store refused flushes: run `tollgate usage rebuild` for the days affected',
+      );
+      dropped = 0;
+    }
+  }
+
+  /** What was recorded since the last flush, as the next flush (the next id), emptying the in-process map. */
+  function take(): UsageFlush {
     const batch: UsageFlush = {
       cells,
       lastUsed: [...lastUsed.values()].flatMap((byKey) => [...byKey.values()]),
@@ -180,24 +254,63 @@ export function createUsage(d: UsageDeps): Usage {
     cellIndex = new Map();
     lastUsed = new Map();
     ledgerAccounts = new Set();
-    try {
-      await d.store.flushUsage(batch);
-    } catch (err) {
-      // Redis may have applied it before the failure reached us: retried whole, with its id (at most once).
-      retry = { batch, since: Date.now() };
-      d.onFlushFailed?.();
-      d.logger.warn({ err: (err as Error).message, cells: batch.cells.length }, 'usage flush failed; retried as it was');
+    return batch;
+  }
+
+  /** `tollgate usage rebuild` commands for the accounts and days of `flushes`, one per account. */
+  function rebuildCommands(flushes: readonly UsageFlush[]): string[] {
+    const byAccount = new Map<string, string[]>();
+    for (const f of flushes)
+      for (const c of f.cells) (byAccount.get(c.account) ?? byAccount.set(c.account, []).get(c.account)!).push(c.day);
+    return [...byAccount].map(([account, ds]) => {
+      ds.sort();
+      return `tollgate usage rebuild --account ${account} --from ${ds[0]} --to ${ds.at(-1)}`;
+    });
+  }
+
+  /**
+   * At stop: every flush that has not landed, in flush order — the retry, the one in flight (it may land
+   * yet: its spooled copy then changes nothing), then what was recorded since, as the next flush.
+   */
+  function unlanded(): UsageFlush[] {
+    const owed = new Set<UsageFlush>();
+    if (retry) owed.add(retry.batch);
+    if (sending) owed.add(sending);
+    if (cells.length > 0 || lastUsed.size > 0 || ledgerAccounts.size > 0) owed.add(take());
+    retry = undefined;
+    return [...owed].sort((a, b) => a.flushId!.seq - b.flushId!.seq);
+  }
+
+  async function spoolAtStop(): Promise<number> {
+    const owed = unlanded();
+    if (owed.length === 0) return 0;
+    const lost = {
+      flushes: owed.length,
+      cells: owed.reduce((n, f) => n + f.cells.length, 0),
+      accounts: [...new Set(owed.flatMap((f) => f.cells.map((c) => `${c.account} ${c.day}`)))].sort(),
+    };
+    if (d.spoolDir !== undefined) {
+      try {
+        const file = await writeUsageSpool(d.spoolDir, owed);
+        d.logger.error(
+          { ...lost, spool: file },
+          'usage flushes spooled at stop (store unreachable): applied once at the next start or by `tollgate spool replay`; if this volume is lost, rebuild the accounts and days named here',
+        );
+        return owed.length;
+      } catch (e) {
+        d.logger.error({ err: (e as Error).message, spool: d.spoolDir }, 'usage spool write failed');
+      }
     }
-    if (dropped > 0) {
-      d.logger.error(
-        { dropped },
-        'usage aggregates dropped while the store refused flushes: run `tollgate usage rebuild` for the days affected',
-      );
-      dropped = 0;
-    }
+    d.logger.error(
+      { ...lost, rebuild: rebuildCommands(owed) },
+      'usage aggregates lost at stop (store unreachable, not spooled): run the `tollgate usage rebuild` commands named here once the settles landed',
+    );
+    return 0;
   }
 
   function flush(): Promise<void> {
+    // Stopped: what was left is in the spool (or the error line); nothing more is sent from here.
+    if (stopped) return Promise.resolve();
     // One flush at a time: a slow store never gets a second pipeline stacked on the first.
     flushing ??= flushNow().finally(() => (flushing = undefined));
     return flushing;
@@ -205,6 +318,15 @@ export function createUsage(d: UsageDeps): Usage {
 
   return {
     record(r) {
+      if (stopped) {
+        // The gateway stops usage after the last settle could record: a record after it is a bug, said loudly.
+        if (lateRecords++ === 0)
+          d.logger.error(
+            { account: r.account, day: new Date(r.at).toISOString().slice(0, 10) },
+            'usage recorded after stop: not in the aggregates; run `tollgate usage rebuild` for its account and day',
+          );
+        return;
+      }
       const { day, minute } = clock(r.at);
       add({
         account: r.account,
@@ -253,11 +375,17 @@ export function createUsage(d: UsageDeps): Usage {
       timer ??= setInterval(() => void flush(), d.flushIntervalMs);
       timer.unref();
     },
-    async stop() {
+    async stop(deadlineMs) {
       clearInterval(timer);
       timer = undefined;
-      await flushing;
-      await flush();
+      if (stopped) return 0;
+      stopping = true;
+      const until = deadlineMs === undefined ? undefined : Date.now() + deadlineMs;
+      // The flush under way, then one more for what came since (the retry first: a newer flush never lands
+      // before an older one, which its mark would then shut out).
+      if (await settles(flushing, until)) await settles(flush(), until);
+      stopped = true;
+      return spoolAtStop();
     },
   };
 }

@@ -1,9 +1,10 @@
 // SPEC §14 "Settles survive the process", for a request whose billing outlives the drain: SIGTERM during a
 // Redis outage while a stateful /v1/responses follow-up streams; the stream is cut at the drain deadline,
-// and the gateway then asks the upstream for the response's usage (SPEC §4), which here answers 1.7 s
+// and the gateway then asks the upstream for the response's usage (SPEC §4), which here answers 2.1 s
 // late — after the settles owed were spooled (deadline + 1.5 s). That settle, handed over afterwards, must
 // still reach the spool (it used to be lost: the spool was closed at once and the process exited), and the
-// process still exits within drain + 5 s.
+// process still exits within drain + 5 s. Its usage, recorded as it settles, must reach the usage spool
+// too (SPEC §10: usage used to stop right after the drain, so this record was never flushed).
 import { createServer, request as httpRequest } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { mkdtemp, rm } from 'node:fs/promises';
@@ -15,11 +16,11 @@ import { startGateway } from '../helpers/gateway.ts';
 import { waitFor } from '../helpers/wait.ts';
 import { startSim } from './chat-fixture.ts';
 import { ledgerOf, spawnGateway } from './credit-support.ts';
-import { spooled } from './fault-support.ts';
+import { spooled, usageSpooled } from './fault-support.ts';
 import type { Simulator } from '../../src/simulator/simulator.ts';
 
 const BOOT_MS = 30_000;
-const RETRIEVE_DELAY_MS = 1_700;
+const RETRIEVE_DELAY_MS = 2_100;
 
 /** An HTTP front to the simulator that answers `GET /v1/responses/{id}` `delayMs` late; everything else as is. */
 async function slowRetrieveFront(t: Parameters<typeof startSim>[0], sim: Simulator, delayMs: number): Promise<string> {
@@ -108,11 +109,26 @@ if (redis) {
       [id],
       'the late settle is spooled',
     );
-    t.equal(files.length, 1, 'in one spool file, closed');
+    t.equal(files.filter((f) => f.endsWith('.spool')).length, 1, 'in one spool file, closed');
     t.match(settles[0], { account: 'late', usageSource: 'upstream' }, 'billed from the usage the upstream reported');
     const line = out.split('\n').find((l) => l.includes('settle spooled') && l.includes(id));
     t.ok(line, 'with its error line');
     t.notMatch(out, /settle could not be spooled|settle still being billed at exit/, 'nothing lost');
+    const usage = await usageSpooled(spoolDir);
+    // Its own flush (the base request's, recorded seconds before and not flushed before Redis went away, may
+    // precede it in its own flush: flushes are at most a second apart).
+    t.ok(
+      usage.cells.some(
+        (c) =>
+          c.account === 'late' &&
+          c.requests === 1 &&
+          c.prompt_tokens === settles[0]!.promptTokens &&
+          c.completion_tokens === settles[0]!.completionTokens &&
+          c.cost_micros === settles[0]!.costMicros,
+      ),
+      `its usage is in the usage spool, as billed (${JSON.stringify(usage.cells)})`,
+    );
+    t.notMatch(out, /usage recorded after stop|usage aggregates lost at stop/, 'no usage lost');
     await redis.start();
   });
 }

@@ -16,7 +16,7 @@ import { waitFor } from '../helpers/wait.ts';
 import { parseFields, runCli } from '../cli/run-cli.ts';
 import { accountOf, chat, checkLedger, ledgerOf, spawnGateway, streamBody } from './credit-support.ts';
 import { sseData, startSim } from './chat-fixture.ts';
-import { readContent, spooled, startAofRedis } from './fault-support.ts';
+import { readContent, spooled, startAofRedis, usageSpooled } from './fault-support.ts';
 import { createSpool } from '../../src/credit/spool.ts';
 
 /** Child gateways boot in 0.5–1 s on an idle box; 7 s was seen with the machine's load at 33. */
@@ -49,7 +49,8 @@ if (requireRedis(t, process.env, true) && onPath('redis-server', process.env.PAT
     for (const text of texts) t.equal(sseData(text).at(-1), '[DONE]', 'the stream completed during the drain');
     t.equal((await first.exited).code, 0, 'exit 0');
 
-    const { files, settles } = await spooled(spoolDir);
+    const { settles } = await spooled(spoolDir);
+    const files = (await readdir(spoolDir)).filter((n) => n.endsWith('.spool'));
     t.equal(files.length, 1, 'one spool file');
     t.same(settles.map((s) => s.requestId).sort(), [...ids].sort(), 'every completed stream is in the spool');
     t.ok(
@@ -64,6 +65,22 @@ if (requireRedis(t, process.env, true) && onPath('redis-server', process.env.PAT
     const keep = join(spoolDir, '..', `${files[0]}.copy-${process.pid}`);
     await copyFile(join(spoolDir, files[0]!), keep);
     t.teardown(() => rm(keep, { force: true }));
+    // SPEC §10: their usage could not be flushed either: it is spooled beside them, to follow the ledger.
+    const usageSpool = await usageSpooled(spoolDir);
+    t.equal(usageSpool.files.length, 1, 'one usage spool file');
+    const spooledUsage = usageSpool.cells.filter((c) => c.account === 'spooled');
+    t.same(
+      [
+        spooledUsage.reduce((n, c) => n + c.requests, 0),
+        spooledUsage.reduce((n, c) => n + c.completion_tokens, 0),
+        spooledUsage.reduce((n, c) => n + c.cost_micros, 0),
+      ],
+      [ids.length, 30 * ids.length, settles.reduce((s, x) => s + x.costMicros, 0)],
+      'with the usage of every completed stream',
+    );
+    const keepUsage = join(spoolDir, '..', `${usageSpool.files[0]}.copy-${process.pid}`);
+    await copyFile(join(spoolDir, usageSpool.files[0]!), keepUsage);
+    t.teardown(() => rm(keepUsage, { force: true }));
 
     await redis.start();
     await waitFor(async () => (await fetch(`${admin.adminUrl}/readyz`)).status === 200, 10_000, 'the admin gateway to reconnect', 50);
@@ -89,9 +106,29 @@ if (requireRedis(t, process.env, true) && onPath('redis-server', process.env.PAT
       100,
     );
     await waitFor(async () => (await spooled(spoolDir)).files.length === 0, 5_000, 'the replayed file to be deleted');
+    await waitFor(async () => (await usageSpooled(spoolDir)).files.length === 0, 5_000, 'the replayed usage file to be deleted');
     let acct = await accountOf(admin.admin, 'spooled');
     t.equal(acct.held_micros, 0, 'every hold released');
     checkLedger(t, entries, acct, new Set(ids));
+    // The aggregates equal the ledger, without a rebuild (SPEC §10).
+    const debits = entries.filter((e) => e.kind === 'debit');
+    const fromLedger = {
+      requests: debits.length,
+      prompt_tokens: debits.reduce((n, e) => n + (e.prompt_tokens ?? 0), 0),
+      completion_tokens: debits.reduce((n, e) => n + (e.completion_tokens ?? 0), 0),
+      cost_micros: debits.reduce((n, e) => n - e.amount_micros, 0),
+    };
+    const days = debits.map((e) => e.ts.slice(0, 10)).sort();
+    const usageNow = async () =>
+      (await admin.admin(`/admin/accounts/spooled/usage?from=${days[0]}&to=${days.at(-1)}&group_by=key`)).body as {
+        rows: Record<string, number>[];
+      };
+    const aggregate = async () => {
+      const rows = (await usageNow()).rows;
+      return ['requests', 'prompt_tokens', 'completion_tokens', 'cost_micros'].map((f) => rows.reduce((n, r) => n + r[f]!, 0));
+    };
+    const expected = [fromLedger.requests, fromLedger.prompt_tokens, fromLedger.completion_tokens, fromLedger.cost_micros];
+    t.same(await aggregate(), expected, 'usage aggregates equal the ledger after the restart');
     for (const e of entries.filter((x) => x.kind === 'debit')) {
       t.equal(e.completion_tokens, 30);
       t.equal(e.usage_source, 'upstream');
@@ -101,6 +138,7 @@ if (requireRedis(t, process.env, true) && onPath('redis-server', process.env.PAT
     const again = join(spoolDir, 'again');
     await mkdir(again);
     await copyFile(keep, join(again, 'settles-copy.spool'));
+    await copyFile(keepUsage, join(again, 'usage-copy.usage'));
     const cfgFile = join(spoolDir, '..', `tollgate-fault-spool-${process.pid}.yaml`);
     const doc = testConfigDoc(sim.url) as Record<string, Record<string, unknown>>;
     for (const [section, values] of Object.entries(later)) doc[section] = { ...doc[section], ...values };
@@ -108,8 +146,17 @@ if (requireRedis(t, process.env, true) && onPath('redis-server', process.env.PAT
     t.teardown(() => rm(cfgFile, { force: true }));
     const cli = await runCli(['spool', 'replay', '--dir', again], { TOLLGATE_CONFIG: cfgFile, REDIS_URL: redis.url });
     t.equal(cli.code, 0, `spool replay exits 0 (${cli.stderr.slice(0, 300)})`);
-    t.match(parseFields(cli.stdout), { files: '1', settles: '10', debited: '0', already_settled: '10', failed: '0' });
-    t.same(await readdir(again), [], 'the file is deleted');
+    t.match(parseFields(cli.stdout), {
+      files: '1',
+      settles: '10',
+      debited: '0',
+      already_settled: '10',
+      failed: '0',
+      usage_files: '1',
+      usage_failed: '0',
+    });
+    t.same(await readdir(again), [], 'the files are deleted');
+    t.same(await aggregate(), expected, 'the usage replayed again counts nothing twice');
     const after = await ledgerOf(admin.admin, 'spooled');
     t.equal(after.length, entries.length, 'no new ledger entry');
     acct = await accountOf(admin.admin, 'spooled');

@@ -4,7 +4,8 @@
 import { readdir, readFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { decodeSpool } from '../../src/credit/spool.ts';
-import type { SettleInput } from '../../src/store/types.ts';
+import type { SettleInput, UsageCell } from '../../src/store/types.ts';
+import { decodeUsageSpool } from '../../src/usage/spool.ts';
 import { sseData } from './chat-fixture.ts';
 import { startDurableRedis } from './durable-redis.ts';
 
@@ -51,15 +52,29 @@ export async function readContent(res: Response, n: number): Promise<{ rest: () 
   return { rest };
 }
 
-/** The `.spool` files in `dir` (none when it does not exist) and every settle in them. */
+/** The settle spool files in `dir` (none when it does not exist) and every settle in them. */
 export async function spooled(dir: string): Promise<{ files: string[]; settles: SettleInput[] }> {
   let names: string[] = [];
   try {
-    names = (await readdir(dir)).sort();
+    // The usage spool beside it (`usage-….usage`) is usageSpooled's.
+    names = (await readdir(dir)).filter((n) => !n.startsWith('usage-')).sort();
   } catch (e) {
     if ((e as NodeJS.ErrnoException).code !== 'ENOENT') throw e;
   }
   const settles: SettleInput[] = [];
   for (const n of names) if (n.endsWith('.spool')) settles.push(...decodeSpool(await readFile(join(dir, n), 'utf8')).settles);
   return { files: names, settles };
+}
+
+/** The usage spool files in `dir` (`usage-….usage`) and the cells of every flush in them, in order. */
+export async function usageSpooled(dir: string): Promise<{ files: string[]; cells: (UsageCell & { account: string })[] }> {
+  let names: string[] = [];
+  try {
+    names = (await readdir(dir)).filter((n) => n.startsWith('usage-') && n.endsWith('.usage')).sort();
+  } catch (e) {
+    if ((e as NodeJS.ErrnoException).code !== 'ENOENT') throw e;
+  }
+  const cells: (UsageCell & { account: string })[] = [];
+  for (const n of names) for (const f of decodeUsageSpool(await readFile(join(dir, n), 'utf8'))) cells.push(...f.cells);
+  return { files: names, cells };
 }
