@@ -51,6 +51,7 @@ import { createConsole, isConsolePath, type Console } from './console/setup.ts';
 import { createUsage, type Usage } from './usage/usage.ts';
 import { rebuildUsage } from './usage/rebuild.ts';
 import { replayUsageSpool } from './usage/spool.ts';
+import { within } from './deadline.ts';
 import { usageRoutes } from './usage/routes.ts';
 import { createLedgerExporter, type LedgerExporter } from './ledger/exporter.ts';
 import { createS3Sink, type LedgerSink } from './ledger/sink.ts';
@@ -106,24 +107,6 @@ const SETTLE_GRACE_MS = 1_500;
 const STOP_GRACE_MS = 2_500;
 /** The usage flush is tried until STOP_GRACE_MS; writing what did not land to the spool (a local fsync) gets this much more. */
 const USAGE_SPOOL_GRACE_MS = 300;
-
-/** Resolves true when `p` settled within `ms`, false otherwise (`p` keeps running). */
-async function within(p: Promise<unknown> | undefined, ms: number): Promise<boolean> {
-  if (!p) return true;
-  let timer: NodeJS.Timeout | undefined;
-  const late = new Promise<boolean>((r) => (timer = setTimeout(r, Math.max(0, ms), false)));
-  try {
-    return await Promise.race([
-      p.then(
-        () => true,
-        () => true,
-      ),
-      late,
-    ]);
-  } finally {
-    clearTimeout(timer);
-  }
-}
 
 export function createGateway(d: GatewayDeps): Gateway {
   const { config, store, logger } = d;

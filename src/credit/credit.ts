@@ -16,6 +16,7 @@ import { GatewayError } from '../http/errors.ts';
 import type { Logger } from '../obs/logger.ts';
 import type { BudgetCharge, SettleInput, SettleResult, Store } from '../store/types.ts';
 import type { Spool } from './spool.ts';
+import { within } from '../deadline.ts';
 
 export interface Credit {
   /** Takes the hold or throws 402 `insufficient_credit` (503 `store_unavailable` when the store is down). */
@@ -131,11 +132,7 @@ export function createCredit(d: CreditDeps): Credit {
   async function waitPending(deadlineMs: number): Promise<void> {
     const deadline = Date.now() + deadlineMs;
     while (inFlight.size > 0 && Date.now() < deadline) {
-      let timer: NodeJS.Timeout | undefined;
-      const late = new Promise<boolean>((r) => (timer = setTimeout(r, deadline - Date.now(), true)));
-      const timedOut = await Promise.race([Promise.allSettled([...inFlight]).then(() => false), late]);
-      clearTimeout(timer);
-      if (timedOut) break;
+      if (!(await within(Promise.allSettled([...inFlight]), deadline - Date.now()))) break;
     }
   }
   /** Set by spool(): from then on a failed settle is spooled instead of retried. */

@@ -21,8 +21,8 @@
 import { randomBytes } from 'node:crypto';
 import { mkdir, open, readdir, readFile, rename, stat, unlink, type FileHandle } from 'node:fs/promises';
 import { join } from 'node:path';
-import { crc32 } from 'node:zlib';
 import type { Logger } from '../obs/logger.ts';
+import { decodeCheckedLine, encodeCheckedLine, syncDir } from './spool-line.ts';
 import type { SettleInput, SettleResult } from '../store/types.ts';
 
 export interface Spool {
@@ -49,8 +49,7 @@ const OPEN = '.spool.open';
 
 /** One spool line: checksum, space, JSON, newline. */
 export function encodeLine(settle: SettleInput): string {
-  const json = JSON.stringify(settle);
-  return `${crc32(json).toString(16).padStart(8, '0')} ${json}\n`;
+  return encodeCheckedLine(settle);
 }
 
 export interface DecodedSpool {
@@ -78,16 +77,7 @@ export function decodeSpool(text: string): DecodedSpool {
 }
 
 function decodeLine(line: string): SettleInput | undefined {
-  const json = line.slice(9);
-  if (line[8] !== ' ' || !/^[0-9a-f]{8}$/.test(line.slice(0, 8))) return undefined;
-  if (parseInt(line.slice(0, 8), 16) !== crc32(json)) return undefined;
-  let v: unknown;
-  try {
-    v = JSON.parse(json);
-  } catch {
-    return undefined;
-  }
-  const s = v as Partial<SettleInput> | null;
+  const s = decodeCheckedLine(line) as Partial<SettleInput> | null | undefined;
   if (
     typeof s !== 'object' ||
     s === null ||
@@ -148,16 +138,6 @@ export function createSpool(d: SpoolDeps): Spool {
       return run;
     },
   };
-}
-
-/** fsync of a directory, so a created or renamed entry survives a crash. */
-async function syncDir(dir: string): Promise<void> {
-  const h = await open(dir, 'r');
-  try {
-    await h.sync();
-  } finally {
-    await h.close();
-  }
 }
 
 export interface ReplayDeps {

@@ -19,29 +19,19 @@
 import { randomBytes } from 'node:crypto';
 import { mkdir, open, readdir, readFile, rename, stat, unlink } from 'node:fs/promises';
 import { join } from 'node:path';
-import { crc32 } from 'node:zlib';
 import type { Logger } from '../obs/logger.ts';
+import { decodeCheckedLine, encodeCheckedLine, syncDir } from '../credit/spool-line.ts';
 import type { UsageFlush } from '../store/types.ts';
 
 const SUFFIX = '.usage';
 const OPEN = '.usage.open';
 
 export function encodeUsageLine(f: UsageFlush): string {
-  const json = JSON.stringify(f);
-  return `${crc32(json).toString(16).padStart(8, '0')} ${json}\n`;
+  return encodeCheckedLine(f);
 }
 
 function decodeUsageLine(line: string): UsageFlush | undefined {
-  const json = line.slice(9);
-  if (line[8] !== ' ' || !/^[0-9a-f]{8}$/.test(line.slice(0, 8))) return undefined;
-  if (parseInt(line.slice(0, 8), 16) !== crc32(json)) return undefined;
-  let v: unknown;
-  try {
-    v = JSON.parse(json);
-  } catch {
-    return undefined;
-  }
-  const f = v as Partial<UsageFlush> | null;
+  const f = decodeCheckedLine(line) as Partial<UsageFlush> | null | undefined;
   if (
     typeof f !== 'object' ||
     f === null ||
@@ -83,15 +73,6 @@ export async function writeUsageSpool(dir: string, flushes: readonly UsageFlush[
   await rename(base + OPEN, base + SUFFIX);
   await syncDir(dir);
   return base + SUFFIX;
-}
-
-async function syncDir(dir: string): Promise<void> {
-  const h = await open(dir, 'r');
-  try {
-    await h.sync();
-  } finally {
-    await h.close();
-  }
 }
 
 export interface UsageReplayDeps {

@@ -22,6 +22,7 @@ import { randomBytes } from 'node:crypto';
 import type { Logger } from '../obs/logger.ts';
 import type { Store, UsageCell, UsageFlush } from '../store/types.ts';
 import { writeUsageSpool } from './spool.ts';
+import { within } from '../deadline.ts';
 
 /** What a request's final billing reports (live keys after settle, test keys at the end, cost 0). */
 export interface UsageRecord {
@@ -105,26 +106,14 @@ export function servedRequests(promptTokens: number, completionTokens: number): 
 const RETRY_FOR_MS = 12 * 3_600_000;
 
 /** Resolves true once `p` settled, false when `until` (ms since epoch; undefined: never) comes first. */
-async function settles(p: Promise<unknown> | undefined, until: number | undefined): Promise<boolean> {
-  if (!p) return true;
-  if (until === undefined)
-    return p.then(
-      () => true,
-      () => true,
-    );
-  let timer: NodeJS.Timeout | undefined;
-  const late = new Promise<boolean>((r) => (timer = setTimeout(r, Math.max(0, until - Date.now()), false)));
-  try {
-    return await Promise.race([
-      p.then(
+function settles(p: Promise<unknown> | undefined, until: number | undefined): Promise<boolean> {
+  if (until !== undefined) return within(p, until - Date.now());
+  return p
+    ? p.then(
         () => true,
         () => true,
-      ),
-      late,
-    ]);
-  } finally {
-    clearTimeout(timer);
-  }
+      )
+    : Promise.resolve(true);
 }
 
 export function createUsage(d: UsageDeps): Usage {

@@ -1,0 +1,36 @@
+/**
+ * The line format and durability step the spools share (src/credit/spool.ts for settles,
+ * src/usage/spool.ts for usage flushes): a line is `<crc32 of the JSON, 8 hex digits> <JSON>\n`, so a
+ * line torn or damaged on disk is told apart from a whole one; a directory is fsynced after an entry is
+ * created or renamed in it, so the entry survives a crash.
+ */
+import { open } from 'node:fs/promises';
+import { crc32 } from 'node:zlib';
+
+/** One spool line: checksum, space, JSON, newline. */
+export function encodeCheckedLine(value: unknown): string {
+  const json = JSON.stringify(value);
+  return `${crc32(json).toString(16).padStart(8, '0')} ${json}\n`;
+}
+
+/** The JSON value of a line written by encodeCheckedLine (without its newline); undefined when its checksum or JSON is wrong. */
+export function decodeCheckedLine(line: string): unknown {
+  const json = line.slice(9);
+  if (line[8] !== ' ' || !/^[0-9a-f]{8}$/.test(line.slice(0, 8))) return undefined;
+  if (parseInt(line.slice(0, 8), 16) !== crc32(json)) return undefined;
+  try {
+    return JSON.parse(json);
+  } catch {
+    return undefined;
+  }
+}
+
+/** fsync of a directory, so a created or renamed entry survives a crash. */
+export async function syncDir(dir: string): Promise<void> {
+  const h = await open(dir, 'r');
+  try {
+    await h.sync();
+  } finally {
+    await h.close();
+  }
+}
