@@ -152,12 +152,62 @@ function guardDelayedCommands(redis: Cluster): void {
     });
 }
 
+/**
+ * ioredis' Cluster keeps a command in its own offline queue while the cluster is not ready (every node
+ * down after boot: it reconnects), and `commandTimeout` starts only when a node's connection takes the
+ * command, so a command issued during a whole-cluster outage waited until the cluster came back: live
+ * requests hung instead of answering 503 (test/cluster/outage.test.ts). The timeout is started when the
+ * Cluster takes the command instead (again at each retry, as the node did), so it bounds the queue too;
+ * the node's own setTimeout is then a no-op, still one timer per command.
+ *
+ * A command that waited in the queue past the timeout has been answered (store_unavailable; may-have-run
+ * to the credit layer): it is dropped when the cluster is back, not sent late, or a grant refused with a
+ * 503 would still credit the account. By its age, not `isSettled`: a timed-out pipeline (autopipelined
+ * commands are one) re-initialises its commands' promises before giving up, so they look unsettled.
+ */
+interface ClusterCommand {
+  setTimeout(ms: number): void;
+}
+function boundOfflineQueue(redis: Cluster, commandTimeoutMs: number): void {
+  const c = redis as unknown as {
+    sendCommand(command: ClusterCommand, ...rest: unknown[]): unknown;
+    executeOfflineCommands(): void;
+    offlineQueue: {
+      toArray(): { command: ClusterCommand }[];
+      length: number;
+      clear(): void;
+      push(item: { command: ClusterCommand }): void;
+    };
+  };
+  /** When the Cluster last took each command (a retry too). */
+  const takenAt = new WeakMap<ClusterCommand, number>();
+  const send = c.sendCommand.bind(redis);
+  c.sendCommand = (command, ...rest) => {
+    takenAt.set(command, performance.now());
+    command.setTimeout(commandTimeoutMs);
+    return send(command, ...rest);
+  };
+  const flush = c.executeOfflineCommands.bind(redis);
+  c.executeOfflineCommands = () => {
+    if (c.offlineQueue.length > 0) {
+      const now = performance.now();
+      const live = c.offlineQueue.toArray().filter((item) => now - (takenAt.get(item.command) ?? now) < commandTimeoutMs);
+      c.offlineQueue.clear();
+      for (const item of live) c.offlineQueue.push(item);
+    }
+    flush();
+  };
+}
+
 /** Connects (or keeps retrying in the background) and returns the Redis-backed store. */
 export async function createRedisStore(o: RedisStoreOptions & { client?: Client }): Promise<Store> {
   const redis = o.client ?? createRedisClient(o);
   const onError = o.onError ?? (() => {});
   redis.on('error', onError);
-  if (redis instanceof Cluster) guardDelayedCommands(redis);
+  if (redis instanceof Cluster) {
+    guardDelayedCommands(redis);
+    boundOfflineQueue(redis, o.commandTimeoutMs);
+  }
   const scripts: Record<string, ScriptFn> = {};
   const lua: Record<string, LuaScript> = {};
   for (const [name, [file, numberOfKeys]] of Object.entries(SCRIPTS)) {

@@ -35,6 +35,10 @@ export interface RedisCluster {
   masterOf(key: string): Promise<number>;
   /** Waits until every slot is served (cluster_state:ok, seen from `port`). */
   waitOk(port: number, timeoutMs?: number): Promise<void>;
+  /** Saves every node's data, then SIGKILLs all six nodes (a whole-cluster outage). */
+  stopAll(): Promise<void>;
+  /** Restarts every node on its port and dir (same cluster, data saved by stopAll); resolves at cluster_state:ok. */
+  restartAll(): Promise<void>;
 }
 
 async function hasRedis(): Promise<boolean> {
@@ -73,8 +77,7 @@ export async function startRedisCluster(
     );
     await rm(dir, { recursive: true, force: true });
   });
-  for (let i = 0; i < 6; i++) {
-    const port = o.ports?.[i] ?? (await freePort());
+  const spawnNode = async (port: number): Promise<ChildProcess> => {
     const nodeDir = join(dir, String(port));
     await run('mkdir', ['-p', nodeDir]);
     const child = spawn(
@@ -109,7 +112,11 @@ export async function startRedisCluster(
     child.stdout!.on('data', (b: Buffer) => (out += b.toString()));
     await waitFor(() => out.includes('Ready to accept connections') || child.exitCode !== null, 10_000, `cluster node ${port}`);
     if (child.exitCode !== null) throw new Error(`redis-server --port ${port} exited:\n${out}`);
-    nodes.push({ port, child });
+    return child;
+  };
+  for (let i = 0; i < 6; i++) {
+    const port = o.ports?.[i] ?? (await freePort());
+    nodes.push({ port, child: await spawnNode(port) });
   }
   const addresses = nodes.map((n) => `127.0.0.1:${n.port}`);
   const auth = o.password === undefined ? [] : ['-a', o.password, '--no-auth-warning'];
@@ -150,5 +157,20 @@ export async function startRedisCluster(
     }
     throw new Error(`no master serves slot ${slot}`);
   };
-  return { nodes, addresses, cli, masterOf, waitOk };
+  const stopAll = async () => {
+    // SAVE first: the nodes run without persistence, and a restarted cluster must still hold the keys.
+    for (const n of nodes) await cli(n.port, 'save');
+    for (const n of nodes) n.child.kill('SIGKILL');
+    await Promise.all(
+      nodes.map((n) =>
+        n.child.exitCode === null && n.child.signalCode === null ? new Promise((r) => n.child.once('exit', r)) : undefined,
+      ),
+    );
+  };
+  const restartAll = async () => {
+    // nodes.conf and dump.rdb are in each node's dir: the nodes rejoin as the same cluster with their data.
+    for (const n of nodes) n.child = await spawnNode(n.port);
+    for (const n of nodes) await waitOk(n.port);
+  };
+  return { nodes, addresses, cli, masterOf, waitOk, stopAll, restartAll };
 }
