@@ -5,7 +5,7 @@
  * and draining on shutdown.
  */
 import { STATUS_CODES, createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
-import type { AddressInfo } from 'node:net';
+import type { AddressInfo, Socket } from 'node:net';
 import { randomBase58 } from './base58.ts';
 import { GatewayError, ValidationError, type ErrorCode } from './errors.ts';
 import { errorBody, sendError } from './respond.ts';
@@ -167,43 +167,45 @@ export interface ListenOptions {
  * connection destroyed; the response closes, and the request ends as "client gone" (its upstream aborted,
  * billed for what was produced, its body budget and concurrency slot released). A response with nothing
  * waiting is quiet, not stalled (an upstream between two events, a body still arriving under its own
- * timeout): kept. One sweep per server, every quarter of the timeout, looks at the responses begun since:
- * a Set add per request, and no timer, listener or clock read per request or per socket write (Node's
+ * timeout): kept. One sweep per server, every quarter of the timeout, looks at its open connections
+ * (between requests nothing waits): no timer, listener or clock read per request or per write (Node's
  * socket timeout, `server.timeout`, re-armed a timer per request and refreshed it on every read and write:
- * bench/ab.ts put the branch with it at 1.11x a non-streaming request's CPU, 0.94x with it turned off). Progress is what the kernel took
- * (`bytesWritten` counts the queued bytes too, `writableLength` is what is queued) or, within one large
- * write, libuv's queue shrinking (`writeQueueSize`, what Node's own socket timeout checks).
+ * bench/ab.ts put the branch with it at 1.11x a non-streaming request's CPU, 0.94x with it turned off).
+ * Progress is what the kernel took (`bytesWritten` counts the queued bytes too, `writableLength` is what
+ * is queued) or, within one large write, libuv's queue shrinking (`writeQueueSize`, what Node's own socket
+ * timeout checks).
  */
-function watchStalledWrites(server: Server, timeoutMs: number): (res: ServerResponse) => void {
-  const open = new Set<ServerResponse>();
-  const seen = new Map<ServerResponse, { taken: number; queued: number; since: number }>();
+function watchStalledWrites(server: Server, timeoutMs: number): void {
+  // Connections, not responses: a Set of every response until the next sweep kept each one (and its
+  // request) alive past a scavenge, 5x the bytes promoted per request (bench/instructions.ts --gc).
+  const sockets = new Set<Socket>();
+  const seen = new Map<Socket, { taken: number; queued: number; since: number }>();
+  server.on('connection', (socket: Socket) => {
+    sockets.add(socket);
+    socket.once('close', () => {
+      sockets.delete(socket);
+      seen.delete(socket);
+    });
+  });
   const sweep = () => {
     const now = performance.now();
-    for (const res of open) {
-      const socket = res.socket;
-      if (res.writableFinished || res.destroyed || !socket) {
-        if (res.writableFinished || res.destroyed) open.delete(res);
-        seen.delete(res);
-        continue;
-      }
+    for (const socket of sockets) {
       if (socket.writableLength === 0) {
-        seen.delete(res);
+        seen.delete(socket);
         continue;
       }
       const taken = socket.bytesWritten - socket.writableLength;
       const queued = (socket as unknown as { _handle?: { writeQueueSize?: number } })._handle?.writeQueueSize ?? 0;
-      const s = seen.get(res);
-      if (!s || s.taken !== taken || s.queued !== queued) seen.set(res, { taken, queued, since: now });
+      const s = seen.get(socket);
+      if (!s || s.taken !== taken || s.queued !== queued) seen.set(socket, { taken, queued, since: now });
       else if (now - s.since >= timeoutMs) {
-        open.delete(res);
-        seen.delete(res);
+        seen.delete(socket);
         socket.destroy();
       }
     }
   };
   const timer = setInterval(sweep, Math.max(25, Math.floor(timeoutMs / 4))).unref();
   server.once('close', () => clearInterval(timer));
-  return (res) => void open.add(res);
 }
 
 /** Starts a server with timeouts against slow clients; resolves once listening. */
@@ -216,12 +218,9 @@ export async function listen(handler: (req: IncomingMessage, res: ServerResponse
       // Node checks those timeouts only this often (default 30 s): without it a slow client holds its socket ~30 s.
       connectionsCheckingInterval: Math.max(50, Math.min(1_000, Math.floor(Math.min(o.headersTimeoutMs, o.requestTimeoutMs) / 2))),
     },
-    (req, res) => {
-      watch(res);
-      handler(req, res);
-    },
+    handler,
   );
-  const watch = watchStalledWrites(server, o.writeTimeoutMs ?? 30_000);
+  watchStalledWrites(server, o.writeTimeoutMs ?? 30_000);
   server.on('clientError', answerClientError);
   await new Promise<void>((resolve, reject) => {
     server.once('error', reject);
