@@ -246,11 +246,13 @@ export function createCredit(d: CreditDeps): Credit {
     },
     expect(what) {
       let done!: () => void;
-      const p = track(new Promise<void>((r) => (done = r)));
+      track(new Promise<void>((r) => (done = r)));
       if (!what) return done;
       expected.add(what);
-      void p.then(() => expected.delete(what));
-      return done;
+      return () => {
+        expected.delete(what);
+        done();
+      };
     },
     get pending() {
       return inFlight.size;

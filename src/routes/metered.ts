@@ -18,7 +18,7 @@ import { holdTtlMs as holdTtlOf, neverSent, type Credit } from '../credit/credit
 import { costMicros, holdMicros } from '../credit/pricing.ts';
 import { budgetCharge } from '../credit/budget.ts';
 import { createHeaderPolicy } from '../upstream/headers.ts';
-import { ClientGoneError, forward, type Answered } from '../upstream/forward.ts';
+import { ClientGoneError, forward, upstreamFailure, type Answered } from '../upstream/forward.ts';
 import { classify, type UpstreamCall } from '../upstream/call.ts';
 import type { Upstreams } from '../upstream/pool.ts';
 import { maxEventBytes, relayJson, relaySse, shuttingDown, type RelayOutcome } from '../meter/relay.ts';
@@ -281,9 +281,7 @@ export function meteredRoute<B extends { model: string }>(d: MeteredDeps, ep: Me
       // A JSON answer that failed before its first byte was written: the client gets SPEC §2a's error, not a
       // reset (not retried: the upstream answered, and generated). Billed below from what arrived.
       if (outcome?.unsent) {
-        throw classify(outcome.unsent).kind === 'timeout'
-          ? new GatewayError('upstream_timeout', `The upstream of model '${model.name}' timed out.`)
-          : new GatewayError('upstream_error', `The upstream of model '${model.name}' failed.`);
+        throw upstreamFailure(model.name, classify(outcome.unsent).kind === 'timeout');
       }
     } catch (err) {
       if (!(err instanceof ClientGoneError)) throw err;

@@ -54,7 +54,7 @@ export async function forward(
     if (signal.aborted) throw new ClientGoneError();
     // The total deadline bounds the whole request, retries included. One clock read per attempt.
     const now = d.now();
-    if (now >= r.deadline) throw new GatewayError('upstream_timeout', `The upstream of model '${model.name}' timed out.`);
+    if (now >= r.deadline) throw upstreamFailure(model.name, true);
     const up = d.upstreams.pick(model, tried, now);
     if (!up) break;
     tried.add(up);
@@ -112,6 +112,12 @@ export async function forward(
     throw new GatewayError('upstream_unavailable', `No upstream of model '${model.name}' is reachable.`);
   }
   // The same failures give the same status whatever order the upstreams were tried in.
-  if (failures.includes('timeout')) throw new GatewayError('upstream_timeout', `The upstream of model '${model.name}' timed out.`);
-  throw new GatewayError('upstream_error', `The upstream of model '${model.name}' failed.`);
+  throw upstreamFailure(model.name, failures.includes('timeout'));
+}
+
+/** SPEC §3's error for an upstream that failed: 504 `upstream_timeout` when it timed out, else 502 `upstream_error`. */
+export function upstreamFailure(model: string, timedOut: boolean): GatewayError {
+  return timedOut
+    ? new GatewayError('upstream_timeout', `The upstream of model '${model}' timed out.`)
+    : new GatewayError('upstream_error', `The upstream of model '${model}' failed.`);
 }
