@@ -4,7 +4,8 @@
  * line torn or damaged on disk is told apart from a whole one; a directory is fsynced after an entry is
  * created or renamed in it, so the entry survives a crash.
  */
-import { open } from 'node:fs/promises';
+import { open, readdir, readFile, stat } from 'node:fs/promises';
+import { join } from 'node:path';
 import { crc32 } from 'node:zlib';
 
 /** One spool line: checksum, space, JSON, newline. */
@@ -32,5 +33,39 @@ export async function syncDir(dir: string): Promise<void> {
     await h.sync();
   } finally {
     await h.close();
+  }
+}
+
+/**
+ * The spool files of `dir` a replay takes, in name order, with their text: those `take` accepts, a
+ * `….open` one (`openSuffix`: its writer may still append) only once untouched for `staleOpenMs`. A
+ * missing directory has none; a file another process replayed and deleted meanwhile is skipped.
+ */
+export async function* spoolFiles(
+  dir: string,
+  take: (name: string, path: string) => boolean,
+  openSuffix: string,
+  staleOpenMs: number,
+  now: () => number,
+): AsyncGenerator<{ path: string; text: string }> {
+  let names: string[];
+  try {
+    names = await readdir(dir);
+  } catch (e) {
+    if ((e as NodeJS.ErrnoException).code === 'ENOENT') return;
+    throw e;
+  }
+  for (const name of names.sort()) {
+    const path = join(dir, name);
+    if (!take(name, path)) continue;
+    let text: string;
+    try {
+      if (name.endsWith(openSuffix) && now() - (await stat(path)).mtimeMs < staleOpenMs) continue;
+      text = await readFile(path, 'utf8');
+    } catch (e) {
+      if ((e as NodeJS.ErrnoException).code === 'ENOENT') continue;
+      throw e;
+    }
+    yield { path, text };
   }
 }

@@ -19,10 +19,10 @@
  * debits nothing and is logged at error level to reconcile from.
  */
 import { randomBytes } from 'node:crypto';
-import { mkdir, open, readdir, readFile, rename, stat, unlink, type FileHandle } from 'node:fs/promises';
+import { mkdir, open, rename, unlink, type FileHandle } from 'node:fs/promises';
 import { join } from 'node:path';
 import type { Logger } from '../obs/logger.ts';
-import { decodeCheckedLine, encodeCheckedLine, syncDir } from './spool-line.ts';
+import { decodeCheckedLine, encodeCheckedLine, spoolFiles, syncDir } from './spool-line.ts';
 import type { SettleInput, SettleResult } from '../store/types.ts';
 
 export interface Spool {
@@ -175,26 +175,9 @@ export async function replaySpool(d: ReplayDeps): Promise<ReplayReport> {
   const now = d.now ?? Date.now;
   const staleOpenMs = d.staleOpenMs ?? 60_000;
   const report: ReplayReport = { files: 0, settles: 0, debited: 0, alreadySettled: 0, unresolved: 0, failed: 0, torn: 0, corrupt: 0 };
-  let names: string[];
-  try {
-    names = await readdir(d.dir);
-  } catch (e) {
-    if ((e as NodeJS.ErrnoException).code === 'ENOENT') return report;
-    throw e;
-  }
-  for (const name of names.sort()) {
-    const path = join(d.dir, name);
-    if (!name.endsWith(SUFFIX) && !name.endsWith(OPEN)) continue;
-    if (d.own !== undefined && (path === d.own || path === d.own + '.open')) continue;
-    let text: string;
-    try {
-      if (name.endsWith(OPEN) && now() - (await stat(path)).mtimeMs < staleOpenMs) continue;
-      text = await readFile(path, 'utf8');
-    } catch (e) {
-      // Another process replayed and deleted it meanwhile.
-      if ((e as NodeJS.ErrnoException).code === 'ENOENT') continue;
-      throw e;
-    }
+  const take = (name: string, path: string) =>
+    (name.endsWith(SUFFIX) || name.endsWith(OPEN)) && !(d.own !== undefined && (path === d.own || path === d.own + '.open'));
+  for await (const { path, text } of spoolFiles(d.dir, take, OPEN, staleOpenMs, now)) {
     report.files++;
     const decoded = decodeSpool(text);
     if (decoded.torn !== undefined) {

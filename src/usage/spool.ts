@@ -17,10 +17,10 @@
  * first would make the store skip its earlier one (the mark keeps the highest number applied).
  */
 import { randomBytes } from 'node:crypto';
-import { mkdir, open, readdir, readFile, rename, stat, unlink } from 'node:fs/promises';
+import { mkdir, open, rename, unlink } from 'node:fs/promises';
 import { join } from 'node:path';
 import type { Logger } from '../obs/logger.ts';
-import { decodeCheckedLine, encodeCheckedLine, syncDir } from '../credit/spool-line.ts';
+import { decodeCheckedLine, encodeCheckedLine, spoolFiles, syncDir } from '../credit/spool-line.ts';
 import type { UsageFlush } from '../store/types.ts';
 
 const SUFFIX = '.usage';
@@ -103,25 +103,8 @@ export async function replayUsageSpool(d: UsageReplayDeps): Promise<UsageReplayR
   const now = d.now ?? Date.now;
   const staleOpenMs = d.staleOpenMs ?? 60_000;
   const report: UsageReplayReport = { files: 0, flushes: 0, failed: 0, torn: 0, corrupt: 0 };
-  let names: string[];
-  try {
-    names = await readdir(d.dir);
-  } catch (e) {
-    if ((e as NodeJS.ErrnoException).code === 'ENOENT') return report;
-    throw e;
-  }
-  for (const name of names.sort()) {
-    if (!name.startsWith('usage-') || !(name.endsWith(SUFFIX) || name.endsWith(OPEN))) continue;
-    const path = join(d.dir, name);
-    let text: string;
-    try {
-      if (name.endsWith(OPEN) && now() - (await stat(path)).mtimeMs < staleOpenMs) continue;
-      text = await readFile(path, 'utf8');
-    } catch (e) {
-      // Another process replayed and deleted it meanwhile.
-      if ((e as NodeJS.ErrnoException).code === 'ENOENT') continue;
-      throw e;
-    }
+  const take = (name: string) => name.startsWith('usage-') && (name.endsWith(SUFFIX) || name.endsWith(OPEN));
+  for await (const { path, text } of spoolFiles(d.dir, take, OPEN, staleOpenMs, now)) {
     report.files++;
     const lines = text.split('\n');
     const tail = lines.pop()!;
