@@ -105,6 +105,11 @@ const SETTLE_GRACE_MS = 1_500;
  * ~2 s of the SPEC §14 bound (drain + 5 s) to a loaded machine's late timers (1 s late was seen at load 30).
  */
 const STOP_GRACE_MS = 2_500;
+/**
+ * A settle handed over after the spool was written makes one Redis attempt (up to store.command_timeout_ms)
+ * and is then spooled: billing still waiting for a usage lookup is cut this long before that, and more.
+ */
+const BILLING_CUT_MARGIN_MS = 250;
 /** The usage flush is tried until STOP_GRACE_MS; writing what did not land to the spool (a local fsync) gets this much more. */
 const USAGE_SPOOL_GRACE_MS = 300;
 
@@ -188,6 +193,8 @@ export function createGateway(d: GatewayDeps): Gateway {
   const gate = createGate({ auth, limits, concurrency, adminGuard: guard, drainMs: config.server.bodyTimeoutMs });
   // Aborted at the drain deadline: the streams still open end with the shutting_down event (SPEC §14).
   const streamCut = new AbortController();
+  // Aborted SETTLE_GRACE_MS after the drain deadline: usage lookups still running give way to the estimate.
+  const billingCut = new AbortController();
   // `tracing` stays undefined unless `otel` is configured (then listen() sets it): the route reads it per request.
   const metered: MeteredDeps = {
     config,
@@ -199,6 +206,7 @@ export function createGateway(d: GatewayDeps): Gateway {
     bodyBudget,
     usage,
     shutdown: streamCut.signal,
+    billingCut: billingCut.signal,
     tracing: d.tracing,
   };
   const publicRoutes: Route[] = [
@@ -338,6 +346,12 @@ export function createGateway(d: GatewayDeps): Gateway {
       // produced; CUT_GRACE_MS later whatever is left (a client not reading, a request still waiting for its
       // upstream) is cut.
       const cut = setTimeout(() => streamCut.abort(), deadlineMs);
+      // A stateful request's usage lookup (SPEC §4) may answer later than anything could still be spooled: it
+      // is given up for the estimate in time for its settle's one Redis attempt and its spooling (BILLING_CUT_MARGIN_MS).
+      const billingCutAt = setTimeout(
+        () => billingCut.abort(),
+        deadlineMs + Math.max(SETTLE_GRACE_MS, STOP_GRACE_MS - config.store.commandTimeoutMs - BILLING_CUT_MARGIN_MS),
+      );
       const drained = Promise.all(servers.map((srv) => drain(srv, deadlineMs + CUT_GRACE_MS)));
       // Requests still running a moment into the drain may be cut at the deadline, and a cut stream has no usage
       // chunk: load the tokenizer now, while they run (its first load holds the event loop 0.3–1 s), rather than
@@ -373,6 +387,7 @@ export function createGateway(d: GatewayDeps): Gateway {
       const usageStopped = await within(usageStop, deadline + STOP_GRACE_MS + USAGE_SPOOL_GRACE_MS - Date.now());
       const stopped = restStopped && usageStopped;
       await late;
+      clearTimeout(billingCutAt);
       // Whatever is still being billed now cannot be spooled (its cost is unknown): each gets an error line.
       const unbilled = credit.abandonExpected();
       await spool.close().catch((e: unknown) => logger.error({ err: (e as Error).message, spool: spool.file }, 'spool close failed'));

@@ -42,6 +42,8 @@ export interface StatefulBilling {
   call: UpstreamCall | undefined;
   format: ApiFormat;
   timeoutMs: number;
+  /** Ends the usage lookup early (shutdown: the settle must still reach the spool); the estimate is billed. */
+  cut?: AbortSignal | undefined;
 }
 
 /**
@@ -61,7 +63,7 @@ export async function bill(
   if (!answered || !outcome) return NOTHING_PRODUCED;
   const counted = await billCounted(tokenizer, countPrompt, promptEstimate, outcome, maxOutput);
   if (!stateful?.call || outcome.usage) return counted;
-  return billStateful(stateful.request, stateful.call, counted, stateful.format, stateful.timeoutMs);
+  return billStateful(stateful.request, stateful.call, counted, stateful.format, stateful.timeoutMs, stateful.cut);
 }
 
 /** The upstream's usage, else the tokenizer's count (an answered request). */
@@ -111,15 +113,16 @@ const RETRIEVE_TIMEOUT_MS = 10_000;
 const RETRIEVE_MAX_BYTES = 8 * 1024 * 1024;
 
 /** GET `path` on the upstream with the operator's credential; the usage of the stored answer, or null. */
-async function retrieveUsage(up: Upstream, path: string, format: ApiFormat, timeoutMs: number): Promise<Usage | null> {
+async function retrieveUsage(up: Upstream, path: string, format: ApiFormat, timeoutMs: number, cut?: AbortSignal): Promise<Usage | null> {
   const ms = Math.min(timeoutMs, RETRIEVE_TIMEOUT_MS);
+  if (cut?.aborted) return null;
   const res = await up.pool.request({
     path: up.basePath + path,
     method: 'GET',
     headers: up.authorization ? { authorization: up.authorization, accept: 'application/json' } : { accept: 'application/json' },
     headersTimeout: ms,
     bodyTimeout: ms,
-    signal: AbortSignal.timeout(ms),
+    signal: cut ? AbortSignal.any([AbortSignal.timeout(ms), cut]) : AbortSignal.timeout(ms),
   });
   if (res.statusCode !== 200) {
     await res.body.dump();
@@ -143,8 +146,8 @@ async function retrieveUsage(up: Upstream, path: string, format: ApiFormat, time
  * A stateful request that ended without usage (SPEC §4: client gone, stream cut, usage omitted): the
  * upstream prepended history the gateway never saw, so the new input alone would under-bill it. The
  * upstream's stored answer is asked for (`GET {upstream}{retrievePath(id)}`, the id from the answer's
- * first bytes) and its usage billed; failing that, the hold's input part (the context window) plus the
- * output counted, `estimated`.
+ * first bytes) and its usage billed; failing that (or once `cut` fires: at shutdown, so that the settle
+ * still reaches the spool), the hold's input part (the context window) plus the output counted, `estimated`.
  */
 export async function billStateful(
   s: StatefulRequest,
@@ -152,10 +155,11 @@ export async function billStateful(
   counted: Billed,
   format: ApiFormat,
   timeoutMs: number,
+  cut?: AbortSignal,
 ): Promise<Billed> {
   const id = answerId(call.head());
   if (id !== undefined) {
-    const usage = await retrieveUsage(call.upstream, s.retrievePath(id), format, timeoutMs).catch(() => null);
+    const usage = await retrieveUsage(call.upstream, s.retrievePath(id), format, timeoutMs, cut).catch(() => null);
     if (usage) {
       return {
         promptTokens: usage.prompt_tokens,

@@ -45,6 +45,11 @@ export interface MeteredDeps {
   usage?: Usage;
   /** Aborted at the drain deadline: a stream still open ends with the `shutting_down` event (SPEC §14). */
   shutdown?: AbortSignal;
+  /**
+   * Aborted a moment after the drain deadline: a stateful request's usage lookup still running then is given
+   * up for the estimate, so that its settle is handed over while the spool can still take it (SPEC §14).
+   */
+  billingCut?: AbortSignal;
   /** SPEC §15 traces (obs/tracing.ts); undefined when `otel` is off: every hook below is then a no-op. */
   tracing?: Tracing | undefined;
 }
@@ -297,7 +302,7 @@ export function meteredRoute<B extends { model: string }>(d: MeteredDeps, ep: Me
         ok,
         outcome,
         output.total,
-        stateful && { request: stateful, call: answered?.call, format: ep.format, timeoutMs: up.headersTimeoutMs },
+        stateful && { request: stateful, call: answered?.call, format: ep.format, timeoutMs: up.headersTimeoutMs, cut: d.billingCut },
       );
       const cost = costMicros(model.price, b.promptTokens, b.completionTokens, b.cachedTokens);
       const billedAt = d.now(); // the settle's ts and the usage record's time: one clock read
