@@ -1,7 +1,7 @@
 /**
  * Admin routes for console sign-in (SPEC §9): `POST /admin/console/sessions` mints a single-use link
  * for a member of one account or for an operator; `DELETE /admin/console/sessions?account=` ends every
- * session of an account. The platform's backend calls the first and redirects its signed-in user there.
+ * session of an account and revokes its member links minted before. The platform's backend calls the first and redirects its signed-in user there.
  */
 import { readJsonValue } from '../http/body.ts';
 import type { BodyBudget } from '../limits/body-budget.ts';
@@ -81,7 +81,7 @@ export function consoleAdminRoutes(d: { sessions: ConsoleSessions; bodyBudget: B
       admin: true,
       doc: {
         auth: 'admin',
-        summary: "End every console session of an account's members",
+        summary: "End every console session of an account's members, and revoke their sign-in links minted before (not yet opened)",
         query: { account: { type: 'string', pattern: ACCOUNT_ID_PATTERN } },
         responses: {
           200: {
