@@ -44,6 +44,7 @@ import { createGate } from './http/gate.ts';
 import { createShares } from './shares/setup.ts';
 import { shareRoutes } from './shares/routes.ts';
 import { shareAdminRoutes } from './shares/admin-routes.ts';
+import { maxShareBodyBytes } from './shares/share-body.ts';
 import type { ClusterLink } from './cluster/worker-link.ts';
 import { openApiDocument } from './http/openapi.ts';
 import { createRequire } from 'node:module';
@@ -154,10 +155,22 @@ export function createGateway(d: GatewayDeps): Gateway {
   const shares = createShares({ config: config.shares, store, now, metrics, logger });
   // Per process (per worker with server.workers): SPEC §12's bounds on what one key or the whole mix can hold.
   const concurrency = createConcurrency(config.limits.maxConcurrentPerKey, config.limits.maxConcurrentPerAccount);
-  const bodyBudget = createBodyBudget(config.limits.maxInflightBodyBytes, (used) => metrics.inflightBodyBytes.set(used), {
-    perKey: config.limits.maxInflightBodyBytesPerKey,
-    timeoutMs: config.server.bodyTimeoutMs,
-  });
+  // The gauge shows both budgets below: the keys' and the admin listener's.
+  let keyBodyBytes = 0;
+  let adminBodyBytes = 0;
+  const bodyBudget = createBodyBudget(
+    config.limits.maxInflightBodyBytes,
+    (used) => metrics.inflightBodyBytes.set((keyBodyBytes = used) + adminBodyBytes),
+    { perKey: config.limits.maxInflightBodyBytesPerKey, timeoutMs: config.server.bodyTimeoutMs },
+  );
+  // Admin bodies are read under a budget of their own, timed and counted like every other body (SPEC §13):
+  // the admin token is one principal, so it gets a key's cap (but at least one whole share body), and it is
+  // not in the keys' budget, so keys filling that one cannot keep the operator from disabling them.
+  const adminBodyBudget = createBodyBudget(
+    Math.max(config.limits.maxInflightBodyBytesPerKey, maxShareBodyBytes(shares.limits)),
+    (used) => metrics.inflightBodyBytes.set(keyBodyBytes + (adminBodyBytes = used)),
+    { timeoutMs: config.server.bodyTimeoutMs },
+  );
   const usage = createUsage({
     store,
     logger,
@@ -240,6 +253,7 @@ export function createGateway(d: GatewayDeps): Gateway {
         listenerUrl: () => publicListenerUrl,
         failedLogins: createFailureWindow({ perWindow: config.auth.failedPerMinute, now }),
         clientAddress,
+        adminBodyBudget,
       })
     : undefined;
   // Built on first request from the final route tables (every route describes itself: http/openapi.ts).
@@ -252,11 +266,12 @@ export function createGateway(d: GatewayDeps): Gateway {
       models: config.models.map((m) => m.name),
       lastUsed: (account) => usage.lastUsed(account),
       budget: (r) => budgetView(store, r, now()),
+      bodyBudget: adminBodyBudget,
     }),
-    ...accountRoutes({ accounts }),
-    ...usageRoutes({ usage, rebuild, now, retentionDays: config.usage.retentionDays }),
+    ...accountRoutes({ accounts, bodyBudget: adminBodyBudget }),
+    ...usageRoutes({ usage, rebuild, now, retentionDays: config.usage.retentionDays, bodyBudget: adminBodyBudget }),
     ...ledgerRoutes({ exporter }),
-    ...shareAdminRoutes(shares),
+    ...shareAdminRoutes({ ...shares, bodyBudget: adminBodyBudget }),
     ...(webConsole?.adminRoutes ?? []),
   ];
   // The admin token guards /admin/ only through the gate: a route there that forgot `admin: true` would be

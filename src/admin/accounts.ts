@@ -1,5 +1,6 @@
 /** Admin routes for credit: grants, balances and the ledger (SPEC §2, §2a, §4). */
-import { readJson } from '../http/body.ts';
+import { readJsonValue } from '../http/body.ts';
+import type { BodyBudget } from '../limits/body-budget.ts';
 import { invalid } from '../http/errors.ts';
 import { sendJson } from '../http/respond.ts';
 import { Issues, forbidExtra, int, query, queryInt, rootObject, str } from '../http/validate.ts';
@@ -40,10 +41,10 @@ const GRANT_SCHEMA = {
   },
 };
 
-export function accountRoutes(d: { accounts: AccountService }): Route[] {
+export function accountRoutes(d: { accounts: AccountService; bodyBudget: BodyBudget }): Route[] {
   async function grant(ctx: RequestContext) {
     const account = accountParam(ctx);
-    const { value } = await readJson(ctx.req, 64 * 1024);
+    const value = await readJsonValue(ctx.req, 64 * 1024, d.bodyBudget);
     const issues = new Issues();
     if (!rootObject(value, issues)) return issues.done();
     forbidExtra(value, ['amount_micros', 'idempotency_key', 'note'], ['body'], issues);

@@ -3,7 +3,8 @@
  * the roll and delete routes, beside admin/keys.ts.
  */
 import { GatewayError } from '../http/errors.ts';
-import { readJson } from '../http/body.ts';
+import { readJsonValue } from '../http/body.ts';
+import type { BodyBudget } from '../limits/body-budget.ts';
 import { sendJson, sendEmpty } from '../http/respond.ts';
 import { Issues, forbidExtra, int, isObj, literal, rootObject, type Obj } from '../http/validate.ts';
 import type { Route } from '../http/router.ts';
@@ -78,6 +79,7 @@ export function keyControlRoutes(d: {
   /** admin/keys.ts: a record as every read shows it. */
   withUse: (r: KeyRecord) => Promise<Record<string, unknown>>;
   budgetOf: (r: KeyRecord) => Promise<BudgetView | KeyBudget | null>;
+  bodyBudget: BodyBudget;
 }): Route[] {
   const unknown = (id: string) => new GatewayError('not_found', `No key with id ${JSON.stringify(id.slice(0, 64))}.`);
 
@@ -85,7 +87,7 @@ export function keyControlRoutes(d: {
     // No body at all (`curl -X POST`) is `{}`: the old key expires now.
     const h = ctx.req.headers;
     const bodiless = !h['content-type'] && !h['transfer-encoding'] && (h['content-length'] ?? '0') === '0';
-    const body = bodiless ? {} : (await readJson(ctx.req, MAX_BODY)).value;
+    const body = bodiless ? {} : await readJsonValue(ctx.req, MAX_BODY, d.bodyBudget);
     const issues = new Issues();
     if (!rootObject(body, issues)) return issues.done();
     forbidExtra(body, ['expires_in_seconds'], ['body'], issues);

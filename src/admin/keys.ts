@@ -1,6 +1,7 @@
 /** Admin routes for keys: POST/GET /admin/keys, GET/PATCH /admin/keys/{id} (SPEC §2, §2a). */
 import { GatewayError } from '../http/errors.ts';
-import { readJson } from '../http/body.ts';
+import { readJsonValue } from '../http/body.ts';
+import type { BodyBudget } from '../limits/body-budget.ts';
 import { sendJson } from '../http/respond.ts';
 import { Issues, bool, forbidExtra, int, isObj, list, literal, query, rootObject, str, type Obj } from '../http/validate.ts';
 import type { Route } from '../http/router.ts';
@@ -132,6 +133,8 @@ export function keyRoutes(d: {
   lastUsed: (account: string) => Promise<Record<string, string>>;
   /** A key's budget with its spend in the current period (credit/budget.ts budgetView); null without one. */
   budget?: (r: KeyRecord) => Promise<BudgetView | null>;
+  /** What admin bodies are read under (gateway.ts: the admin listener's own body budget). */
+  bodyBudget: BodyBudget;
 }): Route[] {
   const budgetOf = (r: KeyRecord) => (d.budget && r.budget ? d.budget(r) : Promise.resolve(r.budget ?? null));
   /** A key's public view with its last use (null until its first request was flushed) and its budget's spend. */
@@ -141,7 +144,7 @@ export function keyRoutes(d: {
   };
 
   async function create(ctx: RequestContext) {
-    const { value } = await readJson(ctx.req, MAX_ADMIN_BODY);
+    const value = await readJsonValue(ctx.req, MAX_ADMIN_BODY, d.bodyBudget);
     const issues = new Issues();
     if (!rootObject(value, issues)) return issues.done();
     forbidExtra(value, ['account', 'env', 'name', 'scopes', 'models', 'rate_limits', 'expires_at', 'budget'], ['body'], issues);
@@ -184,7 +187,7 @@ export function keyRoutes(d: {
   }
 
   async function patchKey(ctx: RequestContext) {
-    const { value } = await readJson(ctx.req, MAX_ADMIN_BODY);
+    const value = await readJsonValue(ctx.req, MAX_ADMIN_BODY, d.bodyBudget);
     const issues = new Issues();
     if (!rootObject(value, issues)) return issues.done();
     forbidExtra(value, ['name', 'active', 'rate_limits', 'scopes', 'expires_at', 'budget'], ['body'], issues);
@@ -267,6 +270,6 @@ export function keyRoutes(d: {
         responses: { 200: { description: 'The key', schema: KEY_SCHEMA }, ...ADMIN_ERRORS },
       },
     },
-    ...keyControlRoutes({ keys: d.keys, withUse, budgetOf }),
+    ...keyControlRoutes({ keys: d.keys, withUse, budgetOf, bodyBudget: d.bodyBudget }),
   ];
 }

@@ -12,7 +12,7 @@ export const consoleGroup: CommandGroup = {
   notes: [
     'A link signs one browser in, once, within its lifetime (--ttl seconds, default 300: 60..86400 for a member link, 60..3600 for an operator link).',
     'Treat it like a password until it is used: whoever opens it first gets the session.',
-    'End every session of an account: DELETE /admin/console/sessions?account=<id> on the admin API.',
+    'End every session of an account, and revoke its links not yet opened: DELETE /admin/console/sessions?account=<id> on the admin API.',
   ],
   commands: {
     link: {

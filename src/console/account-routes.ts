@@ -465,7 +465,7 @@ export function accountRoutes(d: AccountRouteDeps): Route[] {
   async function endSessions(ctx: RequestContext, _viewer: Viewer, account: string) {
     ctx.req.resume();
     const n = await d.sessions.endAccount(account);
-    const text = `${n} member session${n === 1 ? '' : 's'} of ${account} ended.`;
+    const text = `${n} member session${n === 1 ? '' : 's'} of ${account} ended; member sign-in links made before now no longer work.`;
     if (isHtmx(ctx)) return sendHtml(ctx.res, 200, html`<div class="flash ok">${text}</div>`);
     redirect(ctx, accountPath(account, '/keys'));
   }

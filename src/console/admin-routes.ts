@@ -1,9 +1,10 @@
 /**
  * Admin routes for console sign-in (SPEC §9): `POST /admin/console/sessions` mints a single-use link
  * for a member of one account or for an operator; `DELETE /admin/console/sessions?account=` ends every
- * session of an account. The platform's backend calls the first and redirects its signed-in user there.
+ * session of an account and revokes its member links minted before. The platform's backend calls the first and redirects its signed-in user there.
  */
-import { readJson } from '../http/body.ts';
+import { readJsonValue } from '../http/body.ts';
+import type { BodyBudget } from '../limits/body-budget.ts';
 import { sendJson } from '../http/respond.ts';
 import { Issues, bool, forbidExtra, int, query, rootObject } from '../http/validate.ts';
 import type { Route } from '../http/router.ts';
@@ -12,9 +13,9 @@ import { ACCOUNT_ID_PATTERN } from '../store/types.ts';
 import { ADMIN_ERRORS, accountField } from '../admin/keys.ts';
 import { LINK_TTL, type ConsoleSessions } from './sessions.ts';
 
-export function consoleAdminRoutes(d: { sessions: ConsoleSessions }): Route[] {
+export function consoleAdminRoutes(d: { sessions: ConsoleSessions; bodyBudget: BodyBudget }): Route[] {
   async function mint(ctx: RequestContext) {
-    const { value } = await readJson(ctx.req, 4096);
+    const value = await readJsonValue(ctx.req, 4096, d.bodyBudget);
     const issues = new Issues();
     if (!rootObject(value, issues)) return issues.done();
     forbidExtra(value, ['account', 'operator', 'ttl_seconds'], ['body'], issues);
@@ -80,7 +81,7 @@ export function consoleAdminRoutes(d: { sessions: ConsoleSessions }): Route[] {
       admin: true,
       doc: {
         auth: 'admin',
-        summary: "End every console session of an account's members",
+        summary: "End every console session of an account's members, and revoke their sign-in links minted before (not yet opened)",
         query: { account: { type: 'string', pattern: ACCOUNT_ID_PATTERN } },
         responses: {
           200: {

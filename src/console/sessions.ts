@@ -6,7 +6,7 @@
  */
 import { createHash, randomBytes } from 'node:crypto';
 import type { IncomingMessage } from 'node:http';
-import type { ConsoleGrant, ConsoleSession, Store } from '../store/types.ts';
+import { MAX_LINK_TTL_SECONDS, type ConsoleGrant, type ConsoleSession, type Store } from '../store/types.ts';
 
 export const COOKIE = 'tollgate_console';
 /** 32 bytes = 256 bits, base64url without padding: 43 characters. */
@@ -17,7 +17,7 @@ const SECRET = /^[A-Za-z0-9_-]{43}$/;
  * may live up to 24 h, so an operator can send it by mail to someone in another time zone; an operator
  * link, which reaches every account, stays within SPEC's hour.
  */
-export const LINK_TTL = { min: 60, max: 3600, memberMax: 86_400, fallback: 300 } as const;
+export const LINK_TTL = { min: 60, max: 3600, memberMax: MAX_LINK_TTL_SECONDS, fallback: 300 } as const;
 
 const digest = (s: string) => createHash('sha256').update(s).digest('hex');
 const secret = () => randomBytes(SECRET_BYTES).toString('base64url');
@@ -35,7 +35,10 @@ export interface ConsoleSessions {
   /** The session of the request's cookie, or null. */
   viewer(req: IncomingMessage): Promise<Viewer | null>;
   signOut(viewer: Viewer): Promise<void>;
-  /** Ends every session of a member account (SPEC §9's DELETE /admin/console/sessions). */
+  /**
+   * Ends every session of a member account (SPEC §9's DELETE /admin/console/sessions) and revokes the
+   * account's member links minted before, not yet opened; returns how many sessions were live.
+   */
   endAccount(account: string): Promise<number>;
   /** The Set-Cookie value for a new session, and the one that clears it. */
   cookie(sid: string): string;

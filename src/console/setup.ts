@@ -23,6 +23,7 @@ import { consoleAdminRoutes } from './admin-routes.ts';
 import { createErrorPage } from './error-page.ts';
 import type { FailureWindow } from '../auth/failure-window.ts';
 import type { ClientAddress } from '../http/client-address.ts';
+import type { BodyBudget } from '../limits/body-budget.ts';
 
 export interface ConsoleDeps {
   config: Config['console'];
@@ -38,6 +39,8 @@ export interface ConsoleDeps {
   listenerUrl: () => string;
   failedLogins: FailureWindow;
   clientAddress: ClientAddress;
+  /** What `POST /admin/console/sessions` reads its body under: the admin listener's body budget (gateway.ts). */
+  adminBodyBudget: BodyBudget;
 }
 
 export interface Console {
@@ -84,5 +87,5 @@ export function createConsole(d: ConsoleDeps): Console {
     before: (req) => csrf(req),
     sendError: createErrorPage(assets),
   });
-  return { routes, adminRoutes: consoleAdminRoutes({ sessions }), handler };
+  return { routes, adminRoutes: consoleAdminRoutes({ sessions, bodyBudget: d.adminBodyBudget }), handler };
 }

@@ -220,3 +220,13 @@ export async function readJson(
     throw e;
   }
 }
+
+/**
+ * readJson for a handler that keeps only the parsed value (the admin API's small bodies): the body's
+ * bytes are given back to `budget` as soon as it is parsed.
+ */
+export async function readJsonValue(req: IncomingMessage, maxBytes: number, budget: BodyBudget): Promise<unknown> {
+  const { value, release } = await readJson(req, maxBytes, budget);
+  release();
+  return value;
+}

@@ -265,7 +265,7 @@ export function createMetrics(opts: { defaults?: boolean } = {}) {
     }),
     inflightBodyBytes: new Gauge({
       name: 'tollgate_inflight_body_bytes',
-      help: 'Request body bytes being read or held (limits.max_inflight_body_bytes)',
+      help: "Request body bytes being read or held: the keys' (limits.max_inflight_body_bytes) and the admin listener's",
       registers: r,
     }),
     holdsReaped: new Counter({ name: 'tollgate_holds_reaped_total', help: 'Expired credit holds released by the reaper', registers: r }),

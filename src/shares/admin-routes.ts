@@ -9,17 +9,20 @@ import { SHARE_BODY_SCHEMA } from './routes.ts';
 import { ADMIN_ERRORS } from '../admin/keys.ts';
 import { readShareBody, type ShareBodyLimits } from './share-body.ts';
 import type { ShareService } from './service.ts';
+import type { BodyBudget } from '../limits/body-budget.ts';
 import { validateSlug } from './validate.ts';
 
 export interface ShareAdminRouteDeps {
   service: ShareService;
   limits: ShareBodyLimits;
+  /** The admin listener's body budget (gateway.ts): bytes reserved as they arrive, server.body_timeout_ms. */
+  bodyBudget: BodyBudget;
 }
 
 /** The admin share routes. */
 export function shareAdminRoutes(d: ShareAdminRouteDeps): Route[] {
   async function create(ctx: RequestContext) {
-    const body = await readShareBody(ctx.req, d.limits, true);
+    const body = await readShareBody(ctx.req, d.limits, true, d.bodyBudget);
     const account = body.account!;
     const created = await d.service.create(account, body);
     ctx.log.account = account;

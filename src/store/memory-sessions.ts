@@ -1,6 +1,6 @@
 /**
  * The embedded store's console sign-in tokens and sessions (SPEC §9), by the SHA-256 of their secret,
- * each with its expiry; the twin of redis-console.ts's keys with a TTL.
+ * each with its expiry, and each account's link generation; the twin of redis-console.ts's keys.
  */
 import type { ConsoleGrant, ConsoleSession, Store } from './types.ts';
 
@@ -13,8 +13,12 @@ const clone = <T>(v: T): T => structuredClone(v);
 
 export function memorySessions(now: () => number): SessionStore {
   // Console tokens and sessions by hash, each with its expiry (ms); expired entries are dropped on read.
-  const loginTokens = new Map<string, { grant: ConsoleGrant; expiresAt: number }>();
+  const loginTokens = new Map<string, { grant: ConsoleGrant; gen: number; expiresAt: number }>();
   const sessions = new Map<string, { session: ConsoleSession; expiresAt: number }>();
+  // Each member account's link generation, bumped when its sessions are ended (absent: 0); a token keeps the
+  // one it was minted under. An entry per account ever ended, as Redis keeps one per account ended lately.
+  const linkGenerations = new Map<string, number>();
+  const generation = (account: string | null) => (account === null ? 0 : (linkGenerations.get(account) ?? 0));
   // Entries that are never read again would stay: each time the two maps have doubled, drop the expired.
   let sweepAt = 1024;
   function sweepExpired(): void {
@@ -27,12 +31,12 @@ export function memorySessions(now: () => number): SessionStore {
   return {
     async putLoginToken(hash, grant, ttlSeconds) {
       sweepExpired();
-      loginTokens.set(hash, { grant: clone(grant), expiresAt: now() + ttlSeconds * 1000 });
+      loginTokens.set(hash, { grant: clone(grant), gen: generation(grant.account), expiresAt: now() + ttlSeconds * 1000 });
     },
     async takeLoginToken(hash) {
       const t = loginTokens.get(hash);
       loginTokens.delete(hash);
-      return t && t.expiresAt > now() ? t.grant : null;
+      return t && t.expiresAt > now() && t.gen >= generation(t.grant.account) ? t.grant : null;
     },
     async putSession(hash, session, ttlSeconds) {
       sweepExpired();
@@ -48,6 +52,7 @@ export function memorySessions(now: () => number): SessionStore {
       sessions.delete(hash);
     },
     async deleteAccountSessions(acct) {
+      linkGenerations.set(acct, generation(acct) + 1);
       let n = 0;
       for (const [hash, s] of sessions) {
         if (s.session.account !== acct) continue;

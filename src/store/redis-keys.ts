@@ -39,6 +39,8 @@ export const consoleLogin = (hash: string) => `tg:console:login:${hash}`;
 export const consoleSession = (hash: string) => `tg:console:session:${hash}`;
 /** A member account's session hashes, so an operator can end them all. */
 export const consoleSessions = (acct: string) => `{acct:${acct}}:console-sessions`;
+/** A member account's sign-in link generation: ending its sessions bumps it, and a link minted under an older one is refused. */
+export const consoleLinkGeneration = (acct: string) => `{acct:${acct}}:console-links`;
 /** Matches every per-account key; the console's account list reads ids out of the names. */
 export const ACCOUNT_KEYS_PATTERN = '{acct:*}:*';
 export const ACCOUNT_OF_KEY = /^\{acct:([^}]+)\}:(?:keys|bal|ledger)$/;

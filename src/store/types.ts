@@ -234,6 +234,13 @@ export interface LegacySharePage {
   records: ShareRecord[];
 }
 
+/**
+ * The longest a console sign-in token may live (a member link: console/sessions.ts LINK_TTL). Redis keeps
+ * an account's link generation longer than this after its last use, so no token outlives the generation
+ * it was stamped with (one that did would meet a generation restarted at 0 and pass the next end).
+ */
+export const MAX_LINK_TTL_SECONDS = 86_400;
+
 /** What a console sign-in token grants: a member of one account, or an operator (`account: null`). */
 export interface ConsoleGrant {
   account: string | null;
@@ -411,16 +418,25 @@ export interface Store {
   close(): Promise<void>;
 
   // Console (SPEC §9): sign-in tokens and sessions, stored only under the SHA-256 of their secret.
-  /** Stores a single-use sign-in token that expires after `ttlSeconds`. */
+  /**
+   * Stores a single-use sign-in token that expires after `ttlSeconds` (at most a day: MAX_LINK_TTL_SECONDS).
+   * A member's token is stamped with its account's link generation (deleteAccountSessions bumps it).
+   */
   putLoginToken(hash: string, grant: ConsoleGrant, ttlSeconds: number): Promise<void>;
-  /** Returns and deletes the token in one atomic step: a second take of the same token gets null. */
+  /**
+   * Returns and deletes the token in one atomic step: a second take of the same token gets null, and so
+   * does a member token minted before its account's sessions were last ended.
+   */
   takeLoginToken(hash: string): Promise<ConsoleGrant | null>;
   /** Stores a session that expires after `ttlSeconds`, indexed by account so it can be ended with the others. */
   putSession(hash: string, session: ConsoleSession, ttlSeconds: number): Promise<void>;
   /** The live session, or null (unknown, ended or expired). */
   getSession(hash: string): Promise<ConsoleSession | null>;
   deleteSession(hash: string): Promise<void>;
-  /** Ends every session of a member account; returns how many were live. */
+  /**
+   * Ends every session of a member account and revokes its sign-in tokens stored before (the ones not yet
+   * taken); tokens stored afterwards work. Returns how many sessions were live.
+   */
   deleteAccountSessions(account: string): Promise<number>;
   /**
    * Account ids that have keys or a ledger and contain `search` (case-insensitive), sorted, at most

@@ -1,5 +1,6 @@
 /** Admin routes for usage aggregates (SPEC §10): the read, and the rebuild from the ledger. */
-import { readJson } from '../http/body.ts';
+import { readJsonValue } from '../http/body.ts';
+import type { BodyBudget } from '../limits/body-budget.ts';
 import { sendJson } from '../http/respond.ts';
 import { Issues, forbidExtra, query, rootObject, str, type Obj } from '../http/validate.ts';
 import type { Route } from '../http/router.ts';
@@ -72,6 +73,7 @@ export function usageRoutes(d: {
   rebuild: (account: string, from: string, to: string) => Promise<RebuildReport>;
   now: () => number;
   retentionDays: number;
+  bodyBudget: BodyBudget;
 }): Route[] {
   const today = () => new Date(d.now()).toISOString().slice(0, 10);
 
@@ -87,7 +89,7 @@ export function usageRoutes(d: {
 
   async function rebuild(ctx: RequestContext) {
     const account = accountParam(ctx);
-    const { value } = await readJson(ctx.req, 4096);
+    const value = await readJsonValue(ctx.req, 4096, d.bodyBudget);
     const issues = new Issues();
     if (!rootObject(value, issues)) return issues.done();
     forbidExtra(value, ['from', 'to'], ['body'], issues);

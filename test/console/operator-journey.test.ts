@@ -2,7 +2,8 @@
 // sort), find an account by search, grant it credit (the ledger shows the grant; the same form submitted
 // twice grants once; a mistyped amount comes back beside the field with the note kept; a large grant is
 // confirmed first), a mistyped account that asks before a key creates it, mint a member link (24 h) that
-// signs a member in, end that member's sessions, and sign out. And the favicon.
+// signs a member in, end that member's sessions (a link minted before and not opened stops working, one
+// minted after works), and sign out. And the favicon.
 import t from 'tap';
 import { startGateway } from '../helpers/gateway.ts';
 import { startRedis } from '../helpers/redis.ts';
@@ -126,14 +127,36 @@ if (redis && browser) {
     t.equal(await member.locator('nav >> text=Accounts').count(), 0, 'without the operator pages');
     t.equal((await member.goto(`${gw.url}/console/accounts`))?.status(), 404, 'the account list is not a member page');
 
+    // A second link, sent but not opened yet when the operator signs the members out.
+    const mintLink = async () => {
+      await page.goto(`${gw.url}/console/accounts/globex/keys`);
+      await page.click('button:has-text("Create a member sign-in link")');
+      return (await page.textContent('#member-link'))!.trim();
+    };
+    const unopened = await mintLink();
+
     await page.goto(`${gw.url}/console/accounts/globex/keys`);
-    page.once('dialog', (d) => void d.accept());
+    let question = '';
+    page.once('dialog', (d) => {
+      question = d.message();
+      void d.accept();
+    });
     await page.click('button:has-text("Sign all members out")');
     await page.locator('#flash .flash.ok').waitFor();
-    t.match(await page.textContent('#flash'), /1 member session of globex ended/);
+    t.match(question, /links not yet opened stop working too/, 'the confirmation says links go too');
+    t.match(await page.textContent('#flash'), /1 member session of globex ended; member sign-in links made before now no longer work/);
     const after = await member.goto(`${gw.url}/console/accounts/globex/keys`);
     t.equal(after?.status(), 401, "the member's session has ended");
     t.match(await member.textContent('h1'), /signed out/);
+
+    const late = await newPage(browser, gw.url);
+    const refused = await late.goto(unopened);
+    t.equal(refused?.status(), 401, 'the link minted before the sign-out no longer signs in');
+    t.match(await late.textContent('h1'), /This sign-in link does not work/);
+    t.equal((await late.context().cookies()).length, 0, 'no session cookie');
+    await late.goto(await mintLink());
+    t.equal(new URL(late.url()).pathname, '/console/accounts/globex/keys', 'a link minted after it signs the member in');
+    await late.context().close();
 
     await page.click('button:has-text("Sign out")');
     t.match(await page.textContent('h1'), /Signed out/);

@@ -1,8 +1,9 @@
 // SPEC §9 at the HTTP level: minting links (validation, shape), signing in (303, cookie attributes),
-// single use, expiry of links and sessions, ending an account's sessions, signing out, and what the
-// store holds (hashes only) on a real Redis.
+// single use, expiry of links and sessions, ending an account's sessions (and with them the account's
+// links not yet opened), signing out, and what the store holds (hashes only) on a real Redis.
 import { createHash } from 'node:crypto';
 import t from 'tap';
+import type { Test } from 'tap';
 import { compileConfig } from '../../src/config/schema.ts';
 import { startGateway, type TestGateway } from '../helpers/gateway.ts';
 import { startRedis } from '../helpers/redis.ts';
@@ -144,6 +145,33 @@ t.test("ending an account's sessions; signing out", async (t) => {
   t.equal((await page(gw, '/console/accounts/globex/keys', other.cookie)).status, 401, 'and the session is gone from the store');
 });
 
+/**
+ * Links minted before an account's sessions are ended and not opened yet: the account's no longer sign in
+ * (they used to, for their whole lifetime, up to 24 h); another account's and an operator's still do, and
+ * so does a link minted after the end.
+ */
+async function endRevokesLinks(t: Test, gw: TestGateway) {
+  const before = await mint(gw, { account: 'acme', ttl_seconds: 86_400 });
+  const otherAccount = await mint(gw, { account: 'globex' });
+  const operator = await mint(gw, { operator: true });
+  const ended = await gw.admin('/admin/console/sessions?account=acme', { method: 'DELETE' });
+  t.same(ended.body, { account: 'acme', ended: 0 }, 'no session to end, only links');
+  const after = await mint(gw, { account: 'acme' });
+  const refused = await signIn(before.body.url);
+  t.equal(refused.status, 401, 'the link minted before the end no longer signs in');
+  t.equal(refused.setCookie, '', 'no cookie');
+  t.match(await refused.res.text(), /This sign-in link does not work/);
+  const s = await signIn(after.body.url);
+  t.equal(s.status, 303, 'a link minted after the end signs in');
+  t.equal((await page(gw, '/console/accounts/acme/keys', s.cookie)).status, 200);
+  t.equal((await signIn(otherAccount.body.url)).status, 303, "another account's link still signs in");
+  t.equal((await signIn(operator.body.url)).status, 303, "an operator's link still signs in");
+}
+
+t.test("ending an account's sessions revokes its links not yet opened (embedded store)", async (t) => {
+  await endRevokesLinks(t, await startGateway(t));
+});
+
 t.test('an https public_url: links on it, and the cookie is Secure', async (t) => {
   const gw = await startGateway(t, { config: { console: { public_url: 'https://console.example.com/' } } });
   const { body } = await mint(gw, { account: 'acme' });
@@ -190,5 +218,10 @@ if (redis) {
       gw.logs.some((l) => l.includes(token) || l.includes(sid)),
       'neither is logged',
     );
+  });
+
+  t.test("ending an account's sessions revokes its links not yet opened (Redis)", async (t) => {
+    await redis.client.flushdb();
+    await endRevokesLinks(t, await startGateway(t, { redisUrl: redis.url }));
   });
 }

@@ -1,5 +1,6 @@
 // Contract cases for the console's records (SPEC §9): single-use sign-in tokens, sessions that expire
-// and end per account, the operator's account list, the ledger newest first, and an account's shares.
+// and end per account (revoking the account's tokens stored before), the operator's account list, the
+// ledger newest first, and an account's shares.
 import { setTimeout as sleep } from 'node:timers/promises';
 import type { Test } from 'tap';
 import type { ShareRecord } from '../../src/store/types.ts';
@@ -44,6 +45,26 @@ export function consoleCases(test: Case): void {
     t.strictSame(await store.getSession('s-b'), session(b), 'other accounts untouched');
     t.strictSame(await store.getSession('s-op'), session(null), 'operator sessions untouched');
     t.equal(await store.deleteAccountSessions(a), 0, 'nothing left');
+  });
+
+  test("ending an account's sessions revokes its tokens stored before, not those stored after", async (t, { store }) => {
+    const a = uniqueAccount();
+    const b = uniqueAccount();
+    await store.putLoginToken(`before-${a}`, { account: a }, 60);
+    await store.putLoginToken(`before-${b}`, { account: b }, 60);
+    await store.putLoginToken(`operator-${a}`, { account: null }, 60);
+    await store.putSession(`s-${a}`, session(a), 60);
+    t.equal(await store.deleteAccountSessions(a), 1, 'the session is counted, not the tokens');
+    await store.putLoginToken(`after-${a}`, { account: a }, 60);
+    t.equal(await store.takeLoginToken(`before-${a}`), null, 'stored before the end: revoked');
+    t.strictSame(await store.takeLoginToken(`after-${a}`), { account: a }, 'stored after: works');
+    t.strictSame(await store.takeLoginToken(`before-${b}`), { account: b }, "another account's token works");
+    t.strictSame(await store.takeLoginToken(`operator-${a}`), { account: null }, 'an operator token works');
+    await store.putLoginToken(`second-${a}`, { account: a }, 60);
+    await store.deleteAccountSessions(a);
+    t.equal(await store.takeLoginToken(`second-${a}`), null, 'the next end revokes what was stored since the first');
+    await store.putLoginToken(`third-${a}`, { account: a }, 60);
+    t.strictSame(await store.takeLoginToken(`third-${a}`), { account: a }, 'and what comes after it works');
   });
 
   test('accounts with keys or a ledger are listed, filtered and capped', async (t, { store }) => {

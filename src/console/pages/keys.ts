@@ -35,7 +35,7 @@ function operatorTools(account: string): Html {
         action="${accountPath(account, '/sessions/end')}"
         hx-post="${accountPath(account, '/sessions/end')}"
         hx-target="#flash"
-        hx-confirm="Sign every member of ${account} out of the console now?"
+        hx-confirm="Sign every member of ${account} out of the console now? Their sign-in links not yet opened stop working too."
       >
         <button class="danger" type="submit">Sign all members out</button>
       </form>
