@@ -221,6 +221,7 @@ export function createGateway(d: GatewayDeps): Gateway {
     shutdown: streamCut.signal,
     billingCut: billingCut.signal,
     tracing: d.tracing,
+    auth,
   };
   const publicRoutes: Route[] = [
     meteredRoute(metered, CHAT_COMPLETIONS),

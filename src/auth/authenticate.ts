@@ -22,6 +22,13 @@ export type AuthFailure = 'missing' | 'malformed' | 'unknown' | 'disabled' | 'ex
 export interface Authenticator {
   /** The key record of the request's bearer key, or a 401/429 GatewayError. */
   authenticate(req: IncomingMessage): Promise<KeyRecord>;
+  /**
+   * True while `key` (what authenticate() returned) is still the key as this instance knows it and usable:
+   * no change reached the cache since (disable, PATCH, roll, delete, or the cache TTL) and not past its
+   * `expires_at`. A map lookup and, for a key with an expiry, a clock compare; no store read. When false,
+   * authenticate() again: it refuses a key that is no longer usable and returns the record as it is now.
+   */
+  current(key: KeyRecord): boolean;
 }
 
 const BEARER = /^Bearer[ \t]+(\S+)[ \t]*$/i;
@@ -66,6 +73,7 @@ export function createAuthenticator(d: {
   }
 
   return {
+    current: (key) => d.keys.isCurrent(key) && usable(key),
     async authenticate(req) {
       const m = BEARER.exec(req.headers.authorization ?? '');
       if (!m) return refuse(addressOf(req), 'missing');

@@ -28,6 +28,11 @@ export interface KeyCache {
   lookup(hash: string): Promise<KeyRecord | null>;
   /** Drops the entry and remembers the version, so older reads are refused. */
   invalidate(hash: string, version: number): void;
+  /**
+   * True while `record` (one lookup() or peek() returned) is still its key's live entry: not invalidated,
+   * replaced, evicted or past the TTL since. Touches no store and counts no hit or miss.
+   */
+  isCurrent(record: KeyRecord): boolean;
 }
 
 /** Reads racing an invalidation are retried this often before the lookup gives up with an error. */
@@ -39,6 +44,8 @@ export function createKeyCache(o: KeyCacheOptions): KeyCache {
   // the last entry on a stale get, it resets all of its `max`-slot arrays on the request path, once per
   // TTL when a gateway has one active key (bench/results/instructions-vs-bare.md). Still bounded by `max`.
   const stale = { noDeleteOnStaleGet: true } as const;
+  // Each cached record's hash, for isCurrent(): set once per store read, not per request.
+  const hashOf = new WeakMap<KeyRecord, string>();
   // Highest version announced per key; kept longer than the cache TTL so a late read of an old record is refused.
   const floors = new LRUCache<string, number>({ max: o.max, ttl: Math.max(60_000, o.ttlMs * 6), ...stale });
   const cache = new LRUCache<string, Entry>({
@@ -50,6 +57,7 @@ export function createKeyCache(o: KeyCacheOptions): KeyCache {
       const floor = floors.get(hash);
       if (record && floor !== undefined && record.version < floor) throw new Error('stale key record');
       if (!record) options.ttl = o.negativeTtlMs;
+      else hashOf.set(record, hash);
       return { record };
     },
   });
@@ -84,5 +92,9 @@ export function createKeyCache(o: KeyCacheOptions): KeyCache {
       }
     },
     invalidate,
+    isCurrent(record) {
+      const hash = hashOf.get(record);
+      return hash !== undefined && cache.get(hash)?.record === record;
+    },
   };
 }

@@ -11,7 +11,7 @@ import { GatewayError } from '../http/errors.ts';
 import { readJson } from '../http/body.ts';
 import type { Route } from '../http/router.ts';
 import type { RequestContext } from '../http/context.ts';
-import { requireModel } from '../auth/authenticate.ts';
+import { requireModel, requireScope, type Authenticator } from '../auth/authenticate.ts';
 import type { Config, Endpoint, ModelConfig } from '../config/schema.ts';
 import type { ProcessBodyBudget } from '../limits/body-budget.ts';
 import { holdTtlMs as holdTtlOf, neverSent, type Credit } from '../credit/credit.ts';
@@ -52,6 +52,8 @@ export interface MeteredDeps {
   billingCut?: AbortSignal;
   /** SPEC §15 traces (obs/tracing.ts); undefined when `otel` is off: every hook below is then a no-op. */
   tracing?: Tracing | undefined;
+  /** The gate's authenticator: the key is looked at again once the body is in (prepare). */
+  auth: Pick<Authenticator, 'authenticate' | 'current'>;
 }
 
 /**
@@ -187,8 +189,8 @@ export function meteredRoute<B extends { model: string }>(d: MeteredDeps, ep: Me
       current = c;
       if (c && signal.aborted) c.abort(new ClientGoneError());
     };
-    const key = ctx.key!;
     const { model, output, promptEstimate, payload, reply, stateful } = await prepare(ctx, held);
+    const key = ctx.key!;
     ctx.log.model = model.name;
     trace?.model(model.name, model.upstreamModel);
     const admission = await ctx.admit!(promptEstimate + output.total);
@@ -348,6 +350,13 @@ export function meteredRoute<B extends { model: string }>(d: MeteredDeps, ep: Me
     const read = await readJson(ctx.req, d.config.limits.maxBodyBytes, d.bodyBudget.forKey(ctx.key!.id), d.config.limits.maxJsonDepth);
     // The body's bytes stay reserved until the pipeline ends (handle's finally): its upstream payload lives that long.
     held.release = read.release;
+    // The key again, now that the body is in (up to server.body_timeout_ms after the gate): one disabled,
+    // expired, rolled over or deleted meanwhile is refused here, before anything is held or sent (SPEC
+    // §1.1, §15). Unchanged, that is a cache lookup; changed, the record as it is now, its scope checked again.
+    if (!d.auth.current(ctx.key!)) {
+      ctx.key = await d.auth.authenticate(ctx.req);
+      requireScope(ctx.key, ep.scope);
+    }
     const body = ep.validate(read.value, d.config.limits);
     const model = models.get(body.model);
     if (!model) throw new GatewayError('model_not_found', `The model '${body.model}' does not exist.`, { param: 'model' });

@@ -230,3 +230,35 @@ t.test('entries expire after the TTL, bounding staleness when an invalidation is
   t.equal((await cache.lookup(hash))?.active, false);
   t.equal(c.reads(), 2);
 });
+
+t.test('isCurrent: a record stays current until an invalidation, the TTL or an eviction takes it out', async (t) => {
+  const c = counting();
+  const cache = createKeyCache({ store: c.store, ttlMs: 150, negativeTtlMs: 100, max: 2 });
+  const hash = hashKey(generateKey('live'));
+  await c.store.createKey(hash, record());
+  const first = (await cache.lookup(hash))!;
+  t.ok(cache.isCurrent(first), 'the record a lookup returned is current');
+  const reads = c.reads();
+  t.ok(cache.isCurrent(first), 'asking again reads nothing from the store');
+  t.equal(c.reads(), reads);
+
+  const changed = (await c.store.updateKey('key_1111111111111111', { name: 'renamed' }))!;
+  cache.invalidate(hash, changed.record.version);
+  t.notOk(cache.isCurrent(first), 'an invalidation ends it');
+  const second = (await cache.lookup(hash))!;
+  t.ok(cache.isCurrent(second));
+  t.equal(second.name, 'renamed');
+  t.notOk(cache.isCurrent(first), 'the record read again is another one');
+
+  await sleep(250);
+  t.notOk(cache.isCurrent(second), 'past the TTL it is not current, whether or not an invalidation came');
+  const third = (await cache.lookup(hash))!;
+  t.ok(cache.isCurrent(third));
+  for (const id of ['key_2222222222222222', 'key_3333333333333333']) {
+    const h = hashKey(generateKey('live'));
+    await c.store.createKey(h, record({ id }));
+    await cache.lookup(h);
+  }
+  t.notOk(cache.isCurrent(third), 'evicted (max 2): not current');
+  t.notOk(cache.isCurrent(record()), 'a record the cache never returned is not current');
+});
