@@ -5,7 +5,7 @@
 import { GatewayError } from '../http/errors.ts';
 import { readJsonValue } from '../http/body.ts';
 import type { BodyBudget } from '../limits/body-budget.ts';
-import { sendJson, sendEmpty } from '../http/respond.ts';
+import { sendJson, sendEmpty, SHOWS_KEY } from '../http/respond.ts';
 import { Issues, forbidExtra, int, isObj, literal, rootObject, type Obj } from '../http/validate.ts';
 import type { Route } from '../http/router.ts';
 import type { RequestContext } from '../http/context.ts';
@@ -95,13 +95,18 @@ export function keyControlRoutes(d: {
     issues.done();
     const r = await d.keys.roll(ctx.params.id!, grace);
     if (!r) throw unknown(ctx.params.id!);
-    sendJson(ctx.res, 201, {
-      key: r.key,
-      ...publicKey(r.record),
-      budget: await d.budgetOf(r.record),
-      last_used_at: null,
-      previous: { id: r.previous.id, expires_at: r.previous.expires_at ?? null },
-    });
+    sendJson(
+      ctx.res,
+      201,
+      {
+        key: r.key,
+        ...publicKey(r.record),
+        budget: await d.budgetOf(r.record),
+        last_used_at: null,
+        previous: { id: r.previous.id, expires_at: r.previous.expires_at ?? null },
+      },
+      SHOWS_KEY,
+    );
   }
 
   async function remove(ctx: RequestContext) {

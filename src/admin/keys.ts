@@ -2,7 +2,7 @@
 import { GatewayError } from '../http/errors.ts';
 import { readJsonValue } from '../http/body.ts';
 import type { BodyBudget } from '../limits/body-budget.ts';
-import { sendJson } from '../http/respond.ts';
+import { sendJson, SHOWS_KEY } from '../http/respond.ts';
 import { Issues, bool, forbidExtra, int, isObj, list, literal, query, rootObject, str, type Obj } from '../http/validate.ts';
 import type { Route } from '../http/router.ts';
 import type { RequestContext } from '../http/context.ts';
@@ -167,7 +167,7 @@ export function keyRoutes(d: {
       expires_at,
       budget,
     });
-    sendJson(ctx.res, 201, { key, ...publicKey(record), budget: await budgetOf(record), last_used_at: null });
+    sendJson(ctx.res, 201, { key, ...publicKey(record), budget: await budgetOf(record), last_used_at: null }, SHOWS_KEY);
   }
 
   async function listKeys(ctx: RequestContext) {

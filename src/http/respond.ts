@@ -3,6 +3,9 @@ import { GatewayError, ValidationError } from './errors.ts';
 
 const JSON_TYPE = 'application/json';
 
+/** Headers of a response that shows a whole key (created or rolled): no cache, proxy or browser, keeps it. */
+export const SHOWS_KEY: Readonly<Record<string, string>> = { 'cache-control': 'no-store' };
+
 /** Writes a JSON body with content-length. The request id header is set earlier, by the server. */
 export function sendJson(res: ServerResponse, status: number, body: unknown, headers?: Record<string, string>): void {
   const text = JSON.stringify(body);

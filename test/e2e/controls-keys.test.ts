@@ -69,6 +69,12 @@ if (redis) {
     const rolledAt = Date.now();
     t.equal(rolled.status, 201);
     t.match(rolled.body.key, /^svc-test-/, 'the new key is shown');
+    t.equal(rolled.headers.get('cache-control'), 'no-store', 'and kept by no cache');
+    const created = await a.admin('/admin/keys', { body: { account: 'roll', env: 'test', name: 'another' } });
+    t.equal(created.status, 201);
+    t.equal(created.headers.get('cache-control'), 'no-store', 'a created key is kept by no cache either');
+    const listed = await a.admin('/admin/keys?account=roll');
+    t.equal(listed.headers.get('cache-control'), null, 'a list, which shows no key, is not marked');
     t.not(rolled.body.id, old.id);
     for (const f of ['account', 'env', 'name', 'scopes', 'models', 'rate_limits']) t.same(rolled.body[f], old[f], `same ${f}`);
     t.same(rolled.body.budget, { limit_micros: 5_000, period: 'month', spent_micros: 0 }, 'same budget');
