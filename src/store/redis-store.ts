@@ -378,12 +378,17 @@ export async function createRedisStore(o: RedisStoreOptions & { client?: Client 
           const record = parseKey(await redis.hgetall(K.keyRecord(hash)));
           if (!record) return null;
           // Gone from the record, the id index and the account's list: the hash then finds nothing, ever.
-          // Its lifetime budget counter too (day and month counters expire on their own).
+          // Its lifetime budget counter too (day and month counters expire on their own): emptied, and left to
+          // expire once no settle of the key can still come (settledTtlSeconds). Deleted outright, a settle in
+          // flight made it again with no expiry, a hash in Redis for good (the settle script keeps a TTL it finds).
+          const lifetime = K.keyBudget(record.account, id, 't');
           await Promise.all([
             redis.del(K.keyRecord(hash)),
             redis.del(K.keyIdIndex(id)),
             redis.srem(K.accountKeys(record.account), id),
-            redis.del(K.keyBudget(record.account, id, 't')),
+            redis.del(lifetime),
+            redis.hset(lifetime, 's', 0),
+            redis.expire(lifetime, o.settledTtlSeconds),
           ]);
           return { record, hash };
         })(),

@@ -8,7 +8,7 @@ type Case = (name: string, fn: (t: Test, h: Harness) => Promise<void>) => void;
 
 const FAR = 9_000_000_000_000;
 
-function keyRecord(id: string, account: string, extra: Partial<KeyRecord> = {}): KeyRecord {
+export function keyRecord(id: string, account: string, extra: Partial<KeyRecord> = {}): KeyRecord {
   return {
     id,
     account,
@@ -25,11 +25,11 @@ function keyRecord(id: string, account: string, extra: Partial<KeyRecord> = {}):
   };
 }
 
-function charge(keyId: string, limitMicros: number, extra: Partial<BudgetCharge> = {}): BudgetCharge {
+export function charge(keyId: string, limitMicros: number, extra: Partial<BudgetCharge> = {}): BudgetCharge {
   return { keyId, period: 'd2026-11-22', limitMicros, expireAtMs: FAR, ...extra };
 }
 
-function settleInput(account: string, requestId: string, costMicros: number, extra: Partial<SettleInput> = {}): SettleInput {
+export function settleInput(account: string, requestId: string, costMicros: number, extra: Partial<SettleInput> = {}): SettleInput {
   return {
     account,
     requestId,

@@ -12,6 +12,7 @@ import type { Invalidation, SettleInput, Store } from '../../src/store/types.ts'
 import { startRedis } from '../helpers/redis.ts';
 import { runStoreContract } from './contract.ts';
 import { allEntries, TS, TS2, waitFor } from './harness.ts';
+import { charge, keyRecord, settleInput } from './contract-key-controls.ts';
 
 /**
  * A TCP relay in front of Redis. `cut()` drops every connection (the clients reconnect); after it, on
@@ -322,6 +323,35 @@ if (redis) {
     t.equal(await store.reapExpiredHolds(future + 3_000, TS), 0, 'nothing to release: all were settled');
     t.strictSame(await allKeys(), baseline, 'buckets and index are gone with them');
     t.equal((await allEntries(store, 'acme')).filter((e) => e.kind === 'debit').length, 301, 'the ledger stays the record: one debit each');
+  });
+
+  t.test("a deleted key's lifetime budget counter expires, also when a settle in flight lands after the delete", async (t) => {
+    await redis.client.flushdb();
+    const store = await openStore(t, redis.url);
+    await store.grant('gone', 10_000, undefined, undefined, TS);
+    for (const [id, spentFirst] of [
+      ['key_BBBBBBBBBBBBBBD1', true],
+      ['key_BBBBBBBBBBBBBBD2', false],
+    ] as const) {
+      await store.createKey(`hash-${id}`, keyRecord(id, 'gone', { budget: { limit_micros: 1_000, period: 'total' } }));
+      const b = charge(id, 1_000, { period: 't', expireAtMs: null });
+      const counter = K.keyBudget('gone', id, 't');
+      if (spentFirst) {
+        t.equal((await store.hold('gone', `${id}-a`, 100, 9_000_000_000_000, b)).ok, true);
+        await store.settle(settleInput('gone', `${id}-a`, 40, { budget: b, keyId: id }));
+        t.equal(await redis.client.ttl(counter), -1, 'a lifetime counter has no expiry while its key lives');
+      }
+      t.equal((await store.hold('gone', `${id}-b`, 100, 9_000_000_000_000, b)).ok, true);
+      await store.deleteKey(id);
+      t.equal((await store.keySpend('gone', id, 't', Date.now())).spent_micros, 0, 'the delete empties it');
+      // The settle of the request still in flight at the delete (its hold was taken before).
+      await store.settle(settleInput('gone', `${id}-b`, 30, { budget: b, keyId: id }));
+      const ttl = await redis.client.ttl(counter);
+      t.ok(
+        ttl > 0 && ttl <= SETTLED_TTL_S,
+        `then it expires (TTL ${ttl} s, at most the settle window ${SETTLED_TTL_S} s): it stayed for good`,
+      );
+    }
   });
 
   t.test('the reaper empties large buckets of several accounts in slices, each hold once', async (t) => {
