@@ -9,6 +9,7 @@ import type { ApiFormat } from './formats.ts';
 import type { Usage } from './usage.ts';
 import type { UpstreamCall } from '../upstream/call.ts';
 import type { Upstream } from '../upstream/pool.ts';
+import { contentCoding, decodeWhole } from '../upstream/content-coding.ts';
 import { COUNT_BUDGET_MS, type Budget, type Tokenizer } from './tokenizer.ts';
 import type { UsageSource } from '../store/types.ts';
 
@@ -116,7 +117,11 @@ async function retrieveUsage(up: Upstream, path: string, format: ApiFormat, time
   const res = await up.pool.request({
     path: up.basePath + path,
     method: 'GET',
-    headers: up.authorization ? { authorization: up.authorization, accept: 'application/json' } : { accept: 'application/json' },
+    headers: {
+      accept: 'application/json',
+      'accept-encoding': 'identity',
+      ...(up.authorization && { authorization: up.authorization }),
+    },
     headersTimeout: ms,
     bodyTimeout: ms,
     signal: AbortSignal.timeout(ms),
@@ -135,7 +140,12 @@ async function retrieveUsage(up: Upstream, path: string, format: ApiFormat, time
     }
     parts.push(chunk);
   }
-  const body = JSON.parse(Buffer.concat(parts, size).toString('utf8')) as Record<string, unknown> | null;
+  let raw: Buffer | undefined = Buffer.concat(parts, size);
+  // An upstream that compresses although asked not to (upstream/content-coding.ts); an unknown coding throws.
+  const coding = contentCoding(res.headers['content-encoding']);
+  if (coding) raw = await decodeWhole(coding, raw, RETRIEVE_MAX_BYTES);
+  if (raw === undefined) return null;
+  const body = JSON.parse(raw.toString('utf8')) as Record<string, unknown> | null;
   return format.usage(body?.['usage']);
 }
 
