@@ -78,6 +78,11 @@ async function billCounted(
   if (!outcome.usage && outcome.uncounted)
     return { promptTokens: promptEstimate, completionTokens: maxOutput, cachedTokens: 0, source: 'estimated' };
   const extra = outcome.text();
+  // Text past the meter's keep cap (TextCollector: 8 MiB, ~2 M tokens of prose) was relayed, not kept, so
+  // it cannot be counted: each raw byte of it is billed as a token, an upper bound (a token is at least one
+  // byte of UTF-8, and a JSON-escaped byte never stands for more than one). Like any count it is not capped
+  // by the hold: text past the output cap is an overrun, debited in full (SPEC §4) and logged as one.
+  const unseen = outcome.unseenTextBytes ?? 0;
   // The tokenizer (tens of MB and a fraction of a second to load: docs/notes.md §8) is only needed when
   // usage is missing. The gateway loads it before it reports ready (admin/warm-up.ts); here only when that failed.
   // If it cannot load, bytes bound the tokens from above: over-billed at worst, never unbilled.
@@ -89,7 +94,7 @@ async function billCounted(
   const budgetNow = () => (budget ??= { deadline: Date.now() + COUNT_BUDGET_MS });
   const countText = (s: string) => (tokenizer.loaded ? tokenizer.countTextBounded(s, budgetNow()) : Promise.resolve(Buffer.byteLength(s)));
   if (outcome.usage) {
-    const more = extra ? await countText(extra) : 0;
+    const more = (extra ? await countText(extra) : 0) + unseen;
     return {
       promptTokens: outcome.usage.prompt_tokens,
       completionTokens: outcome.usage.completion_tokens + more,
@@ -98,7 +103,7 @@ async function billCounted(
     };
   }
   const prompt = tokenizer.loaded ? await countPrompt(budgetNow()) : promptEstimate;
-  return { promptTokens: prompt, completionTokens: extra ? await countText(extra) : 0, cachedTokens: 0, source: 'estimated' };
+  return { promptTokens: prompt, completionTokens: (extra ? await countText(extra) : 0) + unseen, cachedTokens: 0, source: 'estimated' };
 }
 
 /** The id an answer starts with: a stream's first event carries `response.id`, a JSON body its own `id` first. */
