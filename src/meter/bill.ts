@@ -9,6 +9,7 @@ import type { ApiFormat } from './formats.ts';
 import type { Usage } from './usage.ts';
 import type { UpstreamCall } from '../upstream/call.ts';
 import type { Upstream } from '../upstream/pool.ts';
+import { contentCoding, decodeWhole } from '../upstream/content-coding.ts';
 import { COUNT_BUDGET_MS, type Budget, type Tokenizer } from './tokenizer.ts';
 import type { UsageSource } from '../store/types.ts';
 
@@ -79,6 +80,11 @@ async function billCounted(
   if (!outcome.usage && outcome.uncounted)
     return { promptTokens: promptEstimate, completionTokens: maxOutput, cachedTokens: 0, source: 'estimated' };
   const extra = outcome.text();
+  // Text past the meter's keep cap (TextCollector: 8 MiB, ~2 M tokens of prose) was relayed, not kept, so
+  // it cannot be counted: each raw byte of it is billed as a token, an upper bound (a token is at least one
+  // byte of UTF-8, and a JSON-escaped byte never stands for more than one). Like any count it is not capped
+  // by the hold: text past the output cap is an overrun, debited in full (SPEC §4) and logged as one.
+  const unseen = outcome.unseenTextBytes ?? 0;
   // The tokenizer (tens of MB and a fraction of a second to load: docs/notes.md §8) is only needed when
   // usage is missing. The gateway loads it before it reports ready (admin/warm-up.ts); here only when that failed.
   // If it cannot load, bytes bound the tokens from above: over-billed at worst, never unbilled.
@@ -90,7 +96,7 @@ async function billCounted(
   const budgetNow = () => (budget ??= { deadline: Date.now() + COUNT_BUDGET_MS });
   const countText = (s: string) => (tokenizer.loaded ? tokenizer.countTextBounded(s, budgetNow()) : Promise.resolve(Buffer.byteLength(s)));
   if (outcome.usage) {
-    const more = extra ? await countText(extra) : 0;
+    const more = (extra ? await countText(extra) : 0) + unseen;
     return {
       promptTokens: outcome.usage.prompt_tokens,
       completionTokens: outcome.usage.completion_tokens + more,
@@ -99,7 +105,7 @@ async function billCounted(
     };
   }
   const prompt = tokenizer.loaded ? await countPrompt(budgetNow()) : promptEstimate;
-  return { promptTokens: prompt, completionTokens: extra ? await countText(extra) : 0, cachedTokens: 0, source: 'estimated' };
+  return { promptTokens: prompt, completionTokens: (extra ? await countText(extra) : 0) + unseen, cachedTokens: 0, source: 'estimated' };
 }
 
 /** The id an answer starts with: a stream's first event carries `response.id`, a JSON body its own `id` first. */
@@ -119,7 +125,11 @@ async function retrieveUsage(up: Upstream, path: string, format: ApiFormat, time
   const res = await up.pool.request({
     path: up.basePath + path,
     method: 'GET',
-    headers: up.authorization ? { authorization: up.authorization, accept: 'application/json' } : { accept: 'application/json' },
+    headers: {
+      accept: 'application/json',
+      'accept-encoding': 'identity',
+      ...(up.authorization && { authorization: up.authorization }),
+    },
     headersTimeout: ms,
     bodyTimeout: ms,
     signal: cut ? AbortSignal.any([AbortSignal.timeout(ms), cut]) : AbortSignal.timeout(ms),
@@ -138,7 +148,12 @@ async function retrieveUsage(up: Upstream, path: string, format: ApiFormat, time
     }
     parts.push(chunk);
   }
-  const body = JSON.parse(Buffer.concat(parts, size).toString('utf8')) as Record<string, unknown> | null;
+  let raw: Buffer | undefined = Buffer.concat(parts, size);
+  // An upstream that compresses although asked not to (upstream/content-coding.ts); an unknown coding throws.
+  const coding = contentCoding(res.headers['content-encoding']);
+  if (coding) raw = await decodeWhole(coding, raw, RETRIEVE_MAX_BYTES);
+  if (raw === undefined) return null;
+  const body = JSON.parse(raw.toString('utf8')) as Record<string, unknown> | null;
   return format.usage(body?.['usage']);
 }
 

@@ -27,6 +27,11 @@ export interface RelayOutcome {
   usage: Usage | null;
   /** Produced text not covered by `usage` (all of it when usage is absent); decoded on demand. */
   text: () => string;
+  /**
+   * Raw (JSON-escaped) bytes of produced text past the meter's keep cap (TextCollector): relayed, not in
+   * `text()`. A stream's only; billed as an upper bound (meter/bill.ts).
+   */
+  unseenTextBytes?: number;
   /** How the relay ended (`shutting_down`: cut at the drain deadline, SPEC §14). */
   end: 'complete' | 'client_gone' | 'upstream_failed' | 'shutting_down';
   /** Nanoseconds the gateway spent on chunks. */
@@ -183,7 +188,10 @@ export function maxEventBytes(requestBytes: number): number {
   return 2 * requestBytes + 1024 * 1024;
 }
 
-/** Relays an SSE stream; resolves when the upstream ended, failed, or the client left. `maxEvent`: see maxEventBytes. */
+/**
+ * Relays an SSE stream; resolves when the upstream ended, failed, or the client left. `maxEvent`: see
+ * maxEventBytes; `maxText`: the completion text kept for the tokenizer (default TextCollector's 8 MiB).
+ */
 export async function relaySse(
   call: UpstreamCall,
   res: ServerResponse,
@@ -191,8 +199,9 @@ export async function relaySse(
   clientGone: () => boolean,
   format: ApiFormat = CHAT,
   maxEvent = maxEventBytes(0),
+  maxText?: number,
 ): Promise<RelayOutcome> {
-  const meter = createSseMeter({ dropUsageOnlyChunk, format, maxPendingBytes: maxEvent });
+  const meter = createSseMeter({ dropUsageOnlyChunk, format, maxPendingBytes: maxEvent, maxTextBytes: maxText });
   let finished = false;
   /** The upstream body is complete: the turn's events, the held tail (if any) and the response's end go out with the last chunk. */
   const finish = () => {
@@ -241,7 +250,7 @@ export async function relaySse(
       res.end(format.streamError);
     }
   }
-  return { usage: meter.usage, text: () => meter.completionText(), end, chunkNs: spent() };
+  return { usage: meter.usage, text: () => meter.completionText(), unseenTextBytes: meter.droppedTextBytes, end, chunkNs: spent() };
 }
 
 /**

@@ -51,8 +51,8 @@ export interface SseMeterOptions {
   dropUsageOnlyChunk: boolean;
   /** Largest single event, in bytes, including its terminating blank line. Default 1 MiB. */
   maxPendingBytes?: number;
-  /** Cap on retained completion text bytes. Default 8 MiB (see TextCollector). */
-  maxTextBytes?: number;
+  /** Cap on retained completion text bytes. Default (also when undefined) 8 MiB (see TextCollector). */
+  maxTextBytes?: number | undefined;
   /** Where the stream keeps its usage and text (formats.ts). Default chat. */
   format?: ApiFormat;
 }
@@ -88,7 +88,10 @@ export interface SseMeter {
    * just `usage` in a normal stream (usage is the last event). Decoding happens here, on demand.
    */
   completionText(): string;
-  /** Raw text bytes beyond maxTextBytes that were counted but not retained (0 in practice). */
+  /**
+   * Raw text bytes after the latest usage beyond maxTextBytes, counted but not retained: relayed text
+   * completionText() leaves out (billed as an upper bound, meter/bill.ts).
+   */
   readonly droppedTextBytes: number;
 }
 

@@ -16,7 +16,7 @@ export class TextCollector {
   private len = 0;
   private decoded: string | null = '';
   private readonly maxBytes: number;
-  /** Raw bytes not retained because `maxBytes` was reached (the caller may bill them as an upper bound). */
+  /** Raw bytes not retained because `maxBytes` was reached (meter/bill.ts bills them as an upper bound). */
   overflowBytes = 0;
 
   constructor(opts: TextCollectorOptions = {}) {

@@ -412,8 +412,10 @@ export function meteredRoute<B extends { model: string }>(d: MeteredDeps, ep: Me
     // Media types are case-insensitive (RFC 9110 §8.3.1): a test of the header as it is, no lower-cased copy.
     const ct = a.headers['content-type'];
     const stream = a.status < 300 && (typeof ct === 'string' ? EVENT_STREAM.test(ct) : body.stream);
+    if (a.call.coding) ctx.log.upstream_encoding = a.call.coding;
     if (!stream) {
-      if (a.headers['content-length'] !== undefined) headers['content-length'] = a.headers['content-length'];
+      // A decoded answer (upstream/content-coding.ts) is as long as it decodes to: no length up front.
+      if (a.headers['content-length'] !== undefined && !a.call.coding) headers['content-length'] = a.headers['content-length'];
       // The head goes out with the body's first byte: an upstream failing before it gets SPEC's error instead.
       relaying.readOnGone = true;
       return relayJson(

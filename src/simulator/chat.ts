@@ -6,7 +6,9 @@
 import type { Exchange } from './exchange.ts';
 import type { SimOptions } from './steer.ts';
 import type { RecordedRequest } from './record.ts';
+import { createEncoder } from './encode.ts';
 import {
+  answerJson,
   answeredBySteering,
   completionBody,
   DONE_EVENT,
@@ -53,16 +55,8 @@ export async function respondGenerate(x: Exchange, body: unknown, opts: SimOptio
   // A non-streaming server answers only when generation is over: headers after every token's delay.
   await x.sleep(opts.delayMs * plan.emit);
   if (x.done) return;
-  const payload = api.json(plan, body);
-  if (opts.cutAfter !== undefined) {
-    // Headers and half of the JSON, then the socket closes: a body broken mid-way.
-    x.res.writeHead(200, headers);
-    x.res.write(payload.slice(0, payload.length >> 1));
-    return x.cut();
-  }
-  x.res.writeHead(200, { ...headers, 'content-length': Buffer.byteLength(payload) });
-  x.rec.completionTokensSent = plan.emit;
-  x.end(payload);
+  if (opts.cutAfter === undefined && opts.corruptAfter === undefined) x.rec.completionTokensSent = plan.emit;
+  answerJson(x, headers, api.json(plan, body), opts);
 }
 
 async function streamCompletion(
@@ -75,7 +69,13 @@ async function streamCompletion(
 ): Promise<void> {
   const first = chunks.firstToken;
   const cutAt = opts.cutAfter ?? Number.POSITIVE_INFINITY;
-  x.res.writeHead(200, headers);
+  const corruptAt = opts.corruptAfter ?? Number.POSITIVE_INFINITY;
+  if (opts.encoding === undefined) x.res.writeHead(200, headers);
+  else {
+    x.res.writeHead(200, { ...headers, 'content-encoding': opts.encoding });
+    const encoder = createEncoder(opts.encoding);
+    if (encoder) x.encodeWith(encoder);
+  }
   // Without delays the whole stream is one synchronous burst: cork it into a single writev
   // (a 16-token stream is 19 chunks, 19 syscalls uncorked).
   let corked = opts.delayMs === 0;
@@ -83,6 +83,7 @@ async function streamCompletion(
   try {
     for (let k = 0; k < chunks.count; k++) {
       if (k >= cutAt) return x.cut();
+      if (k >= corruptAt) return x.corrupt();
       const isToken = k >= first && k < first + plan.emit;
       if (isToken && opts.delayMs > 0) await x.sleep(opts.delayMs);
       if (x.done) return;
@@ -96,6 +97,7 @@ async function streamCompletion(
     }
     // A steered cut never sends [DONE], even when the stream had fewer chunks than cut_after.
     if (opts.cutAfter !== undefined) return x.cut();
+    if (opts.corruptAfter !== undefined) return x.corrupt();
     x.end(done || undefined);
   } finally {
     // cut() may have uncorked already; never drive the count below zero.

@@ -9,6 +9,7 @@ import type { SimApi } from './chat.ts';
 import type { Exchange } from './exchange.ts';
 import type { SimOptions } from './steer.ts';
 import {
+  answerJson,
   answeredBySteering,
   DONE_EVENT,
   isObject,
@@ -92,7 +93,7 @@ export function simEmbedding(i: number, dims: number): number[] {
   return v;
 }
 
-/** Answers one embeddings request as steered by `opts` (status, refuse, headers delay, usage, cut_after). */
+/** Answers one embeddings request as steered by `opts` (status, refuse, headers delay, usage, cut_after, encoding). */
 export async function respondEmbeddings(x: Exchange, body: unknown, opts: SimOptions): Promise<void> {
   if (await answeredBySteering(x, opts)) return;
   const b = isObject(body) ? body : {};
@@ -108,12 +109,5 @@ export async function respondEmbeddings(x: Exchange, body: unknown, opts: SimOpt
   const out: Record<string, unknown> = { object: 'list', data, model: typeof b['model'] === 'string' ? b['model'] : 'sim-model' };
   if (opts.usage !== 'absent') out['usage'] = { prompt_tokens: prompt, total_tokens: prompt };
   const payload = JSON.stringify(out);
-  const headers = { ...JSON_HEADERS, 'x-sim-request-id': String(x.rec.id) };
-  if (opts.cutAfter !== undefined) {
-    x.res.writeHead(200, headers);
-    x.res.write(payload.slice(0, payload.length >> 1));
-    return x.cut();
-  }
-  x.res.writeHead(200, { ...headers, 'content-length': Buffer.byteLength(payload) });
-  x.end(payload);
+  answerJson(x, { ...JSON_HEADERS, 'x-sim-request-id': String(x.rec.id) }, payload, opts);
 }

@@ -5,6 +5,7 @@
  */
 import type { SimOptions } from './steer.ts';
 import type { Exchange } from './exchange.ts';
+import { encodeWhole, GARBAGE } from './encode.ts';
 
 /** Usage as OpenAI reports it. */
 export interface SimUsage {
@@ -187,7 +188,32 @@ export async function answeredBySteering(x: Exchange, opts: SimOptions): Promise
   if (x.done) return true;
   if (opts.status === undefined) return false;
   const payload = errorBody(opts.status, `simulated upstream error ${opts.status}`);
-  x.res.writeHead(opts.status, { ...JSON_HEADERS, 'content-length': Buffer.byteLength(payload) });
-  x.end(payload);
+  const body = opts.encoding === undefined ? Buffer.from(payload) : encodeWhole(opts.encoding, payload);
+  const encoded = opts.encoding === undefined ? {} : { 'content-encoding': opts.encoding };
+  x.res.writeHead(opts.status, { ...JSON_HEADERS, ...encoded, 'content-length': body.length });
+  x.end(body);
   return true;
+}
+
+/**
+ * Sends a whole JSON answer as steered: in `encoding` (with the encoded length), broken off half-way
+ * (`cut_after`: the socket closes) or corrupt half-way (`corrupt_after`: bytes no decoder accepts, then
+ * a normal end).
+ */
+export function answerJson(x: Exchange, headers: Record<string, string>, payload: string, opts: SimOptions): void {
+  const body = opts.encoding === undefined ? Buffer.from(payload) : encodeWhole(opts.encoding, payload);
+  const h = opts.encoding === undefined ? headers : { ...headers, 'content-encoding': opts.encoding };
+  if (opts.cutAfter !== undefined) {
+    // Headers and half of the body, then the socket closes: a body broken mid-way.
+    x.res.writeHead(200, h);
+    x.res.write(body.subarray(0, body.length >> 1));
+    return x.cut();
+  }
+  if (opts.corruptAfter !== undefined) {
+    x.res.writeHead(200, h);
+    x.res.write(body.subarray(0, body.length >> 1));
+    return x.end(GARBAGE);
+  }
+  x.res.writeHead(200, { ...h, 'content-length': body.length });
+  x.end(body);
 }

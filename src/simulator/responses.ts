@@ -8,7 +8,8 @@
  * Stored responses, as a stateful upstream keeps them: a response is stored unless `store: false`; a
  * request naming `previous_response_id` has that response's input and output prepended (its input tokens
  * grow by them; an unknown id is a 404, as OpenAI answers), and `GET /v1/responses/{id}` returns the
- * stored response with its usage — the tokens produced so far when its stream was cut or abandoned.
+ * stored response with its usage — the tokens produced so far when its stream was cut or abandoned —
+ * in the `encoding` its request was steered to, as a server that compresses every answer would.
  */
 import type { SimApi } from './chat.ts';
 import type { RecordedRequest } from './record.ts';
@@ -82,6 +83,8 @@ interface Stored {
   /** Input tokens with the history prepended. */
   inputTokens: number;
   rec: RecordedRequest | undefined;
+  /** The steered `encoding` of the request that stored it: its GET answers in it too. */
+  encoding: string | undefined;
 }
 
 /** Responses stored by one simulator (bounded: the oldest go first). */
@@ -103,6 +106,11 @@ export class SimResponseStore {
   put(s: Stored): void {
     if (this.#byId.size >= this.#max) this.#byId.delete(this.#byId.keys().next().value!);
     this.#byId.set(s.plan.id, s);
+  }
+
+  /** The content coding the stored response of `id` is sent in (the one its request was answered in). */
+  encodingOf(id: string): string | undefined {
+    return this.#byId.get(id)?.encoding;
   }
 
   /** The stored response object of `id` (GET /v1/responses/{id}), or undefined. */
@@ -141,7 +149,7 @@ export function responsesApi(store: SimResponseStore): SimApi {
         inputTokens,
         isObject(body) ? positiveInt(body['max_output_tokens']) : undefined,
       );
-      if (!isObject(body) || body['store'] !== false) store.put({ plan, body, inputTokens, rec });
+      if (!isObject(body) || body['store'] !== false) store.put({ plan, body, inputTokens, rec, encoding: opts.encoding });
       return plan;
     },
     stream: RESPONSES_API.stream,

@@ -11,6 +11,7 @@ import { COMPLETIONS_API, respondEmbeddings } from './completions.ts';
 import { responsesApi, SimResponseStore } from './responses.ts';
 import { createExchange } from './exchange.ts';
 import { errorBody, JSON_HEADERS } from './output.ts';
+import { encodeWhole } from './encode.ts';
 import { preciseNow, Recorder, type RecordedRequest } from './record.ts';
 import { readSimOptions, SimSteerError } from './steer.ts';
 
@@ -106,7 +107,7 @@ export async function startSimulator(opts: SimulatorOptions = {}): Promise<Simul
       const id = decodeURIComponent(path.slice('/v1/responses/'.length));
       const found = stored.get(id);
       if (found === undefined) return sendJson(res, 404, errorBody(404, `Response with id '${id}' not found.`));
-      return sendJson(res, 200, found);
+      return sendJson(res, 200, found, stored.encodingOf(id));
     }
     const api = GENERATE.get(path);
     if (api === undefined && path !== '/v1/embeddings') return sendJson(res, 404, errorBody(404, `no route ${req.method} ${path}`));
@@ -181,9 +182,14 @@ function parseJson(raw: string): unknown {
   }
 }
 
-function sendJson(res: ServerResponse, status: number, payload: string): void {
-  res.writeHead(status, { ...JSON_HEADERS, 'content-length': Buffer.byteLength(payload) });
-  res.end(payload);
+function sendJson(res: ServerResponse, status: number, payload: string, encoding?: string): void {
+  if (encoding === undefined) {
+    res.writeHead(status, { ...JSON_HEADERS, 'content-length': Buffer.byteLength(payload) });
+    return void res.end(payload);
+  }
+  const body = encodeWhole(encoding, payload);
+  res.writeHead(status, { ...JSON_HEADERS, 'content-encoding': encoding, 'content-length': body.length });
+  res.end(body);
 }
 
 function modelsList(ids: string[]): string {

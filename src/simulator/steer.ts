@@ -30,6 +30,16 @@ export interface SimOptions {
    * `usage.input_tokens_details.cached_tokens` (Responses). Unset: no details for chat/completions, 0 for Responses.
    */
   cachedTokens?: number;
+  /**
+   * Answer in this content coding although the gateway asked for identity: `gzip`, `x-gzip`, `deflate`,
+   * `br` and `zstd` really compress (encode.ts); any other name is only sent in `content-encoding`.
+   */
+  encoding?: string;
+  /**
+   * With `encoding`: send this many SSE chunks, then bytes no decoder accepts, then end the response
+   * normally; a JSON answer gets half of its encoded bytes, then those. A body broken in its coding.
+   */
+  corruptAfter?: number;
 }
 
 /** A steering value the simulator cannot use; the request gets a 400 naming it. */
@@ -71,6 +81,14 @@ const SETTERS: Record<string, Setter> = {
   cached_tokens: (o, v, n) => {
     o.cachedTokens = toCount(v, n);
   },
+  encoding: (o, v, n) => {
+    // A header token (RFC 9110 §5.6.2): it goes into the content-encoding header as it is.
+    if (typeof v !== 'string' || !/^[!#$%&'*+.^_`|~0-9A-Za-z-]+$/.test(v)) throw bad(n, v, 'a content coding name');
+    o.encoding = v.toLowerCase();
+  },
+  corrupt_after: (o, v, n) => {
+    o.corruptAfter = toCount(v, n);
+  },
 };
 
 /** The default options: 16 tokens, no delays, usage present, no faults. */
@@ -92,6 +110,7 @@ export function readSimOptions(headers: IncomingHttpHeaders, body: unknown): Sim
     const raw = headers[key];
     apply(o, key.slice(6).replaceAll('-', '_'), Array.isArray(raw) ? raw[0] : raw, key);
   }
+  if (o.corruptAfter !== undefined && o.encoding === undefined) throw new SimSteerError('corrupt_after needs an encoding');
   return o;
 }
 

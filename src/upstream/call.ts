@@ -2,11 +2,14 @@
  * One upstream attempt as an undici dispatch handler (NOTES §3: the cheapest way to proxy, and the
  * meter sees every byte). `started` resolves when the upstream's headers arrive; the route then decides
  * to retry (abort) or to stream, and attaches a sink. Backpressure is explicit: when the sink says the
- * client is full, the upstream read is paused until it drains.
+ * client is full, the upstream read is paused until it drains. An answer with a content-encoding is
+ * decoded on its way to the sink (content-coding.ts): the sink, the meter and the client see the
+ * upstream's content, never its compressed bytes; one in a coding that cannot be decoded fails the call.
  */
 import type { IncomingHttpHeaders } from 'node:http';
 import type { Dispatcher } from 'undici';
 import type { Attempt, Upstream } from './pool.ts';
+import { contentCoding, Decoder, type Coding } from './content-coding.ts';
 
 export interface Sink {
   /** Returns false when the client is full; `resume` is then called by the sink once it drains. */
@@ -14,7 +17,8 @@ export interface Sink {
   /**
    * The body ended: called in the same tick as the last `data`, before `done` resolves, so the client
    * response can end in the same socket write as its last bytes (after an `await` the end of a chunked
-   * response is a write of its own). Not called when the body ended before `attach`. Must not throw.
+   * response is a write of its own); for a decoded answer, when the decoder ends, a tick or more later.
+   * Not called when the body ended before `attach`. Must not throw.
    */
   end?(): void;
 }
@@ -56,11 +60,15 @@ export class UpstreamCall implements Dispatcher.DispatchHandler {
   private headChunks: Buffer[] | undefined;
   private headBytes = 0;
   private abortReason: Error | undefined;
+  /** Set when the answer has a content-encoding: its body goes through this to the sink. */
+  private decoder: Decoder | undefined;
+  private codingName: Coding | undefined;
   private resolveStart!: (v: { status: number; headers: IncomingHttpHeaders }) => void;
   private rejectStart!: (e: Error) => void;
   private resolveDone!: () => void;
   private rejectDone!: (e: Error) => void;
   private readonly resume = () => this.controller?.resume();
+  private readonly resumeDecoder = () => this.decoder?.resume();
 
   constructor(upstream: Upstream, attempt?: Attempt) {
     this.upstream = upstream;
@@ -70,6 +78,11 @@ export class UpstreamCall implements Dispatcher.DispatchHandler {
     // Either may be left unobserved when the attempt is abandoned.
     this.started.catch(() => {});
     this.done.catch(() => {});
+  }
+
+  /** The answer's content coding, decoded before the sink sees its bytes; undefined for a plain answer. */
+  get coding(): Coding | undefined {
+    return this.codingName;
   }
 
   /** True when body bytes arrived with the headers (before attach): the first write can carry both. */
@@ -92,6 +105,8 @@ export class UpstreamCall implements Dispatcher.DispatchHandler {
   abort(reason: Error): void {
     this.abortReason ??= reason;
     this.controller?.abort(reason);
+    // The upstream may have ended while its decoder still has bytes to give: those are cut too.
+    if (this.decoder) this.fail(reason);
   }
 
   /** Starts consuming the body into the sink; chunks that arrived before are delivered first. */
@@ -100,6 +115,8 @@ export class UpstreamCall implements Dispatcher.DispatchHandler {
     const early = this.early;
     this.early = [];
     for (const c of early) if (!sink.data(c, this.resume)) this.controller?.pause();
+    // A decoder waits for its sink (it keeps no decoded bytes before): it flows from now on.
+    this.decoder?.resume();
   }
 
   onRequestStart(controller: Dispatcher.DispatchController): void {
@@ -107,11 +124,27 @@ export class UpstreamCall implements Dispatcher.DispatchHandler {
     if (this.abortReason) controller.abort(this.abortReason);
   }
 
-  onResponseStart(_c: Dispatcher.DispatchController, statusCode: number, headers: IncomingHttpHeaders): void {
+  onResponseStart(controller: Dispatcher.DispatchController, statusCode: number, headers: IncomingHttpHeaders): void {
+    if (headers['content-encoding'] !== undefined) {
+      let coding: Coding | undefined;
+      try {
+        coding = contentCoding(headers['content-encoding']);
+      } catch (err) {
+        // Unreadable: the upstream failed before its first byte (forward.ts tries the next one).
+        this.fail(err as Error);
+        controller.abort(err as Error);
+        return;
+      }
+      if (coding) this.decode(coding, controller);
+    }
     this.resolveStart({ status: statusCode, headers });
   }
 
   onResponseData(controller: Dispatcher.DispatchController, chunk: Buffer): void {
+    if (this.decoder) {
+      if (!this.decoder.write(chunk)) controller.pause();
+      return;
+    }
     if (this.headChunks && this.headBytes < HEAD_MAX_BYTES) {
       this.headChunks.push(chunk);
       this.headBytes += chunk.length;
@@ -124,12 +157,45 @@ export class UpstreamCall implements Dispatcher.DispatchHandler {
   }
 
   onResponseEnd(): void {
+    if (this.decoder) return this.decoder.end(); // done once the decoder has given every byte
     this.sink?.end?.();
     this.resolveDone();
   }
 
   onResponseError(_c: Dispatcher.DispatchController, err: Error): void {
+    this.fail(err);
+  }
+
+  private fail(err: Error): void {
+    this.decoder?.destroy();
     this.rejectStart(err);
     this.rejectDone(err);
+  }
+
+  /** From now on the body goes through a decoder; its bytes reach the sink as a plain answer's would. */
+  private decode(coding: Coding, controller: Dispatcher.DispatchController): void {
+    this.codingName = coding;
+    this.decoder = new Decoder(coding, {
+      data: (chunk) => {
+        if (this.headChunks && this.headBytes < HEAD_MAX_BYTES) {
+          this.headChunks.push(chunk);
+          this.headBytes += chunk.length;
+        }
+        // The decoder is paused until attach, so a sink is there; a full one pauses the decoder, whose
+        // full input then pauses the upstream (write() above).
+        if (!this.sink) this.early.push(chunk);
+        else if (!this.sink.data(chunk, this.resumeDecoder)) this.decoder?.pause();
+      },
+      end: () => {
+        this.sink?.end?.();
+        this.resolveDone();
+      },
+      // A body whose coding breaks mid-way is a body the upstream broke: the same path as a reset.
+      error: (err) => {
+        controller.abort(err);
+        this.fail(err);
+      },
+      drain: () => controller.resume(),
+    });
   }
 }

@@ -1,12 +1,13 @@
 /**
  * Header hygiene both ways, by allowlist (SPEC §12, §1.2). Toward the upstream only `accept`,
  * `user-agent`, `traceparent`, `tracestate`, `baggage` and `upstream.forward_headers` pass, then
- * Tollgate's own content-type, content-length, x-request-id and the upstream's own credential: a key
- * holder cannot pick the operator's OpenAI organisation or project, spoof its address to the upstream
- * (x-forwarded-for, forwarded) or steer a routing proxy (helicone-target-url). Toward the client only
- * `content-type`, `cache-control` and `upstream.return_headers` pass: upstream rate-limit, organisation
- * and host headers stay inside. A denylist fails open on every header nobody thought of; this fails
- * closed. Both sets are built once, at boot; per request it is one Set lookup per header.
+ * Tollgate's own content-type, content-length, x-request-id, `accept-encoding: identity` and the
+ * upstream's own credential: a key holder cannot pick the operator's OpenAI organisation or project,
+ * spoof its address to the upstream (x-forwarded-for, forwarded) or steer a routing proxy
+ * (helicone-target-url). Toward the client only `content-type`, `cache-control` and
+ * `upstream.return_headers` pass: upstream rate-limit, organisation and host headers stay inside. A
+ * denylist fails open on every header nobody thought of; this fails closed. Both sets are built once,
+ * at boot; per request it is one Set lookup per header.
  */
 import type { IncomingHttpHeaders, OutgoingHttpHeaders } from 'node:http';
 
@@ -76,6 +77,10 @@ export function createHeaderPolicy(
       out['content-type'] = 'application/json';
       out['content-length'] = String(length);
       out['x-request-id'] = requestId;
+      // Without accept-encoding any coding is acceptable (RFC 9110 §12.5.3): say the answer must be plain,
+      // so the meter reads it as it comes and the bytes relayed are the upstream's. One still encoded is
+      // decoded (content-coding.ts).
+      out['accept-encoding'] = 'identity';
       if (authorization) out.authorization = authorization;
       return out;
     },

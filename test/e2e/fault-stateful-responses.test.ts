@@ -169,3 +169,24 @@ t.test(
     checkLedger(t, await ledgerOf(gw.admin, 'cut'), account);
   },
 );
+
+t.test('an upstream that compresses (stream and GET) is billed from its GET just the same', async (t) => {
+  const { sim, gw } = await setup(t);
+  const { key } = await gw.createKey({ account: 'gz', env: 'live' });
+  await gw.grant('gz', 10_000_000);
+  const prev = await base(gw, key);
+  for (const encoding of ['gzip', 'br']) {
+    // The answer's id is read from the decoded stream, the usage from the decoded GET.
+    const id = await abandoned(t, gw, key, { previous_response_id: prev, sim: { tokens: 100, delay_ms: 20, encoding } });
+    const entry = await debitOf(gw, 'gz', id);
+    const rec = await sim.waitFor((r) => r.headers['x-request-id'] === id && r.endedAt !== undefined);
+    const get = await sim.waitFor((r) => r.method === 'GET' && r.path === `/v1/responses/resp_sim_${rec.id}`);
+    t.equal(get.headers['accept-encoding'], 'identity', `${encoding}: the GET asks for identity`);
+    t.match(
+      entry,
+      { prompt_tokens: 10_000 + 8 + 1, usage_source: 'upstream' },
+      `${encoding}: billed from the compressed GET, history included`,
+    );
+    t.ok(Math.abs(entry.completion_tokens! - rec.completionTokensSent) <= 1, `${encoding}: the output the upstream produced`);
+  }
+});

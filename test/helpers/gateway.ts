@@ -88,6 +88,8 @@ export const SIM_HEADERS = [
   'ignore-max-tokens',
   'request-id',
   'cached-tokens',
+  'encoding',
+  'corrupt-after',
 ].map((n) => `x-sim-${n}`);
 
 /** The default test document: loopback, free ports, one priced model on the given upstream. */

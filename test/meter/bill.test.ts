@@ -1,12 +1,18 @@
 // meter/bill.ts for stateful requests (SPEC §4): the answer's id is read from its first bytes, and a
 // stateful request without usage is billed from the upstream's stored answer, else from the held input
-// part (the context window) plus the output counted — never from the new input alone.
+// part (the context window) plus the output counted — never from the new input alone. And text past the
+// meter's keep cap, which nothing billed: an upper bound of its tokens, its raw bytes.
 import t from 'tap';
+import { createServer } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import type { Dispatcher } from 'undici';
 import { answerId, bill, type StatefulBilling } from '../../src/meter/bill.ts';
-import { RESPONSES } from '../../src/meter/formats.ts';
-import type { RelayOutcome } from '../../src/meter/relay.ts';
-import type { Tokenizer } from '../../src/meter/tokenizer.ts';
+import { CHAT, RESPONSES } from '../../src/meter/formats.ts';
+import { maxEventBytes, relaySse, type RelayOutcome } from '../../src/meter/relay.ts';
+import { createTokenizer, type Tokenizer } from '../../src/meter/tokenizer.ts';
 import { UpstreamCall } from '../../src/upstream/call.ts';
+import type { Upstream } from '../../src/upstream/pool.ts';
+import { buildStream, event } from './sse-fixture.ts';
 import { createUpstreams } from '../../src/upstream/pool.ts';
 import { compileConfig } from '../../src/config/schema.ts';
 import { startSimulator } from '../../src/simulator/simulator.ts';
@@ -78,4 +84,78 @@ t.test('stateful without usage: the stored answer, else the context window + the
     'usage reported: billed as reported, nothing asked',
   );
   t.equal(sim.requests.filter((r) => r.method === 'GET').length, 2, 'one GET per answer that had an id and no usage');
+});
+
+/** A loaded tokenizer (gpt-tokenizer's o200k_base), for counts the bound is compared with. */
+const counter = createTokenizer();
+await counter.load();
+
+t.test('text past the keep cap: each raw byte of it billed as a token, added to what was counted', async (t) => {
+  const o = (usage: RelayOutcome['usage'], text: string, unseen: number): RelayOutcome => ({
+    usage,
+    text: () => text,
+    unseenTextBytes: unseen,
+    end: 'complete',
+    chunkNs: 0n,
+  });
+  const billed = (tk: Tokenizer, out: RelayOutcome) => bill(tk, async () => 3, 3, true, out, 256);
+  t.same(await billed(counter, o(null, 'hello world', 1000)), {
+    promptTokens: 3,
+    completionTokens: 2 + 1000,
+    cachedTokens: 0,
+    source: 'estimated',
+  });
+  t.same(
+    await billed(tokenizer, o(null, 'hello world', 1000)),
+    { promptTokens: 3, completionTokens: 11 + 1000, cachedTokens: 0, source: 'estimated' },
+    'bytes without a tokenizer',
+  );
+  t.same(
+    await billed(counter, o({ prompt_tokens: 5, completion_tokens: 7 }, '', 40)),
+    { promptTokens: 5, completionTokens: 7 + 40, cachedTokens: 0, source: 'estimated' },
+    'after the latest usage: added to it, estimated',
+  );
+  t.same(
+    await billed(counter, o({ prompt_tokens: 5, completion_tokens: 7 }, '', 0)),
+    { promptTokens: 5, completionTokens: 7, cachedTokens: 0, source: 'upstream' },
+    'nothing past the cap: the usage as reported',
+  );
+});
+
+t.test('a stream past a small keep cap, relayed and billed: the bill bounds the tokens of all the text produced', async (t) => {
+  const controller = { abort() {}, pause() {}, resume() {} } as unknown as Dispatcher.DispatchController;
+  // Prose, escapes, CJK and emoji: 40 events, ~3.5 KB of raw text, kept up to 1 KiB.
+  const pieces = Array.from({ length: 40 }, (_, i) => `Piece ${i}: "quoted"\nline, café 漢字 😀 and more words. `);
+  const { sse, text } = buildStream({ pieces, usage: null });
+  for (const usage of [null, { prompt_tokens: 4, completion_tokens: 1 }]) {
+    const call = new UpstreamCall({ label: 'sim' } as Upstream);
+    call.onRequestStart(controller);
+    call.onResponseStart(controller, 200, { 'content-type': 'text/event-stream' });
+    // With usage: a usage event after the first piece covers it; the rest (past the cap) comes after.
+    const body = usage ? sse.replace('\n\n', `\n\n${event({ choices: [], usage })}`) : sse;
+    const server = createServer((_req, res) => {
+      res.writeHead(200, { 'content-type': 'text/event-stream' });
+      res.flushHeaders(); // as the route does when no body arrived with the upstream's headers
+      void relaySse(call, res, true, () => false, CHAT, maxEventBytes(0), 1024).then(resolveOutcome);
+    });
+    let resolveOutcome!: (o: RelayOutcome) => void;
+    const outcome = new Promise<RelayOutcome>((r) => (resolveOutcome = r));
+    await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
+    t.teardown(() => server.close());
+    const res = await fetch(`http://127.0.0.1:${(server.address() as AddressInfo).port}/`);
+    for (let at = 0; at < body.length; at += 700) call.onResponseData(controller, Buffer.from(body.slice(at, at + 700)));
+    call.onResponseEnd();
+    t.equal(await res.text(), body.replace(usage ? event({ choices: [], usage }) : '', ''), 'relayed whole');
+    const out = await outcome;
+    t.ok(out.unseenTextBytes! > 0, `${out.unseenTextBytes} raw bytes past the cap`);
+    const b = await bill(counter, async () => 3, 3, true, out, 256);
+    const produced = counter.countText(usage ? text.slice(pieces[0]!.length) : text) + (usage ? usage.completion_tokens : 0);
+    t.ok(b.completionTokens >= produced, `${b.completionTokens} billed ≥ ${produced}, the tokens of everything produced`);
+    t.equal(
+      b.completionTokens,
+      (usage?.completion_tokens ?? 0) + counter.countText(out.text()) + out.unseenTextBytes!,
+      'what was kept, counted, plus the bound',
+    );
+    t.equal(b.source, 'estimated');
+  }
 });

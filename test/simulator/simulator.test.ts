@@ -1,5 +1,6 @@
 import t from 'tap';
-import { request as httpRequest } from 'node:http';
+import { request as httpRequest, type IncomingHttpHeaders } from 'node:http';
+import { brotliDecompressSync, constants, gunzipSync, inflateSync, zstdDecompressSync } from 'node:zlib';
 import OpenAI from 'openai';
 import { simCompletionText, simPromptTokens, startSimulator, type Simulator } from '../../src/simulator/simulator.ts';
 
@@ -239,6 +240,74 @@ t.test('cut_after sends N chunks and breaks the stream without [DONE]', async (t
   );
   t.ok(sdkErr, 'the SDK surfaces the broken stream');
   t.same(got, ['', 'tok0 ', 'tok1 ', 'tok2 ']);
+});
+
+/** A POST whose body is read as it came (no decoding, unlike fetch), to the end or to a break. */
+function rawPost(body: unknown): Promise<{ status: number; headers: IncomingHttpHeaders; body: Buffer }> {
+  const url = new URL(`${sim.url}/chat/completions`);
+  return new Promise((resolve, reject) => {
+    const req = httpRequest(
+      { host: url.hostname, port: url.port, path: url.pathname, method: 'POST', headers: { 'content-type': 'application/json' } },
+      (res) => {
+        const parts: Buffer[] = [];
+        res.on('data', (c: Buffer) => parts.push(c));
+        res.on('end', () => resolve({ status: res.statusCode!, headers: res.headers, body: Buffer.concat(parts) }));
+        res.on('error', reject);
+      },
+    );
+    req.on('error', reject);
+    req.end(JSON.stringify(body));
+  });
+}
+
+const DECODE: Record<string, (b: Buffer) => Buffer> = {
+  gzip: gunzipSync,
+  'x-gzip': gunzipSync,
+  deflate: inflateSync,
+  br: brotliDecompressSync,
+  zstd: zstdDecompressSync,
+};
+
+t.test('encoding: JSON bodies, streams and error bodies compressed in the coding named; other names only named', async (t) => {
+  for (const [coding, decode] of Object.entries(DECODE)) {
+    const json = await rawPost({ model: 'm', messages, sim: { tokens: 5, encoding: coding } });
+    t.equal(json.headers['content-encoding'], coding);
+    t.equal(Number(json.headers['content-length']), json.body.length, `${coding}: the encoded length`);
+    t.equal(JSON.parse(decode(json.body).toString()).choices[0].message.content, simCompletionText(5), `${coding}: JSON`);
+
+    const stream = await rawPost({ model: 'm', messages, stream: true, sim: { tokens: 5, encoding: coding, delay_ms: 1 } });
+    t.equal(stream.headers['content-encoding'], coding);
+    const events = decode(stream.body).toString().split('\n\n').filter(Boolean);
+    t.equal(events.length, 8, `${coding}: role, 5 tokens, finish, [DONE]`);
+    t.equal(events.at(-1), 'data: [DONE]');
+
+    const err = await rawPost({ model: 'm', messages, sim: { status: 429, encoding: coding } });
+    t.equal(err.status, 429);
+    t.match(JSON.parse(decode(err.body).toString()), { error: { code: 'sim_429' } }, `${coding}: the error body`);
+  }
+  const named = await rawPost({ model: 'm', messages, sim: { tokens: 2, encoding: 'compress' } });
+  t.equal(named.headers['content-encoding'], 'compress', 'a coding the simulator cannot apply is only named');
+  t.equal(JSON.parse(named.body.toString()).choices[0].message.content, simCompletionText(2));
+});
+
+t.test('corrupt_after: N events decode, then bytes no decoder takes, and a normal end', async (t) => {
+  // What arrived before the bad bytes, decoded as far as it goes (a flush point, not an end).
+  const partial: Record<string, (b: Buffer) => Buffer> = {
+    gzip: (b) => gunzipSync(b, { finishFlush: constants.Z_SYNC_FLUSH }),
+    br: (b) => brotliDecompressSync(b, { finishFlush: constants.BROTLI_OPERATION_FLUSH }),
+  };
+  for (const coding of ['gzip', 'br']) {
+    const res = await rawPost({ model: 'm', messages, stream: true, sim: { tokens: 9, encoding: coding, corrupt_after: 4 } });
+    const decode = DECODE[coding]!;
+    t.throws(() => decode(res.body), `${coding}: the body does not decode whole`);
+    t.equal(res.body.subarray(-16).toString('hex'), 'ff'.repeat(16), `${coding}: it ends in the bad bytes`);
+    const good = partial[coding]!(res.body.subarray(0, -16));
+    t.equal(good.toString().split('\n\n').filter(Boolean).length, 4, `${coding}: the 4 events before them decode`);
+    const rec = await sim.waitFor((r) => r.endedAt !== undefined && r.id === sim.requests.at(-1)!.id);
+    t.equal(rec.finished, true, `${coding}: the response itself ended normally`);
+  }
+  const json = await rawPost({ model: 'm', messages, sim: { encoding: 'gzip', corrupt_after: 0 } });
+  t.throws(() => gunzipSync(json.body), 'a JSON body turns bad half-way');
 });
 
 t.test('client abort mid-stream is recorded with its time', async (t) => {

@@ -32,6 +32,19 @@ t.test('body sim field, with headers winning over it', async (t) => {
   t.equal(readSimOptions({}, { sim: { tokens: '3' } }).tokens, 3, 'numeric strings are accepted in the body too');
 });
 
+t.test('encoding and corrupt_after, lower-cased coding names', async (t) => {
+  t.same(readSimOptions({ 'x-sim-encoding': 'GZip', 'x-sim-corrupt-after': '3' }, {}), {
+    ...defaultSimOptions(),
+    encoding: 'gzip',
+    corruptAfter: 3,
+  });
+  t.same(
+    readSimOptions({}, { sim: { encoding: 'compress' } }).encoding,
+    'compress',
+    'any coding name; the simulator only names those it cannot apply',
+  );
+});
+
 t.test('bad values are refused with the option named', async (t) => {
   const cases: [Record<string, string>, unknown, RegExp][] = [
     [{ 'x-sim-tokens': '-1' }, {}, /x-sim-tokens must be a non-negative integer/],
@@ -43,6 +56,9 @@ t.test('bad values are refused with the option named', async (t) => {
     [{ 'x-sim-nope': '1' }, {}, /unknown steering option x-sim-nope/],
     [{}, { sim: { tokenz: 1 } }, /unknown steering option sim.tokenz/],
     [{}, { sim: 'fast' }, /sim must be an object/],
+    [{ 'x-sim-encoding': 'gz ip' }, {}, /x-sim-encoding must be a content coding name/],
+    [{}, { sim: { encoding: 1 } }, /sim.encoding must be a content coding name/],
+    [{ 'x-sim-corrupt-after': '2' }, {}, /corrupt_after needs an encoding/],
   ];
   for (const [headers, body, re] of cases) {
     let err: unknown;

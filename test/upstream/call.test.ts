@@ -1,10 +1,14 @@
 // One upstream attempt: how undici errors are classified for retries and the final status (SPEC §2a),
 // and the dispatch handler's lifecycle — headers resolve `started`, early bytes are kept until a sink is
-// attached, a full sink pauses the upstream, an abort before the request started still lands.
+// attached, a full sink pauses the upstream, an abort before the request started still lands — and an
+// encoded answer's: decoded for the sink, refused when undecodable, broken when its coding breaks.
 import t from 'tap';
 import type { Dispatcher } from 'undici';
+import { brotliCompressSync, constants, gzipSync } from 'node:zlib';
 import { UpstreamCall, classify } from '../../src/upstream/call.ts';
 import type { Upstream } from '../../src/upstream/pool.ts';
+import { waitFor } from '../helpers/wait.ts';
+import { gzipBomb } from '../helpers/gzip-bomb.ts';
 
 t.test('classify: connect failures are unavailable, pre-header and idle timeouts are timeouts, the rest errors', async (t) => {
   const table: [unknown, { kind: string; reason: string }][] = [
@@ -146,4 +150,131 @@ t.test('an error before headers rejects started and done; after headers only don
   after.onResponseError(c, new Error('cut'));
   t.same(await after.started, { status: 200, headers: {} }, 'started stays resolved');
   await t.rejects(after.done, { message: 'cut' });
+});
+
+/** Feeds an encoded body to `call` in `size`-byte chunks and ends it. */
+function send(call: UpstreamCall, c: Dispatcher.DispatchController, body: Buffer, size = 50): void {
+  for (let at = 0; at < body.length; at += size) call.onResponseData(c, body.subarray(at, at + size));
+  call.onResponseEnd();
+}
+
+const TEXT = 'data: {"id":"resp_1","choices":[]}\n\n'.repeat(200);
+
+t.test('an encoded answer reaches the sink decoded, its end before done; head() is decoded text', async (t) => {
+  for (const [coding, body] of [
+    ['gzip', gzipSync(TEXT)],
+    ['br', brotliCompressSync(TEXT)],
+  ] as const) {
+    const call = new UpstreamCall(UP);
+    const { c } = fakeController();
+    call.onRequestStart(c);
+    call.onResponseStart(c, 200, { 'content-encoding': coding === 'gzip' ? 'x-gzip' : coding });
+    await call.started;
+    t.equal(call.coding, coding);
+    call.keepHead();
+    send(call, c, body);
+    t.notOk(call.hasEarlyData, 'nothing is decoded before the sink is there');
+    const got: Buffer[] = [];
+    const log: string[] = [];
+    call.attach({ data: (b) => (got.push(b), true), end: () => log.push('end') });
+    void call.done.then(() => log.push('done'));
+    await call.done;
+    t.equal(Buffer.concat(got).toString(), TEXT, `${coding}: the upstream's content`);
+    t.same(log, ['end', 'done']);
+    t.equal(call.head(), TEXT.slice(0, 4096), `${coding}: the answer's id is read from decoded bytes`);
+  }
+  const plain = new UpstreamCall(UP);
+  plain.onResponseStart(fakeController().c, 200, { 'content-encoding': 'identity' });
+  t.equal(plain.coding, undefined, 'identity is plain');
+});
+
+t.test('a coding that cannot be decoded rejects started and aborts the upstream', async (t) => {
+  const call = new UpstreamCall(UP);
+  const { c, log } = fakeController();
+  call.onRequestStart(c);
+  call.onResponseStart(c, 200, { 'content-encoding': 'compress' });
+  await t.rejects(call.started, { code: 'UPSTREAM_CONTENT_CODING' });
+  await t.rejects(call.done, { code: 'UPSTREAM_CONTENT_CODING' });
+  t.match(log, [/^abort:upstream answered with content-encoding "compress"/]);
+  t.same(
+    classify(await call.started.catch((e: unknown) => e)),
+    { kind: 'error', reason: 'upstream_content_coding' },
+    'a bounded metric reason',
+  );
+});
+
+t.test('a body whose coding breaks aborts the upstream and rejects done, after the bytes decoded before', async (t) => {
+  const call = new UpstreamCall(UP);
+  const { c, log } = fakeController();
+  call.onRequestStart(c);
+  call.onResponseStart(c, 200, { 'content-encoding': 'gzip' });
+  const got: Buffer[] = [];
+  call.attach({ data: (b) => (got.push(b), true) });
+  // The content up to a flush point (whole bytes, no last block), then bytes no block starts with.
+  call.onResponseData(c, gzipSync(TEXT, { finishFlush: constants.Z_SYNC_FLUSH }));
+  await waitFor(() => got.length > 0, 2000, 'the content before the bad bytes');
+  call.onResponseData(c, Buffer.alloc(32, 0xff));
+  await t.rejects(call.done, { code: 'UPSTREAM_DECODING' });
+  t.match(log, [/^abort:upstream gzip body could not be decoded/]);
+  t.equal(Buffer.concat(got).toString(), TEXT, 'what was decoded before reached the sink');
+});
+
+t.test('an abort after the upstream ended, while the decoder still gives bytes, rejects done', async (t) => {
+  const call = new UpstreamCall(UP);
+  const { c } = fakeController();
+  call.onRequestStart(c);
+  call.onResponseStart(c, 200, { 'content-encoding': 'gzip' });
+  send(call, c, gzipSync(TEXT.repeat(50)), 1 << 20);
+  let taken = 0;
+  call.attach({
+    data: (b) => {
+      taken += b.length;
+      return false; // full: the rest waits
+    },
+  });
+  await waitFor(() => taken > 0, 2000, 'a first decoded chunk');
+  call.abort(new Error('client gone'));
+  await t.rejects(call.done, { message: 'client gone' });
+  t.ok(taken < TEXT.length * 50, 'the rest was never delivered');
+});
+
+t.test('a full sink pauses the decoder, whose full input pauses the upstream; resume gives every byte', async (t) => {
+  const call = new UpstreamCall(UP);
+  const { c, log } = fakeController();
+  call.onRequestStart(c);
+  call.onResponseStart(c, 200, { 'content-encoding': 'gzip' });
+  let resume: (() => void) | undefined;
+  let size = 0;
+  let full = true;
+  call.attach({
+    data: (b, r) => {
+      resume = r;
+      size += b.length;
+      return !full;
+    },
+  });
+  // ~100 MiB from ~100 KiB: more than the decoder's 64 KiB input buffer.
+  const bomb = gzipBomb('', 100, '');
+  let at = 0;
+  while (at < bomb.length && !log.includes('pause')) call.onResponseData(c, bomb.subarray(at, (at += 1024)));
+  t.ok(log.includes('pause'), `the upstream paused after ${at} of ${bomb.length} bytes`);
+  await waitFor(() => size > 0, 2000, 'a first decoded chunk');
+  await new Promise((r) => setTimeout(r, 50));
+  t.ok(size <= 64 * 1024, `the full sink got one chunk (${size} bytes), not the bomb`);
+  full = false;
+  resume!();
+  // The upstream is fed whenever the decoder's drain resumed it, then ends.
+  await waitFor(
+    () => {
+      while (at < bomb.length && !c.paused) call.onResponseData(c, bomb.subarray(at, (at += 1024)));
+      return at >= bomb.length;
+    },
+    20_000,
+    'the upstream to be read to its end',
+    1,
+  );
+  t.ok(log.includes('resume'), "the decoder's drain resumed the upstream");
+  call.onResponseEnd();
+  await call.done;
+  t.equal(size, 100 * 1024 * 1024, 'every decoded byte delivered');
 });

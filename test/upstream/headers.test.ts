@@ -43,9 +43,17 @@ t.test('toward the upstream: only the allowlist, then ours', async (t) => {
     'content-type': 'application/json',
     'content-length': '123',
     'x-request-id': 'req_ours',
+    'accept-encoding': 'identity',
     authorization: 'Bearer upstream-secret',
   });
   t.notMatch(JSON.stringify(out), 'CLIENTKEY');
+});
+
+t.test("the upstream is asked for identity whatever the client accepts, and whatever the operator's list names", async (t) => {
+  // Without the header any coding is acceptable (RFC 9110 §12.5.3); the client's own wish is for the gateway's answer, not the upstream's.
+  const p = createHeaderPolicy({ forward: ['accept-encoding'], return: [] });
+  t.equal(p.upstreamRequest({ 'accept-encoding': 'gzip, br' }, 'req_x', undefined, 0)['accept-encoding'], 'identity');
+  t.equal(p.upstreamRequest({}, 'req_x', undefined, 0)['accept-encoding'], 'identity');
 });
 
 t.test('upstream.forward_headers adds names; credentials and framing can never be added', async (t) => {
