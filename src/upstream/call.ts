@@ -68,7 +68,6 @@ export class UpstreamCall implements Dispatcher.DispatchHandler {
   private resolveDone!: () => void;
   private rejectDone!: (e: Error) => void;
   private readonly resume = () => this.controller?.resume();
-  private readonly resumeDecoder = () => this.decoder?.resume();
 
   constructor(upstream: Upstream, attempt?: Attempt) {
     this.upstream = upstream;
@@ -175,6 +174,8 @@ export class UpstreamCall implements Dispatcher.DispatchHandler {
   /** From now on the body goes through a decoder; its bytes reach the sink as a plain answer's would. */
   private decode(coding: Coding, controller: Dispatcher.DispatchController): void {
     this.codingName = coding;
+    // Made here, not as a field: a plain answer's call allocates no closure for it.
+    const resumeDecoder = () => this.decoder?.resume();
     this.decoder = new Decoder(coding, {
       data: (chunk) => {
         if (this.headChunks && this.headBytes < HEAD_MAX_BYTES) {
@@ -184,7 +185,7 @@ export class UpstreamCall implements Dispatcher.DispatchHandler {
         // The decoder is paused until attach, so a sink is there; a full one pauses the decoder, whose
         // full input then pauses the upstream (write() above).
         if (!this.sink) this.early.push(chunk);
-        else if (!this.sink.data(chunk, this.resumeDecoder)) this.decoder?.pause();
+        else if (!this.sink.data(chunk, resumeDecoder)) this.decoder?.pause();
       },
       end: () => {
         this.sink?.end?.();
