@@ -233,6 +233,7 @@ export function createGateway(d: GatewayDeps): Gateway {
     ...shareRoutes({
       metrics,
       bodyBudget,
+      auth,
       clientAddress,
       failedReads: createFailureWindow({ perWindow: config.shares.failedReadsPerMinute, now }),
       ...shares,

@@ -9,6 +9,7 @@ import type { Route } from '../http/router.ts';
 import type { Metrics } from '../obs/metrics.ts';
 import type { ProcessBodyBudget } from '../limits/body-budget.ts';
 import type { FailureWindow } from '../auth/failure-window.ts';
+import { requireScope, type Authenticator } from '../auth/authenticate.ts';
 import type { ClientAddress } from '../http/client-address.ts';
 import { GatewayError } from '../http/errors.ts';
 import { readShareBody, type ShareBodyLimits } from './share-body.ts';
@@ -24,6 +25,8 @@ export interface ShareRouteDeps {
   /** Failed share reads per client address (shares.failed_reads_per_minute). */
   failedReads: FailureWindow;
   clientAddress: ClientAddress;
+  /** The gate's authenticator: the key is looked at again once a share body is in (create). */
+  auth: Pick<Authenticator, 'authenticate' | 'current'>;
 }
 
 function throttledReads(ms: number): GatewayError {
@@ -110,6 +113,9 @@ export function shareRoutes(d: ShareRouteDeps): Route[] {
     // Under the key's own cap (limits.max_inflight_body_bytes_per_key → 429), not only the process's:
     // one key's stalled uploads must not take the whole budget from every other account (SPEC §13).
     const body = await readShareBody(ctx.req, d.limits, false, d.bodyBudget.forKey(key.id));
+    // The key again, now that the body is in (up to server.body_timeout_ms after the gate): one disabled,
+    // expired, rolled over or deleted meanwhile publishes nothing (as for a metered request, routes/metered.ts).
+    if (!d.auth.current(key)) requireScope((ctx.key = await d.auth.authenticate(ctx.req)), 'shares');
     const created = await d.service.create(key.account, body, key.id);
     ctx.log.share_files = body.files.length;
     sendJson(ctx.res, 201, created, ctx.extraHeaders);

@@ -1,7 +1,8 @@
 // A request authenticates before its body is read (SPEC §13 "admission before work"), and a body may take
 // up to server.body_timeout_ms to arrive. A key disabled, expired or deleted while such a body was still
 // arriving must not be forwarded or billed once the body is complete (SPEC §1.1, §15: refused within 1 s,
-// everywhere): the metered route looks at the key again before its hold.
+// everywhere): the metered route looks at the key again before its hold, and a share's creation before it
+// publishes.
 import t from 'tap';
 import { request } from 'node:http';
 import { setTimeout as sleep } from 'node:timers/promises';
@@ -10,6 +11,7 @@ import { startGateway, type TestGateway } from '../helpers/gateway.ts';
 import { startSimulator } from '../../src/simulator/simulator.ts';
 import { ledgerOf } from './credit-support.ts';
 import { waitFor } from '../helpers/wait.ts';
+import { sharesS3Config, startS3 } from '../helpers/s3.ts';
 
 // One request per key at a time: a second request answering 429 proves the slow one holds the key's slot,
 // i.e. it passed the gate (authenticated) and is waiting for its body.
@@ -18,12 +20,12 @@ const CONFIG = {
   server: { body_timeout_ms: 10_000 },
   limits: { max_concurrent_per_key: 1 },
 };
-const BODY = JSON.stringify({ model: 'sim-small', messages: [{ role: 'user', content: 'hello there' }], max_tokens: 8 });
+const CHAT_BODY = JSON.stringify({ model: 'sim-small', messages: [{ role: 'user', content: 'hello there' }], max_tokens: 8 });
 
 /** Sends the headers and the first half of the body now; `finish()` sends the rest and resolves with the answer. */
-async function slowChat(gw: TestGateway, key: string) {
+async function slowChat(gw: TestGateway, key: string, path = '/v1/chat/completions', BODY = CHAT_BODY) {
   const half = Math.floor(BODY.length / 2);
-  const url = new URL(`${gw.url}/v1/chat/completions`);
+  const url = new URL(`${gw.url}${path}`);
   let finish = () => {};
   const answer = new Promise<{ status: number; body: any }>((resolve, reject) => {
     const req = request(
@@ -52,6 +54,7 @@ async function slowChat(gw: TestGateway, key: string) {
 const status = async (gw: TestGateway, key: string) => (await fetch(`${gw.url}/v1/models`, { headers: gw.auth(key) })).status;
 
 const redis = await startRedis(t);
+const s3 = await startS3(t);
 if (redis) {
   const patch = (a: TestGateway, id: string, body: unknown) => a.admin(`/admin/keys/${id}`, { method: 'PATCH', body });
   const cases: [string, (a: TestGateway, id: string) => Promise<unknown>][] = [
@@ -87,6 +90,24 @@ if (redis) {
       t.equal(acct.held_micros, 0, 'nothing is left held');
     });
   }
+
+  t.test('a key disabled while its share body arrives publishes nothing', async (t) => {
+    const config = { ...CONFIG, shares: { s3: sharesS3Config(s3) } };
+    const a = await startGateway(t, { redisUrl: redis.url, config });
+    const b = await startGateway(t, { redisUrl: redis.url, config });
+    const { key, id } = await a.createKey({ account: 'late-share', env: 'live' });
+    t.equal(await status(b, key), 200, 'B accepts (and caches) the key');
+    const share = JSON.stringify({ snapshot: { title: 'late', messages: [{ role: 'user', content: 'x'.repeat(2000) }] } });
+    const slow = await slowChat(b, key, '/v1/shares', share);
+    await waitFor(async () => (await status(b, key)) === 429, 3000, 'the slow share past the gate');
+    await patch(a, id, { active: false });
+    await waitFor(async () => (await status(b, key)) === 401, 3000, 'B refuses the disabled key');
+    slow.finish();
+    const r = await slow.answer;
+    t.equal(r.status, 401, `the slow share is refused: ${JSON.stringify(r.body)}`);
+    t.equal(r.body?.error?.code, 'invalid_api_key');
+    t.same(await a.store.listShares('late-share', 10), [], 'nothing was published');
+  });
 
   t.test('a key changed but still usable while its body arrives is served, under the record as it is now', async (t) => {
     const sim = await startSimulator();
