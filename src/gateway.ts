@@ -256,6 +256,7 @@ export function createGateway(d: GatewayDeps): Gateway {
         failedLogins: createFailureWindow({ perWindow: config.auth.failedPerMinute, now }),
         clientAddress,
         adminBodyBudget,
+        bodyTimeoutMs: config.server.bodyTimeoutMs,
       })
     : undefined;
   // Built on first request from the final route tables (every route describes itself: http/openapi.ts).

@@ -20,6 +20,7 @@ import { html, type Html } from './html.ts';
 import { accountPath, page, sendHtml, type SectionId } from './layout.ts';
 import type { Assets } from './assets.ts';
 import { fields, readForm } from './forms.ts';
+import type { ProcessBodyBudget } from '../limits/body-budget.ts';
 import { LINK_TTL, type ConsoleSessions, type Viewer } from './sessions.ts';
 import { isHtmx, notFound, redirect, type SignedIn } from './access.ts';
 import {
@@ -59,6 +60,8 @@ export interface AccountRouteDeps {
   signedIn: SignedIn;
   /** Console grants above this many micro-credits (absolute) are confirmed first (console.confirm_grant_credits). */
   confirmGrantMicros: number;
+  /** What form posts are read under, per account (the operator's sessions share one): setup.ts. */
+  forms: ProcessBodyBudget;
 }
 
 const LEDGER_PAGE = 50;
@@ -101,6 +104,8 @@ function writable(res: RequestContext['res']): Promise<void> {
 
 export function accountRoutes(d: AccountRouteDeps): Route[] {
   const { assets, signedIn } = d;
+  // An operator session has no account: its forms count under a name no account can have ('' is refused).
+  const formBudget = (viewer: Viewer) => d.forms.forKey(viewer.account ?? '');
   const show = (ctx: RequestContext, viewer: Viewer, title: string, section: SectionId, body: Html, account?: string, status = 200) =>
     sendHtml(ctx.res, status, page(assets, { title, viewer, account, section, body }));
 
@@ -155,7 +160,7 @@ export function accountRoutes(d: AccountRouteDeps): Route[] {
   }
 
   async function createKey(ctx: RequestContext, viewer: Viewer, account: string) {
-    const form = await readForm(ctx.req);
+    const form = await readForm(ctx.req, formBudget(viewer));
     const issues = new Issues();
     const o = fields(form, ['name', 'env', 'new_account']);
     const name = str(o, 'name', ['form'], issues, { required: true, minLength: 1, maxLength: 200 });
@@ -206,7 +211,7 @@ export function accountRoutes(d: AccountRouteDeps): Route[] {
    */
   async function changeKey(ctx: RequestContext, viewer: Viewer, account: string) {
     const current = await ownKey(account, ctx.params.id!);
-    const form = await readForm(ctx.req);
+    const form = await readForm(ctx.req, formBudget(viewer));
     const issues = new Issues();
     const o = fields(form, ['action', 'name', 'limit', 'period', 'expires_at', 'grace_seconds', 'confirm']);
     const action = literal(o, 'action', KEY_ACTIONS, ['form'], issues, true);
@@ -322,7 +327,7 @@ export function accountRoutes(d: AccountRouteDeps): Route[] {
    * `confirm` equal to its micro-credits.
    */
   async function grant(ctx: RequestContext, viewer: Viewer, account: string) {
-    const form = await readForm(ctx.req);
+    const form = await readForm(ctx.req, formBudget(viewer));
     const issues = new Issues();
     const o = fields(form, ['amount', 'note', 'idempotency_key', 'confirm']);
     const text = str(o, 'amount', ['form'], issues, { required: true, minLength: 1, maxLength: 40 });
@@ -451,7 +456,7 @@ export function accountRoutes(d: AccountRouteDeps): Route[] {
   }
 
   async function mintMemberLink(ctx: RequestContext, viewer: Viewer, account: string) {
-    const form = await readForm(ctx.req);
+    const form = await readForm(ctx.req, formBudget(viewer));
     const issues = new Issues();
     const text = str(fields(form, ['ttl_seconds']), 'ttl_seconds', ['form'], issues, { pattern: /^\d{1,6}$/, patternText: '^\\d{1,6}$' });
     const ttl = text ? Number(text) : LINK_TTL.fallback;

@@ -23,7 +23,8 @@ import { consoleAdminRoutes } from './admin-routes.ts';
 import { createErrorPage } from './error-page.ts';
 import type { FailureWindow } from '../auth/failure-window.ts';
 import type { ClientAddress } from '../http/client-address.ts';
-import type { BodyBudget } from '../limits/body-budget.ts';
+import { createBodyBudget, type BodyBudget } from '../limits/body-budget.ts';
+import { MAX_FORM_BYTES } from './forms.ts';
 
 export interface ConsoleDeps {
   config: Config['console'];
@@ -41,7 +42,14 @@ export interface ConsoleDeps {
   clientAddress: ClientAddress;
   /** What `POST /admin/console/sessions` reads its body under: the admin listener's body budget (gateway.ts). */
   adminBodyBudget: BodyBudget;
+  /** How long a form post may take to arrive (server.body_timeout_ms): then 408. */
+  bodyTimeoutMs: number;
 }
+
+/** Form bytes one account's sessions may hold at once: 4 forms (MAX_FORM_BYTES each) still arriving; more → 429. */
+const FORM_BYTES_PER_ACCOUNT = 4 * MAX_FORM_BYTES;
+/** Form bytes the process holds at once for every console session: 64 forms; more → 503. */
+const FORM_BYTES = 64 * MAX_FORM_BYTES;
 
 export interface Console {
   readonly routes: readonly Route[];
@@ -74,6 +82,8 @@ export function createConsole(d: ConsoleDeps): Console {
     failedLogins: d.failedLogins,
     clientAddress: d.clientAddress,
     confirmGrantMicros: Math.round(d.config.confirmGrantCredits * 1e6),
+    // A form is read under a budget like every other body (SPEC §13): timed, and bounded per account.
+    forms: createBodyBudget(FORM_BYTES, undefined, { perKey: FORM_BYTES_PER_ACCOUNT, timeoutMs: d.bodyTimeoutMs }),
   });
   const csrf = createCsrfGuard(publicUrl, (r) =>
     d.logger.warn(r, 'console change refused: its Origin is not the console origin (console.public_url)'),

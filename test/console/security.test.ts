@@ -2,6 +2,7 @@
 // redirects, errors, assets), the CSRF check before routing and before the session, member isolation,
 // content-hashed immutable assets, and escaping of everything a page shows.
 import { createHash } from 'node:crypto';
+import { connect } from 'node:net';
 import { gunzipSync } from 'node:zlib';
 import t from 'tap';
 import { startGateway, type TestGateway } from '../helpers/gateway.ts';
@@ -184,4 +185,49 @@ t.test('forms are validated; a created key appears in the create response only',
     gw.logs.some((l) => l.includes(key!)),
     'no log line has it',
   );
+});
+
+t.test('form posts are read under a budget: a stalled form is cut at body_timeout_ms, one account cannot hold every form', async (t) => {
+  const slow = await startGateway(t, { config: { server: { body_timeout_ms: 1500 } } });
+  const cookieOf = async (account: string) => session(slow, { account });
+  const [acme, globex] = [await cookieOf('acme'), await cookieOf('globex')];
+  const url = new URL(slow.url);
+  /** A form post that declares `declared` bytes and sends `sent` of them; the status and how long it took. */
+  const post = (cookie: string, declared: number, sent: number) => {
+    const t0 = Date.now();
+    const socket = connect(Number(url.port), url.hostname);
+    socket.write(
+      `POST /console/accounts/${cookie === acme ? 'acme' : 'globex'}/keys HTTP/1.1\r\nhost: ${url.host}\r\n` +
+        `origin: ${slow.url}\r\ncookie: ${cookie}\r\ncontent-type: application/x-www-form-urlencoded\r\n` +
+        `content-length: ${declared}\r\n\r\n${'a'.repeat(sent)}`,
+    );
+    const answer = new Promise<{ status: number; ms: number }>((resolve) => {
+      let text = '';
+      socket.on('data', (c: Buffer) => {
+        text += c.toString('latin1');
+        const m = /^HTTP\/1\.1 (\d{3})/.exec(text);
+        if (m) resolve({ status: Number(m[1]), ms: Date.now() - t0 });
+      });
+      socket.on('error', () => resolve({ status: 0, ms: Date.now() - t0 }));
+      socket.on('close', () => resolve({ status: 0, ms: Date.now() - t0 }));
+    });
+    t.teardown(() => socket.destroy());
+    return answer;
+  };
+  const FORM = 16 * 1024;
+  // Four stalled forms of 16,000 bytes fill acme's 64 KiB; the fifth passes it: 429 at once.
+  const stalled = [0, 1, 2, 3].map(() => post(acme, FORM, 16_000));
+  await new Promise((r) => setTimeout(r, 300));
+  const fifth = await post(acme, FORM, 16_000);
+  t.equal(fifth.status, 429, `a fifth stalled form of the same account is refused (${fifth.ms} ms)`);
+  const other = await fetch(`${slow.url}/console/accounts/globex/keys`, {
+    method: 'POST',
+    redirect: 'manual',
+    headers: { cookie: globex, origin: slow.url, 'content-type': 'application/x-www-form-urlencoded', 'hx-request': 'true' },
+    body: 'name=ok&env=test&scopes=models',
+  });
+  t.equal(other.status, 201, 'another account posts its form meanwhile');
+  const cut = await Promise.all(stalled);
+  for (const c of cut) t.equal(c.status, 408, `a stalled form is answered 408 after ${c.ms} ms`);
+  t.ok(Math.max(...cut.map((c) => c.ms)) < 10_000, 'at body_timeout_ms (1.5 s), not at request_timeout_ms (30 s)');
 });
