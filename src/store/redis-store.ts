@@ -7,6 +7,7 @@ import { readFile } from 'node:fs/promises';
 import { Cluster, Redis } from 'ioredis';
 import * as K from './redis-keys.ts';
 import { parseClusterNodes } from './cluster-nodes.ts';
+import { guardUnresponsiveNodes } from './cluster-node-guard.ts';
 import { settleScriptFor, type DebitLayout } from './debit-layout.ts';
 import { createRedisCredit } from './redis-credit.ts';
 import { redisConsoleStore } from './redis-console.ts';
@@ -207,6 +208,7 @@ export async function createRedisStore(o: RedisStoreOptions & { client?: Client 
   if (redis instanceof Cluster) {
     guardDelayedCommands(redis);
     boundOfflineQueue(redis, o.commandTimeoutMs);
+    guardUnresponsiveNodes(redis, o.commandTimeoutMs, onError);
   }
   const scripts: Record<string, ScriptFn> = {};
   const lua: Record<string, LuaScript> = {};
