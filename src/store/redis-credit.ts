@@ -188,7 +188,25 @@ export function createRedisCredit(d: RedisCreditDeps): Pick<Store, 'hold' | 'set
     }
     // ioredis: queued ahead of the script in the same flush (Cluster: another node, maybe); an index entry
     // without a hold is harmless, and a resent hold is resent after its ZADD.
-    redis.zadd(K.HOLD_BUCKETS, due, JSON.stringify([acct, due])).catch(onError);
+    const member = JSON.stringify([acct, due]);
+    redis.zadd(K.HOLD_BUCKETS, due, member).catch((err: Error) => {
+      // The hold may be taken all the same (Cluster: the index is on another node, maybe one that does not
+      // answer): the next reaper pass sends the entry again, or the bucket would never be reaped.
+      if (unindexed.size < INDEX_CACHE_MAX) unindexed.set(member, due);
+      onError(err);
+    });
+  }
+  /** Index entries (member → due) whose ZADD failed, sent again by the next reaper pass (ZADD is idempotent). */
+  const unindexed = new Map<string, number>();
+  /** Sends the index entries that failed again, before a pass reads the index. */
+  async function reindex(): Promise<void> {
+    if (unindexed.size === 0) return;
+    const entries = [...unindexed];
+    for (let i = 0; i < entries.length; i += REAP_BATCH) {
+      const batch = entries.slice(i, i + REAP_BATCH);
+      await redis.zadd(K.HOLD_BUCKETS, ...batch.flatMap(([member, due]) => [due, member]));
+      for (const [member] of batch) unindexed.delete(member);
+    }
   }
 
   /** One hold or settle as its script takes it: its keys (3 or 4) and its arguments. */
@@ -449,35 +467,55 @@ export function createRedisCredit(d: RedisCreditDeps): Pick<Store, 'hold' | 'set
    */
   async function reapBuckets(nowMs: number, ts: string): Promise<number> {
     let reaped = 0;
+    // Cluster: a bucket whose node fails is passed over (it stays in the index for the next pass), so a
+    // master that does not answer stops no other master's reaping; the pass then fails with its error.
+    let skipped = 0;
+    let failure: unknown;
     for (;;) {
-      const due = await redis.zrangebyscore(K.HOLD_BUCKETS, '-inf', nowMs, 'LIMIT', 0, REAP_BATCH);
+      const due = await redis.zrangebyscore(K.HOLD_BUCKETS, '-inf', nowMs, 'LIMIT', skipped, REAP_BATCH);
       // Single node: the batch's first slices in one call; Cluster: a call per bucket (one slot each).
       const groups = cluster ? due.map((m) => [m]) : due.length > 0 ? [due] : [];
+      const done: string[] = [];
       for (const group of groups) {
-        const buckets = group.map((m) => {
-          const [acct, dueMs] = JSON.parse(m) as [string, number];
-          return { keys: [K.balance(acct), K.holdBucket(acct, dueMs), K.ledger(acct)], dueMs };
-        });
-        /** One more slice of bucket `b` alone; resolves with the next cursor. */
-        const slice = async (b: (typeof buckets)[number], cursor: string): Promise<string> => {
-          const [next, n] = (await s.tgReapBucket3(...b.keys, ts, d.reapedTtlSeconds, b.dueMs, cursor)) as [string, number];
-          reaped += n;
-          return next;
-        };
-        const rest = [ts, d.reapedTtlSeconds, ...buckets.flatMap((b) => [b.dueMs, '0'])];
-        const first = (await (buckets.length === 1
-          ? s.tgReapBucket3(...buckets[0]!.keys, ...rest)
-          : s.tgReapBucket(buckets.length * 3, ...buckets.flatMap((b) => b.keys), ...rest))) as (string | number)[];
-        for (const [i, b] of buckets.entries()) {
-          reaped += Number(first[2 * i + 1]);
-          // A bucket larger than one slice goes on alone, as does one the call had no budget left for ('n').
-          let cursor = String(first[2 * i]);
-          if (cursor === 'n') cursor = await slice(b, '0');
-          while (cursor !== '0') cursor = await slice(b, cursor);
+        try {
+          await reapGroup(group);
+          done.push(...group);
+        } catch (err) {
+          if (!cluster) throw err;
+          failure ??= err;
+          skipped += group.length;
         }
       }
-      if (due.length > 0) await redis.zrem(K.HOLD_BUCKETS, ...due);
-      if (due.length < REAP_BATCH) return reaped;
+      if (done.length > 0) await redis.zrem(K.HOLD_BUCKETS, ...done);
+      if (due.length < REAP_BATCH) {
+        if (failure !== undefined) throw failure;
+        return reaped;
+      }
+    }
+
+    /** Empties the buckets of `group` (index members), one call for their first slices. */
+    async function reapGroup(group: string[]): Promise<void> {
+      const buckets = group.map((m) => {
+        const [acct, dueMs] = JSON.parse(m) as [string, number];
+        return { keys: [K.balance(acct), K.holdBucket(acct, dueMs), K.ledger(acct)], dueMs };
+      });
+      /** One more slice of bucket `b` alone; resolves with the next cursor. */
+      const slice = async (b: (typeof buckets)[number], cursor: string): Promise<string> => {
+        const [next, n] = (await s.tgReapBucket3(...b.keys, ts, d.reapedTtlSeconds, b.dueMs, cursor)) as [string, number];
+        reaped += n;
+        return next;
+      };
+      const rest = [ts, d.reapedTtlSeconds, ...buckets.flatMap((b) => [b.dueMs, '0'])];
+      const first = (await (buckets.length === 1
+        ? s.tgReapBucket3(...buckets[0]!.keys, ...rest)
+        : s.tgReapBucket(buckets.length * 3, ...buckets.flatMap((b) => b.keys), ...rest))) as (string | number)[];
+      for (const [i, b] of buckets.entries()) {
+        reaped += Number(first[2 * i + 1]);
+        // A bucket larger than one slice goes on alone, as does one the call had no budget left for ('n').
+        let cursor = String(first[2 * i]);
+        if (cursor === 'n') cursor = await slice(b, '0');
+        while (cursor !== '0') cursor = await slice(b, cursor);
+      }
     }
   }
 
@@ -582,6 +620,7 @@ export function createRedisCredit(d: RedisCreditDeps): Pick<Store, 'hold' | 'set
 
     async reapExpiredHolds(nowMs, ts) {
       for (const [cacheKey, { due }] of indexed) if (due <= nowMs) indexed.delete(cacheKey);
+      await reindex();
       return (await reapBuckets(nowMs, ts)) + (await reapLegacy(nowMs, ts));
     },
   };
