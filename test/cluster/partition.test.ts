@@ -321,12 +321,8 @@ if (cluster) {
     await ledgerChecks(st, h.name, served);
   });
 
-  t.test('a frozen master no replica replaces: Redis refuses every slot, each request 503 at once, then recovery', async (st) => {
-    // Past the node timeout the master is failed; with its replica kept from taking over and full coverage
-    // required (Redis' default) the cluster answers CLUSTERDOWN for every slot until the master is back.
-    const replica = await replicaOf(legacyPort);
-    await cluster.cli(replica, 'config', 'set', 'cluster-replica-no-failover', 'yes');
-    for (const n of cluster.nodes) await cluster.cli(n.port, 'config', 'set', 'cluster-node-timeout', '2000');
+  /** An account on the master to freeze and one elsewhere, each served once before the freeze (ids in `served`). */
+  async function accountsServedBefore(st: Test) {
     const frozen = await account({ on: legacyPort });
     const healthy = await account({ off: [legacyPort] }, [legacyPort]);
     const served = new Map<string, string[]>([
@@ -338,6 +334,16 @@ if (cluster) {
       st.equal(r.status, 200, `${a.name}: served before the freeze`);
       served.get(a.name)!.push(r.id!);
     }
+    return { frozen, healthy, served };
+  }
+
+  t.test('a frozen master no replica replaces: Redis refuses every slot, each request 503 at once, then recovery', async (st) => {
+    // Past the node timeout the master is failed; with its replica kept from taking over and full coverage
+    // required (Redis' default) the cluster answers CLUSTERDOWN for every slot until the master is back.
+    const replica = await replicaOf(legacyPort);
+    await cluster.cli(replica, 'config', 'set', 'cluster-replica-no-failover', 'yes');
+    for (const n of cluster.nodes) await cluster.cli(n.port, 'config', 'set', 'cluster-node-timeout', '2000');
+    const { frozen, healthy, served } = await accountsServedBefore(st);
     const resume = freeze(st, legacyPort);
     const frozenAt = performance.now();
     const answers: Awaited<ReturnType<typeof timedChat>>[] = [];
@@ -379,17 +385,7 @@ if (cluster) {
     for (const n of cluster.nodes) await cluster.waitOk(n.port);
     await cluster.cli(await replicaOf(legacyPort), 'config', 'set', 'cluster-replica-no-failover', 'no');
     for (const n of cluster.nodes) await cluster.cli(n.port, 'config', 'set', 'cluster-require-full-coverage', 'no');
-    const frozen = await account({ on: legacyPort });
-    const healthy = await account({ off: [legacyPort] }, [legacyPort]);
-    const served = new Map<string, string[]>([
-      [frozen.name, []],
-      [healthy.name, []],
-    ]);
-    for (const a of [frozen, healthy]) {
-      const r = await timedChat(a.key);
-      st.equal(r.status, 200, `${a.name}: served before the freeze`);
-      served.get(a.name)!.push(r.id!);
-    }
+    const { frozen, healthy, served } = await accountsServedBefore(st);
     const resume = freeze(st, legacyPort);
     const frozenAt = performance.now();
     let promoted = false;

@@ -1,6 +1,6 @@
 // Shared pieces of the chat completions e2e tests (test/e2e/chat-*.test.ts): a simulator per test, a
 // steering front for failover, raw SSE reading, exact expected costs, the ledger and the metrics text.
-import { createServer, request as httpRequest, type IncomingHttpHeaders } from 'node:http';
+import { createServer, request as httpRequest, type IncomingHttpHeaders, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import OpenAI from 'openai';
 import { startSimulator, type Simulator } from '../../src/simulator/simulator.ts';
@@ -9,6 +9,19 @@ import { startGateway, type TestGateway } from '../helpers/gateway.ts';
 
 interface Teardown {
   teardown(fn: () => unknown): void;
+}
+
+/** Listens on a free loopback port, closed (its connections too) at teardown; the base URL an upstream is configured with. */
+export async function serveUpstream(t: Teardown, server: Server): Promise<string> {
+  await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
+  t.teardown(
+    () =>
+      new Promise<void>((r) => {
+        server.close(() => r());
+        server.closeAllConnections();
+      }),
+  );
+  return `http://127.0.0.1:${(server.address() as AddressInfo).port}/v1`;
 }
 
 /** A simulator closed when the test ends. */
@@ -41,15 +54,7 @@ export async function startSteeredFront(t: Teardown, target: Simulator, inject: 
     out.on('error', () => res.destroy());
     req.pipe(out);
   });
-  await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
-  t.teardown(
-    () =>
-      new Promise<void>((r) => {
-        server.close(() => r());
-        server.closeAllConnections();
-      }),
-  );
-  return `http://127.0.0.1:${(server.address() as AddressInfo).port}/v1`;
+  return await serveUpstream(t, server);
 }
 
 /** A fake upstream that answers every request with a fixed status, headers and body; records headers and raw bodies. */
@@ -72,15 +77,7 @@ export async function startFixedUpstream(
       res.end(body);
     });
   });
-  await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
-  t.teardown(
-    () =>
-      new Promise<void>((r) => {
-        server.close(() => r());
-        server.closeAllConnections();
-      }),
-  );
-  return { url: `http://127.0.0.1:${(server.address() as AddressInfo).port}/v1`, seen, bodies };
+  return { url: await serveUpstream(t, server), seen, bodies };
 }
 
 /** Price of a test model in hundredths of a micro-credit per token (1.5 credits/M = 150). */

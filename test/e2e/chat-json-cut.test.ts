@@ -7,10 +7,10 @@
 // reset. Also: a stream announced as `Text/Event-Stream` is metered as SSE.
 import t, { type Test } from 'tap';
 import { createServer, type IncomingMessage, type ServerResponse } from 'node:http';
-import { connect, type AddressInfo } from 'node:net';
+import { connect } from 'node:net';
 import { createTokenizer } from '../../src/meter/tokenizer.ts';
 import { startGateway } from '../helpers/gateway.ts';
-import { SIM_SMALL, accountVsLedger, expectedCost, postChat, sseData, waitForDebit } from './chat-fixture.ts';
+import { SIM_SMALL, accountVsLedger, expectedCost, postChat, serveUpstream, sseData, waitForDebit } from './chat-fixture.ts';
 
 const tokenizer = createTokenizer();
 await tokenizer.load();
@@ -26,15 +26,7 @@ async function upstream(
     req.resume();
     req.on('end', () => handler(res, req));
   });
-  await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
-  t.teardown(
-    () =>
-      new Promise<void>((r) => {
-        server.close(() => r());
-        server.closeAllConnections();
-      }),
-  );
-  return { url: `http://127.0.0.1:${(server.address() as AddressInfo).port}/v1`, count: () => n };
+  return { url: await serveUpstream(t, server), count: () => n };
 }
 
 const messages = [{ role: 'user', content: 'hello' }];

@@ -5,7 +5,6 @@
 // gateway cannot decode is an upstream failure; a decompression bomb is cut by the event limit.
 import t, { type Test } from 'tap';
 import { createServer, request as httpRequest, type IncomingHttpHeaders } from 'node:http';
-import type { AddressInfo } from 'node:net';
 import OpenAI from 'openai';
 import { simCompletionText, simPromptTokens } from '../../src/simulator/simulator.ts';
 import { createTokenizer } from '../../src/meter/tokenizer.ts';
@@ -24,6 +23,7 @@ import {
   startSim,
   startSteeredFront,
   waitForDebit,
+  serveUpstream,
 } from './chat-fixture.ts';
 
 const tokenizer = createTokenizer();
@@ -327,15 +327,7 @@ async function startBombUpstream(t: Test, headers: Record<string, string>, body:
       res.end();
     });
   });
-  await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
-  t.teardown(
-    () =>
-      new Promise<void>((r) => {
-        server.close(() => r());
-        server.closeAllConnections();
-      }),
-  );
-  return { url: `http://127.0.0.1:${(server.address() as AddressInfo).port}/v1`, ends };
+  return { url: await serveUpstream(t, server), ends };
 }
 
 t.test(
