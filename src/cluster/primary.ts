@@ -1,9 +1,9 @@
 /**
  * The primary of `server.workers > 1` (SPEC §11): forks the workers, replaces one that dies (logged),
  * answers their questions about the whole cluster (summed metrics, readiness), and on SIGTERM/SIGINT
- * passes the signal to every worker, which drains its streams and settles its holds, then exits 0
- * once all have. It serves no HTTP itself: every worker listens on both ports and node:cluster
- * shares the sockets.
+ * passes the signal to every worker, which drains its streams and settles its holds, then exits 0 once
+ * all have (1 if one did not stop cleanly or had to be killed at drain + 5 s, SPEC §14). It serves no
+ * HTTP itself: every worker listens on both ports and node:cluster shares the sockets.
  */
 import cluster, { type Worker } from 'node:cluster';
 import { AggregatorRegistry } from 'prom-client';
@@ -13,6 +13,8 @@ import { isOurs, type Reply, type ToPrimary } from './messages.ts';
 export interface PrimaryOptions {
   workers: number;
   logger: Logger;
+  /** `server.drain_seconds`: a worker still running at drain + 5 s is killed (SPEC §14). */
+  drainSeconds: number;
   /** Exit code when every worker has stopped after a signal; a test seam (default process.exit). */
   exit?: (code: number) => void;
 }
@@ -25,6 +27,8 @@ export function runPrimary(o: PrimaryOptions): { stop(signal: NodeJS.Signals): P
   let stopping = false;
   // Workers that died before ever listening, in a row: a bad port or config would otherwise restart forever.
   let failedBoots = 0;
+  // The primary's exit code after a stop: 1 when a worker that served did not stop cleanly.
+  let exitCode = 0;
 
   const fork = () => {
     const w = cluster.fork();
@@ -55,7 +59,11 @@ export function runPrimary(o: PrimaryOptions): { stop(signal: NodeJS.Signals): P
 
   cluster.on('exit', (w, code, signal) => {
     const booted = listening.delete(w.id);
-    if (stopping) return;
+    if (stopping) {
+      // A worker still booting has nothing to drain: the signal's default action ending it is no failure.
+      if (booted && (code !== 0 || signal)) exitCode = 1;
+      return;
+    }
     if (!booted && ++failedBoots >= 3) {
       o.logger.fatal({ worker: w.id, code, signal }, 'three workers in a row died before listening; stopping');
       void stop('SIGTERM', 1);
@@ -69,24 +77,37 @@ export function runPrimary(o: PrimaryOptions): { stop(signal: NodeJS.Signals): P
   o.logger.info({ workers: o.workers }, 'primary started');
 
   async function stop(signal: NodeJS.Signals, code = 0): Promise<void> {
-    if (stopping) return;
+    if (stopping) {
+      o.logger.info({ signal }, 'already stopping: the workers go on draining');
+      return;
+    }
     stopping = true;
+    exitCode = code;
     o.logger.info({ signal }, 'stopping every worker (each drains and settles)');
     const alive = Object.values(cluster.workers ?? {}).filter((w): w is Worker => !!w && !w.isDead());
-    await Promise.all(
-      alive.map(
-        (w) =>
-          new Promise<void>((resolve) => {
-            w.once('exit', () => resolve());
-            w.process.kill(signal);
-          }),
-      ),
+    const exited = alive.map((w) => new Promise<void>((resolve) => w.once('exit', () => resolve())));
+    for (const w of alive) w.process.kill(signal);
+    // SPEC §14: gone within drain + 5 s. A worker stops itself at drain + 4.8 s; one whose event loop is
+    // blocked (or stopped) never runs its handler, and waiting for it kept the primary up for good.
+    const deadline = setTimeout(
+      () => {
+        const late = alive.filter((w) => !w.isDead());
+        o.logger.error({ workers: late.map((w) => w.process.pid) }, 'workers still running at drain + 5 s: killing them');
+        exitCode = 1;
+        for (const w of late) w.process.kill('SIGKILL');
+      },
+      o.drainSeconds * 1000 + 4_900,
     );
-    o.logger.info('all workers stopped');
+    await Promise.all(exited);
+    clearTimeout(deadline);
+    o.logger.info({ exit_code: exitCode }, 'all workers stopped');
     o.logger.flush();
-    (o.exit ?? process.exit)(code);
+    (o.exit ?? process.exit)(exitCode);
   }
-  process.once('SIGTERM', () => void stop('SIGTERM'));
-  process.once('SIGINT', () => void stop('SIGINT'));
+  // `on`, not `once`: a second signal (systemd signals the whole control group, a terminal's Ctrl-C the
+  // whole process group, and an operator may press it twice) would otherwise kill the primary at once,
+  // and node:cluster workers exit the moment their primary's channel closes, mid-drain, unsettled.
+  process.on('SIGTERM', () => void stop('SIGTERM'));
+  process.on('SIGINT', () => void stop('SIGINT'));
   return { stop: (signal) => stop(signal) };
 }
