@@ -1,9 +1,10 @@
 /**
- * The primary of `server.workers > 1` (SPEC §11): forks the workers, replaces one that dies (logged),
- * answers their questions about the whole cluster (summed metrics, readiness), and on SIGTERM/SIGINT
- * passes the signal to every worker, which drains its streams and settles its holds, then exits 0 once
- * all have (1 if one did not stop cleanly or had to be killed at drain + 5 s, SPEC §14). It serves no
- * HTTP itself: every worker listens on both ports and node:cluster shares the sockets.
+ * The primary of `server.workers > 1` (SPEC §11): forks the workers, replaces one that dies (logged,
+ * after a back-off that grows while replacements keep dying young), answers their questions about the
+ * whole cluster (summed metrics, readiness), and on SIGTERM/SIGINT passes the signal to every worker,
+ * which drains its streams and settles its holds, then exits 0 once all have (1 if one did not stop
+ * cleanly or had to be killed at drain + 5 s, SPEC §14). It serves no HTTP itself: every worker listens
+ * on both ports and node:cluster shares the sockets.
  */
 import cluster, { type Worker } from 'node:cluster';
 import { AggregatorRegistry } from 'prom-client';
@@ -57,8 +58,18 @@ export function runPrimary(o: PrimaryOptions): { stop(signal: NodeJS.Signals): P
     if (w.isConnected()) w.send(reply);
   }
 
+  // Replacements of workers that die young wait longer each time (a worker that crashes on every boot or on
+  // every request otherwise costs a core re-importing the gateway, ~1 s of CPU a fork, taken from the
+  // workers still serving); a worker that lived RESTART_RESET_MS resets the back-off.
+  let youngDeaths = 0;
+  const restarts = new Set<NodeJS.Timeout>();
+  const bornAt = new Map<number, number>();
+
+  cluster.on('fork', (w) => bornAt.set(w.id, Date.now()));
   cluster.on('exit', (w, code, signal) => {
     const booted = listening.delete(w.id);
+    const lived = Date.now() - (bornAt.get(w.id) ?? 0);
+    bornAt.delete(w.id);
     if (stopping) {
       // A worker still booting has nothing to drain: the signal's default action ending it is no failure.
       if (booted && (code !== 0 || signal)) exitCode = 1;
@@ -69,8 +80,17 @@ export function runPrimary(o: PrimaryOptions): { stop(signal: NodeJS.Signals): P
       void stop('SIGTERM', 1);
       return;
     }
-    o.logger.error({ worker: w.id, pid: w.process.pid, code, signal }, 'worker died; starting a replacement');
-    fork();
+    youngDeaths = lived >= RESTART_RESET_MS ? 0 : youngDeaths + 1;
+    const delay = restartDelayMs(youngDeaths);
+    o.logger.error(
+      { worker: w.id, pid: w.process.pid, code, signal, lived_ms: lived, restart_in_ms: delay },
+      'worker died; starting a replacement',
+    );
+    const timer = setTimeout(() => {
+      restarts.delete(timer);
+      fork();
+    }, delay);
+    restarts.add(timer);
   });
 
   for (let i = 0; i < o.workers; i++) fork();
@@ -83,6 +103,7 @@ export function runPrimary(o: PrimaryOptions): { stop(signal: NodeJS.Signals): P
     }
     stopping = true;
     exitCode = code;
+    for (const timer of restarts) clearTimeout(timer);
     o.logger.info({ signal }, 'stopping every worker (each drains and settles)');
     const alive = Object.values(cluster.workers ?? {}).filter((w): w is Worker => !!w && !w.isDead());
     const exited = alive.map((w) => new Promise<void>((resolve) => w.once('exit', () => resolve())));
@@ -110,4 +131,12 @@ export function runPrimary(o: PrimaryOptions): { stop(signal: NodeJS.Signals): P
   process.on('SIGTERM', () => void stop('SIGTERM'));
   process.on('SIGINT', () => void stop('SIGINT'));
   return { stop: (signal) => stop(signal) };
+}
+
+/** A worker that lived this long before dying resets the replacement back-off. */
+const RESTART_RESET_MS = 30_000;
+
+/** The wait before replacing a worker, by how many died young in a row: 0, 0.5 s, 1 s, 2 s … 16 s. */
+export function restartDelayMs(youngDeaths: number): number {
+  return youngDeaths <= 1 ? 0 : Math.min(16_000, 500 * 2 ** (youngDeaths - 2));
 }
