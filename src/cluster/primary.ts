@@ -9,13 +9,15 @@
 import cluster, { type Worker } from 'node:cluster';
 import { AggregatorRegistry } from 'prom-client';
 import type { Logger } from '../obs/logger.ts';
-import { isOurs, type Reply, type ToPrimary } from './messages.ts';
+import { isOurs, type Ping, type Reply, type ToPrimary } from './messages.ts';
 
 export interface PrimaryOptions {
   workers: number;
   logger: Logger;
   /** `server.drain_seconds`: a worker still running at drain + 5 s is killed (SPEC §14). */
   drainSeconds: number;
+  /** How long a worker may answer no ping before it is killed and replaced (default WORKER_STALL_MS). */
+  stallMs?: number;
   /** Exit code when every worker has stopped after a signal; a test seam (default process.exit). */
   exit?: (code: number) => void;
 }
@@ -40,8 +42,13 @@ export function runPrimary(o: PrimaryOptions): { stop(signal: NodeJS.Signals): P
   async function answer(w: Worker, m: unknown): Promise<void> {
     if (!isOurs(m)) return;
     const msg = m as ToPrimary;
+    if (msg.type === 'tollgate:pong') {
+      lastPong.set(w.id, Date.now());
+      return;
+    }
     if (msg.type === 'tollgate:listening') {
       listening.add(w.id);
+      lastPong.set(w.id, Date.now());
       failedBoots = 0;
       o.logger.info({ worker: w.id, pid: w.process.pid, listening: listening.size, of: o.workers }, 'worker listening');
       return;
@@ -51,7 +58,11 @@ export function runPrimary(o: PrimaryOptions): { stop(signal: NodeJS.Signals): P
       if (msg.type === 'tollgate:metrics') reply.metrics = await agg.clusterMetrics();
       else
         reply.ready =
-          !stopping && listening.size >= o.workers && Object.values(cluster.workers ?? {}).every((x) => x && listening.has(x.id));
+          !stopping &&
+          listening.size >= o.workers &&
+          Object.values(cluster.workers ?? {}).every(
+            (x) => x && listening.has(x.id) && Date.now() - (lastPong.get(x.id) ?? 0) < READY_PONG_MS,
+          );
     } catch (e) {
       reply.error = (e as Error).message;
     }
@@ -66,10 +77,28 @@ export function runPrimary(o: PrimaryOptions): { stop(signal: NodeJS.Signals): P
   const bornAt = new Map<number, number>();
 
   cluster.on('fork', (w) => bornAt.set(w.id, Date.now()));
+
+  // A worker whose event loop is blocked (an endless loop, sync work that never ends) or whose process is
+  // stopped serves nothing: the connections node:cluster hands it hang (/healthz among them), /metrics
+  // fails after prom-client's 5 s for want of its part, and at SIGTERM it never drains. It answers no
+  // ping: /readyz says not ready after READY_PONG_MS, and after o.stallMs it is killed and replaced
+  // (what it held is released by the reaper, as after a crash).
+  const lastPong = new Map<number, number>();
+  const watchdog = setInterval(() => {
+    for (const w of Object.values(cluster.workers ?? {})) {
+      if (!w || !listening.has(w.id) || w.isDead()) continue;
+      const silent = Date.now() - (lastPong.get(w.id) ?? Date.now());
+      if (silent >= (o.stallMs ?? WORKER_STALL_MS)) {
+        o.logger.error({ worker: w.id, pid: w.process.pid, silent_ms: silent }, 'worker not answering: killing it');
+        w.process.kill('SIGKILL');
+      } else if (w.isConnected()) w.send({ type: 'tollgate:ping' } satisfies Ping);
+    }
+  }, PING_EVERY_MS);
   cluster.on('exit', (w, code, signal) => {
     const booted = listening.delete(w.id);
     const lived = Date.now() - (bornAt.get(w.id) ?? 0);
     bornAt.delete(w.id);
+    lastPong.delete(w.id);
     if (stopping) {
       // A worker still booting has nothing to drain: the signal's default action ending it is no failure.
       if (booted && (code !== 0 || signal)) exitCode = 1;
@@ -103,6 +132,7 @@ export function runPrimary(o: PrimaryOptions): { stop(signal: NodeJS.Signals): P
     }
     stopping = true;
     exitCode = code;
+    clearInterval(watchdog);
     for (const timer of restarts) clearTimeout(timer);
     o.logger.info({ signal }, 'stopping every worker (each drains and settles)');
     const alive = Object.values(cluster.workers ?? {}).filter((w): w is Worker => !!w && !w.isDead());
@@ -140,3 +170,13 @@ const RESTART_RESET_MS = 30_000;
 export function restartDelayMs(youngDeaths: number): number {
   return youngDeaths <= 1 ? 0 : Math.min(16_000, 500 * 2 ** (youngDeaths - 2));
 }
+
+/** How often the primary pings each worker. */
+const PING_EVERY_MS = 1_000;
+/** A worker silent this long makes /readyz not ready (three pings missed). */
+const READY_PONG_MS = 3_000;
+/**
+ * A worker silent this long is killed. Nothing on a worker's event loop is meant to run more than a few
+ * ms (SPEC §12; a tokenizer count is capped at 2 s), so 10 s is a stall, not work.
+ */
+const WORKER_STALL_MS = 10_000;
