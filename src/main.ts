@@ -87,7 +87,7 @@ export async function serve(env: NodeJS.ProcessEnv = process.env): Promise<{ pub
   const workers = config.server.workers;
   if (workers > 1 && cluster.isPrimary) {
     for (const w of bootWarnings(config)) logger.warn(w);
-    runPrimary({ workers, logger });
+    runPrimary({ workers, logger, drainSeconds: config.server.drainSeconds });
     return undefined;
   }
   // The gateway's modules (undici, ioredis, the AWS SDK, prom-client's registry…) load only in a process
@@ -157,8 +157,11 @@ export async function serve(env: NodeJS.ProcessEnv = process.env): Promise<{ pub
       setImmediate(() => process.exit(0));
     }
   };
-  process.once('SIGTERM', () => void stop('SIGTERM'));
-  process.once('SIGINT', () => void stop('SIGINT'));
+  // `on`, not `once`: a second signal must not kill a draining process by the default action. A worker gets
+  // two whenever the whole process group is signalled (systemd's control-group kill, a terminal's Ctrl-C):
+  // one directly and one passed on by the primary. The hard stop above bounds the drain either way.
+  process.on('SIGTERM', () => void stop('SIGTERM'));
+  process.on('SIGINT', () => void stop('SIGINT'));
   return urls;
 }
 

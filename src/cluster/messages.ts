@@ -19,6 +19,14 @@ export interface ReadyRequest {
   type: 'tollgate:ready';
   id: number;
 }
+/** Primary → worker, every second: answer if your event loop runs (primary.ts's stall watchdog). */
+export interface Ping {
+  type: 'tollgate:ping';
+}
+/** Worker → primary: the answer to a ping. */
+export interface Pong {
+  type: 'tollgate:pong';
+}
 /** Primary → worker: the answer to a request, by id. */
 export interface Reply {
   type: 'tollgate:reply';
@@ -28,10 +36,10 @@ export interface Reply {
   error?: string;
 }
 
-export type ToPrimary = Listening | MetricsRequest | ReadyRequest;
+export type ToPrimary = Listening | MetricsRequest | ReadyRequest | Pong;
 
 /** True for messages of this protocol (prom-client's own IPC messages share the channel). */
-export function isOurs(m: unknown): m is ToPrimary | Reply {
+export function isOurs(m: unknown): m is ToPrimary | Reply | Ping {
   return (
     typeof m === 'object' &&
     m !== null &&

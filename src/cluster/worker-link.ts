@@ -25,8 +25,12 @@ export function linkWorker(registry: Registry): ClusterLink {
   const pending = new Map<number, (r: Reply) => void>();
   let next = 0;
   process.on('message', (m: unknown) => {
-    if (!isOurs(m) || m.type !== 'tollgate:reply') return;
-    pending.get(m.id)?.(m);
+    if (!isOurs(m)) return;
+    if (m.type === 'tollgate:ping') {
+      if (process.connected) process.send!({ type: 'tollgate:pong' } satisfies ToPrimary);
+      return;
+    }
+    if (m.type === 'tollgate:reply') pending.get(m.id)?.(m);
   });
   const ask = (type: 'tollgate:metrics' | 'tollgate:ready'): Promise<Reply> =>
     new Promise((resolve, reject) => {
