@@ -143,7 +143,7 @@ export function createLedgerExporter(d: LedgerExporterDeps): LedgerExporter {
           inTime();
           const existing = await d.sink.find(key, signal);
           if (existing) {
-            const lost = await notHeld(account, decodeObject(existing), entries, entries.length === d.batchSize);
+            const lost = await notHeld(account, await decodeObject(existing), entries, entries.length === d.batchSize);
             if (lost.length > 0) {
               const taken = key;
               key = conflictKey(d.prefix, day, account, list[0]!.id, randomUUID().slice(0, 8));
@@ -155,8 +155,9 @@ export function createLedgerExporter(d: LedgerExporterDeps): LedgerExporter {
               );
             }
           }
+          const body = await encodeObject(account, list);
           inTime();
-          await d.sink.put(key, encodeObject(account, list), signal);
+          await d.sink.put(key, body, signal);
           r.objects++;
         }
         if (!(await d.store.commitExport(account, token, cursor, entries.at(-1)!.id))) {

@@ -18,16 +18,12 @@
  */
 import { randomUUID } from 'node:crypto';
 import { performance } from 'node:perf_hooks';
-import { promisify } from 'node:util';
-import { gunzip } from 'node:zlib';
 import { GatewayError } from '../http/errors.ts';
-import { compareIds, entryDay, idAtMs, type ExportedEntry } from '../ledger/entries.ts';
+import { compareIds, decodeObject, entryDay, idAtMs, type ExportedEntry } from '../ledger/entries.ts';
 import type { LedgerSink } from '../ledger/sink.ts';
 import type { LedgerEntry, Store, UsageCell } from '../store/types.ts';
 import { daysBetween } from '../store/usage-fields.ts';
 import { servedRequests } from './usage.ts';
-
-const gunzipAsync = promisify(gunzip);
 
 export interface RebuildDeps {
   store: Store;
@@ -133,10 +129,7 @@ export async function rebuildUsage(d: RebuildDeps, account: string, from: string
         // Normally each entry is in one object; a day with a conflict copy has some in two: by id, this day only.
         const seen = keys.some((k) => CONFLICT_COPY.test(k)) ? new Set<string>() : undefined;
         for (const key of keys) {
-          const lines = (await gunzipAsync(await d.sink.get(key))).toString('utf8').split('\n');
-          for (const line of lines) {
-            if (line === '') continue;
-            const e = JSON.parse(line) as ExportedEntry;
+          for (const e of await decodeObject(await d.sink.get(key))) {
             if (!beforeRedis(e) || seen?.has(e.id)) continue;
             seen?.add(e.id);
             fromObjects++;

@@ -129,7 +129,7 @@ if (redis) {
     const keys = await sink.list(`${PREFIX}dt=${today()}/parts/`);
     const firstKey = keys.sort()[0]!;
     const copy = await sink.get(firstKey);
-    const firstId = decodeObject(copy)[0]!.id;
+    const firstId = (await decodeObject(copy))[0]!.id;
     await sink.put(conflictKey(PREFIX, today(), 'parts', firstId, 'abcdef12'), Buffer.from(copy), AbortSignal.timeout(10_000));
 
     await redis.client.hset(K.usageDay('parts', today()), 'k0|m0|r', '999');
