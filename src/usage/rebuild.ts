@@ -120,6 +120,14 @@ export async function rebuildUsage(d: RebuildDeps, account: string, from: string
         after = page.at(-1)!.id;
         await renew();
       }
+      // The trim is not fenced by the lease's token: an exporter that lost its lease to a pause may still
+      // trim. Then some entries from `first` on may have left Redis unread: refuse rather than undercount.
+      const now = (await d.store.ledger(account, undefined, 1))[0]?.id;
+      if (now !== first)
+        throw new GatewayError(
+          'overloaded',
+          'The ledger of this account was trimmed while the rebuild read it; nothing was replaced. Retry it.',
+        );
     }
 
     if (d.sink) {

@@ -166,4 +166,31 @@ if (redis) {
     t.equal(after.busy, 0, 'the rebuild released the lease');
     t.equal((await store.ledger('race', undefined, 100)).length, 0, 'the account is exported and trimmed once the rebuild is done');
   });
+
+  t.test('a trim the lease did not stop (an exporter that lost its lease to a pause): refused, nothing replaced', async (t) => {
+    await redis.client.flushdb();
+    const real = await openRedisStore(t, redis.url);
+    await debits(redis.client, 'stale', 2500);
+    const cell = K.usageDay('stale', today());
+    await redis.client.hset(cell, 'k0|m0|r', '7');
+    let reads = 0;
+    const store: Store = {
+      ...real,
+      ledger: async (account, after, limit) => {
+        // After the first page: a stale exporter trims entries the rebuild has not read yet.
+        if (limit > 1 && reads++ === 1) {
+          const ids = (await redis.client.xrange(K.ledger(account), '-', '+', 'COUNT', 2000)) as [string, string[]][];
+          await redis.client.xtrim(K.ledger(account), 'MINID', ids.at(-1)![0]);
+        }
+        return real.ledger(account, after, limit);
+      },
+    };
+    await t.rejects(
+      rebuildUsage({ store, sink: undefined, prefix: PREFIX, retentionDays: 400 }, 'stale', today(), today()),
+      { code: 'overloaded' },
+      'the rebuild fails: it cannot tell what it missed',
+    );
+    t.equal(await redis.client.hget(cell, 'k0|m0|r'), '7', 'the cells are left as they were');
+    t.equal(await redis.client.get(K.exportLease('stale')), null, 'the lease is released');
+  });
 }
