@@ -4,6 +4,7 @@ import type { CliContext, CommandGroup } from './context.ts';
 import { creditsToMicros, formatCredits, parseMicros } from '../credit/money.ts';
 import { cell, fields, json, table } from './output.ts';
 import type { LedgerEntry } from '../store/types.ts';
+import { compareIds } from '../ledger/entries.ts';
 
 const G = 'credits';
 
@@ -18,6 +19,22 @@ interface AccountBody {
 interface LedgerPage {
   entries: LedgerEntry[];
   next_after: string | null;
+  /** Entries before this id were exported and trimmed from Redis: the API no longer returns them. */
+  archived_before?: string | null;
+}
+
+/**
+ * Said on stderr when the listing asked for entries the API no longer holds (SPEC §10: trimmed after
+ * export): without it `ledger --all` printed the Redis part as if it were the whole ledger, and a bill or
+ * balance check summed from it missed everything older than `ledger.retention_days`.
+ */
+function archivedNote(ctx: CliContext, account: string, after: string | undefined, page: LedgerPage): void {
+  const before = page.archived_before;
+  if (!before || (after !== undefined && compareIds(after, before) >= 0)) return;
+  const ms = Number(before.split('-')[0]);
+  ctx.io.err(
+    `note: entries of ${account} before ${before} (${new Date(ms).toISOString()}) were exported to S3 and trimmed from Redis (ledger.retention_days): they are not listed here; read them from the exported objects (docs/ledger-export.md).`,
+  );
 }
 
 const money = (micros: number) => `${formatCredits(micros)} credits (${micros} micros)`;
@@ -135,21 +152,27 @@ export const creditsGroup: CommandGroup = {
         if (ctx.values.all !== true) {
           const { body } = await admin.call('GET', ledgerPath(account!, after, limit));
           const page = body as LedgerPage;
+          archivedNote(ctx, account!, after, page);
           if (ctx.json) return ctx.io.out(json(page));
           printLedger(ctx, page.entries);
           if (page.next_after) ctx.io.err(`more entries: tollgate credits ledger ${account} --after ${page.next_after} (or --all)`);
           return;
         }
         const entries: LedgerEntry[] = [];
-        for (;;) {
+        let archived: string | null = null;
+        for (let first = true; ; first = false) {
           const { body } = await admin.call('GET', ledgerPath(account!, after, limit));
           const page = body as LedgerPage;
+          if (first) {
+            archivedNote(ctx, account!, after, page);
+            archived = page.archived_before ?? null;
+          }
           entries.push(...page.entries);
           // Stop on a cursor that does not move, so a misbehaving server cannot loop us forever.
           if (!page.next_after || page.next_after === after) break;
           after = page.next_after;
         }
-        if (ctx.json) return ctx.io.out(json({ entries, next_after: null }));
+        if (ctx.json) return ctx.io.out(json({ entries, next_after: null, archived_before: archived }));
         printLedger(ctx, entries);
       },
     },

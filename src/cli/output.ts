@@ -11,8 +11,22 @@ export function json(value: unknown): string {
   return JSON.stringify(value, null, 2);
 }
 
+/** Control characters (C0, DEL, C1) and bidirectional overrides: what a terminal acts on instead of showing. */
+const UNPRINTABLE = /[\u0000-\u001f\u007f-\u009f\u202a-\u202e\u2066-\u2069]/g;
+
+/**
+ * A value as a table or field shows it: control characters escaped as JSON would (`\n`, `\u001b`). Key
+ * names, notes and share titles are user content (a console member names keys): printed raw, a newline
+ * broke the table's rows and an escape sequence (`\u001b]…`, `\u001b[2J`) ran in the operator's terminal.
+ * `--json` is unchanged (JSON escapes them itself).
+ */
+export function printable(v: string): string {
+  return v.replace(UNPRINTABLE, (c) => `\\u${c.charCodeAt(0).toString(16).padStart(4, '0')}`.replace(/^\\u000a$/, '\\n'));
+}
+
 /** A table with an upper-case header row; columns padded to their widest cell, the last one not padded. */
-export function table(columns: string[], rows: string[][]): string {
+export function table(columns: string[], cells: string[][]): string {
+  const rows = cells.map((r) => r.map(printable));
   const widths = columns.map((c, i) => Math.max(c.length, ...rows.map((r) => (r[i] ?? '').length)));
   const line = (cells: string[]) =>
     cells
@@ -25,7 +39,7 @@ export function table(columns: string[], rows: string[][]): string {
 /** `key: value` lines with the values aligned. */
 export function fields(pairs: Array<[string, string]>): string {
   const width = Math.max(0, ...pairs.map(([k]) => k.length)) + 1;
-  return pairs.map(([k, v]) => `${`${k}:`.padEnd(width)}  ${v}`.trimEnd()).join('\n');
+  return pairs.map(([k, v]) => `${`${k}:`.padEnd(width)}  ${printable(v)}`.trimEnd()).join('\n');
 }
 
 /** An optional cell: `-` when there is nothing to show. */

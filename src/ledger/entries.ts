@@ -2,7 +2,9 @@
  * Ledger entries as the export writes them (SPEC §10): one NDJSON line per entry, the §2a fields plus
  * `account`, gzipped, one object per account × UTC day of a batch, named by its first entry id.
  */
-import { gunzipSync, gzipSync } from 'node:zlib';
+import { setImmediate as turn } from 'node:timers/promises';
+import { promisify } from 'node:util';
+import { gunzip, gzip } from 'node:zlib';
 import type { LedgerEntry } from '../store/types.ts';
 
 export type ExportedEntry = LedgerEntry & { account: string };
@@ -50,14 +52,38 @@ export function byDay(entries: readonly LedgerEntry[]): Map<string, LedgerEntry[
   return days;
 }
 
-export function encodeObject(account: string, entries: readonly LedgerEntry[]): Buffer {
-  return gzipSync(entries.map((e) => `${JSON.stringify({ ...e, account })}\n`).join(''));
+const gzipAsync = promisify(gzip);
+const gunzipAsync = promisify(gunzip);
+
+/** Lines serialised (or parsed) per event-loop turn: ~2–3 ms of work, not the ~25 ms of a 10,000-entry batch. */
+const LINES_PER_TURN = 1000;
+
+/**
+ * An object's body. The export runs in the gateway's process: a full batch (10,000 entries) took ~45 ms
+ * of one event-loop turn (JSON ~25 ms, gzip ~18 ms), on every pass of every backlogged account, a stall
+ * for every tenant's requests. Now the JSON is made 1,000 lines a turn and gzip runs on libuv's pool.
+ */
+export async function encodeObject(account: string, entries: readonly LedgerEntry[]): Promise<Buffer> {
+  const parts: string[] = [];
+  for (let i = 0; i < entries.length; i += LINES_PER_TURN) {
+    if (i > 0) await turn();
+    parts.push(
+      entries
+        .slice(i, i + LINES_PER_TURN)
+        .map((e) => `${JSON.stringify({ ...e, account })}\n`)
+        .join(''),
+    );
+  }
+  return gzipAsync(parts.join(''));
 }
 
-export function decodeObject(body: Uint8Array): ExportedEntry[] {
-  return gunzipSync(body)
-    .toString('utf8')
-    .split('\n')
-    .filter((l) => l !== '')
-    .map((l) => JSON.parse(l) as ExportedEntry);
+/** An object's entries, gunzipped on libuv's pool and parsed 1,000 lines a turn (as encodeObject). */
+export async function decodeObject(body: Uint8Array): Promise<ExportedEntry[]> {
+  const lines = (await gunzipAsync(body)).toString('utf8').split('\n');
+  const out: ExportedEntry[] = [];
+  for (let i = 0; i < lines.length; i += LINES_PER_TURN) {
+    if (i > 0) await turn();
+    for (const l of lines.slice(i, i + LINES_PER_TURN)) if (l !== '') out.push(JSON.parse(l) as ExportedEntry);
+  }
+  return out;
 }

@@ -56,6 +56,12 @@ export interface LedgerExporterDeps {
   leaseMs?: number;
   /** Accounts exported in parallel by one process. */
   concurrency?: number;
+  /**
+   * Full batches one account exports before the others get a turn (default 4); an account with more to
+   * go is queued again behind them within the same pass. A backlog (export off for weeks, S3 down) of
+   * a few accounts then no longer holds every other account's export back until it is drained.
+   */
+  batchesPerTurn?: number;
   /** Told after each pass what it did (metrics). */
   onReport?: (r: ExportReport) => void;
 }
@@ -65,6 +71,7 @@ const DAY_MS = 86_400_000;
 export function createLedgerExporter(d: LedgerExporterDeps): LedgerExporter {
   const leaseMs = d.leaseMs ?? 60_000;
   const concurrency = d.concurrency ?? 4;
+  const batchesPerTurn = Math.max(1, d.batchesPerTurn ?? 4);
   let backfilled = false;
   let current: Promise<ExportReport> | undefined;
   let timer: NodeJS.Timeout | undefined;
@@ -104,18 +111,22 @@ export function createLedgerExporter(d: LedgerExporterDeps): LedgerExporter {
     return lost;
   }
 
-  /** Exports one account's new entries, then trims; the lease is released whatever happens. */
-  async function exportAccount(account: string, r: ExportReport): Promise<void> {
+  /**
+   * Exports up to `batchesPerTurn` batches of one account's new entries, then trims; the lease is released
+   * whatever happens. Resolves true when the last batch was full (more may be waiting: queue it again).
+   */
+  async function exportAccount(account: string, r: ExportReport): Promise<boolean> {
     const token = randomUUID();
     // Measured before the lease command is sent: Redis starts its PX later, so our deadline is never past its.
     let leasedAt = performance.now();
     if (!(await d.store.acquireExportLease(account, token, leaseMs))) {
       r.busy++;
-      return;
+      return false;
     }
     r.accounts++;
+    let more = false;
     try {
-      for (;;) {
+      for (let batches = 1; ; batches++) {
         const { cursor } = await d.store.exportState(account);
         const entries = await d.store.ledger(account, cursor ?? undefined, d.batchSize);
         if (entries.length === 0) break;
@@ -132,7 +143,7 @@ export function createLedgerExporter(d: LedgerExporterDeps): LedgerExporter {
           inTime();
           const existing = await d.sink.find(key, signal);
           if (existing) {
-            const lost = await notHeld(account, decodeObject(existing), entries, entries.length === d.batchSize);
+            const lost = await notHeld(account, await decodeObject(existing), entries, entries.length === d.batchSize);
             if (lost.length > 0) {
               const taken = key;
               key = conflictKey(d.prefix, day, account, list[0]!.id, randomUUID().slice(0, 8));
@@ -144,19 +155,25 @@ export function createLedgerExporter(d: LedgerExporterDeps): LedgerExporter {
               );
             }
           }
+          const body = await encodeObject(account, list);
           inTime();
-          await d.sink.put(key, encodeObject(account, list), signal);
+          await d.sink.put(key, body, signal);
           r.objects++;
         }
         if (!(await d.store.commitExport(account, token, cursor, entries.at(-1)!.id))) {
           // Fenced: another exporter took over (our lease lapsed) or moved the cursor. Its objects stand.
           d.logger.warn({ account }, 'ledger export: lease lost before the cursor moved; another exporter continues');
-          return;
+          return false;
         }
         r.entries += entries.length;
         if (entries.length < d.batchSize) break;
+        // Its turn is over: trimmed now, the rest after every other account of this scan had its turn.
+        if (batches >= batchesPerTurn) {
+          more = true;
+          break;
+        }
         leasedAt = performance.now();
-        if (!(await d.store.acquireExportLease(account, token, leaseMs))) return;
+        if (!(await d.store.acquireExportLease(account, token, leaseMs))) return false;
       }
       // Awaited first: `r.trimmed += await …` would read r.trimmed before the await and lose the other
       // accounts' counts added meanwhile (accounts run concurrently).
@@ -168,6 +185,7 @@ export function createLedgerExporter(d: LedgerExporterDeps): LedgerExporter {
     } finally {
       await d.store.releaseExportLease(account, token).catch(() => {});
     }
+    return more;
   }
 
   async function pass(): Promise<ExportReport> {
@@ -180,11 +198,16 @@ export function createLedgerExporter(d: LedgerExporterDeps): LedgerExporter {
       if (n > 0) d.logger.info({ accounts: n }, 'ledger export: indexed accounts with a ledger');
     }
     await d.store.scanLedgerAccounts(async (accounts) => {
+      // A queue, not a list: an account whose turn ended with more to export goes to its back.
+      const queue = [...accounts];
       let next = 0;
       const worker = async () => {
-        while (next < accounts.length) await exportAccount(accounts[next++]!, r);
+        while (next < queue.length) {
+          const account = queue[next++]!;
+          if (await exportAccount(account, r)) queue.push(account);
+        }
       };
-      await Promise.all(Array.from({ length: Math.min(concurrency, accounts.length) }, worker));
+      await Promise.all(Array.from({ length: Math.min(concurrency, queue.length) }, worker));
     });
     if (r.entries > 0 || r.trimmed > 0 || r.failed > 0 || r.conflicts > 0) d.logger.info({ ledger_export: r }, 'ledger export run');
     d.onReport?.(r);

@@ -1,12 +1,24 @@
 /**
  * `tollgate usage rebuild` (SPEC §10): recomputes an account's aggregates for a range of days from the
  * ledger — the exported objects for what was trimmed from Redis, Redis for the rest, each entry counted
- * once by its id — and replaces the stored cells of every live key of those days. Test keys write no
- * ledger, so their cells stay as recorded.
+ * once — and replaces the stored cells of every live key of those days. Test keys write no ledger, so
+ * their cells stay as recorded.
+ *
+ * Bounded by the cells, not by the entries (an account may have millions in the range): each page of
+ * Redis and each object is folded into the cells as it is read, and nothing holds the entries. Counting
+ * each entry once without remembering ids: the rebuild holds the account's export lease, so nothing is
+ * trimmed while it reads, and takes Redis' first entry id `first` under it. Redis then holds exactly the
+ * entries from `first` on, and every entry before `first` was exported (only exported entries are
+ * trimmed): Redis is read from `first`, the objects for what lies before it. Only a day that has a
+ * conflict copy (written beside an object after Redis lost writes: docs/ledger-export.md) is
+ * deduplicated by id, that day alone.
  *
  * Aggregates may lag the ledger by the flush interval, so a rebuild of today while requests flow can
  * miss or double what the last flushes carried; rebuild past days, or today once traffic is quiet.
  */
+import { randomUUID } from 'node:crypto';
+import { performance } from 'node:perf_hooks';
+import { GatewayError } from '../http/errors.ts';
 import { compareIds, decodeObject, entryDay, idAtMs, type ExportedEntry } from '../ledger/entries.ts';
 import type { LedgerSink } from '../ledger/sink.ts';
 import type { LedgerEntry, Store, UsageCell } from '../store/types.ts';
@@ -19,6 +31,10 @@ export interface RebuildDeps {
   sink: LedgerSink | undefined;
   prefix: string;
   retentionDays: number;
+  /** The export lease's lifetime (default 60 s, the exporter's); renewed at a third of it. */
+  leaseMs?: number;
+  /** How long to wait for an export pass holding the account's lease (default 30 s; then 503 overloaded). */
+  leaseWaitMs?: number;
 }
 
 export interface RebuildReport {
@@ -27,63 +43,33 @@ export interface RebuildReport {
   to: string;
   /** Debit entries counted. */
   entries: number;
-  /** Of which read from exported objects. */
+  /** Entries of the range (of any kind) read from exported objects. */
   from_objects: number;
   cells: number;
 }
 
 const DAY_MS = 86_400_000;
 const PAGE = 1000;
+/** An object written beside another after Redis lost writes: `<first id>.<8 hex>.ndjson.gz` (entries.ts conflictKey). */
+const CONFLICT_COPY = /\/\d+-\d+\.[0-9a-f]{8}\.ndjson\.gz$/;
 
 export async function rebuildUsage(d: RebuildDeps, account: string, from: string, to: string): Promise<RebuildReport> {
   const days = daysBetween(from, to);
-  const inRange = (e: LedgerEntry) => {
-    const day = entryDay(e);
-    return day >= from && day <= to;
-  };
-  const entries = new Map<string, LedgerEntry>();
-  let fromObjects = 0;
-  if (d.sink) {
-    for (const day of days) {
-      for (const key of await d.sink.list(`${d.prefix}dt=${day}/${encodeURIComponent(account)}/`)) {
-        for (const e of decodeObject(await d.sink.get(key))) {
-          if (e.account !== account || !inRange(e) || entries.has(e.id)) continue;
-          const { account: _, ...entry } = e as ExportedEntry;
-          entries.set(e.id, entry);
-          fromObjects++;
-        }
-      }
-    }
-  }
-  // Redis from a day before the range (an entry's id is Redis' clock, its ts ours) to a day after it.
-  const startMs = Date.parse(`${from}T00:00:00Z`) - DAY_MS;
-  const endId = idAtMs(Date.parse(`${to}T00:00:00Z`) + 2 * DAY_MS);
-  let after: string | undefined = `${startMs - 1}-18446744073709551615`;
-  for (;;) {
-    const page = await d.store.ledger(account, after, PAGE);
-    for (const e of page) if (inRange(e) && !entries.has(e.id)) entries.set(e.id, e);
-    if (page.length < PAGE || compareIds(page.at(-1)!.id, endId) > 0) break;
-    after = page.at(-1)!.id;
-  }
-
+  const leaseMs = d.leaseMs ?? 60_000;
   const cells = new Map<string, UsageCell>();
   let debits = 0;
-  for (const e of entries.values()) {
-    if (e.kind !== 'debit' || !e.key_id || !e.model) continue;
+  let fromObjects = 0;
+
+  /** Folds one entry into its cell when it is a debit of a key and model in the range. */
+  function fold(e: LedgerEntry): void {
+    if (e.kind !== 'debit' || !e.key_id || !e.model) return;
+    const day = entryDay(e);
+    if (day < from || day > to) return;
     debits++;
-    const id = `${entryDay(e)}\n${e.key_id}\n${e.model}`;
+    const id = `${day}\n${e.key_id}\n${e.model}`;
     let c = cells.get(id);
     if (!c) {
-      c = {
-        day: entryDay(e),
-        key_id: e.key_id,
-        model: e.model,
-        requests: 0,
-        prompt_tokens: 0,
-        completion_tokens: 0,
-        cost_micros: 0,
-        cached_tokens: 0,
-      };
+      c = { day, key_id: e.key_id, model: e.model, requests: 0, prompt_tokens: 0, completion_tokens: 0, cost_micros: 0, cached_tokens: 0 };
       cells.set(id, c);
     }
     // Requests served, as the aggregates count them (usage.ts servedRequests): a zero-cost entry of a
@@ -95,6 +81,76 @@ export async function rebuildUsage(d: RebuildDeps, account: string, from: string
     // Entries from before cached pricing (and those without cached tokens) carry no cached_tokens: 0.
     c.cached_tokens += e.cached_tokens ?? 0;
   }
+
+  // The export lease: no trim (and no export) of this account while the rebuild reads.
+  const token = randomUUID();
+  let leasedAt = performance.now();
+  for (const waitUntil = leasedAt + (d.leaseWaitMs ?? 30_000); !(await d.store.acquireExportLease(account, token, leaseMs));) {
+    if (performance.now() >= waitUntil)
+      throw new GatewayError('overloaded', 'The ledger export of this account is running; retry the rebuild in a minute.', {
+        headers: { 'retry-after': '60' },
+      });
+    await new Promise((r) => setTimeout(r, 200));
+    leasedAt = performance.now();
+  }
+  /** Renews the lease at a third of its lifetime; losing it (a pause past it) fails the rebuild unapplied. */
+  const renew = async () => {
+    if (performance.now() - leasedAt < leaseMs / 3) return;
+    const at = performance.now();
+    if (!(await d.store.acquireExportLease(account, token, leaseMs)))
+      throw new GatewayError(
+        'overloaded',
+        'The rebuild lost the export lease of this account (paused too long); nothing was replaced. Retry it.',
+      );
+    leasedAt = at;
+  };
+  try {
+    // Redis' first entry now: from it on Redis holds every entry, before it only the objects do.
+    const first = (await d.store.ledger(account, undefined, 1))[0]?.id;
+
+    // Redis from a day before the range (an entry's id is Redis' clock, its ts ours) to a day after it.
+    const endId = idAtMs(Date.parse(`${to}T00:00:00Z`) + 2 * DAY_MS);
+    let after: string | undefined = `${Date.parse(`${from}T00:00:00Z`) - DAY_MS - 1}-18446744073709551615`;
+    if (first !== undefined && compareIds(after, first) < 0) after = undefined;
+    if (first !== undefined && compareIds(first, endId) <= 0) {
+      for (;;) {
+        const page = await d.store.ledger(account, after, PAGE);
+        for (const e of page) fold(e);
+        if (page.length < PAGE || compareIds(page.at(-1)!.id, endId) > 0) break;
+        after = page.at(-1)!.id;
+        await renew();
+      }
+      // The trim is not fenced by the lease's token: an exporter that lost its lease to a pause may still
+      // trim. Then some entries from `first` on may have left Redis unread: refuse rather than undercount.
+      const now = (await d.store.ledger(account, undefined, 1))[0]?.id;
+      if (now !== first)
+        throw new GatewayError(
+          'overloaded',
+          'The ledger of this account was trimmed while the rebuild read it; nothing was replaced. Retry it.',
+        );
+    }
+
+    if (d.sink) {
+      const beforeRedis = (e: ExportedEntry) => e.account === account && (first === undefined || compareIds(e.id, first) < 0);
+      for (const day of days) {
+        const keys = await d.sink.list(`${d.prefix}dt=${day}/${encodeURIComponent(account)}/`);
+        // Normally each entry is in one object; a day with a conflict copy has some in two: by id, this day only.
+        const seen = keys.some((k) => CONFLICT_COPY.test(k)) ? new Set<string>() : undefined;
+        for (const key of keys) {
+          for (const e of await decodeObject(await d.sink.get(key))) {
+            if (!beforeRedis(e) || seen?.has(e.id)) continue;
+            seen?.add(e.id);
+            fromObjects++;
+            fold(e);
+          }
+          await renew();
+        }
+      }
+    }
+  } finally {
+    await d.store.releaseExportLease(account, token).catch(() => {});
+  }
+
   const liveKeys = (await d.store.listKeys(account)).filter((k) => k.env === 'live').map((k) => k.id);
   const replaced = [...new Set([...liveKeys, ...[...cells.values()].map((c) => c.key_id)])];
   for (const day of days) {

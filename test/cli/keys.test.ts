@@ -90,6 +90,23 @@ t.test('keys list and show never print the full key', async (t) => {
   t.notMatch(show.stdout, created.key);
 });
 
+t.test('a key name is user content: its control characters are shown escaped, never sent to the terminal', async (t) => {
+  // Made through the admin API, as the console does for a member: a newline, an OSC title sequence, a
+  // screen clear and a right-to-left override.
+  const name = 'a,"b"\nforged row\u001b]0;pwned\u0007\u001b[2J\u202eevil';
+  const made = await gw.admin('/admin/keys', { method: 'POST', body: { account: 'ctrlco', env: 'test', name } });
+  t.equal(made.status, 201, 'the API takes the name as it is');
+  const list = await cli('keys', 'list', '--account', 'ctrlco');
+  t.equal(list.code, 0, 'exits 0', { stderr: list.stderr });
+  t.notOk(/[\u0000-\u0009\u000b-\u001f\u007f-\u009f\u202a-\u202e]/.test(list.stdout), 'no control character reaches the terminal');
+  t.equal(list.stdout.trim().split('\n').length, 2, 'header and one row: the newline did not add a row');
+  t.match(list.stdout, 'a,"b"\\nforged row\\u001b]0;pwned\\u0007\\u001b[2J\\u202eevil', 'the name, escaped');
+  const show = await cli('keys', 'show', made.body.id);
+  t.notOk(/[\u0000-\u0009\u000b-\u001f\u007f-\u009f\u202a-\u202e]/.test(show.stdout), 'keys show escapes it too');
+  const json = JSON.parse((await cli('keys', 'show', made.body.id, '--json')).stdout);
+  t.equal(json.name, name, '--json gives the name back exactly');
+});
+
 t.test('disable makes the gateway refuse the key with 401; enable lets it back in', async (t) => {
   const k = JSON.parse((await cli('keys', 'create', '--account', 'acme', '--env', 'test', '--name', 'toggle', '--json')).stdout);
   t.equal((await models(k.key)).status, 200);

@@ -30,7 +30,7 @@ export function sinkFor(s3: TestS3): LedgerSink {
 export async function exportedLines(sink: LedgerSink, prefix = PREFIX): Promise<{ key: string; entry: ExportedEntry; line: number }[]> {
   const out: { key: string; entry: ExportedEntry; line: number }[] = [];
   for (const key of await sink.list(prefix)) {
-    decodeObject(await sink.get(key)).forEach((entry, line) => out.push({ key, entry, line }));
+    (await decodeObject(await sink.get(key))).forEach((entry, line) => out.push({ key, entry, line }));
   }
   return out;
 }

@@ -12,6 +12,7 @@ import { waitFor } from '../helpers/wait.ts';
 import { startSim } from '../e2e/chat-fixture.ts';
 import { chat, ledgerOf } from '../e2e/credit-support.ts';
 import { runCli, parseFields } from '../cli/run-cli.ts';
+import { exportedLines, sinkFor } from '../ledger/support.ts';
 
 interface Row {
   day?: string;
@@ -236,6 +237,29 @@ if (redis) {
     const page = (await gw.admin(`/admin/accounts/${ACCOUNT}/ledger`)).body;
     t.same(page.entries, [], 'Redis holds no entry of the account');
     t.match(page.archived_before, /^\d+-\d+$/, 'archived_before says where the objects take over');
+
+    // The CLI's whole-ledger read says what it no longer holds (before, it printed the Redis part as the ledger).
+    const listed = await runCli(['credits', 'ledger', ACCOUNT, '--all'], env);
+    t.equal(listed.code, 0, 'tollgate credits ledger --all exits 0');
+    t.match(listed.stderr, `before ${page.archived_before}`, 'and says on stderr that entries before archived_before are not listed');
+    t.match(listed.stderr, 'exported objects', 'and where they are');
+    const listedJson = JSON.parse((await runCli(['credits', 'ledger', ACCOUNT, '--all', '--json'], env)).stdout);
+    t.equal(listedJson.archived_before, page.archived_before, '--all --json carries archived_before');
+    const later = await runCli(['credits', 'ledger', ACCOUNT, '--after', page.archived_before], env);
+    t.notMatch(later.stderr, 'trimmed', 'no note when the listing starts past the archive');
+
+    // No full API key in any exported record (SPEC §10 objects, the usage rows, the ledger read).
+    const objects = await exportedLines(sinkFor(s3));
+    t.equal(objects.length, ledgerBefore.length, 'every entry is in the objects');
+    const exportedText = JSON.stringify(objects.map((o) => o.entry)) + JSON.stringify(before) + JSON.stringify(ledgerBefore);
+    for (const k of [live1, live2, test1]) {
+      t.notOk(exportedText.includes(k.key), `no object, usage row or ledger entry holds the key ${k.id} itself`);
+      t.notOk(exportedText.includes(k.key.slice(0, 24)), `nor a long prefix of it`);
+    }
+    t.ok(
+      objects.filter((o) => o.entry.kind === 'debit').every((o) => [live1.id, live2.id].includes(o.entry.key_id!)),
+      'debits name their key by id',
+    );
 
     // Corrupt a live cell, as a lost or doubled flush would.
     const day = K.usageDay(ACCOUNT, today);
