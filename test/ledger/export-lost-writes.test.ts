@@ -154,12 +154,15 @@ if (redis) {
     const LEASE = 300;
     // A's first ledger read stalls past its whole lease (a GC pause, a slow Redis); B's does not.
     let stall = true;
+    let stalled!: () => void;
+    const stallStarted = new Promise<void>((r) => (stalled = r));
     const slow: Store = {
       ...store,
       ledger: async (...a: Parameters<Store['ledger']>) => {
         const page = await store.ledger(...a);
         if (stall) {
           stall = false;
+          stalled();
           await new Promise((r) => setTimeout(r, LEASE + 100));
         }
         return page;
@@ -174,6 +177,9 @@ if (redis) {
     const a = exporter(slow, { sink: traced('A'), leaseMs: LEASE, retentionDays: 0 });
     const b = exporter(store, { sink: traced('B'), leaseMs: LEASE, retentionDays: 0 });
     const runA = a.runOnce();
+    // Counted from A's stall, not from runOnce(): on a loaded machine taking the lease can itself take a
+    // while, and B, started too early, found A's lease still held (busy: 0 entries).
+    await stallStarted;
     await new Promise((r) => setTimeout(r, LEASE + 20)); // A's lease has lapsed in Redis
     for (let i = 3; i < 5; i++) await grant(store, 'acct', `g${i}`);
     const all = await ledgerOf(store, 'acct');
