@@ -25,7 +25,7 @@ import type { Simulator } from '../../src/simulator/simulator.ts';
 const BOOT_MS = 30_000;
 // Late enough to land after the settles owed were spooled (+ 1.5 s), with room before the lookups are cut
 // (+ 2.5 s − command_timeout_ms − 0.25 s = + 1.95 s here) on a loaded machine.
-const RETRIEVE_DELAY_MS = 1_650;
+const RETRIEVE_DELAY_MS = 1_550;
 
 /** An HTTP front to the simulator that answers `GET /v1/responses/{id}` `delayMs` late (counting them); everything else as is. */
 async function slowRetrieveFront(
