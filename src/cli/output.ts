@@ -21,7 +21,7 @@ const UNPRINTABLE = /[\u0000-\u001f\u007f-\u009f\u202a-\u202e\u2066-\u2069]/g;
  * `--json` is unchanged (JSON escapes them itself).
  */
 export function printable(v: string): string {
-  return v.replace(UNPRINTABLE, (c) => `\\u${c.charCodeAt(0).toString(16).padStart(4, '0')}`.replace(/^\\u000a$/, '\\n'));
+  return v.replace(UNPRINTABLE, (c) => (c === '\n' ? '\\n' : `\\u${c.charCodeAt(0).toString(16).padStart(4, '0')}`));
 }
 
 /** A table with an upper-case header row; columns padded to their widest cell, the last one not padded. */
