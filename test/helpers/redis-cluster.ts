@@ -35,6 +35,13 @@ export interface RedisCluster {
   masterOf(key: string): Promise<number>;
   /** Waits until every slot is served (cluster_state:ok, seen from `port`). */
   waitOk(port: number, timeoutMs?: number): Promise<void>;
+  /**
+   * SIGKILLs the master on `port` once its replica holds every write it acknowledged: writes paused
+   * (`CLIENT PAUSE WRITE`: commands sent meanwhile wait unanswered and die with it), then its replica's
+   * offset awaited. A failover test then measures the gateway, not Redis' asynchronous replication,
+   * which loses what was acknowledged and not yet sent (docs/operations.md, "Durability").
+   */
+  killMasterReplicated(port: number): Promise<void>;
   /** Saves every node's data, then SIGKILLs all six nodes (a whole-cluster outage). */
   stopAll(): Promise<void>;
   /** Restarts every node on its port and dir (same cluster, data saved by stopAll); resolves at cluster_state:ok. */
@@ -157,6 +164,20 @@ export async function startRedisCluster(
     }
     throw new Error(`no master serves slot ${slot}`);
   };
+  const killMasterReplicated = async (port: number) => {
+    const node = nodes.find((n) => n.port === port)!;
+    await cli(port, 'client', 'pause', '60000', 'WRITE');
+    const info = await cli(port, 'info', 'replication');
+    const offset = Number(/master_repl_offset:(\d+)/.exec(info)![1]);
+    const replica = Number(/slave0:[^\r\n]*port=(\d+)/.exec(info)![1]);
+    await waitFor(
+      async () => Number(/slave_repl_offset:(\d+)/.exec(await cli(replica, 'info', 'replication'))?.[1] ?? -1) >= offset,
+      10_000,
+      `replica ${replica} at offset ${offset}`,
+      10,
+    );
+    node.child.kill('SIGKILL');
+  };
   const stopAll = async () => {
     // SAVE first: the nodes run without persistence, and a restarted cluster must still hold the keys.
     for (const n of nodes) await cli(n.port, 'save');
@@ -172,5 +193,5 @@ export async function startRedisCluster(
     for (const n of nodes) n.child = await spawnNode(n.port);
     for (const n of nodes) await waitOk(n.port);
   };
-  return { nodes, addresses, cli, masterOf, waitOk, stopAll, restartAll };
+  return { nodes, addresses, cli, masterOf, waitOk, killMasterReplicated, stopAll, restartAll };
 }
