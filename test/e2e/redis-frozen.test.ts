@@ -92,7 +92,9 @@ if (redis) {
     live503.sort((a, b) => a - b);
     const median = live503[live503.length >> 1]!;
     const slowest = live503.at(-1)!;
-    t.comment(`frozen ${FREEZE_MS} ms: ${live503.length} live 503s, median ${median} ms, slowest ${slowest} ms; ${testServed} test-key requests served`);
+    t.comment(
+      `frozen ${FREEZE_MS} ms: ${live503.length} live 503s, median ${median} ms, slowest ${slowest} ms; ${testServed} test-key requests served`,
+    );
     t.same(others, [], 'during the freeze: live requests 503 store_unavailable, test keys 200, /healthz 200');
     t.ok(live503.length >= 20, `live requests kept being answered (${live503.length})`);
     t.ok(slowest < BOUND_MS, `no live request waited past ${BOUND_MS} ms (slowest ${slowest} ms)`);
