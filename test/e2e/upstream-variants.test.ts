@@ -1,0 +1,76 @@
+// Usage and output caps as real upstreams other than OpenAI shape them, on /v1/completions, /v1/chat/completions
+// and /v1/responses: vLLM's per-choice `continuous_usage_stats` in a stream cut before its final usage chunk,
+// llama.cpp's native `n_predict` / `n_cmpl` (which win over `max_tokens` / `n` there), and a Responses answer
+// whose usage is in the chat shape (`prompt_tokens` / `completion_tokens`, SGLang before its Responses
+// serializer). Each against the whole gateway over real HTTP, with a small upstream of its own.
+import t, { type Test } from 'tap';
+import { createServer, type IncomingMessage, type ServerResponse } from 'node:http';
+import { startGateway } from '../helpers/gateway.ts';
+import { serveUpstream, waitForDebit } from './chat-fixture.ts';
+
+/** An upstream answering every POST with `answer(body, res)`; records the parsed bodies. */
+async function startUpstream(t: Test, answer: (body: Record<string, unknown>, res: ServerResponse, req: IncomingMessage) => void) {
+  const bodies: Record<string, unknown>[] = [];
+  const server = createServer((req, res) => {
+    let raw = '';
+    req.setEncoding('utf8');
+    req.on('data', (c: string) => (raw += c));
+    req.on('end', () => {
+      const body = raw ? (JSON.parse(raw) as Record<string, unknown>) : {};
+      bodies.push(body);
+      answer(body, res, req);
+    });
+  });
+  return { url: await serveUpstream(t, server), bodies };
+}
+
+async function liveGateway(t: Test, upstreamUrl: string, account: string) {
+  const gw = await startGateway(t, { upstreamUrl });
+  const { key } = await gw.createKey({ account, env: 'live' });
+  await gw.grant(account, 10_000_000);
+  return { gw, key };
+}
+
+function post(gw: { url: string; auth(key: string): Record<string, string> }, key: string, path: string, body: unknown) {
+  return fetch(`${gw.url}${path}`, {
+    method: 'POST',
+    headers: { ...gw.auth(key), 'content-type': 'application/json' },
+    body: JSON.stringify(body),
+  });
+}
+
+t.test('a Responses answer with chat-shaped usage (prompt_tokens / completion_tokens) is billed from it', async (t) => {
+  const usage = { prompt_tokens: 1200, completion_tokens: 300, total_tokens: 1500 };
+  const response = {
+    id: 'resp_abc',
+    object: 'response',
+    status: 'completed',
+    output: [{ type: 'message', role: 'assistant', content: [{ type: 'output_text', text: 'ok' }] }],
+    usage,
+  };
+  const up = await startUpstream(t, (body, res, req) => {
+    if (req.method === 'GET') {
+      res.writeHead(200, { 'content-type': 'application/json' });
+      return res.end(JSON.stringify(response));
+    }
+    if (body.stream === true) {
+      res.writeHead(200, { 'content-type': 'text/event-stream' });
+      res.write(
+        `event: response.created\ndata: ${JSON.stringify({ type: 'response.created', response: { ...response, status: 'in_progress', usage: null } })}\n\n`,
+      );
+      res.write(`event: response.output_text.delta\ndata: ${JSON.stringify({ type: 'response.output_text.delta', delta: 'ok' })}\n\n`);
+      res.end(`event: response.completed\ndata: ${JSON.stringify({ type: 'response.completed', response })}\n\n`);
+      return;
+    }
+    res.writeHead(200, { 'content-type': 'application/json' });
+    res.end(JSON.stringify(response));
+  });
+  const { gw, key } = await liveGateway(t, up.url, 'rs');
+  for (const extra of [{}, { stream: true }, { previous_response_id: 'resp_prev' }, { previous_response_id: 'resp_prev', stream: true }]) {
+    const res = await post(gw, key, '/v1/responses', { model: 'sim-small', input: 'hi', max_output_tokens: 500, ...extra });
+    t.equal(res.status, 200);
+    await res.text();
+    const e = await waitForDebit(gw, 'rs', res.headers.get('x-request-id')!);
+    t.match(e, { prompt_tokens: 1200, completion_tokens: 300, usage_source: 'upstream' }, JSON.stringify(extra));
+  }
+});
