@@ -8,6 +8,7 @@ import { estimatePromptTokens } from '../credit/hold-estimate.ts';
 import { CHAT } from '../meter/formats.ts';
 import { meteredResponses, type MeteredEndpoint } from './endpoint.ts';
 import { validateChatBody, type ChatBody } from './chat-validate.ts';
+import { capOutputFields } from './output-cap.ts';
 
 /** The route's OpenAPI description: the fields validateChatBody checks; every other field passes through. */
 const CHAT_DOC: RouteDoc = {
@@ -62,6 +63,7 @@ export function outputBound(body: ChatBody, model: ModelConfig): { perChoice: nu
 function upstreamBody(body: ChatBody, model: ModelConfig, perChoice: number): Buffer {
   // A copy, then stores: fields after a spread in one literal are defined in V8's runtime, per request.
   const out: Record<string, unknown> = { ...body };
+  capOutputFields(out, perChoice, body.n ?? 1); // llama.cpp's n_predict / n_cmpl, max_output_tokens
   out.model = model.upstreamModel;
   out.max_tokens = perChoice;
   if (body.max_completion_tokens !== undefined && body.max_completion_tokens !== null) out.max_completion_tokens = perChoice;

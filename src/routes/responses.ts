@@ -16,6 +16,7 @@ import { PER_MESSAGE, PER_NON_TEXT_PART, PER_REQUEST, PER_TOOLS_BLOCK } from '..
 import { CHAT_OVERHEAD, type Budget, type Tokenizer } from '../meter/tokenizer.ts';
 import { RESPONSES } from '../meter/formats.ts';
 import { meteredResponses, type MeteredEndpoint, type OutputBound, type StatefulRequest } from './endpoint.ts';
+import { capOutputFields } from './output-cap.ts';
 
 export interface ResponsesBody extends Obj {
   model: string;
@@ -118,6 +119,7 @@ function outputBound(body: ResponsesBody, model: ModelConfig): OutputBound {
 /** Model rewritten, output capped by what was held. Streams always carry usage (response.completed). */
 function upstreamBody(body: ResponsesBody, model: ModelConfig, perChoice: number): Buffer {
   const out: Record<string, unknown> = { ...body }; // then stores, as for chat
+  capOutputFields(out, perChoice, 1); // max_tokens, max_completion_tokens, llama.cpp's n_predict / n_cmpl
   out.model = model.upstreamModel;
   out.max_output_tokens = perChoice;
   return Buffer.from(JSON.stringify(out));

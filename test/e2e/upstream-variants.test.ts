@@ -6,7 +6,7 @@
 import t, { type Test } from 'tap';
 import { createServer, type IncomingMessage, type ServerResponse } from 'node:http';
 import { startGateway } from '../helpers/gateway.ts';
-import { serveUpstream, waitForDebit } from './chat-fixture.ts';
+import { serveUpstream, startFixedUpstream, waitForDebit } from './chat-fixture.ts';
 
 /** An upstream answering every POST with `answer(body, res)`; records the parsed bodies. */
 async function startUpstream(t: Test, answer: (body: Record<string, unknown>, res: ServerResponse, req: IncomingMessage) => void) {
@@ -73,4 +73,43 @@ t.test('a Responses answer with chat-shaped usage (prompt_tokens / completion_to
     const e = await waitForDebit(gw, 'rs', res.headers.get('x-request-id')!);
     t.match(e, { prompt_tokens: 1200, completion_tokens: 300, usage_source: 'upstream' }, JSON.stringify(extra));
   }
+});
+
+t.test("llama.cpp's n_predict and n_cmpl cannot take the output past its hold", async (t) => {
+  const up = await startFixedUpstream(
+    t,
+    200,
+    { 'content-type': 'application/json' },
+    JSON.stringify({
+      id: 'x',
+      object: 'text_completion',
+      choices: [{ index: 0, text: 'hi' }],
+      usage: { prompt_tokens: 3, completion_tokens: 1 },
+    }),
+  );
+  const { gw, key } = await liveGateway(t, up.url, 'np');
+  for (const [path, body] of [
+    ['/v1/completions', { model: 'sim-small', prompt: 'hello', max_tokens: 10, n_predict: 100000, n_cmpl: 8 }],
+    ['/v1/completions', { model: 'sim-small', prompt: 'hello', n_predict: -1 }],
+    [
+      '/v1/chat/completions',
+      { model: 'sim-small', messages: [{ role: 'user', content: 'hi' }], max_tokens: 10, n_predict: 100000, n_cmpl: 8 },
+    ],
+    ['/v1/responses', { model: 'sim-small', input: 'hi', max_output_tokens: 10, n_predict: 100000 }],
+  ] as const) {
+    const res = await post(gw, key, path, body);
+    await res.text();
+    t.equal(res.status, 200, path);
+    const sent = JSON.parse(up.bodies.at(-1)!) as Record<string, unknown>;
+    const cap = 'max_tokens' in body || 'max_output_tokens' in body ? 10 : 16;
+    t.ok(
+      typeof sent.n_predict === 'number' && sent.n_predict > 0 && sent.n_predict <= cap,
+      `${path}: n_predict sent ${sent.n_predict}, held for ${cap}`,
+    );
+    if ('n_cmpl' in body) t.equal(sent.n_cmpl, 1, `${path}: n_cmpl follows the n the hold covers`);
+  }
+  // A smaller n_predict is the client's own limit: kept.
+  const res = await post(gw, key, '/v1/completions', { model: 'sim-small', prompt: 'hello', max_tokens: 10, n_predict: 4 });
+  await res.text();
+  t.equal((JSON.parse(up.bodies.at(-1)!) as Record<string, unknown>).n_predict, 4);
 });
