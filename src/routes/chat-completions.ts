@@ -89,6 +89,7 @@ export const CHAT_COMPLETIONS: MeteredEndpoint<ChatBody> = {
   reply: (body) => ({
     stream: body.stream === true,
     wantsUsage: (body.stream_options as { include_usage?: unknown } | undefined)?.include_usage === true,
+    severalChoices: (body.n ?? 1) > 1,
   }),
   countPrompt: (payload, tokenizer, budget) =>
     tokenizer.countPromptTokensBounded((JSON.parse(payload.toString('utf8')) as { messages: unknown[] }).messages, budget),

@@ -110,6 +110,7 @@ export const COMPLETIONS_ENDPOINT: MeteredEndpoint<CompletionsBody> = {
   reply: (body) => ({
     stream: body.stream === true,
     wantsUsage: (body.stream_options as { include_usage?: unknown } | undefined)?.include_usage === true,
+    severalChoices: Math.max(body.n ?? 1, body.best_of ?? 1) * inputItems(body.prompt) > 1,
   }),
   countPrompt: async (payload, tokenizer, budget) => {
     const body = JSON.parse(payload.toString('utf8')) as CompletionsBody;

@@ -113,3 +113,62 @@ t.test("llama.cpp's n_predict and n_cmpl cannot take the output past its hold", 
   await res.text();
   t.equal((JSON.parse(up.bodies.at(-1)!) as Record<string, unknown>).n_predict, 4);
 });
+
+/**
+ * vLLM with `stream_options.continuous_usage_stats`: every chunk carries a usage of its own choice only
+ * (`completion_tokens = previous_num_tokens[i]`, and for completions the prompt tokens of that choice's
+ * prompt); the sum comes in the final usage-only chunk. This upstream sends `perChoice` tokens for each of
+ * `choices` choices, interleaved, then that final chunk and [DONE], or (`cut`) breaks off before it.
+ */
+function continuousUsageStream(kind: 'chat' | 'completions', choices: number, perChoice: number, promptPerChoice: number, cut: boolean) {
+  return (_body: Record<string, unknown>, res: ServerResponse) => {
+    res.writeHead(200, { 'content-type': 'text/event-stream' });
+    const counts = new Array<number>(choices).fill(0);
+    let out = '';
+    for (let k = 0; k < perChoice; k++) {
+      for (let i = 0; i < choices; i++) {
+        counts[i]!++;
+        const choice = kind === 'chat' ? { index: i, delta: { content: ' hello' } } : { index: i, text: ' hello' };
+        const usage = { prompt_tokens: promptPerChoice, completion_tokens: counts[i], total_tokens: promptPerChoice + counts[i]! };
+        out += `data: ${JSON.stringify({ id: 'x', object: kind === 'chat' ? 'chat.completion.chunk' : 'text_completion', choices: [choice], usage })}\n\n`;
+      }
+    }
+    res.write(out);
+    // Broken off before the final usage chunk (an upstream crash, or the gateway cutting it).
+    if (cut) return void setTimeout(() => res.destroy(), 20);
+    const prompt = kind === 'chat' ? promptPerChoice : promptPerChoice * (choices / 2);
+    const usage = { prompt_tokens: prompt, completion_tokens: choices * perChoice, total_tokens: prompt + choices * perChoice };
+    res.end(`data: ${JSON.stringify({ id: 'x', choices: [], usage })}\n\ndata: [DONE]\n\n`);
+  };
+}
+
+t.test('a stream cut before its final usage: per-choice continuous usage does not stand for all choices', async (t) => {
+  for (const [kind, path, body] of [
+    ['completions', '/v1/completions', { model: 'sim-small', prompt: ['a b c', 'd e f'], n: 2, max_tokens: 100 }],
+    ['chat', '/v1/chat/completions', { model: 'sim-small', messages: [{ role: 'user', content: 'hi' }], n: 4, max_tokens: 100 }],
+  ] as const) {
+    const choices = 4; // completions: 2 prompts × n 2; chat: n 4
+    const up = await startUpstream(t, continuousUsageStream(kind, choices, 30, 7, true));
+    const account = `cu-${kind}`;
+    const { gw, key } = await liveGateway(t, up.url, account);
+    const res = await post(gw, key, path, { ...body, stream: true, stream_options: { include_usage: true, continuous_usage_stats: true } });
+    t.equal(res.status, 200);
+    await res.text();
+    const e = await waitForDebit(gw, account, res.headers.get('x-request-id')!);
+    // 4 choices × 30 tokens were streamed; the last chunk's usage says 30 (its own choice).
+    t.ok(e.completion_tokens! >= choices * 30, `${kind}: billed ${e.completion_tokens} completion tokens for ${choices * 30} streamed`);
+    t.equal(e.usage_source, 'estimated', `${kind}: no usage covered the whole answer`);
+  }
+});
+
+t.test('several choices with continuous usage, not cut: the final usage-only chunk is billed', async (t) => {
+  const up = await startUpstream(t, continuousUsageStream('completions', 4, 30, 7, false));
+  const { gw, key } = await liveGateway(t, up.url, 'cu-whole');
+  const body = { model: 'sim-small', prompt: ['a b c', 'd e f'], n: 2, max_tokens: 100, stream: true };
+  const res = await post(gw, key, '/v1/completions', { ...body, stream_options: { include_usage: true, continuous_usage_stats: true } });
+  t.equal(res.status, 200);
+  const text = await res.text();
+  t.match(text, /"choices":\[\],"usage"/, 'the usage-only chunk the client asked for is relayed');
+  const e = await waitForDebit(gw, 'cu-whole', res.headers.get('x-request-id')!);
+  t.match(e, { prompt_tokens: 14, completion_tokens: 120, usage_source: 'upstream' });
+});
