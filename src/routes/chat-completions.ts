@@ -6,6 +6,7 @@ import type { ModelConfig } from '../config/schema.ts';
 import type { RouteDoc } from '../http/openapi.ts';
 import { estimatePromptTokens } from '../credit/hold-estimate.ts';
 import { CHAT } from '../meter/formats.ts';
+import type { Budget, Tokenizer } from '../meter/tokenizer.ts';
 import { meteredResponses, type MeteredEndpoint } from './endpoint.ts';
 import { validateChatBody, type ChatBody } from './chat-validate.ts';
 import { capOutputFields } from './output-cap.ts';
@@ -74,6 +75,19 @@ function upstreamBody(body: ChatBody, model: ModelConfig, perChoice: number): Bu
   return Buffer.from(JSON.stringify(out));
 }
 
+/**
+ * Prompt tokens by the fallback tokenizer (no usage came back): the messages, and the tool definitions
+ * (`tools`, legacy `functions`), which a template renders into the prompt; counted as their JSON.
+ */
+async function countChatPrompt(payload: Buffer, tokenizer: Tokenizer, budget: Budget): Promise<number> {
+  const body = JSON.parse(payload.toString('utf8')) as { messages: unknown[]; tools?: unknown; functions?: unknown };
+  let n = await tokenizer.countPromptTokensBounded(body.messages, budget);
+  for (const defs of [body.tools, body.functions]) {
+    if (Array.isArray(defs) && defs.length > 0) n += await tokenizer.countTextBounded(JSON.stringify(defs), budget);
+  }
+  return n;
+}
+
 /** The chat completions endpoint. */
 export const CHAT_COMPLETIONS: MeteredEndpoint<ChatBody> = {
   endpoint: 'chat',
@@ -91,6 +105,5 @@ export const CHAT_COMPLETIONS: MeteredEndpoint<ChatBody> = {
     wantsUsage: (body.stream_options as { include_usage?: unknown } | undefined)?.include_usage === true,
     severalChoices: (body.n ?? 1) > 1,
   }),
-  countPrompt: (payload, tokenizer, budget) =>
-    tokenizer.countPromptTokensBounded((JSON.parse(payload.toString('utf8')) as { messages: unknown[] }).messages, budget),
+  countPrompt: countChatPrompt,
 };

@@ -91,12 +91,17 @@ export function estimateResponsesPrompt(body: ResponsesBody): number {
   return n;
 }
 
-/** Prompt tokens by the fallback tokenizer: instructions and the text of every input item. */
+/**
+ * Prompt tokens by the fallback tokenizer: instructions, the tool definitions (a template renders each one
+ * into the prompt; counted as their JSON) and the text of every input item.
+ */
 async function countResponsesPrompt(payload: Buffer, tokenizer: Tokenizer, budget: Budget): Promise<number> {
   const body = JSON.parse(payload.toString('utf8')) as ResponsesBody;
   const count = (s: unknown) => (typeof s === 'string' && s.length > 0 ? tokenizer.countTextBounded(s, budget) : Promise.resolve(0));
   let n = CHAT_OVERHEAD.perRequest;
   if (typeof body.instructions === 'string') n += CHAT_OVERHEAD.perMessage + (await count(body.instructions));
+  const tools = body['tools'];
+  if (Array.isArray(tools) && tools.length > 0) n += await count(JSON.stringify(tools));
   const input = body.input;
   if (typeof input === 'string') return n + CHAT_OVERHEAD.perMessage + (await count(input));
   if (!Array.isArray(input)) return n;

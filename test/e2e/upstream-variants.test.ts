@@ -7,6 +7,10 @@ import t, { type Test } from 'tap';
 import { createServer, type IncomingMessage, type ServerResponse } from 'node:http';
 import { startGateway } from '../helpers/gateway.ts';
 import { serveUpstream, startFixedUpstream, waitForDebit } from './chat-fixture.ts';
+import { createTokenizer } from '../../src/meter/tokenizer.ts';
+
+const tokenizer = createTokenizer();
+await tokenizer.load();
 
 /** An upstream answering every POST with `answer(body, res)`; records the parsed bodies. */
 async function startUpstream(t: Test, answer: (body: Record<string, unknown>, res: ServerResponse, req: IncomingMessage) => void) {
@@ -171,4 +175,61 @@ t.test('several choices with continuous usage, not cut: the final usage-only chu
   t.match(text, /"choices":\[\],"usage"/, 'the usage-only chunk the client asked for is relayed');
   const e = await waitForDebit(gw, 'cu-whole', res.headers.get('x-request-id')!);
   t.match(e, { prompt_tokens: 14, completion_tokens: 120, usage_source: 'upstream' });
+});
+
+t.test('a Responses stream cut before its usage: the prompt counted includes the tool definitions', async (t) => {
+  const up = await startUpstream(t, (_body, res) => {
+    res.writeHead(200, { 'content-type': 'text/event-stream' });
+    res.write(
+      `event: response.created\ndata: ${JSON.stringify({ type: 'response.created', response: { id: 'resp_t', status: 'in_progress', usage: null } })}\n\n`,
+    );
+    res.write(`event: response.output_text.delta\ndata: ${JSON.stringify({ type: 'response.output_text.delta', delta: 'Hello' })}\n\n`);
+    setTimeout(() => res.destroy(), 20);
+  });
+  const { gw, key } = await liveGateway(t, up.url, 'tools');
+  // 40 function tools: the upstream renders every definition into the prompt (chat templates do).
+  const tools = Array.from({ length: 40 }, (_, i) => ({
+    type: 'function',
+    name: `lookup_record_${i}`,
+    description: `Looks up record number ${i} in the inventory database and returns its fields as JSON.`,
+    parameters: { type: 'object', properties: { id: { type: 'string', description: 'The record id' } }, required: ['id'] },
+  }));
+  const res = await post(gw, key, '/v1/responses', { model: 'sim-small', input: 'hi', stream: true, tools });
+  t.equal(res.status, 200);
+  await res.text();
+  const e = await waitForDebit(gw, 'tools', res.headers.get('x-request-id')!);
+  t.equal(e.usage_source, 'estimated');
+  const toolTokens = tokenizer.countText(JSON.stringify(tools));
+  t.ok(e.prompt_tokens! >= toolTokens, `prompt billed ${e.prompt_tokens}, the tool definitions alone are ${toolTokens} tokens`);
+});
+
+t.test('a chat stream cut before its usage: the prompt counted includes the tool definitions', async (t) => {
+  const up = await startUpstream(t, (_body, res) => {
+    res.writeHead(200, { 'content-type': 'text/event-stream' });
+    res.write(
+      `data: ${JSON.stringify({ id: 'c', object: 'chat.completion.chunk', choices: [{ index: 0, delta: { content: 'Hello' } }] })}\n\n`,
+    );
+    setTimeout(() => res.destroy(), 20);
+  });
+  const { gw, key } = await liveGateway(t, up.url, 'chat-tools');
+  const tools = Array.from({ length: 40 }, (_, i) => ({
+    type: 'function',
+    function: {
+      name: `lookup_record_${i}`,
+      description: `Looks up record number ${i} in the inventory database and returns its fields as JSON.`,
+      parameters: { type: 'object', properties: { id: { type: 'string', description: 'The record id' } }, required: ['id'] },
+    },
+  }));
+  const res = await post(gw, key, '/v1/chat/completions', {
+    model: 'sim-small',
+    messages: [{ role: 'user', content: 'hi' }],
+    stream: true,
+    tools,
+  });
+  t.equal(res.status, 200);
+  await res.text();
+  const e = await waitForDebit(gw, 'chat-tools', res.headers.get('x-request-id')!);
+  t.equal(e.usage_source, 'estimated');
+  const toolTokens = tokenizer.countText(JSON.stringify(tools));
+  t.ok(e.prompt_tokens! >= toolTokens, `prompt billed ${e.prompt_tokens}, the tool definitions alone are ${toolTokens} tokens`);
 });
