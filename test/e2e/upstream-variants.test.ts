@@ -233,3 +233,34 @@ t.test('a chat stream cut before its usage: the prompt counted includes the tool
   const toolTokens = tokenizer.countText(JSON.stringify(tools));
   t.ok(e.prompt_tokens! >= toolTokens, `prompt billed ${e.prompt_tokens}, the tool definitions alone are ${toolTokens} tokens`);
 });
+
+t.test('a Responses stream ending in response.incomplete or response.failed is billed from its usage, or its deltas', async (t) => {
+  const up = await startUpstream(t, (body, res) => {
+    const end = (body['metadata'] as { end: string }).end;
+    res.writeHead(200, { 'content-type': 'text/event-stream' });
+    res.write(
+      `event: response.created\ndata: ${JSON.stringify({ type: 'response.created', response: { id: 'resp_e', status: 'in_progress', usage: null } })}\n\n`,
+    );
+    for (let i = 0; i < 20; i++)
+      res.write(`event: response.output_text.delta\ndata: ${JSON.stringify({ type: 'response.output_text.delta', delta: ' hello' })}\n\n`);
+    const usage = end === 'failed' ? null : { input_tokens: 50, output_tokens: 20, total_tokens: 70 };
+    res.end(
+      `event: response.${end}\ndata: ${JSON.stringify({ type: `response.${end}`, response: { id: 'resp_e', status: end, usage } })}\n\n`,
+    );
+  });
+  const { gw, key } = await liveGateway(t, up.url, 'ends');
+  for (const end of ['incomplete', 'failed']) {
+    const res = await post(gw, key, '/v1/responses', {
+      model: 'sim-small',
+      input: 'hi',
+      stream: true,
+      max_output_tokens: 20,
+      metadata: { end },
+    });
+    t.equal(res.status, 200);
+    await res.text();
+    const e = await waitForDebit(gw, 'ends', res.headers.get('x-request-id')!);
+    if (end === 'incomplete') t.match(e, { prompt_tokens: 50, completion_tokens: 20, usage_source: 'upstream' });
+    else t.match(e, { completion_tokens: 20, usage_source: 'estimated' }, 'failed without usage: the 20 deltas');
+  }
+});
