@@ -59,7 +59,9 @@ export interface SseMeterOptions {
    * The request asked for more than one choice (`n`, several prompts): a usage on a chunk that carries
    * choices may be that choice's alone (vLLM's `continuous_usage_stats`: `completion_tokens` of choice i,
    * the prompt tokens of its prompt), so only a chunk without choices (the usage-only one, which sums them)
-   * gives the answer's usage. A stream cut before it is billed from its text. Default false.
+   * gives the answer's usage. A stream cut before it is billed from its text. Default false. Such a
+   * stream has every chunk's usage parsed and refused (a JSON.parse a chunk): only a client asking for
+   * continuous usage with several choices pays that.
    */
   severalChoices?: boolean | undefined;
 }
