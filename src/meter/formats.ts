@@ -6,7 +6,7 @@
  * |-------------|--------------------------------------|----------------------------------------|-----------------------------|
  * | chat        | `usage` of the `choices: []` chunk    | content, reasoning(_content), refusal, arguments | prompt / completion_tokens |
  * | completions | `usage` of the `choices: []` chunk    | text                                   | prompt / completion_tokens  |
- * | responses   | `response.usage` of response.completed (or .incomplete / .failed) | delta | input / output_tokens |
+ * | responses   | `response.usage` of response.completed (or .incomplete / .failed) | delta | input / output_tokens (else prompt / completion_tokens) |
  * | embeddings  | (no stream)                          | (none)                                 | prompt_tokens only          |
  *
  * Responses: `response.output_text.done`, `response.content_part.done` and the final response repeat the
@@ -93,11 +93,15 @@ function responsesText(body: Record<string, unknown>): string {
   return out.join('');
 }
 
-/** Responses usage (`input_tokens` / `output_tokens`) in the gateway's prompt/completion terms. */
+/**
+ * Responses usage (`input_tokens` / `output_tokens`) in the gateway's prompt/completion terms; failing that,
+ * the chat shape (`prompt_tokens` / `completion_tokens`), which some servers put in a response object
+ * (SGLang before its Responses serializer; proxies built on chat): their usage, not the estimate, is billed.
+ */
 function responsesUsage(value: unknown): Usage | null {
   const u = obj(value);
   if (!u) return null;
-  return usageOf(u['input_tokens'], u['output_tokens'], u['input_tokens_details']);
+  return usageOf(u['input_tokens'], u['output_tokens'], u['input_tokens_details']) ?? readUsage(u);
 }
 
 /** Embeddings usage has no completion count: `prompt_tokens` (and total) only. */

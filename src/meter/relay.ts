@@ -190,7 +190,8 @@ export function maxEventBytes(requestBytes: number): number {
 
 /**
  * Relays an SSE stream; resolves when the upstream ended, failed, or the client left. `maxEvent`: see
- * maxEventBytes; `maxText`: the completion text kept for the tokenizer (default TextCollector's 8 MiB).
+ * maxEventBytes; `maxText`: the completion text kept for the tokenizer (default TextCollector's 8 MiB);
+ * `severalChoices`: the request asked for more than one choice (see SseMeterOptions).
  */
 export async function relaySse(
   call: UpstreamCall,
@@ -200,8 +201,9 @@ export async function relaySse(
   format: ApiFormat = CHAT,
   maxEvent = maxEventBytes(0),
   maxText?: number,
+  severalChoices = false,
 ): Promise<RelayOutcome> {
-  const meter = createSseMeter({ dropUsageOnlyChunk, format, maxPendingBytes: maxEvent, maxTextBytes: maxText });
+  const meter = createSseMeter({ dropUsageOnlyChunk, format, maxPendingBytes: maxEvent, maxTextBytes: maxText, severalChoices });
   let finished = false;
   /** The upstream body is complete: the turn's events, the held tail (if any) and the response's end go out with the last chunk. */
   const finish = () => {

@@ -55,6 +55,15 @@ export interface SseMeterOptions {
   maxTextBytes?: number | undefined;
   /** Where the stream keeps its usage and text (formats.ts). Default chat. */
   format?: ApiFormat;
+  /**
+   * The request asked for more than one choice (`n`, several prompts): a usage on a chunk that carries
+   * choices may be that choice's alone (vLLM's `continuous_usage_stats`: `completion_tokens` of choice i,
+   * the prompt tokens of its prompt), so only a chunk without choices (the usage-only one, which sums them)
+   * gives the answer's usage. A stream cut before it is billed from its text. Default false. Such a
+   * stream has every chunk's usage parsed and refused (a JSON.parse a chunk): only a client asking for
+   * continuous usage with several choices pays that.
+   */
+  severalChoices?: boolean | undefined;
 }
 
 /** Bytes to forward: one buffer, or several to write in order. */
@@ -104,6 +113,7 @@ class Scanner implements SseMeter {
   usage: Usage | null = null;
   sawDone = false;
   private readonly drop: boolean;
+  private readonly severalChoices: boolean;
   private readonly format: ApiFormat;
   private readonly max: number;
   private readonly text: TextCollector;
@@ -133,6 +143,7 @@ class Scanner implements SseMeter {
     const max = opts.maxPendingBytes ?? 1024 * 1024;
     if (!Number.isSafeInteger(max) || max < 1) throw new RangeError(`maxPendingBytes must be a positive integer, got ${max}`);
     this.drop = opts.dropUsageOnlyChunk;
+    this.severalChoices = opts.severalChoices === true;
     this.format = opts.format ?? CHAT;
     this.keys = new KeyFinder(this.format.candidate);
     this.max = max;
@@ -351,9 +362,11 @@ class Scanner implements SseMeter {
     }
     const usage = this.format.eventUsage(parsed);
     if (usage === null) return null;
+    const choices = (parsed as { choices?: unknown }).choices;
+    // One choice's usage (several asked for) covers neither the others' text nor the answer: not taken.
+    if (this.severalChoices && Array.isArray(choices) && choices.length > 0) return null;
     this.usage = usage;
     this.text.reset();
-    const choices = (parsed as { choices?: unknown }).choices;
     return !(this.drop && Array.isArray(choices) && choices.length === 0);
   }
 }

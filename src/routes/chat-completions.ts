@@ -6,8 +6,10 @@ import type { ModelConfig } from '../config/schema.ts';
 import type { RouteDoc } from '../http/openapi.ts';
 import { estimatePromptTokens } from '../credit/hold-estimate.ts';
 import { CHAT } from '../meter/formats.ts';
+import type { Budget, Tokenizer } from '../meter/tokenizer.ts';
 import { meteredResponses, type MeteredEndpoint } from './endpoint.ts';
 import { validateChatBody, type ChatBody } from './chat-validate.ts';
+import { capOutputFields } from './output-cap.ts';
 
 /** The route's OpenAPI description: the fields validateChatBody checks; every other field passes through. */
 const CHAT_DOC: RouteDoc = {
@@ -62,6 +64,7 @@ export function outputBound(body: ChatBody, model: ModelConfig): { perChoice: nu
 function upstreamBody(body: ChatBody, model: ModelConfig, perChoice: number): Buffer {
   // A copy, then stores: fields after a spread in one literal are defined in V8's runtime, per request.
   const out: Record<string, unknown> = { ...body };
+  capOutputFields(out, perChoice, body.n ?? 1); // llama.cpp's n_predict / n_cmpl, max_output_tokens
   out.model = model.upstreamModel;
   out.max_tokens = perChoice;
   if (body.max_completion_tokens !== undefined && body.max_completion_tokens !== null) out.max_completion_tokens = perChoice;
@@ -70,6 +73,19 @@ function upstreamBody(body: ChatBody, model: ModelConfig, perChoice: number): Bu
     out.stream_options = { ...so, include_usage: true };
   }
   return Buffer.from(JSON.stringify(out));
+}
+
+/**
+ * Prompt tokens by the fallback tokenizer (no usage came back): the messages, and the tool definitions
+ * (`tools`, legacy `functions`), which a template renders into the prompt; counted as their JSON.
+ */
+async function countChatPrompt(payload: Buffer, tokenizer: Tokenizer, budget: Budget): Promise<number> {
+  const body = JSON.parse(payload.toString('utf8')) as { messages: unknown[]; tools?: unknown; functions?: unknown };
+  let n = await tokenizer.countPromptTokensBounded(body.messages, budget);
+  for (const defs of [body.tools, body.functions]) {
+    if (Array.isArray(defs) && defs.length > 0) n += await tokenizer.countTextBounded(JSON.stringify(defs), budget);
+  }
+  return n;
 }
 
 /** The chat completions endpoint. */
@@ -87,7 +103,7 @@ export const CHAT_COMPLETIONS: MeteredEndpoint<ChatBody> = {
   reply: (body) => ({
     stream: body.stream === true,
     wantsUsage: (body.stream_options as { include_usage?: unknown } | undefined)?.include_usage === true,
+    severalChoices: (body.n ?? 1) > 1,
   }),
-  countPrompt: (payload, tokenizer, budget) =>
-    tokenizer.countPromptTokensBounded((JSON.parse(payload.toString('utf8')) as { messages: unknown[] }).messages, budget),
+  countPrompt: countChatPrompt,
 };

@@ -10,6 +10,7 @@ import { Issues, bool, int, isObj, rootObject, str, type Obj } from '../http/val
 import { COMPLETIONS } from '../meter/formats.ts';
 import { meteredResponses, type MeteredEndpoint, type OutputBound } from './endpoint.ts';
 import { countInput, inputItems, inputTokenBound, textInput, type TextInput } from './text-input.ts';
+import { capOutputFields } from './output-cap.ts';
 
 export interface CompletionsBody extends Obj {
   model: string;
@@ -58,6 +59,7 @@ function outputBound(body: CompletionsBody, model: ModelConfig): OutputBound {
 /** Model rewritten, output capped by what was held, usage forced on streams (as for chat). */
 function upstreamBody(body: CompletionsBody, model: ModelConfig, perChoice: number): Buffer {
   const out: Record<string, unknown> = { ...body }; // then stores, as for chat
+  capOutputFields(out, perChoice, body.n ?? 1); // max_completion_tokens, llama.cpp's n_predict / n_cmpl
   out.model = model.upstreamModel;
   out.max_tokens = perChoice;
   if (body.stream === true) {
@@ -108,6 +110,7 @@ export const COMPLETIONS_ENDPOINT: MeteredEndpoint<CompletionsBody> = {
   reply: (body) => ({
     stream: body.stream === true,
     wantsUsage: (body.stream_options as { include_usage?: unknown } | undefined)?.include_usage === true,
+    severalChoices: Math.max(body.n ?? 1, body.best_of ?? 1) * inputItems(body.prompt) > 1,
   }),
   countPrompt: async (payload, tokenizer, budget) => {
     const body = JSON.parse(payload.toString('utf8')) as CompletionsBody;

@@ -37,8 +37,11 @@ export interface MeteredEndpoint<B extends { model: string }> {
   estimatePrompt(body: B, bodyBytes: number): number;
   /** The upstream body: model rewritten, output capped at `perChoice`, usage asked for. Once per request. */
   payload(body: B, model: ModelConfig, perChoice: number): Buffer;
-  /** Whether the client asked for a stream, and for the usage-only chunk the gateway may have forced on. */
-  reply(body: B): { stream: boolean; wantsUsage: boolean };
+  /**
+   * Whether the client asked for a stream, and for the usage-only chunk the gateway may have forced on;
+   * `severalChoices` when it asked for more than one choice in all (meter/sse-scanner.ts SseMeterOptions).
+   */
+  reply(body: B): { stream: boolean; wantsUsage: boolean; severalChoices?: boolean };
   /** Prompt tokens by the fallback tokenizer, re-read from the upstream payload (usage missing: the rare path). */
   countPrompt(payload: Buffer, tokenizer: Tokenizer, budget: Budget): Promise<number>;
   /** Whether the request is stateful, and what that changes; undefined for the (usual) stateless one. */

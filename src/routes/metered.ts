@@ -88,7 +88,7 @@ interface Prepared {
   output: OutputBound;
   promptEstimate: number;
   payload: Buffer;
-  reply: { model: string; stream: boolean; wantsUsage: boolean };
+  reply: { model: string; stream: boolean; wantsUsage: boolean; severalChoices?: boolean };
   /** Set for a stateful request (SPEC §4): the hold's input part and where its usage is asked for. */
   stateful: StatefulRequest | undefined;
 }
@@ -442,6 +442,8 @@ export function meteredRoute<B extends { model: string }>(d: MeteredDeps, ep: Me
         () => res.destroyed && !res.writableFinished,
         ep.format,
         maxEventBytes(requestBytes),
+        undefined,
+        body.severalChoices === true,
       );
     } finally {
       d.shutdown?.removeEventListener('abort', cut);

@@ -16,6 +16,7 @@ import { PER_MESSAGE, PER_NON_TEXT_PART, PER_REQUEST, PER_TOOLS_BLOCK } from '..
 import { CHAT_OVERHEAD, type Budget, type Tokenizer } from '../meter/tokenizer.ts';
 import { RESPONSES } from '../meter/formats.ts';
 import { meteredResponses, type MeteredEndpoint, type OutputBound, type StatefulRequest } from './endpoint.ts';
+import { capOutputFields } from './output-cap.ts';
 
 export interface ResponsesBody extends Obj {
   model: string;
@@ -90,12 +91,17 @@ export function estimateResponsesPrompt(body: ResponsesBody): number {
   return n;
 }
 
-/** Prompt tokens by the fallback tokenizer: instructions and the text of every input item. */
+/**
+ * Prompt tokens by the fallback tokenizer: instructions, the tool definitions (a template renders each one
+ * into the prompt; counted as their JSON) and the text of every input item.
+ */
 async function countResponsesPrompt(payload: Buffer, tokenizer: Tokenizer, budget: Budget): Promise<number> {
   const body = JSON.parse(payload.toString('utf8')) as ResponsesBody;
   const count = (s: unknown) => (typeof s === 'string' && s.length > 0 ? tokenizer.countTextBounded(s, budget) : Promise.resolve(0));
   let n = CHAT_OVERHEAD.perRequest;
   if (typeof body.instructions === 'string') n += CHAT_OVERHEAD.perMessage + (await count(body.instructions));
+  const tools = body['tools'];
+  if (Array.isArray(tools) && tools.length > 0) n += await count(JSON.stringify(tools));
   const input = body.input;
   if (typeof input === 'string') return n + CHAT_OVERHEAD.perMessage + (await count(input));
   if (!Array.isArray(input)) return n;
@@ -118,6 +124,7 @@ function outputBound(body: ResponsesBody, model: ModelConfig): OutputBound {
 /** Model rewritten, output capped by what was held. Streams always carry usage (response.completed). */
 function upstreamBody(body: ResponsesBody, model: ModelConfig, perChoice: number): Buffer {
   const out: Record<string, unknown> = { ...body }; // then stores, as for chat
+  capOutputFields(out, perChoice, 1); // max_tokens, max_completion_tokens, llama.cpp's n_predict / n_cmpl
   out.model = model.upstreamModel;
   out.max_output_tokens = perChoice;
   return Buffer.from(JSON.stringify(out));
