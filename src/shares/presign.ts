@@ -5,7 +5,8 @@
  */
 import { GetObjectCommand, PutObjectCommand } from '@aws-sdk/client-s3';
 import { createS3Client } from '../s3/client.ts';
-import { getSignedUrl } from '@aws-sdk/s3-request-presigner';
+import { getSignedUrl, S3RequestPresigner } from '@aws-sdk/s3-request-presigner';
+import type { S3Client } from '@aws-sdk/client-s3';
 import { LRUCache } from 'lru-cache';
 
 /** Where share files live; credentials are optional (see createPresigner). */
@@ -57,6 +58,69 @@ function checkTtl(ttlSeconds: number): void {
   }
 }
 
+/** The SDK's URI escape (RFC 3986 unreserved kept; `!'()*` escaped too), per path segment for S3 keys. */
+function escapeUri(s: string): string {
+  return encodeURIComponent(s).replace(/[!'()*]/g, (c) => `%${c.charCodeAt(0).toString(16).toUpperCase()}`);
+}
+
+/** Where GET URLs of the bucket go and what signs them: resolved once through the SDK (see getSigner). */
+interface GetTarget {
+  protocol: string;
+  hostname: string;
+  port: number | undefined;
+  /** The path before the key: `/<bucket>` path-style, empty for virtual-hosted buckets. */
+  basePath: string;
+  region: string;
+  service: string;
+  presigner: S3RequestPresigner;
+}
+
+const PROBE_KEY = 'shares/probe';
+
+/**
+ * GET URLs without the SDK's per-command pipeline. getSignedUrl resolves the endpoint rules, clones the
+ * middleware stack and serialises a command for every URL: 354–454 µs each here, so a read of a share
+ * with 20 files whose URLs were not cached held the event loop ~5–9 ms, and one account reading its 600
+ * such shares round-robin (no key needed, 189 reads/s) took another tenant's cached read p99 from 5 ms
+ * to 256 ms. Here the endpoint, path prefix and signing region come once from one getSignedUrl of a
+ * probe key; each URL is then the SDK's own S3RequestPresigner over a request built like the SDK's
+ * (`GET /<prefix>/<escaped key>?x-id=GetObject`): ~46 µs, byte-identical URLs (test/shares/presign.test.ts).
+ */
+async function resolveGetTarget(s3: S3Client, bucket: string): Promise<GetTarget> {
+  const probe = new URL(await getSignedUrl(s3, new GetObjectCommand({ Bucket: bucket, Key: PROBE_KEY }), { expiresIn: 60 }));
+  const suffix = `/${PROBE_KEY}`;
+  if (!probe.pathname.endsWith(suffix)) throw new Error(`shares.s3: unexpected presigned URL path ${probe.pathname}`);
+  // X-Amz-Credential = <key id>/<date>/<region>/<service>/aws4_request
+  const scope = (probe.searchParams.get('X-Amz-Credential') ?? '').split('/');
+  const [region, service] = [scope.at(-3), scope.at(-2)];
+  if (!region || !service) throw new Error('shares.s3: presigned URL without a credential scope');
+  return {
+    protocol: probe.protocol,
+    hostname: probe.hostname,
+    port: probe.port === '' ? undefined : Number(probe.port),
+    basePath: probe.pathname.slice(0, -suffix.length),
+    region,
+    service,
+    presigner: new S3RequestPresigner({ ...s3.config, signingName: service, region: async () => region }),
+  };
+}
+
+/** A presigned request as a URL, as the SDK's formatUrl writes it (query keys sorted, values escaped). */
+function formatGetUrl(r: {
+  protocol: string;
+  hostname: string;
+  port?: number | undefined;
+  path: string;
+  query?: Record<string, unknown>;
+}): string {
+  const q = r.query ?? {};
+  const query = Object.keys(q)
+    .sort()
+    .map((k) => `${escapeUri(k)}=${escapeUri(String(q[k]))}`)
+    .join('&');
+  return `${r.protocol}//${r.hostname}${r.port ? `:${r.port}` : ''}${r.path}?${query}`;
+}
+
 /** The signing instant: X-Amz-Date has one-second resolution, so expiry counts from the whole second. */
 function signingSecond(clock: () => number): number {
   return Math.floor(clock() / 1000) * 1000;
@@ -77,6 +141,13 @@ export function createPresigner(cfg: PresignerConfig, clock: () => number): Pres
   }
   const s3 = createS3Client(cfg);
   const bucket = cfg.bucket;
+  // Resolved on the first GET; a failure (no credentials from the default chain yet) is retried next time.
+  let target: Promise<GetTarget> | undefined;
+  const getTarget = (): Promise<GetTarget> =>
+    (target ??= resolveGetTarget(s3, bucket).catch((e: unknown) => {
+      target = undefined;
+      throw e;
+    }));
 
   return {
     async presignPut(key, contentType, size, ttlSeconds) {
@@ -94,13 +165,20 @@ export function createPresigner(cfg: PresignerConfig, clock: () => number): Pres
     async presignGet(key, ttlSeconds, disposition) {
       checkTtl(ttlSeconds);
       const at = signingSecond(clock);
-      const cmd = new GetObjectCommand({
-        Bucket: bucket,
-        Key: key,
-        ...(disposition !== undefined && { ResponseContentDisposition: disposition }),
-      });
-      const url = await getSignedUrl(s3, cmd, { expiresIn: ttlSeconds, signingDate: new Date(at) });
-      return { url, expires_at: new Date(at + ttlSeconds * 1000).toISOString() };
+      const g = await getTarget();
+      const signed = await g.presigner.presign(
+        {
+          method: 'GET',
+          protocol: g.protocol,
+          hostname: g.hostname,
+          ...(g.port !== undefined && { port: g.port }),
+          path: `${g.basePath}/${key.split('/').map(escapeUri).join('/')}`,
+          query: { 'x-id': 'GetObject', ...(disposition !== undefined && { 'response-content-disposition': disposition }) },
+          headers: {},
+        },
+        { expiresIn: ttlSeconds, signingDate: new Date(at), signingRegion: g.region, signingService: g.service },
+      );
+      return { url: formatGetUrl(signed), expires_at: new Date(at + ttlSeconds * 1000).toISOString() };
     },
   };
 }
@@ -133,7 +211,7 @@ interface CachedGet {
 
 /**
  * A GET-URL reuse cache (SPEC §1.4: presigned URLs may be reused until half their lifetime has passed).
- * getSignedUrl costs ~228 µs (NOTES §4) against ~40 ns for an LRU hit, and a popular share is read far
+ * A signing costs ~46 µs (resolveGetTarget; getSignedUrl ~228–454 µs) against ~40 ns for an LRU hit, and a popular share is read far
  * more often than every ttl/2 (450 s by default). A URL served from the cache still has more than
  * ttl/2 to run. Bounded by entry count (`max`, default 10,000 ≈ 10k × ~0.5 KB = ~5 MB); concurrent
  * misses for one key share a single signing.

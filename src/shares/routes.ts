@@ -37,8 +37,14 @@ function throttledReads(ms: number): GatewayError {
 }
 
 // Reads are per-render capabilities: no cache may keep a body (or a 404/410: RFC 9111 lets caches
-// store a 404 or 410 heuristically, which would hide a share published or revoked since).
-const NO_STORE = { 'cache-control': 'no-store' };
+// store a 404 or 410 heuristically, which would hide a share published or revoked since). A read is
+// anyone's text served from the console's origin (/console is on this listener) to anyone who follows a
+// link: never sniffed as anything but JSON, and if a browser opens it, no script, fetch or framing.
+const READ_HEADERS = {
+  'cache-control': 'no-store',
+  'x-content-type-options': 'nosniff',
+  'content-security-policy': "default-src 'none'; frame-ancestors 'none'; sandbox",
+};
 
 /** Writes a JSON body that is already text (the read body splices in the stored snapshot). */
 function sendJsonText(res: ServerResponse, text: string, headers: Record<string, string>): void {
@@ -122,7 +128,7 @@ export function shareRoutes(d: ShareRouteDeps): Route[] {
   }
 
   async function read(ctx: RequestContext) {
-    ctx.extraHeaders = { ...ctx.extraHeaders, ...NO_STORE };
+    ctx.extraHeaders = { ...ctx.extraHeaders, ...READ_HEADERS };
     let status = 500;
     // Slugs are unguessable (128.9 bits), but each probe costs a store read: failed reads (404, 410,
     // 422) are limited per address. A live slug is served to any address whatever it sent before (SPEC

@@ -6,6 +6,8 @@
  * (file links are signed per read, file-urls.ts). Unknown slugs are cached negatively so a page
  * hammering a dead link does not reach Redis on every request, and revocations from any instance are
  * applied within a pub/sub hop. If a message is lost, the TTL (default 10 s) bounds the staleness.
+ * Unknown slugs have an LRU of their own: a prober reading random slugs (no key needed) evicts only
+ * other unknown slugs, never a live share's body.
  *
  * A revoked share never comes back from this cache: a revocation *replaces* the entry with a revoked
  * marker (it is not just dropped), which makes lru-cache abort a store read in flight for that slug,
@@ -52,8 +54,10 @@ export interface ShareCacheOptions {
   negativeTtlMs: number;
   /** Bound on cached snapshot text (UTF-16 code units × 2 plus overhead); default 64 MiB. */
   maxBytes?: number;
-  /** Bound on entries, negative ones included; default 100,000. */
+  /** Bound on entries of known slugs (live, revoked, missing); default 100,000. */
   max?: number;
+  /** Bound on remembered unknown slugs, kept apart so they cannot evict live shares; default 100,000. */
+  maxUnknown?: number;
   onLookup?: (outcome: 'hit' | 'miss') => void;
 }
 
@@ -73,8 +77,9 @@ const REVOKED: ShareState = Object.freeze({ status: 'revoked' });
 const MISSING: ShareState = Object.freeze({ status: 'missing' });
 /** 64 MiB holds ~64 maximal (1 MiB) snapshots or thousands of typical ones. */
 const DEFAULT_MAX_BYTES = 64 * 1024 * 1024;
-/** ~100 B per negative entry: a flood of random slugs costs at most ~10 MB before LRU eviction. */
 const DEFAULT_MAX_ENTRIES = 100_000;
+/** ~100 B per unknown slug: a flood of random slugs costs at most ~10 MB before LRU eviction. */
+const DEFAULT_MAX_UNKNOWN = 100_000;
 /** Revocations remembered for the floor check; far more than can be in flight at once. */
 const REVOKED_FLOOR_MAX = 100_000;
 /** Reads racing a revocation (lru-cache rejects them with 'replaced'/'deleted') are retried this often. */
@@ -101,6 +106,14 @@ export function missingObject(): GatewayError {
 export function createShareCache(o: ShareCacheOptions): ShareCache {
   const revokedFloor = new LRUCache<string, true>({ max: REVOKED_FLOOR_MAX });
   const maxBytes = o.maxBytes ?? DEFAULT_MAX_BYTES;
+  // Unknown slugs apart from the bodies: in one LRU, 100,000 random slugs read by a keyless prober (7 s
+  // from one address over loopback) evicted every cached live share, each of which then cost a Redis and
+  // an S3 read again, and answered 503 while S3 was down.
+  const unknown = new LRUCache<string, ShareState>({
+    max: o.maxUnknown ?? DEFAULT_MAX_UNKNOWN,
+    ttl: o.negativeTtlMs,
+    noDeleteOnStaleGet: true,
+  });
   const cache = new LRUCache<string, ShareState>({
     max: o.max ?? DEFAULT_MAX_ENTRIES,
     maxSize: maxBytes,
@@ -113,8 +126,9 @@ export function createShareCache(o: ShareCacheOptions): ShareCache {
     fetchMethod: async (slug, _stale, { options }) => {
       const record = await o.store.getShare(slug);
       if (!record) {
-        options.ttl = o.negativeTtlMs;
-        return UNKNOWN;
+        // Remembered in the unknown-slug LRU; returning undefined leaves no entry here (lookup reads it there).
+        unknown.set(slug, UNKNOWN);
+        return undefined;
       }
       // A revocation seen while this read was in flight wins over what the read returned.
       if (record.revoked_at !== null || revokedFloor.has(slug)) return REVOKED;
@@ -137,6 +151,7 @@ export function createShareCache(o: ShareCacheOptions): ShareCache {
 
   function revoke(slug: string): void {
     revokedFloor.set(slug, true);
+    unknown.delete(slug);
     cache.set(slug, REVOKED);
   }
   o.store.onInvalidation((m) => {
@@ -145,27 +160,28 @@ export function createShareCache(o: ShareCacheOptions): ShareCache {
 
   return {
     peek(slug) {
-      const s = cache.get(slug);
+      const s = cache.get(slug) ?? unknown.get(slug);
       o.onLookup?.(s ? 'hit' : 'miss');
       return s;
     },
     async lookup(slug) {
-      const hit = cache.get(slug);
+      const hit = cache.get(slug) ?? unknown.get(slug);
       if (hit) return hit;
       for (let attempt = 1; ; attempt++) {
         try {
-          return (await cache.fetch(slug)) ?? UNKNOWN;
+          return (await cache.fetch(slug)) ?? unknown.get(slug) ?? UNKNOWN;
         } catch (err) {
           // An abort ('replaced' by a revocation, 'deleted', 'evicted'): the cache now holds the newer
           // state, or a fresh read gets it. Store failures propagate as store_unavailable.
           if (attempt >= MAX_ATTEMPTS || (err as { code?: string }).code === 'store_unavailable') throw err;
-          const now = cache.get(slug);
+          const now = cache.get(slug) ?? unknown.get(slug);
           if (now) return now;
         }
       }
     },
     remember(record, snapshot) {
       if (record.revoked_at !== null || revokedFloor.has(record.slug)) return;
+      unknown.delete(record.slug);
       cache.set(record.slug, liveShare(record, snapshot));
     },
     revoke,

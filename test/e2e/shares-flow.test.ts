@@ -110,6 +110,29 @@ if (redis) {
     t.equal(await head.text(), '');
   });
 
+  t.test('a read is user content: nosniff and a sandboxing CSP on every answer', async (t) => {
+    // Before: only cache-control; the snapshot (anyone's HTML-looking text) came from the console's
+    // origin with nothing telling a browser not to sniff or run it.
+    const hostile = { title: '<html><script>alert(1)</script>', messages: [{ role: 'user', content: '<img src=x onerror=alert(1)>' }] };
+    const created = await publish(gw, key, { snapshot: hostile });
+    t.equal(created.status, 201);
+    for (const [path, status] of [
+      [created.body.slug, 200],
+      ['Z'.repeat(22), 404],
+      ['not-a-slug', 422],
+    ] as const) {
+      for (const method of ['GET', 'HEAD']) {
+        const res = await fetch(`${gw.url}/v1/shares/${path}`, { method });
+        await res.arrayBuffer();
+        t.equal(res.status, status, `${method} ${status}`);
+        t.equal(res.headers.get('content-type'), 'application/json');
+        t.equal(res.headers.get('x-content-type-options'), 'nosniff', `${method} ${status}: nosniff`);
+        t.equal(res.headers.get('content-security-policy'), "default-src 'none'; frame-ancestors 'none'; sandbox");
+        t.equal(res.headers.get('cache-control'), 'no-store');
+      }
+    }
+  });
+
   t.test('publishing needs a key with the shares scope', async (t) => {
     const anon = await fetch(`${gw.url}/v1/shares`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: '{}' });
     t.equal(anon.status, 401);

@@ -120,6 +120,25 @@ t.test('unknown slugs are cached negatively, coalesced, until the negative TTL',
   t.equal(c.reads(), 2);
 });
 
+t.test('a flood of unknown slugs evicts only unknown slugs, never a live share', async (t) => {
+  // Before the fix unknown slugs shared the one LRU with the bodies: a keyless prober reading 100,000
+  // random slugs (7 s over loopback) pushed every live share out; here the bound is 50 to keep it short.
+  const c = counting();
+  const cache = createShareCache({ store: c.store, objects: c.objects, ...opts, max: 50, maxUnknown: 100 });
+  remember(cache, share());
+  const A = '123456789ABCDEFGHJKLMNPQRSTUVWXYZabcdefghijkmnopqrstuvwxyz';
+  const probe = (i: number) => `${'Z'.repeat(20)}${A[Math.floor(i / 58)]}${A[i % 58]}`;
+  const seen = new Set<string>();
+  for (let i = 0; i < 1_000; i++) seen.add((await cache.lookup(probe(i))).status);
+  t.strictSame([...seen], ['unknown']);
+  t.equal(c.reads(), 1_000, 'one store read per unknown slug');
+  t.equal(cache.peek(SLUG)?.status, 'live', 'the live share is still cached');
+  t.equal((await cache.lookup(SLUG)).status, 'live');
+  t.equal(c.reads(), 1_000, 'and served without a store read');
+  t.equal(cache.peek(probe(999))?.status, 'unknown', 'recent unknown slugs are remembered');
+  t.equal(cache.peek(probe(0)), undefined, 'older ones past maxUnknown are forgotten (bounded)');
+});
+
 t.test('peek counts hits and misses', async (t) => {
   const c = counting();
   const seen: string[] = [];
