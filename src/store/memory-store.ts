@@ -7,7 +7,7 @@ import { EventEmitter } from 'node:events';
 import { memorySessions } from './memory-sessions.ts';
 import { memoryExportStore } from './memory-export.ts';
 import { bucketDue, DEFAULT_BUCKET_MS, settleBucketDue } from './hold-bucket.ts';
-import { DEFAULT_REVOKED_KEEP } from './types.ts';
+import { DEFAULT_REVOKED_KEEP, MAX_BALANCE_MICROS } from './types.ts';
 import type {
   AccountState,
   GrantResult,
@@ -212,6 +212,8 @@ export function createMemoryStore(now: () => number = Date.now, opts: MemoryStor
       const a = account(acct);
       const prev = idempotencyKey === undefined ? undefined : a.idem.get(idempotencyKey);
       if (prev) return { account: acct, balance_micros: a.balance, held_micros: a.held, entry_id: prev, replayed: true };
+      if (Math.abs(a.balance + amount) > MAX_BALANCE_MICROS)
+        return { account: acct, balance_micros: a.balance, held_micros: a.held, entry_id: '', replayed: false, outOfRange: true };
       a.balance += amount;
       funded.add(acct);
       exported.indexAccount(acct);
