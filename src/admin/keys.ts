@@ -173,7 +173,9 @@ export function keyRoutes(d: {
   async function listKeys(ctx: RequestContext) {
     const q = query(ctx.req.url!);
     const issues = new Issues();
-    const account = str(q, 'account', ['query'], issues, { required: true, minLength: 1, maxLength: 128 });
+    // The id pattern every other account route checks: `acme ` or `a}b` named no account and listed [] (a
+    // typo looked like an account without keys), and a `}` would have left the account's {acct:<id>} hash tag.
+    const account = accountField(q, 'account', ['query'], issues);
     issues.done();
     const [records, used] = await Promise.all([d.keys.list(account!), d.lastUsed(account!)]);
     const budgets = await Promise.all(records.map(budgetOf));
@@ -244,7 +246,7 @@ export function keyRoutes(d: {
       doc: {
         ...admin,
         summary: "An account's keys (never the full key)",
-        query: { account: { type: 'string' } },
+        query: { account: { type: 'string', pattern: ACCOUNT_ID_PATTERN } },
         responses: {
           200: { description: 'Keys', schema: { type: 'object', properties: { data: { type: 'array', items: KEY_SCHEMA } } } },
           ...ADMIN_ERRORS,

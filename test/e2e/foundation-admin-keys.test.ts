@@ -270,6 +270,15 @@ for (const storeKind of ['memory', 'redis'] as const) {
       d.map((x: { loc: string[]; type: string }) => [x.loc, x.type]),
       [[['query', 'account'], 'missing']],
     );
+    // A malformed account id is a 422 like on every other account route, not an empty list.
+    for (const bad of ['acme%20', 'a%7Db', '-acme', 'x'.repeat(129)]) {
+      const r = await gw.admin(`/admin/keys?account=${bad}`);
+      t.equal(r.status, 422, bad);
+      t.same(
+        r.body.detail.map((x: { loc: string[] }) => x.loc),
+        [['query', 'account']],
+      );
+    }
   });
 }
 
