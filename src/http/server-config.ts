@@ -59,6 +59,15 @@ export const SERVER_FIELDS = [
 ] as const;
 
 /** Compiles `server`; `env` has the SPEC §6 overrides, empty strings already dropped. */
+/**
+ * A listener's address; empty counts as unset, as it does for HOST / ADMIN_HOST (schema.ts). Node's
+ * listen() reads '' as "every interface", so `admin_host: ${ADMIN_HOST:-}` with the variable unset put
+ * /admin/ on every address of the machine instead of 127.0.0.1 (SPEC §2).
+ */
+function host(v: unknown, path: string, fallback: string): string {
+  return str(v, path, fallback) || fallback;
+}
+
 export function serverSection(v: unknown, env: NodeJS.ProcessEnv): ServerConfig {
   const server = object(v, 'server', true);
   noUnknown(server, 'server', SERVER_FIELDS);
@@ -70,9 +79,9 @@ export function serverSection(v: unknown, env: NodeJS.ProcessEnv): ServerConfig 
       integer: true,
     });
   return {
-    host: env.HOST ?? str(server.host, 'server.host', '0.0.0.0'),
+    host: env.HOST ?? host(server.host, 'server.host', '0.0.0.0'),
     port: port('PORT', server.port, 'server.port', 8080),
-    adminHost: env.ADMIN_HOST ?? str(server.admin_host, 'server.admin_host', '127.0.0.1'),
+    adminHost: env.ADMIN_HOST ?? host(server.admin_host, 'server.admin_host', '127.0.0.1'),
     adminPort: port('ADMIN_PORT', server.admin_port, 'server.admin_port', 9090),
     metricsPort:
       env.METRICS_PORT === undefined && server.metrics_port === undefined
@@ -80,7 +89,7 @@ export function serverSection(v: unknown, env: NodeJS.ProcessEnv): ServerConfig 
         : port('METRICS_PORT', server.metrics_port, 'server.metrics_port', 0),
     metricsHost:
       env.METRICS_HOST ??
-      str(server.metrics_host, 'server.metrics_host', env.ADMIN_HOST ?? str(server.admin_host, 'server.admin_host', '127.0.0.1')),
+      host(server.metrics_host, 'server.metrics_host', env.ADMIN_HOST ?? host(server.admin_host, 'server.admin_host', '127.0.0.1')),
     trustedProxies: list(server.trusted_proxies, 'server.trusted_proxies', true).map((c, i) =>
       cidr(str(c, at('server.trusted_proxies', i)), at('server.trusted_proxies', i)),
     ),

@@ -255,6 +255,21 @@ t.test('environment overrides win over the file (SPEC §6)', async (t) => {
   t.equal(parseConfig(VALID, { PORT: '0' }).server.port, 0, 'port 0 (any free port) is allowed');
 });
 
+t.test('an empty host in the file is the default, as an empty HOST / ADMIN_HOST is: never every interface', async (t) => {
+  // `admin_host: ${ADMIN_HOST:-}` with the variable unset: '' made listen() bind /admin/ on every address.
+  const c = parseConfig(`server: { host: "", admin_host: "\${ADMIN_HOST:-}", metrics_host: "" }\n${VALID}`, {});
+  t.equal(c.server.adminHost, '127.0.0.1');
+  t.equal(c.server.metricsHost, '127.0.0.1');
+  t.equal(c.server.host, '0.0.0.0');
+  const env = parseConfig(`server: { admin_host: "" }\n${VALID}`, { ADMIN_HOST: '' });
+  t.equal(env.server.adminHost, '127.0.0.1', 'file and environment both empty');
+  t.equal(
+    parseConfig(`server: { admin_host: 10.0.0.2, metrics_host: "" }\n${VALID}`, {}).server.metricsHost,
+    '10.0.0.2',
+    'metrics_host empty: the admin host',
+  );
+});
+
 t.test('a bad environment override names the variable', async (t) => {
   for (const [name, value] of [
     ['PORT', 'abc'],
