@@ -8,7 +8,7 @@ import type { Route } from '../http/router.ts';
 import type { RequestContext } from '../http/context.ts';
 import { publicKey, type KeyTable } from '../auth/key-table.ts';
 import { ACCOUNT_ID, ACCOUNT_ID_PATTERN, SCOPES, type KeyRecord, type RateLimitOverride, type Scope } from '../store/types.ts';
-import { BUDGET_SCHEMA, EXPIRES_AT_SCHEMA, budgetField, expiresAtField, keyControlRoutes } from './key-controls.ts';
+import { BUDGET_SCHEMA, EXPIRES_AT_SCHEMA, budgetField, expiresAtField, keyControlRoutes, noSuchKey } from './key-controls.ts';
 import type { BudgetView } from '../credit/budget.ts';
 
 const MAX_ADMIN_BODY = 64 * 1024;
@@ -184,7 +184,7 @@ export function keyRoutes(d: {
 
   async function getKey(ctx: RequestContext) {
     const r = await d.keys.get(ctx.params.id!);
-    if (!r) throw new GatewayError('not_found', `No key with id ${JSON.stringify(ctx.params.id!.slice(0, 64))}.`);
+    if (!r) throw noSuchKey(ctx.params.id!);
     sendJson(ctx.res, 200, await withUse(r));
   }
 
@@ -209,7 +209,7 @@ export function keyRoutes(d: {
       ...(rate_limits !== undefined && { rate_limits }),
     };
     const r = await d.keys.update(ctx.params.id!, patch);
-    if (!r) throw new GatewayError('not_found', `No key with id ${JSON.stringify(ctx.params.id!.slice(0, 64))}.`);
+    if (!r) throw noSuchKey(ctx.params.id!);
     sendJson(ctx.res, 200, await withUse(r));
   }
 

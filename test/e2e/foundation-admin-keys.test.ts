@@ -247,12 +247,22 @@ for (const storeKind of ['memory', 'redis'] as const) {
       404,
       'not_found',
     );
-    await expectError(
-      t,
-      await fetch(`${gw.adminUrl}/admin/keys/${k.key}`, { headers: { authorization: `Bearer ${ADMIN_TOKEN}` } }),
-      404,
-      'not_found',
-    );
+    // The full key in place of the id: 404, and the key is not echoed back (only its last four).
+    for (const [method, body] of [
+      ['GET', undefined],
+      ['PATCH', '{"active":false}'],
+      ['DELETE', undefined],
+    ] as const) {
+      const res = await fetch(`${gw.adminUrl}/admin/keys/${k.key}`, {
+        method,
+        headers: { authorization: `Bearer ${ADMIN_TOKEN}`, ...(body && { 'content-type': 'application/json' }) },
+        ...(body && { body }),
+      });
+      const text = await res.text();
+      t.equal(res.status, 404, method);
+      t.notOk(text.includes(k.key), `${method}: the key is not in the answer`);
+      t.match(JSON.parse(text).error.message, `svc-${k.env}-…${k.key.slice(-4)}: that is an API key, not its id`);
+    }
     await expectError(
       t,
       await fetch(`${gw.adminUrl}/admin/keys/key_zzzzzzzzzzzzzzzz`, {
