@@ -270,6 +270,18 @@ t.test('an empty host in the file is the default, as an empty HOST / ADMIN_HOST 
   );
 });
 
+t.test('TOLLGATE_ADMIN_TOKEN: the whitespace around it is not part of it; whitespace inside stops the boot', async (t) => {
+  const token = 'X3I8tSxa72IlJ3Qdrh/SttlULQmRGyBK';
+  // A token file's newline: HTTP strips it from the header, so kept, the right token was refused forever.
+  t.equal(parseConfig(VALID, { TOLLGATE_ADMIN_TOKEN: `${token}\n` }).adminToken, token);
+  t.equal(parseConfig(VALID, { TOLLGATE_ADMIN_TOKEN: ` ${token}\r\n` }).adminToken, token);
+  t.equal(parseConfig(VALID, { TOLLGATE_ADMIN_TOKEN: ' \n' }).adminToken, undefined, 'blank: the admin API is off, as when unset');
+  const e = configError(t, VALID, { TOLLGATE_ADMIN_TOKEN: `${token.slice(0, 16)} ${token.slice(16)}` });
+  t.equal(e?.path, 'TOLLGATE_ADMIN_TOKEN (environment)');
+  t.match(e?.message, /contains whitespace/);
+  t.notOk(e?.message.includes(token.slice(0, 16)), 'the token is not echoed');
+});
+
 t.test('a bad environment override names the variable', async (t) => {
   for (const [name, value] of [
     ['PORT', 'abc'],

@@ -68,6 +68,14 @@ t.test('without TOLLGATE_ADMIN_TOKEN, /admin/ answers 404; ops endpoints still w
   t.equal((await fetch(`${gw.adminUrl}/metrics`)).status, 200);
 });
 
+t.test('a TOLLGATE_ADMIN_TOKEN read from a file with its newline still admits the token', async (t) => {
+  // HTTP strips the newline from the header, so a token kept with it refused the right token for good.
+  const gw = await startGateway(t, { env: { TOLLGATE_ADMIN_TOKEN: `${ADMIN_TOKEN}\n` } });
+  const res = await fetch(`${gw.adminUrl}/admin/accounts/acme`, { headers: { authorization: `Bearer ${ADMIN_TOKEN}` } });
+  t.equal(res.status, 200);
+  await res.text();
+});
+
 t.test('a missing or wrong admin token is 401 invalid_admin_token on every admin route', async (t) => {
   // Many failures from one address on purpose: the failed-admin limiter gets out of the way here.
   const gw = await startGateway(t, { config: { auth: { admin_failed_per_minute: 100_000 } } });
