@@ -282,6 +282,15 @@ t.test('TOLLGATE_ADMIN_TOKEN: the whitespace around it is not part of it; whites
   t.notOk(e?.message.includes(token.slice(0, 16)), 'the token is not echoed');
 });
 
+t.test('two listeners on one port and overlapping addresses stop the boot, naming the field', async (t) => {
+  namesField(t, `server: { port: 9000, admin_port: 9000 }\n${VALID}`, 'server.admin_port', {}, /is 9000, the port of server\.port/);
+  namesField(t, VALID, 'ADMIN_PORT (environment)', { PORT: '7000', ADMIN_PORT: '7000' });
+  namesField(t, `server: { metrics_port: 9090 }\n${VALID}`, 'server.metrics_port', {}, /the port of server\.admin_port/);
+  // Distinct addresses may share a port; port 0 is a fresh port each time.
+  t.equal(parseConfig(`server: { host: 10.0.0.1, port: 9000, admin_port: 9000 }\n${VALID}`, {}).server.adminPort, 9000);
+  t.equal(parseConfig(VALID, { PORT: '0', ADMIN_PORT: '0' }).server.port, 0);
+});
+
 t.test('a bad environment override names the variable', async (t) => {
   for (const [name, value] of [
     ['PORT', 'abc'],
