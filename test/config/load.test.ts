@@ -291,6 +291,11 @@ t.test('two listeners on one port and overlapping addresses stop the boot, namin
   t.equal(parseConfig(VALID, { PORT: '0', ADMIN_PORT: '0' }).server.port, 0);
 });
 
+t.test('auth.cache_max is bounded: lru-cache reserves its slots at boot', async (t) => {
+  namesField(t, `auth: { cache_max: 1000000000000 }\n${VALID}`, 'auth.cache_max', {}, /must be <= 10000000/);
+  t.equal(parseConfig(`auth: { cache_max: 10000000 }\n${VALID}`, {}).auth.cacheMax, 10_000_000);
+});
+
 t.test('a bad environment override names the variable', async (t) => {
   for (const [name, value] of [
     ['PORT', 'abc'],
