@@ -88,7 +88,8 @@ export function accountRoutes(d: { accounts: AccountService; bodyBudget: BodyBud
       admin: true,
       doc: {
         auth: 'admin',
-        summary: 'Grant credit (negative: a correction); idempotent per idempotency_key',
+        summary:
+          'Grant credit (negative: a correction); idempotent per idempotency_key; 422 when the balance would pass ±9e15 micro-credits',
         body: {
           type: 'object',
           required: ['amount_micros'],

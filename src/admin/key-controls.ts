@@ -19,6 +19,20 @@ export const MAX_GRACE_SECONDS = 31_536_000;
 /** ISO 8601 with a time and a zone (`Z` or `±hh:mm`): a time without a zone would depend on the server. */
 const ISO_DATETIME = /^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}(:\d{2}(\.\d{1,9})?)?(Z|[+-]\d{2}:\d{2})$/;
 
+/**
+ * The 404 of a key route. An id that is a full API key (an operator pasting the leaked key instead of its
+ * id) is not echoed: the message names it by its last four characters, as every key read does.
+ */
+export function noSuchKey(id: string): GatewayError {
+  if (/^svc-(live|test)-/.test(id)) {
+    return new GatewayError(
+      'not_found',
+      `No key with id svc-${id.split('-')[1]}-…${id.slice(-4)}: that is an API key, not its id (key_…). GET /v1/key with the key itself answers its id.`,
+    );
+  }
+  return new GatewayError('not_found', `No key with id ${JSON.stringify(id.slice(0, 64))}.`);
+}
+
 export const EXPIRES_AT_SCHEMA = {
   type: ['string', 'null'],
   format: 'date-time',
@@ -81,7 +95,7 @@ export function keyControlRoutes(d: {
   budgetOf: (r: KeyRecord) => Promise<BudgetView | KeyBudget | null>;
   bodyBudget: BodyBudget;
 }): Route[] {
-  const unknown = (id: string) => new GatewayError('not_found', `No key with id ${JSON.stringify(id.slice(0, 64))}.`);
+  const unknown = noSuchKey;
 
   async function roll(ctx: RequestContext) {
     // No body at all (`curl -X POST`) is `{}`: the old key expires now.

@@ -8,7 +8,7 @@ import type { Route } from '../http/router.ts';
 import type { RequestContext } from '../http/context.ts';
 import { publicKey, type KeyTable } from '../auth/key-table.ts';
 import { ACCOUNT_ID, ACCOUNT_ID_PATTERN, SCOPES, type KeyRecord, type RateLimitOverride, type Scope } from '../store/types.ts';
-import { BUDGET_SCHEMA, EXPIRES_AT_SCHEMA, budgetField, expiresAtField, keyControlRoutes } from './key-controls.ts';
+import { BUDGET_SCHEMA, EXPIRES_AT_SCHEMA, budgetField, expiresAtField, keyControlRoutes, noSuchKey } from './key-controls.ts';
 import type { BudgetView } from '../credit/budget.ts';
 
 const MAX_ADMIN_BODY = 64 * 1024;
@@ -173,7 +173,9 @@ export function keyRoutes(d: {
   async function listKeys(ctx: RequestContext) {
     const q = query(ctx.req.url!);
     const issues = new Issues();
-    const account = str(q, 'account', ['query'], issues, { required: true, minLength: 1, maxLength: 128 });
+    // The id pattern every other account route checks: `acme ` or `a}b` named no account and listed [] (a
+    // typo looked like an account without keys), and a `}` would have left the account's {acct:<id>} hash tag.
+    const account = accountField(q, 'account', ['query'], issues);
     issues.done();
     const [records, used] = await Promise.all([d.keys.list(account!), d.lastUsed(account!)]);
     const budgets = await Promise.all(records.map(budgetOf));
@@ -182,7 +184,7 @@ export function keyRoutes(d: {
 
   async function getKey(ctx: RequestContext) {
     const r = await d.keys.get(ctx.params.id!);
-    if (!r) throw new GatewayError('not_found', `No key with id ${JSON.stringify(ctx.params.id!.slice(0, 64))}.`);
+    if (!r) throw noSuchKey(ctx.params.id!);
     sendJson(ctx.res, 200, await withUse(r));
   }
 
@@ -207,7 +209,7 @@ export function keyRoutes(d: {
       ...(rate_limits !== undefined && { rate_limits }),
     };
     const r = await d.keys.update(ctx.params.id!, patch);
-    if (!r) throw new GatewayError('not_found', `No key with id ${JSON.stringify(ctx.params.id!.slice(0, 64))}.`);
+    if (!r) throw noSuchKey(ctx.params.id!);
     sendJson(ctx.res, 200, await withUse(r));
   }
 
@@ -244,7 +246,7 @@ export function keyRoutes(d: {
       doc: {
         ...admin,
         summary: "An account's keys (never the full key)",
-        query: { account: { type: 'string' } },
+        query: { account: { type: 'string', pattern: ACCOUNT_ID_PATTERN } },
         responses: {
           200: { description: 'Keys', schema: { type: 'object', properties: { data: { type: 'array', items: KEY_SCHEMA } } } },
           ...ADMIN_ERRORS,

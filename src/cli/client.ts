@@ -23,13 +23,28 @@ export interface ApiResponse {
   body: unknown;
 }
 
+/** Per-call options. */
+export interface CallOptions {
+  /** Overrides the client's timeout, for a call whose work on the gateway takes longer (LONG_CALL_MS). */
+  timeoutMs?: number;
+}
+
 export interface HttpClient {
   readonly baseUrl: string;
   /** Sends `body` as JSON; resolves on 2xx, throws ApiError otherwise. */
-  call(method: string, path: string, body?: unknown): Promise<ApiResponse>;
+  call(method: string, path: string, body?: unknown, opts?: CallOptions): Promise<ApiResponse>;
   /** Like call, with a body already serialised (to keep a snapshot's bytes exactly as the user wrote them). */
-  send(method: string, path: string, jsonText?: string): Promise<ApiResponse>;
+  send(method: string, path: string, jsonText?: string, opts?: CallOptions): Promise<ApiResponse>;
 }
+
+/**
+ * The timeout of calls that run a job on the gateway rather than one store operation: `usage rebuild`
+ * first waits up to 30 s for an export holding the account's lease (then answers 503 `overloaded`) and
+ * then reads up to usage.retention_days of ledger from Redis and S3; `ledger export --once` runs a whole
+ * export pass. Under the default 30 s the CLI gave up exactly when the gateway was about to say
+ * "retry in a minute", and cut a rebuild or export that was still working.
+ */
+export const LONG_CALL_MS = 15 * 60_000;
 
 export interface HttpClientOptions {
   baseUrl: string;
@@ -44,7 +59,8 @@ export interface HttpClientOptions {
 export function createHttpClient(o: HttpClientOptions): HttpClient {
   const baseUrl = o.baseUrl.replace(/\/+$/, '');
   const timeoutMs = o.timeoutMs ?? 30_000;
-  const send: HttpClient['send'] = async (method, path, jsonText) => {
+  const send: HttpClient['send'] = async (method, path, jsonText, callOpts) => {
+    const ms = callOpts?.timeoutMs ?? timeoutMs;
     const headers: Record<string, string> = { accept: 'application/json' };
     if (o.token !== undefined) headers.authorization = `Bearer ${o.token}`;
     if (jsonText !== undefined) headers['content-type'] = 'application/json';
@@ -54,12 +70,12 @@ export function createHttpClient(o: HttpClientOptions): HttpClient {
       res = await o.fetch(`${baseUrl}${path}`, {
         method,
         headers,
-        signal: AbortSignal.timeout(timeoutMs),
+        signal: AbortSignal.timeout(ms),
         ...(jsonText !== undefined && { body: jsonText }),
       });
       text = await res.text();
     } catch (e) {
-      throw transportError(e, baseUrl, timeoutMs);
+      throw transportError(e, baseUrl, ms);
     }
     let parsed: unknown = null;
     if (text !== '') {
@@ -77,7 +93,7 @@ export function createHttpClient(o: HttpClientOptions): HttpClient {
   return {
     baseUrl,
     send,
-    call: (method, path, body) => send(method, path, body === undefined ? undefined : JSON.stringify(body)),
+    call: (method, path, body, callOpts) => send(method, path, body === undefined ? undefined : JSON.stringify(body), callOpts),
   };
 }
 

@@ -66,7 +66,8 @@ export function createContext(deps: CliDeps, values: Values): CliContext {
     json: values.json === true,
     values,
     admin() {
-      const token = deps.env.TOLLGATE_ADMIN_TOKEN;
+      // Trimmed as the gateway trims it (config/schema.ts adminToken): a token file's newline is not part of it.
+      const token = deps.env.TOLLGATE_ADMIN_TOKEN?.trim();
       if (!token) throw new InputError('TOLLGATE_ADMIN_TOKEN is not set: export the admin token before running admin commands');
       return createHttpClient({ baseUrl: adminUrl(values, deps.env), token, fetch: deps.fetch });
     },

@@ -2,7 +2,7 @@
 import { expectPositionals, optPositiveInt, optString, UsageError } from './args.ts';
 import type { CliContext, CommandGroup } from './context.ts';
 import { creditsToMicros, formatCredits, parseMicros } from '../credit/money.ts';
-import { cell, fields, json, table } from './output.ts';
+import { cell, fields, json, table, tableStream } from './output.ts';
 import type { LedgerEntry } from '../store/types.ts';
 import { compareIds } from '../ledger/entries.ts';
 
@@ -76,23 +76,14 @@ function tokens(e: LedgerEntry): string {
   return `${e.prompt_tokens ?? '?'}/${e.completion_tokens ?? '?'}${e.usage_source === 'estimated' ? ' (est)' : ''}`;
 }
 
+const LEDGER_COLUMNS = ['id', 'ts', 'kind', 'amount_micros', 'model', 'tokens_in/out', 'key_id', 'request_id', 'note'];
+
+function ledgerRow(e: LedgerEntry): string[] {
+  return [e.id, e.ts, e.kind, String(e.amount_micros), cell(e.model), tokens(e), cell(e.key_id), cell(e.request_id), cell(e.note)];
+}
+
 function printLedger(ctx: CliContext, entries: LedgerEntry[]): void {
-  ctx.io.out(
-    table(
-      ['id', 'ts', 'kind', 'amount_micros', 'model', 'tokens_in/out', 'key_id', 'request_id', 'note'],
-      entries.map((e) => [
-        e.id,
-        e.ts,
-        e.kind,
-        String(e.amount_micros),
-        cell(e.model),
-        tokens(e),
-        cell(e.key_id),
-        cell(e.request_id),
-        cell(e.note),
-      ]),
-    ),
-  );
+  ctx.io.out(table(LEDGER_COLUMNS, entries.map(ledgerRow)));
 }
 
 /** The `credits` command group. */
@@ -158,8 +149,13 @@ export const creditsGroup: CommandGroup = {
           if (page.next_after) ctx.io.err(`more entries: tollgate credits ledger ${account} --after ${page.next_after} (or --all)`);
           return;
         }
-        const entries: LedgerEntry[] = [];
+        // Printed a page at a time, never gathered: an account keeps ledger.retention_days of entries in
+        // Redis (7 days of a busy account: millions), and the whole list held, then formatted, ran the CLI
+        // out of memory before it printed a line. --json writes the same object, one entry a line.
+        const rows = tableStream(LEDGER_COLUMNS);
         let archived: string | null = null;
+        let pending: string | undefined;
+        if (ctx.json) ctx.io.out('{\n  "entries": [');
         for (let first = true; ; first = false) {
           const { body } = await admin.call('GET', ledgerPath(account!, after, limit));
           const page = body as LedgerPage;
@@ -167,13 +163,19 @@ export const creditsGroup: CommandGroup = {
             archivedNote(ctx, account!, after, page);
             archived = page.archived_before ?? null;
           }
-          entries.push(...page.entries);
+          if (ctx.json) {
+            // Each entry is written once the next one is known, so the last goes out without a comma.
+            for (const e of page.entries) {
+              if (pending !== undefined) ctx.io.out(`    ${pending},`);
+              pending = JSON.stringify(e);
+            }
+          } else if (first || page.entries.length > 0) ctx.io.out(rows(page.entries.map(ledgerRow)));
           // Stop on a cursor that does not move, so a misbehaving server cannot loop us forever.
           if (!page.next_after || page.next_after === after) break;
           after = page.next_after;
         }
-        if (ctx.json) return ctx.io.out(json({ entries, next_after: null, archived_before: archived }));
-        printLedger(ctx, entries);
+        if (ctx.json && pending !== undefined) ctx.io.out(`    ${pending}`);
+        if (ctx.json) ctx.io.out(`  ],\n  "next_after": null,\n  "archived_before": ${JSON.stringify(archived)}\n}`);
       },
     },
   },

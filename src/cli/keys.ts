@@ -7,6 +7,8 @@ import type { CliContext, CommandGroup } from './context.ts';
 import { cell, fields, json, table } from './output.ts';
 
 const G = 'keys';
+/** What a full API key starts with (SPEC §1.1); a key id starts with `key_`. */
+const FULL_KEY = /^svc-(live|test)-/;
 
 /** A key as the admin API returns it (the full `key` only from create). */
 interface KeyBody {
@@ -105,6 +107,23 @@ async function patch(ctx: CliContext, id: string, body: Record<string, unknown>)
 
 const LIMIT_OPTIONS = { rpm: { type: 'string' }, tpm: { type: 'string' } } as const;
 
+/**
+ * The positionals of a command on one key, the first its id. A full key given instead (an operator
+ * disabling a leaked key whose id they do not know) is refused here, before it is sent: it would have
+ * travelled in the URL path (proxy logs) and come back in the 404's message.
+ */
+function keyIdPositionals(pos: string[], names: string[]): string[] {
+  const out = expectPositionals(pos, names, G);
+  if (FULL_KEY.test(out[0]!)) {
+    throw new UsageError(
+      `svc-…${out[0]!.slice(-4)} is an API key, not its id: give the id (key_…, in \`tollgate keys list\`). ` +
+        'The gateway tells a key holder its own id: curl -H "authorization: Bearer $KEY" <base_url>/v1/key',
+      G,
+    );
+  }
+  return out;
+}
+
 /** The `keys` command group. */
 export const keysGroup: CommandGroup = {
   name: G,
@@ -195,7 +214,7 @@ export const keysGroup: CommandGroup = {
       args: '<id>',
       summary: 'show one key',
       async run(ctx, pos) {
-        const [id] = expectPositionals(pos, ['id'], G);
+        const [id] = keyIdPositionals(pos, ['id']);
         const { body } = await ctx.admin().call('GET', `/admin/keys/${encodeURIComponent(id!)}`);
         printKey(ctx, body as KeyBody);
       },
@@ -204,7 +223,7 @@ export const keysGroup: CommandGroup = {
       args: '<id>',
       summary: 'disable a key (401 invalid_api_key on every instance within 1 s)',
       async run(ctx, pos) {
-        const [id] = expectPositionals(pos, ['id'], G);
+        const [id] = keyIdPositionals(pos, ['id']);
         await patch(ctx, id!, { active: false });
       },
     },
@@ -212,7 +231,7 @@ export const keysGroup: CommandGroup = {
       args: '<id>',
       summary: 'enable a disabled key again',
       async run(ctx, pos) {
-        const [id] = expectPositionals(pos, ['id'], G);
+        const [id] = keyIdPositionals(pos, ['id']);
         await patch(ctx, id!, { active: true });
       },
     },
@@ -220,7 +239,7 @@ export const keysGroup: CommandGroup = {
       args: '<id> <name>',
       summary: 'rename a key',
       async run(ctx, pos) {
-        const [id, name] = expectPositionals(pos, ['id', 'name'], G);
+        const [id, name] = keyIdPositionals(pos, ['id', 'name']);
         await patch(ctx, id!, { name });
       },
     },
@@ -229,7 +248,7 @@ export const keysGroup: CommandGroup = {
       summary: "set the key's rate-limit override, or --clear it",
       options: { ...LIMIT_OPTIONS, clear: { type: 'boolean' } },
       async run(ctx, pos) {
-        const [id] = expectPositionals(pos, ['id'], G);
+        const [id] = keyIdPositionals(pos, ['id']);
         const rate_limits = rateLimits(ctx.values);
         const clear = ctx.values.clear === true;
         if (clear && rate_limits) throw new UsageError('--clear cannot be combined with --rpm/--tpm', G);
@@ -241,7 +260,7 @@ export const keysGroup: CommandGroup = {
       args: '<id> <ISO time|never>',
       summary: 'set when the key expires (401 invalid_api_key from then on), or never',
       async run(ctx, pos) {
-        const [id, at] = expectPositionals(pos, ['id', 'time'], G);
+        const [id, at] = keyIdPositionals(pos, ['id', 'time']);
         await patch(ctx, id!, { expires_at: expiresAt(at!) });
       },
     },
@@ -250,7 +269,7 @@ export const keysGroup: CommandGroup = {
       summary: "set the key's budget (what it may debit per UTC period), or --clear it",
       options: { 'limit-micros': { type: 'string' }, period: { type: 'string' }, clear: { type: 'boolean' } },
       async run(ctx, pos) {
-        const [id] = expectPositionals(pos, ['id'], G);
+        const [id] = keyIdPositionals(pos, ['id']);
         const budget = budgetOption(ctx.values, 'limit-micros', 'period');
         const clear = ctx.values.clear === true;
         if (clear && budget) throw new UsageError('--clear cannot be combined with --limit-micros/--period', G);
@@ -263,7 +282,7 @@ export const keysGroup: CommandGroup = {
       summary: 'a new key with the same settings (printed once); the old one expires after the grace period',
       options: { grace: { type: 'string' } },
       async run(ctx, pos) {
-        const [id] = expectPositionals(pos, ['id'], G);
+        const [id] = keyIdPositionals(pos, ['id']);
         const g = optString(ctx.values, 'grace');
         if (g !== undefined && !/^\d+$/.test(g))
           throw new UsageError(`--grace must be a number of seconds ≥ 0, got ${JSON.stringify(g)}`, G);
@@ -282,7 +301,7 @@ export const keysGroup: CommandGroup = {
       summary: 'delete a key for good (refused on every instance within 1 s; cannot be undone)',
       options: { yes: { type: 'boolean' } },
       async run(ctx, pos) {
-        const [id] = expectPositionals(pos, ['id'], G);
+        const [id] = keyIdPositionals(pos, ['id']);
         if (ctx.values.yes !== true) throw new UsageError('deleting a key cannot be undone: add --yes', G);
         await ctx.admin().call('DELETE', `/admin/keys/${encodeURIComponent(id!)}`);
         ctx.io.out(ctx.json ? json({ id, deleted: true }) : `deleted ${id}`);
@@ -292,7 +311,7 @@ export const keysGroup: CommandGroup = {
       args: '<id> <scope,scope…>',
       summary: "replace the key's scopes, e.g. chat,models,shares,embeddings",
       async run(ctx, pos) {
-        const [id, list] = expectPositionals(pos, ['id', 'scopes'], G);
+        const [id, list] = keyIdPositionals(pos, ['id', 'scopes']);
         const scopes = list!
           .split(',')
           .map((s) => s.trim())

@@ -1,7 +1,7 @@
 /** `tollgate ledger export --once`: one export pass now, through the admin API (SPEC §10). */
 import type { ExportReport } from '../ledger/exporter.ts';
 import { expectPositionals, UsageError } from './args.ts';
-import { ApiError } from './client.ts';
+import { ApiError, LONG_CALL_MS } from './client.ts';
 import type { CommandGroup } from './context.ts';
 import { fields, json } from './output.ts';
 
@@ -23,7 +23,7 @@ export const ledgerGroup: CommandGroup = {
       async run(ctx, pos) {
         expectPositionals(pos, [], G);
         if (ctx.values.once !== true) throw new UsageError('--once is required (the gateway runs the export on its own timer)', G);
-        const { body } = await ctx.admin().call('POST', '/admin/ledger/export');
+        const { body } = await ctx.admin().call('POST', '/admin/ledger/export', undefined, { timeoutMs: LONG_CALL_MS });
         const r = body as ExportReport;
         ctx.io.out(
           ctx.json

@@ -36,6 +36,29 @@ export function table(columns: string[], cells: string[][]): string {
   return [line(columns.map((c) => c.toUpperCase())), ...rows.map(line)].join('\n');
 }
 
+/**
+ * A table printed a batch of rows at a time, for listings too long to hold (`credits ledger --all`): the
+ * header comes with the first batch; a column is as wide as its widest cell so far, so a later, wider
+ * cell shifts the columns after it from that row on.
+ */
+export function tableStream(columns: string[]): (cells: string[][]) => string {
+  const widths = columns.map((c) => c.length);
+  let first = true;
+  return (cells) => {
+    const rows = cells.map((r) => r.map(printable));
+    for (const r of rows) r.forEach((c, i) => (widths[i] = Math.max(widths[i] ?? 0, c.length)));
+    const line = (cells: string[]) =>
+      cells
+        .map((c, i) => (i === cells.length - 1 ? c : c.padEnd(widths[i]!)))
+        .join('  ')
+        .trimEnd();
+    const out = rows.map(line);
+    if (first) out.unshift(line(columns.map((c) => c.toUpperCase())));
+    first = false;
+    return out.join('\n');
+  };
+}
+
 /** `key: value` lines with the values aligned. */
 export function fields(pairs: Array<[string, string]>): string {
   const width = Math.max(0, ...pairs.map(([k]) => k.length)) + 1;

@@ -3,6 +3,7 @@ import type { UsageRow } from '../usage/usage.ts';
 import { expectPositionals, needString, optString } from './args.ts';
 import type { CommandGroup } from './context.ts';
 import { fields, json, table } from './output.ts';
+import { LONG_CALL_MS } from './client.ts';
 
 const G = 'usage';
 
@@ -58,7 +59,9 @@ export const usageGroup: CommandGroup = {
         expectPositionals(pos, [], G);
         const account = needString(ctx.values, 'account', G);
         const body = range(optString(ctx.values, 'from'), optString(ctx.values, 'to'));
-        const res = await ctx.admin().call('POST', `/admin/accounts/${encodeURIComponent(account)}/usage/rebuild`, body);
+        const res = await ctx.admin().call('POST', `/admin/accounts/${encodeURIComponent(account)}/usage/rebuild`, body, {
+          timeoutMs: LONG_CALL_MS,
+        });
         const r = res.body as Record<string, unknown>;
         ctx.io.out(ctx.json ? json(r) : fields(Object.entries(r).map(([k, v]) => [k, String(v)])));
       },

@@ -114,7 +114,7 @@ export function compileConfig(doc: unknown, rawEnv: NodeJS.ProcessEnv): Config {
   const config: Config = {
     server: serverSection(root.server, env),
     store: storeSection(root.store, env),
-    adminToken: env.TOLLGATE_ADMIN_TOKEN || undefined,
+    adminToken: adminToken(env.TOLLGATE_ADMIN_TOKEN),
     logFormat: oneOf(
       env.LOG_FORMAT ?? str(root.log_format, 'log_format', 'json'),
       ['json', 'pretty'] as const,
@@ -153,6 +153,20 @@ export function compileConfig(doc: unknown, rawEnv: NodeJS.ProcessEnv): Config {
     );
   }
   return deepFreeze(config);
+}
+
+/**
+ * TOLLGATE_ADMIN_TOKEN without the whitespace around it. A token read from a file usually ends in a
+ * newline (a Kubernetes Secret made with --from-file, `echo` into an env file), and HTTP strips the
+ * whitespace around a header's value, so no client could ever send such a token: the gateway booted and
+ * answered 401 to the right token for good. Whitespace inside cannot be sent either: refused.
+ */
+function adminToken(v: string | undefined): string | undefined {
+  const token = v?.trim();
+  if (token && /\s/.test(token)) {
+    throw new ConfigError('TOLLGATE_ADMIN_TOKEN (environment)', 'contains whitespace, which no HTTP client can send in a bearer token');
+  }
+  return token || undefined;
 }
 
 const LOG_LEVELS = ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'];

@@ -6,7 +6,7 @@
  */
 import type { ShareRecord } from '../store/types.ts';
 import type { RequestContext } from '../http/context.ts';
-import { GatewayError } from '../http/errors.ts';
+import { GatewayError, ValidationError } from '../http/errors.ts';
 import type { Route } from '../http/router.ts';
 import { Issues, literal, query, str } from '../http/validate.ts';
 import { ENTRY_ID, MAX_GRANT } from '../admin/accounts.ts';
@@ -365,7 +365,14 @@ export function accountRoutes(d: AccountRouteDeps): Route[] {
       const fresh = await unseen(account);
       if (fresh || Math.abs(micros!) > d.confirmGrantMicros) return creditPage(ctx, viewer, account, draft({}, micros, fresh));
     }
-    const r = await d.accounts.grant(account, micros!, idem, note);
+    let r;
+    try {
+      r = await d.accounts.grant(account, micros!, idem, note);
+    } catch (e) {
+      // The balance would leave the exactly-representable range (account-service.ts): nothing was granted.
+      if (e instanceof ValidationError) return creditPage(ctx, viewer, account, draft({ amount: e.detail[0]!.msg }), 422);
+      throw e;
+    }
     ctx.log.entry_id = r.entry_id;
     redirect(ctx, `${accountPath(account, '/credit')}?granted=${r.replayed ? 'replay' : 'new'}`);
   }

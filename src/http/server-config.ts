@@ -59,6 +59,15 @@ export const SERVER_FIELDS = [
 ] as const;
 
 /** Compiles `server`; `env` has the SPEC §6 overrides, empty strings already dropped. */
+/**
+ * A listener's address; empty counts as unset, as it does for HOST / ADMIN_HOST (schema.ts). Node's
+ * listen() reads '' as "every interface", so `admin_host: ${ADMIN_HOST:-}` with the variable unset put
+ * /admin/ on every address of the machine instead of 127.0.0.1 (SPEC §2).
+ */
+function host(v: unknown, path: string, fallback: string): string {
+  return str(v, path, fallback) || fallback;
+}
+
 export function serverSection(v: unknown, env: NodeJS.ProcessEnv): ServerConfig {
   const server = object(v, 'server', true);
   noUnknown(server, 'server', SERVER_FIELDS);
@@ -69,10 +78,10 @@ export function serverSection(v: unknown, env: NodeJS.ProcessEnv): ServerConfig 
       max: 65535,
       integer: true,
     });
-  return {
-    host: env.HOST ?? str(server.host, 'server.host', '0.0.0.0'),
+  const out: ServerConfig = {
+    host: env.HOST ?? host(server.host, 'server.host', '0.0.0.0'),
     port: port('PORT', server.port, 'server.port', 8080),
-    adminHost: env.ADMIN_HOST ?? str(server.admin_host, 'server.admin_host', '127.0.0.1'),
+    adminHost: env.ADMIN_HOST ?? host(server.admin_host, 'server.admin_host', '127.0.0.1'),
     adminPort: port('ADMIN_PORT', server.admin_port, 'server.admin_port', 9090),
     metricsPort:
       env.METRICS_PORT === undefined && server.metrics_port === undefined
@@ -80,7 +89,7 @@ export function serverSection(v: unknown, env: NodeJS.ProcessEnv): ServerConfig 
         : port('METRICS_PORT', server.metrics_port, 'server.metrics_port', 0),
     metricsHost:
       env.METRICS_HOST ??
-      str(server.metrics_host, 'server.metrics_host', env.ADMIN_HOST ?? str(server.admin_host, 'server.admin_host', '127.0.0.1')),
+      host(server.metrics_host, 'server.metrics_host', env.ADMIN_HOST ?? host(server.admin_host, 'server.admin_host', '127.0.0.1')),
     trustedProxies: list(server.trusted_proxies, 'server.trusted_proxies', true).map((c, i) =>
       cidr(str(c, at('server.trusted_proxies', i)), at('server.trusted_proxies', i)),
     ),
@@ -97,6 +106,33 @@ export function serverSection(v: unknown, env: NodeJS.ProcessEnv): ServerConfig 
     spoolDir: spoolDir(server.spool_dir),
     spoolScanSeconds: num(server.spool_scan_seconds, 'server.spool_scan_seconds', { fallback: 60, min: 1, max: MAX_TIMER_SECONDS }),
   };
+  // Two of our own listeners on one port: the second failed to bind with "already in use (another
+  // Tollgate may be running)" naming the public listener; the config itself is the cause.
+  const name = (envName: string, path: string) => (env[envName] !== undefined ? `${envName} (environment)` : path);
+  const listeners = [
+    { path: name('PORT', 'server.port'), host: out.host, port: out.port },
+    { path: name('ADMIN_PORT', 'server.admin_port'), host: out.adminHost, port: out.adminPort },
+    ...(out.metricsPort === undefined
+      ? []
+      : [{ path: name('METRICS_PORT', 'server.metrics_port'), host: out.metricsHost, port: out.metricsPort }]),
+  ];
+  for (const [i, b] of listeners.entries()) {
+    for (const a of listeners.slice(0, i)) {
+      if (b.port !== 0 && b.port === a.port && hostsOverlap(a.host, b.host)) {
+        throw new ConfigError(
+          b.path,
+          `is ${b.port}, the port of ${a.path} on an overlapping address (${a.host}, ${b.host}): give each listener its own port`,
+        );
+      }
+    }
+  }
+  return out;
+}
+
+const WILDCARDS = ['0.0.0.0', '::', '[::]'];
+/** Whether two listen addresses may collide on one port: the same address, or one of them every address. */
+function hostsOverlap(a: string, b: string): boolean {
+  return a === b || WILDCARDS.includes(a) || WILDCARDS.includes(b);
 }
 
 /** `server.spool_dir`: a path (default `./data/spool`); an empty string would spool into the working directory. */

@@ -19,6 +19,7 @@ import { createScriptPipe, luaScript, type LuaScript, type PipeTarget, type Scri
 import {
   decodeInvalidation,
   encodeInvalidation,
+  MAX_BALANCE_MICROS,
   type AccountState,
   type Invalidation,
   type KeyPatch,
@@ -408,10 +409,17 @@ export async function createRedisStore(o: RedisStoreOptions & { client?: Client 
           // Indexed for the export (SPEC §10) in the same flush as the grant; a separate key (SPEC §11).
           const [, reply] = await Promise.all([
             redis.sadd(K.LEDGER_ACCOUNTS, acct),
-            s.tgGrant(K.balance(acct), K.ledger(acct), K.idempotency(acct), amount, idem ?? '', note ?? '', ts),
+            s.tgGrant(K.balance(acct), K.ledger(acct), K.idempotency(acct), amount, idem ?? '', note ?? '', ts, MAX_BALANCE_MICROS),
           ]);
-          const [entryId, replayed, bal, held] = reply as [string, number, number, number];
-          return { account: acct, balance_micros: bal, held_micros: held, entry_id: entryId, replayed: replayed === 1 };
+          const [entryId, outcome, bal, held] = reply as [string, number, number, number];
+          return {
+            account: acct,
+            balance_micros: bal,
+            held_micros: held,
+            entry_id: entryId,
+            replayed: outcome === 1,
+            ...(outcome === 2 && { outOfRange: true }),
+          };
         })(),
       ),
     getAccount: (acct) => guard(readAccount(acct)),

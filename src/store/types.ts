@@ -101,7 +101,20 @@ export interface GrantResult {
   entry_id: string;
   /** True when the idempotency key was seen before: nothing was credited. */
   replayed: boolean;
+  /**
+   * True when nothing was credited because the balance would have left ±MAX_BALANCE_MICROS (`entry_id`
+   * is then empty and `balance_micros` the unchanged balance).
+   */
+  outOfRange?: boolean;
 }
+
+/**
+ * The largest balance a grant may make, either sign: 9 × 10^15 micro-credits (9 billion credits). Redis'
+ * HINCRBY counts in int64, so without a bound ten grants of 10^15 and one of 1 left 10000000000000001 in
+ * Redis while every read, a JSON number, said 10000000000000000. The bound sits below 2^53 − 1 with room:
+ * ioredis parses integer replies within ~10^4 of 2^53 inexactly (9007199254740991 arrives as …992).
+ */
+export const MAX_BALANCE_MICROS = 9e15;
 
 /** What a process's credit leases did since it started (credit-lease.ts), and how many are open now. */
 export interface LeaseStats {

@@ -1,7 +1,12 @@
 import t from 'tap';
+import { spawn } from 'node:child_process';
+import { once } from 'node:events';
+import { createServer } from 'node:http';
+import type { AddressInfo } from 'node:net';
 import { ADMIN_TOKEN, startGateway } from '../helpers/gateway.ts';
 import { freePort } from '../helpers/ports.ts';
-import { parseFields, runCli } from './run-cli.ts';
+import { BIN, parseFields, runCli } from './run-cli.ts';
+import { waitFor } from '../helpers/wait.ts';
 
 const gw = await startGateway(t);
 const env = { TOLLGATE_ADMIN_TOKEN: ADMIN_TOKEN, TOLLGATE_ADMIN_URL: gw.adminUrl };
@@ -97,6 +102,51 @@ t.test('credits ledger pages with --after/--limit and follows every page with --
   const allText = await cli('credits', 'ledger', 'paged', '--all', '--limit', '2');
   t.equal(allText.stdout.trim().split('\n').length, 6, 'header and five entries');
   t.equal(allText.stderr, '');
+});
+
+t.test('credits ledger --all prints each page as it comes, never the whole ledger at once', async (t) => {
+  for (let i = 1; i <= 5; i++) await gw.grant('streamed', i * 1000, `s${i}`);
+  // A real proxy in front of the admin listener holds every page after the first until released: the
+  // first page must be on stdout by then (before, every page was gathered and printed at the end).
+  let release = () => {};
+  let released = Promise.resolve();
+  const proxy = createServer(async (req, res) => {
+    if (req.url!.includes('after=')) await released;
+    const up = await fetch(`${gw.adminUrl}${req.url}`, { headers: { authorization: req.headers.authorization! } });
+    res.writeHead(up.status, { 'content-type': 'application/json' }).end(await up.text());
+  });
+  await new Promise<void>((r) => proxy.listen(0, '127.0.0.1', r));
+  t.teardown(() => new Promise((r) => proxy.close(r)));
+  const url = `http://127.0.0.1:${(proxy.address() as AddressInfo).port}`;
+  for (const json of [false, true]) {
+    released = new Promise<void>((r) => (release = r));
+    const child = spawn(process.execPath, [BIN, 'credits', 'ledger', 'streamed', '--all', '--limit', '2', ...(json ? ['--json'] : [])], {
+      env: { PATH: process.env.PATH ?? '', TOLLGATE_ADMIN_TOKEN: ADMIN_TOKEN, TOLLGATE_ADMIN_URL: url },
+    });
+    let stdout = '';
+    child.stdout.on('data', (c: Buffer) => (stdout += c));
+    const exited = once(child, 'close');
+    try {
+      await waitFor(() => /\b1000\b/.test(stdout), 10_000, `the first page on stdout (json: ${json})`);
+      t.notMatch(stdout, /\b3000\b/, 'and nothing of the pages not yet served');
+    } finally {
+      release();
+    }
+    t.same(await exited, [0, null]);
+    if (json) {
+      const body = JSON.parse(stdout);
+      t.same(
+        body.entries.map((e: { amount_micros: number }) => e.amount_micros),
+        [1000, 2000, 3000, 4000, 5000],
+      );
+      t.equal(body.next_after, null);
+      t.equal(body.archived_before, null);
+    } else {
+      const lines = stdout.trim().split('\n');
+      t.match(lines[0], /^ID\s+TS\s+KIND\s+AMOUNT_MICROS/);
+      t.equal(lines.length, 6, 'one header, five entries');
+    }
+  }
 });
 
 t.test('credits usage errors exit 2 and send nothing', async (t) => {

@@ -185,6 +185,22 @@ t.test('usage errors exit 2 without calling the gateway', async (t) => {
   t.equal((await gw.store.listKeys('acme')).length, before, 'no key was created by a bad invocation');
 });
 
+t.test('a full key given where an id goes is refused before it is sent, and never printed back', async (t) => {
+  const k = await gw.createKey({ account: 'leaky', env: 'live' });
+  for (const args of [
+    ['keys', 'disable', k.key],
+    ['keys', 'show', k.key],
+    ['keys', 'delete', k.key, '--yes'],
+    ['keys', 'rename', k.key, 'x'],
+  ]) {
+    const r = await cli(...args);
+    t.equal(r.code, 2, args.slice(0, 2).join(' '));
+    t.match(r.stderr, new RegExp(`svc-…${k.key.slice(-4)} is an API key, not its id: give the id \\(key_…`));
+    t.notOk(r.stderr.includes(k.key) || r.stdout.includes(k.key), 'the key is not printed');
+  }
+  t.same(await models(k.key).then((r) => r.status), 200, 'nothing was done to the key');
+});
+
 t.test('API errors exit 1 with the code and message from the body', async (t) => {
   const missing = await cli('keys', 'show', 'key_doesnotexist');
   t.equal(missing.code, 1);

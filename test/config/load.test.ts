@@ -255,6 +255,47 @@ t.test('environment overrides win over the file (SPEC §6)', async (t) => {
   t.equal(parseConfig(VALID, { PORT: '0' }).server.port, 0, 'port 0 (any free port) is allowed');
 });
 
+t.test('an empty host in the file is the default, as an empty HOST / ADMIN_HOST is: never every interface', async (t) => {
+  // `admin_host: ${ADMIN_HOST:-}` with the variable unset: '' made listen() bind /admin/ on every address.
+  const c = parseConfig(`server: { host: "", admin_host: "\${ADMIN_HOST:-}", metrics_host: "" }\n${VALID}`, {});
+  t.equal(c.server.adminHost, '127.0.0.1');
+  t.equal(c.server.metricsHost, '127.0.0.1');
+  t.equal(c.server.host, '0.0.0.0');
+  const env = parseConfig(`server: { admin_host: "" }\n${VALID}`, { ADMIN_HOST: '' });
+  t.equal(env.server.adminHost, '127.0.0.1', 'file and environment both empty');
+  t.equal(
+    parseConfig(`server: { admin_host: 10.0.0.2, metrics_host: "" }\n${VALID}`, {}).server.metricsHost,
+    '10.0.0.2',
+    'metrics_host empty: the admin host',
+  );
+});
+
+t.test('TOLLGATE_ADMIN_TOKEN: the whitespace around it is not part of it; whitespace inside stops the boot', async (t) => {
+  const token = 'X3I8tSxa72IlJ3Qdrh/SttlULQmRGyBK';
+  // A token file's newline: HTTP strips it from the header, so kept, the right token was refused forever.
+  t.equal(parseConfig(VALID, { TOLLGATE_ADMIN_TOKEN: `${token}\n` }).adminToken, token);
+  t.equal(parseConfig(VALID, { TOLLGATE_ADMIN_TOKEN: ` ${token}\r\n` }).adminToken, token);
+  t.equal(parseConfig(VALID, { TOLLGATE_ADMIN_TOKEN: ' \n' }).adminToken, undefined, 'blank: the admin API is off, as when unset');
+  const e = configError(t, VALID, { TOLLGATE_ADMIN_TOKEN: `${token.slice(0, 16)} ${token.slice(16)}` });
+  t.equal(e?.path, 'TOLLGATE_ADMIN_TOKEN (environment)');
+  t.match(e?.message, /contains whitespace/);
+  t.notOk(e?.message.includes(token.slice(0, 16)), 'the token is not echoed');
+});
+
+t.test('two listeners on one port and overlapping addresses stop the boot, naming the field', async (t) => {
+  namesField(t, `server: { port: 9000, admin_port: 9000 }\n${VALID}`, 'server.admin_port', {}, /is 9000, the port of server\.port/);
+  namesField(t, VALID, 'ADMIN_PORT (environment)', { PORT: '7000', ADMIN_PORT: '7000' });
+  namesField(t, `server: { metrics_port: 9090 }\n${VALID}`, 'server.metrics_port', {}, /the port of server\.admin_port/);
+  // Distinct addresses may share a port; port 0 is a fresh port each time.
+  t.equal(parseConfig(`server: { host: 10.0.0.1, port: 9000, admin_port: 9000 }\n${VALID}`, {}).server.adminPort, 9000);
+  t.equal(parseConfig(VALID, { PORT: '0', ADMIN_PORT: '0' }).server.port, 0);
+});
+
+t.test('auth.cache_max is bounded: lru-cache reserves its slots at boot', async (t) => {
+  namesField(t, `auth: { cache_max: 1000000000000 }\n${VALID}`, 'auth.cache_max', {}, /must be <= 10000000/);
+  t.equal(parseConfig(`auth: { cache_max: 10000000 }\n${VALID}`, {}).auth.cacheMax, 10_000_000);
+});
+
 t.test('a bad environment override names the variable', async (t) => {
   for (const [name, value] of [
     ['PORT', 'abc'],

@@ -82,6 +82,16 @@ t.test('grant form: credits as exact decimals; bad amounts are explained beside 
   t.equal((await gw.admin('/admin/accounts/granted')).body.balance_micros, -500_000, 'a correction, once');
 });
 
+t.test('a grant that would take the balance past 9 × 10^15 micro-credits is explained beside the amount', async (t) => {
+  for (let i = 0; i < 9; i++) await gw.admin('/admin/accounts/rich/credits', { body: { amount_micros: 1e15 } });
+  const res = await post('/console/accounts/rich/credit', 'amount=1&note=kept+note&idempotency_key=r1&confirm=1000000');
+  t.equal(res.status, 422);
+  const text = await res.text();
+  t.match(text, /id="amount-error">Value error, the balance \(9000000000000000 micro-credits\) would pass ±9000000000000000/);
+  t.match(text, /name="note"[^>]*value="kept note"/, 'the typed note is kept');
+  t.equal((await gw.admin('/admin/accounts/rich')).body.balance_micros, 9e15, 'nothing granted');
+});
+
 t.test('a grant above console.confirm_grant_credits is booked only once confirmed, for that amount', async (t) => {
   const balance = async () => (await gw.admin('/admin/accounts/big')).body.balance_micros;
   await gw.createKey({ account: 'big', env: 'test' }); // an account that exists: only the size asks

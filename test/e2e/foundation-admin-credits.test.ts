@@ -116,6 +116,30 @@ for (const storeKind of ['redis', 'memory'] as const) {
       t.same((await gw.admin('/admin/accounts/g4')).body, { id: 'g4', balance_micros: expected, held_micros: 0 });
     });
 
+    t.test('a grant that would take the balance past 9 × 10^15 is refused, and every read stays exact', async (t) => {
+      // Each grant is within ±10^15, but their sum was not bounded: 10 × 10^15 + 1 was kept in Redis
+      // (int64) as 10000000000000001 while the API, a JSON number, said 10000000000000000.
+      const MAX = 9e15;
+      for (let i = 0; i < 8; i++) t.equal((await grant('huge', { amount_micros: 1e15 })).status, 201);
+      t.equal((await grant('huge', { amount_micros: 1e15 - 1 })).body.balance_micros, MAX - 1);
+      t.equal((await grant('huge', { amount_micros: 1 })).body.balance_micros, MAX, 'up to the bound exactly');
+      const over = await grant('huge', { amount_micros: 1, idempotency_key: 'over' });
+      t.equal(over.status, 422);
+      t.same(over.body.detail[0].loc, ['body', 'amount_micros']);
+      t.equal(over.body.detail[0].type, 'value_error');
+      t.same(over.body.detail[0].ctx, { balance_micros: MAX, max_balance_micros: MAX });
+      t.equal((await grant('huge', { amount_micros: 1e15 })).status, 422);
+      t.same((await gw.admin('/admin/accounts/huge')).body, { id: 'huge', balance_micros: MAX, held_micros: 0 }, 'nothing credited');
+      t.equal((await allEntries(gw, 'huge')).length, 10, 'no ledger entry for a refused grant');
+      t.equal((await grant('huge', { amount_micros: -1, idempotency_key: 'over' })).status, 201, 'the refused key was not spent');
+      t.equal((await gw.admin('/admin/accounts/huge')).body.balance_micros, MAX - 1);
+      if (redis) t.equal(await redis.client.hget('{acct:huge}:bal', 'balance'), String(MAX - 1), 'Redis holds what the API says');
+      // The same bound below zero.
+      for (let i = 0; i < 9; i++) await grant('deep', { amount_micros: -1e15 });
+      t.equal((await grant('deep', { amount_micros: -1 })).status, 422);
+      t.equal((await gw.admin('/admin/accounts/deep')).body.balance_micros, -MAX);
+    });
+
     t.test('accounts are independent', async (t) => {
       await grant('iso-a', { amount_micros: 10, idempotency_key: 'k' });
       const b = await grant('iso-b', { amount_micros: 20, idempotency_key: 'k' });

@@ -68,6 +68,14 @@ t.test('without TOLLGATE_ADMIN_TOKEN, /admin/ answers 404; ops endpoints still w
   t.equal((await fetch(`${gw.adminUrl}/metrics`)).status, 200);
 });
 
+t.test('a TOLLGATE_ADMIN_TOKEN read from a file with its newline still admits the token', async (t) => {
+  // HTTP strips the newline from the header, so a token kept with it refused the right token for good.
+  const gw = await startGateway(t, { env: { TOLLGATE_ADMIN_TOKEN: `${ADMIN_TOKEN}\n` } });
+  const res = await fetch(`${gw.adminUrl}/admin/accounts/acme`, { headers: { authorization: `Bearer ${ADMIN_TOKEN}` } });
+  t.equal(res.status, 200);
+  await res.text();
+});
+
 t.test('a missing or wrong admin token is 401 invalid_admin_token on every admin route', async (t) => {
   // Many failures from one address on purpose: the failed-admin limiter gets out of the way here.
   const gw = await startGateway(t, { config: { auth: { admin_failed_per_minute: 100_000 } } });
@@ -247,12 +255,22 @@ for (const storeKind of ['memory', 'redis'] as const) {
       404,
       'not_found',
     );
-    await expectError(
-      t,
-      await fetch(`${gw.adminUrl}/admin/keys/${k.key}`, { headers: { authorization: `Bearer ${ADMIN_TOKEN}` } }),
-      404,
-      'not_found',
-    );
+    // The full key in place of the id: 404, and the key is not echoed back (only its last four).
+    for (const [method, body] of [
+      ['GET', undefined],
+      ['PATCH', '{"active":false}'],
+      ['DELETE', undefined],
+    ] as const) {
+      const res = await fetch(`${gw.adminUrl}/admin/keys/${k.key}`, {
+        method,
+        headers: { authorization: `Bearer ${ADMIN_TOKEN}`, ...(body && { 'content-type': 'application/json' }) },
+        ...(body && { body }),
+      });
+      const text = await res.text();
+      t.equal(res.status, 404, method);
+      t.notOk(text.includes(k.key), `${method}: the key is not in the answer`);
+      t.match(JSON.parse(text).error.message, `svc-${k.env}-…${k.key.slice(-4)}: that is an API key, not its id`);
+    }
     await expectError(
       t,
       await fetch(`${gw.adminUrl}/admin/keys/key_zzzzzzzzzzzzzzzz`, {
@@ -270,6 +288,15 @@ for (const storeKind of ['memory', 'redis'] as const) {
       d.map((x: { loc: string[]; type: string }) => [x.loc, x.type]),
       [[['query', 'account'], 'missing']],
     );
+    // A malformed account id is a 422 like on every other account route, not an empty list.
+    for (const bad of ['acme%20', 'a%7Db', '-acme', 'x'.repeat(129)]) {
+      const r = await gw.admin(`/admin/keys?account=${bad}`);
+      t.equal(r.status, 422, bad);
+      t.same(
+        r.body.detail.map((x: { loc: string[] }) => x.loc),
+        [['query', 'account']],
+      );
+    }
   });
 }
 

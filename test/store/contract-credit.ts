@@ -1,6 +1,6 @@
 // Contract cases for money (SPEC §4): grants, the ledger, holds, settle and the reaper.
 import type { Test } from 'tap';
-import type { SettleInput } from '../../src/store/types.ts';
+import { MAX_BALANCE_MICROS, type SettleInput } from '../../src/store/types.ts';
 import { allEntries, ENTRY_ID, FAR, settleOf, TS, TS2, uniqueAccount, within, type Harness } from './harness.ts';
 
 type Case = (name: string, fn: (t: Test, h: Harness) => Promise<void>) => void;
@@ -47,6 +47,28 @@ export function creditCases(test: Case): void {
     const elsewhere = await store.grant(other, 7, 'idem-1', undefined, TS);
     t.equal(elsewhere.replayed, false, 'idempotency keys are scoped to their account');
     t.equal(elsewhere.balance_micros, 7);
+  });
+
+  test('a grant past ±MAX_BALANCE_MICROS credits nothing, writes nothing and leaves its idempotency key unspent', async (t, { store }) => {
+    const acct = uniqueAccount();
+    await store.grant(acct, MAX_BALANCE_MICROS - 1, undefined, undefined, TS);
+    const last = await store.grant(acct, 1, undefined, undefined, TS);
+    t.equal(last.balance_micros, MAX_BALANCE_MICROS, 'the bound itself is reachable');
+    const over = await store.grant(acct, 1, 'k', undefined, TS2);
+    t.strictSame(over, {
+      account: acct,
+      balance_micros: MAX_BALANCE_MICROS,
+      held_micros: 0,
+      entry_id: '',
+      replayed: false,
+      outOfRange: true,
+    });
+    t.equal((await allEntries(store, acct)).length, 2);
+    t.equal((await store.grant(acct, -1, 'k', undefined, TS2)).replayed, false, 'the refused key was not recorded');
+    const neg = uniqueAccount();
+    t.equal((await store.grant(neg, -MAX_BALANCE_MICROS, undefined, undefined, TS)).balance_micros, -MAX_BALANCE_MICROS);
+    t.equal((await store.grant(neg, -1, undefined, undefined, TS)).outOfRange, true, 'the same bound below zero');
+    t.equal((await store.getAccount(neg)).balance_micros, -MAX_BALANCE_MICROS);
   });
 
   test('50 concurrent grants with one idempotency key credit once', async (t, { store }) => {
