@@ -75,7 +75,7 @@ function openHeld(c: BudgetCounter, nowMs: number): number {
  * ~300 ms of the event loop, and `credits ledger --all` or the console's CSV, a page at a time, took the
  * square of it.
  */
-function firstPast(list: readonly LedgerEntry[], id: string, inclusive: boolean): number {
+export function firstPast(list: readonly LedgerEntry[], id: string, inclusive: boolean): number {
   const [ms, seq] = id.split('-').map(Number) as [number, number];
   let lo = 0;
   let hi = list.length;
