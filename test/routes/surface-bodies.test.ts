@@ -180,7 +180,11 @@ t.test('upstream payloads: model rewritten, caps sent, usage forced on completio
     input: ['a'],
     dimensions: 3,
   });
-  t.same(COMPLETIONS_ENDPOINT.reply({ model: 'm', prompt: 'x', stream: true }), { stream: true, wantsUsage: false });
+  t.same(COMPLETIONS_ENDPOINT.reply({ model: 'm', prompt: 'x', stream: true }), { stream: true, wantsUsage: false, severalChoices: false });
+  // Several choices in all (n × prompts): only the usage-only chunk's usage is the answer's (sse-scanner.ts).
+  t.equal(COMPLETIONS_ENDPOINT.reply({ model: 'm', prompt: ['x', 'y'], stream: true }).severalChoices, true, 'two prompts');
+  t.equal(COMPLETIONS_ENDPOINT.reply({ model: 'm', prompt: 'x', n: 2, stream: true }).severalChoices, true, 'n: 2');
+  t.equal(COMPLETIONS_ENDPOINT.reply({ model: 'm', prompt: 'x', best_of: 3, stream: true }).severalChoices, true, 'best_of: 3');
   t.same(
     RESPONSES_ENDPOINT.reply({ model: 'm', stream: true }),
     { stream: true, wantsUsage: true },
