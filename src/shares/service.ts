@@ -162,10 +162,13 @@ export function createShareService(d: ShareServiceDeps): ShareService {
         // Signing is local (no network): done before the upload so a signing failure leaves no object.
         const uploads = files.length > 0 && d.files ? await d.files.uploads(slug, files) : [];
         // The file list is an object too (Redis keeps only its count); the embedded store keeps it in its record.
-        await Promise.all([
+        // Both writes are waited for even when one fails: a cleanup started while the other is still in flight
+        // would delete before it lands, leaving an object with no share and no intent.
+        const written = await Promise.allSettled([
           objects.put(slug, body.snapshotText),
           files.length > 0 && d.store.kind !== 'memory' ? objects.putFiles(slug, files) : undefined,
         ]);
+        for (const w of written) if (w.status === 'rejected') throw w.reason;
         const record: ShareRecord = { slug, account, created_at, bytes: snapshotBytes, files, revoked_at: null };
         stage = 'record';
         await d.store.putShare(record);

@@ -18,11 +18,16 @@ import { GatewayError } from '../../src/http/errors.ts';
 import { shareRow } from '../../src/console/pages/shares.ts';
 import { waitFor } from '../helpers/wait.ts';
 
-/** A pass-through HTTP proxy to the S3 server that logs `METHOD /path` and can answer 500 instead. */
+/**
+ * A pass-through HTTP proxy to the S3 server that logs `METHOD /path` (and, in `finished`, each request S3
+ * has answered), and can answer 500 instead (`refuse`) or hold a request until a promise settles (`hold`).
+ */
 async function s3Proxy(t: Test, s3: TestS3) {
   const target = new URL(s3.endpoint);
   const seen: string[] = [];
+  const finished: string[] = [];
   const refuse: { match: RegExp | undefined } = { match: undefined };
+  const hold: { match: RegExp | undefined; until: Promise<unknown> } = { match: undefined, until: Promise.resolve() };
   const server = createServer((req, res) => {
     const line = `${req.method} ${decodeURIComponent(new URL(req.url!, 'http://x').pathname)}`;
     seen.push(line);
@@ -33,19 +38,24 @@ async function s3Proxy(t: Test, s3: TestS3) {
       return;
     }
     // The Host header is passed as signed (the proxy's address): the server checks the signature against it.
-    const up = request({ host: target.hostname, port: target.port, method: req.method, path: req.url, headers: req.headers }, (r) => {
-      res.writeHead(r.statusCode!, r.headers);
-      r.pipe(res);
-    });
-    up.on('error', () => res.destroy());
-    req.pipe(up);
+    const forward = () => {
+      const up = request({ host: target.hostname, port: target.port, method: req.method, path: req.url, headers: req.headers }, (r) => {
+        res.writeHead(r.statusCode!, r.headers);
+        r.on('end', () => finished.push(line));
+        r.pipe(res);
+      });
+      up.on('error', () => res.destroy());
+      req.pipe(up);
+    };
+    if (hold.match?.test(line)) void hold.until.finally(forward);
+    else forward();
   });
   await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
   t.teardown(() => {
     server.closeAllConnections();
     server.close();
   });
-  return { endpoint: `http://127.0.0.1:${(server.address() as AddressInfo).port}`, seen, refuse };
+  return { endpoint: `http://127.0.0.1:${(server.address() as AddressInfo).port}`, seen, finished, refuse, hold };
 }
 
 const redis = await startRedis(t);
@@ -204,6 +214,32 @@ if (!redis) {
     const put = proxy.seen.slice(from).find((l) => l.startsWith('PUT ') && l.endsWith('/snapshot.json'));
     t.ok(put, 'the snapshot was written');
     t.notOk(await exists(put!.slice(`PUT /${s3.bucket}/`.length)), 'and deleted again');
+    t.equal(await r.zcard('tg:share-pending'), 0, 'the intent cleared');
+  });
+
+  t.test('the snapshot refused while the list is still being written: the list does not stay behind', async (t) => {
+    // The list's PUT is held until the create has answered (or 3 s at most); the snapshot's PUT is refused.
+    // A create that cleaned up as soon as the first write failed deleted the list before it landed.
+    const from = proxy.seen.length;
+    let answered: () => void = () => {};
+    const released = new Promise<void>((resolve) => {
+      answered = resolve;
+      setTimeout(resolve, 3_000).unref();
+    });
+    proxy.refuse.match = /^PUT .*\/snapshot\.json$/;
+    proxy.hold.match = /^PUT .*\.files\.json$/;
+    proxy.hold.until = released;
+    t.teardown(() => {
+      proxy.refuse.match = undefined;
+      proxy.hold.match = undefined;
+    });
+    const refused = await publish(gw, key, body());
+    answered();
+    t.equal(refused.status, 503);
+    const put = proxy.seen.slice(from).find((l) => l.startsWith('PUT ') && l.endsWith('.files.json'))!;
+    t.ok(put, 'the list was being written');
+    await waitFor(() => proxy.finished.includes(put), 10_000, 'the held PUT to land');
+    t.notOk(await exists(put.slice(`PUT /${s3.bucket}/`.length)), 'no list object without a share');
     t.equal(await r.zcard('tg:share-pending'), 0, 'the intent cleared');
   });
 
