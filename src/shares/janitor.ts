@@ -1,15 +1,16 @@
 /**
  * The shares' background work, run by every instance (docs/shares.md "Storage"):
  *
- * - **Orphan sweep.** A create writes an intent before its snapshot object and clears it after the
- *   record. An intent older than `graceMs` whose record does not exist is a create that failed after
- *   the upload and could not clean up (the store was down): the object is deleted, the quota given back,
- *   the intent cleared. An intent whose record is revoked is a revoke whose object delete failed: the
- *   object is deleted. An intent whose live record exists is only cleared. Every step is idempotent, so
+ * - **Orphan sweep.** A create writes an intent before its snapshot and file list objects and clears it
+ *   after the record. An intent older than `graceMs` whose record does not exist is a create that failed
+ *   after the upload and could not clean up (the store was down): the objects are deleted, the quota given
+ *   back, the intent cleared. An intent whose record is revoked is a revoke whose object delete failed:
+ *   the objects are deleted. An intent whose live record exists is only cleared. Every step is idempotent, so
  *   several instances sweeping at once do no harm.
- * - **Migration.** Records of the layout that kept the snapshot in Redis are moved, `batch` records
- *   looked at per tick: object written, confirmed (length and SHA-256 by HEAD), then the record is
- *   rewritten without the text (share-compact.lua, atomic against a revoke). The walk's cursor is saved
+ * - **Migration.** Records of the layouts that kept the snapshot, or the file list (`f`), in Redis are
+ *   moved, `batch` records looked at per tick: objects written, confirmed (length and SHA-256 by HEAD),
+ *   then the record is rewritten without them, keeping the number of files (share-compact.lua, atomic
+ *   against a revoke). The walk's cursor is saved
  *   in Redis under a lease, so one instance walks at a time and a restart resumes where it stopped;
  *   two instances moving the same record anyway (a lease that expired mid-batch) write the same object
  *   twice and compact once. Shares stay readable throughout: the cache reads the text from whichever
@@ -81,13 +82,18 @@ export function createShareJanitor(d: ShareJanitorDeps): ShareJanitor {
     const page = await d.store.scanLegacyShares(walk.cursor, d.batch);
     let moved = 0;
     for (const r of page.records) {
-      const text = r.snapshot!;
-      if (!(await d.objects.confirm(r.slug, text))) {
+      const text = r.snapshot;
+      if (text !== undefined && !(await d.objects.confirm(r.slug, text))) {
         await d.objects.put(r.slug, text);
         // Written is not enough: the bytes are freed only once the object reads back as these bytes.
         if (!(await d.objects.confirm(r.slug, text))) throw new Error('snapshot object did not confirm after upload');
       }
-      if (await d.store.compactShare(r.slug, Buffer.byteLength(text))) moved++;
+      const files = r.files ?? [];
+      if (files.length > 0 && !(await d.objects.confirmFiles(r.slug, files))) {
+        await d.objects.putFiles(r.slug, files);
+        if (!(await d.objects.confirmFiles(r.slug, files))) throw new Error('file list object did not confirm after upload');
+      }
+      if (await d.store.compactShare(r.slug, text !== undefined ? Buffer.byteLength(text) : r.bytes, files.length)) moved++;
     }
     // A walk that moved something is walked again from the start: an instance of the previous version
     // may have stored more meanwhile (a rolling upgrade). Finished means a whole walk found nothing.
@@ -96,7 +102,7 @@ export function createShareJanitor(d: ShareJanitorDeps): ShareJanitor {
     await d.store.saveShareMigration(owner, next);
     if (moved > 0) {
       d.onReport?.('migrated', moved);
-      d.logger.info({ moved }, 'moved share snapshots from Redis to the object store');
+      d.logger.info({ moved }, 'moved share snapshots and file lists from Redis to the object store');
     }
     return { moved, done: next === null };
   }
@@ -110,7 +116,7 @@ export function createShareJanitor(d: ShareJanitorDeps): ShareJanitor {
     if (migrationDone) return;
     try {
       migrationDone = (await migrateOnce()).done;
-      if (migrationDone) d.logger.info('share snapshot migration: no snapshot left in Redis');
+      if (migrationDone) d.logger.info('share snapshot migration: no snapshot or file list left in Redis');
     } catch (err) {
       d.logger.warn({ err }, 'share snapshot migration step failed; will retry');
     }

@@ -2,7 +2,8 @@
  * Publishing, reading and revoking shares (SPEC §1.4, §2a), independent of HTTP routing: the public
  * and admin routes call the same three operations.
  *
- * - create: quota, intent (the orphan sweep's index), snapshot object, upload URLs, then the record;
+ * - create: quota, intent (the orphan sweep's index), upload URLs, snapshot object and file list object
+ *   (the Redis record keeps only the number of files: no user content in Redis, SPEC §13), then the record;
  *   a failure at any step stores nothing (the object of a record that could not be written is deleted,
  *   here or by the sweep, shares/janitor.ts) and gives the quota back. Then prime this instance's cache.
  * - read: cache of ready bodies, then record + object (coalesced); a cache hit parses nothing, signs
@@ -105,7 +106,7 @@ export function createShareService(d: ShareServiceDeps): ShareService {
   const keep = d.revokedKeep ?? DEFAULT_REVOKED_KEEP;
 
   /**
-   * A revoked share's snapshot object is deleted: nothing reads it any more. The intent is written first, so
+   * A revoked share's snapshot object and file list object are deleted: nothing reads them any more. The intent is written first, so
    * a delete that fails (S3 down) or never runs (a crash) is repeated by the orphan sweep, which deletes the
    * object of any intent whose record is gone or revoked. Uploaded files are not deleted (docs/shares.md).
    */
@@ -160,7 +161,14 @@ export function createShareService(d: ShareServiceDeps): ShareService {
         stage = 'intent';
         // Signing is local (no network): done before the upload so a signing failure leaves no object.
         const uploads = files.length > 0 && d.files ? await d.files.uploads(slug, files) : [];
-        await objects.put(slug, body.snapshotText);
+        // The file list is an object too (Redis keeps only its count); the embedded store keeps it in its record.
+        // Both writes are waited for even when one fails: a cleanup started while the other is still in flight
+        // would delete before it lands, leaving an object with no share and no intent.
+        const written = await Promise.allSettled([
+          objects.put(slug, body.snapshotText),
+          files.length > 0 && d.store.kind !== 'memory' ? objects.putFiles(slug, files) : undefined,
+        ]);
+        for (const w of written) if (w.status === 'rejected') throw w.reason;
         const record: ShareRecord = { slug, account, created_at, bytes: snapshotBytes, files, revoked_at: null };
         stage = 'record';
         await d.store.putShare(record);
@@ -177,9 +185,9 @@ export function createShareService(d: ShareServiceDeps): ShareService {
     async read(slug) {
       const state = d.cache.peek(slug) ?? (await d.cache.lookup(slug));
       if (state.status === 'live') {
-        const r = state.record;
-        if (r.files.length === 0) return state.text;
-        const links = d.files ? await d.files.downloads(r.slug, r.files) : unsignedLinks(r.files);
+        const files = state.files;
+        if (files.length === 0) return state.text;
+        const links = d.files ? await d.files.downloads(slug, files) : unsignedLinks(files);
         return `${state.text}${JSON.stringify(links)}}`;
       }
       if (state.status === 'unknown') throw notFound();
@@ -204,8 +212,10 @@ export function createShareService(d: ShareServiceDeps): ShareService {
       // Idempotent per share: a repeated or concurrent revoke gives the quota back once. The share leaves the
       // account's index; the account remembers at most keep.maxPerAccount revoked shares.
       await d.store.releaseShareQuota(r.account, slug, 'revoked', keep);
-      d.cache.revoke(slug);
-      d.files?.forget(slug, r.files);
+      // A Redis record holds only the number of files: their cached links are found from this instance's
+      // cached body (an instance that never read the share has no links to forget).
+      const cached = d.cache.revoke(slug);
+      d.files?.forget(slug, r.files ?? cached ?? []);
       // Published again on a repeated revoke too: a retry after a failed publish still reaches everyone.
       await d.store.publish({ kind: 'share', slug });
       await dropSnapshot(slug, r.account);

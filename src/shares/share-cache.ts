@@ -1,9 +1,10 @@
 /**
  * The in-process cache of ready share bodies (SPEC §1.4): lru-cache in front of the record store and
- * the snapshot objects. A miss reads the record (Redis) and then the snapshot (S3, or the record itself
- * for a share not migrated yet), coalesced per slug (one read however many readers wait), and keeps the
- * response body ready: the whole body for a share without files, the text up to `"files":` otherwise
- * (file links are signed per read, file-urls.ts). Unknown slugs are cached negatively so a page
+ * the snapshot objects. A miss reads the record (Redis) and then the snapshot and, for a share with
+ * files, its file list (S3, both at once; or the record itself for a share not migrated yet), coalesced
+ * per slug (one read however many readers wait), and keeps the response body ready: the whole body for a
+ * share without files, the text up to `"files":` otherwise, with the file list (file links are signed per
+ * read, file-urls.ts), so a hit makes no store call. Unknown slugs are cached negatively so a page
  * hammering a dead link does not reach Redis on every request, and revocations from any instance are
  * applied within a pub/sub hop. If a message is lost, the TTL (default 10 s) bounds the staleness.
  * Unknown slugs have an LRU of their own: a prober reading random slugs (no key needed) evicts only
@@ -15,7 +16,7 @@
  * the old record afterwards is turned into "revoked" rather than cached as live.
  */
 import { LRUCache } from 'lru-cache';
-import type { ShareRecord, Store } from '../store/types.ts';
+import type { ShareFile, ShareRecord, Store } from '../store/types.ts';
 import { GatewayError } from '../http/errors.ts';
 import { SnapshotMissing, type SnapshotObjects } from './snapshot-objects.ts';
 
@@ -27,6 +28,8 @@ export interface LiveShare {
   readonly status: 'live';
   readonly record: ShareRecord;
   readonly text: string;
+  /** The share's files (from the record, or its file list object), in order. */
+  readonly files: readonly ShareFile[];
 }
 
 /** What the cache knows about a slug; `missing`: the record exists but its snapshot object does not (or is corrupt). */
@@ -37,11 +40,14 @@ function bodyHead(r: ShareRecord, snapshot: string): string {
   return `{"slug":${JSON.stringify(r.slug)},"created_at":${JSON.stringify(r.created_at)},"snapshot":${snapshot},"files":`;
 }
 
-/** A live state from a record without its snapshot text and that text. */
-export function liveShare(record: ShareRecord, snapshot: string): LiveShare {
+/**
+ * A live state from a record without its snapshot text, that text, and the share's files (`files`, or the
+ * record's own list when it holds one).
+ */
+export function liveShare(record: ShareRecord, snapshot: string, files: readonly ShareFile[] = record.files ?? []): LiveShare {
   const { snapshot: _inline, ...r } = record;
   const head = bodyHead(r, snapshot);
-  return { status: 'live', record: r, text: r.files.length === 0 ? head + '[]}' : head };
+  return { status: 'live', record: r, text: files.length === 0 ? head + '[]}' : head, files };
 }
 
 export interface ShareCacheOptions {
@@ -68,8 +74,11 @@ export interface ShareCache {
   lookup(slug: string): Promise<ShareState>;
   /** Caches a share this instance just wrote, so its first reads need no store round trip. */
   remember(record: ShareRecord, snapshot: string): void;
-  /** Marks the slug revoked here, for good; called for every `{kind:'share'}` invalidation. */
-  revoke(slug: string): void;
+  /**
+   * Marks the slug revoked here, for good; called for every `{kind:'share'}` invalidation. Returns the
+   * files of the live entry it replaced, if there was one (their cached links can be forgotten).
+   */
+  revoke(slug: string): readonly ShareFile[] | undefined;
 }
 
 const UNKNOWN: ShareState = Object.freeze({ status: 'unknown' });
@@ -90,7 +99,7 @@ function sizeOf(state: ShareState): number {
   if (state.status !== 'live') return 64;
   const r = state.record;
   let files = 0;
-  for (const f of r.files) files += 2 * (f.name.length + f.content_type.length) + 64;
+  for (const f of state.files) files += 2 * (f.name.length + f.content_type.length) + 64;
   return ENTRY_OVERHEAD + 2 * (state.text.length + r.slug.length + r.account.length + r.created_at.length) + files;
 }
 
@@ -133,10 +142,13 @@ export function createShareCache(o: ShareCacheOptions): ShareCache {
       // A revocation seen while this read was in flight wins over what the read returned.
       if (record.revoked_at !== null || revokedFloor.has(slug)) return REVOKED;
       let text = record.snapshot;
-      if (text === undefined) {
+      let files = record.files;
+      if (text === undefined || files === undefined) {
         try {
-          if (!o.objects) throw new SnapshotMissing(slug, 'missing');
-          text = await o.objects.get(slug);
+          const objects = o.objects;
+          if (!objects) throw new SnapshotMissing(slug, 'missing');
+          // The file list is its own object when the record holds only its count: read with the snapshot.
+          [text, files] = await Promise.all([text ?? objects.get(slug), files ?? objects.getFiles(slug)]);
         } catch (e) {
           if (!(e instanceof SnapshotMissing)) throw e;
           o.onMissing?.(slug, o.objects ? e.reason : 'unconfigured');
@@ -145,14 +157,16 @@ export function createShareCache(o: ShareCacheOptions): ShareCache {
           return MISSING;
         }
       }
-      return revokedFloor.has(slug) ? REVOKED : liveShare(record, text);
+      return revokedFloor.has(slug) ? REVOKED : liveShare(record, text, files);
     },
   });
 
-  function revoke(slug: string): void {
+  function revoke(slug: string): readonly ShareFile[] | undefined {
     revokedFloor.set(slug, true);
     unknown.delete(slug);
+    const was = cache.peek(slug);
     cache.set(slug, REVOKED);
+    return was?.status === 'live' ? was.files : undefined;
   }
   o.store.onInvalidation((m) => {
     if (m.kind === 'share') revoke(m.slug);

@@ -3,7 +3,7 @@
  * stored hashes and stream entries become records.
  */
 import { GatewayError } from '../http/errors.ts';
-import type { KeyBudget, KeyRecord, LedgerEntry, Scope, ShareRecord } from './types.ts';
+import type { KeyBudget, KeyRecord, LedgerEntry, Scope, ShareFile, ShareRecord } from './types.ts';
 
 export function unavailable(err: unknown): GatewayError {
   return new GatewayError('store_unavailable', 'The credit and key store is unavailable; try again shortly.', { cause: err });
@@ -88,12 +88,15 @@ export function parseShare(h: Record<string, string> | string[], slug: string): 
   if (Array.isArray(h)) for (let i = 0; i < h.length; i += 2) o[h[i]!] = h[i + 1]!;
   else Object.assign(o, h);
   if (o.a !== undefined) {
+    // The file list: `f` in a record written before it moved to the object store, else only its count `n`
+    // (the list is the object shares/<slug>.files.json); none of either: no files.
+    const n = Number(o.n ?? 0);
     return {
       slug,
       account: o.a,
       created_at: o.c ?? '',
       bytes: Number(o.b ?? 0),
-      files: o.f ? JSON.parse(o.f) : [],
+      ...(o.f ? { files: JSON.parse(o.f) as ShareFile[] } : n > 0 ? { file_count: n } : { files: [] }),
       revoked_at: o.r || null,
     };
   }

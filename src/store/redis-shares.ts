@@ -1,10 +1,11 @@
 /**
  * The shares' part of the Redis store (SPEC §1.4, §12, §13). Redis holds records, never snapshots:
  *
- * - `tg:share:<slug>`: a small hash `a` (account), `c` (created_at), `b` (snapshot bytes), `f` (files
- *   JSON, only when there are files), `r` (revoked_at, once revoked). The snapshot is an object in S3.
- *   Records of the previous layout (`slug`, `account`, `created_at`, `snapshot`, `files`, `revoked_at`)
- *   are read as they are until the migration rewrites them (share-compact.lua).
+ * - `tg:share:<slug>`: a small hash `a` (account), `c` (created_at), `b` (snapshot bytes), `n` (how many
+ *   files, only when there are files), `r` (revoked_at, once revoked). The snapshot and the file list are
+ *   objects in S3 (no user content in Redis, SPEC §13). Records of earlier layouts (`slug`, `account`,
+ *   `created_at`, `snapshot`, `files`, `revoked_at`; or the compact one with the file list in `f`) are
+ *   read as they are until the migration rewrites them (share-compact.lua).
  *   A revoked share's record is a tombstone `a`, `c`, `r` that expires after shares.revoked_retention_seconds
  *   (revoke-share.lua).
  * - `{acct:<id>}:shares`: the account's quota totals and one field per live share (share-quota.lua), which
@@ -14,15 +15,17 @@
  *   bounded whatever the create/revoke churn.
  * - `tg:share-pending`: creates in progress (score: when), so an object whose record was never written
  *   is found and deleted (the orphan sweep, shares/janitor.ts).
- * - `tg:share-migration` + `:lease`: the migration's saved cursor, and which instance runs it now.
+ * - `tg:share-migration` + `:lease`: the migration's saved cursor, whether it is over (`done`, and `files`
+ *   since file lists moved out too), and which instance runs it now.
  *
- * Measured (bench/results/shares-soak.md): MEMORY USAGE ~150 B per record + ~85 B per index field; 10,000
+ * Measured (bench/results/shares-soak.md): MEMORY USAGE ~150 B per record (≤ ~160 B with 20 files: only
+ * their count) + ~85 B per index field; 10,000
  * shares of 500 KB grew used_memory by 2.74 MiB (287 B per share, the keyspace's own overhead included).
  */
 import { Cluster, Redis } from 'ioredis';
 import * as K from './redis-keys.ts';
 import { guard, parseShare } from './redis-records.ts';
-import { DEFAULT_REVOKED_KEEP, type Store, type ShareRecord } from './types.ts';
+import { DEFAULT_REVOKED_KEEP, shareFileCount, type Store, type ShareRecord } from './types.ts';
 
 type ScriptFn = (...args: (string | number)[]) => Promise<unknown>;
 
@@ -45,13 +48,17 @@ export type ShareStore = Pick<
 
 const SLUG_LEN = 22;
 
-/** The compact record's fields (no slug: it is the key; no snapshot: it is an object). */
+/**
+ * The compact record's fields (no slug: it is the key; no snapshot and no file list: they are objects,
+ * written before the record; only the number of files, so a read knows whether to fetch the list).
+ */
 export function compactShareFields(r: ShareRecord): Record<string, string> {
+  const n = shareFileCount(r);
   return {
     a: r.account,
     c: r.created_at,
     b: String(r.bytes),
-    ...(r.files.length > 0 && { f: JSON.stringify(r.files) }),
+    ...(n > 0 && { n: String(n) }),
     ...(r.revoked_at !== null && { r: r.revoked_at }),
   };
 }
@@ -135,18 +142,21 @@ export function redisShareStore(
           if (i >= nodes.length) return { cursor: '', records: [] };
           const node = nodes[i]!;
           const [next, names] = await node.scan(c0, 'MATCH', K.share('*'), 'COUNT', count);
-          // Only the records that still hold a snapshot are read whole: HEXISTS first, one round trip.
-          const legacy = await Promise.all(names.map((n) => node.hexists(n, 'snapshot')));
-          const slugs = names.filter((_, j) => legacy[j] === 1).map((n) => n.slice(K.share('').length));
+          // Only the records that still hold a snapshot or a file list (`f`) are read whole: HEXISTS first.
+          const legacy = await Promise.all(
+            names.map(async (n) => (await node.hexists(n, 'snapshot')) === 1 || (await node.hexists(n, 'f')) === 1),
+          );
+          const slugs = names.filter((_, j) => legacy[j]).map((n) => n.slice(K.share('').length));
           const records = (await Promise.all(slugs.map((slug) => node.hgetall(K.share(slug)).then((h) => parseShare(h, slug))))).filter(
-            (r): r is ShareRecord => r !== null && r.snapshot !== undefined,
+            (r): r is ShareRecord => r !== null,
           );
           if (next !== '0') return { cursor: `${i}:${next}`, records };
           i += 1;
           return { cursor: i < nodes.length ? `${i}:0` : '', records };
         })(),
       ),
-    compactShare: (slug, bytes) => guard((s.tgShareCompact(K.share(slug), bytes) as Promise<number>).then((n) => n === 1)),
+    compactShare: (slug, bytes, fileCount = 0) =>
+      guard((s.tgShareCompact(K.share(slug), bytes, fileCount) as Promise<number>).then((n) => n === 1)),
     claimShareMigration: (owner, ttlMs) =>
       guard(
         (async () => {
@@ -155,15 +165,17 @@ export function redisShareStore(
             if ((await redis.get(K.SHARES_MIGRATION_LEASE)) !== owner) return undefined;
             await redis.pexpire(K.SHARES_MIGRATION_LEASE, ttlMs);
           }
-          const [cursor, moved, done] = await redis.hmget(K.SHARES_MIGRATION, 'cursor', 'moved', 'done');
-          return done === '1' ? null : { cursor: cursor ?? '', moved: Number(moved ?? 0) };
+          // `done` was the snapshots' walk; `files` the walk that also moved file lists out (`f`): a deployment
+          // whose snapshot migration was over walks once more for the file lists.
+          const [cursor, moved, done, files] = await redis.hmget(K.SHARES_MIGRATION, 'cursor', 'moved', 'done', 'files');
+          return done === '1' && files === '1' ? null : { cursor: cursor ?? '', moved: Number(moved ?? 0) };
         })(),
       ),
     saveShareMigration: (owner, walk) =>
       guard(
         (async () => {
           if ((await redis.get(K.SHARES_MIGRATION_LEASE)) !== owner) return;
-          await redis.hset(K.SHARES_MIGRATION, walk === null ? { cursor: '', moved: 0, done: '1' } : { ...walk, done: '0' });
+          await redis.hset(K.SHARES_MIGRATION, walk === null ? { cursor: '', moved: 0, done: '1', files: '1' } : { ...walk, done: '0' });
         })(),
       ),
 

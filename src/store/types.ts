@@ -202,8 +202,21 @@ export interface ShareRecord {
    * the migration moves it out (docs/shares.md "Migration"). New records never carry it.
    */
   snapshot?: string;
-  files: ShareFile[];
+  /**
+   * The declared files, when the record holds them: always in the embedded store, and in Redis records
+   * written before the list moved to the object store (field `f`). Absent from a Redis record of a share
+   * with files: the list is the object `shares/<slug>.files.json` and `file_count` says how many
+   * (docs/shares.md "Storage"). A record without files has `files: []`.
+   */
+  files?: ShareFile[];
+  /** How many files the share declared, when `files` is absent (Redis field `n`). */
+  file_count?: number;
   revoked_at: string | null;
+}
+
+/** How many files a share declared, whether its record holds the list or only the count. */
+export function shareFileCount(r: Pick<ShareRecord, 'files' | 'file_count'>): number {
+  return r.files?.length ?? r.file_count ?? 0;
 }
 
 /** The limits a new share is checked against (SPEC §12, §13). */
@@ -243,7 +256,7 @@ export interface ShareMigration {
 export interface LegacySharePage {
   /** Where the next step starts; '' once the walk has covered every record. */
   cursor: string;
-  /** Records that still carry their snapshot (`snapshot` set). */
+  /** Records that still carry their snapshot (`snapshot` set) or their file list (`files` set). */
   records: ShareRecord[];
 }
 
@@ -402,11 +415,15 @@ export interface Store {
   duePendingShares(beforeMs: number, limit: number): Promise<PendingShare[]>;
   /**
    * The migration's walk: from `cursor` ('' = the start), about `count` records looked at; returns
-   * those that still hold their snapshot. Resumable: the cursor can be saved and given back later.
+   * those that still hold their snapshot or their file list. Resumable: the cursor can be saved and given
+   * back later.
    */
   scanLegacyShares(cursor: string, count: number): Promise<LegacySharePage>;
-  /** Drops a legacy record's snapshot text (its object is confirmed); false when nothing was left to do. */
-  compactShare(slug: string, bytes: number): Promise<boolean>;
+  /**
+   * Drops a legacy record's snapshot text and file list (their objects are confirmed), keeping `fileCount`;
+   * false when nothing was left to do.
+   */
+  compactShare(slug: string, bytes: number, fileCount?: number): Promise<boolean>;
   /**
    * The migration's shared progress: takes (or renews) the lease for `owner` for `ttlMs` and returns the
    * saved walk (null = finished), or undefined when another instance holds the lease.

@@ -114,13 +114,17 @@ export function recordCases(test: Case, makePeer: MakePeer): void {
     await store.putShare(share);
     await store.putShare(bare);
     const read = await store.getShare(share.slug);
-    t.strictSame(read, share);
+    // Redis keeps only the number of files (the list is an object, written by the share service: SPEC §13
+    // "Redis holds no user content"); the embedded store keeps the list in its record.
+    const { files: _list, ...rest } = share;
+    const held: ShareRecord = store.kind === 'memory' ? share : { ...rest, file_count: 2 };
+    t.strictSame(read, held);
     t.equal(read?.snapshot, undefined, 'a record never holds the snapshot text');
     await store.putShare({ ...bare, slug: 'Y1b2C3d4E5f6G7h8J9k1m2', snapshot: '{"big":"text"}' });
     t.equal((await store.getShare('Y1b2C3d4E5f6G7h8J9k1m2'))?.snapshot, undefined, 'not even when handed one');
     t.strictSame(await store.getShare(bare.slug), bare, 'empty file list');
     t.equal(await store.getShare('unknownunknownunknown1'), null);
-    t.strictSame(await store.revokeShare(share.slug, TS2), { ...share, revoked_at: TS2 }, 'the record as it was, revoked');
+    t.strictSame(await store.revokeShare(share.slug, TS2), { ...held, revoked_at: TS2 }, 'the record as it was, revoked');
     const tombstone = { ...share, bytes: 0, files: [], revoked_at: TS2 };
     t.strictSame(await store.revokeShare(share.slug, '2026-12-01T00:00:00.000Z'), tombstone, 'second revoke keeps the first time');
     t.strictSame(await store.getShare(share.slug), tombstone, 'a tombstone: account, created_at and revoked_at only');

@@ -1,5 +1,5 @@
 /** The shares page (SPEC §9): the account's shares, live and revoked, with revoke. */
-import type { ShareRecord } from '../../store/types.ts';
+import { shareFileCount, type ShareRecord } from '../../store/types.ts';
 import { html, type Html } from '../html.ts';
 import { accountPath, when } from '../layout.ts';
 
@@ -20,7 +20,7 @@ export function shareRow(account: string, r: ShareRecord): Html {
     <td class="mono">${r.revoked_at ? r.slug : html`<a href="/v1/shares/${r.slug}">${r.slug}</a>`}</td>
     <td>${shareTitle(r) || html`<span class="sub">untitled</span>`}</td>
     <td class="hide-sm">${when(r.created_at)}</td>
-    <td class="hide-sm num">${r.files.length}</td>
+    <td class="hide-sm num">${shareFileCount(r)}</td>
     <td><span class="badge ${r.revoked_at ? 'revoked' : 'active'}">${r.revoked_at ? 'revoked' : 'live'}</span></td>
     <td class="actions">
       ${
