@@ -19,7 +19,7 @@ import { sharesS3Config, startS3 } from '../helpers/s3.ts';
 import { startGateway } from '../helpers/gateway.ts';
 import { waitFor } from '../helpers/wait.ts';
 
-const HOLD_MS = 300;
+const HOLD_MS = 500;
 const NOISY_SHARES = 6;
 const SNAPSHOT = JSON.stringify({ messages: [{ role: 'user', content: 'x'.repeat(1_000_000) }] });
 
