@@ -9,20 +9,13 @@ import t from 'tap';
 import { HeadObjectCommand } from '@aws-sdk/client-s3';
 import { startRedis } from '../helpers/redis.ts';
 import { startGateway } from '../helpers/gateway.ts';
-import { sharesS3Config, startS3 } from '../helpers/s3.ts';
-import { createS3Client } from '../../src/s3/client.ts';
+import { sharesS3Config, startS3, testS3Client } from '../helpers/s3.ts';
 
 const KEEP = 20;
 const redis = await startRedis(t);
 if (redis) {
   const s3 = await startS3(t);
-  const client = createS3Client({
-    endpoint: s3.endpoint,
-    region: 'us-east-1',
-    forcePathStyle: true,
-    accessKeyId: 'S3RVER',
-    secretAccessKey: 'S3RVER',
-  });
+  const client = testS3Client(s3);
   const gw = await startGateway(t, {
     redisUrl: redis.url,
     config: {

@@ -10,8 +10,7 @@ import type { AddressInfo } from 'node:net';
 import { DeleteObjectCommand, GetObjectCommand, HeadObjectCommand } from '@aws-sdk/client-s3';
 import { startGateway, type TestGateway } from '../helpers/gateway.ts';
 import { startRedis } from '../helpers/redis.ts';
-import { sharesS3Config, startS3, type TestS3 } from '../helpers/s3.ts';
-import { createS3Client } from '../../src/s3/client.ts';
+import { sharesS3Config, startS3, type TestS3, testS3Client } from '../helpers/s3.ts';
 import { createRedisStore } from '../../src/store/redis-store.ts';
 import type { Store } from '../../src/store/types.ts';
 import { GatewayError } from '../../src/http/errors.ts';
@@ -65,13 +64,7 @@ if (!redis) {
   const r = redis.client;
   const s3 = await startS3(t);
   const proxy = await s3Proxy(t, s3);
-  const client = createS3Client({
-    endpoint: s3.endpoint,
-    region: 'us-east-1',
-    forcePathStyle: true,
-    accessKeyId: 'S3RVER',
-    secretAccessKey: 'S3RVER',
-  });
+  const client = testS3Client(s3);
   const snapshotKey = (slug: string) => `shares/${slug}/snapshot.json`;
   const filesKey = (slug: string) => `shares/${slug}.files.json`;
   const exists = (key: string) =>

@@ -6,8 +6,7 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import { DeleteObjectCommand, GetObjectCommand, HeadObjectCommand, PutObjectCommand } from '@aws-sdk/client-s3';
 import { startGateway, type TestGateway } from '../helpers/gateway.ts';
 import { startRedis } from '../helpers/redis.ts';
-import { sharesS3Config, startS3 } from '../helpers/s3.ts';
-import { createS3Client } from '../../src/s3/client.ts';
+import { sharesS3Config, startS3, testS3Client } from '../helpers/s3.ts';
 import { createRedisStore } from '../../src/store/redis-store.ts';
 import type { Store } from '../../src/store/types.ts';
 import { GatewayError } from '../../src/http/errors.ts';
@@ -19,13 +18,7 @@ if (!redis) {
 } else {
   const r = redis.client;
   const s3 = await startS3(t);
-  const client = createS3Client({
-    endpoint: s3.endpoint,
-    region: 'us-east-1',
-    forcePathStyle: true,
-    accessKeyId: 'S3RVER',
-    secretAccessKey: 'S3RVER',
-  });
+  const client = testS3Client(s3);
   const objectKey = (slug: string) => `shares/${slug}/snapshot.json`;
   const base = {
     store: { command_timeout_ms: 3_000 },
