@@ -8,9 +8,7 @@
  *
  *   node bench/share-miss-flood.ts [--shares 80] [--bytes 1000000] [--connections 32] [--ms 10000]
  *
- * Measured on the 2-core dev box (80 × 1 MB, 32 connections, 10 s): no bound on an account's object
- * reads: victim p99 180 ms, /healthz p99 158 ms, 145 reads/s; bounded at 2 MiB per account: 53 and
- * 43 ms, 107 reads/s. ~7–8 ms of gateway CPU per 1 MB miss either way.
+ * Results: bench/results/share-miss-flood.md.
  */
 import { spawn } from 'node:child_process';
 import { readFileSync } from 'node:fs';

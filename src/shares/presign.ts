@@ -79,12 +79,12 @@ const PROBE_KEY = 'shares/probe';
 
 /**
  * GET URLs without the SDK's per-command pipeline. getSignedUrl resolves the endpoint rules, clones the
- * middleware stack and serialises a command for every URL: 354–454 µs each here, so a read of a share
- * with 20 files whose URLs were not cached held the event loop ~5–9 ms, and one account reading its 600
- * such shares round-robin (no key needed, 189 reads/s) took another tenant's cached read p99 from 5 ms
- * to 256 ms. Here the endpoint, path prefix and signing region come once from one getSignedUrl of a
+ * middleware stack and serialises a command for every URL (~5–6 × the cost of signing alone,
+ * bench/results/share-miss-flood.md "Signing"), so a read of a share
+ * with 20 files whose URLs were not cached held the event loop for milliseconds, and one account reading
+ * its many such shares round-robin (no key needed) slowed every other tenant's reads (docs/shares.md). Here the endpoint, path prefix and signing region come once from one getSignedUrl of a
  * probe key; each URL is then the SDK's own S3RequestPresigner over a request built like the SDK's
- * (`GET /<prefix>/<escaped key>?x-id=GetObject`): ~46 µs, byte-identical URLs (test/shares/presign.test.ts).
+ * (`GET /<prefix>/<escaped key>?x-id=GetObject`), byte-identical URLs (test/shares/presign.test.ts).
  */
 async function resolveGetTarget(s3: S3Client, bucket: string): Promise<GetTarget> {
   const probe = new URL(await getSignedUrl(s3, new GetObjectCommand({ Bucket: bucket, Key: PROBE_KEY }), { expiresIn: 60 }));
@@ -211,7 +211,7 @@ interface CachedGet {
 
 /**
  * A GET-URL reuse cache (SPEC §1.4: presigned URLs may be reused until half their lifetime has passed).
- * A signing costs ~46 µs (resolveGetTarget; getSignedUrl ~228–454 µs) against ~40 ns for an LRU hit, and a popular share is read far
+ * A signing costs tens of µs (bench/results/share-miss-flood.md) against ~40 ns for an LRU hit, and a popular share is read far
  * more often than every ttl/2 (450 s by default). A URL served from the cache still has more than
  * ttl/2 to run. Bounded by entry count (`max`, default 10,000 ≈ 10k × ~0.5 KB = ~5 MB); concurrent
  * misses for one key share a single signing.

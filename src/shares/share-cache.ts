@@ -96,11 +96,10 @@ const DEFAULT_MAX_ENTRIES = 100_000;
 /** ~100 B per unknown slug: a flood of random slugs costs at most ~10 MB before LRU eviction. */
 const DEFAULT_MAX_UNKNOWN = 100_000;
 /**
- * 2 MiB: two maximal (1 MiB) snapshots of one account read at once, dozens of typical ones. One account
- * reading its 80 shares of 1 MB round-robin at 32 connections (every read a miss, ~7 ms of event loop
- * each) held 32 misses in flight, and each turn of the loop worked through all of them: another
- * account's cached read had a p99 of 180 ms and /healthz 158 ms. Bounded at 4 MiB: 89 and 92 ms; at
- * 2 MiB: 53 and 43 ms, the flood still served at 107 reads/s instead of 145 (bench/share-miss-flood.ts).
+ * 2 MiB: two maximal (1 MiB) snapshots of one account read at once, dozens of typical ones. Without a
+ * bound, one account reading its big shares round-robin (every read a miss) kept dozens of misses in
+ * flight and each turn of the loop worked through all of them; measured before and after in
+ * bench/results/share-miss-flood.md.
  */
 const DEFAULT_OBJECT_READ_BYTES_PER_ACCOUNT = 2 * 1024 * 1024;
 /** Revocations remembered for the floor check; far more than can be in flight at once. */
