@@ -44,7 +44,12 @@ interface ClusterInternals {
 }
 
 /** Installs the guard on every node the Cluster connects to, now and later. */
-export function guardUnresponsiveNodes(redis: Cluster, commandTimeoutMs: number, onError: (err: Error) => void): void {
+export function guardUnresponsiveNodes(
+  redis: Cluster,
+  commandTimeoutMs: number,
+  onError: (err: Error) => void,
+  onOverdue: () => void = () => {},
+): void {
   /** When each command was written to its node (the last time, for one written again). */
   const writtenAt = new WeakMap<NodeCommand, number>();
   let lastRefresh = 0;
@@ -79,6 +84,8 @@ export function guardUnresponsiveNodes(redis: Cluster, commandTimeoutMs: number,
       }
       if (refuse) {
         refresh(now);
+        // What the node acknowledged before it stopped answering may not reach a replica promoted for it.
+        onOverdue();
         command.reject(
           new NodeUnresponsiveError(
             `redis node ${n.options.host}:${n.options.port} has not answered for ${commandTimeoutMs} ms or more; command not sent`,

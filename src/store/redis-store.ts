@@ -131,12 +131,22 @@ function pipeFor(
   commandTimeoutMs: number,
   onError: (e: Error) => void,
   scripts: readonly LuaScript[],
+  onLost: () => void,
+  onReady: (pipe: ScriptPipe) => void,
 ): ScriptPipe | undefined {
   if (redis instanceof Cluster) return undefined;
   const opts = redis.options as PipeTarget & { sentinels?: unknown[] | null };
   if (opts.sentinels && opts.sentinels.length > 0) return undefined;
   const { host, port, path, family, tls, username, password, db } = opts;
-  return createScriptPipe({ target: { host, port, path, family, tls, username, password, db }, commandTimeoutMs, onError, scripts });
+  const pipe: ScriptPipe = createScriptPipe({
+    target: { host, port, path, family, tls, username, password, db },
+    commandTimeoutMs,
+    onError,
+    scripts,
+    onLost,
+    onReady: () => onReady(pipe),
+  });
+  return pipe;
 }
 
 /**
@@ -211,10 +221,55 @@ export async function createRedisStore(o: RedisStoreOptions & { client?: Client 
   const redis = o.client ?? createRedisClient(o);
   const onError = o.onError ?? (() => {});
   redis.on('error', onError);
+  // Writes acknowledged and then maybe lost (Store.onPossibleLoss). Each report carries whether they
+  // were: on Cluster, yes at once (the node's slots move to a replica); on a single node, known once a
+  // connection is made again: lost only if it reaches another server process (a replica promoted behind
+  // the same address, a restart), told by its run_id; a blip back to the same process lost nothing.
+  const lossListeners: ((lost: Promise<boolean>) => void)[] = [];
+  let closing = false;
+  let lossQueued = false;
+  const clusterLoss = () => {
+    if (lossQueued || closing || lossListeners.length === 0) return;
+    lossQueued = true;
+    setImmediate(() => {
+      lossQueued = false;
+      for (const l of lossListeners) l(Promise.resolve(true));
+    });
+  };
+  /** The single node's run_id as last seen, and the reports waiting for the next connection's. */
+  let runId: string | undefined;
+  let waitingRunId: ((lost: boolean) => void)[] = [];
+  const nodeLost = () => {
+    if (closing || lossListeners.length === 0 || waitingRunId.length > 0) return;
+    const lost = new Promise<boolean>((resolve) => waitingRunId.push(resolve));
+    for (const l of lossListeners) l(lost);
+  };
+  const nodeReady = (info: () => Promise<unknown>) => {
+    void info().then(
+      (text) => {
+        const id = /run_id:(\w+)/.exec(String(text))?.[1];
+        const lost = runId === undefined || id === undefined || id !== runId;
+        runId = id;
+        const w = waitingRunId;
+        waitingRunId = [];
+        for (const r of w) r(lost);
+      },
+      (err: Error) => {
+        onError(err);
+        // Not known: counted as another server (a resend that finds its settle debits nothing).
+        runId = undefined;
+        const w = waitingRunId;
+        waitingRunId = [];
+        for (const r of w) r(true);
+      },
+    );
+  };
   if (redis instanceof Cluster) {
     guardDelayedCommands(redis);
     boundOfflineQueue(redis, o.commandTimeoutMs);
-    guardUnresponsiveNodes(redis, o.commandTimeoutMs, onError);
+    guardUnresponsiveNodes(redis, o.commandTimeoutMs, onError, clusterLoss);
+    // A node's connection ended (a master killed, or dropped from the slot table after a failover).
+    redis.on('-node', clusterLoss);
   }
   const scripts: Record<string, ScriptFn> = {};
   const lua: Record<string, LuaScript> = {};
@@ -235,15 +290,22 @@ export async function createRedisStore(o: RedisStoreOptions & { client?: Client 
   const pipe =
     o.scriptPipe === false
       ? undefined
-      : pipeFor(redis, o.commandTimeoutMs, onError, [
-          lua.hold!,
-          lua.settle!,
-          lua['hold-many']!,
-          lua['settle-many']!,
-          lua.run!,
-          lua['lease-settle']!,
-        ]);
+      : pipeFor(
+          redis,
+          o.commandTimeoutMs,
+          onError,
+          [lua.hold!, lua.settle!, lua['hold-many']!, lua['settle-many']!, lua.run!, lua['lease-settle']!],
+          nodeLost,
+          (p) => nodeReady(() => p.call(['INFO', 'server'])),
+        );
   if (pipe) await pipe.ready.catch(onError);
+  else if (!(redis instanceof Cluster)) {
+    // Single node without the pipe (Sentinel, or `scriptPipe: false`): ioredis' connection.
+    const r = redis;
+    r.on('close', nodeLost);
+    r.on('ready', () => nodeReady(() => r.info('server')));
+    if (r.status === 'ready') nodeReady(() => r.info('server'));
+  }
   // Not ioredis' autoResubscribe: it re-subscribes after a reconnect without a handler on the reply, so a
   // close (or another drop) before that reply arrives is an unhandled rejection, "Connection is closed."
   // (CI, limits-outage). The 'ready' listener below does the same with the error handled.
@@ -453,7 +515,13 @@ export async function createRedisStore(o: RedisStoreOptions & { client?: Client 
     },
     ...redisConsoleStore(redis),
     ...redisExportStore(redis, s.tgLedgerExport, s.tgUsageFlush),
+    onPossibleLoss(listener) {
+      lossListeners.push(listener);
+    },
     async close() {
+      closing = true;
+      for (const r of waitingRunId) r(false);
+      waitingRunId = [];
       handlers.length = 0;
       await credit.closeLeases();
       pipe?.close();

@@ -52,6 +52,14 @@ export interface ScriptPipeOptions {
   onError?: (err: Error) => void;
   /** Loaded on every connection, before any call is answered. */
   scripts?: readonly LuaScript[];
+  /**
+   * A connection whose handshake had succeeded ended (dropped by the watchdog, closed or reset by the
+   * server): what that server acknowledged may not be on the one the next connection reaches (a replica
+   * promoted meanwhile). Not called for close().
+   */
+  onLost?: () => void;
+  /** A connection completed its handshake (the first one and each after a loss). */
+  onReady?: () => void;
 }
 
 export interface ScriptPipe {
@@ -116,6 +124,8 @@ export function createScriptPipe(o: ScriptPipeOptions): ScriptPipe {
   /** beforeWrite callbacks of this turn, run by the flush before it writes. */
   let deferred: (() => void)[] = [];
   let generation = 0;
+  /** The current connection completed its handshake (its loss is reported to onLost). */
+  let handshook = false;
 
   const reader = new RespReader((r) => {
     if (prelude.length > 0) {
@@ -153,8 +163,10 @@ export function createScriptPipe(o: ScriptPipeOptions): ScriptPipe {
   /** Ends the current connection: everything in flight fails; a new connection follows. */
   function drop(err: Error): void {
     const s = socket;
+    const lost = handshook;
     socket = undefined;
     connected = false;
+    handshook = false;
     prelude = [];
     out = [];
     reader.reset();
@@ -167,6 +179,7 @@ export function createScriptPipe(o: ScriptPipeOptions): ScriptPipe {
       s.destroy();
     }
     if (!closed) scheduleReconnect();
+    if (lost && !closed) o.onLost?.();
   }
 
   function scheduleReconnect(): void {
@@ -191,8 +204,10 @@ export function createScriptPipe(o: ScriptPipeOptions): ScriptPipe {
   /** The handshake succeeded: the connection counts as good (backoff restarts from its minimum). */
   function handshaken(): void {
     generation++;
+    handshook = true;
     backoff = FIRST_RECONNECT_MS;
     settleFirst();
+    o.onReady?.();
   }
 
   function open(): void {

@@ -377,6 +377,16 @@ export interface Store {
    */
   settle(input: SettleInput): Promise<SettleResult>;
   /**
+   * Registers `listener`, called when writes this store acknowledged may be missing from the server it
+   * reaches next: a connection to a Redis master ended or a node stopped answering, and a replica promoted
+   * in its place may not have received its last writes (Redis replicates asynchronously). `lost` resolves
+   * once that is known: true when they may be lost (Cluster: at once; a single node: the next connection
+   * reached another server process), false when not (the same process again, or the store closed). The
+   * credit layer then sends the settles that landed just before the report again (credit.ts,
+   * docs/ledger.md "Failover"). Absent on a store that cannot lose an acknowledged write (the embedded store).
+   */
+  onPossibleLoss?(listener: (lost: Promise<boolean>) => void): void;
+  /**
    * The due time of the hold bucket a hold expiring at `expiresAtMs` goes to in this store (hold-bucket.ts,
    * at this store's bucket size): what the request's settle carries as `holdBucketDue`.
    */
