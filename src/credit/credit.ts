@@ -10,6 +10,12 @@
  * (`mayHaveRun`); should it come after that bucket was emptied, the store debits nothing rather than risk a
  * second debit, and the settle is logged for reconciliation. Reaped holds are remembered for
  * `settledMarkerTtlSeconds`, longer than any retry, so a settle after a reap still debits once.
+ *
+ * Failover (docs/ledger.md "Failover"): Redis acknowledges a write before its replicas have it, so a
+ * master that dies takes its last acknowledged settles with it when a replica is promoted. The settles
+ * that landed in the last `resendWindowMs` are kept (references, no copy), and when the store reports a
+ * possible loss (Store.onPossibleLoss) each is sent once more: one that survived answers as a replay and
+ * debits nothing, one that was lost is debited now, exactly once either way.
  */
 import type { Config } from '../config/schema.ts';
 import { GatewayError } from '../http/errors.ts';
@@ -102,12 +108,75 @@ export interface CreditDeps {
   now?: () => number;
   /** Defaults to SETTLE_RETRY_WINDOW_MS; must stay below the store's settled-marker lifetime. */
   retryWindowMs?: number;
+  /**
+   * How long a landed settle is kept to be sent again should the store report a possible loss
+   * (`store.resend_settles_ms`); 0 keeps none. Defaults to RESEND_WINDOW_MS.
+   */
+  resendWindowMs?: number;
 }
+
+/** `store.resend_settles_ms`'s default: settles that landed in the last 5 s are sent again after a possible loss. */
+export const RESEND_WINDOW_MS = 5_000;
 
 export function createCredit(d: CreditDeps): Credit {
   const now = d.now ?? Date.now;
   const retryWindowMs = d.retryWindowMs ?? SETTLE_RETRY_WINDOW_MS;
+  const resendWindowMs = d.resendWindowMs ?? RESEND_WINDOW_MS;
   const inFlight = new Set<Promise<unknown>>();
+
+  /**
+   * Settles that landed in the last resendWindowMs, oldest first, and when each landed: two arrays from
+   * `head` on (no object per settle; the front is cut as it ages, the arrays compacted now and then).
+   */
+  let landed: SettleInput[] = [];
+  let landedAt: number[] = [];
+  let head = 0;
+  function remember(input: SettleInput): void {
+    const t = now();
+    landed.push(input);
+    landedAt.push(t);
+    const from = t - resendWindowMs;
+    while (landedAt[head]! < from) head++;
+    if (head >= 1024 && head * 2 >= landed.length) {
+      landed = landed.slice(head);
+      landedAt = landedAt.slice(head);
+      head = 0;
+    }
+  }
+  /**
+   * The store may have lost writes it acknowledged: the settles that landed in the window before now are
+   * taken, and once the store knows they may be lost, each goes again, once.
+   */
+  function resendLanded(lost: Promise<boolean>): void {
+    const from = now() - resendWindowMs;
+    const again: SettleInput[] = [];
+    for (let i = head; i < landed.length; i++) if (landedAt[i]! >= from) again.push(landed[i]!);
+    landed = [];
+    landedAt = [];
+    head = 0;
+    if (again.length === 0) return;
+    // Not waited for by drain(): only known once the store is reached again (the resends are, once sent).
+    void lost.then((l) => l && resend(again));
+  }
+  function resend(again: SettleInput[]): void {
+    d.logger.warn(
+      { settles: again.length, window_ms: resendWindowMs },
+      'the store may have lost acknowledged writes (a connection to a Redis master ended or a node stopped answering): sending the settles that landed just before again (a survivor replays, a lost one is debited once)',
+    );
+    for (const input of again) {
+      // An attempt ran: where its bucket was emptied since, the store debits nothing rather than twice.
+      void track(
+        settleWithRetry({ ...input, mayHaveRun: true }).then((r) => {
+          if (r && !r.replayed)
+            d.logger.warn(
+              { request_id: input.requestId, account: input.account, cost_micros: input.costMicros, entry_id: r.entry_id },
+              'settle lost by the store after it was acknowledged (failover): debited again, once',
+            );
+        }),
+      );
+    }
+  }
+  if (resendWindowMs > 0) d.store.onPossibleLoss?.(resendLanded);
   /** Counts `p` as pending (drain waits for it) until it settles. */
   function track<T>(p: Promise<T>): Promise<T> {
     inFlight.add(p);
@@ -175,6 +244,7 @@ export function createCredit(d: CreditDeps): Credit {
       try {
         o.sending = true;
         const r = await d.store.settle(input);
+        if (resendWindowMs > 0) remember(input);
         if (attempt > 1) d.logger.warn({ request_id: input.requestId, attempts: attempt }, 'settle landed after retries');
         if (r.replayed && r.entry_id === '') {
           d.logger.error(

@@ -10,9 +10,14 @@ export interface StoreConfig {
   readonly commandTimeoutMs: number;
   /** How debits are written to the ledger stream (debit-layout.ts): `fields` while older instances still run. */
   readonly debitEntries: DebitLayout;
+  /**
+   * How long a landed settle is kept to be sent again when a Redis master's connection ends or a node
+   * stops answering (credit.ts, docs/ledger.md "Failover"); 0 keeps none.
+   */
+  readonly resendSettlesMs: number;
 }
 
-export const STORE_FIELDS = ['redis_url', 'cluster_nodes', 'command_timeout_ms', 'debit_entries'] as const;
+export const STORE_FIELDS = ['redis_url', 'cluster_nodes', 'command_timeout_ms', 'debit_entries', 'resend_settles_ms'] as const;
 
 /** Compiles `store`; `env` has the SPEC §6 overrides, empty strings already dropped. */
 export function storeSection(v: unknown, env: NodeJS.ProcessEnv): StoreConfig {
@@ -37,5 +42,6 @@ export function storeSection(v: unknown, env: NodeJS.ProcessEnv): StoreConfig {
     clusterNodes,
     commandTimeoutMs: num(store.command_timeout_ms, 'store.command_timeout_ms', { fallback: 500, min: 10, max: MAX_TIMER_MS }),
     debitEntries: oneOf(str(store.debit_entries, 'store.debit_entries', 'compact'), DEBIT_LAYOUTS, 'store.debit_entries'),
+    resendSettlesMs: num(store.resend_settles_ms, 'store.resend_settles_ms', { fallback: 5_000, min: 0, max: 60_000 }),
   };
 }
