@@ -125,6 +125,10 @@ export function memoryExportStore(d: {
       if (!a) return [];
       return daysBetween(from, to).flatMap((d) => parseUsageHash(d, a.usage.get(d) ?? {}));
     },
+    async usageDayFields(acct, from, to) {
+      const usage = states.get(acct)?.usage;
+      return daysBetween(from, to).map((d) => Object.keys(usage?.get(d) ?? {}).length);
+    },
     async replaceUsage(acct, day, keyIds, cells: readonly UsageCell[]) {
       const a = state(acct);
       const replaced = new Set(keyIds);

@@ -115,6 +115,7 @@ export function redisExportStore(
           return hashes.flatMap((h, i) => parseUsageHash(days[i]!, h));
         })(),
       ),
+    usageDayFields: (acct, from, to) => guard(Promise.all(daysBetween(from, to).map((d) => redis.hlen(K.usageDay(acct, d))))),
     replaceUsage: (acct, day, keyIds, cells, retentionDays) =>
       guard(
         (async () => {

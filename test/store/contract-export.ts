@@ -102,6 +102,11 @@ export function exportCases(test: Case): void {
       cell('2026-11-22', 'key_test', 'm', 2),
     ]);
     t.same(await store.lastUsed(a), { key_live: '2026-11-22T10:05:00Z' });
+    t.same(
+      await store.usageDayFields(a, '2026-11-20', '2026-11-22'),
+      [0, 5, 10],
+      "each day's stored fields (five counters a cell here), 0 for a day without usage",
+    );
     await store.replaceUsage(a, '2026-11-22', ['key_live'], [cell('2026-11-22', 'key_live', 'other', 7)], 400);
     t.same(
       await store.usageCells(a, '2026-11-22', '2026-11-22'),
@@ -109,6 +114,7 @@ export function exportCases(test: Case): void {
       "the live key's cells replaced, the test key's kept",
     );
     t.same(await store.usageCells(uniqueAccount(), '2026-11-01', '2026-11-30'), [], 'an unknown account has none');
+    t.same(await store.usageDayFields(uniqueAccount(), '2026-11-01', '2026-11-03'), [0, 0, 0]);
   });
 
   test('usage: a flush is applied at most once per process and sequence number (SPEC §10)', async (t, { store }) => {
