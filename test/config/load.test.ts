@@ -305,6 +305,11 @@ t.test('limits.max_keys_per_account and shares.max_files are bounded: the key li
   t.equal(parseConfig(`shares: { max_files: 100 }\n${VALID}`, {}).shares.maxFiles, 100);
 });
 
+t.test('shares.max_per_account is bounded: the console lists shares from the whole per-account index', async (t) => {
+  namesField(t, `shares: { max_per_account: 1000000000 }\n${VALID}`, 'shares.max_per_account', {}, /must be <= 100000$/);
+  t.equal(parseConfig(`shares: { max_per_account: 100000 }\n${VALID}`, {}).shares.maxPerAccount, 100_000);
+});
+
 t.test('a bad environment override names the variable', async (t) => {
   for (const [name, value] of [
     ['PORT', 'abc'],
