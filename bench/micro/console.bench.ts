@@ -116,7 +116,10 @@ report.add(
         section: 'usage',
         body: usageBody({
           account: 'acme',
+          period: days,
           days,
+          omittedDays: 0,
+          maxFields: 50_000,
           rows: usageRows,
           keys,
           models: ['llama', 'mistral', 'qwen'],

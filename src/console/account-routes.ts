@@ -67,7 +67,24 @@ export interface AccountRouteDeps {
 const LEDGER_PAGE = 50;
 const CSV_BATCH = 1000;
 const SHARES_SHOWN = 200;
+/**
+ * The shares page reads titles from the snapshot objects (Redis holds no user content), newest live shares
+ * first, while their snapshot bytes (the record's size) add up to at most this many, SHARE_TITLE_READS at a
+ * time; the others show no title. Before, it read all 200 listed snapshots at once and parsed each: 100
+ * shares of 1 MB (a member publishes those within its quota) held the event loop ~0.8 s and took ~110 MB
+ * of heap per page load, /healthz waiting as long.
+ */
+export const SHARE_TITLE_BYTES = 4 * 1024 * 1024;
+const SHARE_TITLE_READS = 4;
 const USAGE_DAYS = 30;
+/**
+ * The usage page reads the newest of its days whose stored counters (HLEN, before any read) add up to at
+ * most this many, and says the older ones are left out: a member can grow an account's day hashes without
+ * bound (a test key created, used and deleted per request), and reading them all for each page load took
+ * Redis ~290 ms per HGETALL of a 500,000-field day (every tenant waits) and ~3 s of the gateway's time.
+ * 50,000 counters are at least 10,000 day × key × model rows.
+ */
+export const USAGE_PAGE_MAX_FIELDS = 50_000;
 /** The account list reads and shows at most this many accounts (the first by name), ACCOUNT_READS at a time. */
 const ACCOUNTS_SHOWN = 100;
 const ACCOUNT_READS = 16;
@@ -401,23 +418,39 @@ export function accountRoutes(d: AccountRouteDeps): Route[] {
     const key = str(q, 'key', ['query'], issues, { maxLength: 200 }) || undefined;
     const model = str(q, 'model', ['query'], issues, { maxLength: 200 }) || undefined;
     issues.done();
-    const days = lastDays(new Date(d.now()).toISOString().slice(0, 10), USAGE_DAYS);
-    const [rows, keys] = await Promise.all([d.usage.query(account, days[0]!, days.at(-1)!, ['day', 'key', 'model']), d.keys.list(account)]);
+    const period = lastDays(new Date(d.now()).toISOString().slice(0, 10), USAGE_DAYS);
+    const sizes = await d.store.usageDayFields(account, period[0]!, period.at(-1)!);
+    // The newest days whose counters fit USAGE_PAGE_MAX_FIELDS together; older ones are not read.
+    let first = period.length;
+    for (let total = 0; first > 0 && total + sizes[first - 1]! <= USAGE_PAGE_MAX_FIELDS;) total += sizes[--first]!;
+    const days = period.slice(first);
+    const [rows, keys] = await Promise.all([
+      days.length === 0 ? [] : d.usage.query(account, days[0]!, days.at(-1)!, ['day', 'key', 'model']),
+      d.keys.list(account),
+    ]);
     const models = [...new Set(rows.map((r) => r.model!))].sort();
     const shown = rows.filter((r) => (key === undefined || r.key_id === key) && (model === undefined || r.model === model));
-    show(ctx, viewer, 'Usage', 'usage', usageBody({ account, days, rows: shown, keys, models, key, model }), account);
+    const cut = { omittedDays: first, maxFields: USAGE_PAGE_MAX_FIELDS };
+    show(ctx, viewer, 'Usage', 'usage', usageBody({ account, period, days, rows: shown, keys, models, key, model, ...cut }), account);
   }
 
   async function sharesPage(ctx: RequestContext, viewer: Viewer, account: string) {
-    // Records hold no snapshot (SPEC §13): the titles come from the snapshot objects, read in parallel.
+    // Records hold no snapshot (SPEC §13): the titles come from the snapshot objects, within SHARE_TITLE_BYTES.
+    // A revoked share's snapshot was deleted at the revoke: nothing to read.
     const listed = await d.store.listShares(account, SHARES_SHOWN);
-    const shares = await Promise.all(
-      listed.map(async (r): Promise<ShareRecord> => {
-        const text = r.snapshot ?? (await d.shares.snapshotOf(r));
-        return text === null ? r : { ...r, snapshot: text };
-      }),
-    );
-    show(ctx, viewer, 'Shares', 'shares', sharesBody(account, shares, SHARES_SHOWN), account);
+    let budget = SHARE_TITLE_BYTES;
+    const unread = new Set<string>();
+    for (const r of listed) {
+      if (r.revoked_at !== null || r.snapshot !== undefined) continue;
+      if (r.bytes <= budget) budget -= r.bytes;
+      else unread.add(r.slug);
+    }
+    const shares = await mapLimit(listed, SHARE_TITLE_READS, async (r): Promise<ShareRecord> => {
+      if (r.revoked_at !== null || r.snapshot !== undefined || unread.has(r.slug)) return r;
+      const text = await d.shares.snapshotOf(r);
+      return text === null ? r : { ...r, snapshot: text };
+    });
+    show(ctx, viewer, 'Shares', 'shares', sharesBody(account, shares, SHARES_SHOWN, { unread, titleBytes: SHARE_TITLE_BYTES }), account);
   }
 
   async function revokeShare(ctx: RequestContext, _viewer: Viewer, account: string) {

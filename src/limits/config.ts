@@ -43,6 +43,14 @@ export const LIMITS_FIELDS = [
   'max_keys_per_account',
 ] as const;
 
+/**
+ * limits.max_keys_per_account's bound. The admin API's key list and the console's keys page read and
+ * answer every key of the account at once (two store reads per key): at 10,000 keys one page was 19.7 MB
+ * of HTML and held the event loop 224 ms (the JSON list 2.8 MB, 125 ms), on real Redis; at 1,000, 2 MB
+ * and ~20 ms. A member can create keys up to the cap, so its bound is the bound of those reads.
+ */
+export const MAX_KEYS_PER_ACCOUNT = 1_000;
+
 export const RATE_LIMITS_FIELDS = ['window_seconds', 'test', 'live', 'test_account'] as const;
 
 /** Compiles `limits`. */
@@ -58,7 +66,12 @@ export function limitsSection(v: unknown): LimitsConfig {
       integer: true,
     }),
     maxConcurrentPerKey: num(limits.max_concurrent_per_key, 'limits.max_concurrent_per_key', { fallback: 64, min: 1, integer: true }),
-    maxKeysPerAccount: num(limits.max_keys_per_account, 'limits.max_keys_per_account', { fallback: 100, min: 1, integer: true }),
+    maxKeysPerAccount: num(limits.max_keys_per_account, 'limits.max_keys_per_account', {
+      fallback: 100,
+      min: 1,
+      max: MAX_KEYS_PER_ACCOUNT,
+      integer: true,
+    }),
     maxConcurrentPerAccount: num(limits.max_concurrent_per_account, 'limits.max_concurrent_per_account', {
       fallback: 256,
       min: 1,

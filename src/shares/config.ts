@@ -49,6 +49,22 @@ export const SHARES_FIELDS = [
   'max_revoked_per_account',
 ] as const;
 
+/**
+ * shares.max_files' bound. Every uncached read of a share signs a GET URL per file (~40 µs each on the
+ * event loop, more on a loaded box), the create signs a PUT per file, and a share body may carry 4 KiB
+ * per file (share-body.ts): 100 files keep a read's signing to a few ms and the body bound at the
+ * snapshot + 464 KiB. Unbounded, 10^9 was accepted and made the body bound ~4 TB.
+ */
+export const MAX_FILES = 100;
+
+/**
+ * shares.max_per_account's bound. The console's shares page reads the account's whole share index (one
+ * field per live share, sorted by creation to list the newest 200): on real Redis 10,000 live shares held
+ * the event loop ~40 ms per page load, 100,000 ~280 ms (and Redis ~25–50 ms per HGETALL). A member
+ * publishes up to the quota, so its bound is the bound of that read.
+ */
+export const MAX_SHARES_PER_ACCOUNT = 100_000;
+
 /** Share file types a browser may render inline from the S3 origin: raster images only, never HTML or SVG. */
 const DEFAULT_INLINE_TYPES = ['image/png', 'image/jpeg', 'image/gif', 'image/webp'];
 
@@ -59,10 +75,15 @@ export function sharesSection(v: unknown, env: NodeJS.ProcessEnv): SharesConfig 
   return {
     urlTtlSeconds: num(shares.url_ttl_seconds, 'shares.url_ttl_seconds', { fallback: 900, min: 2, max: 604_800, integer: true }),
     maxSnapshotBytes: num(shares.max_snapshot_bytes, 'shares.max_snapshot_bytes', { fallback: 1024 * 1024, min: 1024, integer: true }),
-    maxFiles: num(shares.max_files, 'shares.max_files', { fallback: 20, min: 0, integer: true }),
+    maxFiles: num(shares.max_files, 'shares.max_files', { fallback: 20, min: 0, max: MAX_FILES, integer: true }),
     cacheTtlMs: num(shares.cache_ttl_ms, 'shares.cache_ttl_ms', { fallback: 10_000, min: 1, max: 60_000 }),
     negativeTtlMs: num(shares.negative_ttl_ms, 'shares.negative_ttl_ms', { fallback: 2_000, min: 1, max: 60_000 }),
-    maxPerAccount: num(shares.max_per_account, 'shares.max_per_account', { fallback: 10_000, min: 1, integer: true }),
+    maxPerAccount: num(shares.max_per_account, 'shares.max_per_account', {
+      fallback: 10_000,
+      min: 1,
+      max: MAX_SHARES_PER_ACCOUNT,
+      integer: true,
+    }),
     maxBytesPerAccount: num(shares.max_bytes_per_account, 'shares.max_bytes_per_account', {
       fallback: 1024 ** 3,
       min: 1024,

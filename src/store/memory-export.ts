@@ -26,7 +26,9 @@ export function memoryExportStore(d: {
   now: () => number;
   ledgers: () => Iterable<[string, LedgerEntry[]]>;
   ledgerOf: (acct: string) => LedgerEntry[] | undefined;
-}): ExportStore & { indexAccount(acct: string): void } {
+  /** Whether the account still holds the key: a last use is written only then (as last-used.lua). */
+  holdsKey: (acct: string, keyId: string) => boolean;
+}): ExportStore & { indexAccount(acct: string): void; forgetKey(acct: string, keyId: string): void } {
   const { now } = d;
   const ledgerIndex = new Set<string>();
   const states = new Map<string, ExportState>();
@@ -38,6 +40,9 @@ export function memoryExportStore(d: {
   return {
     indexAccount(acct) {
       ledgerIndex.add(acct);
+    },
+    forgetKey(acct, keyId) {
+      if (states.has(acct)) delete state(acct).used[keyId];
     },
     async indexLedgerAccounts(list) {
       for (const acct of list) ledgerIndex.add(acct);
@@ -117,13 +122,17 @@ export function memoryExportStore(d: {
         for (const [k, n] of counters) add(h, usageField(c.key_id, c.model, k), n);
       }
       if (mark) for (const h of marked) h[mark] = String(f.flushId!.seq);
-      for (const u of f.lastUsed) state(u.account).used[u.key_id] = u.at;
+      for (const u of f.lastUsed) if (d.holdsKey(u.account, u.key_id)) state(u.account).used[u.key_id] = u.at;
       for (const acct of f.ledgerAccounts) ledgerIndex.add(acct);
     },
     async usageCells(acct, from, to) {
       const a = states.get(acct);
       if (!a) return [];
       return daysBetween(from, to).flatMap((d) => parseUsageHash(d, a.usage.get(d) ?? {}));
+    },
+    async usageDayFields(acct, from, to) {
+      const usage = states.get(acct)?.usage;
+      return daysBetween(from, to).map((d) => Object.keys(usage?.get(d) ?? {}).length);
     },
     async replaceUsage(acct, day, keyIds, cells: readonly UsageCell[]) {
       const a = state(acct);

@@ -123,6 +123,7 @@ export function createMemoryStore(now: () => number = Date.now, opts: MemoryStor
     now,
     ledgers: () => [...accounts].map(([id, a]) => [id, a.ledger] as [string, LedgerEntry[]]),
     ledgerOf: (acct) => accounts.get(acct)?.ledger,
+    holdsKey: (acct, keyId) => keyIdsByAccount.get(acct)?.has(keyId) ?? false,
   });
   let lastMs = 0;
   let seq = 0;
@@ -222,6 +223,7 @@ export function createMemoryStore(now: () => number = Date.now, opts: MemoryStor
       hashById.delete(id);
       keyIdsByAccount.get(r.account)?.delete(id); // its slot under limits.max_keys_per_account is free again
       budgets.delete(`${r.account}|${id}|t`);
+      exported.forgetKey(r.account, id); // its last use: every key list reads the account's whole map
       return { record: clone(r), hash };
     },
     async keySpend(acct, keyId, period, nowMs) {

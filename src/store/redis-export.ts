@@ -26,12 +26,14 @@ function usageHashFields(cells: readonly UsageCell[]): Record<string, string> {
 
 /**
  * `ledgerExport` is the registered ledger-export.lua (lease, commit, trim, release in one script);
- * `usageFlush` usage-flush.lua (one account × day of a flush, applied at most once).
+ * `usageFlush` usage-flush.lua (one account × day of a flush, applied at most once); `lastUsed`
+ * last-used.lua (a key's last use, written only while its account holds the key).
  */
 export function redisExportStore(
   redis: Redis | Cluster,
   ledgerExport: (...args: (string | number)[]) => Promise<unknown>,
   usageFlush: (...args: (string | number)[]) => Promise<unknown>,
+  lastUsed: (...args: (string | number)[]) => Promise<unknown>,
 ): ExportStore {
   const cluster = redis instanceof Cluster;
   const s = { tgLedgerExport: ledgerExport };
@@ -86,7 +88,8 @@ export function redisExportStore(
         (async () => {
           // Every command is issued in this one turn: ioredis' autopipelining sends them as one pipeline
           // per node. One script per account × day (one key: any slot layout works, NOTES §1), applied at
-          // most once per flush id (usage-flush.lua); last-use and the index are idempotent writes.
+          // most once per flush id (usage-flush.lua); last-use (last-used.lua: only for keys still held,
+          // two keys of the account's slot) and the index are idempotent writes.
           const sent: Promise<unknown>[] = [];
           const days = new Map<string, { day: string; args: (string | number)[] }>();
           for (const c of f.cells) {
@@ -102,7 +105,7 @@ export function redisExportStore(
           for (const [key, d] of days) {
             sent.push(usageFlush(key, f.flushId?.process ?? '', f.flushId?.seq ?? 0, dayEndsAtSeconds(d.day, f.retentionDays), ...d.args));
           }
-          for (const u of f.lastUsed) sent.push(redis.hset(K.keysUsed(u.account), u.key_id, u.at));
+          for (const u of f.lastUsed) sent.push(lastUsed(K.accountKeys(u.account), K.keysUsed(u.account), u.key_id, u.at));
           if (f.ledgerAccounts.length > 0) sent.push(redis.sadd(K.LEDGER_ACCOUNTS, ...f.ledgerAccounts));
           await Promise.all(sent);
         })(),
@@ -115,6 +118,7 @@ export function redisExportStore(
           return hashes.flatMap((h, i) => parseUsageHash(days[i]!, h));
         })(),
       ),
+    usageDayFields: (acct, from, to) => guard(Promise.all(daysBetween(from, to).map((d) => redis.hlen(K.usageDay(acct, d))))),
     replaceUsage: (acct, day, keyIds, cells, retentionDays) =>
       guard(
         (async () => {

@@ -68,6 +68,7 @@ const SCRIPTS = {
   tgLedgerExport: ['ledger-export', 3],
   tgAddKey: ['add-key', 1],
   tgUsageFlush: ['usage-flush', 1],
+  tgLastUsed: ['last-used', 2],
 } as const;
 
 export interface RedisStoreOptions {
@@ -456,6 +457,8 @@ export async function createRedisStore(o: RedisStoreOptions & { client?: Client 
             redis.del(K.keyRecord(hash)),
             redis.del(K.keyIdIndex(id)),
             redis.srem(K.accountKeys(record.account), id),
+            // Its last use too: that hash has no expiry and every key list reads it whole (last-used.lua).
+            redis.hdel(K.keysUsed(record.account), id),
             redis.del(lifetime),
             redis.hset(lifetime, 's', 0),
             redis.expire(lifetime, o.settledTtlSeconds),
@@ -514,7 +517,7 @@ export async function createRedisStore(o: RedisStoreOptions & { client?: Client 
       }
     },
     ...redisConsoleStore(redis),
-    ...redisExportStore(redis, s.tgLedgerExport, s.tgUsageFlush),
+    ...redisExportStore(redis, s.tgLedgerExport, s.tgUsageFlush, s.tgLastUsed),
     onPossibleLoss(listener) {
       lossListeners.push(listener);
     },

@@ -516,6 +516,11 @@ export interface Store {
   /** The stored cells of an account for the days `from`..`to` (YYYY-MM-DD, inclusive). */
   usageCells(account: string, from: string, to: string): Promise<UsageCell[]>;
   /**
+   * The stored fields of each day `from`..`to` (HLEN: O(1) a day, whatever the day holds), an upper
+   * bound on its cells (a cell is 1–5 fields): what a bounded reader checks before `usageCells`.
+   */
+  usageDayFields(account: string, from: string, to: string): Promise<number[]>;
+  /**
    * Replaces the cells of `day` for the given keys with `cells` (a rebuild from the ledger); cells of
    * other keys (test keys, which write no ledger) stay.
    */
@@ -553,6 +558,7 @@ export type ExportStore = Pick<
   | 'trimLedger'
   | 'flushUsage'
   | 'usageCells'
+  | 'usageDayFields'
   | 'replaceUsage'
   | 'lastUsed'
 >;

@@ -296,6 +296,20 @@ t.test('auth.cache_max is bounded: lru-cache reserves its slots at boot', async 
   t.equal(parseConfig(`auth: { cache_max: 10000000 }\n${VALID}`, {}).auth.cacheMax, 10_000_000);
 });
 
+t.test('limits.max_keys_per_account and shares.max_files are bounded: the key list and the share body grow with them', async (t) => {
+  namesField(t, `limits: { max_keys_per_account: 1000000000 }\n${VALID}`, 'limits.max_keys_per_account', {}, /must be <= 1000$/);
+  namesField(t, `limits: { max_keys_per_account: 1001 }\n${VALID}`, 'limits.max_keys_per_account', {}, /must be <= 1000$/);
+  t.equal(parseConfig(`limits: { max_keys_per_account: 1000 }\n${VALID}`, {}).limits.maxKeysPerAccount, 1000);
+  namesField(t, `shares: { max_files: 1000000000 }\n${VALID}`, 'shares.max_files', {}, /must be <= 100$/);
+  namesField(t, `shares: { max_files: 101 }\n${VALID}`, 'shares.max_files', {}, /must be <= 100$/);
+  t.equal(parseConfig(`shares: { max_files: 100 }\n${VALID}`, {}).shares.maxFiles, 100);
+});
+
+t.test('shares.max_per_account is bounded: the console lists shares from the whole per-account index', async (t) => {
+  namesField(t, `shares: { max_per_account: 1000000000 }\n${VALID}`, 'shares.max_per_account', {}, /must be <= 100000$/);
+  t.equal(parseConfig(`shares: { max_per_account: 100000 }\n${VALID}`, {}).shares.maxPerAccount, 100_000);
+});
+
 t.test('a bad environment override names the variable', async (t) => {
   for (const [name, value] of [
     ['PORT', 'abc'],

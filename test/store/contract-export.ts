@@ -8,6 +8,23 @@ type Case = (name: string, fn: (t: Test, h: Harness) => Promise<void>) => void;
 
 const FAR_FUTURE = '99999999999999-0';
 
+/** A key record of `account` with id `id`, held by the store (a last use is recorded only for held keys). */
+async function holdKey(store: Harness['store'], account: string, id: string): Promise<void> {
+  await store.createKey(`hash-${account}-${id}`, {
+    id,
+    account,
+    env: 'test',
+    name: 'k',
+    active: true,
+    scopes: ['chat'],
+    models: [],
+    rate_limits: null,
+    created_at: TS,
+    last4: 'abcd',
+    version: 1,
+  });
+}
+
 function cell(day: string, key_id: string, model: string, n: number): UsageCell {
   return { day, key_id, model, requests: n, prompt_tokens: 10 * n, completion_tokens: 100 * n, cost_micros: 1000 * n, cached_tokens: n };
 }
@@ -83,6 +100,7 @@ export function exportCases(test: Case): void {
 
   test('usage: flushes add up per day × key × model; rebuild replaces only the keys named', async (t, { store }) => {
     const a = uniqueAccount();
+    await holdKey(store, a, 'key_live');
     const flush = (cells: UsageCell[]) =>
       store.flushUsage({
         cells: cells.map((c) => ({ ...c, account: a })),
@@ -102,6 +120,11 @@ export function exportCases(test: Case): void {
       cell('2026-11-22', 'key_test', 'm', 2),
     ]);
     t.same(await store.lastUsed(a), { key_live: '2026-11-22T10:05:00Z' });
+    t.same(
+      await store.usageDayFields(a, '2026-11-20', '2026-11-22'),
+      [0, 5, 10],
+      "each day's stored fields (five counters a cell here), 0 for a day without usage",
+    );
     await store.replaceUsage(a, '2026-11-22', ['key_live'], [cell('2026-11-22', 'key_live', 'other', 7)], 400);
     t.same(
       await store.usageCells(a, '2026-11-22', '2026-11-22'),
@@ -109,6 +132,27 @@ export function exportCases(test: Case): void {
       "the live key's cells replaced, the test key's kept",
     );
     t.same(await store.usageCells(uniqueAccount(), '2026-11-01', '2026-11-30'), [], 'an unknown account has none');
+    t.same(await store.usageDayFields(uniqueAccount(), '2026-11-01', '2026-11-03'), [0, 0, 0]);
+  });
+
+  test("usage: a key's last use is kept only while its account holds the key", async (t, { store }) => {
+    const a = uniqueAccount();
+    await holdKey(store, a, 'key_kept');
+    await holdKey(store, a, 'key_gone');
+    const flush = (key_id: string, at: string) =>
+      store.flushUsage({ cells: [], lastUsed: [{ account: a, key_id, at }], ledgerAccounts: [], retentionDays: 400 });
+    await flush('key_kept', '2026-11-22T10:05:00Z');
+    await flush('key_gone', '2026-11-22T10:06:00Z');
+    t.same(await store.lastUsed(a), { key_kept: '2026-11-22T10:05:00Z', key_gone: '2026-11-22T10:06:00Z' });
+    t.ok(await store.deleteKey('key_gone'));
+    t.same(await store.lastUsed(a), { key_kept: '2026-11-22T10:05:00Z' }, 'a delete takes its last use along');
+    await flush('key_gone', '2026-11-22T10:07:00Z');
+    await flush('key_never', '2026-11-22T10:07:00Z');
+    t.same(
+      await store.lastUsed(a),
+      { key_kept: '2026-11-22T10:05:00Z' },
+      'a flush landing after the delete, or for a key never held, writes nothing',
+    );
   });
 
   test('usage: a flush is applied at most once per process and sequence number (SPEC §10)', async (t, { store }) => {

@@ -37,6 +37,24 @@ function flaky(): { store: Store; calls: UsageFlush[]; setDown(v: boolean): void
   return { store, calls, setDown: (v) => (down = v) };
 }
 
+/** Makes acme hold key_a and key_t: a last use is recorded only for a key its account holds. */
+async function holdKeys(store: Store): Promise<void> {
+  for (const id of ['key_a', 'key_t'])
+    await store.createKey(`hash-${id}`, {
+      id,
+      account: 'acme',
+      env: 'live',
+      name: id,
+      active: true,
+      scopes: ['chat'],
+      models: [],
+      rate_limits: null,
+      created_at: '2026-11-25T00:00:00.000Z',
+      last4: 'abcd',
+      version: 1,
+    });
+}
+
 function capture() {
   const lines: Record<string, unknown>[] = [];
   const logger = createLogger('warn', new Writable({ write: (c, _e, cb) => void (lines.push(JSON.parse(String(c))), cb()) }));
@@ -45,6 +63,7 @@ function capture() {
 
 t.test('records add up per cell; one flush writes them; last_used_at is the minute', async (t) => {
   const { store, calls } = flaky();
+  await holdKeys(store);
   const usage = createUsage({ store, logger: capture().logger, retentionDays: 400, flushIntervalMs: 1000 });
   usage.record(rec({ cachedTokens: 6 }));
   usage.record(rec({ promptTokens: 1, completionTokens: 2, costMicros: 3, cachedTokens: 1 }));
@@ -161,6 +180,7 @@ t.test('a flush the store applied but whose answer was lost: its retry changes n
 
 t.test('requests counts requests served: one that billed no token is none', async (t) => {
   const { store } = flaky();
+  await holdKeys(store);
   const usage = createUsage({ store, logger: capture().logger, retentionDays: 400, flushIntervalMs: 1000 });
   usage.record(rec());
   usage.record(rec({ promptTokens: 0, completionTokens: 0, costMicros: 0 }));

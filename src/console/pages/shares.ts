@@ -14,11 +14,12 @@ export function shareTitle(r: ShareRecord): string {
   }
 }
 
-export function shareRow(account: string, r: ShareRecord): Html {
+/** `unreadTitle`: the page did not read this share's snapshot for its title (sharesBody's byte budget). */
+export function shareRow(account: string, r: ShareRecord, unreadTitle = false): Html {
   const action = accountPath(account, `/shares/${encodeURIComponent(r.slug)}/revoke`);
   return html`<tr id="share-${r.slug}" class="${r.revoked_at ? 'off' : ''}">
     <td class="mono">${r.revoked_at ? r.slug : html`<a href="/v1/shares/${r.slug}">${r.slug}</a>`}</td>
-    <td>${shareTitle(r) || html`<span class="sub">untitled</span>`}</td>
+    <td>${unreadTitle ? html`<span class="sub">title not read</span>` : shareTitle(r) || html`<span class="sub">untitled</span>`}</td>
     <td class="hide-sm">${when(r.created_at)}</td>
     <td class="hide-sm num">${shareFileCount(r)}</td>
     <td><span class="badge ${r.revoked_at ? 'revoked' : 'active'}">${r.revoked_at ? 'revoked' : 'live'}</span></td>
@@ -41,7 +42,13 @@ export function shareRow(account: string, r: ShareRecord): Html {
   </tr>`;
 }
 
-export function sharesBody(account: string, shares: readonly ShareRecord[], limit: number): Html {
+/** `titles.unread`: shares whose snapshots were left unread, past `titles.titleBytes` of snapshots read for titles. */
+export function sharesBody(
+  account: string,
+  shares: readonly ShareRecord[],
+  limit: number,
+  titles: { unread: ReadonlySet<string>; titleBytes: number } = { unread: new Set(), titleBytes: 0 },
+): Html {
   return html`<div class="head">
       <div>
         <h1>Shares</h1>
@@ -66,10 +73,20 @@ export function sharesBody(account: string, shares: readonly ShareRecord[], limi
               ? html`<tr>
                   <td colspan="6" class="empty">No shares yet.</td>
                 </tr>`
-              : shares.map((r) => shareRow(account, r))
+              : shares.map((r) => shareRow(account, r, titles.unread.has(r.slug)))
           }
         </tbody>
       </table>
+      ${
+        titles.unread.size > 0
+          ? html`<div class="pager" id="titles-unread">
+              <span class="sub"
+                >Titles are read from the snapshots, newest first, up to ${titles.titleBytes / 1024 / 1024} MiB of them per page:
+                ${titles.unread.size} ${titles.unread.size === 1 ? 'share shows' : 'shares show'} no title.</span
+              >
+            </div>`
+          : ''
+      }
       ${shares.length === limit ? html`<div class="pager"><span class="sub">The newest ${limit} shares are shown.</span></div>` : ''}
     </section>`;
 }

@@ -11,10 +11,18 @@ import { accountPath } from '../layout.ts';
 import { credits, keyLabel } from './credit.ts';
 import { barChart, compact } from './usage-chart.ts';
 
+/** The table shows at most this many rows (the newest); the charts and totals sum every row read. */
+export const USAGE_TABLE_ROWS = 1000;
+
 export interface UsageView {
   account: string;
-  /** The days shown, oldest first (the last 30, today included). */
+  /** The page's period, oldest first (the last 30 days, today included). */
+  period: readonly string[];
+  /** The newest days of the period that were read and are charted, oldest first. */
   days: readonly string[];
+  /** Older days of the period left unread: their counters and the newer days' passed `maxFields`. */
+  omittedDays: number;
+  maxFields: number;
   /** Rows grouped by day, key and model, already filtered. */
   rows: readonly UsageRow[];
   /** What the filters can choose from: the account's keys, and the models used in the period. */
@@ -65,21 +73,41 @@ export function usageBody(v: UsageView): Html {
   const sum = (a: number[]) => a.reduce((s, x) => s + x, 0);
   const names = new Map(v.keys.map((k) => [k.id, k]));
   const filtered = v.key !== undefined || v.model !== undefined;
+  const counters = v.maxFields.toLocaleString('en-US');
+  const emptyWhen = v.omittedDays > 0 ? `from ${v.days[0]} to ${v.days.at(-1)}` : 'in the last 30 days';
+  const partial =
+    v.omittedDays > 0 && v.days.length > 0
+      ? html`<p class="sub" id="usage-partial">
+          Only ${v.days[0]} to ${v.days.at(-1)} are shown: with the ${v.omittedDays} older days, this account's usage holds more than
+          ${counters} counters (one per day, key, model and figure), more than this page reads at once. The operator can read any range
+          (<code>tollgate usage show</code>).
+        </p>`
+      : '';
 
   const head = html`<div class="head">
       <div>
         <h1>Usage</h1>
         <p class="sub">
-          Requests, tokens and cost of account <strong>${v.account}</strong> per UTC day, ${v.days[0]} to ${v.days.at(-1)}. Figures may lag
-          the ledger by a few seconds; the ledger is the record.
+          Requests, tokens and cost of account <strong>${v.account}</strong> per UTC day, ${v.period[0]} to ${v.period.at(-1)}. Figures may
+          lag the ledger by a few seconds; the ledger is the record.
         </p>
+        ${partial}
       </div>
     </div>
     ${filters(v)}`;
+  if (v.days.length === 0)
+    return html`${head}
+      <section class="panel" id="usage-too-large">
+        <h2>Too much usage to show here</h2>
+        <p class="sub">
+          Today's usage alone holds more than ${counters} counters (one per key, model and figure), more than this page reads at once. The
+          operator can read it (<code>tollgate usage show --group-by key</code> or <code>--group-by model</code>).
+        </p>
+      </section>`;
   if (v.rows.length === 0)
     return html`${head}
       <section class="panel" id="usage-empty">
-        <h2>No usage ${filtered ? 'for this filter ' : ''}in the last 30 days</h2>
+        <h2>No usage ${filtered ? 'for this filter ' : ''}${emptyWhen}</h2>
         <p class="sub">Requests made with this account's keys appear here within a few seconds.</p>
       </section>`;
 
@@ -114,6 +142,14 @@ export function usageBody(v: UsageView): Html {
     </section>
     <section class="panel flush">
       <h2>Per day, key and model</h2>
+      ${
+        v.rows.length > USAGE_TABLE_ROWS
+          ? html`<p class="sub" id="usage-table-cut">
+              The newest ${USAGE_TABLE_ROWS} of ${v.rows.length} rows are listed; the totals and charts count them all. Filter by key or
+              model to list others.
+            </p>`
+          : ''
+      }
       <table id="usage-rows" class="kv">
         <thead>
           <tr>
@@ -133,19 +169,22 @@ export function usageBody(v: UsageView): Html {
           </tr>
         </thead>
         <tbody>
-          ${[...v.rows].reverse().map(
-            (r) =>
-              html`<tr data-day="${r.day}" data-key-id="${r.key_id}" data-model="${r.model}">
-                <td class="when">${r.day}</td>
-                <td class="key">${keyLabel(r.key_id!, names)}</td>
-                <td class="model">${r.model}</td>
-                <td class="num" data-label="Requests">${r.requests}</td>
-                <td class="num" data-label="In">${r.prompt_tokens}</td>
-                <td class="num cached" data-label="Cached">${r.cached_tokens}</td>
-                <td class="num" data-label="Out">${r.completion_tokens}</td>
-                <td class="num credits" data-label="Credits">${credits(r.cost_micros)}</td>
-              </tr>`,
-          )}
+          ${v.rows
+            .slice(-USAGE_TABLE_ROWS)
+            .reverse()
+            .map(
+              (r) =>
+                html`<tr data-day="${r.day}" data-key-id="${r.key_id}" data-model="${r.model}">
+                  <td class="when">${r.day}</td>
+                  <td class="key">${keyLabel(r.key_id!, names)}</td>
+                  <td class="model">${r.model}</td>
+                  <td class="num" data-label="Requests">${r.requests}</td>
+                  <td class="num" data-label="In">${r.prompt_tokens}</td>
+                  <td class="num cached" data-label="Cached">${r.cached_tokens}</td>
+                  <td class="num" data-label="Out">${r.completion_tokens}</td>
+                  <td class="num credits" data-label="Credits">${credits(r.cost_micros)}</td>
+                </tr>`,
+            )}
         </tbody>
       </table>
     </section>`;
