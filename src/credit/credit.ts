@@ -176,7 +176,9 @@ export function createCredit(d: CreditDeps): Credit {
       );
     }
   }
-  if (resendWindowMs > 0) d.store.onPossibleLoss?.(resendLanded);
+  // Only a store that can report a loss has settles kept for it (not the embedded store).
+  const resending = resendWindowMs > 0 && d.store.onPossibleLoss !== undefined;
+  if (resending) d.store.onPossibleLoss!(resendLanded);
   /** Counts `p` as pending (drain waits for it) until it settles. */
   function track<T>(p: Promise<T>): Promise<T> {
     inFlight.add(p);
@@ -244,7 +246,7 @@ export function createCredit(d: CreditDeps): Credit {
       try {
         o.sending = true;
         const r = await d.store.settle(input);
-        if (resendWindowMs > 0) remember(input);
+        if (resending) remember(input);
         if (attempt > 1) d.logger.warn({ request_id: input.requestId, attempts: attempt }, 'settle landed after retries');
         if (r.replayed && r.entry_id === '') {
           d.logger.error(
