@@ -179,6 +179,8 @@ export function createGateway(d: GatewayDeps): Gateway {
     onFlushFailed: () => metrics.usageFlushFailures.inc(),
     // What cannot be flushed at exit goes beside the settles it was billed with (SPEC §10, §14).
     spoolDir: config.server.spoolDir,
+    // Flushes a failed-over master acknowledged are sent again, as the settles are (docs/ledger.md "Failover").
+    resendWindowMs: config.store.resendSettlesMs,
   });
   const ex = config.ledger.export;
   const ledgerSink = d.ledgerSink ?? (ex.enabled ? createS3Sink(ex.s3) : undefined);

@@ -17,6 +17,12 @@
  * since — is written to the usage spool (`spool.ts`) with the flush ids it had or would have had, and applied
  * at the next start exactly once. Without a spool directory, or when the write fails, an error line names the
  * accounts and days lost and the `tollgate usage rebuild` commands that restore them.
+ *
+ * Failover (docs/ledger.md "Failover"): a flush a Redis master acknowledged may be missing from the replica
+ * promoted for it. The flushes that landed in the last `resendWindowMs` are kept, and when the store reports
+ * a possible loss, new flushes wait until it is known; if they may be lost, those flushes are sent again,
+ * oldest first and before anything newer (a newer mark would shut an older flush out), each changing
+ * nothing where it had survived.
  */
 import { randomBytes } from 'node:crypto';
 import type { Logger } from '../obs/logger.ts';
@@ -87,6 +93,8 @@ export interface UsageDeps {
   onFlushFailed?: () => void;
   /** Where stop() writes the flushes that could not land (`server.spool_dir`); absent: an error line only. */
   spoolDir?: string;
+  /** How long a landed flush is kept to be sent again after a possible loss (`store.resend_settles_ms`); 0: none. */
+  resendWindowMs?: number;
 }
 
 type Cell = UsageCell & { account: string };
@@ -142,6 +150,42 @@ export function createUsage(d: UsageDeps): Usage {
   let lateRecords = 0;
   let timer: NodeJS.Timeout | undefined;
   let flushing: Promise<void> | undefined;
+  /** Flushes that landed in the last resendWindowMs (at most one per flush interval), oldest first. */
+  const resendWindowMs = d.resendWindowMs ?? 0;
+  let landed: { at: number; batch: UsageFlush }[] = [];
+  /** A loss the store reported and has not resolved yet: no flush goes until it has. */
+  let lossPending: Promise<boolean> | undefined;
+  /** Flushes to send again (a loss resolved as real), oldest first, before the retry and anything new. */
+  let resends: UsageFlush[] = [];
+  /** Flushes taken at a reported loss not resolved yet: what stop() spools with the rest if it never is. */
+  let awaitingLoss: UsageFlush[] = [];
+  const remember = (batch: UsageFlush) => {
+    if (resendWindowMs <= 0 || !d.store.onPossibleLoss) return;
+    const now = Date.now();
+    landed = landed.filter((l) => l.at >= now - resendWindowMs);
+    landed.push({ at: now, batch });
+  };
+  if (resendWindowMs > 0)
+    d.store.onPossibleLoss?.((lost) => {
+      const from = Date.now() - resendWindowMs;
+      const taken = landed.filter((l) => l.at >= from).map((l) => l.batch);
+      landed = [];
+      awaitingLoss = [...awaitingLoss, ...taken];
+      const pending = (lossPending = lost.then(
+        (l) => {
+          awaitingLoss = awaitingLoss.filter((b) => !taken.includes(b));
+          if (l && taken.length > 0) {
+            resends = [...resends, ...taken].sort((a, b) => a.flushId!.seq - b.flushId!.seq);
+            d.logger.warn({ flushes: taken.length }, 'usage flushes that landed just before a possible loss are sent again');
+          }
+          return l;
+        },
+        () => true,
+      ));
+      void pending.finally(() => {
+        if (lossPending === pending) lossPending = undefined;
+      });
+    });
   // The UTC day and minute of the last record, reused within that minute: formatting a date per
   // request was most of record()'s cost (bench/micro/usage-record.bench.ts, bench/results/micro.md).
   let minuteStart = -1;
@@ -180,12 +224,30 @@ export function createUsage(d: UsageDeps): Usage {
   }
 
   async function flushNow(): Promise<void> {
+    // A reported loss not known yet: a flush landing now could carry a mark that shuts out the resends.
+    if (lossPending) return;
+    while (resends.length > 0) {
+      const again = resends[0]!;
+      try {
+        sending = again;
+        await d.store.flushUsage(again);
+        resends.shift();
+        remember(again);
+      } catch (err) {
+        d.onFlushFailed?.();
+        d.logger.warn({ err: (err as Error).message, cells: again.cells.length }, 'usage flush sent again after a loss failed; retried');
+        return;
+      } finally {
+        sending = undefined;
+      }
+    }
     const pending = retry;
     if (pending) {
       try {
         sending = pending.batch;
         await d.store.flushUsage(pending.batch);
         retry = undefined;
+        remember(pending.batch);
       } catch (err) {
         d.onFlushFailed?.();
         if (Date.now() - pending.since > RETRY_FOR_MS) {
@@ -210,6 +272,7 @@ export function createUsage(d: UsageDeps): Usage {
     try {
       sending = batch;
       await d.store.flushUsage(batch);
+      remember(batch);
     } catch (err) {
       // Redis may have applied it before the failure reached us: retried whole, with its id (at most once).
       retry = { batch, since: Date.now() };
@@ -262,7 +325,9 @@ export function createUsage(d: UsageDeps): Usage {
    * yet: its spooled copy then changes nothing), then what was recorded since, as the next flush.
    */
   function unlanded(): UsageFlush[] {
-    const owed = new Set<UsageFlush>();
+    const owed = new Set<UsageFlush>([...resends, ...awaitingLoss]);
+    resends = [];
+    awaitingLoss = [];
     if (retry) owed.add(retry.batch);
     if (sending) owed.add(sending);
     if (cells.length > 0 || lastUsed.size > 0 || ledgerAccounts.size > 0) owed.add(take());

@@ -65,6 +65,13 @@ if (cluster) {
       10_000,
       'every served request debited on the master',
     );
+    // The usage flush of those requests lands on the master too (and is lost with it).
+    const day = new Date().toISOString().slice(0, 10);
+    const requests = async () => {
+      const r = await gw.admin(`/admin/accounts/${acct}/usage?from=${day}&to=${day}&group_by=day`);
+      return (r.body as { rows: { requests: number }[] } | undefined)?.rows?.[0]?.requests ?? 0;
+    };
+    await waitFor(async () => (await requests()) === served.length, 10_000, 'the usage flush on the master', 50);
     const onMaster = await cluster.cli(master, 'info', 'replication');
     t.ok(Number(/master_repl_offset:(\d+)/.exec(onMaster)![1]) > offset, 'the master acknowledged writes its replica does not have');
 
@@ -92,5 +99,8 @@ if (cluster) {
     t.same([...debits].sort(), [...served].sort(), 'each served request debited exactly once');
     t.equal(balance, sum, 'balance = Σ ledger');
     t.equal(held, 0, 'no hold left');
+    // The usage aggregates agree with the ledger (SPEC §10): the flush the dead master took is sent again too.
+    await waitFor(async () => (await requests()) >= served.length, 10_000, 'the usage aggregates', 200);
+    t.equal(await requests(), served.length, 'usage counts each served request once');
   });
 }

@@ -15,6 +15,7 @@ import t from 'tap';
 import { Redis } from 'ioredis';
 import { createCredit } from '../../src/credit/credit.ts';
 import { createLogger } from '../../src/obs/logger.ts';
+import { createUsage } from '../../src/usage/usage.ts';
 import { createRedisStore } from '../../src/store/redis-store.ts';
 import type { SettleInput } from '../../src/store/types.ts';
 import { freePort } from '../helpers/ports.ts';
@@ -87,6 +88,10 @@ if (requireRedis(t, process.env, true))
         const settle = store.settle.bind(store);
         store.settle = (i) => (sent.push(i), settle(i));
         const credit = createCredit({ store, logger: quiet, resendWindowMs: windowMs });
+        // The usage aggregates of the same requests, flushed after the settles: lost and sent again alike.
+        const usage = createUsage({ store, logger: quiet, retentionDays: 400, flushIntervalMs: 50, resendWindowMs: windowMs });
+        usage.start();
+        t.teardown(() => usage.stop(1000));
 
         const acct = `acct-${scriptPipe}-${windowMs}-${lose}`;
         await store.grant(acct, GRANT, undefined, undefined, TS);
@@ -111,13 +116,31 @@ if (requireRedis(t, process.env, true))
           });
         }
         // The snapshot the restarted server comes back with: before the settles, or after them.
-        if (lose) await admin.save();
+        if (lose === true) await admin.save();
         const landed = await Promise.all(inputs.map((i) => credit.settle(i)));
+        const day = new Date().toISOString().slice(0, 10);
+        for (const i of inputs)
+          usage.record({
+            account: acct,
+            keyId: 'key_a',
+            live: true,
+            model: 'm',
+            promptTokens: 1,
+            completionTokens: 1,
+            costMicros: i.costMicros,
+            at: Date.now(),
+          });
+        await usage.flush();
+        const aggregate = async () => {
+          const [row] = await usage.query(acct, day, day, ['day']);
+          return row ? [row.requests, row.cost_micros] : [0, 0];
+        };
+        t.same(await aggregate(), [N, inputs.reduce((s, i) => s + i.costMicros, 0)], 'the usage flush landed');
         t.ok(
           landed.every((r) => r && !r.replayed),
           'every settle answered by the server',
         );
-        if (!lose) await admin.save();
+        if (lose === false) await admin.save();
 
         const resent = () => new Set(sent.filter((i) => i.mayHaveRun).map((i) => i.requestId)).size;
         if (lose === 'blip') {
@@ -128,6 +151,7 @@ if (requireRedis(t, process.env, true))
           t.equal(resent(), 0, 'nothing sent again: the same server process answered (its run_id)');
           t.equal((await allEntries(store, acct)).filter((e) => e.kind === 'debit').length, N, 'each request debited once');
           t.equal((await store.getAccount(acct)).held_micros, 0, 'every hold released');
+          t.same(await aggregate(), [N, inputs.reduce((s, i) => s + i.costMicros, 0)], 'the usage counted once');
           return;
         }
         server.kill('SIGKILL');
@@ -151,12 +175,15 @@ if (requireRedis(t, process.env, true))
           t.equal(account.held_micros, N * HOLD, 'their holds are still held (the reaper would release them unbilled)');
           t.equal(account.balance_micros, GRANT, 'nothing debited');
           t.equal(resent(), 0, 'no settle sent again');
+          t.same(await aggregate(), [0, 0], 'the lost usage flush was not sent again');
           return;
         }
         t.same(debits.map((e) => e.request_id).sort(), inputs.map((i) => i.requestId).sort(), 'each request debited exactly once');
         t.equal(account.balance_micros, GRANT - costs, 'the balance is the grant less each cost once');
         t.equal(account.held_micros, 0, 'every hold released');
         t.equal(resent(), N, 'each landed settle was sent again after the lost connection');
+        await waitFor(async () => (await aggregate())[0] === N, 10_000, 'the usage aggregates back');
+        t.same(await aggregate(), [N, costs], 'the usage aggregates equal the ledger: the lost flush sent again, none counted twice');
         // Each debit entry released the hold it found: the request's own after the loss, none twice.
         t.same(
           debits.map((e) => e.hold_micros),
