@@ -12,7 +12,7 @@
 //    −cost, which is what a ledger replayed on an empty store must say.
 import t from 'tap';
 import * as K from '../../src/store/redis-keys.ts';
-import { startRedis } from '../helpers/redis.ts';
+import { monitorRedis, startRedis, type Monitor } from '../helpers/redis.ts';
 import { startGateway } from '../helpers/gateway.ts';
 import { startSimulator } from '../../src/simulator/simulator.ts';
 import { accountOf, chat, checkLedger, ledgerOf, streamBody } from './credit-support.ts';
@@ -22,10 +22,12 @@ import { waitFor } from '../helpers/wait.ts';
 const PAUSE_MS = 2000;
 const TOKENS = 20;
 
-/** Lua script runs (EVAL + EVALSHA) the server has executed so far. */
-async function scriptRuns(client: { info(section: string): Promise<string> }): Promise<number> {
-  const info = await client.info('commandstats');
-  return [...info.matchAll(/^cmdstat_eval(?:sha)?:calls=(\d+)/gm)].reduce((n, m) => n + Number(m[1]), 0);
+/**
+ * Lua script runs (EVAL + EVALSHA) the server executed, seen by MONITOR, that carry `requestId`: this
+ * request's settles, not the usage flush or other scripts that run meanwhile.
+ */
+function scriptRunsOf(m: Monitor, requestId: string): number {
+  return m.seen.filter((l) => /^eval(sha)? /i.test(l) && l.includes(requestId)).length;
 }
 
 /** Log lines (parsed) with this message. */
@@ -52,7 +54,8 @@ if (redis) {
     const id = res.headers.get('x-request-id')!;
     const held = await accountOf(gw.admin, 'paused');
     t.ok(held.held_micros > 0, 'the hold is taken before the upstream answers');
-    const runsBefore = await scriptRuns(redis.client);
+    const monitor = await monitorRedis(redis.url);
+    t.teardown(() => monitor.close());
     const pausedAt = Date.now();
     await redis.client.call('CLIENT', 'PAUSE', String(PAUSE_MS), 'ALL');
     t.equal(sseData(await res.text()).at(-1), '[DONE]', 'the client gets the whole stream; Redis is not on the chunk path');
@@ -79,7 +82,7 @@ if (redis) {
       'the landed log line',
     );
     t.ok(Number(landed.attempts) >= 2, `it landed on attempt ${String(landed.attempts)}`);
-    const runs = (await scriptRuns(redis.client)) - runsBefore;
+    const runs = scriptRunsOf(monitor, id);
     // The script pipe drops a connection whose command timed out, and Redis discards what a closed
     // client left unread, so a timed-out attempt usually never runs; one that does is a replay (below).
     t.ok(
