@@ -148,7 +148,12 @@ export function createGateway(d: GatewayDeps): Gateway {
   const tokenizer = d.tokenizer ?? createTokenizer();
   // Loaded by listen() before the gateway reports ready (SPEC §13: no first-use stalls).
   const warmUp = createWarmUp({ tokenizer, s3: config.shares.s3, logger });
-  const credit = createCredit({ store, logger, resendWindowMs: config.store.resendSettlesMs });
+  const credit = createCredit({
+    store,
+    logger,
+    resendWindowMs: config.store.resendSettlesMs,
+    onResent: (debited) => metrics.settleResends.inc({ outcome: debited ? 'debited' : 'replayed' }),
+  });
   // Credit leases (credit.leases, Redis only): the store's counts, read at each scrape.
   if (store.leaseStats) metrics.watchLeases(store.leaseStats);
   const upstreams = createUpstreams(config.models, config.upstream);

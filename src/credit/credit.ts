@@ -113,6 +113,8 @@ export interface CreditDeps {
    * (`store.resend_settles_ms`); 0 keeps none. Defaults to RESEND_WINDOW_MS.
    */
   resendWindowMs?: number;
+  /** Told of each settle sent again that landed: whether it had been lost (debited now) or had survived. */
+  onResent?: (debited: boolean) => void;
 }
 
 /** `store.resend_settles_ms`'s default: settles that landed in the last 5 s are sent again after a possible loss. */
@@ -167,6 +169,7 @@ export function createCredit(d: CreditDeps): Credit {
       // An attempt ran: where its bucket was emptied since, the store debits nothing rather than twice.
       void track(
         settleWithRetry({ ...input, mayHaveRun: true }).then((r) => {
+          if (r) d.onResent?.(!r.replayed);
           if (r && !r.replayed)
             d.logger.warn(
               { request_id: input.requestId, account: input.account, cost_micros: input.costMicros, entry_id: r.entry_id },

@@ -308,6 +308,12 @@ export function createMetrics(opts: { defaults?: boolean } = {}) {
       help: 'Accounts whose export pass failed (S3 or store); their entries stay in Redis',
       registers: r,
     }),
+    settleResends: new Counter({
+      name: 'tollgate_settle_resends_total',
+      help: 'Settles sent again after the store reported a possible loss (docs/ledger.md "Failover"): outcome "replayed" (it had survived) or "debited" (it had been lost)',
+      labelNames: ['outcome'],
+      registers: r,
+    }),
     usageFlushFailures: new Counter({
       name: 'tollgate_usage_flush_failures_total',
       help: 'Usage aggregate flushes the store refused (kept for the next flush)',

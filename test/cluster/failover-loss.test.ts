@@ -12,7 +12,7 @@ import t from 'tap';
 import { startRedisCluster } from '../helpers/redis-cluster.ts';
 import { startGateway } from '../helpers/gateway.ts';
 import { waitFor } from '../helpers/wait.ts';
-import { accountVsLedger, ledger, postChat, startSim } from '../e2e/chat-fixture.ts';
+import { accountVsLedger, ledger, metricsText, postChat, sample, startSim } from '../e2e/chat-fixture.ts';
 
 const PASSWORD = 'failover-loss-pw';
 const cluster = await startRedisCluster(t, { password: PASSWORD });
@@ -102,5 +102,12 @@ if (cluster) {
     // The usage aggregates agree with the ledger (SPEC §10): the flush the dead master took is sent again too.
     await waitFor(async () => (await requests()) >= served.length, 10_000, 'the usage aggregates', 200);
     t.equal(await requests(), served.length, 'usage counts each served request once');
+    // Counted for the operator: ten settles found lost and debited again.
+    const m = await metricsText(gw);
+    t.equal(
+      sample(m, 'tollgate_settle_resends_total', { outcome: 'debited' }),
+      served.length,
+      'tollgate_settle_resends_total{outcome="debited"}',
+    );
   });
 }
