@@ -137,7 +137,12 @@ export function createGateway(d: GatewayDeps): Gateway {
     onFailure: (reason) => metrics.authFailures.inc({ reason }),
     now,
   });
-  const keyTable = createKeyTable({ store, now, maxPerAccount: config.limits.maxKeysPerAccount });
+  const keyTable = createKeyTable({
+    store,
+    now,
+    maxPerAccount: config.limits.maxKeysPerAccount,
+    maxMadePerDay: config.limits.maxKeysMadePerDay,
+  });
   const accounts = createAccountService({ store, now });
   const adminGuard = createAdminGuard(config.adminToken, {
     failures: createFailureWindow({ perWindow: config.auth.adminFailedPerMinute, now }),

@@ -144,6 +144,7 @@ export function keyControlRoutes(d: {
           401: 'Missing or invalid admin token',
           404: 'Admin API disabled, or unknown key',
           422: 'Invalid body',
+          429: 'The account already made limits.max_keys_made_per_day keys today, UTC, rolls included (key_limit_exceeded, with retry-after)',
         },
       },
     },

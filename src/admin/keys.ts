@@ -234,7 +234,7 @@ export function keyRoutes(d: {
             },
           },
           ...ADMIN_ERRORS,
-          429: 'Too many failed admin authentications, or the account already holds limits.max_keys_per_account keys (key_limit_exceeded)',
+          429: 'Too many failed admin authentications, or the account already holds limits.max_keys_per_account keys or made limits.max_keys_made_per_day keys today, UTC (key_limit_exceeded; the daily one with retry-after)',
         },
       },
     },

@@ -16,6 +16,8 @@ import {
   type Store,
 } from '../store/types.ts';
 
+const DAY_MS = 86_400_000;
+
 export interface NewKey {
   account: string;
   env: KeyEnv;
@@ -53,6 +55,8 @@ export function isExpired(r: KeyRecord, nowMs: number): boolean {
 export interface KeyTable {
   /** limits.max_keys_per_account; undefined: no cap. */
   readonly maxPerAccount: number | undefined;
+  /** limits.max_keys_made_per_day; undefined or 0: no bound. */
+  readonly maxMadePerDay: number | undefined;
   /** `slack` keys past the cap are allowed (a roll's new key, while the old one waits out its grace). */
   create(k: NewKey, slack?: number): Promise<{ key: string; record: KeyRecord }>;
   get(id: string): Promise<KeyRecord | null>;
@@ -69,12 +73,16 @@ export interface KeyTable {
 
 /**
  * `maxPerAccount` (limits.max_keys_per_account, SPEC §13) caps the keys one account holds, disabled
- * ones included (disabling is free, so it must not make room): past it `create` throws 429
- * `key_limit_exceeded`, whichever front door (admin API, console) asked.
+ * ones included (disabling is free, so it must not make room); `maxMadePerDay`
+ * (limits.max_keys_made_per_day) bounds the keys it makes in one UTC day, deleted ones and rolls included
+ * (each key id made writes usage cells kept usage.retention_days, so deleting must not make room either).
+ * Past either, `create` and `roll` throw 429 `key_limit_exceeded`, whichever front door (admin API,
+ * console) asked; only the daily refusal carries `retry-after` (the next UTC midnight): waiting helps it.
  */
-export function createKeyTable(d: { store: Store; now: () => number; maxPerAccount?: number }): KeyTable {
+export function createKeyTable(d: { store: Store; now: () => number; maxPerAccount?: number; maxMadePerDay?: number }): KeyTable {
   return {
     maxPerAccount: d.maxPerAccount,
+    maxMadePerDay: d.maxMadePerDay,
     async create(k, slack = 0) {
       const key = generateKey(k.env);
       const record: KeyRecord = {
@@ -93,11 +101,22 @@ export function createKeyTable(d: { store: Store; now: () => number; maxPerAccou
         ...(k.budget != null && { budget: k.budget }),
       };
       const cap = d.maxPerAccount === undefined || d.maxPerAccount === 0 ? d.maxPerAccount : d.maxPerAccount + slack;
-      if (!(await d.store.createKey(hashKey(key), record, cap))) {
+      const made = await d.store.createKey(hashKey(key), record, { maxPerAccount: cap, maxMadePerDay: d.maxMadePerDay });
+      if (made === 'held_cap') {
         throw new GatewayError(
           'key_limit_exceeded',
           `Account ${JSON.stringify(k.account)} already has ${d.maxPerAccount === 1 ? '1 key' : `${d.maxPerAccount} keys`}, the most one account may hold ` +
             '(disabled keys count). Reuse or re-enable a key, or ask the operator to raise limits.max_keys_per_account.',
+        );
+      }
+      if (made === 'daily_cap') {
+        const ms = Date.parse(`${record.created_at.slice(0, 10)}T00:00:00Z`) + DAY_MS - d.now();
+        throw new GatewayError(
+          'key_limit_exceeded',
+          `Account ${JSON.stringify(k.account)} already made ${d.maxMadePerDay === 1 ? '1 key' : `${d.maxMadePerDay} keys`} today (UTC), ` +
+            'the most one account may make in a day (deleted and rolled keys count). Reuse a key, or create it after midnight UTC; ' +
+            'the operator can raise limits.max_keys_made_per_day.',
+          { headers: { 'retry-after': String(Math.max(1, Math.ceil(ms / 1000))), 'retry-after-ms': String(Math.max(1, ms)) } },
         );
       }
       return { key, record };

@@ -31,6 +31,7 @@ import {
   createdDialog,
   filterKeys,
   keyDetailBody,
+  keyDailyLimitNotice,
   keyLimitNotice,
   keyRow,
   keyTable,
@@ -198,9 +199,11 @@ export function accountRoutes(d: AccountRouteDeps): Route[] {
       created = await d.keys.create({ account, env: env!, name: name!, scopes: [...new Set(scopes)] as Scope[] });
     } catch (e) {
       if (!(e instanceof GatewayError && e.code === 'key_limit_exceeded')) throw e;
-      // Said on the keys page, in words (SPEC §13), with the code kept for scripts and logs.
+      // Said on the keys page, in words (SPEC §13), with the code kept for scripts and logs. Only the daily
+      // bound's refusal carries retry-after (key-table.ts): which of the two limits it was.
       ctx.res.setHeader('x-error-code', e.code);
-      const notice = keyLimitNotice(d.keys.maxPerAccount);
+      for (const h in e.headers) ctx.res.setHeader(h, e.headers[h]!);
+      const notice = e.headers?.['retry-after'] ? keyDailyLimitNotice(d.keys.maxMadePerDay) : keyLimitNotice(d.keys.maxPerAccount);
       return isHtmx(ctx) ? sendHtml(ctx.res, e.status, notice) : keysPage(ctx, viewer, account, notice, e.status);
     }
     const { key, record } = created;
@@ -276,7 +279,22 @@ export function accountRoutes(d: AccountRouteDeps): Route[] {
       return redirect(ctx, `${accountPath(account, '/keys')}?deleted=1`);
     }
     if (action === 'roll') {
-      const r = await d.keys.roll(id, grace);
+      let r: Awaited<ReturnType<KeyTable['roll']>>;
+      try {
+        r = await d.keys.roll(id, grace);
+      } catch (e) {
+        if (!(e instanceof GatewayError && e.code === 'key_limit_exceeded')) throw e;
+        // A roll makes a key, so the daily bound refuses it too: said beside the roll form, the key unchanged.
+        ctx.res.setHeader('x-error-code', e.code);
+        for (const h in e.headers) ctx.res.setHeader(h, e.headers[h]!);
+        const body = keyDetailBody({
+          account,
+          view: await keyView(current),
+          nowMs: d.now(),
+          refused: { section: 'roll', message: e.message },
+        });
+        return show(ctx, viewer, `Key ${current.name}`, 'keys', body, account, e.status);
+      }
       if (!r) throw notFound('key');
       ctx.log.key_id = r.record.id;
       // Like a create: the one response that carries the new key in full, never a redirect target.

@@ -11,6 +11,8 @@ export interface LimitsConfig {
   readonly maxConcurrentPerKey: number;
   /** Keys one account may hold (every key ever made, disabled ones too); past it → 429 `key_limit_exceeded`. */
   readonly maxKeysPerAccount: number;
+  /** Keys one account may make in one UTC day (deleted and rolled ones too; 0: no bound); past it → 429 `key_limit_exceeded`. */
+  readonly maxKeysMadePerDay: number;
   /** Requests in flight per account, all its keys together (SPEC §13); past it → 429 `concurrency_limit_exceeded`. */
   readonly maxConcurrentPerAccount: number;
   /** Request body bytes one key holds across the process (SPEC §13); past it → 429 `concurrency_limit_exceeded`. */
@@ -41,6 +43,7 @@ export const LIMITS_FIELDS = [
   'max_inflight_body_bytes_per_key',
   'max_json_depth',
   'max_keys_per_account',
+  'max_keys_made_per_day',
 ] as const;
 
 /**
@@ -50,6 +53,14 @@ export const LIMITS_FIELDS = [
  * and ~20 ms. A member can create keys up to the cap, so its bound is the bound of those reads.
  */
 export const MAX_KEYS_PER_ACCOUNT = 1_000;
+
+/**
+ * limits.max_keys_made_per_day's bound. Every key id made and used writes a usage cell per model and UTC
+ * day, kept usage.retention_days (400) whether or not the key is deleted: ~280 B of Redis per key and
+ * model, measured. At 100,000 keys a day one account could add ~28 MB a day, ~11 GB over the retention;
+ * past that the bound would no longer bound anything an operator would accept.
+ */
+export const MAX_KEYS_MADE_PER_DAY = 100_000;
 
 export const RATE_LIMITS_FIELDS = ['window_seconds', 'test', 'live', 'test_account'] as const;
 
@@ -70,6 +81,12 @@ export function limitsSection(v: unknown): LimitsConfig {
       fallback: 100,
       min: 1,
       max: MAX_KEYS_PER_ACCOUNT,
+      integer: true,
+    }),
+    maxKeysMadePerDay: num(limits.max_keys_made_per_day, 'limits.max_keys_made_per_day', {
+      fallback: 1_000,
+      min: 0,
+      max: MAX_KEYS_MADE_PER_DAY,
       integer: true,
     }),
     maxConcurrentPerAccount: num(limits.max_concurrent_per_account, 'limits.max_concurrent_per_account', {

@@ -97,12 +97,25 @@ export function createMemoryStore(now: () => number = Date.now, opts: MemoryStor
   const hashById = new Map<string, string>();
   // Every key id an account has (disabled ones too; a deleted one leaves): the count limits.max_keys_per_account caps.
   const keyIdsByAccount = new Map<string, Set<string>>();
+  // Keys made per account per UTC day (deleted ones too): the count limits.max_keys_made_per_day bounds.
+  // Days two before the newest are dropped, as Redis expires them (lua/add-key.lua).
+  const keysMadeByDay = new Map<string, Map<string, number>>();
   const accounts = new Map<string, Account>();
   const shares = new Map<string, ShareRecord>();
   // Revoked shares' tombstones: when each expires (shares.revoked_retention_seconds), and per account the
   // remembered ones by revoke time, oldest first (at most shares.max_revoked_per_account), as in Redis.
   const tombstoneExpiry = new Map<string, number>();
   const revokedByAccount = new Map<string, Map<string, number>>();
+  /** The per-account counts of keys made on `day` (YYYY-MM-DD); days two or more before it are forgotten. */
+  const keysMadeOn = (day: string): Map<string, number> => {
+    let made = keysMadeByDay.get(day);
+    if (!made) {
+      const stale = new Date(Date.parse(`${day}T00:00:00Z`) - 2 * 86_400_000).toISOString().slice(0, 10);
+      for (const d of keysMadeByDay.keys()) if (d <= stale) keysMadeByDay.delete(d);
+      keysMadeByDay.set(day, (made = new Map()));
+    }
+    return made;
+  };
   /** The share's record, a tombstone past its retention forgotten on the way. */
   const shareOf = (slug: string): ShareRecord | undefined => {
     const until = tombstoneExpiry.get(slug);
@@ -181,14 +194,21 @@ export function createMemoryStore(now: () => number = Date.now, opts: MemoryStor
     redis: undefined,
     snapshotTexts: new Map(),
 
-    async createKey(hash, record, maxPerAccount = 0) {
-      // Synchronous to the end, so the count and the insert are atomic like lua/add-key.lua.
+    async createKey(hash, record, { maxPerAccount = 0, maxMadePerDay = 0 } = {}) {
+      // Synchronous to the end, so the checks, the counts and the insert are atomic like lua/add-key.lua.
       const ids = keyIdsByAccount.get(record.account) ?? new Set<string>();
-      if (maxPerAccount > 0 && !ids.has(record.id) && ids.size >= maxPerAccount) return false;
+      if (!ids.has(record.id)) {
+        if (maxPerAccount > 0 && ids.size >= maxPerAccount) return 'held_cap';
+        const day = record.created_at.slice(0, 10);
+        const made = keysMadeOn(day);
+        const n = made.get(record.account) ?? 0;
+        if (maxMadePerDay > 0 && n >= maxMadePerDay) return 'daily_cap';
+        made.set(record.account, n + 1);
+      }
       keyIdsByAccount.set(record.account, ids.add(record.id));
       keysByHash.set(hash, clone(record));
       hashById.set(record.id, hash);
-      return true;
+      return 'created';
     },
     async getKeyByHash(hash) {
       const r = keysByHash.get(hash);

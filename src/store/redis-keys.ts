@@ -5,6 +5,8 @@
 export const keyRecord = (hash: string) => `tg:key:${hash}`;
 export const keyIdIndex = (id: string) => `tg:keyid:${id}`;
 export const accountKeys = (acct: string) => `{acct:${acct}}:keys`;
+/** How many keys an account made on one UTC day (limits.max_keys_made_per_day; lua/add-key.lua), gone two days on. */
+export const keysMade = (acct: string, day: string) => `{acct:${acct}}:keys-made:${day}`;
 export const balance = (acct: string) => `{acct:${acct}}:bal`;
 export const ledger = (acct: string) => `{acct:${acct}}:ledger`;
 export const idempotency = (acct: string) => `{acct:${acct}}:idem`;

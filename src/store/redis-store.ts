@@ -66,10 +66,16 @@ const SCRIPTS = {
   tgShareQuota: ['share-quota', 3],
   tgShareCompact: ['share-compact', 1],
   tgLedgerExport: ['ledger-export', 3],
-  tgAddKey: ['add-key', 1],
+  tgAddKey: ['add-key', 2],
   tgUsageFlush: ['usage-flush', 1],
   tgLastUsed: ['last-used', 2],
 } as const;
+
+/**
+ * How long an account's count of keys made on one UTC day lives (lua/add-key.lua): the day, plus a day for
+ * instances whose clocks or requests straddle midnight; after that it costs nothing.
+ */
+const KEYS_MADE_TTL_SECONDS = 2 * 86_400;
 
 export interface RedisStoreOptions {
   url?: string | undefined;
@@ -357,12 +363,21 @@ export async function createRedisStore(o: RedisStoreOptions & { client?: Client 
     kind: 'redis',
     redis: pipe && redis instanceof Redis ? limiterClient(redis, pipe) : redis,
 
-    createKey: (hash, r, maxPerAccount = 0) =>
+    createKey: (hash, r, caps = {}) =>
       guard(
         (async () => {
-          // Counted first, under the cap (atomic in the account's slot); the record and its id index are
+          // Counted first, under the caps (atomic in the account's slot); the record and its id index are
           // other slots, written after. A listed id whose record is not written yet is skipped by listKeys.
-          if ((await s.tgAddKey(K.accountKeys(r.account), r.id, maxPerAccount)) === 0) return false;
+          const day = r.created_at.slice(0, 10);
+          const added = await s.tgAddKey(
+            K.accountKeys(r.account),
+            K.keysMade(r.account, day),
+            r.id,
+            caps.maxPerAccount ?? 0,
+            caps.maxMadePerDay ?? 0,
+            KEYS_MADE_TTL_SECONDS,
+          );
+          if (added !== 1) return added === 0 ? 'held_cap' : 'daily_cap';
           const { name, active, rate_limits, version, ...rest } = r;
           try {
             await redis.hset(K.keyRecord(hash), {
@@ -374,11 +389,12 @@ export async function createRedisStore(o: RedisStoreOptions & { client?: Client 
             });
             await redis.set(K.keyIdIndex(r.id), hash);
           } catch (e) {
-            // Give the slot back: a key that was never stored must not count against the account.
+            // Give the slot back: a key that was never stored must not count against the account's held
+            // keys. The day's count keeps it (a failed create costs a unit of the daily bound, nothing more).
             await redis.srem(K.accountKeys(r.account), r.id).catch(() => {});
             throw e;
           }
-          return true;
+          return 'created';
         })(),
       ),
     getKeyByHash: (hash) => guard(redis.hgetall(K.keyRecord(hash)).then(parseKey)),

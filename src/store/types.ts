@@ -321,6 +321,15 @@ export interface UsageFlush {
 /** Invalidation messages, broadcast to every instance (Redis pub/sub; local for the embedded store). */
 export type Invalidation = { kind: 'key'; hash: string; version: number } | { kind: 'share'; slug: string };
 
+/** The bounds createKey checks (SPEC §13, limits.max_keys_per_account and max_keys_made_per_day); absent or 0: none. */
+export interface KeyCaps {
+  readonly maxPerAccount?: number | undefined;
+  readonly maxMadePerDay?: number | undefined;
+}
+
+/** What createKey did: stored the key, or refused it at one of its account's caps (KeyCaps). */
+export type KeyCreated = 'created' | 'held_cap' | 'daily_cap';
+
 export interface Store {
   /**
    * The embedded store only: snapshot texts by slug, kept beside the records so every gateway on this
@@ -335,11 +344,13 @@ export interface Store {
   readonly redis: Redis | Cluster | LimiterClient | undefined;
 
   /**
-   * Stores a new key record. With `maxPerAccount`, the key is counted into its account's keys and refused
-   * (false, nothing stored) when the account already holds that many, disabled ones included; the check
-   * and the count are atomic (SPEC §13, lua/add-key.lua), so concurrent creates cannot pass the cap.
+   * Stores a new key record, counted into its account's keys and into the keys the account made on the
+   * UTC day of its `created_at`. Refused, nothing stored: `held_cap` when the account already holds
+   * `maxPerAccount` keys, disabled ones included; `daily_cap` when it already made `maxMadePerDay` keys
+   * that day, deleted ones included. The checks and the counts are atomic (SPEC §13, lua/add-key.lua), so
+   * concurrent creates cannot pass either.
    */
-  createKey(hash: string, record: KeyRecord, maxPerAccount?: number): Promise<boolean>;
+  createKey(hash: string, record: KeyRecord, caps?: KeyCaps): Promise<KeyCreated>;
   getKeyByHash(hash: string): Promise<KeyRecord | null>;
   getKey(id: string): Promise<{ record: KeyRecord; hash: string } | null>;
   listKeys(account: string): Promise<KeyRecord[]>;

@@ -305,6 +305,19 @@ t.test('limits.max_keys_per_account and shares.max_files are bounded: the key li
   t.equal(parseConfig(`shares: { max_files: 100 }\n${VALID}`, {}).shares.maxFiles, 100);
 });
 
+t.test(
+  'limits.max_keys_made_per_day: 1000 by default, 0 for no bound, at most 100,000 (each key made keeps usage cells 400 days)',
+  async (t) => {
+    t.equal(parseConfig(VALID, {}).limits.maxKeysMadePerDay, 1000);
+    t.equal(parseConfig(`limits: { max_keys_made_per_day: 0 }\n${VALID}`, {}).limits.maxKeysMadePerDay, 0);
+    t.equal(parseConfig(`limits: { max_keys_made_per_day: 100000 }\n${VALID}`, {}).limits.maxKeysMadePerDay, 100_000);
+    namesField(t, `limits: { max_keys_made_per_day: 100001 }\n${VALID}`, 'limits.max_keys_made_per_day', {}, /must be <= 100000$/);
+    namesField(t, `limits: { max_keys_made_per_day: -1 }\n${VALID}`, 'limits.max_keys_made_per_day', {}, /must be >= 0$/);
+    namesField(t, `limits: { max_keys_made_per_day: 2.5 }\n${VALID}`, 'limits.max_keys_made_per_day');
+    namesField(t, `limits: { max_keys_made_per_day: lots }\n${VALID}`, 'limits.max_keys_made_per_day');
+  },
+);
+
 t.test('shares.max_per_account is bounded: the console lists shares from the whole per-account index', async (t) => {
   namesField(t, `shares: { max_per_account: 1000000000 }\n${VALID}`, 'shares.max_per_account', {}, /must be <= 100000$/);
   t.equal(parseConfig(`shares: { max_per_account: 100000 }\n${VALID}`, {}).shares.maxPerAccount, 100_000);

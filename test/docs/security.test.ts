@@ -51,6 +51,7 @@ t.test('every SPEC §13 control is in the isolation model of docs/security.md', 
   t.ok(model.length > 100, 'the section exists');
   for (const k of [
     'limits.max_keys_per_account',
+    'limits.max_keys_made_per_day',
     'limits.max_concurrent_per_account',
     'limits.max_inflight_body_bytes_per_key',
     'limits.max_json_depth',

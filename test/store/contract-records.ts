@@ -54,22 +54,71 @@ export function recordCases(test: Case, makePeer: MakePeer): void {
   test('createKey caps an account at maxPerAccount atomically; disabled keys count; other accounts unaffected', async (t, { store }) => {
     const a = uniqueAccount();
     const b = uniqueAccount();
+    const held = (maxPerAccount: number) => ({ maxPerAccount });
     const made = await Promise.all(
-      Array.from({ length: 12 }, (_, i) => store.createKey(`hash-cap-${a}-${i}`, keyRecord(`key_CAP${a}${i}`, a), 5)),
+      Array.from({ length: 12 }, (_, i) => store.createKey(`hash-cap-${a}-${i}`, keyRecord(`key_CAP${a}${i}`, a), held(5))),
     );
-    t.equal(made.filter(Boolean).length, 5, 'exactly the cap, concurrent creates included');
+    t.equal(made.filter((m) => m === 'created').length, 5, 'exactly the cap, concurrent creates included');
     t.equal((await store.listKeys(a)).length, 5, 'refused creates stored nothing');
-    const refusedIndex = made.indexOf(false);
+    const refusedIndex = made.indexOf('held_cap');
     t.equal(await store.getKeyByHash(`hash-cap-${a}-${refusedIndex}`), null, 'a refused record is not readable by its hash');
     await store.updateKey((await store.listKeys(a))[0]!.id, { active: false });
-    t.equal(await store.createKey(`hash-cap-${a}-x`, keyRecord(`key_CAP${a}x`, a), 5), false, 'a disabled key still counts');
-    t.equal(await store.createKey(`hash-cap-${a}-y`, keyRecord(`key_CAP${a}y`, a), 6), true, 'a higher cap makes room');
-    t.equal(await store.createKey(`hash-cap-${b}`, keyRecord(`key_CAP${b}`, b), 1), true, 'the cap is per account');
-    t.equal(await store.createKey(`hash-cap-${a}-z`, keyRecord(`key_CAP${a}z`, a)), true, 'no cap given: no cap');
+    t.equal(await store.createKey(`hash-cap-${a}-x`, keyRecord(`key_CAP${a}x`, a), held(5)), 'held_cap', 'a disabled key still counts');
+    t.equal(await store.createKey(`hash-cap-${a}-y`, keyRecord(`key_CAP${a}y`, a), held(6)), 'created', 'a higher cap makes room');
+    t.equal(await store.createKey(`hash-cap-${b}`, keyRecord(`key_CAP${b}`, b), held(1)), 'created', 'the cap is per account');
+    t.equal(await store.createKey(`hash-cap-${a}-z`, keyRecord(`key_CAP${a}z`, a)), 'created', 'no cap given: no cap');
     const count = (await store.listKeys(a)).length;
-    t.equal(await store.createKey(`hash-cap-${a}-w`, keyRecord(`key_CAP${a}w`, a), count), false, 'at the cap again');
+    t.equal(await store.createKey(`hash-cap-${a}-w`, keyRecord(`key_CAP${a}w`, a), held(count)), 'held_cap', 'at the cap again');
     await store.deleteKey((await store.listKeys(a))[0]!.id);
-    t.equal(await store.createKey(`hash-cap-${a}-w`, keyRecord(`key_CAP${a}w`, a), count), true, 'a deleted key frees its slot');
+    t.equal(await store.createKey(`hash-cap-${a}-w`, keyRecord(`key_CAP${a}w`, a), held(count)), 'created', 'a deleted key frees its slot');
+  });
+
+  test('createKey bounds the keys an account makes per UTC day atomically; deleting makes no room; the next day does', async (t, {
+    store,
+  }) => {
+    // SPEC §13 "bounds keys made": each key id made writes usage cells kept usage.retention_days, so
+    // creating, using and deleting keys in a loop (the held cap never reached) must run out too.
+    const a = uniqueAccount();
+    const b = uniqueAccount();
+    const perDay = (maxMadePerDay: number, maxPerAccount?: number) => ({ maxMadePerDay, maxPerAccount });
+    const made = await Promise.all(
+      Array.from({ length: 12 }, (_, i) => store.createKey(`hash-day-${a}-${i}`, keyRecord(`key_DAY${a}${i}`, a), perDay(5, 100))),
+    );
+    t.equal(made.filter((m) => m === 'created').length, 5, 'exactly the bound, concurrent creates included');
+    t.equal(made.filter((m) => m === 'daily_cap').length, 7, 'every other create refused at the daily bound, not the held cap');
+    t.equal(await store.getKeyByHash(`hash-day-${a}-${made.indexOf('daily_cap')}`), null, 'a refused record is not stored');
+    for (const k of await store.listKeys(a)) await store.deleteKey(k.id);
+    t.strictSame(await store.listKeys(a), [], 'the account holds no key');
+    t.equal(
+      await store.createKey(`hash-day-${a}-x`, keyRecord(`key_DAY${a}x`, a), perDay(5, 100)),
+      'daily_cap',
+      'deleted keys still count',
+    );
+    t.equal(await store.createKey(`hash-day-${a}-y`, keyRecord(`key_DAY${a}y`, a), perDay(6)), 'created', 'a higher bound makes room');
+    t.equal(await store.createKey(`hash-day-${a}-z`, keyRecord(`key_DAY${a}z`, a)), 'created', 'no bound given: no bound');
+    t.equal(
+      await store.createKey(`hash-day-${a}-v`, keyRecord(`key_DAY${a}v`, a), perDay(7)),
+      'daily_cap',
+      'a key made with no bound was counted all the same',
+    );
+    const tomorrow = { created_at: '2026-11-23T00:00:01.000Z' };
+    t.equal(
+      await store.createKey(`hash-day-${a}-t`, keyRecord(`key_DAY${a}t`, a, tomorrow), perDay(5)),
+      'created',
+      'the next UTC day counts afresh',
+    );
+    t.equal(await store.createKey(`hash-day-${b}`, keyRecord(`key_DAY${b}`, b), perDay(1)), 'created', 'the bound is per account');
+    t.equal(await store.createKey(`hash-day-${b}-2`, keyRecord(`key_DAY${b}2`, b), perDay(1)), 'daily_cap');
+
+    // A create refused at the held cap is not counted as made; the held cap is checked first.
+    const c = uniqueAccount();
+    t.equal(await store.createKey(`hash-day-${c}-1`, keyRecord(`key_DAY${c}1`, c), perDay(2, 1)), 'created');
+    for (let i = 0; i < 3; i++)
+      t.equal(await store.createKey(`hash-day-${c}-r${i}`, keyRecord(`key_DAY${c}r${i}`, c), perDay(2, 1)), 'held_cap', 'at the held cap');
+    await store.deleteKey(`key_DAY${c}1`);
+    t.equal(await store.createKey(`hash-day-${c}-2`, keyRecord(`key_DAY${c}2`, c), perDay(2, 1)), 'created', 'refusals made nothing');
+    await store.deleteKey(`key_DAY${c}2`);
+    t.equal(await store.createKey(`hash-day-${c}-3`, keyRecord(`key_DAY${c}3`, c), perDay(2, 1)), 'daily_cap', 'two made today');
   });
 
   test('updateKey applies the patch and bumps the version', async (t, { store }) => {

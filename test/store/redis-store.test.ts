@@ -285,8 +285,18 @@ if (redis) {
       const mine = keys.filter((k) => k.startsWith(`{acct:${acct}}:`)).map((k) => k.slice(`{acct:${acct}}:`.length));
       t.strictSame(
         mine,
-        ['bal', 'hb:1000', 'hb:5000', 'hb:9000000000000', 'idem', 'keys', 'ledger', ...(acct === 'acme' ? ['shares'] : [])],
-        `${acct}: balance, hold buckets (reaped, settled, open), idempotency, key set, ledger: no key per request`,
+        [
+          'bal',
+          'hb:1000',
+          'hb:5000',
+          'hb:9000000000000',
+          'idem',
+          'keys',
+          `keys-made:${TS.slice(0, 10)}`,
+          'ledger',
+          ...(acct === 'acme' ? ['shares'] : []),
+        ],
+        `${acct}: balance, hold buckets (reaped, settled, open), idempotency, key set, keys made today, ledger: no key per request`,
       );
     }
     t.strictSame(await redis.client.hgetall('{acct:acme}:hb:1000'), { 'req-expired': 'r100' }, 'the reaped hold is remembered');
@@ -353,6 +363,29 @@ if (redis) {
       );
     }
   });
+
+  t.test(
+    "an account's count of keys made per day is in its slot, counts only added keys and expires (limits.max_keys_made_per_day)",
+    async (t) => {
+      await redis.client.flushdb();
+      const store = await openStore(t, redis.url);
+      const day = TS.slice(0, 10);
+      const counter = K.keysMade('maker', day);
+      t.match(counter, /^\{acct:maker\}:/, "in the account's slot, so add-key.lua checks and counts it with the key set");
+      t.equal(await store.createKey('hash-made-1', keyRecord('key_MADE000000000001', 'maker'), { maxMadePerDay: 2 }), 'created');
+      t.equal(
+        await store.createKey('hash-made-1', keyRecord('key_MADE000000000001', 'maker'), { maxMadePerDay: 2 }),
+        'created',
+        'the same key again',
+      );
+      t.equal(await redis.client.get(counter), '1', 'a key already there is not counted twice');
+      t.equal(await store.createKey('hash-made-2', keyRecord('key_MADE000000000002', 'maker'), { maxMadePerDay: 2 }), 'created');
+      t.equal(await store.createKey('hash-made-3', keyRecord('key_MADE000000000003', 'maker'), { maxMadePerDay: 2 }), 'daily_cap');
+      t.equal(await redis.client.get(counter), '2', 'a refused create is not counted');
+      const ttl = await redis.client.ttl(counter);
+      t.ok(ttl > 86_400 && ttl <= 2 * 86_400, `gone two days on (TTL ${ttl} s): it costs nothing after`);
+    },
+  );
 
   t.test('the reaper empties large buckets of several accounts in slices, each hold once', async (t) => {
     await redis.client.flushdb();

@@ -389,7 +389,20 @@ export function keyLimitNotice(max: number | undefined): Html {
   </div>`;
 }
 
-/** A key-page form the server refused (422): which section, why, and what was typed in its text field. */
+/**
+ * Said on the keys page instead when the account already made limits.max_keys_made_per_day keys today
+ * (UTC; 429 `key_limit_exceeded` with retry-after): deleting a key makes no room, tomorrow does.
+ */
+export function keyDailyLimitNotice(max: number | undefined): Html {
+  const limit = max === undefined ? 'keys' : max === 1 ? '1 key' : `${max} keys`;
+  return html`<div id="key-limit" class="flash error" role="alert">
+    <strong>No key was created: this account has made its limit of ${limit} today.</strong>
+    Deleted and rolled keys count too, so deleting a key makes no room. Reuse one of the keys below, create the key after midnight UTC, or
+    ask the platform's operator to raise the limit.
+  </div>`;
+}
+
+/** A key-page form the server refused (422, or 429 for a roll past the daily key limit): which section, why, and what was typed in its text field. */
 export interface KeyFormError {
   section: 'budget' | 'expiry' | 'roll';
   message: string;
