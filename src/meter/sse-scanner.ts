@@ -17,12 +17,20 @@
  * before its end — is metered front to back, text and usage in one regex pass per event, as before.
  * The relay corks the client's socket per turn anyway, so the bytes leave at the same moment.
  *
- * Hot-path budget (SPEC §1.2, STYLE "Per-chunk hot path"): O(bytes) scanning — Buffer.indexOf for line
- * feeds and the usage key, one compiled-regex pass over the data of each event whose text is needed;
- * no JSON.parse except for an event whose data holds a `"usage":{` object (one per stream, normally the
- * last); no re-serialisation; the only buffers are the held tail (≤ maxPendingBytes), the retained
- * text (see TextCollector), references to the current turn's events (views of the upstream's chunks of
- * this turn: at most one socket read) and, during a scan, a latin1 copy of the chunk for the key search.
+ * The events are told apart only where they are looked at. add() finds where a chunk's last whole
+ * event ends, searching back from the chunk's end (one byte compare when the chunk ends with one, as an
+ * upstream's writes do), and records the whole events before it as one segment; flush() walks back
+ * from a turn's end to its last events, and front to back only through the events it meters. A burst
+ * of 64 events with its usage at the end cost 64 native `indexOf` calls in add(), ~50k instructions a
+ * stream (bench/results/stream-instructions.md); now a few.
+ *
+ * Hot-path budget (SPEC §1.2, STYLE "Per-chunk hot path"): O(bytes) scanning — Buffer.indexOf and
+ * lastIndexOf for line feeds and the usage key, one compiled-regex pass over the data of each event
+ * whose text is needed; no JSON.parse except for an event whose data holds a `"usage":{` object (one
+ * per stream, normally the last); no re-serialisation; the only buffers are the held tail (≤
+ * maxPendingBytes), the retained text (see TextCollector), references to the current turn's segments
+ * (views of the upstream's chunks of this turn: at most one socket read) and, during a scan, a latin1
+ * copy of the chunk for the key search.
  *
  * Events end at an empty line; lines end in LF or CRLF (see sse-event.ts).
  */
@@ -120,16 +128,23 @@ class Scanner implements SseMeter {
   /** Copies of the bytes of the incomplete event, oldest first; copied so upstream chunks can be freed. */
   private pending: Buffer[] = [];
   private pendingLen = 0;
+  /** The byte before the incomplete event: LF (an event's end), or 0 at the stream's start. */
+  private pendingPre = 0;
   /** The last two bytes seen (0 = none), to spot a blank line whose LF starts the next chunk. */
   private last1 = 0;
   private last2 = 0;
   private ended = false;
-  /** The complete events of this turn, in order: the buffer each is in, and its start / end there. */
+  /**
+   * This turn's complete events, in order, as segments: runs of whole events, each in one buffer (a
+   * chunk, or an event joined from held bytes). Per segment: its buffer, and in `turnRanges` its start,
+   * end and the byte before it (LF, or 0 at the stream's start: see endsEvent). The events inside a
+   * segment are only told apart when needed (flush), so a burst of events costs one search per chunk.
+   */
   private readonly turnBufs: Buffer[] = [];
   private readonly turnRanges: number[] = [];
-  /** Events in this turn (the arrays are reused: resetting an array's length is a runtime call). */
+  /** Segments in this turn (the arrays are reused: resetting an array's length is a runtime call). */
   private turnCount = 0;
-  /** Events of this turn not to forward (usage-only chunks the client did not ask for); rarely more than one. */
+  /** Events of this turn not to forward (usage-only chunks the client did not ask for), as segment, start, end; rarely more than one. */
   private readonly dropped: number[] = [];
   private droppedCount = 0;
   /** Scratch for eventData: where the current event's data is. */
@@ -167,74 +182,110 @@ class Scanner implements SseMeter {
     if (this.ended) throw new Error('SseMeter.add() after end()');
     const len = chunk.length;
     if (len === 0) return;
-    let evStart = 0; // start in `chunk` of the event being read (its older bytes are in `pending`)
-    let nl = chunk.indexOf(LF);
-    while (nl !== -1) {
-      const p1 = nl >= 1 ? chunk[nl - 1] : this.last1;
-      const p2 = nl >= 2 ? chunk[nl - 2] : nl === 1 ? this.last1 : this.last2;
-      // An LF that ends an empty line (previous byte LF, or CR preceded by LF) ends the event.
-      if (p1 === LF || (p1 === CR && p2 === LF)) {
-        const end = nl + 1;
-        const size = this.pendingLen + end - evStart;
-        if (size > this.max) throw new SseEventTooLargeError(this.max);
-        if (this.pendingLen > 0) {
-          // Only the first event of a chunk can have older bytes; join them once, at completion.
-          this.pending.push(chunk.subarray(0, end));
-          const ev = Buffer.concat(this.pending, size);
-          this.pending = [];
-          this.pendingLen = 0;
-          this.record(ev, 0, size);
-        } else {
-          this.record(chunk, evStart, end);
-        }
-        evStart = end;
+    let from = 0; // start in `chunk` of the bytes not yet in a recorded event
+    // The byte before `from`: with nothing held, the previous chunk ended an event (LF) or there was none (0).
+    let pre = this.last1;
+    if (this.pendingLen > 0) {
+      // The held event ends at this chunk's first event end: joined once, at completion.
+      const end = this.firstEnd(chunk);
+      if (end === -1) {
+        this.hold(chunk, 0, pre);
+        this.track(chunk);
+        return;
       }
-      // Usually the next line is the blank one: check its bytes directly instead of calling indexOf.
-      const b = chunk[nl + 1];
-      nl = b === LF ? nl + 1 : b === CR && chunk[nl + 2] === LF ? nl + 2 : chunk.indexOf(LF, nl + 1);
+      const size = this.pendingLen + end;
+      if (size > this.max) throw new SseEventTooLargeError(this.max);
+      this.pending.push(chunk.subarray(0, end));
+      const ev = Buffer.concat(this.pending, size);
+      this.pending = [];
+      this.pendingLen = 0;
+      this.record(ev, 0, size, this.pendingPre);
+      from = end;
+      pre = LF;
     }
-    if (evStart < len) this.hold(chunk, evStart);
-    this.last2 = len >= 2 ? chunk[len - 2]! : this.last1;
-    this.last1 = chunk[len - 1]!;
+    // The rest of the chunk's whole events, as one segment: found by the last event end alone.
+    const end = lastEnd(chunk, from, pre);
+    if (end > from) {
+      // Only a segment longer than the limit can hold an event that is: then each is measured.
+      if (end - from > this.max) this.checkSizes(chunk, from, end, pre);
+      this.record(chunk, from, end, pre);
+    }
+    if (end < len) this.hold(chunk, end, end > 0 ? LF : pre);
+    this.track(chunk);
   }
 
   flush(): SseOutput | null {
-    const bufs = this.turnBufs;
     const n = this.turnCount;
     if (n === 0) return null;
+    const bufs = this.turnBufs;
     const ranges = this.turnRanges;
     if (n === 1) {
-      // A token-paced stream: one event a turn, forwarded unless it is the usage-only chunk to drop.
       const buf = bufs[0]!;
-      bufs[0] = EMPTY;
-      this.turnCount = 0;
-      const keep = this.meter(buf, ranges[0]!, ranges[1]!);
-      this.keys.release();
-      return keep ? run(buf, ranges[0]!, ranges[1]!) : null;
+      const start = ranges[0]!;
+      const end = ranges[1]!;
+      if (eventEnd(buf, start, start, ranges[2]!, end) === end) {
+        // A token-paced stream: one event a turn, forwarded unless it is the usage-only chunk to drop.
+        bufs[0] = EMPTY;
+        this.turnCount = 0;
+        const keep = this.meter(buf, start, end);
+        this.keys.release();
+        return keep ? run(buf, start, end) : null;
+      }
     }
     // The usage chunk is a stream's last event with data before [DONE]: look for it among the turn's
     // last LOOK_BACK events with data, from the end.
-    let last = -1;
+    let last = -1; // segment of the usage event, which is at [usageStart, usageEnd) there
+    let usageStart = 0;
+    let usageEnd = 0;
     let keepLast = true;
-    for (let i = n - 1, looked = 0; i >= 0 && looked < LOOK_BACK; i--) {
-      const keep = this.usageEvent(bufs[i]!, ranges[2 * i]!, ranges[2 * i + 1]!);
-      if (keep === null) {
+    let looked = 0;
+    for (let i = n - 1; i >= 0 && looked < LOOK_BACK && last === -1; i--) {
+      const buf = bufs[i]!;
+      const s = ranges[3 * i]!;
+      const pre = ranges[3 * i + 2]!;
+      for (let e = ranges[3 * i + 1]!; e > s && looked < LOOK_BACK;) {
+        const start = eventStart(buf, e, s, pre);
+        const keep = this.usageEvent(buf, start, e);
+        if (keep !== null) {
+          last = i;
+          usageStart = start;
+          usageEnd = e;
+          keepLast = keep;
+          break;
+        }
         if (this.data.end > this.data.start) looked++; // an event with data that had no usage
-        continue;
+        e = start;
       }
-      last = i;
-      keepLast = keep;
-      break;
     }
     if (last === -1) {
       // No usage at the turn's end: every event metered front to back, text and usage in one pass each.
-      for (let i = 0; i < n; i++) if (!this.meter(bufs[i]!, ranges[2 * i]!, ranges[2 * i + 1]!)) this.drops(i);
+      for (let i = 0; i < n; i++) {
+        const buf = bufs[i]!;
+        const s = ranges[3 * i]!;
+        const e = ranges[3 * i + 1]!;
+        const pre = ranges[3 * i + 2]!;
+        for (let start = s; start < e;) {
+          const end = eventEnd(buf, start, s, pre, e);
+          if (!this.meter(buf, start, end)) this.drops(i, start, end);
+          start = end;
+        }
+      }
     } else {
       // The events before it are not looked at: their text is covered, and none of them is the
       // usage-only chunk to drop, which a stream sends once, last before [DONE] (OpenAI: "an
       // additional chunk will be streamed before the data: [DONE] message").
-      if (!keepLast) this.drops(last);
-      for (let i = last + 1; i < n; i++) this.scanText(bufs[i]!, ranges[2 * i]!, ranges[2 * i + 1]!);
+      if (!keepLast) this.drops(last, usageStart, usageEnd);
+      for (let i = last; i < n; i++) {
+        const buf = bufs[i]!;
+        const s = ranges[3 * i]!;
+        const e = ranges[3 * i + 1]!;
+        const pre = ranges[3 * i + 2]!;
+        for (let start = i === last ? usageEnd : s; start < e;) {
+          const end = eventEnd(buf, start, s, pre, e);
+          this.scanText(buf, start, end);
+          start = end;
+        }
+      }
     }
     this.keys.release(); // the buffers are the upstream's: their copy must not outlive this call
     this.usageKeys.release();
@@ -260,7 +311,7 @@ class Scanner implements SseMeter {
     return keep ? tail : null;
   }
 
-  /** The turn's events minus the dropped ones, as runs of adjacent bytes: whole chunks where possible. */
+  /** The turn's segments minus the dropped events, as runs of adjacent bytes: whole chunks where possible. */
   private output(): SseOutput | null {
     const bufs = this.turnBufs;
     const ranges = this.turnRanges;
@@ -272,20 +323,26 @@ class Scanner implements SseMeter {
     let d = 0;
     const dn = this.droppedCount;
     for (let i = 0; i < this.turnCount; i++) {
-      if (d < dn && dropped[d] === i) {
-        d++;
-        continue;
-      }
       const buf = bufs[i]!;
-      const start = ranges[2 * i]!;
-      if (buf === runBuf && start === runEnd) {
-        runEnd = ranges[2 * i + 1]!;
-        continue;
+      let start = ranges[3 * i]!;
+      const end = ranges[3 * i + 1]!;
+      for (;;) {
+        // The segment's bytes up to its next dropped event, or to its end.
+        const dropHere = d < dn && dropped[3 * d] === i;
+        const cut = dropHere ? dropped[3 * d + 1]! : end;
+        if (cut > start) {
+          if (buf === runBuf && start === runEnd) runEnd = cut;
+          else {
+            if (runBuf !== null) (parts ??= []).push(run(runBuf, runStart, runEnd));
+            runBuf = buf;
+            runStart = start;
+            runEnd = cut;
+          }
+        }
+        if (!dropHere) break;
+        start = dropped[3 * d + 2]!;
+        d++;
       }
-      if (runBuf !== null) (parts ??= []).push(run(runBuf, runStart, runEnd));
-      runBuf = buf;
-      runStart = start;
-      runEnd = ranges[2 * i + 1]!;
     }
     if (runBuf === null) return parts === null ? null : parts.length === 1 ? parts[0]! : parts;
     const last = run(runBuf, runStart, runEnd);
@@ -296,22 +353,61 @@ class Scanner implements SseMeter {
     return parts;
   }
 
-  private record(buf: Buffer, start: number, end: number): void {
+  /** Records a segment of whole events, `buf[start, end)`; `pre` is the byte before it (see endsEvent). */
+  private record(buf: Buffer, start: number, end: number, pre: number): void {
     const i = this.turnCount++;
     this.turnBufs[i] = buf;
-    this.turnRanges[2 * i] = start;
-    this.turnRanges[2 * i + 1] = end;
+    this.turnRanges[3 * i] = start;
+    this.turnRanges[3 * i + 1] = end;
+    this.turnRanges[3 * i + 2] = pre;
   }
 
-  private drops(i: number): void {
-    this.dropped[this.droppedCount++] = i;
+  /** The event `[start, end)` of segment `i` is not forwarded. Called in the events' order. */
+  private drops(i: number, start: number, end: number): void {
+    const d = 3 * this.droppedCount++;
+    this.dropped[d] = i;
+    this.dropped[d + 1] = start;
+    this.dropped[d + 2] = end;
   }
 
-  private hold(chunk: Buffer, from: number): void {
+  /** Keeps a copy of `chunk[from, …)`, the start (or more) of an incomplete event; `pre` is the byte before it. */
+  private hold(chunk: Buffer, from: number, pre: number): void {
     const n = chunk.length - from;
     if (this.pendingLen + n > this.max) throw new SseEventTooLargeError(this.max);
+    if (this.pendingLen === 0) this.pendingPre = pre;
     this.pending.push(Buffer.from(chunk.subarray(from)));
     this.pendingLen += n;
+  }
+
+  /** Remembers the chunk's last two bytes (a blank line may end at the next chunk's first byte). */
+  private track(chunk: Buffer): void {
+    const len = chunk.length;
+    this.last2 = len >= 2 ? chunk[len - 2]! : this.last1;
+    this.last1 = chunk[len - 1]!;
+  }
+
+  /** End (after its LF) of the first event end in `chunk`, with the held bytes before it; -1 when none. */
+  private firstEnd(chunk: Buffer): number {
+    let nl = chunk.indexOf(LF);
+    while (nl !== -1) {
+      const p1 = nl >= 1 ? chunk[nl - 1] : this.last1;
+      const p2 = nl >= 2 ? chunk[nl - 2] : nl === 1 ? this.last1 : this.last2;
+      // An LF that ends an empty line (previous byte LF, or CR preceded by LF) ends the event.
+      if (p1 === LF || (p1 === CR && p2 === LF)) return nl + 1;
+      // Usually the next line is the blank one: check its bytes directly instead of calling indexOf.
+      const b = chunk[nl + 1];
+      nl = b === LF ? nl + 1 : b === CR && chunk[nl + 2] === LF ? nl + 2 : chunk.indexOf(LF, nl + 1);
+    }
+    return -1;
+  }
+
+  /** Throws when an event of the segment `buf[s, e)` is larger than the limit. */
+  private checkSizes(buf: Buffer, s: number, e: number, pre: number): void {
+    for (let start = s; start < e;) {
+      const end = eventEnd(buf, start, s, pre, e);
+      if (end - start > this.max) throw new SseEventTooLargeError(this.max);
+      start = end;
+    }
   }
 
   /**
@@ -369,6 +465,58 @@ class Scanner implements SseMeter {
     this.text.reset();
     return !(this.drop && Array.isArray(choices) && choices.length === 0);
   }
+}
+
+/**
+ * True when the LF at `p` in a segment starting at `s` ends an event: the line it ends is empty (the
+ * byte before is LF, or CR preceded by LF). Bytes before `s` read as `pre`: a segment starts right
+ * after an event's end (LF) or at the stream's start (0, where an LF ends no event), so `pre` is never
+ * CR and one byte of it is all that can matter.
+ */
+function endsEvent(buf: Buffer, p: number, s: number, pre: number): boolean {
+  const b1 = p > s ? buf[p - 1] : pre;
+  if (b1 === LF) return true;
+  return b1 === CR && (p - 1 > s ? buf[p - 2] : pre) === LF;
+}
+
+/** End (after its LF) of the last event ending in `buf[from, buf.length)`, or `from` when none does. */
+function lastEnd(buf: Buffer, from: number, pre: number): number {
+  let p = buf.length - 1;
+  while (p >= from) {
+    if (buf[p] !== LF) {
+      p = buf.lastIndexOf(LF, p);
+      if (p < from) break;
+    }
+    if (endsEvent(buf, p, from, pre)) return p + 1;
+    p--;
+  }
+  return from;
+}
+
+/** End (after its LF) of the event starting at `start` in the segment `buf[s, e)` of whole events. */
+function eventEnd(buf: Buffer, start: number, s: number, pre: number, e: number): number {
+  let nl = buf.indexOf(LF, start);
+  while (nl !== -1 && nl < e) {
+    if (endsEvent(buf, nl, s, pre)) return nl + 1;
+    // Usually the next line is the blank one: check its bytes directly instead of calling indexOf.
+    const b = buf[nl + 1];
+    nl = b === LF ? nl + 1 : b === CR && buf[nl + 2] === LF ? nl + 2 : buf.indexOf(LF, nl + 1);
+  }
+  return e; // not reached: a segment ends with an event's end
+}
+
+/** Start of the event ending at `end` in a segment starting at `s`: after the event end before it, or `s`. */
+function eventStart(buf: Buffer, end: number, s: number, pre: number): number {
+  let p = end - 2; // end - 1 is the event's own end
+  while (p >= s) {
+    if (buf[p] !== LF) {
+      p = buf.lastIndexOf(LF, p);
+      if (p < s) break;
+    }
+    if (endsEvent(buf, p, s, pre)) return p + 1;
+    p--;
+  }
+  return s;
 }
 
 /** `buf[start, end)`: the buffer itself when that is all of it (no view to allocate). */

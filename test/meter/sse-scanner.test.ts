@@ -251,6 +251,25 @@ t.test('escaped quotes, backslashes and unicode escapes in content', async (t) =
   t.equal(m4.completionText(), '{"a":1}', 'content null skipped, arguments kept');
 });
 
+t.test('a blank line at the stream start ends no event: it goes with the first event, dropped with it', async (t) => {
+  // The meter tells events apart by searching back from a chunk's end; a line feed before any byte of
+  // the stream must not read as the end of an event there either.
+  for (const eol of ['\n', '\r\n']) {
+    const u = `data: {"choices":[],"usage":{"prompt_tokens":1,"completion_tokens":2}}${eol}${eol}`;
+    const d = `data: [DONE]${eol}${eol}`;
+    const buf = Buffer.from(eol + u + d);
+    let bad = 0;
+    for (let i = 0; i <= buf.length; i++) {
+      for (const turns of [1, 2]) {
+        const m = createSseMeter(drop);
+        const out = feedTurns(m, splitAt(buf, i), () => turns);
+        if (out !== d || m.usage?.completion_tokens !== 2) bad++;
+      }
+    }
+    t.equal(bad, 0, `eol ${JSON.stringify(eol)}: the leading blank line is dropped with the usage-only chunk`);
+  }
+});
+
 t.test('event too large', async (t) => {
   const big = event({ choices: [{ delta: { content: 'x'.repeat(200) } }] });
   const code = { code: 'SSE_EVENT_TOO_LARGE' };
