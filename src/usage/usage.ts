@@ -157,8 +157,6 @@ export function createUsage(d: UsageDeps): Usage {
   let lossPending: Promise<boolean> | undefined;
   /** Flushes to send again (a loss resolved as real), oldest first, before the retry and anything new. */
   let resends: UsageFlush[] = [];
-  /** Flushes taken at a reported loss not resolved yet: what stop() spools with the rest if it never is. */
-  let awaitingLoss: UsageFlush[] = [];
   const remember = (batch: UsageFlush) => {
     if (resendWindowMs <= 0 || !d.store.onPossibleLoss) return;
     const now = Date.now();
@@ -170,11 +168,11 @@ export function createUsage(d: UsageDeps): Usage {
       const from = Date.now() - resendWindowMs;
       const taken = landed.filter((l) => l.at >= from).map((l) => l.batch);
       landed = [];
-      awaitingLoss = [...awaitingLoss, ...taken];
+      // Nothing landed in the window: nothing to send again, nothing for new flushes to wait for.
+      if (taken.length === 0) return;
       const pending = (lossPending = lost.then(
         (l) => {
-          awaitingLoss = awaitingLoss.filter((b) => !taken.includes(b));
-          if (l && taken.length > 0) {
+          if (l) {
             resends = [...resends, ...taken].sort((a, b) => a.flushId!.seq - b.flushId!.seq);
             d.logger.warn({ flushes: taken.length }, 'usage flushes that landed just before a possible loss are sent again');
           }
@@ -325,9 +323,10 @@ export function createUsage(d: UsageDeps): Usage {
    * yet: its spooled copy then changes nothing), then what was recorded since, as the next flush.
    */
   function unlanded(): UsageFlush[] {
-    const owed = new Set<UsageFlush>([...resends, ...awaitingLoss]);
+    // Flushes taken at a loss not known by now are not: they landed, and whether they were lost is never
+    // learnt (as for the settles, credit.ts; docs/ledger.md "Failover").
+    const owed = new Set<UsageFlush>(resends);
     resends = [];
-    awaitingLoss = [];
     if (retry) owed.add(retry.batch);
     if (sending) owed.add(sending);
     if (cells.length > 0 || lastUsed.size > 0 || ledgerAccounts.size > 0) owed.add(take());
