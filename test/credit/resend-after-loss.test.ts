@@ -20,7 +20,7 @@ import { createRedisStore } from '../../src/store/redis-store.ts';
 import type { SettleInput } from '../../src/store/types.ts';
 import { freePort } from '../helpers/ports.ts';
 import { requireRedis } from '../helpers/redis.ts';
-import { allEntries, TS, waitFor } from '../store/harness.ts';
+import { allEntries, settleOf, TS, waitFor } from '../store/harness.ts';
 
 const quiet = createLogger('silent');
 
@@ -100,20 +100,13 @@ if (requireRedis(t, process.env, true))
         for (let i = 0; i < N; i++) {
           const requestId = `req_${acct}_${i}`;
           await credit.hold(acct, requestId, HOLD, expiresAt);
-          inputs.push({
-            account: acct,
-            requestId,
-            costMicros: COST + i,
-            keyId: 'key_a',
-            model: 'm',
-            promptTokens: 1,
-            completionTokens: 1,
-            usageSource: 'upstream',
-            ts: TS,
-            holdExpiresAtMs: expiresAt,
-            holdBucketDue: credit.holdBucketDue(expiresAt),
-            holdMicros: HOLD,
-          });
+          inputs.push(
+            settleOf(acct, requestId, COST + i, {
+              holdExpiresAtMs: expiresAt,
+              holdBucketDue: credit.holdBucketDue(expiresAt),
+              holdMicros: HOLD,
+            }),
+          );
         }
         // The snapshot the restarted server comes back with: before the settles, or after them.
         if (lose === true) await admin.save();

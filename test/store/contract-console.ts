@@ -4,7 +4,7 @@
 import { setTimeout as sleep } from 'node:timers/promises';
 import type { Test } from 'tap';
 import type { ShareRecord } from '../../src/store/types.ts';
-import { TS, TS2, uniqueAccount, type Harness } from './harness.ts';
+import { keyRecordOf, TS, TS2, uniqueAccount, type Harness } from './harness.ts';
 
 type Case = (name: string, fn: (t: Test, h: Harness) => Promise<void>) => void;
 
@@ -72,19 +72,7 @@ export function consoleCases(test: Case): void {
     const withKey = `${tag}-keys`;
     const withCredit = `${tag}-credit`;
     const other = uniqueAccount('other');
-    await store.createKey(`hash-${withKey}`, {
-      id: `key_${tag}`.slice(0, 20),
-      account: withKey,
-      env: 'test',
-      name: 'k',
-      active: true,
-      scopes: ['chat'],
-      models: [],
-      rate_limits: null,
-      created_at: TS,
-      last4: 'abcd',
-      version: 1,
-    });
+    await store.createKey(`hash-${withKey}`, keyRecordOf(withKey, `key_${tag}`.slice(0, 20)));
     await store.grant(withCredit, 5, undefined, undefined, TS);
     await store.grant(other, 5, undefined, undefined, TS);
     t.strictSame(await store.listAccounts(tag.toLowerCase(), 10), [withCredit, withKey], 'case-insensitive, sorted');

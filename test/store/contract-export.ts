@@ -2,7 +2,7 @@
 // cursor, trimming that never passes the cursor, the account index, and the usage cells.
 import type { Test } from 'tap';
 import type { UsageCell } from '../../src/store/types.ts';
-import { allEntries, TS, uniqueAccount, waitFor, type Harness } from './harness.ts';
+import { allEntries, keyRecordOf, TS, uniqueAccount, waitFor, type Harness } from './harness.ts';
 
 type Case = (name: string, fn: (t: Test, h: Harness) => Promise<void>) => void;
 
@@ -10,19 +10,7 @@ const FAR_FUTURE = '99999999999999-0';
 
 /** A key record of `account` with id `id`, held by the store (a last use is recorded only for held keys). */
 async function holdKey(store: Harness['store'], account: string, id: string): Promise<void> {
-  await store.createKey(`hash-${account}-${id}`, {
-    id,
-    account,
-    env: 'test',
-    name: 'k',
-    active: true,
-    scopes: ['chat'],
-    models: [],
-    rate_limits: null,
-    created_at: TS,
-    last4: 'abcd',
-    version: 1,
-  });
+  await store.createKey(`hash-${account}-${id}`, keyRecordOf(account, id));
 }
 
 function cell(day: string, key_id: string, model: string, n: number): UsageCell {

@@ -1,7 +1,7 @@
 // Shared plumbing for the store contract: a store wrapper that remembers which holds the test took, and
 // the two invariants every case ends on (SPEC §4): balance = Σ ledger amount_micros, held = Σ open holds.
 import type { Test } from 'tap';
-import type { LedgerEntry, SettleInput, Store } from '../../src/store/types.ts';
+import type { KeyRecord, LedgerEntry, SettleInput, Store } from '../../src/store/types.ts';
 export { waitFor } from '../helpers/wait.ts';
 
 /** Builds a fresh, empty store for one subtest and closes it at that subtest's teardown. */
@@ -110,6 +110,24 @@ export function within<T>(p: Promise<T>, ms: number, what: string): Promise<T> {
 
 /** An expiry no reaper run in these tests reaches. */
 export const FAR = 9_000_000_000_000;
+
+/** A key record of `account` with id `id` (a test key unless `extra` says otherwise), for createKey. */
+export function keyRecordOf(account: string, id: string, extra: Partial<KeyRecord> = {}): KeyRecord {
+  return {
+    id,
+    account,
+    env: 'test',
+    name: 'k',
+    active: true,
+    scopes: ['chat'],
+    models: [],
+    rate_limits: null,
+    created_at: TS,
+    last4: 'abcd',
+    version: 1,
+    ...extra,
+  };
+}
 
 /** A settle of `requestId`'s hold taken with expiry FAR (unless `extra` says otherwise). */
 export function settleOf(account: string, requestId: string, costMicros: number, extra: Partial<SettleInput> = {}): SettleInput {

@@ -11,7 +11,7 @@ import type { DebitLayout } from '../../src/store/debit-layout.ts';
 import type { Invalidation, SettleInput, Store } from '../../src/store/types.ts';
 import { startRedis } from '../helpers/redis.ts';
 import { runStoreContract } from './contract.ts';
-import { allEntries, TS, TS2, waitFor } from './harness.ts';
+import { allEntries, keyRecordOf, TS, TS2, waitFor } from './harness.ts';
 import { charge, keyRecord, settleInput } from './contract-key-controls.ts';
 
 /**
@@ -253,19 +253,7 @@ if (redis) {
     const store = await openStore(t, redis.url);
     const accounts = ['acme', 'team.b:eu-1_x'];
     for (const acct of accounts) {
-      await store.createKey(`hash-${acct}`, {
-        id: `key_${acct}`,
-        account: acct,
-        env: 'live',
-        name: 'k',
-        active: true,
-        scopes: ['chat'],
-        models: [],
-        rate_limits: null,
-        created_at: TS,
-        last4: 'abcd',
-        version: 1,
-      });
+      await store.createKey(`hash-${acct}`, keyRecordOf(acct, `key_${acct}`, { env: 'live' }));
       await store.grant(acct, 1000, 'idem-1', 'note', TS);
       await store.hold(acct, 'req-settled', 100, 5_000);
       await store.hold(acct, 'req-open', 100, 9_000_000_000_000);
