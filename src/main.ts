@@ -3,6 +3,7 @@
  * SIGTERM/SIGINT (stop accepting, drain in-flight streams until the deadline, settle every hold, close
  * the store, exit 0). The only module that reads process.env (with config loading).
  */
+import './tick-anchor.ts'; // first: see the module
 import cluster from 'node:cluster';
 import { pathToFileURL } from 'node:url';
 import { loadConfig } from './config/load.ts';
