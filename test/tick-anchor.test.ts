@@ -18,9 +18,23 @@ function feedbackAfterGc(withAnchor: boolean): string[] {
     const fb = new Function('f', 'return %GetFeedback(f)')(process.nextTick);
     console.log(JSON.stringify(fb.filter((x) => String(x[0]).includes('DefineKeyed')).map((x) => String(x[1]))));
   `;
-  const out = execFileSync(process.execPath, ['--allow-natives-syntax', '--expose-gc', '--input-type=module', '-e', script], {
-    encoding: 'utf8',
-  });
+  // A plain node: the test runner's coverage preload (which tap's processinfo adds to every child's
+  // NODE_OPTIONS, whatever env it is given) changes V8's feedback here; production runs without it. The
+  // shell drops NODE_OPTIONS before it starts node.
+  const out = execFileSync(
+    '/bin/sh',
+    [
+      '-c',
+      'unset NODE_OPTIONS; exec "$0" "$@"',
+      process.execPath,
+      '--allow-natives-syntax',
+      '--expose-gc',
+      '--input-type=module',
+      '-e',
+      script,
+    ],
+    { encoding: 'utf8' },
+  );
   return JSON.parse(out) as string[];
 }
 
