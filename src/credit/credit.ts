@@ -96,9 +96,26 @@ export function settledMarkerTtlSeconds(config: Pick<Config, 'upstream' | 'credi
   return Math.ceil((holdTtlMs(config) + SETTLE_RETRY_WINDOW_MS) / 1000);
 }
 
-/** A store error that says the command was refused before it was sent (types.ts Store.settle). */
+/**
+ * Error replies Redis gives before it runs a command at all (a script included): the cluster has no
+ * master for a slot (CLUSTERDOWN, TRYAGAIN), the server is still loading its data set (LOADING), a
+ * replica without its master (MASTERDOWN), a script still running (BUSY). Nothing of the command ran.
+ * READONLY and OOM are left out: inside a script Redis reports them at a write, after the script ran
+ * its reads, and nothing here needs the difference.
+ */
+const REFUSED_BEFORE_RUN = /^(?:CLUSTERDOWN|TRYAGAIN|LOADING|MASTERDOWN|BUSY) /;
+
+/**
+ * A store error that says the command certainly did not run (types.ts Store.settle): refused before it
+ * was written (the pipe not connected, the node guard), or answered with one of Redis's refusals above.
+ * During a Cluster's CLUSTERDOWN window every hold fails this way; without this, each refused request's
+ * hold was treated as may-have-run, and a settle at 0 was sent for it, retried through the outage and
+ * written to the ledger as a zero debit once the cluster came back.
+ */
 export function neverSent(err: unknown): boolean {
-  return (err as { cause?: { sent?: unknown } } | null)?.cause?.sent === false;
+  const cause = (err as { cause?: { sent?: unknown; message?: unknown } } | null)?.cause;
+  if (cause === undefined || cause === null) return false;
+  return cause.sent === false || (typeof cause.message === 'string' && REFUSED_BEFORE_RUN.test(cause.message));
 }
 
 export interface CreditDeps {

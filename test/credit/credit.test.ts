@@ -202,6 +202,25 @@ t.test('neverSent: only a store error whose command was refused before it was wr
   t.equal(neverSent(wrap(new PipeError('redis not connected', false))), true, 'refused while disconnected: never ran');
   t.equal(neverSent(wrap(new PipeError('redis command timed out after 300 ms'))), false, 'sent, no answer: may have run');
   t.equal(neverSent(wrap(new Error('ECONNRESET'))), false, 'a foreign error: may have run');
+  // Redis's refusals before it runs anything (the reply line is the error's message, pipe and ioredis alike).
+  for (const line of [
+    'CLUSTERDOWN The cluster is down',
+    'LOADING Redis is loading the dataset in memory',
+    'BUSY Redis is busy running a script.',
+    'MASTERDOWN Link with MASTER is down',
+    'TRYAGAIN Multiple keys request during rehashing of slot',
+  ]) {
+    t.equal(neverSent(wrap(new Error(line))), true, `${line.split(' ')[0]}: never ran`);
+  }
+  // Reported inside a script at its first write (its reads ran), or anything else: may have run.
+  for (const line of [
+    "READONLY You can't write against a read only replica.",
+    'OOM command not allowed',
+    'ERR Error running script',
+    'BUSYKEY Target key name already exists.',
+  ]) {
+    t.equal(neverSent(wrap(new Error(line))), false, `${line.split(' ')[0]}: may have run`);
+  }
   t.equal(neverSent(new Error('no cause')), false);
   t.equal(neverSent(null), false);
 });
