@@ -9,7 +9,7 @@
 export interface Listening {
   type: 'tollgate:listening';
 }
-/** Worker → primary: aggregate every worker's metrics (prom-client's AggregatorRegistry). */
+/** Worker → primary: every worker's metrics, summed (collect-metrics.ts). */
 export interface MetricsRequest {
   type: 'tollgate:metrics';
   id: number;
@@ -27,6 +27,18 @@ export interface Ping {
 export interface Pong {
   type: 'tollgate:pong';
 }
+/** Primary → worker: send your registry's metrics (for a /metrics asked of any worker). */
+export interface CollectRequest {
+  type: 'tollgate:collect';
+  id: number;
+}
+/** Worker → primary: the answer to a CollectRequest: the registry's `getMetricsAsJSON()`, or why not. */
+export interface MetricsPart {
+  type: 'tollgate:part';
+  id: number;
+  metrics?: object[];
+  error?: string;
+}
 /** Primary → worker: the answer to a request, by id. */
 export interface Reply {
   type: 'tollgate:reply';
@@ -36,10 +48,10 @@ export interface Reply {
   error?: string;
 }
 
-export type ToPrimary = Listening | MetricsRequest | ReadyRequest | Pong;
+export type ToPrimary = Listening | MetricsRequest | ReadyRequest | Pong | MetricsPart;
 
-/** True for messages of this protocol (prom-client's own IPC messages share the channel). */
-export function isOurs(m: unknown): m is ToPrimary | Reply | Ping {
+/** True for messages of this protocol (anything else sent on the channel, a library's own, is ignored). */
+export function isOurs(m: unknown): m is ToPrimary | Reply | Ping | CollectRequest {
   return (
     typeof m === 'object' &&
     m !== null &&

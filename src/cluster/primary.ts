@@ -7,8 +7,8 @@
  * on both ports and node:cluster shares the sockets.
  */
 import cluster, { type Worker } from 'node:cluster';
-import { AggregatorRegistry } from 'prom-client';
 import type { Logger } from '../obs/logger.ts';
+import { createCollector } from './collect-metrics.ts';
 import { isOurs, type Ping, type Reply, type ToPrimary } from './messages.ts';
 
 export interface PrimaryOptions {
@@ -24,8 +24,7 @@ export interface PrimaryOptions {
 
 /** Runs the primary until a signal stops every worker. */
 export function runPrimary(o: PrimaryOptions): { stop(signal: NodeJS.Signals): Promise<void> } {
-  // Its constructor installs prom-client's IPC handling; clusterMetrics() then asks every worker.
-  const agg = new AggregatorRegistry();
+  const collector = createCollector({ expected: o.workers, logger: o.logger });
   const listening = new Set<number>();
   let stopping = false;
   // Workers that died before ever listening, in a row: a bad port or config would otherwise restart forever.
@@ -46,6 +45,10 @@ export function runPrimary(o: PrimaryOptions): { stop(signal: NodeJS.Signals): P
       lastPong.set(w.id, Date.now());
       return;
     }
+    if (msg.type === 'tollgate:part') {
+      collector.received(w, msg);
+      return;
+    }
     if (msg.type === 'tollgate:listening') {
       listening.add(w.id);
       lastPong.set(w.id, Date.now());
@@ -55,7 +58,10 @@ export function runPrimary(o: PrimaryOptions): { stop(signal: NodeJS.Signals): P
     }
     const reply: Reply = { type: 'tollgate:reply', id: msg.id };
     try {
-      if (msg.type === 'tollgate:metrics') reply.metrics = await agg.clusterMetrics();
+      if (msg.type === 'tollgate:metrics')
+        reply.metrics = await collector.collect(
+          Object.values(cluster.workers ?? {}).filter((x): x is Worker => !!x && listening.has(x.id) && x.isConnected()),
+        );
       else
         reply.ready =
           !stopping &&
@@ -80,7 +86,7 @@ export function runPrimary(o: PrimaryOptions): { stop(signal: NodeJS.Signals): P
 
   // A worker whose event loop is blocked (an endless loop, sync work that never ends) or whose process is
   // stopped serves nothing: the connections node:cluster hands it hang (/healthz among them), /metrics
-  // fails after prom-client's 5 s for want of its part, and at SIGTERM it never drains. It answers no
+  // answers after 3 s without its part (collect-metrics.ts), and at SIGTERM it never drains. It answers no
   // ping: /readyz says not ready after READY_PONG_MS, and after o.stallMs it is killed and replaced
   // (what it held is released by the reaper, as after a crash).
   const lastPong = new Map<number, number>();
@@ -173,7 +179,7 @@ export function restartDelayMs(youngDeaths: number): number {
 
 /** How often the primary pings each worker. */
 const PING_EVERY_MS = 1_000;
-/** A worker silent this long makes /readyz not ready (three pings missed). */
+/** A worker silent this long makes /readyz not ready (three pings missed); collect-metrics.ts waits as long. */
 const READY_PONG_MS = 3_000;
 /**
  * A worker silent this long is killed. Nothing on a worker's event loop is meant to run more than a few

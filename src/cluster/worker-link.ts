@@ -1,12 +1,12 @@
 /**
- * A worker's side of the cluster protocol (messages.ts): tells the primary it listens, and asks it for
- * the whole cluster's metrics and readiness. Registers the worker's registry with prom-client's cluster
- * aggregation, whose IPC listener exists only once an AggregatorRegistry was constructed (NOTES §5).
+ * A worker's side of the cluster protocol (messages.ts): tells the primary it listens, asks it for the
+ * whole cluster's metrics and readiness, and sends its own registry when the primary collects them
+ * (collect-metrics.ts).
  */
-import { AggregatorRegistry, type Registry } from 'prom-client';
+import type { Registry } from 'prom-client';
 import { isOurs, type Reply, type ToPrimary } from './messages.ts';
 
-/** How long a worker waits for the primary's answer (prom-client's own timeout is 5 s). */
+/** How long a worker waits for the primary's answer (the primary waits at most 3 s for each worker's part). */
 const ASK_TIMEOUT_MS = 6_000;
 
 export interface ClusterLink {
@@ -20,14 +20,21 @@ export interface ClusterLink {
 
 /** The link of this worker process; `registry` is the gateway's own. */
 export function linkWorker(registry: Registry): ClusterLink {
-  new AggregatorRegistry();
-  AggregatorRegistry.setRegistries([registry]);
   const pending = new Map<number, (r: Reply) => void>();
   let next = 0;
   process.on('message', (m: unknown) => {
     if (!isOurs(m)) return;
     if (m.type === 'tollgate:ping') {
       if (process.connected) process.send!({ type: 'tollgate:pong' } satisfies ToPrimary);
+      return;
+    }
+    if (m.type === 'tollgate:collect') {
+      const id = m.id;
+      const send = (part: ToPrimary) => process.connected && process.send!(part);
+      registry.getMetricsAsJSON().then(
+        (metrics) => send({ type: 'tollgate:part', id, metrics }),
+        (e: unknown) => send({ type: 'tollgate:part', id, error: (e as Error).message }),
+      );
       return;
     }
     if (m.type === 'tollgate:reply') pending.get(m.id)?.(m);

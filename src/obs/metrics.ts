@@ -13,6 +13,16 @@ const UPSTREAM_BUCKETS = [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10,
 
 export type Metrics = ReturnType<typeof createMetrics>;
 
+/**
+ * With `server.workers`, the workers whose metrics a /metrics answer lacks (stalled past the primary's
+ * wait, dead, or being replaced): every worker exports 0 and the primary adds the count to the sum
+ * (cluster/collect-metrics.ts). Always 0 without workers.
+ */
+export const WORKERS_MISSING = {
+  name: 'tollgate_metrics_workers_missing',
+  help: 'Workers whose metrics this scrape lacks (stalled past 3 s, dead or being replaced): their counters are absent from the sums',
+} as const;
+
 /** A bound counter child: `inc` adds to a plain number; the registry gets the sum when it is read. */
 export interface HotCounter {
   inc(n?: number): void;
@@ -255,6 +265,7 @@ export function createMetrics(opts: { defaults?: boolean } = {}) {
       labelNames: ['upstream', 'reason'],
       registers: r,
     }),
+    workersMissing: new Gauge({ ...WORKERS_MISSING, registers: r }),
     inFlight: new Gauge({ name: 'tollgate_in_flight_requests', help: 'Requests in flight', registers: r }),
     streams: new Gauge({ name: 'tollgate_in_flight_streams', help: 'Streams open to clients', registers: r }),
     upstreamOverruns: new Counter({

@@ -99,7 +99,7 @@ t.test('every alert has a runbook_url into a section of docs/operations.md, and 
     t.ok(anchors.has(r.alert.toLowerCase()), `${r.alert}: docs/operations.md has its section`);
   }
   const fixtures = read('prometheus/alerts.test.yml');
-  for (const a of ['TollgateStoreDown', 'TollgateGatewayDown', 'TollgateHighErrorRate'])
+  for (const a of ['TollgateStoreDown', 'TollgateGatewayDown', 'TollgateHighErrorRate', 'TollgateWorkersMissing'])
     t.match(fixtures, `alertname: ${a}`, `${a} is unit-tested`);
   t.notMatch(read('prometheus/alerts.yml'), /tollgate_rate_limiter_fallback/, 'the store alert no longer watches the limiter fallback');
 });
