@@ -129,6 +129,10 @@ if (redis) {
   async function stopOne(gw: ChildGateway): Promise<number> {
     const [stuck] = workerPids(gw.output());
     process.kill(stuck!, 'SIGSTOP');
+    // Two connections at once: if the stopped worker was still on the primary's free list it takes one of
+    // them (and is never free again); one at a time, the first may go to the live worker and leave the
+    // stopped one first in line for the scrape (a flake seen under load).
+    await Promise.all([getFresh(`${gw.adminUrl}/healthz`), getFresh(`${gw.adminUrl}/healthz`)]);
     await waitFor(async () => (await getFresh(`${gw.adminUrl}/healthz`)) === 200, 5_000, 'a connection the live worker answers', 10);
     return stuck!;
   }
