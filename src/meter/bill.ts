@@ -25,15 +25,18 @@ export interface Billed {
 export const NOTHING_PRODUCED: Billed = { promptTokens: 0, completionTokens: 0, cachedTokens: 0, source: 'estimated' };
 
 /**
- * A stateful request (SPEC §4): the upstream prepends history the gateway never sees (`/v1/responses` with
- * `previous_response_id` or `conversation`), so the hold's input part is the model's context window and a
- * request that ends without usage is billed from the upstream's stored response (meter/bill.ts billStateful).
+ * A stateful request (SPEC §4), or one whose input the gateway cannot see in full: the upstream prepends
+ * history (`/v1/responses` with `previous_response_id` or `conversation`), renders a stored template or
+ * item (`prompt`, `item_reference`), or takes tensors whose rows are tokens (vLLM's `prompt_embeds` on
+ * `/v1/completions`). The hold's input part is the context window (per embeds item), and a request that
+ * ends without usage is billed from the upstream's stored response where there is one, else that input
+ * part (billStateful).
  */
 export interface StatefulRequest {
   /** The input part of the hold (tokens): the context window, at least the new input's bound. */
   heldPrompt: number;
-  /** Where the upstream keeps the answer of response `id`, below its base path (`/responses/{id}`). */
-  retrievePath(id: string): string;
+  /** Where the upstream keeps the answer of response `id`, below its base path (`/responses/{id}`); unset: nowhere. */
+  retrievePath?: (id: string) => string;
 }
 
 /** A stateful request's billing needs (SPEC §4): see billStateful. */
@@ -159,10 +162,11 @@ async function retrieveUsage(up: Upstream, path: string, format: ApiFormat, time
 
 /**
  * A stateful request that ended without usage (SPEC §4: client gone, stream cut, usage omitted): the
- * upstream prepended history the gateway never saw, so the new input alone would under-bill it. The
+ * upstream took input the gateway never saw, so the visible input alone would under-bill it. The
  * upstream's stored answer is asked for (`GET {upstream}{retrievePath(id)}`, the id from the answer's
- * first bytes) and its usage billed; failing that (or once `cut` fires: at shutdown, so that the settle
- * still reaches the spool), the hold's input part (the context window) plus the output counted, `estimated`.
+ * first bytes) and its usage billed; without a retrievePath, failing that, or once `cut` fires (at
+ * shutdown, so that the settle still reaches the spool), the hold's input part (the context window) plus
+ * the output counted, `estimated`.
  */
 export async function billStateful(
   s: StatefulRequest,
@@ -172,9 +176,10 @@ export async function billStateful(
   timeoutMs: number,
   cut?: AbortSignal,
 ): Promise<Billed> {
-  const id = answerId(call.head());
-  if (id !== undefined) {
-    const usage = await retrieveUsage(call.upstream, s.retrievePath(id), format, timeoutMs, cut).catch(() => null);
+  const path = s.retrievePath;
+  const id = path ? answerId(call.head()) : undefined;
+  if (path && id !== undefined) {
+    const usage = await retrieveUsage(call.upstream, path(id), format, timeoutMs, cut).catch(() => null);
     if (usage) {
       return {
         promptTokens: usage.prompt_tokens,

@@ -2,13 +2,14 @@
  * POST /v1/completions (scope chat): legacy prompt completions, metered like chat (routes/metered.ts).
  * Each prompt of a list gets `n` choices (`best_of` generated, when larger), so the hold covers
  * prompts × max(n, best_of) × max_tokens. `max_tokens` defaults to 16 as in OpenAI's and vLLM's
- * completions API, clamped to the model's cap.
+ * completions API, clamped to the model's cap. vLLM's `prompt_embeds` hold the context window each
+ * (promptEmbeds below).
  */
 import type { ModelConfig } from '../config/schema.ts';
 import type { RouteDoc } from '../http/openapi.ts';
 import { Issues, bool, int, isObj, rootObject, str, type Obj } from '../http/validate.ts';
 import { COMPLETIONS } from '../meter/formats.ts';
-import { meteredResponses, type MeteredEndpoint, type OutputBound } from './endpoint.ts';
+import { meteredResponses, type MeteredEndpoint, type OutputBound, type StatefulRequest } from './endpoint.ts';
 import { countInput, inputItems, inputTokenBound, textInput, type TextInput } from './text-input.ts';
 import { capOutputFields } from './output-cap.ts';
 
@@ -54,6 +55,21 @@ function outputBound(body: CompletionsBody, model: ModelConfig): OutputBound {
   const perChoice = Math.min(body.max_tokens ?? DEFAULT_MAX_TOKENS, model.maxOutputTokens);
   const choices = Math.max(body.n ?? 1, body.best_of ?? 1) * inputItems(body.prompt);
   return { perChoice, total: perChoice * choices };
+}
+
+/**
+ * vLLM's `prompt_embeds` (a base64 torch tensor, or a list of them; passed through): each is a prompt of
+ * its own whose rows are tokens the text estimate never sees, and their count cannot be bounded by the
+ * bytes (vLLM densifies a sparse tensor: a few hundred bytes can stand for any number of rows). The
+ * upstream refuses a prompt longer than the context window, so each item holds that many input tokens,
+ * beside the text prompt's bound; an answer without usage bills that held input part (meter/bill.ts
+ * billStateful: there is no stored answer to ask). One field read for a request without embeddings.
+ */
+function promptEmbeds(body: CompletionsBody, model: ModelConfig, promptEstimate: number): StatefulRequest | undefined {
+  const embeds = body['prompt_embeds'];
+  if (embeds === undefined || embeds === null) return undefined;
+  const items = Array.isArray(embeds) ? embeds.length : 1;
+  return { heldPrompt: promptEstimate + items * model.contextWindow };
 }
 
 /** Model rewritten, output capped by what was held, usage forced on streams (as for chat). */
@@ -117,4 +133,5 @@ export const COMPLETIONS_ENDPOINT: MeteredEndpoint<CompletionsBody> = {
     const suffix = typeof body.suffix === 'string' ? await tokenizer.countTextBounded(body.suffix, budget) : 0;
     return (await countInput(body.prompt, tokenizer, budget)) + suffix;
   },
+  stateful: promptEmbeds,
 };

@@ -274,7 +274,7 @@ export function meteredRoute<B extends { model: string }>(d: MeteredDeps, ep: Me
         track,
       );
       if (signal.aborted) throw new ClientGoneError();
-      if (stateful) answered.call.keepHead(); // the answer's id, should its usage have to be asked for
+      if (stateful?.retrievePath) answered.call.keepHead(); // the answer's id, should its usage have to be asked for
       ctx.log.upstream = answered.call.upstream.label;
       ctx.log.upstream_status = answered.status;
       trace?.upstreamAnswered(answered.status, answered.call.upstream.label);

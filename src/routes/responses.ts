@@ -5,7 +5,9 @@
  * the model's cap and sizes the hold. `previous_response_id`, `store` and `conversation` pass through:
  * the stored state lives on the upstream that answered (docs/behaviour.md, "Responses"). A request naming
  * either is stateful (SPEC §4): its hold's input part is the model's `context_window`, and it is billed
- * from the upstream's stored response when it ends without usage (`stateful` below, meter/bill.ts).
+ * from the upstream's stored response when it ends without usage (`stateful` below, meter/bill.ts). So is
+ * one naming a stored prompt template (`prompt`) or a stored item (`item_reference`): input the upstream
+ * renders and the gateway never sees.
  * `background: true` is refused (400 invalid_request): its generation happens after the response ends.
  */
 import type { ModelConfig } from '../config/schema.ts';
@@ -130,15 +132,36 @@ function upstreamBody(body: ResponsesBody, model: ModelConfig, perChoice: number
   return Buffer.from(JSON.stringify(out));
 }
 
+function isSet(v: unknown): boolean {
+  return v !== undefined && v !== null;
+}
+
 /**
- * A request that continues stored state (`previous_response_id` or `conversation`): the upstream prepends
- * history of any length up to the context window, so that is the hold's input part (SPEC §4: no debit
- * exceeds its hold), and `GET /responses/{id}` is where its usage is asked for when the answer had none.
+ * Whether the upstream renders input of its own that the body does not hold: stored state it continues
+ * (`previous_response_id`, `conversation`), a stored prompt template (`prompt`), or an input item naming a
+ * stored item (`item_reference`; the API's ItemReference may omit its type, and an item with neither type
+ * nor role can be nothing else). Three field reads, and for a list input one read of each item's `type`.
+ */
+function namesStoredInput(body: ResponsesBody): boolean {
+  if (isSet(body['previous_response_id']) || isSet(body['conversation']) || isSet(body['prompt'])) return true;
+  const input = body.input;
+  if (!Array.isArray(input)) return false;
+  for (const item of input) {
+    if (!isObj(item)) continue;
+    const t = item['type'];
+    if (t === 'item_reference' || ((t === undefined || t === null) && item['role'] === undefined)) return true;
+  }
+  return false;
+}
+
+/**
+ * A request whose input the upstream completes from its own store (namesStoredInput): history, a prompt
+ * template or referenced items of any length up to the context window, so that is the hold's input part
+ * (SPEC §4: no debit exceeds its hold), and `GET /responses/{id}` is where its usage is asked for when the
+ * answer had none (the upstream stores the response itself unless `store: false`).
  */
 export function statefulResponses(body: ResponsesBody, model: ModelConfig, promptEstimate: number): StatefulRequest | undefined {
-  const prev = body['previous_response_id'];
-  const conversation = body['conversation'];
-  if ((prev === undefined || prev === null) && (conversation === undefined || conversation === null)) return undefined;
+  if (!namesStoredInput(body)) return undefined;
   return {
     heldPrompt: Math.max(model.contextWindow, promptEstimate),
     retrievePath: (id) => `/responses/${encodeURIComponent(id)}`,

@@ -1,7 +1,8 @@
 /**
  * `POST /v1/completions` (legacy) and `POST /v1/embeddings` in the simulator. Completions stream one
  * `text_completion` chunk per token, a finish chunk, the usage chunk when `stream_options.include_usage`
- * asks for it, then [DONE]; `max_tokens` defaults to 16 as in OpenAI's and vLLM's API. Embeddings answer
+ * asks for it, then [DONE]; `max_tokens` defaults to 16 as in OpenAI's and vLLM's API; vLLM's
+ * `prompt_embeds` count as input (simCompletionsPromptTokens). Embeddings answer
  * one deterministic vector per input, as floats or as base64 little-endian float32 (the openai SDK asks
  * for base64 by default).
  */
@@ -47,9 +48,25 @@ function includeUsage(body: unknown): boolean {
   return isObject(so) && so['include_usage'] === true;
 }
 
+/**
+ * Prompt tokens of a completions body: its `prompt` and, as vLLM takes them, its `prompt_embeds` (a
+ * base64 tensor or a list of them): each item `embeds_tokens` (steered) or its base64 length ÷ 4. An
+ * empty `prompt` beside embeddings is no prompt of its own (vLLM skips `""`).
+ */
+export function simCompletionsPromptTokens(body: unknown, opts: Pick<SimOptions, 'embedsTokens'>): number {
+  const b = isObject(body) ? body : {};
+  const embeds = b['prompt_embeds'];
+  if (embeds === undefined || embeds === null) return simInputTokens(b['prompt']);
+  let n = 0;
+  for (const e of Array.isArray(embeds) ? embeds : [embeds]) {
+    n += opts.embedsTokens ?? simTextTokens(typeof e === 'string' ? e.length : 0);
+  }
+  return n + (b['prompt'] === '' || b['prompt'] === undefined || b['prompt'] === null ? 0 : simInputTokens(b['prompt']));
+}
+
 export const COMPLETIONS_API: SimApi = {
   plan: (requestId, body, opts) =>
-    planWith(`cmpl-sim-${requestId}`, body, opts, simInputTokens(isObject(body) ? body['prompt'] : undefined), completionsCap(body)),
+    planWith(`cmpl-sim-${requestId}`, body, opts, simCompletionsPromptTokens(body, opts), completionsCap(body)),
   stream(plan, body) {
     const withUsage = includeUsage(body) && plan.usage !== undefined;
     const head = `data: {"id":"${plan.id}","object":"text_completion","created":${plan.created},"model":${JSON.stringify(plan.model)},"choices":[{"index":0,"text":`;

@@ -10,6 +10,12 @@
  * grow by them; an unknown id is a 404, as OpenAI answers), and `GET /v1/responses/{id}` returns the
  * stored response with its usage — the tokens produced so far when its stream was cut or abandoned —
  * in the `encoding` its request was steered to, as a server that compresses every answer would.
+ *
+ * Input by reference, as hosted OpenAI expands it: an input item `{"type":"item_reference","id":"msg_<id>"}`
+ * (or `{"id":…}` with neither type nor role: the API's ItemReference may omit its type) stands for the
+ * output message of stored response `<id>`, its output tokens; a stored prompt template `"prompt":
+ * {"id":"pmpt_sim_<N>", …}` renders N tokens plus its `variables`' text. An unknown item or template is a
+ * 404, as an unknown previous response.
  */
 import type { SimApi } from './chat.ts';
 import type { RecordedRequest } from './record.ts';
@@ -32,6 +38,30 @@ export function simResponsesPromptTokens(body: unknown): number {
     }
   }
   return Math.max(1, simTextTokens(chars));
+}
+
+/** An input item that names a stored item: `type: "item_reference"`, or no type and no role. */
+function isItemReference(item: unknown): item is Record<string, unknown> {
+  if (!isObject(item)) return false;
+  const t = item['type'];
+  return t === 'item_reference' || ((t === undefined || t === null) && item['role'] === undefined);
+}
+
+/** Tokens a stored template renders: N for id `pmpt_sim_<N>`, plus its variables' text; undefined when unknown. */
+function templateTokens(prompt: unknown): number | undefined {
+  if (!isObject(prompt)) return undefined;
+  const m = typeof prompt['id'] === 'string' ? /^pmpt_sim_(\d{1,9})$/.exec(prompt['id']) : null;
+  if (m === null) return undefined;
+  let chars = 0;
+  const vars = prompt['variables'];
+  if (isObject(vars)) {
+    for (const k in vars) {
+      const v = vars[k];
+      if (typeof v === 'string') chars += v.length;
+      else if (isObject(v) && typeof v['text'] === 'string') chars += v['text'].length;
+    }
+  }
+  return Number(m[1]) + simTextTokens(chars);
 }
 
 /** The response object at a stage of its life (`in_progress` without output and usage, then final). */
@@ -80,7 +110,7 @@ const TAIL = 4;
 interface Stored {
   plan: CompletionPlan;
   body: unknown;
-  /** Input tokens with the history prepended. */
+  /** Input tokens with what the request named expanded (history, items, template). */
   inputTokens: number;
   rec: RecordedRequest | undefined;
   /** The steered `encoding` of the request that stored it: its GET answers in it too. */
@@ -95,12 +125,37 @@ export class SimResponseStore {
     this.#max = max;
   }
 
-  /** Tokens of the history a body's `previous_response_id` prepends: 0 without one, undefined when unknown. */
-  history(body: unknown): number | undefined {
-    const prev = isObject(body) ? body['previous_response_id'] : undefined;
-    if (typeof prev !== 'string') return 0;
-    const s = this.#byId.get(prev);
-    return s === undefined ? undefined : s.inputTokens + s.plan.emit;
+  /**
+   * Input tokens the body names but does not hold: the history of `previous_response_id`, each
+   * item_reference's stored item, the stored prompt template. A string is the 404 message of the first
+   * unknown one.
+   */
+  unseen(body: unknown): number | string {
+    if (!isObject(body)) return 0;
+    let n = 0;
+    const prev = body['previous_response_id'];
+    if (typeof prev === 'string') {
+      const s = this.#byId.get(prev);
+      if (s === undefined) return `Previous response with id '${prev}' not found.`;
+      n += s.inputTokens + s.plan.emit;
+    }
+    const input = body['input'];
+    if (Array.isArray(input)) {
+      for (const item of input) {
+        if (!isItemReference(item)) continue;
+        const id = item['id'];
+        const s = typeof id === 'string' && id.startsWith('msg_') ? this.#byId.get(id.slice(4)) : undefined;
+        if (s === undefined) return `Item with id '${String(id)}' not found.`;
+        n += s.plan.emit;
+      }
+    }
+    const prompt = body['prompt'];
+    if (prompt !== undefined && prompt !== null) {
+      const t = templateTokens(prompt);
+      if (t === undefined) return `Prompt with id '${String(isObject(prompt) ? prompt['id'] : prompt)}' not found.`;
+      n += t;
+    }
+    return n;
   }
 
   put(s: Stored): void {
@@ -137,11 +192,12 @@ export class SimResponseStore {
   }
 }
 
-/** POST /v1/responses over a simulator's stored responses (history prepended, responses stored). */
+/** POST /v1/responses over a simulator's stored responses (history, items and templates expanded, responses stored). */
 export function responsesApi(store: SimResponseStore): SimApi {
   return {
     plan(requestId, body, opts, rec) {
-      const inputTokens = simResponsesPromptTokens(body) + (store.history(body) ?? 0);
+      const unseen = store.unseen(body);
+      const inputTokens = simResponsesPromptTokens(body) + (typeof unseen === 'number' ? unseen : 0);
       const plan = planWith(
         `resp_sim_${requestId}`,
         body,

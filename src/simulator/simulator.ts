@@ -122,9 +122,9 @@ export async function startSimulator(opts: SimulatorOptions = {}): Promise<Simul
       if (err instanceof SimSteerError) return sendJson(res, 400, errorBody(400, err.message));
       throw err;
     }
-    if (path === '/v1/responses' && stored.history(rec.body) === undefined) {
-      const prev = String((rec.body as Record<string, unknown>)['previous_response_id']);
-      return sendJson(res, 404, errorBody(404, `Previous response with id '${prev}' not found.`));
+    if (path === '/v1/responses') {
+      const unseen = stored.unseen(rec.body);
+      if (typeof unseen === 'string') return sendJson(res, 404, errorBody(404, unseen));
     }
     if (api === undefined) await respondEmbeddings(x, rec.body, steer);
     else await respondGenerate(x, rec.body, steer, api);

@@ -40,6 +40,11 @@ export interface SimOptions {
    * normally; a JSON answer gets half of its encoded bytes, then those. A body broken in its coding.
    */
   corruptAfter?: number;
+  /**
+   * Prompt tokens each `prompt_embeds` item of /v1/completions stands for (vLLM: the rows of its tensor,
+   * which a sparse tensor makes many of in a few bytes). Unset: its base64 length ÷ 4, rounded up.
+   */
+  embedsTokens?: number;
 }
 
 /** A steering value the simulator cannot use; the request gets a 400 naming it. */
@@ -88,6 +93,9 @@ const SETTERS: Record<string, Setter> = {
   },
   corrupt_after: (o, v, n) => {
     o.corruptAfter = toCount(v, n);
+  },
+  embeds_tokens: (o, v, n) => {
+    o.embedsTokens = toCount(v, n);
   },
 };
 

@@ -24,7 +24,8 @@ export interface ModelConfig {
   readonly maxOutputTokens: number;
   /**
    * Tokens the model takes in all (SPEC §4): the input part of the hold of a stateful request
-   * (`/v1/responses` with `previous_response_id` or `conversation`), whose history the gateway never sees.
+   * (`/v1/responses` with `previous_response_id` or `conversation`, a stored `prompt` template or an
+   * `item_reference`), whose added input the gateway never sees; per item of vLLM's `prompt_embeds`.
    */
   readonly contextWindow: number;
   readonly price: Price;

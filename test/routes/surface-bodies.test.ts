@@ -204,5 +204,49 @@ t.test('responses: previous_response_id or conversation makes a request stateful
   t.equal(statefulResponses({ model: 'm', previous_response_id: 'resp_1' }, model!, 10)?.heldPrompt, 8192);
   t.equal(statefulResponses({ model: 'm', conversation: 'conv_1' }, model!, 10)?.heldPrompt, 8192);
   t.equal(statefulResponses({ model: 'm', conversation: { id: 'conv_1' } }, model!, 9000)?.heldPrompt, 9000, 'at least the new input');
-  t.equal(statefulResponses({ model: 'm', previous_response_id: 'resp_1' }, model!, 10)?.retrievePath('resp/1'), '/responses/resp%2F1');
+  t.equal(statefulResponses({ model: 'm', previous_response_id: 'resp_1' }, model!, 10)?.retrievePath?.('resp/1'), '/responses/resp%2F1');
+});
+
+t.test('responses: a stored prompt template or an item_reference is held at the context window too', async (t) => {
+  const { statefulResponses } = await import('../../src/routes/responses.ts');
+  const { compileConfig } = await import('../../src/config/schema.ts');
+  const [model] = compileConfig(
+    { models: [{ name: 'm', context_window: 8192, price: { input: 1, output: 1 }, upstreams: [{ url: 'http://x/v1' }] }] },
+    {},
+  ).models;
+  const held = (body: Record<string, unknown>) => statefulResponses({ model: 'm', ...body }, model!, 10)?.heldPrompt;
+  t.equal(held({ input: 'hi', prompt: { id: 'pmpt_1', version: '2' } }), 8192, 'prompt');
+  t.equal(held({ input: 'hi', prompt: null }), undefined, 'prompt: null is not set');
+  t.equal(held({ input: [{ type: 'item_reference', id: 'msg_1' }] }), 8192, 'item_reference');
+  t.equal(held({ input: [{ role: 'user', content: 'hi' }, { id: 'msg_1' }] }), 8192, 'an item with neither type nor role is a reference');
+  t.equal(held({ input: [{ id: 'msg_1', type: null }] }), 8192, 'type: null too');
+  t.equal(
+    held({
+      input: [
+        { role: 'user', content: 'hi' },
+        { type: 'message', role: 'assistant', content: 'x' },
+        { type: 'function_call_output', call_id: 'c', output: '1' },
+      ],
+    }),
+    undefined,
+    'messages and tool outputs are seen in full',
+  );
+  t.equal(
+    statefulResponses({ model: 'm', prompt: { id: 'pmpt_1' } }, model!, 10)?.retrievePath?.('resp_1'),
+    '/responses/resp_1',
+    'the stored response is asked for its usage',
+  );
+});
+
+t.test("completions: vLLM's prompt_embeds hold the context window per item; no stored answer to ask", async (t) => {
+  const { compileConfig } = await import('../../src/config/schema.ts');
+  const [model] = compileConfig(
+    { models: [{ name: 'm', context_window: 8192, price: { input: 1, output: 1 }, upstreams: [{ url: 'http://x/v1' }] }] },
+    {},
+  ).models;
+  const held = (body: Record<string, unknown>) => COMPLETIONS_ENDPOINT.stateful?.({ model: 'm', prompt: '', ...body }, model!, 10);
+  t.equal(held({}), undefined, 'no embeddings: the text bound alone');
+  t.equal(held({ prompt_embeds: null }), undefined, 'null is not set');
+  t.same(held({ prompt_embeds: 'AAAA' }), { heldPrompt: 10 + 8192 }, 'one tensor, whatever its bytes');
+  t.same(held({ prompt_embeds: ['AAAA', 'AAAA', 'AAAA'] }), { heldPrompt: 10 + 3 * 8192 }, 'one context window per tensor');
 });

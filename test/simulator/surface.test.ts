@@ -148,3 +148,55 @@ t.test('responses: previous_response_id prepends the stored history; GET /v1/res
   t.match(cut.usage, { input_tokens: 108, output_tokens: rec.completionTokensSent });
   t.ok(rec.completionTokensSent >= 3 && rec.completionTokensSent < 50, `${rec.completionTokensSent} tokens produced before the abort`);
 });
+
+t.test('responses: an item_reference expands to the stored item, a prompt template to its tokens; unknown ones are 404', async (t) => {
+  const first = await openai.responses.create({ model: 'm', input: 'x' }, { headers: { 'x-sim-tokens': '40' } });
+  const item = first.output[0]!.id!;
+  const ref = await openai.responses.create(
+    {
+      model: 'm',
+      input: [
+        { type: 'item_reference', id: item },
+        { role: 'user', content: 'abcd' },
+      ],
+    },
+    { headers: { 'x-sim-tokens': '2' } },
+  );
+  t.match(ref.usage, { input_tokens: 40 + 1 }, "the referenced message's 40 tokens, then the new input");
+  const untyped = await fetch(`${sim.url}/responses`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json' },
+    body: JSON.stringify({ model: 'm', input: [{ id: item }, { id: item }] }),
+  });
+  t.match(((await untyped.json()) as any).usage, { input_tokens: 80 + 1 }, 'an item with neither type nor role is a reference');
+  const templated = await openai.responses.create({
+    model: 'm',
+    input: 'abcd',
+    prompt: { id: 'pmpt_sim_300', version: '1', variables: { name: 'abcdefgh', doc: { type: 'input_text', text: 'abcd' } } },
+  });
+  t.match(templated.usage, { input_tokens: 300 + 3 + 1 }, 'the template, its variables (12 characters) and the input');
+  await t.rejects(openai.responses.create({ model: 'm', input: [{ type: 'item_reference', id: 'msg_unknown' }] }), {
+    status: 404,
+    message: /Item with id 'msg_unknown' not found/,
+  });
+  await t.rejects(openai.responses.create({ model: 'm', input: 'hi', prompt: { id: 'pmpt_other' } }), {
+    status: 404,
+    message: /Prompt with id 'pmpt_other' not found/,
+  });
+});
+
+t.test("completions: vLLM's prompt_embeds count as input; an empty prompt beside them is none", async (t) => {
+  const post = (body: Record<string, unknown>) =>
+    fetch(`${sim.url}/completions`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ model: 'm', max_tokens: 1, ...body }),
+    }).then((r) => r.json() as Promise<any>);
+  t.equal((await post({ prompt: '', prompt_embeds: 'A'.repeat(400) })).usage.prompt_tokens, 100, 'base64 length ÷ 4');
+  t.equal((await post({ prompt: 'abcd', prompt_embeds: ['A'.repeat(40), 'A'.repeat(4)] })).usage.prompt_tokens, 10 + 1 + 1);
+  t.equal(
+    (await post({ prompt: '', prompt_embeds: 'AAAA', sim: { embeds_tokens: 5000 } })).usage.prompt_tokens,
+    5000,
+    'steered: a sparse tensor',
+  );
+});

@@ -1,0 +1,261 @@
+// SPEC §4 "no debit exceeds its hold" for input the gateway never sees in the body. On /v1/responses an
+// input item `{"type":"item_reference","id":…}` (or `{"id":…}` alone) and a stored prompt template
+// (`"prompt": {"id":…}`) make the upstream expand content of its own; on /v1/completions vLLM's
+// `prompt_embeds` are tensors whose rows are tokens the text estimate never counts (a sparse tensor makes
+// many rows of a few bytes). The simulator expands all three deterministically (src/simulator/responses.ts,
+// completions.ts). Each is held at the model's context window (per embeds item), so
+//  - concurrent requests on one key never take the balance negative, and no debit exceeds its hold;
+//  - one that ends without usage is billed from the upstream's stored response (Responses), else the held
+//    input part plus the output counted — never the visible input alone.
+import t, { type Test } from 'tap';
+import OpenAI from 'openai';
+import { waitFor } from '../helpers/wait.ts';
+import { startGateway, type TestGateway } from '../helpers/gateway.ts';
+import { startSim } from './chat-fixture.ts';
+import { accountOf, checkLedger, ledgerOf, type Entry } from './credit-support.ts';
+
+const CONTEXT_WINDOW = 16_384;
+
+async function setup(t: Test) {
+  const sim = await startSim(t);
+  const gw = await startGateway(t, {
+    upstreamUrl: sim.url,
+    config: {
+      limits: { max_concurrent_per_key: 1000 },
+      models: [
+        {
+          name: 'm',
+          max_output_tokens: 8192,
+          context_window: CONTEXT_WINDOW,
+          price: { input: 1, output: 1 }, // 1 µ a token: costs read as token counts
+          upstreams: [{ url: sim.url, api_key: 'upstream-secret' }],
+        },
+      ],
+    },
+  });
+  return { sim, gw };
+}
+
+function post(gw: { url: string }, key: string, path: string, body: Record<string, unknown>, signal?: AbortSignal): Promise<Response> {
+  return fetch(`${gw.url}${path}`, {
+    method: 'POST',
+    headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json' },
+    body: JSON.stringify({ model: 'm', ...body }),
+    ...(signal && { signal }),
+  });
+}
+
+/** Every hold settled: the account, once nothing is held. */
+function settled(gw: TestGateway, account: string) {
+  return waitFor(
+    async () => {
+      const a = await accountOf(gw.admin, account);
+      return a.held_micros === 0 && a;
+    },
+    10_000,
+    'every hold settled',
+  );
+}
+
+function debitOf(gw: TestGateway, account: string, requestId: string): Promise<Entry> {
+  return waitFor(
+    async () => (await ledgerOf(gw.admin, account)).find((e) => e.kind === 'debit' && e.request_id === requestId),
+    10_000,
+    `the debit of ${requestId}`,
+  );
+}
+
+/**
+ * 32 concurrent requests of `body` on a new key of `account` granted `grant` µ: each is served or refused
+ * 402, the balance never goes negative, no debit exceeds its hold, and each debit bills `prompt` input
+ * tokens, as the upstream reported them.
+ */
+async function crowd(
+  t: Test,
+  gw: TestGateway,
+  account: string,
+  grant: number,
+  path: string,
+  body: Record<string, unknown>,
+  prompt: number,
+): Promise<void> {
+  const { key } = await gw.createKey({ account, env: 'live' });
+  await gw.grant(account, grant);
+  const answers = await Promise.all(
+    Array.from({ length: 32 }, async () => {
+      const res = await post(gw, key, path, body);
+      await res.text();
+      return res.status;
+    }),
+  );
+  const served = answers.filter((s) => s === 200).length;
+  t.ok(
+    answers.every((s) => s === 200 || s === 402),
+    `${account}: each request is served or refused 402 insufficient_credit (${served} served)`,
+  );
+  t.ok(served >= 1, `${account}: at least one is served`);
+  const after = await settled(gw, account);
+  t.ok(after.balance_micros >= 0, `${account}: balance ${after.balance_micros} µ from ${grant} µ, never negative`);
+  const entries = await ledgerOf(gw.admin, account);
+  const debits = entries.filter((e) => e.kind === 'debit');
+  t.equal(debits.length, served, `${account}: one debit per served request`);
+  t.same(
+    debits.filter((e) => -e.amount_micros > (e.hold_micros ?? 0)),
+    [],
+    `${account}: no debit exceeds its hold`,
+  );
+  t.same(
+    debits.filter((e) => e.prompt_tokens !== prompt || e.usage_source !== 'upstream'),
+    [],
+    `${account}: each is billed the ${prompt} input tokens the upstream reported, the unseen input included`,
+  );
+  checkLedger(t, entries, after);
+}
+
+t.test('responses: item_reference and stored prompt templates on a poor account never overspend', async (t) => {
+  const { gw } = await setup(t);
+  // The referenced item: a stored response's output message of 6,000 tokens.
+  const { key } = await gw.createKey({ account: 'rich', env: 'live' });
+  await gw.grant('rich', 1_000_000);
+  const res = await post(gw, key, '/v1/responses', { input: 'hi', max_output_tokens: 6000, sim: { tokens: 6000 } });
+  const stored = (await res.json()) as { id: string; output: { id: string }[] };
+  t.equal(res.status, 200, 'the referenced response is stored');
+  const item = stored.output[0]!.id;
+  const tail = { max_output_tokens: 16, sim: { tokens: 4 } };
+
+  // input 'hi' is 1 simulator token, each output 4; the reference adds 6,000, the template 9,000 + 'Paris'.
+  await crowd(
+    t,
+    gw,
+    'ref',
+    20_000,
+    '/v1/responses',
+    {
+      input: [
+        { type: 'item_reference', id: item },
+        { role: 'user', content: 'hi' },
+      ],
+      ...tail,
+    },
+    6001,
+  );
+  await crowd(t, gw, 'ref-untyped', 20_000, '/v1/responses', { input: [{ id: item }, { role: 'user', content: 'hi' }], ...tail }, 6001);
+  await crowd(
+    t,
+    gw,
+    'template',
+    20_000,
+    '/v1/responses',
+    { input: 'hi', prompt: { id: 'pmpt_sim_9000', version: '2', variables: { city: 'Paris' } }, ...tail },
+    9003,
+  );
+});
+
+t.test('completions: prompt_embeds on a poor account never overspend', async (t) => {
+  const { gw } = await setup(t);
+  const tail = { max_tokens: 16, sim: { tokens: 4 } };
+  // A sparse tensor: 12,000 rows in a few bytes (vLLM densifies it), one embeds item.
+  await crowd(
+    t,
+    gw,
+    'sparse',
+    20_000,
+    '/v1/completions',
+    { prompt: '', prompt_embeds: 'AAAA'.repeat(16), ...tail, sim: { ...tail.sim, embeds_tokens: 12_000 } },
+    12_000,
+  );
+  // Two dense items of 20,000 base64 characters, 5,000 tokens each for the simulator.
+  const dense = 'AAAA'.repeat(5000);
+  await crowd(t, gw, 'dense', 40_000, '/v1/completions', { prompt: '', prompt_embeds: [dense, dense], ...tail }, 10_000);
+});
+
+t.test(
+  'responses: a template request abandoned before response.completed is billed from the upstream GET, else the context window',
+  async (t) => {
+    const { sim, gw } = await setup(t);
+    const { key } = await gw.createKey({ account: 'cut', env: 'live' });
+    await gw.grant('cut', 10_000_000);
+    const prompt = { id: 'pmpt_sim_9000', variables: { city: 'Paris' } };
+
+    /** A streamed request abandoned after 6 deltas; returns its request id. */
+    async function abandoned(extra: Record<string, unknown>): Promise<string> {
+      const ac = new AbortController();
+      const body = { input: 'hi', prompt, stream: true, sim: { tokens: 100, delay_ms: 20 }, ...extra };
+      const res = await post(gw, key, '/v1/responses', body, ac.signal);
+      if (res.status !== 200) throw new Error(`request: ${res.status} ${await res.text()}`);
+      const id = res.headers.get('x-request-id')!;
+      const reader = res.body!.getReader();
+      let text = '';
+      while ((text.match(/response\.output_text\.delta/g) ?? []).length < 6) {
+        const { value, done } = await reader.read();
+        if (done) throw new Error('stream ended early');
+        text += Buffer.from(value).toString('utf8');
+      }
+      t.notMatch(text, /response\.completed/, 'abandoned before response.completed');
+      ac.abort();
+      return id;
+    }
+
+    // 1. The upstream stored it: its usage, the template included, is what is billed.
+    const id = await abandoned({});
+    const entry = await debitOf(gw, 'cut', id);
+    const rec = await sim.waitFor((r) => r.headers['x-request-id'] === id && r.endedAt !== undefined);
+    t.ok(
+      sim.requests.some((r) => r.method === 'GET' && r.path === `/v1/responses/resp_sim_${rec.id}`),
+      'the gateway asked the upstream for the stored response',
+    );
+    t.match(entry, { prompt_tokens: 9003, usage_source: 'upstream' }, 'billed the input the upstream rendered, template included');
+    t.ok(-entry.amount_micros <= entry.hold_micros!, 'within its hold');
+
+    // 2. Not stored (store: false, the GET is a 404): the held input part plus the output counted.
+    const id2 = await abandoned({ store: false });
+    const entry2 = await debitOf(gw, 'cut', id2);
+    t.match(entry2, { prompt_tokens: CONTEXT_WINDOW, usage_source: 'estimated' }, 'the context window, not the visible input alone');
+    t.ok(entry2.completion_tokens! >= 6, `and the ${entry2.completion_tokens} output tokens counted`);
+    t.ok(-entry2.amount_micros <= entry2.hold_micros!, 'within its hold');
+    checkLedger(t, await ledgerOf(gw.admin, 'cut'), await settled(gw, 'cut'));
+  },
+);
+
+t.test('completions: prompt_embeds answered without usage are billed the held input part, not the text prompt alone', async (t) => {
+  const { gw } = await setup(t);
+  const { key } = await gw.createKey({ account: 'nousage', env: 'live' });
+  await gw.grant('nousage', 1_000_000);
+  const res = await post(gw, key, '/v1/completions', {
+    prompt: '',
+    prompt_embeds: 'AAAA'.repeat(16),
+    max_tokens: 16,
+    sim: { tokens: 4, usage: 'absent', embeds_tokens: 12_000 },
+  });
+  t.equal(res.status, 200);
+  await res.text();
+  const entry = await debitOf(gw, 'nousage', res.headers.get('x-request-id')!);
+  t.ok(entry.prompt_tokens! >= CONTEXT_WINDOW, `billed ${entry.prompt_tokens} input tokens: the context window held for the embeds item`);
+  t.equal(entry.usage_source, 'estimated');
+  t.ok(-entry.amount_micros <= entry.hold_micros!, 'within its hold');
+  checkLedger(t, await ledgerOf(gw.admin, 'nousage'), await settled(gw, 'nousage'));
+});
+
+t.test('the openai SDK sends item_reference and prompt as they are: held at the context window, billed the usage', async (t) => {
+  const { gw } = await setup(t);
+  const { key } = await gw.createKey({ account: 'sdk', env: 'live' });
+  await gw.grant('sdk', 1_000_000);
+  const openai = new OpenAI({ apiKey: key, baseURL: `${gw.url}/v1`, maxRetries: 0 });
+  const first = await openai.responses.create(
+    { model: 'm', input: 'hi', max_output_tokens: 3000 },
+    { headers: { 'x-sim-tokens': '3000' } },
+  );
+  const { data, response } = await openai.responses
+    .create(
+      { model: 'm', input: [{ type: 'item_reference', id: first.output[0]!.id! }], prompt: { id: 'pmpt_sim_500' }, max_output_tokens: 8 },
+      { headers: { 'x-sim-tokens': '2' } },
+    )
+    .withResponse();
+  t.match(
+    data.usage,
+    { input_tokens: 3501, output_tokens: 2 },
+    'the upstream expanded both: 3,000 + 500, and the 1 token the simulator counts at least',
+  );
+  const entry = await debitOf(gw, 'sdk', response.headers.get('x-request-id')!);
+  t.match(entry, { prompt_tokens: 3501, completion_tokens: 2, usage_source: 'upstream', hold_micros: CONTEXT_WINDOW + 8 });
+});
