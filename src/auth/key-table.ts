@@ -27,6 +27,8 @@ export interface NewKey {
   rate_limits?: RateLimitOverride | null | undefined;
   expires_at?: string | null | undefined;
   budget?: KeyBudget | null | undefined;
+  /** The key this one is rolled from: refused when that key already has a successor (roll). */
+  rolled_from?: string | undefined;
 }
 
 /** The public view of a record (no version), in SPEC §2a's field order. */
@@ -66,7 +68,8 @@ export interface KeyTable {
   delete(id: string): Promise<boolean>;
   /**
    * Rolls a key (SPEC §15): a new key with the old one's account, env, name, scopes, models, rate limits
-   * and budget, while the old one expires `graceSeconds` from now (or earlier, if it already would).
+   * and budget, while the old one expires `graceSeconds` from now (or earlier, if it already would). Once
+   * per key: a key that already has a successor throws 409 `key_not_rollable` (docs/keys.md).
    */
   roll(id: string, graceSeconds: number): Promise<{ key: string; record: KeyRecord; previous: KeyRecord } | null>;
 }
@@ -99,9 +102,16 @@ export function createKeyTable(d: { store: Store; now: () => number; maxPerAccou
         version: 1,
         ...(k.expires_at != null && { expires_at: k.expires_at }),
         ...(k.budget != null && { budget: k.budget }),
+        ...(k.rolled_from !== undefined && { rolled_from: k.rolled_from }),
       };
       const cap = d.maxPerAccount === undefined || d.maxPerAccount === 0 ? d.maxPerAccount : d.maxPerAccount + slack;
       const made = await d.store.createKey(hashKey(key), record, { maxPerAccount: cap, maxMadePerDay: d.maxMadePerDay });
+      if (typeof made === 'object') {
+        throw new GatewayError(
+          'key_not_rollable',
+          `Key ${k.rolled_from} was already rolled: its successor is ${made.rolledTo}. A key rolls once: roll ${made.rolledTo} instead (or, if its key was never received, delete it and roll again).`,
+        );
+      }
       if (made === 'held_cap') {
         throw new GatewayError(
           'key_limit_exceeded',
@@ -152,6 +162,7 @@ export function createKeyTable(d: { store: Store; now: () => number; maxPerAccou
           models: old.models,
           rate_limits: old.rate_limits,
           budget: old.budget ?? null,
+          rolled_from: old.id,
         },
         1,
       ); // an account at its key cap can still roll once: the old key expires, and deleting it frees the slot

@@ -201,6 +201,11 @@ t.test('roll without JavaScript: 201, the new key once, the old key’s new expi
   t.match(r.text, new RegExp(`id="old-key-expires">${old.expires_at.slice(0, 10)} ${old.expires_at.slice(11, 16)} UTC`));
   const rolled = (await gw.admin('/admin/keys?account=acme')).body.data.find((x: any) => x.last4 === key!.slice(-4));
   t.same(rolled.scopes, ['chat', 'models'], 'same scopes');
+  // A key rolls once: a second roll (a double submit, another tab) makes no key and names the successor.
+  const again = await post(keyPath(k.id), 'action=roll&grace_seconds=86400');
+  t.equal(again.status, 409, 'a second roll of the same key');
+  t.match(again.text, new RegExp(`id="roll-error" role="alert">Key ${k.id} was already rolled: its successor is ${rolled.id}`));
+  t.notMatch(again.text, /new-key-value/, 'no new key shown');
   t.notOk((await get('/console/accounts/acme/keys')).text.includes(key!), 'the list never shows it again');
   t.notOk(
     gw.logs.some((l) => l.includes(key!)),

@@ -1,0 +1,74 @@
+// A roll over real HTTP (SPEC §15, docs/keys.md "Rotation"), on the embedded store and on two gateways
+// sharing one real Redis: a key rolls once (concurrent rolls make one key, the others 409 naming it).
+import t from 'tap';
+import type { Test } from 'tap';
+import { startGateway, type TestGateway } from '../helpers/gateway.ts';
+import { startRedis } from '../helpers/redis.ts';
+
+const CONFIG = { auth: { failed_per_minute: 10_000_000 } };
+
+const works = async (gw: TestGateway, key: string) => (await fetch(`${gw.url}/v1/models`, { headers: gw.auth(key) })).status;
+
+const redis = await startRedis(t);
+const stores: [string, (t: Test) => Promise<[TestGateway, TestGateway]>][] = [
+  [
+    'embedded store',
+    async (t) => {
+      const a = await startGateway(t, { config: CONFIG });
+      return [a, a];
+    },
+  ],
+];
+if (redis) {
+  stores.push([
+    'Redis, two instances',
+    async (t) => [
+      await startGateway(t, { redisUrl: redis.url, config: CONFIG }),
+      await startGateway(t, { redisUrl: redis.url, config: CONFIG }),
+    ],
+  ]);
+}
+
+for (const [name, start] of stores) {
+  t.test(`${name}: three concurrent rolls of one key make one key; the others 409 naming it`, async (t) => {
+    const [a, b] = await start(t);
+    const account = `roll-race-${name.length}`;
+    const old = await a.createKey({ account, env: 'test', name: 'raced' });
+    const rolls = await Promise.all(
+      [a, b, a].map((gw) => gw.admin(`/admin/keys/${old.id}/roll`, { method: 'POST', body: { expires_in_seconds: 600 } })),
+    );
+    t.strictSame(rolls.map((r) => r.status).sort(), [201, 409, 409], 'one roll made a key');
+    const made = rolls.find((r) => r.status === 201)!.body;
+    for (const r of rolls.filter((r) => r.status === 409)) {
+      t.equal(r.body.error.code, 'key_not_rollable');
+      t.equal(r.body.error.type, 'invalid_request_error');
+      t.equal(
+        r.body.error.message,
+        `Key ${old.id} was already rolled: its successor is ${made.id}. A key rolls once: roll ${made.id} instead (or, if its key was never received, delete it and roll again).`,
+      );
+      t.notOk('key' in r.body, 'no key shown');
+    }
+    const listed = (await a.admin(`/admin/keys?account=${account}`)).body.data.map((k: { id: string }) => k.id);
+    t.strictSame(listed.sort(), [old.id, made.id].sort(), 'the old key and one successor, nothing else');
+    t.equal(await works(b, made.key), 200, 'the successor works');
+    t.equal(await works(b, old.key), 200, 'the old key works through its grace period');
+
+    const later = await b.admin(`/admin/keys/${old.id}/roll`, { method: 'POST' });
+    t.equal(later.status, 409, 'a later roll of the rolled key too');
+    t.equal(later.body.error.code, 'key_not_rollable');
+    t.equal(
+      (await a.admin(`/admin/keys/${old.id}`)).body.expires_at,
+      rolls.find((r) => r.status === 201)!.body.previous.expires_at,
+      'and it left the old key’s expiry as the roll set it',
+    );
+    const next = await a.admin(`/admin/keys/${made.id}/roll`, { method: 'POST' });
+    t.equal(next.status, 201, 'the successor rolls in its turn');
+
+    // The successor deleted, its old key (still in its grace period) may be rolled again.
+    const again = await a.createKey({ account, env: 'test', name: 'again' });
+    const first = await a.admin(`/admin/keys/${again.id}/roll`, { method: 'POST', body: { expires_in_seconds: 600 } });
+    t.equal((await a.admin(`/admin/keys/${first.body.id}`, { method: 'DELETE' })).status, 204);
+    const second = await b.admin(`/admin/keys/${again.id}/roll`, { method: 'POST', body: { expires_in_seconds: 600 } });
+    t.equal(second.status, 201, 'a deleted successor frees the roll');
+  });
+}
