@@ -137,13 +137,13 @@ export function keyControlRoutes(d: {
       doc: {
         auth: 'admin',
         summary:
-          'Roll a key, once: a new key with the same account, env, name, scopes, models, rate limits, and budget (shown once); the old one expires after the grace period',
+          'Roll a key, once: a new key with the same account, env, name, scopes, models, rate limits, budget, state (active or disabled) and expiry (shown once); the old one expires after the grace period',
         body: ROLL_SCHEMA,
         responses: {
           201: { description: 'The new key and its record, and the old key’s id and new expiry (`previous`)' },
           401: 'Missing or invalid admin token',
           404: 'Admin API disabled, or unknown key',
-          409: 'The key was already rolled (the message names its successor; roll that one), also by a concurrent roll (key_not_rollable); no key is made',
+          409: 'The key was already rolled (the message names its successor; roll that one), also by a concurrent roll, or it has expired (key_not_rollable); no key is made',
           422: 'Invalid body',
           429: 'The account already made limits.max_keys_made_per_day keys today, UTC, rolls included (key_limit_exceeded, with retry-after)',
         },

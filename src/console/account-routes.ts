@@ -285,7 +285,7 @@ export function accountRoutes(d: AccountRouteDeps): Route[] {
       } catch (e) {
         if (!(e instanceof GatewayError && (e.code === 'key_limit_exceeded' || e.code === 'key_not_rollable'))) throw e;
         // A roll makes a key, so the daily bound refuses it too; a key already rolled (its successor named)
-        // is not rolled (409): each said beside the roll form, the key unchanged.
+        // or expired is not rolled (409): each said beside the roll form, the key unchanged.
         ctx.res.setHeader('x-error-code', e.code);
         for (const h in e.headers) ctx.res.setHeader(h, e.headers[h]!);
         const body = keyDetailBody({

@@ -1,9 +1,12 @@
 // A roll over real HTTP (SPEC §15, docs/keys.md "Rotation"), on the embedded store and on two gateways
-// sharing one real Redis: a key rolls once (concurrent rolls make one key, the others 409 naming it).
+// sharing one real Redis: a key rolls once (concurrent rolls make one key, the others 409 naming it), the
+// successor keeps the old key's state and expiry (a disabled key's successor is disabled; an expired key
+// is not rolled).
 import t from 'tap';
 import type { Test } from 'tap';
 import { startGateway, type TestGateway } from '../helpers/gateway.ts';
 import { startRedis } from '../helpers/redis.ts';
+import { waitFor } from '../helpers/wait.ts';
 
 const CONFIG = { auth: { failed_per_minute: 10_000_000 } };
 
@@ -70,5 +73,44 @@ for (const [name, start] of stores) {
     t.equal((await a.admin(`/admin/keys/${first.body.id}`, { method: 'DELETE' })).status, 204);
     const second = await b.admin(`/admin/keys/${again.id}/roll`, { method: 'POST', body: { expires_in_seconds: 600 } });
     t.equal(second.status, 201, 'a deleted successor frees the roll');
+  });
+
+  t.test(`${name}: the successor keeps the old key's state and expiry; an expired key is not rolled`, async (t) => {
+    const [a, b] = await start(t);
+    const account = `roll-state-${name.length}`;
+    const off = await a.createKey({ account, env: 'test', name: 'off' });
+    t.equal((await a.admin(`/admin/keys/${off.id}`, { method: 'PATCH', body: { active: false } })).status, 200);
+    const offRolled = await b.admin(`/admin/keys/${off.id}/roll`, { method: 'POST', body: { expires_in_seconds: 60 } });
+    t.equal(offRolled.status, 201);
+    t.equal(offRolled.body.active, false, 'a disabled key’s successor is disabled');
+    t.equal(await works(a, offRolled.body.key), 401, 'and refused');
+    t.equal((await a.admin(`/admin/keys/${offRolled.body.id}`, { method: 'PATCH', body: { active: true } })).status, 200);
+    await waitFor(async () => (await works(a, offRolled.body.key)) === 200, 2000, 'the successor to work once enabled');
+
+    const until = new Date(Date.now() + 3_600_000).toISOString();
+    const temp = await a.createKey({ account, env: 'test', name: 'temp', expires_at: until });
+    const tempRolled = await b.admin(`/admin/keys/${temp.id}/roll`, { method: 'POST', body: { expires_in_seconds: 60 } });
+    t.equal(tempRolled.status, 201);
+    t.equal(tempRolled.body.expires_at, until, 'a key that expires has a successor that expires at the same time');
+    t.equal(tempRolled.body.active, true);
+
+    const dead = await a.createKey({ account, env: 'test', name: 'dead' });
+    const expiredAt = new Date(Date.now() - 1000).toISOString();
+    t.equal(
+      (await a.admin(`/admin/keys/${dead.id}`, { method: 'PATCH', body: { expires_at: expiredAt } })).status,
+      200,
+      'a PATCH may set a past time',
+    );
+    const refused = await b.admin(`/admin/keys/${dead.id}/roll`, { method: 'POST' });
+    t.equal(refused.status, 409, 'an expired key is not rolled');
+    t.equal(refused.body.error.code, 'key_not_rollable');
+    t.match(refused.body.error.message, `Key ${dead.id} expired at ${expiredAt}`);
+    const names = (await a.admin(`/admin/keys?account=${account}`)).body.data.map((k: { name: string }) => k.name);
+    t.strictSame(
+      names.filter((n: string) => n === 'dead'),
+      ['dead'],
+      'no key made for it',
+    );
+    t.equal((await a.admin(`/admin/keys/${dead.id}`)).body.expires_at, expiredAt, 'its expiry untouched');
   });
 }
