@@ -149,6 +149,10 @@ t.test('budget and expiry posts: stored as the admin API stores them; bad input 
   t.match(badTime.text, /id="expiry-error" role="alert">[^<]*datetime/);
   t.match(badTime.text, /name="expires_at" required value="soon"/);
   t.match((await post(keyPath(k.id), 'action=roll&grace_seconds=5')).text, /id="roll-error" role="alert">One of 0, 3600, 86400, 604800/);
+  // A time already past (a mistyped year) does not end the key at once: "Expire now" is the button for that.
+  const past = await post(keyPath(k.id), 'action=expire&expires_at=2020-01-02T03:04');
+  t.equal(past.status, 422, 'an expiry in the past');
+  t.match(past.text, /id="expiry-error" role="alert">Input should be in the future/);
   t.same((await record(k.id)).budget.limit_micros, 12_500_000, 'unchanged');
   t.equal((await record(k.id)).expires_at, null);
   t.equal((await post(keyPath(k.id), 'action=expire&expires_at=2030-01-02T03:04')).status, 303);

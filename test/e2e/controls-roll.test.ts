@@ -1,7 +1,7 @@
 // A roll over real HTTP (SPEC §15, docs/keys.md "Rotation"), on the embedded store and on two gateways
 // sharing one real Redis: a key rolls once (concurrent rolls make one key, the others 409 naming it), the
 // successor keeps the old key's state and expiry (a disabled key's successor is disabled; an expired key
-// is not rolled).
+// is not rolled), and a create refuses an expires_at already past (422, SPEC §3.1).
 import t from 'tap';
 import type { Test } from 'tap';
 import { startGateway, type TestGateway } from '../helpers/gateway.ts';
@@ -112,5 +112,23 @@ for (const [name, start] of stores) {
       'no key made for it',
     );
     t.equal((await a.admin(`/admin/keys/${dead.id}`)).body.expires_at, expiredAt, 'its expiry untouched');
+  });
+
+  t.test(`${name}: a create with expires_at already past is 422 datetime_future, and makes no key`, async (t) => {
+    const [a] = await start(t);
+    const account = `roll-past-${name.length}`;
+    const input = new Date(Math.floor(Date.now() / 1000) * 1000 - 60_000).toISOString().replace('.000Z', 'Z');
+    const r = await a.admin('/admin/keys', { body: { account, env: 'live', name: 'born dead', expires_at: input } });
+    t.equal(r.status, 422);
+    t.strictSame(r.body, {
+      detail: [{ loc: ['body', 'expires_at'], msg: 'Input should be in the future', type: 'datetime_future', input, ctx: {} }],
+    });
+    t.strictSame((await a.admin(`/admin/keys?account=${account}`)).body.data, [], 'nothing made');
+    const soon = new Date(Date.now() + 60_000).toISOString();
+    t.equal(
+      (await a.admin('/admin/keys', { body: { account, env: 'live', name: 'fine', expires_at: soon } })).status,
+      201,
+      'a future time is taken',
+    );
   });
 }
