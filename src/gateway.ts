@@ -282,6 +282,7 @@ export function createGateway(d: GatewayDeps): Gateway {
       lastUsed: (account) => usage.lastUsed(account),
       budget: (r) => budgetView(store, r, now()),
       bodyBudget: adminBodyBudget,
+      now,
     }),
     ...accountRoutes({ accounts, bodyBudget: adminBodyBudget }),
     ...usageRoutes({ usage, rebuild, now, retentionDays: config.usage.retentionDays, bodyBudget: adminBodyBudget }),

@@ -49,8 +49,13 @@ export const BUDGET_SCHEMA = {
   },
 };
 
-/** `expires_at`: null (never) or an ISO 8601 time with a zone, returned normalised to UTC; undefined when absent. */
-export function expiresAtField(o: Obj, issues: Issues): string | null | undefined {
+/**
+ * `expires_at`: null (never) or an ISO 8601 time with a zone, returned normalised to UTC; undefined when
+ * absent. With `futureAfterMs` (a create, the console's expiry form) a time not after it is refused as
+ * Pydantic's `datetime_future`: a key born expired, or an expiry typed in the past, is a mistake, not a
+ * request (a PATCH may still set a past time: the key expires at once, docs/keys.md).
+ */
+export function expiresAtField(o: Obj, issues: Issues, futureAfterMs?: number): string | null | undefined {
   const v = o.expires_at;
   if (v === undefined || v === null) return v;
   const at = ['body', 'expires_at'];
@@ -59,6 +64,7 @@ export function expiresAtField(o: Obj, issues: Issues): string | null | undefine
   if (!Number.isFinite(ms)) {
     return void issues.add(at, 'datetime_from_date_parsing', 'Input should be a valid datetime (ISO 8601 with a time zone)', v);
   }
+  if (futureAfterMs !== undefined && ms <= futureAfterMs) return void issues.add(at, 'datetime_future', 'Input should be in the future', v);
   return new Date(ms).toISOString();
 }
 
@@ -137,12 +143,13 @@ export function keyControlRoutes(d: {
       doc: {
         auth: 'admin',
         summary:
-          'Roll a key: a new key with the same account, env, name, scopes, models, rate limits and budget (shown once); the old one expires after the grace period',
+          'Roll a key, once: a new key with the same account, env, name, scopes, models, rate limits, budget, state (active or disabled) and expiry (shown once); the old one expires after the grace period',
         body: ROLL_SCHEMA,
         responses: {
           201: { description: 'The new key and its record, and the old key’s id and new expiry (`previous`)' },
           401: 'Missing or invalid admin token',
           404: 'Admin API disabled, or unknown key',
+          409: 'The key was already rolled (the message names its successor; roll that one), also by a concurrent roll, or it has expired (key_not_rollable); no key is made',
           422: 'Invalid body',
           429: 'The account already made limits.max_keys_made_per_day keys today, UTC, rolls included (key_limit_exceeded, with retry-after)',
         },

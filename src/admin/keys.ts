@@ -106,7 +106,10 @@ function createKeySchema(models: readonly string[]): Record<string, unknown> {
       scopes: { type: 'array', items: { enum: [...SCOPES] } },
       models: { type: 'array', items: { enum: [...models] } },
       rate_limits: RATE_LIMITS_SCHEMA,
-      expires_at: EXPIRES_AT_SCHEMA,
+      expires_at: {
+        ...EXPIRES_AT_SCHEMA,
+        description: `${EXPIRES_AT_SCHEMA.description}; on create it must be in the future (else 422 datetime_future)`,
+      },
       budget: BUDGET_SCHEMA,
     },
   };
@@ -135,6 +138,8 @@ export function keyRoutes(d: {
   budget?: (r: KeyRecord) => Promise<BudgetView | null>;
   /** What admin bodies are read under (gateway.ts: the admin listener's own body budget). */
   bodyBudget: BodyBudget;
+  /** The gateway's clock: a create's `expires_at` must be after it. */
+  now: () => number;
 }): Route[] {
   const budgetOf = (r: KeyRecord) => (d.budget && r.budget ? d.budget(r) : Promise.resolve(r.budget ?? null));
   /** A key's public view with its last use (null until its first request was flushed) and its budget's spend. */
@@ -154,7 +159,7 @@ export function keyRoutes(d: {
     const scopes = stringList(value, 'scopes', issues, SCOPES) as Scope[] | undefined;
     const models = stringList(value, 'models', issues, d.models);
     const rate_limits = rateLimitsField(value, issues);
-    const expires_at = expiresAtField(value, issues);
+    const expires_at = expiresAtField(value, issues, d.now());
     const budget = budgetField(value, issues);
     issues.done();
     const { key, record } = await d.keys.create({

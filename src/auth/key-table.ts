@@ -27,6 +27,10 @@ export interface NewKey {
   rate_limits?: RateLimitOverride | null | undefined;
   expires_at?: string | null | undefined;
   budget?: KeyBudget | null | undefined;
+  /** false: made disabled (a roll of a disabled key); absent: active. */
+  active?: boolean | undefined;
+  /** The key this one is rolled from: refused when that key already has a successor (roll). */
+  rolled_from?: string | undefined;
 }
 
 /** The public view of a record (no version), in SPEC §2a's field order. */
@@ -65,8 +69,10 @@ export interface KeyTable {
   /** Deletes the key for good (SPEC §15): gone from every list, its hash refused on every instance; false when unknown. */
   delete(id: string): Promise<boolean>;
   /**
-   * Rolls a key (SPEC §15): a new key with the old one's account, env, name, scopes, models, rate limits
-   * and budget, while the old one expires `graceSeconds` from now (or earlier, if it already would).
+   * Rolls a key (SPEC §15): a new key with the old one's account, env, name, scopes, models, rate limits,
+   * budget, state (a disabled key's successor is disabled) and expiry, while the old one expires
+   * `graceSeconds` from now (or earlier, if it already would). Once per key: a key that already has a
+   * successor, or that has expired, throws 409 `key_not_rollable` (docs/keys.md).
    */
   roll(id: string, graceSeconds: number): Promise<{ key: string; record: KeyRecord; previous: KeyRecord } | null>;
 }
@@ -90,7 +96,7 @@ export function createKeyTable(d: { store: Store; now: () => number; maxPerAccou
         account: k.account,
         env: k.env,
         name: k.name,
-        active: true,
+        active: k.active ?? true,
         scopes: k.scopes ?? [...SCOPES],
         models: k.models ?? [],
         rate_limits: k.rate_limits ?? null,
@@ -99,9 +105,16 @@ export function createKeyTable(d: { store: Store; now: () => number; maxPerAccou
         version: 1,
         ...(k.expires_at != null && { expires_at: k.expires_at }),
         ...(k.budget != null && { budget: k.budget }),
+        ...(k.rolled_from !== undefined && { rolled_from: k.rolled_from }),
       };
       const cap = d.maxPerAccount === undefined || d.maxPerAccount === 0 ? d.maxPerAccount : d.maxPerAccount + slack;
       const made = await d.store.createKey(hashKey(key), record, { maxPerAccount: cap, maxMadePerDay: d.maxMadePerDay });
+      if (typeof made === 'object') {
+        throw new GatewayError(
+          'key_not_rollable',
+          `Key ${k.rolled_from} was already rolled: its successor is ${made.rolledTo}. A key rolls once: roll ${made.rolledTo} instead (or, if its key was never received, delete it and roll again).`,
+        );
+      }
       if (made === 'held_cap') {
         throw new GatewayError(
           'key_limit_exceeded',
@@ -143,6 +156,14 @@ export function createKeyTable(d: { store: Store; now: () => number; maxPerAccou
     async roll(id, graceSeconds) {
       const old = await this.get(id);
       if (!old) return null;
+      // An expired key is not rolled: its successor would be born expired (it inherits the expiry), and a
+      // roll must not bring a dead key back as a live one. Moving the expiry (PATCH) is the explicit way.
+      if (isExpired(old, d.now())) {
+        throw new GatewayError(
+          'key_not_rollable',
+          `Key ${id} expired at ${old.expires_at}: an expired key is not rolled. Create a new key, or move its expires_at (PATCH) first.`,
+        );
+      }
       const made = await this.create(
         {
           account: old.account,
@@ -152,6 +173,11 @@ export function createKeyTable(d: { store: Store; now: () => number; maxPerAccou
           models: old.models,
           rate_limits: old.rate_limits,
           budget: old.budget ?? null,
+          // A roll replaces the secret, nothing else: a disabled key's successor is disabled (enable it with
+          // PATCH), and a key that expires at T has a successor that expires at T too.
+          active: old.active,
+          expires_at: old.expires_at ?? null,
+          rolled_from: old.id,
         },
         1,
       ); // an account at its key cap can still roll once: the old key expires, and deleting it frees the slot

@@ -251,8 +251,10 @@ export function accountRoutes(d: AccountRouteDeps): Route[] {
     const period = action === 'budget' ? literal(o, 'period', BUDGET_PERIODS, ['form'], issues, true) : undefined;
     // A datetime-local input sends no zone (`2026-11-27T18:00`): the form says UTC, so it is read as UTC.
     const at = typeof o.expires_at === 'string' ? o.expires_at : '';
+    // A time already past is refused (422 beside the form): "Expire now" is the button for that, and a
+    // mistyped year must not end the key at once.
     const expiresAt =
-      action === 'expire' ? expiresAtField({ expires_at: /(Z|[+-]\d{2}:\d{2})$/.test(at) ? at : `${at}Z` }, issues) : undefined;
+      action === 'expire' ? expiresAtField({ expires_at: /(Z|[+-]\d{2}:\d{2})$/.test(at) ? at : `${at}Z` }, issues, d.now()) : undefined;
     const grace = action === 'roll' ? Number(o.grace_seconds) : 0;
     if (action === 'roll' && !ROLL_GRACES.some(([s]) => s === grace))
       issues.add(['form', 'grace_seconds'], 'literal_error', `One of ${ROLL_GRACES.map(([s]) => s).join(', ')}`, o.grace_seconds);
@@ -283,8 +285,9 @@ export function accountRoutes(d: AccountRouteDeps): Route[] {
       try {
         r = await d.keys.roll(id, grace);
       } catch (e) {
-        if (!(e instanceof GatewayError && e.code === 'key_limit_exceeded')) throw e;
-        // A roll makes a key, so the daily bound refuses it too: said beside the roll form, the key unchanged.
+        if (!(e instanceof GatewayError && (e.code === 'key_limit_exceeded' || e.code === 'key_not_rollable'))) throw e;
+        // A roll makes a key, so the daily bound refuses it too; a key already rolled (its successor named)
+        // or expired is not rolled (409): each said beside the roll form, the key unchanged.
         ctx.res.setHeader('x-error-code', e.code);
         for (const h in e.headers) ctx.res.setHeader(h, e.headers[h]!);
         const body = keyDetailBody({

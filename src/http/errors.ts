@@ -18,6 +18,7 @@ export const ERROR_CODES = {
   share_not_found: { status: 404, type: 'invalid_request_error' },
   method_not_allowed: { status: 405, type: 'invalid_request_error' },
   request_timeout: { status: 408, type: 'invalid_request_error' },
+  key_not_rollable: { status: 409, type: 'invalid_request_error' },
   share_revoked: { status: 410, type: 'invalid_request_error' },
   request_too_large: { status: 413, type: 'invalid_request_error' },
   unsupported_media_type: { status: 415, type: 'invalid_request_error' },

@@ -100,6 +100,8 @@ export function createMemoryStore(now: () => number = Date.now, opts: MemoryStor
   // Keys made per account per UTC day (deleted ones too): the count limits.max_keys_made_per_day bounds.
   // Days two before the newest are dropped, as Redis expires them (lua/add-key.lua).
   const keysMadeByDay = new Map<string, Map<string, number>>();
+  // Rolled keys: old key id → the key it was rolled to (Redis: {acct:A}:rolled, lua/add-key.lua). Ids are unique.
+  const rolledTo = new Map<string, string>();
   const accounts = new Map<string, Account>();
   const shares = new Map<string, ShareRecord>();
   // Revoked shares' tombstones: when each expires (shares.revoked_retention_seconds), and per account the
@@ -198,12 +200,15 @@ export function createMemoryStore(now: () => number = Date.now, opts: MemoryStor
       // Synchronous to the end, so the checks, the counts and the insert are atomic like lua/add-key.lua.
       const ids = keyIdsByAccount.get(record.account) ?? new Set<string>();
       if (!ids.has(record.id)) {
+        const successor = record.rolled_from === undefined ? undefined : rolledTo.get(record.rolled_from);
+        if (successor !== undefined) return { rolledTo: successor };
         if (maxPerAccount > 0 && ids.size >= maxPerAccount) return 'held_cap';
         const day = record.created_at.slice(0, 10);
         const made = keysMadeOn(day);
         const n = made.get(record.account) ?? 0;
         if (maxMadePerDay > 0 && n >= maxMadePerDay) return 'daily_cap';
         made.set(record.account, n + 1);
+        if (record.rolled_from !== undefined) rolledTo.set(record.rolled_from, record.id);
       }
       keyIdsByAccount.set(record.account, ids.add(record.id));
       keysByHash.set(hash, clone(record));
@@ -244,6 +249,9 @@ export function createMemoryStore(now: () => number = Date.now, opts: MemoryStor
       keyIdsByAccount.get(r.account)?.delete(id); // its slot under limits.max_keys_per_account is free again
       budgets.delete(`${r.account}|${id}|t`);
       exported.forgetKey(r.account, id); // its last use: every key list reads the account's whole map
+      // Its roll claims (lua/forget-roll.lua): a deleted successor frees its old key to be rolled again.
+      rolledTo.delete(id);
+      if (r.rolled_from !== undefined && rolledTo.get(r.rolled_from) === id) rolledTo.delete(r.rolled_from);
       return { record: clone(r), hash };
     },
     async keySpend(acct, keyId, period, nowMs) {

@@ -7,6 +7,11 @@ export const keyIdIndex = (id: string) => `tg:keyid:${id}`;
 export const accountKeys = (acct: string) => `{acct:${acct}}:keys`;
 /** How many keys an account made on one UTC day (limits.max_keys_made_per_day; lua/add-key.lua), gone two days on. */
 export const keysMade = (acct: string, day: string) => `{acct:${acct}}:keys-made:${day}`;
+/**
+ * An account's rolled keys: old key id → the id of the key it was rolled to (lua/add-key.lua claims it with
+ * the new key, so a key rolls once). In the account's slot; a field goes with either key's delete.
+ */
+export const keysRolled = (acct: string) => `{acct:${acct}}:rolled`;
 export const balance = (acct: string) => `{acct:${acct}}:bal`;
 export const ledger = (acct: string) => `{acct:${acct}}:ledger`;
 export const idempotency = (acct: string) => `{acct:${acct}}:idem`;

@@ -66,7 +66,8 @@ const SCRIPTS = {
   tgShareQuota: ['share-quota', 3],
   tgShareCompact: ['share-compact', 1],
   tgLedgerExport: ['ledger-export', 3],
-  tgAddKey: ['add-key', 2],
+  tgAddKey: ['add-key', 3],
+  tgForgetRoll: ['forget-roll', 1],
   tgUsageFlush: ['usage-flush', 1],
   tgLastUsed: ['last-used', 2],
 } as const;
@@ -372,11 +373,14 @@ export async function createRedisStore(o: RedisStoreOptions & { client?: Client 
           const added = await s.tgAddKey(
             K.accountKeys(r.account),
             K.keysMade(r.account, day),
+            K.keysRolled(r.account),
             r.id,
             caps.maxPerAccount ?? 0,
             caps.maxMadePerDay ?? 0,
             KEYS_MADE_TTL_SECONDS,
+            r.rolled_from ?? '',
           );
+          if (typeof added === 'string') return { rolledTo: added };
           if (added !== 1) return added === 0 ? 'held_cap' : 'daily_cap';
           const { name, active, rate_limits, version, ...rest } = r;
           try {
@@ -391,7 +395,9 @@ export async function createRedisStore(o: RedisStoreOptions & { client?: Client 
           } catch (e) {
             // Give the slot back: a key that was never stored must not count against the account's held
             // keys. The day's count keeps it (a failed create costs a unit of the daily bound, nothing more).
+            // A roll's claim on its old key goes too, so the old key may be rolled again.
             await redis.srem(K.accountKeys(r.account), r.id).catch(() => {});
+            if (r.rolled_from) await s.tgForgetRoll(K.keysRolled(r.account), r.id, r.rolled_from).catch(() => {});
             throw e;
           }
           return 'created';
@@ -475,6 +481,9 @@ export async function createRedisStore(o: RedisStoreOptions & { client?: Client 
             redis.srem(K.accountKeys(record.account), id),
             // Its last use too: that hash has no expiry and every key list reads it whole (last-used.lua).
             redis.hdel(K.keysUsed(record.account), id),
+            // Its roll claims (forget-roll.lua): the hash stays bounded by the keys held, and a deleted
+            // successor frees its old key to be rolled again.
+            s.tgForgetRoll(K.keysRolled(record.account), id, record.rolled_from ?? ''),
             redis.del(lifetime),
             redis.hset(lifetime, 's', 0),
             redis.expire(lifetime, o.settledTtlSeconds),

@@ -33,6 +33,8 @@ export interface KeyRecord {
   expires_at?: string | null;
   /** Spending cap per UTC period (SPEC §15); null or absent = none. */
   budget?: KeyBudget | null;
+  /** The key this one was rolled from (SPEC §15 roll); absent for a key made by a create. Not shown by reads. */
+  rolled_from?: string;
 }
 
 export type BudgetPeriod = 'day' | 'month' | 'total';
@@ -327,8 +329,11 @@ export interface KeyCaps {
   readonly maxMadePerDay?: number | undefined;
 }
 
-/** What createKey did: stored the key, or refused it at one of its account's caps (KeyCaps). */
-export type KeyCreated = 'created' | 'held_cap' | 'daily_cap';
+/**
+ * What createKey did: stored the key, refused it at one of its account's caps (KeyCaps), or — for a roll's
+ * new key (`record.rolled_from`) — refused it because that key already has a successor, named here.
+ */
+export type KeyCreated = 'created' | 'held_cap' | 'daily_cap' | { rolledTo: string };
 
 export interface Store {
   /**
@@ -348,7 +353,9 @@ export interface Store {
    * UTC day of its `created_at`. Refused, nothing stored: `held_cap` when the account already holds
    * `maxPerAccount` keys, disabled ones included; `daily_cap` when it already made `maxMadePerDay` keys
    * that day, deleted ones included. The checks and the counts are atomic (SPEC §13, lua/add-key.lua), so
-   * concurrent creates cannot pass either.
+   * concurrent creates cannot pass either. A record with `rolled_from` is a roll's new key: a key has at
+   * most one successor, claimed in the same atomic step, so concurrent rolls of one key make one key; the
+   * others get `{ rolledTo }`. The claim goes with either key's delete (then the old key may roll again).
    */
   createKey(hash: string, record: KeyRecord, caps?: KeyCaps): Promise<KeyCreated>;
   getKeyByHash(hash: string): Promise<KeyRecord | null>;

@@ -149,6 +149,10 @@ t.test('budget and expiry posts: stored as the admin API stores them; bad input 
   t.match(badTime.text, /id="expiry-error" role="alert">[^<]*datetime/);
   t.match(badTime.text, /name="expires_at" required value="soon"/);
   t.match((await post(keyPath(k.id), 'action=roll&grace_seconds=5')).text, /id="roll-error" role="alert">One of 0, 3600, 86400, 604800/);
+  // A time already past (a mistyped year) does not end the key at once: "Expire now" is the button for that.
+  const past = await post(keyPath(k.id), 'action=expire&expires_at=2020-01-02T03:04');
+  t.equal(past.status, 422, 'an expiry in the past');
+  t.match(past.text, /id="expiry-error" role="alert">Input should be in the future/);
   t.same((await record(k.id)).budget.limit_micros, 12_500_000, 'unchanged');
   t.equal((await record(k.id)).expires_at, null);
   t.equal((await post(keyPath(k.id), 'action=expire&expires_at=2030-01-02T03:04')).status, 303);
@@ -201,6 +205,11 @@ t.test('roll without JavaScript: 201, the new key once, the old key’s new expi
   t.match(r.text, new RegExp(`id="old-key-expires">${old.expires_at.slice(0, 10)} ${old.expires_at.slice(11, 16)} UTC`));
   const rolled = (await gw.admin('/admin/keys?account=acme')).body.data.find((x: any) => x.last4 === key!.slice(-4));
   t.same(rolled.scopes, ['chat', 'models'], 'same scopes');
+  // A key rolls once: a second roll (a double submit, another tab) makes no key and names the successor.
+  const again = await post(keyPath(k.id), 'action=roll&grace_seconds=86400');
+  t.equal(again.status, 409, 'a second roll of the same key');
+  t.match(again.text, new RegExp(`id="roll-error" role="alert">Key ${k.id} was already rolled: its successor is ${rolled.id}`));
+  t.notMatch(again.text, /new-key-value/, 'no new key shown');
   t.notOk((await get('/console/accounts/acme/keys')).text.includes(key!), 'the list never shows it again');
   t.notOk(
     gw.logs.some((l) => l.includes(key!)),

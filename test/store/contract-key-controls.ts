@@ -83,6 +83,38 @@ export function keyControlCases(test: Case): void {
     t.equal(await store.getKeyByHash('hash-ctl-3'), null);
   });
 
+  test('a key rolls once: of concurrent successors one is stored, the rest name it; a delete frees the claim', async (t, { store }) => {
+    const a = uniqueAccount();
+    const old = keyRecord('key_RRRRRRRRRRRRRRRA', a);
+    await store.createKey('hash-roll-old', old);
+    const next = (n: number) => keyRecord(`key_RRRRRRRRRRRRRRR${n}`, a, { rolled_from: old.id });
+    const caps = { maxPerAccount: 10, maxMadePerDay: 10 };
+    // Three rolls of one key at once (three admin requests, any instances): one new key, not three.
+    const made = await Promise.all([1, 2, 3].map((n) => store.createKey(`hash-roll-${n}`, next(n), caps)));
+    const won = made.flatMap((m, i) => (m === 'created' ? [next(i + 1).id] : []));
+    t.equal(won.length, 1, `one successor stored: ${JSON.stringify(made)}`);
+    t.strictSame(
+      made.filter((m) => m !== 'created'),
+      [{ rolledTo: won[0] }, { rolledTo: won[0] }],
+      'the others are refused, naming it',
+    );
+    t.strictSame((await store.listKeys(a)).map((r) => r.id).sort(), [old.id, won[0]].sort(), 'the refused ones left no key');
+    const winner = made.findIndex((m) => m === 'created') + 1;
+    t.equal((await store.getKeyByHash(`hash-roll-${winner}`))?.rolled_from, old.id, 'the successor knows its old key');
+    for (const n of [1, 2, 3]) if (n !== winner) t.equal(await store.getKeyByHash(`hash-roll-${n}`), null);
+    t.strictSame(await store.createKey('hash-roll-4', next(4), caps), { rolledTo: won[0] }, 'a later roll too');
+    // A refused roll counted nothing: with room for exactly one more key, a create still fits.
+    t.equal(await store.createKey('hash-roll-plain', keyRecord('key_RRRRRRRRRRRRRRRP', a), { maxPerAccount: 3 }), 'created');
+
+    // Its successor deleted, the old key may roll again; the old key deleted, its claim goes with it.
+    await store.deleteKey(won[0]!);
+    t.equal(await store.createKey('hash-roll-5', next(5), caps), 'created', 'the successor deleted: rolls again');
+    t.strictSame(await store.createKey('hash-roll-6', next(6), caps), { rolledTo: next(5).id });
+    await store.deleteKey(old.id);
+    await store.deleteKey(next(5).id);
+    t.equal(await store.createKey('hash-roll-7', next(7), caps), 'created', 'no claim left behind by the deletes');
+  });
+
   test('a budgeted hold counts settled spend plus open holds against the limit', async (t, { store }) => {
     const a = uniqueAccount();
     const key = 'key_BBBBBBBBBBBBBBB5';

@@ -375,6 +375,23 @@ if (redis) {
     },
   );
 
+  t.test("a roll's claim on its old key is in the account's slot and goes with the keys' deletes", async (t) => {
+    await redis.client.flushdb();
+    const store = await openStore(t, redis.url);
+    const claims = K.keysRolled('roller');
+    t.match(claims, /^\{acct:roller\}:/, "in the account's slot, so add-key.lua claims it with the key set (one slot on Cluster)");
+    const old = keyRecord('key_RoLL00000000000A', 'roller');
+    const next = keyRecord('key_RoLL00000000000B', 'roller', { rolled_from: old.id });
+    await store.createKey('hash-roll-a', old);
+    t.equal(await store.createKey('hash-roll-b', next), 'created');
+    t.strictSame(await redis.client.hgetall(claims), { [old.id]: next.id });
+    await store.deleteKey(old.id);
+    t.strictSame(await redis.client.hgetall(claims), {}, "the old key's delete drops its claim");
+    await store.createKey('hash-roll-c', keyRecord('key_RoLL00000000000C', 'roller', { rolled_from: next.id }));
+    await store.deleteKey('key_RoLL00000000000C');
+    t.equal(await redis.client.exists(claims), 0, "the successor's delete drops the claim naming it: nothing left for deleted keys");
+  });
+
   t.test('the reaper empties large buckets of several accounts in slices, each hold once', async (t) => {
     await redis.client.flushdb();
     const store = await openStore(t, redis.url);
