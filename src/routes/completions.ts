@@ -51,9 +51,24 @@ export function validateCompletionsBody(value: unknown, maxN: number): Completio
   return body as CompletionsBody;
 }
 
+/** vLLM's `prompt_embeds` items (promptEmbeds below): 0 without them. */
+function embedsItems(body: CompletionsBody): number {
+  const embeds = body['prompt_embeds'];
+  if (embeds === undefined || embeds === null) return 0;
+  return Array.isArray(embeds) ? embeds.length : 1;
+}
+
+/**
+ * Prompts the upstream answers: the text prompts and, for vLLM, each `prompt_embeds` item too (it generates
+ * for every embeds item; that it skips an empty text prompt beside them only makes this an upper bound).
+ */
+function prompts(body: CompletionsBody): number {
+  return inputItems(body.prompt) + embedsItems(body);
+}
+
 function outputBound(body: CompletionsBody, model: ModelConfig): OutputBound {
   const perChoice = Math.min(body.max_tokens ?? DEFAULT_MAX_TOKENS, model.maxOutputTokens);
-  const choices = Math.max(body.n ?? 1, body.best_of ?? 1) * inputItems(body.prompt);
+  const choices = Math.max(body.n ?? 1, body.best_of ?? 1) * prompts(body);
   return { perChoice, total: perChoice * choices };
 }
 
@@ -66,9 +81,8 @@ function outputBound(body: CompletionsBody, model: ModelConfig): OutputBound {
  * billStateful: there is no stored answer to ask). One field read for a request without embeddings.
  */
 function promptEmbeds(body: CompletionsBody, model: ModelConfig, promptEstimate: number): StatefulRequest | undefined {
-  const embeds = body['prompt_embeds'];
-  if (embeds === undefined || embeds === null) return undefined;
-  const items = Array.isArray(embeds) ? embeds.length : 1;
+  const items = embedsItems(body);
+  if (items === 0) return undefined;
   return { heldPrompt: promptEstimate + items * model.contextWindow };
 }
 
@@ -126,7 +140,7 @@ export const COMPLETIONS_ENDPOINT: MeteredEndpoint<CompletionsBody> = {
   reply: (body) => ({
     stream: body.stream === true,
     wantsUsage: (body.stream_options as { include_usage?: unknown } | undefined)?.include_usage === true,
-    severalChoices: Math.max(body.n ?? 1, body.best_of ?? 1) * inputItems(body.prompt) > 1,
+    severalChoices: Math.max(body.n ?? 1, body.best_of ?? 1) * prompts(body) > 1,
   }),
   countPrompt: async (payload, tokenizer, budget) => {
     const body = JSON.parse(payload.toString('utf8')) as CompletionsBody;

@@ -250,3 +250,21 @@ t.test("completions: vLLM's prompt_embeds hold the context window per item; no s
   t.same(held({ prompt_embeds: 'AAAA' }), { heldPrompt: 10 + 8192 }, 'one tensor, whatever its bytes');
   t.same(held({ prompt_embeds: ['AAAA', 'AAAA', 'AAAA'] }), { heldPrompt: 10 + 3 * 8192 }, 'one context window per tensor');
 });
+
+t.test('completions: each prompt_embeds item is a prompt of its own for the output bound (vLLM answers each)', async (t) => {
+  const { compileConfig } = await import('../../src/config/schema.ts');
+  const [model] = compileConfig(
+    { models: [{ name: 'm', max_output_tokens: 100, price: { input: 1, output: 1 }, upstreams: [{ url: 'http://x/v1' }] }] },
+    {},
+  ).models;
+  const out = (body: Record<string, unknown>) => COMPLETIONS_ENDPOINT.output({ model: 'm', prompt: '', max_tokens: 10, ...body }, model!);
+  t.same(out({}), { perChoice: 10, total: 10 }, 'one text prompt');
+  t.same(out({ prompt_embeds: 'AAAA' }), { perChoice: 10, total: 20 }, 'the text prompt and one tensor');
+  t.same(out({ prompt_embeds: ['AAAA', 'AAAA', 'AAAA'], n: 2 }), { perChoice: 10, total: 80 }, '(1 + 3 prompts) × n');
+  t.equal(
+    COMPLETIONS_ENDPOINT.reply({ model: 'm', prompt: 'x', prompt_embeds: 'AAAA' }).severalChoices,
+    true,
+    'two prompts: several choices',
+  );
+  t.equal(COMPLETIONS_ENDPOINT.reply({ model: 'm', prompt: 'x' }).severalChoices, false, 'one prompt: one choice');
+});
