@@ -32,6 +32,33 @@ export async function startSim(t: Teardown): Promise<Simulator> {
 }
 
 /**
+ * A simulator and a gateway (embedded store) serving one model `m` priced 1 µ a token both ways, so costs
+ * read as token counts, with a large per-key concurrency for crowds: the stateful and unseen-input tests.
+ */
+export async function startTokenPriced(
+  t: Teardown,
+  model: { maxOutputTokens: number; contextWindow: number },
+): Promise<{ sim: Simulator; gw: TestGateway }> {
+  const sim = await startSim(t);
+  const gw = await startGateway(t, {
+    upstreamUrl: sim.url,
+    config: {
+      limits: { max_concurrent_per_key: 1000 },
+      models: [
+        {
+          name: 'm',
+          max_output_tokens: model.maxOutputTokens,
+          context_window: model.contextWindow,
+          price: { input: 1, output: 1 },
+          upstreams: [{ url: sim.url, api_key: 'upstream-secret' }],
+        },
+      ],
+    },
+  });
+  return { sim, gw };
+}
+
+/**
  * An HTTP front that forwards every request to `target` with extra `x-sim-*` headers, so one upstream of
  * a model misbehaves (e.g. `x-sim-status: 503`) while its sibling, reached directly, does not. The
  * steering still happens in the simulator, which records the request. Returns the front's `/v1` URL.

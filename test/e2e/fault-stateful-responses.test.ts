@@ -6,33 +6,16 @@
 //    GET {upstream}/responses/{id} (the history included), and, when that GET fails, from the held input
 //    part (the context window) plus the output counted — never from the new input alone.
 import t, { type Test } from 'tap';
-import { startGateway } from '../helpers/gateway.ts';
 import { waitFor } from '../helpers/wait.ts';
-import { startSim } from './chat-fixture.ts';
+import { startTokenPriced } from './chat-fixture.ts';
 import { accountOf, checkLedger, ledgerOf, type Entry } from './credit-support.ts';
 
 const CONTEXT_WINDOW = 16_384;
 /** The base response's input: 40,000 characters, 10,000 tokens for the simulator. */
 const HISTORY_INPUT = 'x'.repeat(40_000);
 
-async function setup(t: Test) {
-  const sim = await startSim(t);
-  const gw = await startGateway(t, {
-    upstreamUrl: sim.url,
-    config: {
-      limits: { max_concurrent_per_key: 1000 },
-      models: [
-        {
-          name: 'm',
-          max_output_tokens: 256,
-          context_window: CONTEXT_WINDOW,
-          price: { input: 1, output: 1 }, // 1 µ a token: costs read as token counts
-          upstreams: [{ url: sim.url, api_key: 'upstream-secret' }],
-        },
-      ],
-    },
-  });
-  return { sim, gw };
+function setup(t: Test) {
+  return startTokenPriced(t, { maxOutputTokens: 256, contextWindow: CONTEXT_WINDOW });
 }
 
 function post(gw: { url: string }, key: string, body: Record<string, unknown>, signal?: AbortSignal): Promise<Response> {

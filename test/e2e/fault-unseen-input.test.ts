@@ -10,30 +10,14 @@
 import t, { type Test } from 'tap';
 import OpenAI from 'openai';
 import { waitFor } from '../helpers/wait.ts';
-import { startGateway, type TestGateway } from '../helpers/gateway.ts';
-import { startSim } from './chat-fixture.ts';
+import type { TestGateway } from '../helpers/gateway.ts';
+import { startTokenPriced } from './chat-fixture.ts';
 import { accountOf, checkLedger, ledgerOf, type Entry } from './credit-support.ts';
 
 const CONTEXT_WINDOW = 16_384;
 
-async function setup(t: Test) {
-  const sim = await startSim(t);
-  const gw = await startGateway(t, {
-    upstreamUrl: sim.url,
-    config: {
-      limits: { max_concurrent_per_key: 1000 },
-      models: [
-        {
-          name: 'm',
-          max_output_tokens: 8192,
-          context_window: CONTEXT_WINDOW,
-          price: { input: 1, output: 1 }, // 1 µ a token: costs read as token counts
-          upstreams: [{ url: sim.url, api_key: 'upstream-secret' }],
-        },
-      ],
-    },
-  });
-  return { sim, gw };
+function setup(t: Test) {
+  return startTokenPriced(t, { maxOutputTokens: 8192, contextWindow: CONTEXT_WINDOW });
 }
 
 function post(gw: { url: string }, key: string, path: string, body: Record<string, unknown>, signal?: AbortSignal): Promise<Response> {

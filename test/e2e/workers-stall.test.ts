@@ -60,23 +60,7 @@ if (redis) {
   t.teardown(() => sim.close());
 
   t.test('a stopped worker: /readyz says not ready, the worker is killed and replaced, all is well again', async (t) => {
-    const gw = await spawnGateway(t, {
-      redisUrl: redis.url,
-      upstreamUrl: sim.url,
-      config: { server: { workers: 2 } },
-      readyTimeoutMs: 20_000,
-    });
-    t.teardown(() => {
-      for (const pid of workerPids(gw.output())) {
-        try {
-          process.kill(pid, 'SIGKILL');
-        } catch {
-          // already gone
-        }
-      }
-    });
-    await waitFor(async () => (await getFresh(`${gw.adminUrl}/readyz`)) === 200, 20_000, 'every worker to listen', 100);
-    await waitFor(() => workerPids(gw.output()).length === 2, 5_000, 'both workers logged as listening');
+    const gw = await twoWorkers(t);
     const [stuck] = workerPids(gw.output());
     process.kill(stuck!, 'SIGSTOP');
     const stoppedAt = Date.now();
