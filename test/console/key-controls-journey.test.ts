@@ -142,8 +142,14 @@ if (redis && browser) {
     await page.click('text=I have saved it');
     await page.locator('dialog#new-key').waitFor({ state: 'detached' });
     t.notOk((await page.content()).includes(key), 'closed: the key has left the page');
+    // A reload of the roll's answer sends the form again: a key rolls once, so it is refused beside the
+    // form (409 key_not_rollable) and no third key is made.
     await page.reload();
     t.notOk((await page.content()).includes(key), 'never shown again');
+    t.match(await page.textContent('#roll'), new RegExp(`already rolled: its successor is ${rolled.id}`), 'the form sent again is refused');
+    const deploy = (await a.admin('/admin/keys?account=acme')).body.data.filter((r: any) => r.name === 'deploy').map((r: any) => r.id);
+    t.same(deploy.sort(), [k.id, rolled.id].sort(), 'the old key and its one successor, no third key');
+    await page.goto(`${a.url}/console/accounts/acme/keys`);
     t.equal(await page.locator(`#key-${rolled.id}`).count(), 1, 'the new key is listed');
   });
 
@@ -213,14 +219,17 @@ if (redis && browser) {
     await plain.fill('#budget input[name="limit"]', '2');
     await plain.click('#budget button:has-text("Set budget")');
     t.equal(await plain.getAttribute('#budget-bar meter', 'max'), '2000000', 'the bar');
-    await plain.click('#expiry button:has-text("Expire now")');
-    t.match(await plain.textContent('#expiry'), /Expired at/);
     await plain.click('#roll button:has-text("Roll key")');
     const key = (await plain.textContent('#new-key-value'))!.trim();
     t.match(key, KEY_FORMAT, 'the roll answer is the page, with the dialog open');
     await plain.click('text=I have saved it');
     t.notOk((await plain.content()).includes(key), 'and the link back never shows it again');
     await plain.goto(`${a.url}/console/accounts/acme/keys/${k.id}`);
+    await plain.click('#expiry button:has-text("Expire now")');
+    t.match(await plain.textContent('#expiry'), /Expired at/);
+    // Rolled once already (and now expired): a second roll is refused beside the form.
+    await plain.click('#roll button:has-text("Roll key")');
+    t.match(await plain.textContent('#roll'), /already rolled|expired at/, 'a second roll is refused');
     await plain.click('#delete button:has-text("Delete key")');
     await plain.click('#delete-confirm button:has-text("Delete for good")');
     t.match(await plain.textContent('#notice'), /deleted/);
