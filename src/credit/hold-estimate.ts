@@ -36,7 +36,7 @@ export const PER_TOOLS_BLOCK = 256;
  * Where the estimate leaves the number of vLLM `prompt_embeds` content parts it met, on the body itself
  * (a symbol key: JSON.stringify skips it, so the upstream payload is unchanged), only when there are any.
  * The part is `{"type": "prompt_embeds", "data": "<base64 torch tensor>"}` (vLLM's
- * vllm/entrypoints/chat_utils.py ChatCompletionContentPartPromptEmbedsParam: `data` is a serialized tensor
+ * vllm.entrypoints.chat_utils ChatCompletionContentPartPromptEmbedsParam: `data` is a serialized tensor
  * of shape (num_tokens, hidden_size), spliced into the rendered prompt): its rows are prompt tokens no
  * byte count bounds (vLLM densifies a sparse tensor: a few hundred bytes stand for any number of rows).
  * The chat endpoint holds the context window for such a request (routes/chat-completions.ts

@@ -34,7 +34,7 @@ export interface CompletionPlan {
  * Roles, names and tool calls are not counted. A body without messages counts as 1.
  *
  * vLLM's chat `prompt_embeds` content part, `{"type": "prompt_embeds", "data": "<base64 torch tensor>"}`
- * (vllm/entrypoints/chat_utils.py ChatCompletionContentPartPromptEmbedsParam: `data` is the tensor of
+ * (vllm.entrypoints.chat_utils ChatCompletionContentPartPromptEmbedsParam: `data` is the tensor of
  * shape (num_tokens, hidden_size); vLLM splices its rows into the rendered prompt), adds its rows:
  * `opts.embedsTokens` (steered `embeds_tokens`: a sparse tensor stands for any number of rows) or its
  * base64 length ÷ 4, rounded up.
