@@ -17,7 +17,8 @@
  * while the hold is taken. The output part of the hold (max_tokens) usually dominates anyway.
  *
  * Allowances that are judgement, not proof (the upstream may count what the request does not show):
- * non-text content parts (images, audio, files) and tool definitions.
+ * non-text content parts (images, audio, files) and tool definitions. vLLM's `prompt_embeds` part has no
+ * allowance that could hold (PROMPT_EMBEDS_PARTS below): the estimate only counts it for the endpoint.
  */
 
 /** Template tokens around one message (Llama 3: 4 specials + "\n\n"; ChatML: 3 specials + "\n" ×2). */
@@ -31,12 +32,29 @@ export const PER_NON_TEXT_PART = 2048;
 /** Tool-use instructions templates add when `tools` are present (Qwen 2.5 ≈ 100, Llama 3.1 ≈ 80). */
 export const PER_TOOLS_BLOCK = 256;
 
+/**
+ * Where the estimate leaves the number of vLLM `prompt_embeds` content parts it met, on the body itself
+ * (a symbol key: JSON.stringify skips it, so the upstream payload is unchanged), only when there are any.
+ * The part is `{"type": "prompt_embeds", "data": "<base64 torch tensor>"}` (vLLM's
+ * vllm.entrypoints.chat_utils ChatCompletionContentPartPromptEmbedsParam: `data` is a serialized tensor
+ * of shape (num_tokens, hidden_size), spliced into the rendered prompt): its rows are prompt tokens no
+ * byte count bounds (vLLM densifies a sparse tensor: a few hundred bytes stand for any number of rows).
+ * The chat endpoint holds the context window for such a request (routes/chat-completions.ts
+ * promptEmbeds). Counted here because this walk already meets every part: an ordinary request pays
+ * nothing for it but a string comparison per non-text part.
+ */
+export const PROMPT_EMBEDS_PARTS: unique symbol = Symbol('prompt_embeds parts');
+
 /** The request fields the estimate reads: the parsed, validated chat body. */
 export interface ChatBodyLike {
   messages?: unknown;
   tools?: unknown;
   functions?: unknown;
+  [PROMPT_EMBEDS_PARTS]?: number;
 }
+
+/** `prompt_embeds` parts met by the estimate running now (it is synchronous): see PROMPT_EMBEDS_PARTS. */
+let embedsParts = 0;
 
 /** Message fields a template may render as text (role, content, name, ids, replayed reasoning). */
 const STRING_FIELDS = ['role', 'content', 'name', 'tool_call_id', 'reasoning_content', 'reasoning', 'refusal'] as const;
@@ -60,7 +78,10 @@ function messageBound(m: unknown): number {
       if (typeof p !== 'object' || p === null) return -1;
       // +1 per part: templates join parts with a separator.
       if (p.type === 'text' || p.type === 'refusal') n += bytes(p.type === 'text' ? p.text : p.refusal) + 1;
-      else n += PER_NON_TEXT_PART;
+      else {
+        n += PER_NON_TEXT_PART;
+        if (p.type === 'prompt_embeds') embedsParts++;
+      }
     }
   } else if (content !== undefined && content !== null && typeof content !== 'string') return -1;
   const calls = msg['tool_calls'];
@@ -92,10 +113,14 @@ export function estimatePromptTokens(body: ChatBodyLike, rawBodyBytes: number): 
   const fixed = PER_REQUEST + toolsBound(body.tools) + toolsBound(body.functions);
   if (!Array.isArray(messages)) return fixed + rawBodyBytes;
   let n = fixed;
+  embedsParts = 0;
   for (const m of messages) {
     const b = messageBound(m);
+    // Not for a validated body (routes/chat-validate.ts refuses each shape messageBound gives up on), so
+    // the parts this skips cannot hide a `prompt_embeds` part from the endpoint.
     if (b < 0) return fixed + rawBodyBytes + messages.length * PER_MESSAGE;
     n += b;
   }
+  if (embedsParts > 0) body[PROMPT_EMBEDS_PARTS] = embedsParts;
   return n;
 }

@@ -28,7 +28,8 @@ export const NOTHING_PRODUCED: Billed = { promptTokens: 0, completionTokens: 0, 
  * A stateful request (SPEC §4), or one whose input the gateway cannot see in full: the upstream prepends
  * history (`/v1/responses` with `previous_response_id` or `conversation`), renders a stored template or
  * item (`prompt`, `item_reference`), or takes tensors whose rows are tokens (vLLM's `prompt_embeds` on
- * `/v1/completions`). The hold's input part is the context window (per embeds item), and a request that
+ * `/v1/completions`, its `prompt_embeds` content parts on `/v1/chat/completions`). The hold's input part
+ * is the context window (per completions embeds item), and a request that
  * ends without usage is billed from the upstream's stored response where there is one, else that input
  * part (billStateful).
  */

@@ -4,10 +4,10 @@
  */
 import type { ModelConfig } from '../config/schema.ts';
 import type { RouteDoc } from '../http/openapi.ts';
-import { estimatePromptTokens } from '../credit/hold-estimate.ts';
+import { estimatePromptTokens, PROMPT_EMBEDS_PARTS, type ChatBodyLike } from '../credit/hold-estimate.ts';
 import { CHAT } from '../meter/formats.ts';
 import type { Budget, Tokenizer } from '../meter/tokenizer.ts';
-import { meteredResponses, type MeteredEndpoint } from './endpoint.ts';
+import { meteredResponses, type MeteredEndpoint, type StatefulRequest } from './endpoint.ts';
 import { validateChatBody, type ChatBody } from './chat-validate.ts';
 import { capOutputFields } from './output-cap.ts';
 
@@ -88,6 +88,22 @@ async function countChatPrompt(payload: Buffer, tokenizer: Tokenizer, budget: Bu
   return n;
 }
 
+/**
+ * vLLM's `prompt_embeds` content part (`{"type": "prompt_embeds", "data": "<base64 torch tensor>"}`, passed
+ * through; credit/hold-estimate.ts PROMPT_EMBEDS_PARTS): its rows are prompt tokens the estimate cannot
+ * bound (a sparse tensor of a few bytes stands for any number of rows), so its non-text allowance would
+ * not hold. vLLM splices every part's rows into the one rendered prompt and refuses a prompt longer than
+ * the context window (max_model_len), so the request holds the context window of input, or the estimate
+ * when that is larger: one window for the request however many parts it has (unlike completions, where
+ * each embeds item is a prompt of its own). An answer without usage bills that held input part plus the
+ * output counted (meter/bill.ts billStateful: no stored answer to ask, so no retrievePath). Set by the
+ * estimate's walk: an ordinary request pays one property read here.
+ */
+export function promptEmbeds(body: ChatBodyLike, model: ModelConfig, promptEstimate: number): StatefulRequest | undefined {
+  if (body[PROMPT_EMBEDS_PARTS] === undefined) return undefined;
+  return { heldPrompt: Math.max(model.contextWindow, promptEstimate) };
+}
+
 /** The chat completions endpoint. */
 export const CHAT_COMPLETIONS: MeteredEndpoint<ChatBody> = {
   endpoint: 'chat',
@@ -106,4 +122,5 @@ export const CHAT_COMPLETIONS: MeteredEndpoint<ChatBody> = {
     severalChoices: (body.n ?? 1) > 1,
   }),
   countPrompt: countChatPrompt,
+  stateful: promptEmbeds,
 };

@@ -32,9 +32,16 @@ export interface CompletionPlan {
  * Prompt tokens the simulator reports: the UTF-16 length of every message's string content (and of the
  * `text` of each content part when content is an array), summed, divided by 4, rounded up, at least 1.
  * Roles, names and tool calls are not counted. A body without messages counts as 1.
+ *
+ * vLLM's chat `prompt_embeds` content part, `{"type": "prompt_embeds", "data": "<base64 torch tensor>"}`
+ * (vllm.entrypoints.chat_utils ChatCompletionContentPartPromptEmbedsParam: `data` is the tensor of
+ * shape (num_tokens, hidden_size); vLLM splices its rows into the rendered prompt), adds its rows:
+ * `opts.embedsTokens` (steered `embeds_tokens`: a sparse tensor stands for any number of rows) or its
+ * base64 length ÷ 4, rounded up.
  */
-export function simPromptTokens(body: unknown): number {
+export function simPromptTokens(body: unknown, opts?: Pick<SimOptions, 'embedsTokens'>): number {
   let chars = 0;
+  let rows = 0;
   const messages = isObject(body) ? body['messages'] : undefined;
   if (Array.isArray(messages)) {
     for (const m of messages) {
@@ -42,13 +49,18 @@ export function simPromptTokens(body: unknown): number {
       if (typeof content === 'string') chars += content.length;
       else if (Array.isArray(content)) {
         for (const part of content) {
-          const text = isObject(part) ? part['text'] : undefined;
+          if (!isObject(part)) continue;
+          const text = part['text'];
           if (typeof text === 'string') chars += text.length;
+          else if (part['type'] === 'prompt_embeds') {
+            const data = part['data'];
+            rows += opts?.embedsTokens ?? simTextTokens(typeof data === 'string' ? data.length : 0);
+          }
         }
       }
     }
   }
-  return Math.max(1, Math.ceil(chars / 4));
+  return Math.max(1, Math.ceil(chars / 4) + rows);
 }
 
 /** The text of completion token `i` (0-based): `tok0 `, `tok1 `, … */
@@ -100,7 +112,7 @@ export function planWith(id: string, body: unknown, opts: SimOptions, promptToke
 /** Plans one chat completion from the request body and its steering options. */
 export function planCompletion(requestId: number, body: unknown, opts: SimOptions): CompletionPlan {
   const cap = isObject(body) ? (positiveInt(body['max_completion_tokens']) ?? positiveInt(body['max_tokens'])) : undefined;
-  return planWith(`chatcmpl-sim-${requestId}`, body, opts, simPromptTokens(body), cap);
+  return planWith(`chatcmpl-sim-${requestId}`, body, opts, simPromptTokens(body, opts), cap);
 }
 
 /** `tokens` of text: its UTF-16 length divided by 4, rounded up (the simulator's one tokenizer rule). */

@@ -41,8 +41,9 @@ export interface SimOptions {
    */
   corruptAfter?: number;
   /**
-   * Prompt tokens each `prompt_embeds` item of /v1/completions stands for (vLLM: the rows of its tensor,
-   * which a sparse tensor makes many of in a few bytes). Unset: its base64 length ÷ 4, rounded up.
+   * Prompt tokens each `prompt_embeds` item of /v1/completions, and each `prompt_embeds` content part of a
+   * /v1/chat/completions message, stands for (vLLM: the rows of its tensor, which a sparse tensor makes
+   * many of in a few bytes). Unset: its base64 length ÷ 4, rounded up.
    */
   embedsTokens?: number;
 }

@@ -25,7 +25,8 @@ export interface ModelConfig {
   /**
    * Tokens the model takes in all (SPEC §4): the input part of the hold of a stateful request
    * (`/v1/responses` with `previous_response_id` or `conversation`, a stored `prompt` template or an
-   * `item_reference`), whose added input the gateway never sees; per item of vLLM's `prompt_embeds`.
+   * `item_reference`), whose added input the gateway never sees; per item of vLLM's `prompt_embeds` on
+   * /v1/completions, once for a chat request with vLLM's `prompt_embeds` content parts.
    */
   readonly contextWindow: number;
   readonly price: Price;

@@ -1,6 +1,14 @@
 import t from 'tap';
 import { readFileSync } from 'node:fs';
-import { estimatePromptTokens, PER_MESSAGE, PER_NON_TEXT_PART, PER_REQUEST, PER_TOOLS_BLOCK } from '../../src/credit/hold-estimate.ts';
+import {
+  estimatePromptTokens,
+  PER_MESSAGE,
+  PER_NON_TEXT_PART,
+  PER_REQUEST,
+  PER_TOOLS_BLOCK,
+  PROMPT_EMBEDS_PARTS,
+  type ChatBodyLike,
+} from '../../src/credit/hold-estimate.ts';
 import { createTokenizer } from '../../src/meter/tokenizer.ts';
 import { seededInts } from '../helpers/seeded.ts';
 
@@ -123,6 +131,21 @@ t.test('allowances for what has no bytes in the request', async (t) => {
   const tools = [{ type: 'function', function: { name: 'f', parameters: { type: 'object', properties: {} } } }];
   t.equal(estimatePromptTokens({ ...text, tools }, 0), base + PER_TOOLS_BLOCK + 2 * JSON.stringify(tools).length, 'tools');
   t.equal(estimatePromptTokens({ ...text, tools: [] }, 0), base, 'empty tools');
+});
+
+t.test("vLLM's prompt_embeds parts are counted onto the body for the endpoint, other bodies are left alone", async (t) => {
+  const embeds = { type: 'prompt_embeds', data: 'AAAA' };
+  const body: ChatBodyLike = { messages: [user([embeds, { type: 'text', text: 'hi' }]), user([embeds, embeds])] };
+  const n = estimatePromptTokens(body, 0);
+  t.equal(body[PROMPT_EMBEDS_PARTS], 3, 'three parts');
+  t.equal(n, PER_REQUEST + 2 * (PER_MESSAGE + 4) + 3 * PER_NON_TEXT_PART + 3, 'each still has its non-text allowance in the estimate');
+  t.equal(JSON.stringify(body), JSON.stringify({ messages: body.messages }), 'JSON does not see the count');
+  const plain: ChatBodyLike = { messages: [user([{ type: 'image_url', image_url: { url: 'https://x/y.png' } }])] };
+  estimatePromptTokens(plain, 0);
+  t.same(Object.getOwnPropertySymbols(plain), [], 'an image: nothing set');
+  const after: ChatBodyLike = { messages: [user('hi')] };
+  estimatePromptTokens(after, 0);
+  t.equal(after[PROMPT_EMBEDS_PARTS], undefined, 'the count does not leak from one estimate into the next');
 });
 
 t.test('odd shapes fall back to the raw body length', async (t) => {

@@ -1,9 +1,11 @@
 // SPEC §4 "no debit exceeds its hold" for input the gateway never sees in the body. On /v1/responses an
 // input item `{"type":"item_reference","id":…}` (or `{"id":…}` alone) and a stored prompt template
 // (`"prompt": {"id":…}`) make the upstream expand content of its own; on /v1/completions vLLM's
-// `prompt_embeds` are tensors whose rows are tokens the text estimate never counts (a sparse tensor makes
-// many rows of a few bytes). The simulator expands all three deterministically (src/simulator/responses.ts,
-// completions.ts). Each is held at the model's context window (per embeds item), so
+// `prompt_embeds`, and on /v1/chat/completions its `{"type":"prompt_embeds","data":…}` content parts, are
+// tensors whose rows are tokens the text estimate never counts (a sparse tensor makes many rows of a few
+// bytes). The simulator expands them all deterministically (src/simulator/responses.ts, completions.ts,
+// output.ts). Each is held at the model's context window (per completions embeds item; once for a chat
+// request, whose parts all go into one prompt), so
 //  - concurrent requests on one key never take the balance negative, and no debit exceeds its hold;
 //  - one that ends without usage is billed from the upstream's stored response (Responses), else the held
 //    input part plus the output counted — never the visible input alone.
@@ -153,6 +155,26 @@ t.test('completions: prompt_embeds on a poor account never overspend', async (t)
   await crowd(t, gw, 'dense', 40_000, '/v1/completions', { prompt: '', prompt_embeds: [dense, dense], ...tail }, 10_000);
 });
 
+t.test('chat: prompt_embeds content parts on a poor account never overspend', async (t) => {
+  const { gw } = await setup(t);
+  const tail = { max_tokens: 16, sim: { tokens: 4 } };
+  const embeds = (data: string) => ({ type: 'prompt_embeds', data });
+  const user = (...parts: unknown[]) => [{ role: 'user', content: [{ type: 'text', text: 'hi' }, ...parts] }];
+  // A sparse tensor: 12,000 rows in a few bytes (vLLM densifies it), one part beside the text 'hi' (1 token).
+  await crowd(
+    t,
+    gw,
+    'chat-sparse',
+    20_000,
+    '/v1/chat/completions',
+    { messages: user(embeds('AAAA'.repeat(16))), ...tail, sim: { ...tail.sim, embeds_tokens: 12_000 } },
+    12_001,
+  );
+  // Two dense parts of 20,000 base64 characters, 5,000 tokens each for the simulator.
+  const dense = 'AAAA'.repeat(5000);
+  await crowd(t, gw, 'chat-dense', 40_000, '/v1/chat/completions', { messages: user(embeds(dense), embeds(dense)), ...tail }, 10_001);
+});
+
 t.test(
   'responses: a template request abandoned before response.completed is billed from the upstream GET, else the context window',
   async (t) => {
@@ -218,6 +240,28 @@ t.test('completions: prompt_embeds answered without usage are billed the held in
   t.equal(entry.usage_source, 'estimated');
   t.ok(-entry.amount_micros <= entry.hold_micros!, 'within its hold');
   checkLedger(t, await ledgerOf(gw.admin, 'nousage'), await settled(gw, 'nousage'));
+});
+
+t.test('chat: prompt_embeds answered without usage are billed the held input part, not the text alone', async (t) => {
+  const { gw } = await setup(t);
+  const { key } = await gw.createKey({ account: 'chat-nousage', env: 'live' });
+  await gw.grant('chat-nousage', 1_000_000);
+  for (const stream of [false, true]) {
+    const res = await post(gw, key, '/v1/chat/completions', {
+      messages: [{ role: 'user', content: [{ type: 'prompt_embeds', data: 'AAAA'.repeat(16) }] }],
+      max_tokens: 16,
+      stream,
+      sim: { tokens: 4, usage: 'absent', embeds_tokens: 12_000 },
+    });
+    t.equal(res.status, 200);
+    await res.text();
+    const entry = await debitOf(gw, 'chat-nousage', res.headers.get('x-request-id')!);
+    t.ok(entry.prompt_tokens! >= CONTEXT_WINDOW, `stream ${stream}: billed ${entry.prompt_tokens} input tokens, the context window held`);
+    t.ok(entry.completion_tokens! >= 4, `stream ${stream}: and the ${entry.completion_tokens} output tokens counted`);
+    t.equal(entry.usage_source, 'estimated');
+    t.ok(-entry.amount_micros <= entry.hold_micros!, 'within its hold');
+  }
+  checkLedger(t, await ledgerOf(gw.admin, 'chat-nousage'), await settled(gw, 'chat-nousage'));
 });
 
 t.test('the openai SDK sends item_reference and prompt as they are: held at the context window, billed the usage', async (t) => {

@@ -7,6 +7,8 @@ import { createTokenizer } from '../../src/meter/tokenizer.ts';
 import { estimateResponsesPrompt, RESPONSES_ENDPOINT, validateResponsesBody } from '../../src/routes/responses.ts';
 import { COMPLETIONS_ENDPOINT, validateCompletionsBody } from '../../src/routes/completions.ts';
 import { EMBEDDINGS_ENDPOINT, validateEmbeddingsBody } from '../../src/routes/embeddings.ts';
+import { CHAT_COMPLETIONS } from '../../src/routes/chat-completions.ts';
+import { PER_NON_TEXT_PART } from '../../src/credit/hold-estimate.ts';
 import { inputItems, inputTokenBound } from '../../src/routes/text-input.ts';
 
 const tokenizer = createTokenizer();
@@ -249,6 +251,46 @@ t.test("completions: vLLM's prompt_embeds hold the context window per item; no s
   t.equal(held({ prompt_embeds: null }), undefined, 'null is not set');
   t.same(held({ prompt_embeds: 'AAAA' }), { heldPrompt: 10 + 8192 }, 'one tensor, whatever its bytes');
   t.same(held({ prompt_embeds: ['AAAA', 'AAAA', 'AAAA'] }), { heldPrompt: 10 + 3 * 8192 }, 'one context window per tensor');
+});
+
+t.test("chat: vLLM's prompt_embeds content parts hold the context window; no stored answer to ask", async (t) => {
+  const { compileConfig } = await import('../../src/config/schema.ts');
+  const config = compileConfig(
+    { models: [{ name: 'm', context_window: 8192, price: { input: 1, output: 1 }, upstreams: [{ url: 'http://x/v1' }] }] },
+    {},
+  );
+  const [model] = config.models;
+  const limits = config.limits;
+  /** As routes/metered.ts prepare() runs them: validate, estimate, then the stateful hook. */
+  const prepared = (content: unknown) => {
+    const raw = {
+      model: 'm',
+      messages: [
+        { role: 'system', content: 'be brief' },
+        { role: 'user', content },
+      ],
+    };
+    const body = CHAT_COMPLETIONS.validate(raw, limits);
+    const estimate = CHAT_COMPLETIONS.estimatePrompt(body, Buffer.byteLength(JSON.stringify(raw)));
+    const payload = CHAT_COMPLETIONS.payload(body, model!, 16);
+    return { estimate, held: CHAT_COMPLETIONS.stateful?.(body, model!, estimate), payload: JSON.parse(payload.toString('utf8')) };
+  };
+  const embeds = { type: 'prompt_embeds', data: 'AAAA' };
+  t.equal(prepared('hi').held, undefined, 'text: the estimate alone');
+  t.equal(prepared([{ type: 'text', text: 'hi' }]).held, undefined, 'text parts: the estimate alone');
+  t.equal(prepared([{ type: 'image_url', image_url: { url: 'data:,' } }]).held, undefined, 'an image: its allowance');
+  const one = prepared([{ type: 'text', text: 'hi' }, embeds]);
+  t.same(one.held, { heldPrompt: 8192 }, 'one tensor, whatever its bytes: the context window (no retrievePath)');
+  t.ok(one.estimate < 8192 && one.estimate >= PER_NON_TEXT_PART, `beside an estimate of ${one.estimate}`);
+  t.same(prepared([embeds, embeds, embeds]).held, { heldPrompt: 8192 }, 'parts share the one prompt, so one window');
+  const big = 'x'.repeat(20_000);
+  t.same(
+    prepared([{ type: 'text', text: big }, embeds]).held,
+    { heldPrompt: prepared([{ type: 'text', text: big }, embeds]).estimate },
+    'or the estimate, when larger',
+  );
+  t.same(one.payload.messages[1].content, [{ type: 'text', text: 'hi' }, embeds], 'the part is passed through as it came');
+  t.same(Object.keys(one.payload).sort(), ['max_tokens', 'messages', 'model'], 'and nothing is added to the payload');
 });
 
 t.test('completions: each prompt_embeds item is a prompt of its own for the output bound (vLLM answers each)', async (t) => {

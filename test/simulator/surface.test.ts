@@ -185,6 +185,23 @@ t.test('responses: an item_reference expands to the stored item, a prompt templa
   });
 });
 
+t.test("chat: vLLM's prompt_embeds content parts count their rows as input", async (t) => {
+  const post = (content: unknown[], steer?: Record<string, unknown>) =>
+    fetch(`${sim.url}/chat/completions`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ model: 'm', max_tokens: 1, messages: [{ role: 'user', content }], ...(steer && { sim: steer }) }),
+    }).then((r) => r.json() as Promise<any>);
+  const embeds = (data: string) => ({ type: 'prompt_embeds', data });
+  t.equal((await post([embeds('A'.repeat(400))])).usage.prompt_tokens, 100, 'base64 length ÷ 4');
+  t.equal((await post([{ type: 'text', text: 'abcd' }, embeds('A'.repeat(40)), embeds('AAAA')])).usage.prompt_tokens, 1 + 10 + 1);
+  t.equal(
+    (await post([{ type: 'text', text: 'abcd' }, embeds('AAAA'), embeds('AAAA')], { embeds_tokens: 5000 })).usage.prompt_tokens,
+    1 + 2 * 5000,
+    'steered: each part a sparse tensor',
+  );
+});
+
 t.test("completions: vLLM's prompt_embeds count as input; an empty prompt beside them is none", async (t) => {
   const post = (body: Record<string, unknown>) =>
     fetch(`${sim.url}/completions`, {
