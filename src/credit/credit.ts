@@ -105,17 +105,25 @@ export function settledMarkerTtlSeconds(config: Pick<Config, 'upstream' | 'credi
  */
 const REFUSED_BEFORE_RUN = /^(?:CLUSTERDOWN|TRYAGAIN|LOADING|MASTERDOWN|BUSY) /;
 
-/**
- * A store error that says the command certainly did not run (types.ts Store.settle): refused before it
- * was written (the pipe not connected, the node guard), or answered with one of Redis's refusals above.
- * During a Cluster's CLUSTERDOWN window every hold fails this way; without this, each refused request's
- * hold was treated as may-have-run, and a settle at 0 was sent for it, retried through the outage and
- * written to the ledger as a zero debit once the cluster came back.
- */
+/** A store error whose command was refused before it was written (the pipe not connected, the node guard). */
 export function neverSent(err: unknown): boolean {
-  const cause = (err as { cause?: { sent?: unknown; message?: unknown } } | null)?.cause;
-  if (cause === undefined || cause === null) return false;
-  return cause.sent === false || (typeof cause.message === 'string' && REFUSED_BEFORE_RUN.test(cause.message));
+  return (err as { cause?: { sent?: unknown } } | null)?.cause?.sent === false;
+}
+
+/**
+ * A hold's store error that says the hold did not run: never written (neverSent), or answered with one of
+ * Redis's refusals above. During a Cluster's CLUSTERDOWN window every hold fails this way; before, each
+ * refused request's hold was treated as may-have-run, and a settle at 0 was sent for it, retried through
+ * the outage and written to the ledger as a zero debit once the cluster came back. For holds only: ioredis
+ * (Cluster after a lost connection, Sentinel's resend) may send a command again and answer with the second
+ * attempt's refusal while the first ran; for a hold that costs at most a hold left to the reaper, but a
+ * settle must keep `mayHaveRun` then (a retry after its bucket was reaped would otherwise debit twice),
+ * so the settle path uses neverSent alone.
+ */
+export function holdNotRun(err: unknown): boolean {
+  if (neverSent(err)) return true;
+  const message = (err as { cause?: { message?: unknown } } | null)?.cause?.message;
+  return typeof message === 'string' && REFUSED_BEFORE_RUN.test(message);
 }
 
 export interface CreditDeps {

@@ -14,7 +14,7 @@ import type { RequestContext } from '../http/context.ts';
 import { requireModel, requireScope, type Authenticator } from '../auth/authenticate.ts';
 import type { Config, Endpoint, ModelConfig } from '../config/schema.ts';
 import type { ProcessBodyBudget } from '../limits/body-budget.ts';
-import { holdTtlMs as holdTtlOf, neverSent, type Credit } from '../credit/credit.ts';
+import { holdNotRun, holdTtlMs as holdTtlOf, type Credit } from '../credit/credit.ts';
 import { costMicros, holdMicros } from '../credit/pricing.ts';
 import { budgetCharge } from '../credit/budget.ts';
 import { createHeaderPolicy } from '../upstream/headers.ts';
@@ -236,7 +236,7 @@ export function meteredRoute<B extends { model: string }>(d: MeteredDeps, ep: Me
         // behind the hold, is idempotent, and stops a late hold), so the credit is not locked until the reaper.
         // A hold never sent (the pipe was disconnected) cannot have run: no settle (SPEC §14), or an outage
         // under load would leave a retrying settle in memory and a zero-cost entry per refused request.
-        if ((err as GatewayError).code === 'store_unavailable' && !neverSent(err)) {
+        if ((err as GatewayError).code === 'store_unavailable' && !holdNotRun(err)) {
           settle(NOTHING_PRODUCED, 0);
         }
         throw err;

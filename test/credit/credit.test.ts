@@ -2,7 +2,14 @@
 // still awaits the tokenizer) is waited for, and so is the settle it then starts; the deadline still holds.
 import { Writable } from 'node:stream';
 import t, { type Test } from 'tap';
-import { createCredit, holdTtlMs, neverSent, settledMarkerTtlSeconds, SETTLE_RETRY_WINDOW_MS } from '../../src/credit/credit.ts';
+import {
+  createCredit,
+  holdNotRun,
+  holdTtlMs,
+  neverSent,
+  settledMarkerTtlSeconds,
+  SETTLE_RETRY_WINDOW_MS,
+} from '../../src/credit/credit.ts';
 import { GatewayError } from '../../src/http/errors.ts';
 import { createLogger } from '../../src/obs/logger.ts';
 import { createMemoryStore } from '../../src/store/memory-store.ts';
@@ -210,7 +217,9 @@ t.test('neverSent: only a store error whose command was refused before it was wr
     'MASTERDOWN Link with MASTER is down',
     'TRYAGAIN Multiple keys request during rehashing of slot',
   ]) {
-    t.equal(neverSent(wrap(new Error(line))), true, `${line.split(' ')[0]}: never ran`);
+    t.equal(holdNotRun(wrap(new Error(line))), true, `a hold refused with ${line.split(' ')[0]}: never ran`);
+    // A settle keeps may-have-run: ioredis may have sent it twice and answer with the second's refusal.
+    t.equal(neverSent(wrap(new Error(line))), false, `a settle refused with ${line.split(' ')[0]}: may have run`);
   }
   // Reported inside a script at its first write (its reads ran), or anything else: may have run.
   for (const line of [
@@ -219,8 +228,10 @@ t.test('neverSent: only a store error whose command was refused before it was wr
     'ERR Error running script',
     'BUSYKEY Target key name already exists.',
   ]) {
-    t.equal(neverSent(wrap(new Error(line))), false, `${line.split(' ')[0]}: may have run`);
+    t.equal(holdNotRun(wrap(new Error(line))), false, `${line.split(' ')[0]}: may have run`);
   }
   t.equal(neverSent(new Error('no cause')), false);
   t.equal(neverSent(null), false);
+  t.equal(holdNotRun(wrap(new PipeError('redis not connected', false))), true, 'a hold never written: never ran');
+  t.equal(holdNotRun(null), false);
 });
