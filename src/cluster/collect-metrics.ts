@@ -28,8 +28,11 @@ export interface MetricsCollector {
   received(w: Worker, m: MetricsPart): void;
 }
 
-/** `expected` is `server.workers`: the missing count is measured against it, so a dead worker counts too. */
-export function createCollector(o: { expected: number; logger: Logger; waitMs?: number }): MetricsCollector {
+/**
+ * `expected()` is how many workers should answer: `server.workers` once they all listened (so a dead or
+ * restarting worker counts), the ones listening before that (primary.ts: a worker still booting is not missing).
+ */
+export function createCollector(o: { expected: () => number; logger: Logger; waitMs?: number }): MetricsCollector {
   type Outcome = { part: object[] } | { missing: string };
   const waiting = new Map<number, { worker: number; settle(r: Outcome): void }>();
   let next = 0;
@@ -62,8 +65,9 @@ export function createCollector(o: { expected: number; logger: Logger; waitMs?: 
         if ('part' in r) parts.push(r.part);
         else missed.push({ worker: workers[i]!.id, pid: workers[i]!.process.pid, why: r.missing });
       });
-      const missing = Math.max(0, o.expected - parts.length);
-      if (missing > 0) o.logger.warn({ answered: parts.length, of: o.expected, missed }, 'metrics scrape without every worker');
+      const expected = o.expected();
+      const missing = Math.max(0, expected - parts.length);
+      if (missing > 0) o.logger.warn({ answered: parts.length, of: expected, missed }, 'metrics scrape without every worker');
       // Each worker exports the gauge at 0; this part adds the count to their sum (after theirs, so the
       // help and type come from a worker's registry when one answered).
       parts.push([{ ...WORKERS_MISSING, type: 'gauge', aggregator: 'sum', values: [{ value: missing, labels: {} }] }]);

@@ -24,8 +24,11 @@ export interface PrimaryOptions {
 
 /** Runs the primary until a signal stops every worker. */
 export function runPrimary(o: PrimaryOptions): { stop(signal: NodeJS.Signals): Promise<void> } {
-  const collector = createCollector({ expected: o.workers, logger: o.logger });
   const listening = new Set<number>();
+  // Until every worker has listened once (the start), a worker still booting is not missing from a scrape:
+  // a scrape in those first seconds would otherwise raise TollgateWorkersMissing for its whole window.
+  let started = false;
+  const collector = createCollector({ expected: () => (started ? o.workers : listening.size), logger: o.logger });
   let stopping = false;
   // Workers that died before ever listening, in a row: a bad port or config would otherwise restart forever.
   let failedBoots = 0;
@@ -51,6 +54,7 @@ export function runPrimary(o: PrimaryOptions): { stop(signal: NodeJS.Signals): P
     }
     if (msg.type === 'tollgate:listening') {
       listening.add(w.id);
+      if (listening.size >= o.workers) started = true;
       lastPong.set(w.id, Date.now());
       failedBoots = 0;
       o.logger.info({ worker: w.id, pid: w.process.pid, listening: listening.size, of: o.workers }, 'worker listening');
