@@ -4,6 +4,7 @@
  * 503 `store_unavailable`, and the client is set up to fail fast instead of queueing (NOTES §1).
  */
 import { readFile } from 'node:fs/promises';
+import { setTimeout as sleep } from 'node:timers/promises';
 import { Cluster, Redis } from 'ioredis';
 import * as K from './redis-keys.ts';
 import { parseClusterNodes } from './cluster-nodes.ts';
@@ -360,6 +361,9 @@ export async function createRedisStore(o: RedisStoreOptions & { client?: Client 
     return { id: acct, balance_micros: Number(bal ?? 0), held_micros: Number(held ?? 0) };
   };
 
+  /** A key made and stored in full: its id index is written last (createKey). */
+  const keyStored = async (id: string) => (await redis.exists(K.keyIdIndex(id))) === 1;
+
   return {
     kind: 'redis',
     redis: pipe && redis instanceof Redis ? limiterClient(redis, pipe) : redis,
@@ -370,16 +374,32 @@ export async function createRedisStore(o: RedisStoreOptions & { client?: Client 
           // Counted first, under the caps (atomic in the account's slot); the record and its id index are
           // other slots, written after. A listed id whose record is not written yet is skipped by listKeys.
           const day = r.created_at.slice(0, 10);
-          const added = await s.tgAddKey(
-            K.accountKeys(r.account),
-            K.keysMade(r.account, day),
-            K.keysRolled(r.account),
-            r.id,
-            caps.maxPerAccount ?? 0,
-            caps.maxMadePerDay ?? 0,
-            KEYS_MADE_TTL_SECONDS,
-            r.rolled_from ?? '',
-          );
+          const addKey = () =>
+            s.tgAddKey(
+              K.accountKeys(r.account),
+              K.keysMade(r.account, day),
+              K.keysRolled(r.account),
+              r.id,
+              caps.maxPerAccount ?? 0,
+              caps.maxMadePerDay ?? 0,
+              KEYS_MADE_TTL_SECONDS,
+              r.rolled_from ?? '',
+            );
+          let added = await addKey();
+          if (typeof added === 'string' && r.rolled_from && !(await keyStored(added))) {
+            // The old key's claim names a successor that is not stored: a roll still writing it (its record
+            // and index follow the claim by a round trip or two), or one that never will be — its writes
+            // failed and their undo too, its process died between them, or a delete of it lost its
+            // forget-roll — which would leave the old key unrollable for good (the successor's DELETE is a
+            // 404). Given the time a roll in flight needs, a successor still missing is a failed one: its
+            // claim (compare and delete) and its place in the key set are freed and the roll goes again, once.
+            await sleep(2 * o.commandTimeoutMs);
+            if (!(await keyStored(added))) {
+              await s.tgForgetRoll(K.keysRolled(r.account), added, r.rolled_from);
+              await redis.srem(K.accountKeys(r.account), added);
+              added = await addKey();
+            }
+          }
           if (typeof added === 'string') return { rolledTo: added };
           if (added !== 1) return added === 0 ? 'held_cap' : 'daily_cap';
           const { name, active, rate_limits, version, ...rest } = r;

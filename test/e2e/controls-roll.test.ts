@@ -75,6 +75,24 @@ for (const [name, start] of stores) {
     t.equal(second.status, 201, 'a deleted successor frees the roll');
   });
 
+  if (name.startsWith('Redis'))
+    t.test(`${name}: a claim whose successor was never stored (its writes failed, its process died) does not block the key`, async (t) => {
+      const [a, b] = await start(t);
+      const account = 'roll-stale';
+      const old = await a.createKey({ account, env: 'test', name: 'stale' });
+      // What a roll leaves when add-key.lua ran and the record's writes (and their undo) did not: the old
+      // key's claim names a successor with no record or index, counted in the account's key set.
+      await redis!.client.hset(`{acct:${account}}:rolled`, old.id, 'key_neverstored');
+      await redis!.client.sadd(`{acct:${account}}:keys`, 'key_neverstored');
+      const r = await b.admin(`/admin/keys/${old.id}/roll`, { method: 'POST', body: { expires_in_seconds: 600 } });
+      t.equal(r.status, 201, 'rolled: the stale claim was freed');
+      t.equal(await works(a, r.body.key), 200, 'the successor works');
+      t.equal(await redis!.client.hget(`{acct:${account}}:rolled`, old.id), r.body.id, 'the claim names the real successor');
+      t.equal(await redis!.client.sismember(`{acct:${account}}:keys`, 'key_neverstored'), 0, 'the never-stored id left the key set');
+      const again = await a.admin(`/admin/keys/${old.id}/roll`, { method: 'POST' });
+      t.same([again.status, again.body.error.code], [409, 'key_not_rollable'], 'and the key still rolls once');
+    });
+
   t.test(`${name}: the successor keeps the old key's state and expiry; an expired key is not rolled`, async (t) => {
     const [a, b] = await start(t);
     const account = `roll-state-${name.length}`;
