@@ -45,6 +45,14 @@ export const PER_TOOLS_BLOCK = 256;
  */
 export const PROMPT_EMBEDS_PARTS: unique symbol = Symbol('prompt_embeds parts');
 
+/**
+ * The part types that carry a tensor of embeddings: `prompt_embeds` (above) and vLLM's multimodal ones,
+ * `image_embeds` and `audio_embeds` (vllm.entrypoints.chat_utils MM_PARSER_MAP), whose rows become that
+ * many placeholder tokens in the prompt; loaded the same way (`torch.load`, densified), a few bytes stand
+ * for any number of rows, so none of them is held by the non-text allowance: all count here alike.
+ */
+const EMBEDS_PART_TYPES: ReadonlySet<string> = new Set(['prompt_embeds', 'image_embeds', 'audio_embeds']);
+
 /** The request fields the estimate reads: the parsed, validated chat body. */
 export interface ChatBodyLike {
   messages?: unknown;
@@ -80,7 +88,7 @@ function messageBound(m: unknown): number {
       if (p.type === 'text' || p.type === 'refusal') n += bytes(p.type === 'text' ? p.text : p.refusal) + 1;
       else {
         n += PER_NON_TEXT_PART;
-        if (p.type === 'prompt_embeds') embedsParts++;
+        if (EMBEDS_PART_TYPES.has(p.type as string)) embedsParts++;
       }
     }
   } else if (content !== undefined && content !== null && typeof content !== 'string') return -1;

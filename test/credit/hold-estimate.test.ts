@@ -140,6 +140,17 @@ t.test("vLLM's prompt_embeds parts are counted onto the body for the endpoint, o
   t.equal(body[PROMPT_EMBEDS_PARTS], 3, 'three parts');
   t.equal(n, PER_REQUEST + 2 * (PER_MESSAGE + 4) + 3 * PER_NON_TEXT_PART + 3, 'each still has its non-text allowance in the estimate');
   t.equal(JSON.stringify(body), JSON.stringify({ messages: body.messages }), 'JSON does not see the count');
+  // vLLM's multimodal embeddings parts: tensors whose rows become placeholder tokens, counted alike.
+  const mm: ChatBodyLike = {
+    messages: [
+      user([
+        { type: 'image_embeds', image_embeds: 'AAAA' },
+        { type: 'audio_embeds', audio_embeds: 'AAAA' },
+      ]),
+    ],
+  };
+  estimatePromptTokens(mm, 0);
+  t.equal(mm[PROMPT_EMBEDS_PARTS], 2, 'image_embeds and audio_embeds parts count too');
   const plain: ChatBodyLike = { messages: [user([{ type: 'image_url', image_url: { url: 'https://x/y.png' } }])] };
   estimatePromptTokens(plain, 0);
   t.same(Object.getOwnPropertySymbols(plain), [], 'an image: nothing set');

@@ -173,6 +173,17 @@ t.test('chat: prompt_embeds content parts on a poor account never overspend', as
   // Two dense parts of 20,000 base64 characters, 5,000 tokens each for the simulator.
   const dense = 'AAAA'.repeat(5000);
   await crowd(t, gw, 'chat-dense', 40_000, '/v1/chat/completions', { messages: user(embeds(dense), embeds(dense)), ...tail }, 10_001);
+  // vLLM's multimodal embeddings parts: the tensor under the type's name, its rows the image's / audio's
+  // placeholder tokens; sparse again.
+  await crowd(
+    t,
+    gw,
+    'chat-image-embeds',
+    20_000,
+    '/v1/chat/completions',
+    { messages: user({ type: 'image_embeds', image_embeds: 'AAAA' }), ...tail, sim: { ...tail.sim, embeds_tokens: 12_000 } },
+    12_001,
+  );
 });
 
 t.test(
