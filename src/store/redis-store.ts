@@ -69,6 +69,8 @@ const SCRIPTS = {
   tgLedgerExport: ['ledger-export', 3],
   tgAddKey: ['add-key', 3],
   tgForgetRoll: ['forget-roll', 1],
+  tgConfirmRoll: ['confirm-roll', 1],
+  tgDropClaim: ['drop-claim', 2],
   tgUsageFlush: ['usage-flush', 1],
   tgLastUsed: ['last-used', 2],
 } as const;
@@ -363,6 +365,22 @@ export async function createRedisStore(o: RedisStoreOptions & { client?: Client 
 
   /** A key made and stored in full: its id index is written last (createKey). */
   const keyStored = async (id: string) => (await redis.exists(K.keyIdIndex(id))) === 1;
+  /** A roll claim's key id ('~' marks a claim still pending: lua/add-key.lua). */
+  const bare = (claim: string) => (claim.startsWith('~') ? claim.slice(1) : claim);
+  /**
+   * Whether a roll claim a roll met names a successor that will never be stored, so the old key would stay
+   * unrollable for good (the successor's DELETE is a 404). Confirmed: only if the successor's id index is
+   * gone, which only its delete does (its claim cleanup then failed). Pending: its roll's writes failed and
+   * so did their undo, or its process died between them — or it is still writing; so the claim is asked
+   * again after 2 × the command timeout, and a claim still pending then counts as failed. A roll that was
+   * merely slow finds its claim dropped when it confirms (confirm-roll.lua) and undoes its key: whichever
+   * runs first in the account's slot wins, and a key never has two live successors.
+   */
+  const claimFailed = async (account: string, old: string, claim: string): Promise<boolean> => {
+    if (!claim.startsWith('~')) return !(await keyStored(claim));
+    await sleep(Math.min(2 * o.commandTimeoutMs, 60_000));
+    return (await redis.hget(K.keysRolled(account), old)) === claim;
+  };
 
   return {
     kind: 'redis',
@@ -386,21 +404,14 @@ export async function createRedisStore(o: RedisStoreOptions & { client?: Client 
               r.rolled_from ?? '',
             );
           let added = await addKey();
-          if (typeof added === 'string' && r.rolled_from && !(await keyStored(added))) {
-            // The old key's claim names a successor that is not stored: a roll still writing it (its record
-            // and index follow the claim by a round trip or two), or one that never will be — its writes
-            // failed and their undo too, its process died between them, or a delete of it lost its
-            // forget-roll — which would leave the old key unrollable for good (the successor's DELETE is a
-            // 404). Given the time a roll in flight needs, a successor still missing is a failed one: its
-            // claim (compare and delete) and its place in the key set are freed and the roll goes again, once.
-            await sleep(2 * o.commandTimeoutMs);
-            if (!(await keyStored(added))) {
-              await s.tgForgetRoll(K.keysRolled(r.account), added, r.rolled_from);
-              await redis.srem(K.accountKeys(r.account), added);
+          if (typeof added === 'string' && r.rolled_from && (await claimFailed(r.account, r.rolled_from, added))) {
+            // The old key's claim names a successor that will never be stored: dropped (compare and delete,
+            // with the successor's place in the key set) and the roll goes again, once.
+            if ((await s.tgDropClaim(K.keysRolled(r.account), K.accountKeys(r.account), r.rolled_from, added, bare(added))) === 1) {
               added = await addKey();
             }
           }
-          if (typeof added === 'string') return { rolledTo: added };
+          if (typeof added === 'string') return { rolledTo: bare(added) };
           if (added !== 1) return added === 0 ? 'held_cap' : 'daily_cap';
           const { name, active, rate_limits, version, ...rest } = r;
           try {
@@ -419,6 +430,14 @@ export async function createRedisStore(o: RedisStoreOptions & { client?: Client 
             await redis.srem(K.accountKeys(r.account), r.id).catch(() => {});
             if (r.rolled_from) await s.tgForgetRoll(K.keysRolled(r.account), r.id, r.rolled_from).catch(() => {});
             throw e;
+          }
+          if (r.rolled_from && (await s.tgConfirmRoll(K.keysRolled(r.account), r.rolled_from, r.id)) !== 1) {
+            // Too slow: another roll found this claim still pending after its wait and dropped it (with this
+            // key's place in the key set), so it may have made a successor of its own. This key is undone
+            // (it was never shown) and the roll answers as a second one would.
+            await Promise.all([redis.del(K.keyIdIndex(r.id)), redis.del(K.keyRecord(hash)), redis.srem(K.accountKeys(r.account), r.id)]);
+            const claim = await redis.hget(K.keysRolled(r.account), r.rolled_from);
+            return { rolledTo: claim ? bare(claim) : '' };
           }
           return 'created';
         })(),

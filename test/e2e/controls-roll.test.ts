@@ -2,6 +2,7 @@
 // sharing one real Redis: a key rolls once (concurrent rolls make one key, the others 409 naming it), the
 // successor keeps the old key's state and expiry (a disabled key's successor is disabled; an expired key
 // is not rolled), and a create refuses an expires_at already past (422, SPEC §3.1).
+import { readFile } from 'node:fs/promises';
 import t from 'tap';
 import type { Test } from 'tap';
 import { startGateway, type TestGateway } from '../helpers/gateway.ts';
@@ -76,22 +77,54 @@ for (const [name, start] of stores) {
   });
 
   if (name.startsWith('Redis'))
-    t.test(`${name}: a claim whose successor was never stored (its writes failed, its process died) does not block the key`, async (t) => {
-      const [a, b] = await start(t);
-      const account = 'roll-stale';
-      const old = await a.createKey({ account, env: 'test', name: 'stale' });
-      // What a roll leaves when add-key.lua ran and the record's writes (and their undo) did not: the old
-      // key's claim names a successor with no record or index, counted in the account's key set.
-      await redis!.client.hset(`{acct:${account}}:rolled`, old.id, 'key_neverstored');
-      await redis!.client.sadd(`{acct:${account}}:keys`, 'key_neverstored');
-      const r = await b.admin(`/admin/keys/${old.id}/roll`, { method: 'POST', body: { expires_in_seconds: 600 } });
-      t.equal(r.status, 201, 'rolled: the stale claim was freed');
-      t.equal(await works(a, r.body.key), 200, 'the successor works');
-      t.equal(await redis!.client.hget(`{acct:${account}}:rolled`, old.id), r.body.id, 'the claim names the real successor');
-      t.equal(await redis!.client.sismember(`{acct:${account}}:keys`, 'key_neverstored'), 0, 'the never-stored id left the key set');
-      const again = await a.admin(`/admin/keys/${old.id}/roll`, { method: 'POST' });
-      t.same([again.status, again.body.error.code], [409, 'key_not_rollable'], 'and the key still rolls once');
-    });
+    t.test(
+      `${name}: a claim whose successor will never be stored does not block the key; one still being written is not taken`,
+      async (t) => {
+        const [a, b] = await start(t);
+        const account = 'roll-stale';
+        const rolled = `{acct:${account}}:rolled`;
+        const keys = `{acct:${account}}:keys`;
+        const roll = (gw: TestGateway, id: string) =>
+          gw.admin(`/admin/keys/${id}/roll`, { method: 'POST', body: { expires_in_seconds: 600 } });
+
+        // A confirmed claim whose successor was deleted without its cleanup (no id index): dropped at once.
+        const k1 = await a.createKey({ account, env: 'test', name: 'stale' });
+        await redis!.client.hset(rolled, k1.id, 'key_deleted');
+        const r1 = await roll(b, k1.id);
+        t.equal(r1.status, 201, 'a confirmed claim whose successor is gone: rolled');
+        t.equal(await redis!.client.hget(rolled, k1.id), r1.body.id, 'the claim names the real successor, confirmed');
+
+        // A pending claim its roll never confirmed (its writes failed, its process died): dropped after the
+        // wait, with the never-stored id's place in the key set.
+        const k2 = await a.createKey({ account, env: 'test', name: 'pending' });
+        await redis!.client.hset(rolled, k2.id, '~key_neverstored');
+        await redis!.client.sadd(keys, 'key_neverstored');
+        const started = Date.now();
+        const r2 = await roll(b, k2.id);
+        t.equal(r2.status, 201, 'a pending claim left behind: rolled after the wait');
+        t.ok(Date.now() - started >= 900, `it waited for a roll still in flight (${Date.now() - started} ms)`);
+        t.equal(await works(a, r2.body.key), 200, 'the successor works');
+        t.equal(await redis!.client.sismember(keys, 'key_neverstored'), 0, 'the never-stored id left the key set');
+        // The roll that claimed it, had it only been slow, confirms now and is told to undo its key.
+        const confirm = await readFile(new URL('../../src/store/lua/confirm-roll.lua', import.meta.url), 'utf8');
+        t.equal(await redis!.client.eval(confirm, 1, rolled, k2.id, 'key_neverstored'), 0, 'a late confirm of the dropped claim fails');
+        t.equal(await redis!.client.hget(rolled, k2.id), r2.body.id, 'and leaves the claim to the successor made');
+        const again = await roll(a, k2.id);
+        t.same([again.status, again.body.error.code], [409, 'key_not_rollable'], 'and the key still rolls once');
+
+        // A pending claim whose roll confirms during the wait (a slow roll): not taken, no second successor.
+        const k3 = await a.createKey({ account, env: 'test', name: 'slow' });
+        await redis!.client.hset(rolled, k3.id, '~key_slow');
+        const pending = roll(b, k3.id);
+        await new Promise((r) => setTimeout(r, 300));
+        await redis!.client.hset(rolled, k3.id, 'key_slow'); // what confirm-roll.lua does
+        const r3 = await pending;
+        t.same([r3.status, r3.body.error?.code], [409, 'key_not_rollable'], 'the slow roll kept its claim');
+        t.match(r3.body.error.message, /its successor is key_slow/);
+        const listed = (await a.admin(`/admin/keys?account=${account}`)).body.data.filter((k: { name: string }) => k.name === 'slow');
+        t.equal(listed.length, 1, 'no key made for it');
+      },
+    );
 
   t.test(`${name}: the successor keeps the old key's state and expiry; an expired key is not rolled`, async (t) => {
     const [a, b] = await start(t);

@@ -11,7 +11,7 @@
 -- ARGV: 1 key id, 2 held cap (0: none), 3 daily bound (0: none), 4 the day count's TTL in seconds,
 -- 5 the id of the key this one is rolled from ('' for a create).
 -- → 1 added (or already there: not counted again), 0 at the held cap, -1 at the daily bound, or the
--- id (a string) of the successor the old key already has.
+-- claim the old key already has (a string: the successor's id, '~' + id while still pending).
 if redis.call('SISMEMBER', KEYS[1], ARGV[1]) == 1 then
   return 1
 end
@@ -34,6 +34,8 @@ redis.call('SADD', KEYS[1], ARGV[1])
 redis.call('INCR', KEYS[2])
 redis.call('EXPIRE', KEYS[2], ARGV[4])
 if ARGV[5] ~= '' then
-  redis.call('HSET', KEYS[3], ARGV[5], ARGV[1])
+  -- Pending ('~' + id) until the new key is stored and confirm-roll.lua confirms it: a claim left pending
+  -- (its writes failed, its process died) may be dropped by a later roll (drop-claim.lua), a confirmed one never.
+  redis.call('HSET', KEYS[3], ARGV[5], '~' .. ARGV[1])
 end
 return 1
