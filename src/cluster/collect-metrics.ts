@@ -58,6 +58,8 @@ export function createCollector(o: { expected: () => number; logger: Logger; wai
 
   return {
     async collect(workers) {
+      // Read with the workers asked: the last booting worker listening mid-scrape must not count as missing.
+      const expected = o.expected();
       const outcomes = await Promise.all(workers.map(ask));
       const parts: object[][] = [];
       const missed: Array<{ worker: number; pid: number | undefined; why: string }> = [];
@@ -65,7 +67,6 @@ export function createCollector(o: { expected: () => number; logger: Logger; wai
         if ('part' in r) parts.push(r.part);
         else missed.push({ worker: workers[i]!.id, pid: workers[i]!.process.pid, why: r.missing });
       });
-      const expected = o.expected();
       const missing = Math.max(0, expected - parts.length);
       if (missing > 0) o.logger.warn({ answered: parts.length, of: expected, missed }, 'metrics scrape without every worker');
       // Each worker exports the gauge at 0; this part adds the count to their sum (after theirs, so the
