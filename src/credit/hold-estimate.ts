@@ -71,6 +71,21 @@ function bytes(v: unknown): number {
   return typeof v === 'string' ? Buffer.byteLength(v, 'utf8') : 0;
 }
 
+/**
+ * The text a content part carries into the prompt, or undefined for a part without text (an image, audio,
+ * a file, an embeddings tensor). Besides OpenAI's `text` and `refusal`, vLLM renders the Responses-style
+ * `input_text` / `output_text` parts' `text` and a `thinking` part's `thinking` as prompt text
+ * (vllm.entrypoints.chat_utils MM_PARSER_MAP): held at the non-text allowance and counted 0 by the
+ * fallback tokenizer, a 1 MB `input_text` part was under-held and, without usage, billed ~0 prompt tokens.
+ */
+export function partText(p: { type?: unknown; text?: unknown; refusal?: unknown; thinking?: unknown }): unknown {
+  const t = p.type;
+  if (t === 'text' || t === 'input_text' || t === 'output_text') return p.text;
+  if (t === 'refusal') return p.refusal;
+  if (t === 'thinking') return p.thinking;
+  return undefined;
+}
+
 /** Upper bound for one message, or -1 when its shape is not understood. */
 function messageBound(m: unknown): number {
   if (typeof m !== 'object' || m === null) return -1;
@@ -82,10 +97,11 @@ function messageBound(m: unknown): number {
   const content = msg['content'];
   if (Array.isArray(content)) {
     for (const part of content) {
-      const p = part as { type?: unknown; text?: unknown; refusal?: unknown } | null;
+      const p = part as { type?: unknown; text?: unknown; refusal?: unknown; thinking?: unknown } | null;
       if (typeof p !== 'object' || p === null) return -1;
+      const text = partText(p);
       // +1 per part: templates join parts with a separator.
-      if (p.type === 'text' || p.type === 'refusal') n += bytes(p.type === 'text' ? p.text : p.refusal) + 1;
+      if (text !== undefined) n += bytes(text) + 1;
       else {
         n += PER_NON_TEXT_PART;
         if (EMBEDS_PART_TYPES.has(p.type as string)) embedsParts++;

@@ -9,6 +9,8 @@
  * counted as ordinary text, never rejected.
  */
 
+import { partText } from '../credit/hold-estimate.ts';
+
 /** The part of gpt-tokenizer we use; injectable so tests can observe loading. */
 export interface TokenizerModule {
   countTokens(text: string, opts?: { disallowedSpecial?: Set<string> }): number;
@@ -112,11 +114,9 @@ class LazyTokenizer implements Tokenizer {
       const content = msg['content'];
       if (typeof content === 'string') total += count(content);
       else if (Array.isArray(content)) {
-        // Text parts only: images, audio and files have no text the tokenizer can see.
+        // Text parts only (credit/hold-estimate.ts partText): images, audio and files have no text the tokenizer can see.
         for (const part of content) {
-          const p = part as { type?: unknown; text?: unknown; refusal?: unknown } | null;
-          if (p?.type === 'text') total += count(p.text);
-          else if (p?.type === 'refusal') total += count(p.refusal);
+          if (typeof part === 'object' && part !== null) total += count(partText(part as Record<string, unknown>));
         }
       }
       if (typeof msg['name'] === 'string' && msg['name'].length > 0) total += count(msg['name']) + CHAT_OVERHEAD.perName;
@@ -162,9 +162,7 @@ class LazyTokenizer implements Tokenizer {
       if (typeof content === 'string') total += await count(content);
       else if (Array.isArray(content)) {
         for (const part of content) {
-          const p = part as { type?: unknown; text?: unknown; refusal?: unknown } | null;
-          if (p?.type === 'text') total += await count(p.text);
-          else if (p?.type === 'refusal') total += await count(p.refusal);
+          if (typeof part === 'object' && part !== null) total += await count(partText(part as Record<string, unknown>));
         }
       }
       if (typeof msg['name'] === 'string' && msg['name'].length > 0) total += (await count(msg['name'])) + CHAT_OVERHEAD.perName;

@@ -159,6 +159,25 @@ t.test("vLLM's prompt_embeds parts are counted onto the body for the endpoint, o
   t.equal(after[PROMPT_EMBEDS_PARTS], undefined, 'the count does not leak from one estimate into the next');
 });
 
+t.test(
+  "text in vLLM's text-like parts (input_text, output_text, thinking) is bounded like text, not by the non-text allowance",
+  async (t) => {
+    const long = 'x'.repeat(10_000);
+    for (const part of [
+      { type: 'input_text', text: long },
+      { type: 'output_text', text: long },
+      { type: 'thinking', thinking: long },
+    ]) {
+      t.equal(estimatePromptTokens({ messages: [user([part])] }, 0), PER_REQUEST + PER_MESSAGE + 4 + 10_000 + 1, part.type);
+    }
+    t.equal(
+      estimatePromptTokens({ messages: [user([{ type: 'image_url', image_url: { url: 'u' } }])] }, 0),
+      PER_REQUEST + PER_MESSAGE + 4 + PER_NON_TEXT_PART,
+      'an image keeps its allowance',
+    );
+  },
+);
+
 t.test('odd shapes fall back to the raw body length', async (t) => {
   t.equal(estimatePromptTokens({ messages: 'nope' }, 5000), PER_REQUEST + 5000);
   t.equal(estimatePromptTokens({}, 100), PER_REQUEST + 100);

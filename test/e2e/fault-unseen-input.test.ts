@@ -173,6 +173,17 @@ t.test('chat: prompt_embeds content parts on a poor account never overspend', as
   // Two dense parts of 20,000 base64 characters, 5,000 tokens each for the simulator.
   const dense = 'AAAA'.repeat(5000);
   await crowd(t, gw, 'chat-dense', 40_000, '/v1/chat/completions', { messages: user(embeds(dense), embeds(dense)), ...tail }, 10_001);
+  // Text in vLLM's text-like part types (Responses-style input_text, thinking): 40,000 characters, 10,000
+  // tokens for the simulator, which was held at the 2,048-token non-text allowance.
+  await crowd(
+    t,
+    gw,
+    'chat-input-text',
+    50_000,
+    '/v1/chat/completions',
+    { messages: user({ type: 'input_text', text: 'x'.repeat(40_000) }), ...tail },
+    10_001,
+  );
   // vLLM's multimodal embeddings parts: the tensor under the type's name, its rows the image's / audio's
   // placeholder tokens; sparse again.
   await crowd(

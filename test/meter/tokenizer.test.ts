@@ -63,6 +63,23 @@ t.test('with gpt-tokenizer (o200k_base)', async (t) => {
     tok.countPromptTokens([{ role: 'assistant', content: 'I cannot.' }]),
     'refusal parts count',
   );
+  // vLLM renders these part types as text (credit/hold-estimate.ts partText), so they count as text.
+  for (const part of [
+    { type: 'input_text', text: 'Describe this picture.' },
+    { type: 'output_text', text: 'Describe this picture.' },
+    { type: 'thinking', thinking: 'Describe this picture.' },
+  ]) {
+    t.equal(
+      tok.countPromptTokens([{ role: 'user', content: [part] }]),
+      tok.countPromptTokens([{ role: 'user', content: 'Describe this picture.' }]),
+      `${part.type} parts count as text`,
+    );
+    t.equal(
+      await tok.countPromptTokensBounded([{ role: 'user', content: [part] }]),
+      tok.countPromptTokens([{ role: 'user', content: 'Describe this picture.' }]),
+      `${part.type} parts count as text, bounded too`,
+    );
+  }
 
   const args = '{"city":"Paris","unit":"celsius"}';
   const withCall = tok.countPromptTokens([
