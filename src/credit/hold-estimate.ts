@@ -49,9 +49,10 @@ export const PROMPT_EMBEDS_PARTS: unique symbol = Symbol('prompt_embeds parts');
  * The part types that carry a tensor of embeddings: `prompt_embeds` (above) and vLLM's multimodal ones,
  * `image_embeds` and `audio_embeds` (vllm.entrypoints.chat_utils MM_PARSER_MAP), whose rows become that
  * many placeholder tokens in the prompt; loaded the same way (`torch.load`, densified), a few bytes stand
- * for any number of rows, so none of them is held by the non-text allowance: all count here alike.
+ * for any number of rows, so none of them is held by the non-text allowance: all count here alike
+ * (`video_embeds` too, in newer vLLM).
  */
-const EMBEDS_PART_TYPES: ReadonlySet<string> = new Set(['prompt_embeds', 'image_embeds', 'audio_embeds']);
+const EMBEDS_PART_TYPES: ReadonlySet<string> = new Set(['prompt_embeds', 'image_embeds', 'audio_embeds', 'video_embeds']);
 
 /** The request fields the estimate reads: the parsed, validated chat body. */
 export interface ChatBodyLike {

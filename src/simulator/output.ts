@@ -52,7 +52,12 @@ export function simPromptTokens(body: unknown, opts?: Pick<SimOptions, 'embedsTo
           if (!isObject(part)) continue;
           const text = part['text'];
           if (typeof text === 'string') chars += text.length;
-          else if (part['type'] === 'prompt_embeds' || part['type'] === 'image_embeds' || part['type'] === 'audio_embeds') {
+          else if (
+            part['type'] === 'prompt_embeds' ||
+            part['type'] === 'image_embeds' ||
+            part['type'] === 'audio_embeds' ||
+            part['type'] === 'video_embeds'
+          ) {
             // prompt_embeds carries its tensor in `data`; vLLM's image_embeds / audio_embeds under their type's name.
             const data = part['type'] === 'prompt_embeds' ? part['data'] : part[part['type']];
             rows += opts?.embedsTokens ?? simTextTokens(typeof data === 'string' ? data.length : 0);

@@ -146,11 +146,12 @@ t.test("vLLM's prompt_embeds parts are counted onto the body for the endpoint, o
       user([
         { type: 'image_embeds', image_embeds: 'AAAA' },
         { type: 'audio_embeds', audio_embeds: 'AAAA' },
+        { type: 'video_embeds', video_embeds: 'AAAA' },
       ]),
     ],
   };
   estimatePromptTokens(mm, 0);
-  t.equal(mm[PROMPT_EMBEDS_PARTS], 2, 'image_embeds and audio_embeds parts count too');
+  t.equal(mm[PROMPT_EMBEDS_PARTS], 3, 'image_embeds, audio_embeds and video_embeds parts count too');
   const plain: ChatBodyLike = { messages: [user([{ type: 'image_url', image_url: { url: 'https://x/y.png' } }])] };
   estimatePromptTokens(plain, 0);
   t.same(Object.getOwnPropertySymbols(plain), [], 'an image: nothing set');
