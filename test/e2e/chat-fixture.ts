@@ -231,3 +231,25 @@ export async function twoUpstreamGateway(t: Teardown, account: string) {
   await gw.grant(account, 1_000_000);
   return { gw, key, requests: () => [...a.requests, ...b.requests], sims: [a, b] as const };
 }
+
+/**
+ * Reads a streamed /v1/responses answer until 6 text deltas arrived, checks it has not completed, then
+ * aborts it (`ac` is the request's): a follow-up abandoned mid-stream. Returns its x-request-id.
+ */
+export async function abandonResponsesStream(
+  t: { notMatch(found: string, pattern: RegExp, message: string): unknown },
+  res: Response,
+  ac: AbortController,
+): Promise<string> {
+  const id = res.headers.get('x-request-id')!;
+  const reader = res.body!.getReader();
+  let text = '';
+  while ((text.match(/response\.output_text\.delta/g) ?? []).length < 6) {
+    const { value, done } = await reader.read();
+    if (done) throw new Error('stream ended early');
+    text += Buffer.from(value).toString('utf8');
+  }
+  t.notMatch(text, /response\.completed/, 'abandoned before response.completed');
+  ac.abort();
+  return id;
+}

@@ -7,7 +7,7 @@
 //    part (the context window) plus the output counted — never from the new input alone.
 import t, { type Test } from 'tap';
 import { waitFor } from '../helpers/wait.ts';
-import { startTokenPriced } from './chat-fixture.ts';
+import { startTokenPriced, abandonResponsesStream } from './chat-fixture.ts';
 import { accountOf, checkLedger, ledgerOf, type Entry } from './credit-support.ts';
 
 const CONTEXT_WINDOW = 16_384;
@@ -85,17 +85,7 @@ async function abandoned(t: Test, gw: { url: string }, key: string, body: Record
   const ac = new AbortController();
   const res = await post(gw, key, { input: 'hi', stream: true, sim: { tokens: 100, delay_ms: 20 }, ...body }, ac.signal);
   if (res.status !== 200) throw new Error(`follow-up: ${res.status} ${await res.text()}`);
-  const id = res.headers.get('x-request-id')!;
-  const reader = res.body!.getReader();
-  let text = '';
-  while ((text.match(/response\.output_text\.delta/g) ?? []).length < 6) {
-    const { value, done } = await reader.read();
-    if (done) throw new Error('stream ended early');
-    text += Buffer.from(value).toString('utf8');
-  }
-  t.notMatch(text, /response\.completed/, 'abandoned before response.completed');
-  ac.abort();
-  return id;
+  return abandonResponsesStream(t, res, ac);
 }
 
 async function debitOf(gw: { admin: Parameters<typeof ledgerOf>[0] }, account: string, requestId: string): Promise<Entry> {

@@ -13,7 +13,7 @@ import t, { type Test } from 'tap';
 import OpenAI from 'openai';
 import { waitFor } from '../helpers/wait.ts';
 import type { TestGateway } from '../helpers/gateway.ts';
-import { startTokenPriced } from './chat-fixture.ts';
+import { startTokenPriced, abandonResponsesStream } from './chat-fixture.ts';
 import { accountOf, checkLedger, ledgerOf, type Entry } from './credit-support.ts';
 
 const CONTEXT_WINDOW = 16_384;
@@ -211,17 +211,7 @@ t.test(
       const body = { input: 'hi', prompt, stream: true, sim: { tokens: 100, delay_ms: 20 }, ...extra };
       const res = await post(gw, key, '/v1/responses', body, ac.signal);
       if (res.status !== 200) throw new Error(`request: ${res.status} ${await res.text()}`);
-      const id = res.headers.get('x-request-id')!;
-      const reader = res.body!.getReader();
-      let text = '';
-      while ((text.match(/response\.output_text\.delta/g) ?? []).length < 6) {
-        const { value, done } = await reader.read();
-        if (done) throw new Error('stream ended early');
-        text += Buffer.from(value).toString('utf8');
-      }
-      t.notMatch(text, /response\.completed/, 'abandoned before response.completed');
-      ac.abort();
-      return id;
+      return abandonResponsesStream(t, res, ac);
     }
 
     // 1. The upstream stored it: its usage, the template included, is what is billed.
