@@ -109,6 +109,13 @@ export function createKeyTable(d: { store: Store; now: () => number; maxPerAccou
       };
       const cap = d.maxPerAccount === undefined || d.maxPerAccount === 0 ? d.maxPerAccount : d.maxPerAccount + slack;
       const made = await d.store.createKey(hashKey(key), record, { maxPerAccount: cap, maxMadePerDay: d.maxMadePerDay });
+      if (typeof made === 'object' && made.rolledTo === '') {
+        // This roll's claim was dropped by another (it was slow) and no claim stands now: say so, not a name.
+        throw new GatewayError(
+          'key_not_rollable',
+          `Key ${k.rolled_from} was being rolled by another request at the same time; nothing was made. Look at the account's keys, then roll again if it has no successor.`,
+        );
+      }
       if (typeof made === 'object') {
         throw new GatewayError(
           'key_not_rollable',

@@ -363,23 +363,27 @@ export async function createRedisStore(o: RedisStoreOptions & { client?: Client 
     return { id: acct, balance_micros: Number(bal ?? 0), held_micros: Number(held ?? 0) };
   };
 
-  /** A key made and stored in full: its id index is written last (createKey). */
-  const keyStored = async (id: string) => (await redis.exists(K.keyIdIndex(id))) === 1;
+  /** A key made and stored in full: its record and its id index (written last by createKey; deleteKey takes the record first). */
+  const keyStored = async (id: string) => {
+    const hash = await redis.get(K.keyIdIndex(id));
+    return hash !== null && (await redis.exists(K.keyRecord(hash))) === 1;
+  };
   /** A roll claim's key id ('~' marks a claim still pending: lua/add-key.lua). */
   const bare = (claim: string) => (claim.startsWith('~') ? claim.slice(1) : claim);
   /**
-   * Whether a roll claim a roll met names a successor that will never be stored, so the old key would stay
-   * unrollable for good (the successor's DELETE is a 404). Confirmed: only if the successor's id index is
-   * gone, which only its delete does (its claim cleanup then failed). Pending: its roll's writes failed and
-   * so did their undo, or its process died between them — or it is still writing; so the claim is asked
-   * again after 2 × the command timeout, and a claim still pending then counts as failed. A roll that was
-   * merely slow finds its claim dropped when it confirms (confirm-roll.lua) and undoes its key: whichever
-   * runs first in the account's slot wins, and a key never has two live successors.
+   * What a roll makes of the claim it met, so that an old key is never left unrollable for good (its
+   * successor's DELETE a 404). 'failed': it names a successor that will never be stored — confirmed but
+   * gone (deleted, its claim cleanup failed), or still pending, unchanged, after 2 × the command timeout
+   * (its roll's writes failed and so did their undo, or its process died). 'changed': pending when met, other
+   * after the wait (confirmed, dropped, or freed by its own roll's undo). 'standing': a confirmed claim
+   * whose successor is stored. A roll that was merely slow finds its claim dropped when it confirms
+   * (confirm-roll.lua) and undoes its key: whichever runs first in the account's slot wins, and a key
+   * never has two live successors.
    */
-  const claimFailed = async (account: string, old: string, claim: string): Promise<boolean> => {
-    if (!claim.startsWith('~')) return !(await keyStored(claim));
-    await sleep(Math.min(2 * o.commandTimeoutMs, 60_000));
-    return (await redis.hget(K.keysRolled(account), old)) === claim;
+  const claimAfterWait = async (account: string, old: string, claim: string): Promise<'failed' | 'changed' | 'standing'> => {
+    if (!claim.startsWith('~')) return (await keyStored(claim)) ? 'standing' : 'failed';
+    await sleep(Math.min(3 * o.commandTimeoutMs, 60_000));
+    return (await redis.hget(K.keysRolled(account), old)) === claim ? 'failed' : 'changed';
   };
 
   return {
@@ -404,12 +408,14 @@ export async function createRedisStore(o: RedisStoreOptions & { client?: Client 
               r.rolled_from ?? '',
             );
           let added = await addKey();
-          if (typeof added === 'string' && r.rolled_from && (await claimFailed(r.account, r.rolled_from, added))) {
-            // The old key's claim names a successor that will never be stored: dropped (compare and delete,
-            // with the successor's place in the key set) and the roll goes again, once.
-            if ((await s.tgDropClaim(K.keysRolled(r.account), K.accountKeys(r.account), r.rolled_from, added, bare(added))) === 1) {
-              added = await addKey();
-            }
+          if (typeof added === 'string' && r.rolled_from) {
+            const met = await claimAfterWait(r.account, r.rolled_from, added);
+            // A successor that will never be stored: its claim is dropped (compare and delete, with its place
+            // in the key set; another roll may have dropped it first). Then, as for a claim that changed
+            // meanwhile (confirmed, dropped, or freed by its own roll's undo), the claim is asked again, once:
+            // the answer names the claim as it is now, or this roll takes it.
+            if (met === 'failed') await s.tgDropClaim(K.keysRolled(r.account), K.accountKeys(r.account), r.rolled_from, added, bare(added));
+            if (met !== 'standing') added = await addKey();
           }
           if (typeof added === 'string') return { rolledTo: bare(added) };
           if (added !== 1) return added === 0 ? 'held_cap' : 'daily_cap';
@@ -514,8 +520,11 @@ export async function createRedisStore(o: RedisStoreOptions & { client?: Client 
           // expire once no settle of the key can still come (settledTtlSeconds). Deleted outright, a settle in
           // flight made it again with no expiry, a hash in Redis for good (the settle script keeps a TTL it finds).
           const lifetime = K.keyBudget(record.account, id, 't');
+          // The record first, on its own: it is what authenticates. Were it to fail while the rest landed
+          // (another node on Cluster), the key would still work with its index gone — a retried DELETE a 404 —
+          // and its claim freed for a second successor. Failed here, nothing else is done and a retry finds it.
+          await redis.del(K.keyRecord(hash));
           await Promise.all([
-            redis.del(K.keyRecord(hash)),
             redis.del(K.keyIdIndex(id)),
             redis.srem(K.accountKeys(record.account), id),
             // Its last use too: that hash has no expiry and every key list reads it whole (last-used.lua).
