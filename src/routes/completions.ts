@@ -44,6 +44,22 @@ export function validateCompletionsBody(value: unknown, maxN: number): Completio
   int(opt('max_tokens'), 'max_tokens', ['body'], issues, { gt: 0 });
   int(opt('n'), 'n', ['body'], issues, { gt: 0, le: maxN });
   int(opt('best_of'), 'best_of', ['body'], issues, { gt: 0, le: maxN });
+  // vLLM's prompt_embeds (passed through) list: each item holds the context window (promptEmbeds), so its
+  // count is bounded like the prompt list's.
+  const embeds = body['prompt_embeds'];
+  if (Array.isArray(embeds) && embeds.length > MAX_PROMPTS) {
+    issues.add(
+      ['body', 'prompt_embeds'],
+      'too_long',
+      `List should have at most ${MAX_PROMPTS} items after validation, not ${embeds.length}`,
+      embeds,
+      {
+        field_type: 'List',
+        max_length: MAX_PROMPTS,
+        actual_length: embeds.length,
+      },
+    );
+  }
   if (body.stream_options !== undefined && body.stream_options !== null && !isObj(body.stream_options)) {
     issues.add(['body', 'stream_options'], 'dict_type', 'Input should be a valid dictionary', body.stream_options);
   }

@@ -310,3 +310,19 @@ t.test('completions: each prompt_embeds item is a prompt of its own for the outp
   );
   t.equal(COMPLETIONS_ENDPOINT.reply({ model: 'm', prompt: 'x' }).severalChoices, false, 'one prompt: one choice');
 });
+
+t.test('completions: a prompt_embeds list is bounded like the prompt list (422 too_long past 2,048 items)', async (t) => {
+  const limits = { maxN: 8 } as never;
+  t.doesNotThrow(() => COMPLETIONS_ENDPOINT.validate({ model: 'm', prompt: '', prompt_embeds: Array(2048).fill('AAAA') }, limits));
+  let detail: { loc: unknown[]; type: string }[] = [];
+  try {
+    COMPLETIONS_ENDPOINT.validate({ model: 'm', prompt: '', prompt_embeds: Array(2049).fill('AAAA') }, limits);
+  } catch (e) {
+    detail = (e as { detail: typeof detail }).detail;
+  }
+  t.same(
+    detail.map((d) => [d.loc.join('.'), d.type]),
+    [['body.prompt_embeds', 'too_long']],
+    '2,049 items: refused',
+  );
+});
