@@ -7,7 +7,7 @@ import { Cluster, Redis } from 'ioredis';
 import * as K from './redis-keys.ts';
 import { guard } from './redis-records.ts';
 import type { ExportStore, UsageCell } from './types.ts';
-import { dayEndsAtSeconds, daysBetween, parseUsageHash, usageField } from './usage-fields.ts';
+import { dayEndsAtSeconds, daysBetween, parseUsagePairs, usageField } from './usage-fields.ts';
 
 const exportKeys = (acct: string) => [K.exportLease(acct), K.exportState(acct), K.ledger(acct)] as const;
 
@@ -114,8 +114,12 @@ export function redisExportStore(
       guard(
         (async () => {
           const days = daysBetween(from, to);
-          const hashes = await Promise.all(days.map((d) => redis.hgetall(K.usageDay(acct, d))));
-          return hashes.flatMap((h, i) => parseUsageHash(days[i]!, h));
+          // 'HGETALL' spelled in capitals: ioredis turns the reply into an object only for its own
+          // lower-case `hgetall`; the flat array parses without a property per field (usage-fields.ts).
+          const replies = await Promise.all(days.map((d) => redis.call('HGETALL', K.usageDay(acct, d)) as Promise<string[]>));
+          const cells: UsageCell[] = [];
+          for (let i = 0; i < days.length; i++) for (const c of await parseUsagePairs(days[i]!, replies[i]!)) cells.push(c);
+          return cells;
         })(),
       ),
     usageDayFields: (acct, from, to) => guard(Promise.all(daysBetween(from, to).map((d) => redis.hlen(K.usageDay(acct, d))))),

@@ -399,29 +399,34 @@ export function createUsage(d: UsageDeps): Usage {
     },
     flush,
     async query(account, from, to, groupBy) {
+      const [byDay, byKey, byModel] = [groupBy.includes('day'), groupBy.includes('key'), groupBy.includes('model')];
+      // Each row once, under its sort key: a day's thousands of cells cost one lookup each, and the sort
+      // compares strings made once, not two made per comparison.
       const rows = new Map<string, UsageRow>();
       for (const c of await d.store.usageCells(account, from, to)) {
-        // SPEC §10's field order: the grouped dimensions, then the sums.
-        const row: UsageRow = {
-          ...(groupBy.includes('day') && { day: c.day }),
-          ...(groupBy.includes('key') && { key_id: c.key_id }),
-          ...(groupBy.includes('model') && { model: c.model }),
-          requests: 0,
-          prompt_tokens: 0,
-          completion_tokens: 0,
-          cost_micros: 0,
-          cached_tokens: 0,
-        };
-        const id = `${row.day ?? ''}\n${row.key_id ?? ''}\n${row.model ?? ''}`;
-        const have = rows.get(id) ?? rows.set(id, row).get(id)!;
+        const id = `${byDay ? c.day : ''}\n${byKey ? c.key_id : ''}\n${byModel ? c.model : ''}`;
+        let have = rows.get(id);
+        if (!have) {
+          // SPEC §10's field order: the grouped dimensions, then the sums.
+          have = {
+            ...(byDay && { day: c.day }),
+            ...(byKey && { key_id: c.key_id }),
+            ...(byModel && { model: c.model }),
+            requests: 0,
+            prompt_tokens: 0,
+            completion_tokens: 0,
+            cost_micros: 0,
+            cached_tokens: 0,
+          };
+          rows.set(id, have);
+        }
         have.requests += c.requests;
         have.prompt_tokens += c.prompt_tokens;
         have.completion_tokens += c.completion_tokens;
         have.cost_micros += c.cost_micros;
         have.cached_tokens += c.cached_tokens;
       }
-      const order = (r: UsageRow) => `${r.day ?? ''}\n${r.key_id ?? ''}\n${r.model ?? ''}`;
-      return [...rows.values()].sort((a, b) => (order(a) < order(b) ? -1 : order(a) > order(b) ? 1 : 0));
+      return [...rows.keys()].sort().map((id) => rows.get(id)!);
     },
     lastUsed: (account) => d.store.lastUsed(account),
     start() {
