@@ -9,9 +9,15 @@ import { accountParam } from '../admin/accounts.ts';
 import { messagePage, sendHtml } from './layout.ts';
 import type { Assets } from './assets.ts';
 import type { ConsoleSessions, Viewer } from './sessions.ts';
+import type { AccountGate } from '../limits/account-gate.ts';
+import type { ProcessBodyBudget } from '../limits/body-budget.ts';
+import { readForm } from './forms.ts';
 
-/** A handler for a signed-in viewer; `account` is the checked `{account}` parameter ('' when the route has none). */
-export type ViewerHandler = (ctx: RequestContext, viewer: Viewer, account: string) => Promise<void>;
+/**
+ * A handler for a signed-in viewer; `account` is the checked `{account}` parameter ('' when the route has
+ * none); `form` is the posted form when the route was wrapped with `{ form: true }`.
+ */
+export type ViewerHandler = (ctx: RequestContext, viewer: Viewer, account: string, form: URLSearchParams) => Promise<void>;
 
 export const isHtmx = (ctx: RequestContext) => ctx.req.headers['hx-request'] === 'true';
 
@@ -42,10 +48,16 @@ export function signedOut(ctx: RequestContext, assets: Assets): void {
 
 /**
  * Wraps a handler: the signed-out page without a session; 404 for a member on an operator page or on
- * another account's `{account}`; otherwise the handler, with the viewer and the account.
+ * another account's `{account}`; otherwise the handler, with the viewer and the account. A member's
+ * handler runs through the account's gate (setup.ts: one at a time, sixteen waiting, then 429), so one
+ * tenant's requests take turns with each other instead of with every other tenant's; operators are the
+ * platform's own staff and pass. `form`: the form is read first, under the body budget of the viewer's
+ * account (an operator's under one of its own), and only then does the request wait for its turn, so a
+ * form still arriving holds none. `ungated`: the handler gates its own work (the ledger download, a
+ * page of entries at a time, so a slow reader holds no turn while its socket drains).
  */
-export function createAccess(d: { sessions: ConsoleSessions; assets: Assets }) {
-  return function signedIn(fn: ViewerHandler, opts: { operator?: boolean } = {}) {
+export function createAccess(d: { sessions: ConsoleSessions; assets: Assets; gate: AccountGate; forms: ProcessBodyBudget }) {
+  return function signedIn(fn: ViewerHandler, opts: { operator?: boolean; ungated?: boolean; form?: boolean } = {}) {
     return async (ctx: RequestContext) => {
       const viewer = await d.sessions.viewer(ctx.req);
       if (!viewer) return signedOut(ctx, d.assets);
@@ -60,7 +72,10 @@ export function createAccess(d: { sessions: ConsoleSessions; assets: Assets }) {
         }
         if (viewer.account !== null && viewer.account !== account) throw notFound('account');
       }
-      await fn(ctx, viewer, account);
+      // An operator session has no account: its forms count under a name no account can have ('' is refused).
+      const form = opts.form ? await readForm(ctx.req, d.forms.forKey(viewer.account ?? '')) : new URLSearchParams();
+      if (viewer.account === null || opts.ungated) await fn(ctx, viewer, account, form);
+      else await d.gate.run(viewer.account, () => fn(ctx, viewer, account, form));
     };
   };
 }

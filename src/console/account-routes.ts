@@ -21,6 +21,7 @@ import { accountPath, page, sendHtml, type SectionId } from './layout.ts';
 import type { Assets } from './assets.ts';
 import { fields, readForm } from './forms.ts';
 import type { ProcessBodyBudget } from '../limits/body-budget.ts';
+import type { AccountGate } from '../limits/account-gate.ts';
 import { LINK_TTL, type ConsoleSessions, type Viewer } from './sessions.ts';
 import { isHtmx, notFound, redirect, type SignedIn } from './access.ts';
 import {
@@ -63,6 +64,8 @@ export interface AccountRouteDeps {
   confirmGrantMicros: number;
   /** What form posts are read under, per account (the operator's sessions share one): setup.ts. */
   forms: ProcessBodyBudget;
+  /** A member's console work at once, per account (setup.ts; signedIn runs each handler through it). */
+  gate: AccountGate;
 }
 
 const LEDGER_PAGE = 50;
@@ -122,8 +125,6 @@ function writable(res: RequestContext['res']): Promise<void> {
 
 export function accountRoutes(d: AccountRouteDeps): Route[] {
   const { assets, signedIn } = d;
-  // An operator session has no account: its forms count under a name no account can have ('' is refused).
-  const formBudget = (viewer: Viewer) => d.forms.forKey(viewer.account ?? '');
   const show = (ctx: RequestContext, viewer: Viewer, title: string, section: SectionId, body: Html, account?: string, status = 200) =>
     sendHtml(ctx.res, status, page(assets, { title, viewer, account, section, body }));
 
@@ -177,8 +178,7 @@ export function accountRoutes(d: AccountRouteDeps): Route[] {
     show(ctx, viewer, 'API keys', 'keys', body, account, status);
   }
 
-  async function createKey(ctx: RequestContext, viewer: Viewer, account: string) {
-    const form = await readForm(ctx.req, formBudget(viewer));
+  async function createKey(ctx: RequestContext, viewer: Viewer, account: string, form: URLSearchParams) {
     const issues = new Issues();
     const o = fields(form, ['name', 'env', 'new_account']);
     const name = str(o, 'name', ['form'], issues, { required: true, minLength: 1, maxLength: 200 });
@@ -229,9 +229,8 @@ export function accountRoutes(d: AccountRouteDeps): Route[] {
    * and the key page's budget, expiry, roll and delete. Each is the KeyTable call the admin API's PATCH,
    * roll and DELETE make, so it reaches every instance the same way.
    */
-  async function changeKey(ctx: RequestContext, viewer: Viewer, account: string) {
+  async function changeKey(ctx: RequestContext, viewer: Viewer, account: string, form: URLSearchParams) {
     const current = await ownKey(account, ctx.params.id!);
-    const form = await readForm(ctx.req, formBudget(viewer));
     const issues = new Issues();
     const o = fields(form, ['action', 'name', 'limit', 'period', 'expires_at', 'grace_seconds', 'confirm']);
     const action = literal(o, 'action', KEY_ACTIONS, ['form'], issues, true);
@@ -364,8 +363,7 @@ export function accountRoutes(d: AccountRouteDeps): Route[] {
    * key and no ledger yet, draws it with a confirmation first, and is booked when posted again with
    * `confirm` equal to its micro-credits.
    */
-  async function grant(ctx: RequestContext, viewer: Viewer, account: string) {
-    const form = await readForm(ctx.req, formBudget(viewer));
+  async function grant(ctx: RequestContext, viewer: Viewer, account: string, form: URLSearchParams) {
     const issues = new Issues();
     const o = fields(form, ['amount', 'note', 'idempotency_key', 'confirm']);
     const text = str(o, 'amount', ['form'], issues, { required: true, minLength: 1, maxLength: 40 });
@@ -415,20 +413,28 @@ export function accountRoutes(d: AccountRouteDeps): Route[] {
     redirect(ctx, `${accountPath(account, '/credit')}?granted=${r.replayed ? 'replay' : 'new'}`);
   }
 
-  async function ledgerCsv(ctx: RequestContext, _viewer: Viewer, account: string) {
+  async function ledgerCsv(ctx: RequestContext, viewer: Viewer, account: string) {
     const res = ctx.res;
+    // Oldest first, a page at a time, waiting for the socket when it is full: the ledger may be long. A
+    // member's page is read and formatted through the account's gate (signedIn does not hold it for the
+    // whole download): the first may be refused (429, before anything is sent), the later ones wait.
+    const read = (after: string | undefined) => {
+      const page = async () => {
+        const entries = await d.accounts.ledger(account, after, CSV_BATCH);
+        return { csv: entries.map(csvLine).join(''), n: entries.length, last: entries.at(-1)?.id };
+      };
+      return viewer.account === null ? page() : d.gate.run(account, page, { admitted: after !== undefined });
+    };
+    let page = await read(undefined);
     res.writeHead(200, {
       'content-type': 'text/csv; charset=utf-8',
       'content-disposition': `attachment; filename="ledger-${account.replace(/[^\w.-]/g, '_')}.csv"`,
     });
     res.write(CSV_HEADER);
-    // Oldest first, a page at a time, waiting for the socket when it is full: the ledger may be long.
-    let after: string | undefined;
     for (;;) {
-      const page = await d.accounts.ledger(account, after, CSV_BATCH);
-      if (page.length > 0 && !res.write(page.map(csvLine).join(''))) await writable(res);
-      if (page.length < CSV_BATCH || res.destroyed) break;
-      after = page.at(-1)!.id;
+      if (page.n > 0 && !res.write(page.csv)) await writable(res);
+      if (page.n < CSV_BATCH || res.destroyed) break;
+      page = await read(page.last);
     }
     res.end();
   }
@@ -516,8 +522,7 @@ export function accountRoutes(d: AccountRouteDeps): Route[] {
     );
   }
 
-  async function mintMemberLink(ctx: RequestContext, viewer: Viewer, account: string) {
-    const form = await readForm(ctx.req, formBudget(viewer));
+  async function mintMemberLink(ctx: RequestContext, viewer: Viewer, account: string, form: URLSearchParams) {
     const issues = new Issues();
     const text = str(fields(form, ['ttl_seconds']), 'ttl_seconds', ['form'], issues, { pattern: /^\d{1,6}$/, patternText: '^\\d{1,6}$' });
     const ttl = text ? Number(text) : LINK_TTL.fallback;
@@ -541,16 +546,16 @@ export function accountRoutes(d: AccountRouteDeps): Route[] {
     { method: 'GET', pattern: '/console/accounts', handler: signedIn(accountsPage, { operator: true }) },
     { method: 'GET', pattern: A, handler: signedIn(async (ctx, _v, account) => redirect(ctx, accountPath(account, '/keys'))) },
     { method: 'GET', pattern: `${A}/keys`, handler: signedIn((ctx, v, account) => keysPage(ctx, v, account)) },
-    { method: 'POST', pattern: `${A}/keys`, handler: signedIn(createKey) },
+    { method: 'POST', pattern: `${A}/keys`, handler: signedIn(createKey, { form: true }) },
     { method: 'GET', pattern: `${A}/keys/{id}`, handler: signedIn(keyPage) },
-    { method: 'POST', pattern: `${A}/keys/{id}`, handler: signedIn(changeKey) },
-    { method: 'GET', pattern: `${A}/credit`, handler: signedIn(creditPage) },
-    { method: 'POST', pattern: `${A}/credit`, handler: signedIn(grant, { operator: true }) },
-    { method: 'GET', pattern: `${A}/ledger.csv`, handler: signedIn(ledgerCsv) },
+    { method: 'POST', pattern: `${A}/keys/{id}`, handler: signedIn(changeKey, { form: true }) },
+    { method: 'GET', pattern: `${A}/credit`, handler: signedIn((ctx, v, account) => creditPage(ctx, v, account)) },
+    { method: 'POST', pattern: `${A}/credit`, handler: signedIn(grant, { operator: true, form: true }) },
+    { method: 'GET', pattern: `${A}/ledger.csv`, handler: signedIn(ledgerCsv, { ungated: true }) },
     { method: 'GET', pattern: `${A}/usage`, handler: signedIn(usagePage) },
     { method: 'GET', pattern: `${A}/shares`, handler: signedIn(sharesPage) },
     { method: 'POST', pattern: `${A}/shares/{slug}/revoke`, handler: signedIn(revokeShare) },
-    { method: 'POST', pattern: `${A}/links`, handler: signedIn(mintMemberLink, { operator: true }) },
+    { method: 'POST', pattern: `${A}/links`, handler: signedIn(mintMemberLink, { operator: true, form: true }) },
     { method: 'POST', pattern: `${A}/sessions/end`, handler: signedIn(endSessions, { operator: true }) },
   ];
 }

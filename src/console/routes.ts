@@ -70,6 +70,6 @@ export function consoleRoutes(d: ConsoleRouteDeps): Route[] {
     { method: 'POST', pattern: '/console/logout', handler: logout },
     { method: 'GET', pattern: '/console/assets/{file}', handler: (ctx) => assets.serve(ctx) },
     { method: 'GET', pattern: '/favicon.ico', handler: (ctx) => assets.favicon(ctx) },
-    ...accountRoutes({ ...d, signedIn: createAccess({ sessions: d.sessions, assets }) }),
+    ...accountRoutes({ ...d, signedIn: createAccess({ sessions: d.sessions, assets, gate: d.gate, forms: d.forms }) }),
   ];
 }

@@ -25,6 +25,7 @@ import type { FailureWindow } from '../auth/failure-window.ts';
 import type { ClientAddress } from '../http/client-address.ts';
 import { createBodyBudget, type BodyBudget } from '../limits/body-budget.ts';
 import { MAX_FORM_BYTES } from './forms.ts';
+import { createAccountGate } from '../limits/account-gate.ts';
 
 export interface ConsoleDeps {
   config: Config['console'];
@@ -50,6 +51,14 @@ export interface ConsoleDeps {
 const FORM_BYTES_PER_ACCOUNT = 4 * MAX_FORM_BYTES;
 /** Form bytes the process holds at once for every console session: 64 forms; more → 503. */
 const FORM_BYTES = 64 * MAX_FORM_BYTES;
+
+/**
+ * A member's console requests under way at once, per account, and how many more wait their turn before
+ * a 429 (docs/console.md "One account's pages take turns"). A person clicks one page at a time; the
+ * margin is for tabs opened together and htmx's in-row actions.
+ */
+export const CONSOLE_RUNNING_PER_ACCOUNT = 1;
+export const CONSOLE_WAITING_PER_ACCOUNT = 16;
 
 export interface Console {
   readonly routes: readonly Route[];
@@ -84,6 +93,7 @@ export function createConsole(d: ConsoleDeps): Console {
     confirmGrantMicros: Math.round(d.config.confirmGrantCredits * 1e6),
     // A form is read under a budget like every other body (SPEC §13): timed, and bounded per account.
     forms: createBodyBudget(FORM_BYTES, undefined, { perKey: FORM_BYTES_PER_ACCOUNT, timeoutMs: d.bodyTimeoutMs }),
+    gate: createAccountGate({ running: CONSOLE_RUNNING_PER_ACCOUNT, waiting: CONSOLE_WAITING_PER_ACCOUNT }),
   });
   const csrf = createCsrfGuard(publicUrl, (r) =>
     d.logger.warn(r, 'console change refused: its Origin is not the console origin (console.public_url)'),

@@ -6,12 +6,14 @@ import { connect, type Socket } from 'node:net';
 import { setTimeout as sleep } from 'node:timers/promises';
 import type { Test } from 'tap';
 import { ADMIN_TOKEN } from '../helpers/gateway.ts';
-import { startRedis } from '../helpers/redis.ts';
+import { startRedis, type RedisFixture } from '../helpers/redis.ts';
 import { startSimulator } from '../../src/simulator/simulator.ts';
 import { spawnGateway, type ChildGateway } from '../e2e/credit-support.ts';
 
 export interface NoisyStack {
   gw: ChildGateway;
+  /** The gateway's Redis, for a test that lays out stored data directly. */
+  redis: RedisFixture;
   /** Creates a key (full key string) on `account`. */
   key(account: string, env: 'test' | 'live', rateLimits?: Record<string, number>): Promise<string>;
   /** A live key of a funded account: the victim whose requests are measured. */
@@ -39,6 +41,7 @@ export async function startNoisyStack(t: Test, config: Record<string, Record<str
     (await admin('/admin/keys', { account, env, name: 'noisy', ...(rateLimits && { rate_limits: rateLimits }) })).key as string;
   return {
     gw,
+    redis,
     key,
     async victim(account = 'victim') {
       const k = await key(account, 'live');
