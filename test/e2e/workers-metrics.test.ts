@@ -9,6 +9,7 @@ import { waitFor } from '../helpers/wait.ts';
 import { startSimulator } from '../../src/simulator/simulator.ts';
 import { spawnGateway, type ChildGateway } from './credit-support.ts';
 import { sample } from './chat-fixture.ts';
+import { freePort } from '../helpers/ports.ts';
 
 /** GET on a fresh connection (node:cluster hands it to the next worker); 'hung' if no answer in `ms`. */
 function get(url: string, ms: number): Promise<{ status: number; text: string; ms: number } | 'hung'> {
@@ -145,6 +146,38 @@ if (redis) {
       sample(whole, 'tollgate_process_max_fds'),
       "the dead worker's gauges are dropped",
     );
+    gw.child.kill('SIGTERM');
+    t.same(await gw.exited, { code: 0, signal: null });
+  });
+
+  t.test('metrics_port with workers: the primary answers it, a stalled worker hangs no scrape', async (t) => {
+    const port = await freePort();
+    const gw = await twoWorkers(t, { metrics_port: port });
+    const metricsUrl = `http://127.0.0.1:${port}`;
+    await waitFor(async () => (await get(`${metricsUrl}/metrics`, 5_000)) !== 'hung', 10_000, 'the metrics listener', 100);
+    const ok = await fetch(`${metricsUrl}/metrics`, { signal: AbortSignal.timeout(5_000) });
+    t.equal(ok.status, 200);
+    t.equal(ok.headers.get('content-type'), 'text/plain; version=0.0.4; charset=utf-8');
+    t.match(ok.headers.get('x-request-id'), /^req_/);
+    const text = await ok.text();
+    t.equal(sample(text, 'tollgate_metrics_workers_missing'), 0, "every worker's part");
+    t.ok(sample(text, 'tollgate_requests_total', { route: '/metrics' }) >= 1, 'scrapes of the metrics port are counted');
+    const other = await fetch(`${metricsUrl}/healthz`, { signal: AbortSignal.timeout(5_000) });
+    t.equal(other.status, 404, 'nothing but /metrics on the metrics port');
+    t.match(await other.json(), { error: { code: 'not_found' } });
+
+    // Stopped, not handed anything first: a connection node:cluster gave it would hang until it is killed.
+    const stuck = workerPids(gw.output())[0]!;
+    process.kill(stuck, 'SIGSTOP');
+    const scrapes = await Promise.all(Array.from({ length: 6 }, () => get(`${metricsUrl}/metrics`, 8_000)));
+    for (const r of scrapes) {
+      t.not(r, 'hung', 'answered');
+      if (r === 'hung') continue;
+      t.equal(r.status, 200);
+      t.ok(r.ms < 6_000, `in ${r.ms} ms (the primary waits 3 s for the stopped worker's part)`);
+      t.equal(sample(r.text, 'tollgate_metrics_workers_missing'), 1, 'the stopped worker is missing');
+    }
+    process.kill(stuck, 'SIGCONT');
     gw.child.kill('SIGTERM');
     t.same(await gw.exited, { code: 0, signal: null });
   });
