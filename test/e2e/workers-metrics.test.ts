@@ -1,7 +1,8 @@
 // server.workers: the primary's summed /metrics stays monotonic when a worker stalls or dies. A stalled
 // worker is summed with its last answered part, a dead one's counters and histograms stay in the sum
 // (its gauges do not), so a summed counter never goes down: Prometheus' rate() and increase() would read
-// the dip as a counter reset and count every total again.
+// the dip as a counter reset and count every total again. With server.metrics_port the primary itself
+// listens on the metrics port, so no scrape is handed to a stalled worker (one that was hung).
 import t, { type Test } from 'tap';
 import { request } from 'node:http';
 import { startRedis } from '../helpers/redis.ts';
