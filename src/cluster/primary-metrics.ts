@@ -38,7 +38,7 @@ export async function listenPrimaryMetrics(o: { server: ServerConfig; logger: Lo
   let collect: (() => Promise<string>) | undefined;
   const route = metricsRoute({
     metrics,
-    // Not reachable before serve(): main.ts calls it in the same turn as the listen resolves.
+    // Not reachable before serve(): runPrimary calls it in the turn the listen resolves in (main.ts).
     text: () => (collect ? collect() : Promise.reject(new Error('the primary is starting'))),
   });
   const handler = createEdge({ router: createRouter([route]), logger: o.logger, metrics, listener: 'metrics' });
