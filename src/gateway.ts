@@ -91,7 +91,7 @@ export interface Gateway {
   readonly exporter: LedgerExporter | undefined;
   readonly publicHandler: (req: IncomingMessage, res: ServerResponse) => void;
   readonly adminHandler: (req: IncomingMessage, res: ServerResponse) => void;
-  /** Listens on the configured hosts/ports (0 = any free port); metricsUrl when server.metrics_port is set. */
+  /** Listens on the configured hosts/ports (0 = any free port); metricsUrl when server.metrics_port is set (not in a worker: the primary listens on it). */
   listen(): Promise<{ publicUrl: string; adminUrl: string; metricsUrl?: string }>;
   /** Stops accepting, drains in-flight requests up to the deadline, stops background jobs. The store stays open. */
   close(deadlineMs?: number): Promise<void>;
@@ -332,7 +332,9 @@ export function createGateway(d: GatewayDeps): Gateway {
       publicListenerUrl = url(s.host, pub);
       const adm = await listen(adminHandler, { ...opts, host: s.adminHost, port: s.adminPort });
       servers = [pub, adm];
-      if (s.metricsPort !== undefined) {
+      // In a worker of `server.workers > 1` the primary listens on metrics_port itself (cluster/primary-metrics.ts):
+      // node:cluster would hand each scrape to some worker, and one handed to a stalled worker hung.
+      if (s.metricsPort !== undefined && !d.cluster) {
         const met = await listen(metricsHandler, { ...opts, host: s.metricsHost, port: s.metricsPort });
         servers.push(met);
         metricsUrl = url(s.metricsHost, met);

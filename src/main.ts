@@ -12,6 +12,7 @@ import type { Config } from './config/schema.ts';
 import { createLogger, prettyDestination } from './obs/logger.ts';
 import type { Store } from './store/types.ts';
 import { runPrimary } from './cluster/primary.ts';
+import type { PrimaryMetricsListener } from './cluster/primary-metrics.ts';
 import type { Logger } from './obs/logger.ts';
 import {
   bootSummary,
@@ -88,7 +89,22 @@ export async function serve(env: NodeJS.ProcessEnv = process.env): Promise<{ pub
   const workers = config.server.workers;
   if (workers > 1 && cluster.isPrimary) {
     for (const w of bootWarnings(config)) logger.warn(w);
-    runPrimary({ workers, logger, drainSeconds: config.server.drainSeconds });
+    // server.metrics_port: the primary answers it (cluster/primary-metrics.ts), bound before any worker is forked.
+    let metricsListener: PrimaryMetricsListener | undefined;
+    if (config.server.metricsPort !== undefined) {
+      const { listenPrimaryMetrics } = await import('./cluster/primary-metrics.ts');
+      try {
+        metricsListener = await listenPrimaryMetrics({ server: config.server, logger });
+      } catch (e) {
+        const line = listenErrorMessage(e, config);
+        if (!line) throw e;
+        logger.flush();
+        process.stderr.write(`${line}\n`);
+        process.exit(1);
+      }
+      logger.info({ metrics: metricsListener.url }, 'metrics listening (the primary answers /metrics)');
+    }
+    runPrimary({ workers, logger, drainSeconds: config.server.drainSeconds, ...(metricsListener && { metricsListener }) });
     return undefined;
   }
   // The gateway's modules (undici, ioredis, the AWS SDK, prom-client's registry…) load only in a process

@@ -10,6 +10,28 @@ import type { Store } from '../store/types.ts';
 import type { ClusterLink } from '../cluster/worker-link.ts';
 import type { WarmUp } from './warm-up.ts';
 
+/**
+ * GET /metrics: `text()` as Prometheus text (this process's registry, or every worker's summed). Also the
+ * metrics listener's only route, in a single process or a worker and in the primary of `server.workers > 1`
+ * (cluster/primary-metrics.ts); `metrics` is that process's registry (its content type).
+ */
+export function metricsRoute(d: { metrics: Pick<Metrics, 'registry'>; text: () => Promise<string> }): Route {
+  return {
+    method: 'GET',
+    pattern: '/metrics',
+    doc: {
+      summary: 'Prometheus metrics (every worker summed)',
+      auth: 'none',
+      responses: { 200: { description: 'Prometheus text', contentType: 'text/plain', schema: { type: 'string' } } },
+    },
+    handler: async (ctx: RequestContext) => {
+      const text = await d.text();
+      ctx.res.writeHead(200, { 'content-type': d.metrics.registry.contentType, 'content-length': Buffer.byteLength(text) });
+      ctx.res.end(text);
+    },
+  };
+}
+
 export function opsRoutes(d: {
   metrics: Metrics;
   store: Store;
@@ -18,21 +40,9 @@ export function opsRoutes(d: {
   /** What must be loaded before ready (admin/warm-up.ts); ready while it is `done` or `failed`. */
   warmUp?: Pick<WarmUp, 'state'>;
 }): Route[] {
+  const cluster = d.cluster;
   return [
-    {
-      method: 'GET',
-      pattern: '/metrics',
-      doc: {
-        summary: 'Prometheus metrics (every worker summed)',
-        auth: 'none',
-        responses: { 200: { description: 'Prometheus text', contentType: 'text/plain', schema: { type: 'string' } } },
-      },
-      handler: async (ctx: RequestContext) => {
-        const text = d.cluster ? await d.cluster.metrics() : await d.metrics.registry.metrics();
-        ctx.res.writeHead(200, { 'content-type': d.metrics.registry.contentType, 'content-length': Buffer.byteLength(text) });
-        ctx.res.end(text);
-      },
-    },
+    metricsRoute({ metrics: d.metrics, text: cluster ? () => cluster.metrics() : () => d.metrics.registry.metrics() }),
     {
       method: 'GET',
       pattern: '/healthz',

@@ -1,8 +1,8 @@
 /**
  * The IPC messages between the primary and its workers (node:cluster), one shape per concern. Workers
- * all serve both ports (cluster shares every listening socket), so an admin request may land on any
- * worker; what only the primary can know — the whole cluster's metrics, whether every worker is up —
- * is asked of it over IPC.
+ * all serve the public and admin ports (cluster shares every listening socket), so an admin request may
+ * land on any worker; what only the primary can know — the whole cluster's metrics, whether every worker
+ * is up — is asked of it over IPC. The metrics port, when set, is the primary's own (primary-metrics.ts).
  */
 
 /** Worker → primary: this worker is listening (sent once, after its listeners are up). */

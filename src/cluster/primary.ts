@@ -3,12 +3,14 @@
  * after a back-off that grows while replacements keep dying young), answers their questions about the
  * whole cluster (summed metrics, readiness), and on SIGTERM/SIGINT passes the signal to every worker,
  * which drains its streams and settles its holds, then exits 0 once all have (1 if one did not stop
- * cleanly or had to be killed at drain + 5 s, SPEC §14). It serves no HTTP itself: every worker listens
- * on both ports and node:cluster shares the sockets.
+ * cleanly or had to be killed at drain + 5 s, SPEC §14). It serves no HTTP itself but the metrics port
+ * (`server.metrics_port`, primary-metrics.ts: a scrape handed to a stalled worker hung): every worker
+ * listens on the public and admin ports and node:cluster shares the sockets.
  */
 import cluster, { type Worker } from 'node:cluster';
 import type { Logger } from '../obs/logger.ts';
 import { createCollector } from './collect-metrics.ts';
+import type { PrimaryMetricsListener } from './primary-metrics.ts';
 import { isOurs, type Ping, type Reply, type ToPrimary } from './messages.ts';
 
 export interface PrimaryOptions {
@@ -18,6 +20,8 @@ export interface PrimaryOptions {
   drainSeconds: number;
   /** How long a worker may answer no ping before it is killed and replaced (default WORKER_STALL_MS). */
   stallMs?: number;
+  /** The metrics port's listener, already bound (`server.metrics_port`): answered from the collector. */
+  metricsListener?: PrimaryMetricsListener;
   /** Exit code when every worker has stopped after a signal; a test seam (default process.exit). */
   exit?: (code: number) => void;
 }
@@ -28,7 +32,15 @@ export function runPrimary(o: PrimaryOptions): { stop(signal: NodeJS.Signals): P
   // Until every worker has listened once (the start), a worker still booting is not missing from a scrape:
   // a scrape in those first seconds would otherwise raise TollgateWorkersMissing for its whole window.
   let started = false;
-  const collector = createCollector({ expected: () => (started ? o.workers : listening.size), logger: o.logger });
+  const collector = createCollector({
+    expected: () => (started ? o.workers : listening.size),
+    logger: o.logger,
+    ...(o.metricsListener && { own: o.metricsListener.own }),
+  });
+  // The workers asked for their parts: those that listen and whose channel is open.
+  const collect = () =>
+    collector.collect(Object.values(cluster.workers ?? {}).filter((x): x is Worker => !!x && listening.has(x.id) && x.isConnected()));
+  o.metricsListener?.serve(collect);
   let stopping = false;
   // Workers that died before ever listening, in a row: a bad port or config would otherwise restart forever.
   let failedBoots = 0;
@@ -62,10 +74,7 @@ export function runPrimary(o: PrimaryOptions): { stop(signal: NodeJS.Signals): P
     }
     const reply: Reply = { type: 'tollgate:reply', id: msg.id };
     try {
-      if (msg.type === 'tollgate:metrics')
-        reply.metrics = await collector.collect(
-          Object.values(cluster.workers ?? {}).filter((x): x is Worker => !!x && listening.has(x.id) && x.isConnected()),
-        );
+      if (msg.type === 'tollgate:metrics') reply.metrics = await collect();
       else
         reply.ready =
           !stopping &&
@@ -144,6 +153,8 @@ export function runPrimary(o: PrimaryOptions): { stop(signal: NodeJS.Signals): P
     exitCode = code;
     clearInterval(watchdog);
     for (const timer of restarts) clearTimeout(timer);
+    // Stops accepting scrapes, as a worker's listeners do; one in progress is answered.
+    o.metricsListener?.close(o.drainSeconds * 1000);
     o.logger.info({ signal }, 'stopping every worker (each drains and settles)');
     const alive = Object.values(cluster.workers ?? {}).filter((w): w is Worker => !!w && !w.isDead());
     const exited = alive.map((w) => new Promise<void>((resolve) => w.once('exit', () => resolve())));
