@@ -164,7 +164,9 @@ export function createKeyTable(d: { store: Store; now: () => number; maxPerAccou
       const r = await d.store.deleteKey(id);
       if (!r) return false;
       // A version above the last one: a read racing the delete cannot put the old record back in a cache.
-      await d.store.publish({ kind: 'key', hash: r.hash, version: r.record.version + 1 });
+      // A half-deleted key's version went with its record: the highest there is (its hash is never reused).
+      const version = r.record ? r.record.version + 1 : Number.MAX_SAFE_INTEGER;
+      await d.store.publish({ kind: 'key', hash: r.hash, version });
       return true;
     },
     async roll(id, graceSeconds) {

@@ -386,6 +386,58 @@ export async function createRedisStore(o: RedisStoreOptions & { client?: Client 
     return (await redis.hget(K.keysRolled(account), old)) === claim ? 'failed' : 'changed';
   };
 
+  /**
+   * What a deleted key leaves in its account's slot, removed (idempotent): its place in the key set, its last
+   * use (that hash has no expiry and every key list reads it whole: last-used.lua), its roll claims
+   * (forget-roll.lua: the hash stays bounded by the keys held, and a deleted successor frees its old key to
+   * be rolled again), and its lifetime budget counter — emptied, and left to expire once no settle of the key
+   * can still come (settledTtlSeconds; deleted outright, a settle in flight made it again with no expiry, a
+   * hash in Redis for good: the settle script keeps a TTL it finds). Day and month counters expire on their own.
+   */
+  const forgetKey = async (account: string, id: string, rolledFrom: string) => {
+    const lifetime = K.keyBudget(account, id, 't');
+    await Promise.all([
+      redis.srem(K.accountKeys(account), id),
+      redis.hdel(K.keysUsed(account), id),
+      s.tgForgetRoll(K.keysRolled(account), id, rolledFrom),
+      redis.del(lifetime),
+      redis.hset(lifetime, 's', 0),
+      redis.expire(lifetime, o.settledTtlSeconds),
+    ]);
+  };
+  /**
+   * The accounts (normally one) that still hold a trace of a key whose record is gone — in their key set,
+   * last uses or roll claims — each with the key it was rolled from ('' if none), found by SCAN on every
+   * master: the record, which named them, is gone.
+   */
+  const accountsOfGoneKey = async (id: string): Promise<[string, string][]> => {
+    const nodes = cluster ? (redis as import('ioredis').Cluster).nodes('master') : [redis as import('ioredis').Redis];
+    const names = new Set<string>();
+    for (const node of nodes) {
+      let cursor = '0';
+      do {
+        const [next, batch] = await node.scan(cursor, 'MATCH', K.ACCOUNT_KEYS_PATTERN, 'COUNT', 1000);
+        cursor = next;
+        for (const n of batch) if (/^\{acct:[^}]+\}:(?:keys|used|rolled)$/.test(n)) names.add(n);
+      } while (cursor !== '0');
+    }
+    const accounts = new Set<string>();
+    await Promise.all(
+      [...names].map(async (n) => {
+        const account = /^\{acct:([^}]+)\}/.exec(n)![1]!;
+        const held = n === K.accountKeys(account) ? await redis.sismember(n, id) : await redis.hexists(n, id);
+        if (held === 1) accounts.add(account);
+      }),
+    );
+    return Promise.all(
+      [...accounts].map(async (account): Promise<[string, string]> => {
+        const claims = await redis.hgetall(K.keysRolled(account));
+        const from = Object.keys(claims).find((old) => bare(claims[old]!) === id);
+        return [account, from ?? ''];
+      }),
+    );
+  };
+
   return {
     kind: 'redis',
     redis: pipe && redis instanceof Redis ? limiterClient(redis, pipe) : redis,
@@ -514,28 +566,23 @@ export async function createRedisStore(o: RedisStoreOptions & { client?: Client 
           const hash = await redis.get(K.keyIdIndex(id));
           if (!hash) return null;
           const record = parseKey(await redis.hgetall(K.keyRecord(hash)));
-          if (!record) return null;
-          // Gone from the record, the id index and the account's list: the hash then finds nothing, ever.
-          // Its lifetime budget counter too (day and month counters expire on their own): emptied, and left to
-          // expire once no settle of the key can still come (settledTtlSeconds). Deleted outright, a settle in
-          // flight made it again with no expiry, a hash in Redis for good (the settle script keeps a TTL it finds).
-          const lifetime = K.keyBudget(record.account, id, 't');
+          if (!record) {
+            // Half-deleted: the record is gone but the index is not (a delete whose other writes failed, by
+            // this version or an older one that sent them all at once). Its account and old key were in the
+            // record, so they are looked up (a SCAN, as the console's account list does: this path is rare),
+            // the cleanup is finished, and the delete answers as one (docs/keys.md "Deletion"). Before, this
+            // was a 404 that left the key's place under the held cap, its claims and its last use for good.
+            for (const [account, rolledFrom] of await accountsOfGoneKey(id)) await forgetKey(account, id, rolledFrom);
+            await redis.del(K.keyIdIndex(id));
+            return { record: null, hash };
+          }
           // The record first, on its own: it is what authenticates. Were it to fail while the rest landed
           // (another node on Cluster), the key would still work with its index gone — a retried DELETE a 404 —
           // and its claim freed for a second successor. Failed here, nothing else is done and a retry finds it.
           await redis.del(K.keyRecord(hash));
-          await Promise.all([
-            redis.del(K.keyIdIndex(id)),
-            redis.srem(K.accountKeys(record.account), id),
-            // Its last use too: that hash has no expiry and every key list reads it whole (last-used.lua).
-            redis.hdel(K.keysUsed(record.account), id),
-            // Its roll claims (forget-roll.lua): the hash stays bounded by the keys held, and a deleted
-            // successor frees its old key to be rolled again.
-            s.tgForgetRoll(K.keysRolled(record.account), id, record.rolled_from ?? ''),
-            redis.del(lifetime),
-            redis.hset(lifetime, 's', 0),
-            redis.expire(lifetime, o.settledTtlSeconds),
-          ]);
+          await forgetKey(record.account, id, record.rolled_from ?? '');
+          // The id index last: should anything above fail, a retried DELETE still finds the key (above).
+          await redis.del(K.keyIdIndex(id));
           return { record, hash };
         })(),
       ),
