@@ -466,12 +466,35 @@ export async function createRedisStore(o: RedisStoreOptions & { client?: Client 
             // in the key set; another roll may have dropped it first). Then, as for a claim that changed
             // meanwhile (confirmed, dropped, or freed by its own roll's undo), the claim is asked again, once:
             // the answer names the claim as it is now, or this roll takes it.
-            if (met === 'failed') await s.tgDropClaim(K.keysRolled(r.account), K.accountKeys(r.account), r.rolled_from, added, bare(added));
+            if (met === 'failed') {
+              const dropped = bare(added);
+              if ((await s.tgDropClaim(K.keysRolled(r.account), K.accountKeys(r.account), r.rolled_from, added, dropped)) === 1) {
+                // What that roll stored of its successor goes too: never confirmed (or gone), its key was never
+                // shown, and its record would authenticate for good (a roll that died between its writes).
+                const h = await redis.get(K.keyIdIndex(dropped));
+                if (h) await redis.del(K.keyRecord(h));
+                await redis.del(K.keyIdIndex(dropped));
+              }
+            }
             if (met !== 'standing') added = await addKey();
           }
           if (typeof added === 'string') return { rolledTo: bare(added) };
           if (added !== 1) return added === 0 ? 'held_cap' : 'daily_cap';
           const { name, active, rate_limits, version, ...rest } = r;
+          // A create whose writes failed, undone as far as Redis lets: the record first (it is what
+          // authenticates; a write that timed out may still have landed), then the index. Give the slot back:
+          // a key that was never stored must not count against the account's held keys. The day's count keeps
+          // it (a failed create costs a unit of the daily bound, nothing more). A roll's claim on its old key
+          // goes too, so the old key may be rolled again. Before, a failed roll left the record behind: a key
+          // nobody was ever shown that authenticated for good.
+          const undo = async () => {
+            await redis.del(K.keyRecord(hash)).catch(() => {});
+            await Promise.all([
+              redis.del(K.keyIdIndex(r.id)).catch(() => {}),
+              redis.srem(K.accountKeys(r.account), r.id).catch(() => {}),
+              r.rolled_from ? s.tgForgetRoll(K.keysRolled(r.account), r.id, r.rolled_from).catch(() => {}) : undefined,
+            ]);
+          };
           try {
             await redis.hset(K.keyRecord(hash), {
               rec: JSON.stringify(rest),
@@ -482,18 +505,23 @@ export async function createRedisStore(o: RedisStoreOptions & { client?: Client 
             });
             await redis.set(K.keyIdIndex(r.id), hash);
           } catch (e) {
-            // Give the slot back: a key that was never stored must not count against the account's held
-            // keys. The day's count keeps it (a failed create costs a unit of the daily bound, nothing more).
-            // A roll's claim on its old key goes too, so the old key may be rolled again.
-            await redis.srem(K.accountKeys(r.account), r.id).catch(() => {});
-            if (r.rolled_from) await s.tgForgetRoll(K.keysRolled(r.account), r.id, r.rolled_from).catch(() => {});
+            await undo();
             throw e;
           }
-          if (r.rolled_from && (await s.tgConfirmRoll(K.keysRolled(r.account), r.rolled_from, r.id)) !== 1) {
+          let confirmed = 1;
+          try {
+            if (r.rolled_from) confirmed = (await s.tgConfirmRoll(K.keysRolled(r.account), r.rolled_from, r.id)) as number;
+          } catch (e) {
+            // The claim may be confirmed or still pending (a timeout does not say): either way the key was
+            // never shown, so it is undone, and its claim with it (forget-roll.lua compares first).
+            await undo();
+            throw e;
+          }
+          if (r.rolled_from && confirmed !== 1) {
             // Too slow: another roll found this claim still pending after its wait and dropped it (with this
             // key's place in the key set), so it may have made a successor of its own. This key is undone
             // (it was never shown) and the roll answers as a second one would.
-            await Promise.all([redis.del(K.keyIdIndex(r.id)), redis.del(K.keyRecord(hash)), redis.srem(K.accountKeys(r.account), r.id)]);
+            await undo(); // forget-roll.lua leaves the claim alone: it no longer names this key
             const claim = await redis.hget(K.keysRolled(r.account), r.rolled_from);
             return { rolledTo: claim ? bare(claim) : '' };
           }
