@@ -163,7 +163,11 @@ export function keyControlRoutes(d: {
       doc: {
         auth: 'admin',
         summary: 'Delete a key for good: gone from every list, refused on every instance within a second',
-        responses: { 204: 'Deleted', 401: 'Missing or invalid admin token', 404: 'Admin API disabled, or unknown key' },
+        responses: {
+          204: 'Deleted (also when this finished a delete left half-done: its record gone, its id index not)',
+          401: 'Missing or invalid admin token',
+          404: 'Admin API disabled, or unknown key',
+        },
       },
     },
   ];

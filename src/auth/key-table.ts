@@ -18,6 +18,13 @@ import {
 
 const DAY_MS = 86_400_000;
 
+/** 409 for a roll of a key past its expiry (docs/keys.md "Rotation"). */
+const notRollableExpired = (r: KeyRecord) =>
+  new GatewayError(
+    'key_not_rollable',
+    `Key ${r.id} expired at ${r.expires_at}: an expired key is not rolled. Create a new key, or move its expires_at (PATCH) first.`,
+  );
+
 export interface NewKey {
   account: string;
   env: KeyEnv;
@@ -157,7 +164,9 @@ export function createKeyTable(d: { store: Store; now: () => number; maxPerAccou
       const r = await d.store.deleteKey(id);
       if (!r) return false;
       // A version above the last one: a read racing the delete cannot put the old record back in a cache.
-      await d.store.publish({ kind: 'key', hash: r.hash, version: r.record.version + 1 });
+      // A half-deleted key's version went with its record: the highest there is (its hash is never reused).
+      const version = r.record ? r.record.version + 1 : Number.MAX_SAFE_INTEGER;
+      await d.store.publish({ kind: 'key', hash: r.hash, version });
       return true;
     },
     async roll(id, graceSeconds) {
@@ -165,12 +174,7 @@ export function createKeyTable(d: { store: Store; now: () => number; maxPerAccou
       if (!old) return null;
       // An expired key is not rolled: its successor would be born expired (it inherits the expiry), and a
       // roll must not bring a dead key back as a live one. Moving the expiry (PATCH) is the explicit way.
-      if (isExpired(old, d.now())) {
-        throw new GatewayError(
-          'key_not_rollable',
-          `Key ${id} expired at ${old.expires_at}: an expired key is not rolled. Create a new key, or move its expires_at (PATCH) first.`,
-        );
-      }
+      if (isExpired(old, d.now())) throw notRollableExpired(old);
       const made = await this.create(
         {
           account: old.account,
@@ -188,10 +192,36 @@ export function createKeyTable(d: { store: Store; now: () => number; maxPerAccou
         },
         1,
       ); // an account at its key cap can still roll once: the old key expires, and deleting it frees the slot
-      const graceEnd = d.now() + graceSeconds * 1000;
-      const current = old.expires_at == null ? Infinity : Date.parse(old.expires_at);
-      const previous = graceEnd < current ? await this.update(id, { expires_at: new Date(graceEnd).toISOString() }) : old;
-      return { ...made, previous: previous ?? old };
+      // Its key not shown yet, the successor is undone on any failure from here: a key stored but never
+      // received would authenticate with nobody to hold it, and its claim would block the next roll.
+      const undo = () => this.delete(made.record.id).catch(() => false);
+      try {
+        // The old key read again now that its successor is claimed and stored (the record is another Cluster
+        // slot than the claim, so this is the commit point, not the script): a PATCH that disabled the key,
+        // moved its expiry or changed what it may do since the read above — or the clock passing its
+        // expiry — is taken over, as if the roll had come after it. Else a key disabled mid-roll had an
+        // active successor. A change landing after this read is a change after the roll.
+        const now = (await this.get(id)) ?? old; // deleted meanwhile: that delete came after the roll
+        if (isExpired(now, d.now())) throw notRollableExpired(now); // undone below
+        let record = made.record;
+        if (now.version !== old.version) {
+          const patch: KeyPatch = {};
+          if (now.active !== record.active) patch.active = now.active;
+          if ((now.expires_at ?? null) !== (record.expires_at ?? null)) patch.expires_at = now.expires_at ?? null;
+          if (now.name !== record.name) patch.name = now.name;
+          if (JSON.stringify(now.scopes) !== JSON.stringify(record.scopes)) patch.scopes = now.scopes;
+          if (JSON.stringify(now.rate_limits) !== JSON.stringify(record.rate_limits)) patch.rate_limits = now.rate_limits;
+          if (JSON.stringify(now.budget ?? null) !== JSON.stringify(record.budget ?? null)) patch.budget = now.budget ?? null;
+          if (Object.keys(patch).length > 0) record = (await this.update(record.id, patch)) ?? { ...record, ...patch };
+        }
+        const graceEnd = d.now() + graceSeconds * 1000;
+        const current = now.expires_at == null ? Infinity : Date.parse(now.expires_at);
+        const previous = graceEnd < current ? await this.update(id, { expires_at: new Date(graceEnd).toISOString() }) : now;
+        return { key: made.key, record, previous: previous ?? now };
+      } catch (e) {
+        await undo();
+        throw e;
+      }
     },
   };
 }

@@ -386,6 +386,58 @@ export async function createRedisStore(o: RedisStoreOptions & { client?: Client 
     return (await redis.hget(K.keysRolled(account), old)) === claim ? 'failed' : 'changed';
   };
 
+  /**
+   * What a deleted key leaves in its account's slot, removed (idempotent): its place in the key set, its last
+   * use (that hash has no expiry and every key list reads it whole: last-used.lua), its roll claims
+   * (forget-roll.lua: the hash stays bounded by the keys held, and a deleted successor frees its old key to
+   * be rolled again), and its lifetime budget counter — emptied, and left to expire once no settle of the key
+   * can still come (settledTtlSeconds; deleted outright, a settle in flight made it again with no expiry, a
+   * hash in Redis for good: the settle script keeps a TTL it finds). Day and month counters expire on their own.
+   */
+  const forgetKey = async (account: string, id: string, rolledFrom: string) => {
+    const lifetime = K.keyBudget(account, id, 't');
+    await Promise.all([
+      redis.srem(K.accountKeys(account), id),
+      redis.hdel(K.keysUsed(account), id),
+      s.tgForgetRoll(K.keysRolled(account), id, rolledFrom),
+      redis.del(lifetime),
+      redis.hset(lifetime, 's', 0),
+      redis.expire(lifetime, o.settledTtlSeconds),
+    ]);
+  };
+  /**
+   * The accounts (normally one) that still hold a trace of a key whose record is gone — in their key set,
+   * last uses or roll claims — each with the key it was rolled from ('' if none), found by SCAN on every
+   * master: the record, which named them, is gone.
+   */
+  const accountsOfGoneKey = async (id: string): Promise<[string, string][]> => {
+    const nodes = cluster ? (redis as import('ioredis').Cluster).nodes('master') : [redis as import('ioredis').Redis];
+    const names = new Set<string>();
+    for (const node of nodes) {
+      let cursor = '0';
+      do {
+        const [next, batch] = await node.scan(cursor, 'MATCH', K.ACCOUNT_KEYS_PATTERN, 'COUNT', 1000);
+        cursor = next;
+        for (const n of batch) if (/^\{acct:[^}]+\}:(?:keys|used|rolled)$/.test(n)) names.add(n);
+      } while (cursor !== '0');
+    }
+    const accounts = new Set<string>();
+    await Promise.all(
+      [...names].map(async (n) => {
+        const account = /^\{acct:([^}]+)\}/.exec(n)![1]!;
+        const held = n === K.accountKeys(account) ? await redis.sismember(n, id) : await redis.hexists(n, id);
+        if (held === 1) accounts.add(account);
+      }),
+    );
+    return Promise.all(
+      [...accounts].map(async (account): Promise<[string, string]> => {
+        const claims = await redis.hgetall(K.keysRolled(account));
+        const from = Object.keys(claims).find((old) => bare(claims[old]!) === id);
+        return [account, from ?? ''];
+      }),
+    );
+  };
+
   return {
     kind: 'redis',
     redis: pipe && redis instanceof Redis ? limiterClient(redis, pipe) : redis,
@@ -414,12 +466,35 @@ export async function createRedisStore(o: RedisStoreOptions & { client?: Client 
             // in the key set; another roll may have dropped it first). Then, as for a claim that changed
             // meanwhile (confirmed, dropped, or freed by its own roll's undo), the claim is asked again, once:
             // the answer names the claim as it is now, or this roll takes it.
-            if (met === 'failed') await s.tgDropClaim(K.keysRolled(r.account), K.accountKeys(r.account), r.rolled_from, added, bare(added));
+            if (met === 'failed') {
+              const dropped = bare(added);
+              if ((await s.tgDropClaim(K.keysRolled(r.account), K.accountKeys(r.account), r.rolled_from, added, dropped)) === 1) {
+                // What that roll stored of its successor goes too: never confirmed (or gone), its key was never
+                // shown, and its record would authenticate for good (a roll that died between its writes).
+                const h = await redis.get(K.keyIdIndex(dropped));
+                if (h) await redis.del(K.keyRecord(h));
+                await redis.del(K.keyIdIndex(dropped));
+              }
+            }
             if (met !== 'standing') added = await addKey();
           }
           if (typeof added === 'string') return { rolledTo: bare(added) };
           if (added !== 1) return added === 0 ? 'held_cap' : 'daily_cap';
           const { name, active, rate_limits, version, ...rest } = r;
+          // A create whose writes failed, undone as far as Redis lets: the record first (it is what
+          // authenticates; a write that timed out may still have landed), then the index. Give the slot back:
+          // a key that was never stored must not count against the account's held keys. The day's count keeps
+          // it (a failed create costs a unit of the daily bound, nothing more). A roll's claim on its old key
+          // goes too, so the old key may be rolled again. Before, a failed roll left the record behind: a key
+          // nobody was ever shown that authenticated for good.
+          const undo = async () => {
+            await redis.del(K.keyRecord(hash)).catch(() => {});
+            await Promise.all([
+              redis.del(K.keyIdIndex(r.id)).catch(() => {}),
+              redis.srem(K.accountKeys(r.account), r.id).catch(() => {}),
+              r.rolled_from ? s.tgForgetRoll(K.keysRolled(r.account), r.id, r.rolled_from).catch(() => {}) : undefined,
+            ]);
+          };
           try {
             await redis.hset(K.keyRecord(hash), {
               rec: JSON.stringify(rest),
@@ -430,18 +505,23 @@ export async function createRedisStore(o: RedisStoreOptions & { client?: Client 
             });
             await redis.set(K.keyIdIndex(r.id), hash);
           } catch (e) {
-            // Give the slot back: a key that was never stored must not count against the account's held
-            // keys. The day's count keeps it (a failed create costs a unit of the daily bound, nothing more).
-            // A roll's claim on its old key goes too, so the old key may be rolled again.
-            await redis.srem(K.accountKeys(r.account), r.id).catch(() => {});
-            if (r.rolled_from) await s.tgForgetRoll(K.keysRolled(r.account), r.id, r.rolled_from).catch(() => {});
+            await undo();
             throw e;
           }
-          if (r.rolled_from && (await s.tgConfirmRoll(K.keysRolled(r.account), r.rolled_from, r.id)) !== 1) {
+          let confirmed = 1;
+          try {
+            if (r.rolled_from) confirmed = (await s.tgConfirmRoll(K.keysRolled(r.account), r.rolled_from, r.id)) as number;
+          } catch (e) {
+            // The claim may be confirmed or still pending (a timeout does not say): either way the key was
+            // never shown, so it is undone, and its claim with it (forget-roll.lua compares first).
+            await undo();
+            throw e;
+          }
+          if (r.rolled_from && confirmed !== 1) {
             // Too slow: another roll found this claim still pending after its wait and dropped it (with this
             // key's place in the key set), so it may have made a successor of its own. This key is undone
             // (it was never shown) and the roll answers as a second one would.
-            await Promise.all([redis.del(K.keyIdIndex(r.id)), redis.del(K.keyRecord(hash)), redis.srem(K.accountKeys(r.account), r.id)]);
+            await undo(); // forget-roll.lua leaves the claim alone: it no longer names this key
             const claim = await redis.hget(K.keysRolled(r.account), r.rolled_from);
             return { rolledTo: claim ? bare(claim) : '' };
           }
@@ -514,28 +594,23 @@ export async function createRedisStore(o: RedisStoreOptions & { client?: Client 
           const hash = await redis.get(K.keyIdIndex(id));
           if (!hash) return null;
           const record = parseKey(await redis.hgetall(K.keyRecord(hash)));
-          if (!record) return null;
-          // Gone from the record, the id index and the account's list: the hash then finds nothing, ever.
-          // Its lifetime budget counter too (day and month counters expire on their own): emptied, and left to
-          // expire once no settle of the key can still come (settledTtlSeconds). Deleted outright, a settle in
-          // flight made it again with no expiry, a hash in Redis for good (the settle script keeps a TTL it finds).
-          const lifetime = K.keyBudget(record.account, id, 't');
+          if (!record) {
+            // Half-deleted: the record is gone but the index is not (a delete whose other writes failed, by
+            // this version or an older one that sent them all at once). Its account and old key were in the
+            // record, so they are looked up (a SCAN, as the console's account list does: this path is rare),
+            // the cleanup is finished, and the delete answers as one (docs/keys.md "Deletion"). Before, this
+            // was a 404 that left the key's place under the held cap, its claims and its last use for good.
+            for (const [account, rolledFrom] of await accountsOfGoneKey(id)) await forgetKey(account, id, rolledFrom);
+            await redis.del(K.keyIdIndex(id));
+            return { record: null, hash };
+          }
           // The record first, on its own: it is what authenticates. Were it to fail while the rest landed
           // (another node on Cluster), the key would still work with its index gone — a retried DELETE a 404 —
           // and its claim freed for a second successor. Failed here, nothing else is done and a retry finds it.
           await redis.del(K.keyRecord(hash));
-          await Promise.all([
-            redis.del(K.keyIdIndex(id)),
-            redis.srem(K.accountKeys(record.account), id),
-            // Its last use too: that hash has no expiry and every key list reads it whole (last-used.lua).
-            redis.hdel(K.keysUsed(record.account), id),
-            // Its roll claims (forget-roll.lua): the hash stays bounded by the keys held, and a deleted
-            // successor frees its old key to be rolled again.
-            s.tgForgetRoll(K.keysRolled(record.account), id, record.rolled_from ?? ''),
-            redis.del(lifetime),
-            redis.hset(lifetime, 's', 0),
-            redis.expire(lifetime, o.settledTtlSeconds),
-          ]);
+          await forgetKey(record.account, id, record.rolled_from ?? '');
+          // The id index last: should anything above fail, a retried DELETE still finds the key (above).
+          await redis.del(K.keyIdIndex(id));
           return { record, hash };
         })(),
       ),

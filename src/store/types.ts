@@ -368,8 +368,11 @@ export interface Store {
   scanKeys(onBatch: (records: KeyRecord[]) => void): Promise<void>;
   /** Applies the patch and bumps the version; null when the id is unknown. */
   updateKey(id: string, patch: KeyPatch): Promise<{ record: KeyRecord; hash: string } | null>;
-  /** Removes the record and its indexes for good (SPEC §15); null when the id is unknown. */
-  deleteKey(id: string): Promise<{ record: KeyRecord; hash: string } | null>;
+  /**
+   * Removes the record and its indexes for good (SPEC §15); null when the id is unknown. `record` null: the
+   * record was already gone, and this finished a half-done delete (Redis: its id index was left).
+   */
+  deleteKey(id: string): Promise<{ record: KeyRecord | null; hash: string } | null>;
   /** What a key's budget counter of one period has settled (`spent`) and holds open now (`held`). */
   keySpend(account: string, keyId: string, period: string, nowMs: number): Promise<{ spent_micros: number; held_micros: number }>;
 

@@ -7,6 +7,8 @@ import { Cluster } from 'ioredis';
 import { startRedisCluster } from '../helpers/redis-cluster.ts';
 import { createRedisStore } from '../../src/store/redis-store.ts';
 import { runStoreContract } from '../store/contract.ts';
+import { keyRecord } from '../store/contract-key-controls.ts';
+import * as K from '../../src/store/redis-keys.ts';
 
 const cluster = await startRedisCluster(t);
 if (cluster) {
@@ -32,4 +34,26 @@ if (cluster) {
     // Another gateway instance: a second store (own connections) on the same cluster, no flush.
     { makePeer: (t) => open(t) },
   );
+
+  // A half-deleted key (docs/keys.md "Deletion"): its account is found by SCAN on every master, and its
+  // record, index and account keys are three different slots.
+  t.test('deleteKey finishes a half-done delete across masters', async (t) => {
+    const admin = new Cluster(
+      cluster.addresses.map((a) => ({ host: a.split(':')[0]!, port: Number(a.split(':')[1]) })),
+      { lazyConnect: true },
+    );
+    await admin.connect();
+    t.teardown(() => admin.quit());
+    const store = await open(t);
+    const old = keyRecord('key_CLHaLF00000000A', 'cl-half');
+    const next = keyRecord('key_CLHaLF00000000B', 'cl-half', { rolled_from: old.id });
+    await store.createKey('hash-cl-half-a', old);
+    t.equal(await store.createKey('hash-cl-half-b', next), 'created');
+    await admin.del(K.keyRecord('hash-cl-half-b'));
+    t.strictSame(await store.deleteKey(next.id), { record: null, hash: 'hash-cl-half-b' }, 'finished');
+    t.strictSame(await admin.smembers(K.accountKeys('cl-half')), [old.id], 'its key-set entry is gone');
+    t.equal(await admin.exists(K.keysRolled('cl-half')), 0, "and its old key's claim naming it");
+    t.equal(await admin.exists(K.keyIdIndex(next.id)), 0, 'and its id index');
+    t.equal(await store.deleteKey(next.id), null, 'then it is unknown');
+  });
 }

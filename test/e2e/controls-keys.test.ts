@@ -125,6 +125,36 @@ if (redis) {
     t.equal((await status(b, kept.key)).status, 200, 'the other key is untouched');
   });
 
+  t.test('delete of a half-deleted key (record gone, the rest left by a partial delete): finished, 204, then 404', async (t) => {
+    const a = await startGateway(t, { redisUrl: redis.url, config: { ...CONFIG, limits: { max_keys_per_account: 2 } } });
+    const b = await startGateway(t, { redisUrl: redis.url, config: CONFIG });
+    const account = 'half-del';
+    const half = await a.createKey({ account, env: 'live' });
+    const rolled = await a.admin(`/admin/keys/${half.id}/roll`, { method: 'POST', body: { expires_in_seconds: 600 } });
+    t.equal(rolled.status, 201);
+    t.equal((await status(b, half.key)).status, 200, 'B has the old key cached');
+    // What a delete by an older version (all its writes at once) could leave when only the record's landed:
+    // the id index, the key-set entry, its last use, its claim, and no invalidation sent.
+    const hash = await redis.client.get(`tg:keyid:${half.id}`);
+    await redis.client.del(`tg:key:${hash}`);
+    await redis.client.hset(`{acct:${account}}:used`, half.id, '2026-11-22T10:00');
+    t.equal((await a.admin(`/admin/keys/${half.id}`)).status, 404, 'reads no longer find it');
+    t.equal((await status(b, half.key)).status, 200, 'yet B still serves it from its cache');
+
+    const deletedAt = Date.now();
+    t.equal((await a.admin(`/admin/keys/${half.id}`, { method: 'DELETE' })).status, 204, 'the DELETE finishes the delete: 204');
+    const refusedAt = await until(b, half.key, 401);
+    t.ok(refusedAt - deletedAt < 1000, `B refused it ${refusedAt - deletedAt} ms after the DELETE (an invalidation was sent)`);
+    t.equal(await redis.client.exists(`tg:keyid:${half.id}`), 0, 'its id index is gone');
+    t.equal(await redis.client.sismember(`{acct:${account}}:keys`, half.id), 0, 'so is its key-set entry');
+    t.equal(await redis.client.hexists(`{acct:${account}}:used`, half.id), 0, 'and its last use');
+    t.equal(await redis.client.hexists(`{acct:${account}}:rolled`, half.id), 0, 'and its claim');
+    t.equal((await a.admin(`/admin/keys/${half.id}`, { method: 'DELETE' })).status, 404, 'a second DELETE is 404');
+    const made = await a.admin('/admin/keys', { body: { account, env: 'live', name: 'fits' } });
+    t.equal(made.status, 201, 'its place under limits.max_keys_per_account (2) is free again');
+    t.equal((await a.admin(`/admin/keys/${rolled.body.id}`)).status, 200, 'the successor is untouched');
+  });
+
   t.test('GET /v1/key: the calling key’s quota with any valid key', async (t) => {
     const gw = await startGateway(t, { redisUrl: redis.url, config: CONFIG });
     const live = await gw.createKey({

@@ -392,6 +392,36 @@ if (redis) {
     t.equal(await redis.client.exists(claims), 0, "the successor's delete drops the claim naming it: nothing left for deleted keys");
   });
 
+  t.test('deleteKey finishes a half-done delete (record gone, the rest left): found by its traces, cleaned, then null', async (t) => {
+    await redis.client.flushdb();
+    const store = await openStore(t, redis.url);
+    const claims = K.keysRolled('halfway');
+    const old = keyRecord('key_HaLF00000000000A', 'halfway');
+    const next = keyRecord('key_HaLF00000000000B', 'halfway', { rolled_from: old.id });
+    await store.createKey('hash-half-a', old);
+    t.equal(await store.createKey('hash-half-b', next), 'created');
+    await redis.client.hset(K.keysUsed('halfway'), next.id, '2026-11-22T10:00', old.id, '2026-11-22T10:00');
+    // A successor half-deleted: only its record went (an older version's delete, its other writes failed).
+    await redis.client.del(K.keyRecord('hash-half-b'));
+    t.equal(await store.getKey(next.id), null, 'reads no longer find it');
+    const done = await store.deleteKey(next.id);
+    t.strictSame(done, { record: null, hash: 'hash-half-b' }, 'the delete finishes it (the record was already gone)');
+    t.equal(await redis.client.exists(K.keyIdIndex(next.id)), 0, 'its id index is gone');
+    t.strictSame(await redis.client.smembers(K.accountKeys('halfway')), [old.id], 'its key-set entry too');
+    t.strictSame(Object.keys(await redis.client.hgetall(K.keysUsed('halfway'))), [old.id], 'and its last use');
+    t.strictSame(await redis.client.hgetall(claims), {}, "and its old key's claim naming it: the old key may roll again");
+    const ttl = await redis.client.ttl(K.keyBudget('halfway', next.id, 't'));
+    t.ok(ttl > 0 && ttl <= SETTLED_TTL_S, `its lifetime counter expires (TTL ${ttl} s)`);
+    t.equal(await store.deleteKey(next.id), null, 'a second delete finds nothing');
+
+    // Only traces outside the key set left (its SREM had landed): still found and cleaned.
+    await redis.client.del(K.keyRecord('hash-half-a'));
+    await redis.client.srem(K.accountKeys('halfway'), old.id);
+    await redis.client.hset(claims, old.id, 'key_elsewhere');
+    t.strictSame(await store.deleteKey(old.id), { record: null, hash: 'hash-half-a' });
+    t.equal(await redis.client.exists(K.keysUsed('halfway'), claims, K.keyIdIndex(old.id)), 0, 'its last use, claim and index are gone');
+  });
+
   t.test('the reaper empties large buckets of several accounts in slices, each hold once', async (t) => {
     await redis.client.flushdb();
     const store = await openStore(t, redis.url);
