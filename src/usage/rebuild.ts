@@ -105,6 +105,18 @@ export async function rebuildUsage(d: RebuildDeps, account: string, from: string
     leasedAt = at;
   };
   try {
+    // Without the bucket (ledger.export off) Redis must hold the range whole. It does not when an export that
+    // was on earlier trimmed entries the range may hold (ids from a day before its start): counting only what
+    // Redis kept replaced the cells with a fraction of the bill. Refused, nothing replaced.
+    if (!d.sink) {
+      const { archived_before: archived } = await d.store.exportState(account);
+      if (archived !== null && compareIds(archived, `${Date.parse(`${from}T00:00:00Z`) - DAY_MS}-0`) > 0)
+        throw new GatewayError(
+          'invalid_request',
+          `Entries of this account before ${archived} were exported and trimmed from Redis, and the ledger export is off: ` +
+            'the rebuild cannot read them. Enable ledger.export (its bucket) to rebuild these days; nothing was replaced.',
+        );
+    }
     // Redis' first entry now: from it on Redis holds every entry, before it only the objects do.
     const first = (await d.store.ledger(account, undefined, 1))[0]?.id;
 

@@ -7,6 +7,8 @@
 //   exported and trimmed meanwhile were counted by neither, and the rebuild wrote too low a bill);
 // - it reads Redis to the end: a debit appended days after its billing instant (a spooled settle replayed
 //   late) counts on its day (before, Redis was read to a day past the range, and such a debit was lost);
+// - without the bucket (export turned off after it trimmed) a range whose entries may be trimmed is refused
+//   (before, the cells were replaced by what Redis kept);
 // - each entry once, over trimmed objects, exported-but-kept entries (in objects and Redis), unexported
 //   ones and a conflict copy (an object written beside another after Redis lost writes).
 import { spawn } from 'node:child_process';
@@ -194,6 +196,25 @@ if (redis) {
     const report = await rebuildUsage({ store, sink: undefined, prefix: PREFIX, retentionDays: 400 }, 'late', day, day);
     t.equal(report.entries, 1, 'the debit counted');
     t.same(await store.usageCells('late', day, day), [cell], 'the cell is still the ledger sum (before: emptied)');
+  });
+
+  t.test('the export turned off after it trimmed: a rebuild of the trimmed days is refused, nothing replaced', async (t) => {
+    await redis.client.flushdb();
+    const s3 = await startS3(t, 'rebuild-off');
+    const store = await openRedisStore(t, redis.url);
+    const trimmed = await debits(redis.client, 'off', 10);
+    t.equal((await exporterOf(store, sinkFor(s3), 0).runOnce()).trimmed, 10, 'exported and trimmed while the export was on');
+    const kept = await debits(redis.client, 'off', 4, 10);
+    const right = merge(trimmed, kept);
+    await store.replaceUsage('off', today(), ['k0', 'k1', 'k2'], right, 400);
+    // ledger.export.enabled: false from now on: the gateway hands the rebuild no bucket.
+    await t.rejects(
+      rebuildUsage({ store, sink: undefined, prefix: PREFIX, retentionDays: 400 }, 'off', today(), today()),
+      { code: 'invalid_request', message: /exported and trimmed/ },
+      'refused: Redis holds 4 of its 14 debits (before: the cells were replaced by those 4)',
+    );
+    t.same(await store.usageCells('off', today(), today()), right, 'the cells are left as they were');
+    t.equal(await redis.client.get(K.exportLease('off')), null, 'the lease is released');
   });
 
   t.test('a trim the lease did not stop (an exporter that lost its lease to a pause): refused, nothing replaced', async (t) => {
