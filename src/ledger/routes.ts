@@ -33,6 +33,10 @@ export function ledgerRoutes(d: { exporter: LedgerExporter | undefined }): Route
                 objects: { type: 'integer' },
                 trimmed: { type: 'integer' },
                 failed: { type: 'integer' },
+                conflicts: {
+                  type: 'integer',
+                  description: 'Objects written beside one holding entries Redis no longer has (Redis lost writes)',
+                },
               },
             },
           },

@@ -185,6 +185,10 @@ export function createMemoryStore(now: () => number = Date.now, opts: MemoryStor
     return c;
   }
 
+  /**
+   * `e`'s fields in the Redis store's order (kind, amount_micros, ts, …: its XADD's and redis-records.ts
+   * parseEntry's), so an entry is the same bytes from either store in the API and in the export's objects.
+   */
   function append(a: Account, e: Omit<LedgerEntry, 'id'>): string {
     const id = nextId();
     a.ledger.push({ id, ...e });
@@ -268,7 +272,7 @@ export function createMemoryStore(now: () => number = Date.now, opts: MemoryStor
       a.balance += amount;
       funded.add(acct);
       exported.indexAccount(acct);
-      const entryId = append(a, { ts, kind: 'grant', amount_micros: amount, ...(note ? { note } : {}) });
+      const entryId = append(a, { kind: 'grant', amount_micros: amount, ts, ...(note ? { note } : {}) });
       if (idempotencyKey !== undefined) a.idem.set(idempotencyKey, entryId);
       return { account: acct, balance_micros: a.balance, held_micros: a.held, entry_id: entryId, replayed: false };
     },
@@ -335,9 +339,9 @@ export function createMemoryStore(now: () => number = Date.now, opts: MemoryStor
         else c.held.delete(due);
       }
       const entryId = append(a, {
-        ts: i.ts,
         kind: 'debit',
         amount_micros: 0 - i.costMicros,
+        ts: i.ts,
         request_id: i.requestId,
         key_id: i.keyId,
         model: i.model,
@@ -366,7 +370,7 @@ export function createMemoryStore(now: () => number = Date.now, opts: MemoryStor
           for (const [requestId, r] of bucket) {
             if (r.state === 'open') {
               a.held -= r.amount;
-              append(a, { ts, kind: 'hold_expired', amount_micros: 0, request_id: requestId, hold_micros: r.amount });
+              append(a, { kind: 'hold_expired', amount_micros: 0, ts, request_id: requestId, hold_micros: r.amount });
               bucket.set(requestId, { state: 'reaped', amount: r.amount, keepUntil: nowMs + reapedKeepMs });
               n++;
             } else if (r.state === 'settled' || r.keepUntil <= nowMs) {

@@ -19,7 +19,7 @@
 import { randomUUID } from 'node:crypto';
 import { performance } from 'node:perf_hooks';
 import { GatewayError } from '../http/errors.ts';
-import { compareIds, decodeObject, entryDay, idAtMs, type ExportedEntry } from '../ledger/entries.ts';
+import { compareIds, decodeObject, entryDay, type ExportedEntry } from '../ledger/entries.ts';
 import type { LedgerSink } from '../ledger/sink.ts';
 import type { LedgerEntry, Store, UsageCell } from '../store/types.ts';
 import { daysBetween } from '../store/usage-fields.ts';
@@ -105,18 +105,34 @@ export async function rebuildUsage(d: RebuildDeps, account: string, from: string
     leasedAt = at;
   };
   try {
+    // Without the bucket (ledger.export off) Redis must hold the range whole. It does not when an export that
+    // was on earlier trimmed entries the range may hold (ids from a day before its start): counting only what
+    // Redis kept replaced the cells with a fraction of the bill. Refused, nothing replaced.
+    if (!d.sink) {
+      const { archived_before: archived } = await d.store.exportState(account);
+      if (archived !== null && compareIds(archived, `${Date.parse(`${from}T00:00:00Z`) - DAY_MS}-0`) > 0)
+        throw new GatewayError(
+          'invalid_request',
+          `Entries of this account before ${archived} were exported and trimmed from Redis, and the ledger export is off: ` +
+            'the rebuild cannot read them. Enable ledger.export (its bucket) to rebuild these days; nothing was replaced.',
+        );
+    }
     // Redis' first entry now: from it on Redis holds every entry, before it only the objects do.
     const first = (await d.store.ledger(account, undefined, 1))[0]?.id;
 
-    // Redis from a day before the range (an entry's id is Redis' clock, its ts ours) to a day after it.
-    const endId = idAtMs(Date.parse(`${to}T00:00:00Z`) + 2 * DAY_MS);
+    // Redis from a day before the range (an entry's id is Redis' clock, its ts ours) to its end. Not only to
+    // a day after the range: a settle is appended when it lands, with its billing instant as ts, and one
+    // replayed from the spool lands whenever the next process starts (its hold bucket waits for it until
+    // the reaper runs), days later when every instance was down that long. Cut at `to` + 1 day, such a
+    // debit was counted by neither part (Redis not read that far, its object skipped as Redis' to read),
+    // and the rebuild replaced the right cell with a lower one.
     let after: string | undefined = `${Date.parse(`${from}T00:00:00Z`) - DAY_MS - 1}-18446744073709551615`;
     if (first !== undefined && compareIds(after, first) < 0) after = undefined;
-    if (first !== undefined && compareIds(first, endId) <= 0) {
+    if (first !== undefined) {
       for (;;) {
         const page = await d.store.ledger(account, after, PAGE);
         for (const e of page) fold(e);
-        if (page.length < PAGE || compareIds(page.at(-1)!.id, endId) > 0) break;
+        if (page.length < PAGE) break;
         after = page.at(-1)!.id;
         await renew();
       }

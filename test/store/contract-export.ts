@@ -2,7 +2,8 @@
 // cursor, trimming that never passes the cursor, the account index, and the usage cells.
 import type { Test } from 'tap';
 import type { UsageCell } from '../../src/store/types.ts';
-import { allEntries, keyRecordOf, TS, uniqueAccount, waitFor, type Harness } from './harness.ts';
+import { encodeObject, decodeObject } from '../../src/ledger/entries.ts';
+import { allEntries, FAR, keyRecordOf, settleOf, TS, TS2, uniqueAccount, waitFor, type Harness } from './harness.ts';
 
 type Case = (name: string, fn: (t: Test, h: Harness) => Promise<void>) => void;
 
@@ -28,6 +29,49 @@ export function exportCases(test: Case): void {
     await store.releaseExportLease(a, 'one');
     t.equal(await store.acquireExportLease(a, 'two', 150), true, 'released: taken by the next');
     await waitFor(() => store.acquireExportLease(a, 'three', 60_000), 3000, 'the short lease to expire');
+  });
+
+  test("every kind of entry carries its fields in one order, the Redis store's: the export's bytes are the same from either store", async (t, {
+    store,
+  }) => {
+    const a = uniqueAccount();
+    await store.grant(a, 100_000, undefined, 'a note', TS);
+    await store.grant(a, 5, undefined, undefined, TS);
+    for (const [id, cached] of [
+      ['with-cached', 5],
+      ['without', 0],
+    ] as const) {
+      await store.hold(a, id, 500, FAR);
+      await store.settle(settleOf(a, id, 120, { cachedTokens: cached, holdMicros: 500 }));
+    }
+    await store.hold(a, 'reaped', 300, 1000);
+    await store.reapExpiredHolds(2000, TS2);
+    const debit = [
+      'id',
+      'kind',
+      'amount_micros',
+      'ts',
+      'request_id',
+      'key_id',
+      'model',
+      'prompt_tokens',
+      'completion_tokens',
+      'usage_source',
+      'hold_micros',
+    ];
+    const want = [
+      ['id', 'kind', 'amount_micros', 'ts', 'note', 'account'],
+      ['id', 'kind', 'amount_micros', 'ts', 'account'],
+      [...debit, 'cached_tokens', 'account'],
+      [...debit, 'account'],
+      ['id', 'kind', 'amount_micros', 'ts', 'request_id', 'hold_micros', 'account'],
+    ];
+    // As the export writes them (the embedded store wrote `ts` second: the same entries, other bytes).
+    const lines = await decodeObject(await encodeObject(a, await allEntries(store, a)));
+    t.same(
+      lines.map((e) => Object.keys(e)),
+      want,
+    );
   });
 
   test('commitExport moves the cursor only under the lease and from the cursor it read (fenced CAS)', async (t, { store }) => {

@@ -72,7 +72,14 @@ if (redis) {
       'the aggregates: one request each day, at its debit',
     );
 
-    t.equal((await gw.admin('/admin/ledger/export', { method: 'POST' })).body.failed, 0, 'exported');
+    const report = (await gw.admin('/admin/ledger/export', { method: 'POST' })).body;
+    t.equal(report.failed, 0, 'exported');
+    const doc = (await (await fetch(`${gw.adminUrl}/openapi.json`)).json()) as any;
+    t.same(
+      Object.keys(report).sort(),
+      Object.keys(doc.paths['/admin/ledger/export'].post.responses['200'].content['application/json'].schema.properties).sort(),
+      "the pass's report has the fields /openapi.json documents (`conflicts` was missing)",
+    );
     const lines = (await exportedLines(sinkFor(s3))).filter((l) => l.entry.kind === 'debit');
     t.same(
       lines.map((l) => l.key.slice(PREFIX.length, PREFIX.length + 'dt=YYYY-MM-DD'.length)).sort(),

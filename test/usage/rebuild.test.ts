@@ -5,6 +5,10 @@
 // - it holds the account's export lease: an export pass (and its trim) during the rebuild leaves the
 //   account alone, so no entry leaves Redis between the objects read and the Redis read (before, entries
 //   exported and trimmed meanwhile were counted by neither, and the rebuild wrote too low a bill);
+// - it reads Redis to the end: a debit appended days after its billing instant (a spooled settle replayed
+//   late) counts on its day (before, Redis was read to a day past the range, and such a debit was lost);
+// - without the bucket (export turned off after it trimmed) a range whose entries may be trimmed is refused
+//   (before, the cells were replaced by what Redis kept);
 // - each entry once, over trimmed objects, exported-but-kept entries (in objects and Redis), unexported
 //   ones and a conflict copy (an object written beside another after Redis lost writes).
 import { spawn } from 'node:child_process';
@@ -22,6 +26,7 @@ import { rebuildUsage } from '../../src/usage/rebuild.ts';
 import { startRedis } from '../helpers/redis.ts';
 import { startS3 } from '../helpers/s3.ts';
 import { openRedisStore, PREFIX, sinkFor } from '../ledger/support.ts';
+import { keyRecordOf } from '../store/harness.ts';
 
 const CHILD = fileURLToPath(new URL('./rebuild-child.ts', import.meta.url));
 const today = () => new Date().toISOString().slice(0, 10);
@@ -165,6 +170,51 @@ if (redis) {
     const after = await exporterOf(store, real, 0).runOnce();
     t.equal(after.busy, 0, 'the rebuild released the lease');
     t.equal((await store.ledger('race', undefined, 100)).length, 0, 'the account is exported and trimmed once the rebuild is done');
+  });
+
+  t.test('a debit appended days after its billing instant (a settle replayed from the spool) is counted', async (t) => {
+    await redis.client.flushdb();
+    const store = await openRedisStore(t, redis.url);
+    await store.createKey('hash-late', keyRecordOf('late', 'k0', { env: 'live' }));
+    // Billed 4 days ago, landed now: every instance was down until now, its settle spooled, its hold bucket
+    // waiting unreaped. Its ts is the billing instant, its id Redis' clock when it landed.
+    const billed = new Date(Date.now() - 4 * 86_400_000).toISOString();
+    const day = billed.slice(0, 10);
+    await redis.client.xadd(K.ledger('late'), '*', 'd', JSON.stringify([-40, billed, 'req-1', 'k0', 'm0', 10, 5, 'upstream']), 'h', '40');
+    const cell: UsageCell = {
+      day,
+      key_id: 'k0',
+      model: 'm0',
+      requests: 1,
+      prompt_tokens: 10,
+      completion_tokens: 5,
+      cost_micros: 40,
+      cached_tokens: 0,
+    };
+    // Its usage flush, spooled beside it, replayed too: the aggregates are right before the rebuild.
+    await store.flushUsage({ cells: [{ account: 'late', ...cell }], lastUsed: [], ledgerAccounts: [], retentionDays: 400 });
+    const report = await rebuildUsage({ store, sink: undefined, prefix: PREFIX, retentionDays: 400 }, 'late', day, day);
+    t.equal(report.entries, 1, 'the debit counted');
+    t.same(await store.usageCells('late', day, day), [cell], 'the cell is still the ledger sum (before: emptied)');
+  });
+
+  t.test('the export turned off after it trimmed: a rebuild of the trimmed days is refused, nothing replaced', async (t) => {
+    await redis.client.flushdb();
+    const s3 = await startS3(t, 'rebuild-off');
+    const store = await openRedisStore(t, redis.url);
+    const trimmed = await debits(redis.client, 'off', 10);
+    t.equal((await exporterOf(store, sinkFor(s3), 0).runOnce()).trimmed, 10, 'exported and trimmed while the export was on');
+    const kept = await debits(redis.client, 'off', 4, 10);
+    const right = merge(trimmed, kept);
+    await store.replaceUsage('off', today(), ['k0', 'k1', 'k2'], right, 400);
+    // ledger.export.enabled: false from now on: the gateway hands the rebuild no bucket.
+    await t.rejects(
+      rebuildUsage({ store, sink: undefined, prefix: PREFIX, retentionDays: 400 }, 'off', today(), today()),
+      { code: 'invalid_request', message: /exported and trimmed/ },
+      'refused: Redis holds 4 of its 14 debits (before: the cells were replaced by those 4)',
+    );
+    t.same(await store.usageCells('off', today(), today()), right, 'the cells are left as they were');
+    t.equal(await redis.client.get(K.exportLease('off')), null, 'the lease is released');
   });
 
   t.test('a trim the lease did not stop (an exporter that lost its lease to a pause): refused, nothing replaced', async (t) => {
