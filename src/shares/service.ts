@@ -106,15 +106,15 @@ export function createShareService(d: ShareServiceDeps): ShareService {
   const keep = d.revokedKeep ?? DEFAULT_REVOKED_KEEP;
 
   /**
-   * A revoked share's snapshot object and file list object are deleted: nothing reads them any more. The intent is written first, so
-   * a delete that fails (S3 down) or never runs (a crash) is repeated by the orphan sweep, which deletes the
-   * object of any intent whose record is gone or revoked. Uploaded files are not deleted (docs/shares.md).
+   * A revoked share's snapshot object and file list object are deleted: nothing reads them any more. The
+   * revoke wrote its intent before anything else, so a delete that fails (S3 down) or never runs (a crash)
+   * is repeated by the orphan sweep, which deletes the objects of any intent whose record is gone or
+   * revoked (and gives its quota back). Uploaded files are not deleted (docs/shares.md).
    */
   async function dropSnapshot(slug: string, account: string): Promise<void> {
     const objects = d.objects;
     if (!objects) return;
     try {
-      await d.store.markSharePending({ slug, account }, d.now());
       await objects.delete(slug);
       await d.store.clearSharePending({ slug, account });
     } catch (err) {
@@ -207,17 +207,24 @@ export function createShareService(d: ShareServiceDeps): ShareService {
     async revoke(slug, account) {
       const r = await d.store.getShare(slug);
       if (!r || (account !== undefined && r.account !== account)) throw notFound();
+      // The intent first: whichever later step fails (the quota, the objects; Redis or S3 down, a crash),
+      // the orphan sweep finishes it. Before, a revoke whose quota release failed left the share counted
+      // against the quota and its snapshot in the bucket for good, unless the caller happened to retry.
+      if (d.objects) await d.store.markSharePending({ slug, account: r.account }, d.now());
       // The record becomes a tombstone (no files, no sizes) that answers 410 for the retention, then expires.
       if (r.revoked_at === null) await d.store.revokeShare(slug, new Date(d.now()).toISOString(), keep);
-      // Idempotent per share: a repeated or concurrent revoke gives the quota back once. The share leaves the
-      // account's index; the account remembers at most keep.maxPerAccount revoked shares.
-      await d.store.releaseShareQuota(r.account, slug, 'revoked', keep);
+      // Then the caches, here and everywhere, before anything else can fail: the store says revoked, so no
+      // instance may serve the share as live past the pub/sub hop (before, a failed quota release skipped
+      // both and every instance served it until its cache TTL).
       // A Redis record holds only the number of files: their cached links are found from this instance's
       // cached body (an instance that never read the share has no links to forget).
       const cached = d.cache.revoke(slug);
       d.files?.forget(slug, r.files ?? cached ?? []);
       // Published again on a repeated revoke too: a retry after a failed publish still reaches everyone.
       await d.store.publish({ kind: 'share', slug });
+      // Idempotent per share: a repeated or concurrent revoke (or the sweep) gives the quota back once. The
+      // share leaves the account's index; the account remembers at most keep.maxPerAccount revoked shares.
+      await d.store.releaseShareQuota(r.account, slug, 'revoked', keep);
       await dropSnapshot(slug, r.account);
     },
   };

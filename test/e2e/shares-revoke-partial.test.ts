@@ -1,0 +1,73 @@
+// A revoke that fails half-way (docs/shares.md "Revoke"): the tombstone is written, then the account's
+// quota release fails. Redis here refuses the account's keys by ACL, a stand-in for the account's slot on
+// a Cluster node that is down while the share's is up, or a command that timed out. The share must
+// still answer 410 on every instance within 1 s (the store says revoked), and the orphan sweep must
+// give its quota back and delete its snapshot object, whether or not the caller retries. Before: every
+// instance served it as live until its cache TTL, and the quota and the object stayed for good.
+import t from 'tap';
+import { HeadObjectCommand } from '@aws-sdk/client-s3';
+import { startGateway } from '../helpers/gateway.ts';
+import { startRedis } from '../helpers/redis.ts';
+import { sharesS3Config, startS3, testS3Client } from '../helpers/s3.ts';
+import { waitFor } from '../helpers/wait.ts';
+
+// A server of its own (restartable: never a shared REDIS_URL): the test changes its ACL.
+const redis = await startRedis(t, { restartable: true });
+if (redis) {
+  const s3 = await startS3(t);
+  const config = {
+    store: { command_timeout_ms: 3_000 },
+    // The cache TTL far above the 1 s bound: only the invalidation can turn B to 410 in time.
+    shares: { s3: sharesS3Config(s3), cache_ttl_ms: 60_000, janitor_interval_ms: 50, orphan_grace_seconds: 1 },
+  };
+  const a = await startGateway(t, { redisUrl: redis.url, config });
+  const b = await startGateway(t, { redisUrl: redis.url, config });
+  const { key } = await a.createKey({ account: 'acme', env: 'live' });
+  const status = async (url: string) => (await fetch(url)).status;
+
+  t.test('a revoke whose quota release fails: 410 everywhere within 1 s, quota and object cleaned by the sweep', async (t) => {
+    const created = await fetch(`${a.url}/v1/shares`, {
+      method: 'POST',
+      headers: { ...a.auth(key), 'content-type': 'application/json' },
+      body: '{"snapshot":{"messages":[{"role":"user","content":"hi"}]}}',
+    });
+    t.equal(created.status, 201);
+    const { slug } = (await created.json()) as { slug: string };
+    t.equal(await status(`${b.url}/v1/shares/${slug}`), 200, 'cached as live on B');
+    t.equal(await redis.client.hget('{acct:acme}:shares', 'count'), '1');
+
+    // The gateway's user may touch tg:* keys only: the tombstone is written, the account's quota is not.
+    await redis.client.call('ACL', 'SETUSER', 'default', 'resetkeys', '~tg:*');
+    try {
+      const del = await fetch(`${a.url}/v1/shares/${slug}`, { method: 'DELETE', headers: a.auth(key) });
+      t.equal(del.status, 503, 'the failure is reported');
+      t.equal((await redis.client.hgetall(`tg:share:${slug}`)).r !== undefined, true, 'the record is a tombstone');
+    } finally {
+      await redis.client.call('ACL', 'SETUSER', 'default', 'allkeys');
+    }
+    // Within 1 s by the docs; 3 s of slack for a loaded box, far below the 60 s cache TTL.
+    for (const gw of [a, b]) {
+      await waitFor(async () => (await status(`${gw.url}/v1/shares/${slug}`)) === 410, 3_000, `410 from ${gw === a ? 'A' : 'B'}`);
+    }
+
+    // Nobody retries the DELETE: the sweep finishes the revoke.
+    const objectThere = () =>
+      testS3Client(s3)
+        .send(new HeadObjectCommand({ Bucket: s3.bucket, Key: `shares/${slug}/snapshot.json` }))
+        .then(
+          () => true,
+          () => false,
+        );
+    await waitFor(
+      async () => (await redis.client.hget('{acct:acme}:shares', 'count')) === '0' && !(await objectThere()),
+      15_000,
+      'the sweep',
+      50,
+    );
+    t.same(await redis.client.hgetall('{acct:acme}:shares'), { count: '0', bytes: '0' }, 'the quota given back');
+    t.equal(await objectThere(), false, 'the snapshot object deleted');
+    t.same(await redis.client.zrange('{acct:acme}:shares-revoked', '0', '-1'), [slug], 'remembered as revoked');
+    await waitFor(async () => (await redis.client.zcard('tg:share-pending')) === 0, 5_000, 'the intent cleared', 50);
+    t.equal(await status(`${a.url}/v1/shares/${slug}`), 410);
+  });
+}
