@@ -2,7 +2,7 @@
  * Publishing, reading and revoking shares (SPEC §1.4, §2a), independent of HTTP routing: the public
  * and admin routes call the same three operations.
  *
- * - create: quota, intent (the orphan sweep's index), upload URLs, snapshot object and file list object
+ * - create: intent (the orphan sweep's index), quota, upload URLs, snapshot object and file list object
  *   (the Redis record keeps only the number of files: no user content in Redis, SPEC §13), then the record;
  *   a failure at any step stores nothing (the object of a record that could not be written is deleted,
  *   here or by the sweep, shares/janitor.ts) and gives the quota back. Then prime this instance's cache.
@@ -87,7 +87,7 @@ export function createShareService(d: ShareServiceDeps): ShareService {
    * record exists; otherwise (the store is down) the intent stays and the sweep decides later. Any
    * step that fails here is left to the sweep, which repeats all of them (each is idempotent).
    */
-  async function undo(slug: string, account: string, stage: 'reserved' | 'intent' | 'record'): Promise<void> {
+  async function undo(slug: string, account: string, stage: 'intent' | 'record'): Promise<void> {
     try {
       if (stage === 'record' && (await d.store.getShare(slug)) !== null) {
         await d.store.clearSharePending({ slug, account });
@@ -96,7 +96,6 @@ export function createShareService(d: ShareServiceDeps): ShareService {
       // The quota first: a share that was never stored must not count, whatever happens to its object
       // (giving back is idempotent per share, so the sweep doing it again changes nothing).
       if (d.quota) await d.store.releaseShareQuota(account, slug, 'dropped');
-      if (stage === 'reserved') return;
       await d.objects?.delete(slug);
       await d.store.clearSharePending({ slug, account });
     } catch (err) {
@@ -142,23 +141,35 @@ export function createShareService(d: ShareServiceDeps): ShareService {
       const snapshotBytes = Buffer.byteLength(body.snapshotText);
       // What the share costs its account: the stored snapshot plus the bytes its uploads may put in S3.
       const bytes = snapshotBytes + files.reduce((n, f) => n + f.size, 0);
+      const pending = { slug, account };
+      // The intent before the quota: whatever fails after the reserve (Redis lost mid-request, the cleanup
+      // included), the orphan sweep finds the intent and gives the quota back. Reserved first, a create that
+      // lost Redis right after its reserve kept the account's count and bytes for good, with nothing to tell
+      // the sweep.
+      await d.store.markSharePending(pending, nowMs);
       if (d.quota) {
-        const r = await d.store.reserveShareQuota(account, slug, bytes, d.quota, nowMs);
-        if (r === 'count') throw quotaExceeded(`This account has ${d.quota.maxCount} live shares, its limit; revoke some first.`);
-        if (r === 'unfunded')
-          throw quotaExceeded(
-            `This account has ${d.quota.unfundedMaxCount} live shares, the limit for an account that was never granted credit; revoke some first.`,
-          );
-        if (r === 'bytes')
+        let r: Awaited<ReturnType<Store['reserveShareQuota']>>;
+        try {
+          r = await d.store.reserveShareQuota(account, slug, bytes, d.quota, nowMs);
+        } catch (e) {
+          await undo(slug, account, 'intent');
+          throw e;
+        }
+        if (r !== 'ok') {
+          // Nothing was reserved or written: only the intent goes (left to the sweep if this fails).
+          await d.store.clearSharePending(pending).catch(() => {});
+          if (r === 'count') throw quotaExceeded(`This account has ${d.quota.maxCount} live shares, its limit; revoke some first.`);
+          if (r === 'unfunded')
+            throw quotaExceeded(
+              `This account has ${d.quota.unfundedMaxCount} live shares, the limit for an account that was never granted credit; revoke some first.`,
+            );
           throw quotaExceeded(
             `This share (${bytes} bytes) would take the account past its ${d.quota.maxBytes} bytes of shares; revoke some first.`,
           );
+        }
       }
-      const pending = { slug, account };
-      let stage: 'reserved' | 'intent' | 'record' = 'reserved';
+      let stage: 'intent' | 'record' = 'intent';
       try {
-        await d.store.markSharePending(pending, nowMs);
-        stage = 'intent';
         // Signing is local (no network): done before the upload so a signing failure leaves no object.
         const uploads = files.length > 0 && d.files ? await d.files.uploads(slug, files) : [];
         // The file list is an object too (Redis keeps only its count); the embedded store keeps it in its record.

@@ -1,5 +1,7 @@
-// A revoke that fails half-way (docs/shares.md "Revoke"): the tombstone is written, then the account's
-// quota release fails. Redis here refuses the account's keys by ACL, a stand-in for the account's slot on
+// Shares whose create or revoke fails half-way (docs/shares.md "Revoke", "Storage"): the intent comes
+// first, so the orphan sweep finishes whatever a failed request left behind, and the quota never drifts.
+//
+// A revoke whose tombstone is written, then whose account's quota release fails. Redis here refuses the account's keys by ACL, a stand-in for the account's slot on
 // a Cluster node that is down while the share's is up, or a command that timed out. The share must
 // still answer 410 on every instance within 1 s (the store says revoked), and the orphan sweep must
 // give its quota back and delete its snapshot object, whether or not the caller retries. Before: every
@@ -10,6 +12,9 @@ import { startGateway } from '../helpers/gateway.ts';
 import { startRedis } from '../helpers/redis.ts';
 import { sharesS3Config, startS3, testS3Client } from '../helpers/s3.ts';
 import { waitFor } from '../helpers/wait.ts';
+import { createRedisStore } from '../../src/store/redis-store.ts';
+import type { Store } from '../../src/store/types.ts';
+import { GatewayError } from '../../src/http/errors.ts';
 
 // A server of its own (restartable: never a shared REDIS_URL): the test changes its ACL.
 const redis = await startRedis(t, { restartable: true });
@@ -69,5 +74,73 @@ if (redis) {
     t.same(await redis.client.zrange('{acct:acme}:shares-revoked', '0', '-1'), [slug], 'remembered as revoked');
     await waitFor(async () => (await redis.client.zcard('tg:share-pending')) === 0, 5_000, 'the intent cleared', 50);
     t.equal(await status(`${a.url}/v1/shares/${slug}`), 410);
+  });
+
+  // Redis goes away right after a create's quota was reserved (an outage that starts mid-request): every
+  // later store call of the create fails, its cleanup included. Before, the quota was reserved before the
+  // intent was written: neither the intent nor the release got through, nothing told the sweep, and the
+  // account's count and bytes kept the share that was never stored, for good.
+  t.test('Redis lost right after the quota reserve: the sweep gives the quota back', async (t) => {
+    const inner = await createRedisStore({ url: redis.url, commandTimeoutMs: 3_000, settledTtlSeconds: 60 });
+    t.teardown(() => inner.close());
+    let down = false;
+    let reserved: string | undefined;
+    const unavailable = () => new GatewayError('store_unavailable', 'Connection is closed.');
+    const store: Store = {
+      ...inner,
+      async reserveShareQuota(account, slug, ...rest) {
+        const r = await inner.reserveShareQuota(account, slug, ...rest);
+        reserved = slug;
+        down = true;
+        return r;
+      },
+      async markSharePending(p, at) {
+        if (down) throw unavailable();
+        return inner.markSharePending(p, at);
+      },
+      async clearSharePending(p) {
+        if (down) throw unavailable();
+        return inner.clearSharePending(p);
+      },
+      async releaseShareQuota(...args) {
+        if (down) throw unavailable();
+        return inner.releaseShareQuota(...args);
+      },
+      async putShare(r) {
+        if (down) throw unavailable();
+        return inner.putShare(r);
+      },
+      async getShare(slug) {
+        if (down) throw unavailable();
+        return inner.getShare(slug);
+      },
+    };
+    const c = await startGateway(t, { store, config: { ...config, shares: { ...config.shares, janitor_interval_ms: 3_600_000 } } });
+    const { key: k } = await c.createKey({ account: 'outage', env: 'live' });
+    const res = await fetch(`${c.url}/v1/shares`, {
+      method: 'POST',
+      headers: { ...c.auth(k), 'content-type': 'application/json' },
+      body: '{"snapshot":{"messages":[{"role":"user","content":"hi"}]}}',
+    });
+    t.equal(res.status, 503);
+    t.ok(reserved, 'the quota was reserved');
+    t.equal(await redis.client.hget('{acct:outage}:shares', 'count'), '1', 'and is still held when Redis comes back');
+    down = false;
+    // A and B sweep (grace 1 s).
+    await waitFor(
+      async () =>
+        (await redis.client.hget('{acct:outage}:shares', 'count')) === '0' && (await redis.client.zcard('tg:share-pending')) === 0,
+      15_000,
+      'the sweep',
+      50,
+    );
+    t.same(await redis.client.hgetall('{acct:outage}:shares'), { count: '0', bytes: '0' }, 'the quota given back');
+    const there = await testS3Client(s3)
+      .send(new HeadObjectCommand({ Bucket: s3.bucket, Key: `shares/${reserved}/snapshot.json` }))
+      .then(
+        () => true,
+        () => false,
+      );
+    t.equal(there, false, 'no snapshot object left behind');
   });
 }
