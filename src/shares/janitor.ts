@@ -58,21 +58,32 @@ export function createShareJanitor(d: ShareJanitorDeps): ShareJanitor {
   async function sweepOnce(): Promise<number> {
     const due = await d.store.duePendingShares(d.now() - d.graceMs, d.batch);
     let deleted = 0;
+    let failed = 0;
+    let firstErr: unknown;
     for (const p of due) {
-      const record = await d.store.getShare(p.slug);
-      if (record === null) {
-        await d.objects.delete(p.slug);
-        await d.store.releaseShareQuota(p.account, p.slug, 'dropped');
-        deleted++;
-      } else if (record.revoked_at !== null) {
-        // A revoke that did not finish (its quota release or its object delete failed, or it crashed): the
-        // record is a tombstone; the quota is given back (idempotent per share) and the objects deleted.
-        await d.store.releaseShareQuota(p.account, p.slug, 'revoked', d.revokedKeep);
-        await d.objects.delete(p.slug);
-        deleted++;
+      // Each intent on its own: one that cannot be swept now (its account's slot unreachable on a Cluster)
+      // stays for the next tick without holding up the others. Before, the first failure ended the sweep,
+      // and the oldest intent failing every tick kept every other account's cleanup waiting behind it.
+      try {
+        const record = await d.store.getShare(p.slug);
+        if (record === null) {
+          await d.objects.delete(p.slug);
+          await d.store.releaseShareQuota(p.account, p.slug, 'dropped');
+          deleted++;
+        } else if (record.revoked_at !== null) {
+          // A revoke that did not finish (its quota release or its object delete failed, or it crashed): the
+          // record is a tombstone; the quota is given back (idempotent per share) and the objects deleted.
+          await d.store.releaseShareQuota(p.account, p.slug, 'revoked', d.revokedKeep);
+          await d.objects.delete(p.slug);
+          deleted++;
+        }
+        await d.store.clearSharePending(p);
+      } catch (err) {
+        failed++;
+        firstErr ??= err;
       }
-      await d.store.clearSharePending(p);
     }
+    if (failed > 0) d.logger.warn({ err: firstErr, failed }, 'share orphan sweep: intents left for the next tick');
     if (deleted > 0) {
       d.onReport?.('orphan_deleted', deleted);
       d.logger.warn({ deleted }, 'deleted share snapshot objects of creates that failed or shares revoked');

@@ -143,4 +143,35 @@ if (redis) {
       );
     t.equal(there, false, 'no snapshot object left behind');
   });
+
+  // One account whose slot stays unreachable (a Cluster node down) must not hold up every other account's
+  // cleanup: intents are swept oldest first, and before, the first one that failed ended the whole sweep,
+  // tick after tick.
+  t.test("an intent that cannot be swept does not block the others'", async (t) => {
+    const { key: badKey } = await a.createKey({ account: 'stuck', env: 'live' });
+    const { key: goodKey } = await a.createKey({ account: 'fine', env: 'live' });
+    const publish = async (k: string) => {
+      const res = await fetch(`${a.url}/v1/shares`, {
+        method: 'POST',
+        headers: { ...a.auth(k), 'content-type': 'application/json' },
+        body: '{"snapshot":{"messages":[{}]}}',
+      });
+      return ((await res.json()) as { slug: string }).slug;
+    };
+    const [bad, good] = [await publish(badKey), await publish(goodKey)];
+    try {
+      // No account slot reachable: both revokes stop after their tombstone, the older intent is 'stuck''s.
+      await redis.client.call('ACL', 'SETUSER', 'default', 'resetkeys', '~tg:*');
+      t.equal((await fetch(`${a.url}/v1/shares/${bad}`, { method: 'DELETE', headers: a.auth(badKey) })).status, 503);
+      t.equal((await fetch(`${a.url}/v1/shares/${good}`, { method: 'DELETE', headers: a.auth(goodKey) })).status, 503);
+      // 'fine''s slot is back, 'stuck''s is not.
+      await redis.client.call('ACL', 'SETUSER', 'default', 'resetkeys', '~tg:*', '~{acct:fine}*');
+      await waitFor(async () => (await redis.client.hget('{acct:fine}:shares', 'count')) === '0', 10_000, "'fine' swept", 50);
+      t.pass("'fine''s quota given back while 'stuck''s slot is unreachable");
+    } finally {
+      await redis.client.call('ACL', 'SETUSER', 'default', 'allkeys');
+    }
+    await waitFor(async () => (await redis.client.hget('{acct:stuck}:shares', 'count')) === '0', 10_000, "'stuck' swept", 50);
+    t.pass("and 'stuck''s once it is back");
+  });
 }
