@@ -4,8 +4,9 @@
  * - **Orphan sweep.** A create writes an intent before its snapshot and file list objects and clears it
  *   after the record. An intent older than `graceMs` whose record does not exist is a create that failed
  *   after the upload and could not clean up (the store was down): the objects are deleted, the quota given
- *   back, the intent cleared. An intent whose record is revoked is a revoke whose object delete failed:
- *   the objects are deleted. An intent whose live record exists is only cleared. Every step is idempotent, so
+ *   back, the intent cleared. A revoke writes its intent before anything else: an intent whose record is
+ *   revoked is a revoke that did not finish (quota release or object delete failed): the quota is given
+ *   back and the objects deleted. An intent whose live record exists is only cleared. Every step is idempotent, so
  *   several instances sweeping at once do no harm.
  * - **Migration.** Records of the layouts that kept the snapshot, or the file list (`f`), in Redis are
  *   moved, `batch` records looked at per tick: objects written, confirmed (length and SHA-256 by HEAD),
@@ -18,7 +19,7 @@
  */
 import { randomUUID } from 'node:crypto';
 import type { Logger } from '../obs/logger.ts';
-import type { Store } from '../store/types.ts';
+import type { RevokedShareKeep, Store } from '../store/types.ts';
 import type { SnapshotObjects } from './snapshot-objects.ts';
 
 export interface ShareJanitorDeps {
@@ -28,8 +29,10 @@ export interface ShareJanitorDeps {
   now: () => number;
   /** How often both jobs run. */
   intervalMs: number;
-  /** Intents younger than this are creates that may still be running. */
+  /** Intents younger than this are creates (or revokes) that may still be running. */
   graceMs: number;
+  /** How a revoke remembers revoked shares (shares.revoked_retention_seconds, max_revoked_per_account). */
+  revokedKeep?: RevokedShareKeep;
   /** Records looked at per migration tick, intents per sweep. */
   batch: number;
   onReport?: (outcome: 'migrated' | 'orphan_deleted', n: number) => void;
@@ -55,19 +58,32 @@ export function createShareJanitor(d: ShareJanitorDeps): ShareJanitor {
   async function sweepOnce(): Promise<number> {
     const due = await d.store.duePendingShares(d.now() - d.graceMs, d.batch);
     let deleted = 0;
+    let failed = 0;
+    let firstErr: unknown;
     for (const p of due) {
-      const record = await d.store.getShare(p.slug);
-      if (record === null) {
-        await d.objects.delete(p.slug);
-        await d.store.releaseShareQuota(p.account, p.slug, 'dropped');
-        deleted++;
-      } else if (record.revoked_at !== null) {
-        // A revoke whose snapshot delete failed: the record is a tombstone, its quota given back already.
-        await d.objects.delete(p.slug);
-        deleted++;
+      // Each intent on its own: one that cannot be swept now (its account's slot unreachable on a Cluster)
+      // stays for the next tick without holding up the others. Before, the first failure ended the sweep,
+      // and the oldest intent failing every tick kept every other account's cleanup waiting behind it.
+      try {
+        const record = await d.store.getShare(p.slug);
+        if (record === null) {
+          await d.objects.delete(p.slug);
+          await d.store.releaseShareQuota(p.account, p.slug, 'dropped');
+          deleted++;
+        } else if (record.revoked_at !== null) {
+          // A revoke that did not finish (its quota release or its object delete failed, or it crashed): the
+          // record is a tombstone; the quota is given back (idempotent per share) and the objects deleted.
+          await d.store.releaseShareQuota(p.account, p.slug, 'revoked', d.revokedKeep);
+          await d.objects.delete(p.slug);
+          deleted++;
+        }
+        await d.store.clearSharePending(p);
+      } catch (err) {
+        failed++;
+        firstErr ??= err;
       }
-      await d.store.clearSharePending(p);
     }
+    if (failed > 0) d.logger.warn({ err: firstErr, failed }, 'share orphan sweep: intents left for the next tick');
     if (deleted > 0) {
       d.onReport?.('orphan_deleted', deleted);
       d.logger.warn({ deleted }, 'deleted share snapshot objects of creates that failed or shares revoked');

@@ -2,7 +2,7 @@
  * Publishing, reading and revoking shares (SPEC §1.4, §2a), independent of HTTP routing: the public
  * and admin routes call the same three operations.
  *
- * - create: quota, intent (the orphan sweep's index), upload URLs, snapshot object and file list object
+ * - create: intent (the orphan sweep's index), quota, upload URLs, snapshot object and file list object
  *   (the Redis record keeps only the number of files: no user content in Redis, SPEC §13), then the record;
  *   a failure at any step stores nothing (the object of a record that could not be written is deleted,
  *   here or by the sweep, shares/janitor.ts) and gives the quota back. Then prime this instance's cache.
@@ -87,7 +87,7 @@ export function createShareService(d: ShareServiceDeps): ShareService {
    * record exists; otherwise (the store is down) the intent stays and the sweep decides later. Any
    * step that fails here is left to the sweep, which repeats all of them (each is idempotent).
    */
-  async function undo(slug: string, account: string, stage: 'reserved' | 'intent' | 'record'): Promise<void> {
+  async function undo(slug: string, account: string, stage: 'intent' | 'record'): Promise<void> {
     try {
       if (stage === 'record' && (await d.store.getShare(slug)) !== null) {
         await d.store.clearSharePending({ slug, account });
@@ -96,7 +96,6 @@ export function createShareService(d: ShareServiceDeps): ShareService {
       // The quota first: a share that was never stored must not count, whatever happens to its object
       // (giving back is idempotent per share, so the sweep doing it again changes nothing).
       if (d.quota) await d.store.releaseShareQuota(account, slug, 'dropped');
-      if (stage === 'reserved') return;
       await d.objects?.delete(slug);
       await d.store.clearSharePending({ slug, account });
     } catch (err) {
@@ -106,15 +105,15 @@ export function createShareService(d: ShareServiceDeps): ShareService {
   const keep = d.revokedKeep ?? DEFAULT_REVOKED_KEEP;
 
   /**
-   * A revoked share's snapshot object and file list object are deleted: nothing reads them any more. The intent is written first, so
-   * a delete that fails (S3 down) or never runs (a crash) is repeated by the orphan sweep, which deletes the
-   * object of any intent whose record is gone or revoked. Uploaded files are not deleted (docs/shares.md).
+   * A revoked share's snapshot object and file list object are deleted: nothing reads them any more. The
+   * revoke wrote its intent before anything else, so a delete that fails (S3 down) or never runs (a crash)
+   * is repeated by the orphan sweep, which deletes the objects of any intent whose record is gone or
+   * revoked (and gives its quota back). Uploaded files are not deleted (docs/shares.md).
    */
   async function dropSnapshot(slug: string, account: string): Promise<void> {
     const objects = d.objects;
     if (!objects) return;
     try {
-      await d.store.markSharePending({ slug, account }, d.now());
       await objects.delete(slug);
       await d.store.clearSharePending({ slug, account });
     } catch (err) {
@@ -142,23 +141,35 @@ export function createShareService(d: ShareServiceDeps): ShareService {
       const snapshotBytes = Buffer.byteLength(body.snapshotText);
       // What the share costs its account: the stored snapshot plus the bytes its uploads may put in S3.
       const bytes = snapshotBytes + files.reduce((n, f) => n + f.size, 0);
+      const pending = { slug, account };
+      // The intent before the quota: whatever fails after the reserve (Redis lost mid-request, the cleanup
+      // included), the orphan sweep finds the intent and gives the quota back. Reserved first, a create that
+      // lost Redis right after its reserve kept the account's count and bytes for good, with nothing to tell
+      // the sweep.
+      await d.store.markSharePending(pending, nowMs);
       if (d.quota) {
-        const r = await d.store.reserveShareQuota(account, slug, bytes, d.quota, nowMs);
-        if (r === 'count') throw quotaExceeded(`This account has ${d.quota.maxCount} live shares, its limit; revoke some first.`);
-        if (r === 'unfunded')
-          throw quotaExceeded(
-            `This account has ${d.quota.unfundedMaxCount} live shares, the limit for an account that was never granted credit; revoke some first.`,
-          );
-        if (r === 'bytes')
+        let r: Awaited<ReturnType<Store['reserveShareQuota']>>;
+        try {
+          r = await d.store.reserveShareQuota(account, slug, bytes, d.quota, nowMs);
+        } catch (e) {
+          await undo(slug, account, 'intent');
+          throw e;
+        }
+        if (r !== 'ok') {
+          // Nothing was reserved or written: only the intent goes (left to the sweep if this fails).
+          await d.store.clearSharePending(pending).catch(() => {});
+          if (r === 'count') throw quotaExceeded(`This account has ${d.quota.maxCount} live shares, its limit; revoke some first.`);
+          if (r === 'unfunded')
+            throw quotaExceeded(
+              `This account has ${d.quota.unfundedMaxCount} live shares, the limit for an account that was never granted credit; revoke some first.`,
+            );
           throw quotaExceeded(
             `This share (${bytes} bytes) would take the account past its ${d.quota.maxBytes} bytes of shares; revoke some first.`,
           );
+        }
       }
-      const pending = { slug, account };
-      let stage: 'reserved' | 'intent' | 'record' = 'reserved';
+      let stage: 'intent' | 'record' = 'intent';
       try {
-        await d.store.markSharePending(pending, nowMs);
-        stage = 'intent';
         // Signing is local (no network): done before the upload so a signing failure leaves no object.
         const uploads = files.length > 0 && d.files ? await d.files.uploads(slug, files) : [];
         // The file list is an object too (Redis keeps only its count); the embedded store keeps it in its record.
@@ -207,17 +218,24 @@ export function createShareService(d: ShareServiceDeps): ShareService {
     async revoke(slug, account) {
       const r = await d.store.getShare(slug);
       if (!r || (account !== undefined && r.account !== account)) throw notFound();
+      // The intent first: whichever later step fails (the quota, the objects; Redis or S3 down, a crash),
+      // the orphan sweep finishes it. Before, a revoke whose quota release failed left the share counted
+      // against the quota and its snapshot in the bucket for good, unless the caller happened to retry.
+      if (d.objects) await d.store.markSharePending({ slug, account: r.account }, d.now());
       // The record becomes a tombstone (no files, no sizes) that answers 410 for the retention, then expires.
       if (r.revoked_at === null) await d.store.revokeShare(slug, new Date(d.now()).toISOString(), keep);
-      // Idempotent per share: a repeated or concurrent revoke gives the quota back once. The share leaves the
-      // account's index; the account remembers at most keep.maxPerAccount revoked shares.
-      await d.store.releaseShareQuota(r.account, slug, 'revoked', keep);
+      // Then the caches, here and everywhere, before anything else can fail: the store says revoked, so no
+      // instance may serve the share as live past the pub/sub hop (before, a failed quota release skipped
+      // both and every instance served it until its cache TTL).
       // A Redis record holds only the number of files: their cached links are found from this instance's
       // cached body (an instance that never read the share has no links to forget).
       const cached = d.cache.revoke(slug);
       d.files?.forget(slug, r.files ?? cached ?? []);
       // Published again on a repeated revoke too: a retry after a failed publish still reaches everyone.
       await d.store.publish({ kind: 'share', slug });
+      // Idempotent per share: a repeated or concurrent revoke (or the sweep) gives the quota back once. The
+      // share leaves the account's index; the account remembers at most keep.maxPerAccount revoked shares.
+      await d.store.releaseShareQuota(r.account, slug, 'revoked', keep);
       await dropSnapshot(slug, r.account);
     },
   };

@@ -82,6 +82,7 @@ export function createShares(d: {
           now: d.now,
           intervalMs: c.janitorIntervalMs,
           graceMs: c.orphanGraceSeconds * 1000,
+          revokedKeep: { retentionMs: c.revokedRetentionSeconds * 1000, maxPerAccount: c.maxRevokedPerAccount },
           batch: c.migrateBatch,
           onReport: (outcome, n) => d.metrics.shareObjects.inc({ outcome }, n),
         })
