@@ -18,6 +18,9 @@ export interface LedgerConfig {
 }
 
 export const LEDGER_FIELDS = ['retention_days', 'export'] as const;
+/** The largest `ledger.export.batch_size` (see its use below). */
+export const MAX_EXPORT_BATCH = 20_000;
+
 export const LEDGER_EXPORT_FIELDS = ['enabled', 'interval_seconds', 'batch_size', 'prefix', 's3'] as const;
 
 /** Compiles `ledger`; `sharesS3` is the raw `shares.s3`, the export's bucket when it names none. */
@@ -34,7 +37,10 @@ export function ledgerSection(v: unknown, sharesS3: unknown, env: NodeJS.Process
       // SPEC §10: on by default wherever there is a bucket to export to.
       enabled: bool(exp.enabled, 'ledger.export.enabled', s3Configured(exportS3)),
       intervalSeconds: num(exp.interval_seconds, 'ledger.export.interval_seconds', { fallback: 60, min: 1, max: 86_400 }),
-      batchSize: num(exp.batch_size, 'ledger.export.batch_size', { fallback: 10_000, min: 1, max: 1_000_000, integer: true }),
+      // At most 20,000: a batch is ~1.9 KB of heap per entry while it is encoded and written, and four
+      // accounts export at once (exporter.ts), so 4 × 20,000 entries stay well inside the 256 MB heap
+      // (docs/ledger-export.md); 1,000,000 allowed ~7.6 GB.
+      batchSize: num(exp.batch_size, 'ledger.export.batch_size', { fallback: 10_000, min: 1, max: MAX_EXPORT_BATCH, integer: true }),
       prefix: str(exp.prefix, 'ledger.export.prefix', 'ledger/').replace(/\/*$/, '/'),
       s3: exportS3,
     },

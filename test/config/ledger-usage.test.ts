@@ -50,6 +50,11 @@ t.test('bad values name their field', async (t) => {
   t.equal(errorPath({ ledger: { retention_days: -1 } }), 'ledger.retention_days');
   t.equal(errorPath({ ledger: { export: { interval_seconds: 0 } } }), 'ledger.export.interval_seconds');
   t.equal(errorPath({ ledger: { export: { batch_size: 2.5 } } }), 'ledger.export.batch_size');
+  t.equal(
+    errorPath({ ledger: { export: { batch_size: 20_001 } } }),
+    'ledger.export.batch_size',
+    'a batch bounded in memory: at most 20,000',
+  );
   t.equal(errorPath({ ledger: { export: { enabled: 'yes' } } }), 'ledger.export.enabled');
   t.equal(errorPath({ ledger: { export: { bucket: 'x' } } }), 'ledger.export.bucket', 'unknown field');
   t.equal(errorPath({ ledger: { export: { s3: { region: 'x' } } } }), 'ledger.export.s3.bucket', 'its own bucket needs a name');
