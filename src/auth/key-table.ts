@@ -195,6 +195,7 @@ export function createKeyTable(d: { store: Store; now: () => number; maxPerAccou
       // Its key not shown yet, the successor is undone on any failure from here: a key stored but never
       // received would authenticate with nobody to hold it, and its claim would block the next roll.
       const undo = () => this.delete(made.record.id).catch(() => false);
+      let shortened: KeyRecord | undefined; // the old key as it was before the grace write, once that is sent
       try {
         // The old key read again now that its successor is claimed and stored (the record is another Cluster
         // slot than the claim, so this is the commit point, not the script): a PATCH that disabled the key,
@@ -216,9 +217,15 @@ export function createKeyTable(d: { store: Store; now: () => number; maxPerAccou
         }
         const graceEnd = d.now() + graceSeconds * 1000;
         const current = now.expires_at == null ? Infinity : Date.parse(now.expires_at);
+        if (graceEnd < current) shortened = now;
         const previous = graceEnd < current ? await this.update(id, { expires_at: new Date(graceEnd).toISOString() }) : now;
         return { key: made.key, record, previous: previous ?? now };
       } catch (e) {
+        // The old key's grace write may have landed with its reply lost: its expiry goes back first, so a
+        // failed roll leaves the old key as it was (with grace 0 it would be dead with no successor, and a
+        // retry's successor would copy the shortened expiry). Redis failing that too: logged by the caller's
+        // error; the key then expires at the grace end, as the roll asked.
+        if (shortened) await this.update(id, { expires_at: shortened.expires_at ?? null }).catch(() => null);
         await undo();
         throw e;
       }

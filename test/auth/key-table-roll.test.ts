@@ -137,4 +137,31 @@ for (const [name, open] of stores) {
     const again = await createKeyTable({ store, now: Date.now }).roll(old.record.id, 600);
     t.ok(again, 'and the old key is not blocked: it rolls (no claim naming a key nobody has)');
   });
+  t.test(`${name}: a roll whose grace write lands with its reply lost leaves the old key as it was`, async (t) => {
+    const store = await open(t);
+    const hashes: string[] = [];
+    let lose = true;
+    const losing: Store = {
+      ...hooked(store, 'stored', async () => {}, hashes),
+      // The old key's grace write reaches the store, and its answer is lost (a timeout after it landed).
+      async updateKey(id, patch) {
+        const r = await store.updateKey(id, patch);
+        if (patch.expires_at !== undefined && lose) {
+          lose = false;
+          throw new Error('reply lost');
+        }
+        return r;
+      },
+    };
+    const keys = createKeyTable({ store: losing, now: Date.now });
+    const account = `roll-lost-${process.pid}-${++n}`;
+    const old = await keys.create({ account, env: 'test', name: 'lost' });
+    await t.rejects(keys.roll(old.record.id, 0), /reply lost/, 'the roll fails (a 5xx: no key shown)');
+    t.equal(await store.getKeyByHash(hashes[0]!), null, 'its successor is undone');
+    const after = await keys.get(old.record.id);
+    t.equal(after?.expires_at ?? null, null, 'the old key does not expire: its grace end (now, grace 0) was taken back');
+    t.ok(await store.getKeyByHash(hashKey(old.key)), 'and it still authenticates');
+    const again = await createKeyTable({ store, now: Date.now }).roll(old.record.id, 600);
+    t.equal(again?.record.expires_at ?? null, null, "a retry's successor does not copy a grace end it never asked for");
+  });
 }
