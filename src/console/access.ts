@@ -75,7 +75,8 @@ export function createAccess(d: { sessions: ConsoleSessions; assets: Assets; gat
       // An operator session has no account: its forms count under a name no account can have ('' is refused).
       const form = opts.form ? await readForm(ctx.req, d.forms.forKey(viewer.account ?? '')) : new URLSearchParams();
       if (viewer.account === null || opts.ungated) await fn(ctx, viewer, account, form);
-      else await d.gate.run(viewer.account, () => fn(ctx, viewer, account, form));
+      // A request whose client left while it waited its turn is not worked on (a reload pressed again and again).
+      else await d.gate.run(viewer.account, async () => (ctx.res.destroyed ? undefined : fn(ctx, viewer, account, form)));
     };
   };
 }

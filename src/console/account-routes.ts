@@ -110,8 +110,12 @@ async function mapLimit<T, R>(items: readonly T[], limit: number, fn: (item: T) 
   return out;
 }
 
-/** Resolves when a full response can take more (drain) or is gone (close), leaving no listener behind. */
+/**
+ * Resolves when a full response can take more (drain) or is gone (close), leaving no listener behind; at
+ * once when it is gone already (its 'close' was emitted before: a client that left while a page was read).
+ */
 function writable(res: RequestContext['res']): Promise<void> {
+  if (res.destroyed) return Promise.resolve();
   return new Promise((resolve) => {
     const done = () => {
       res.off('drain', done);
@@ -420,6 +424,8 @@ export function accountRoutes(d: AccountRouteDeps): Route[] {
     // whole download): the first may be refused (429, before anything is sent), the later ones wait.
     const read = (after: string | undefined) => {
       const page = async () => {
+        // A reader gone while this page waited its turn: nothing more to read.
+        if (res.destroyed) return { csv: '', n: 0, last: undefined };
         const entries = await d.accounts.ledger(account, after, CSV_BATCH);
         return { csv: entries.map(csvLine).join(''), n: entries.length, last: entries.at(-1)?.id };
       };
@@ -432,6 +438,7 @@ export function accountRoutes(d: AccountRouteDeps): Route[] {
     });
     res.write(CSV_HEADER);
     for (;;) {
+      if (res.destroyed) break;
       if (page.n > 0 && !res.write(page.csv)) await writable(res);
       if (page.n < CSV_BATCH || res.destroyed) break;
       page = await read(page.last);

@@ -17,8 +17,18 @@ import type { Store } from '../../src/store/types.ts';
 const inner = createMemoryStore();
 let hold: Promise<void> | undefined;
 let holding = 0;
+// And the ledger download's later pages, while `holdPages` is set.
+let holdPages: Promise<void> | undefined;
+let holdingPages = 0;
 const store: Store = {
   ...inner,
+  ledger: async (account, after, limit) => {
+    if (holdPages && account === 'acme' && after !== undefined) {
+      holdingPages++;
+      await holdPages;
+    }
+    return inner.ledger(account, after, limit);
+  },
   ledgerBefore: async (account, before, limit) => {
     if (hold && account === 'acme') {
       holding++;
@@ -116,4 +126,26 @@ t.test("a ledger download whose reader stalls holds no turn: the member's pages 
     check();
   });
   t.equal(text.split(note).length - 1, 12_000, 'every grant is in the download');
+});
+
+t.test('a download cancelled while its next page is read ends there: logged, its turn free, nothing left waiting', async (t) => {
+  // More than a page of entries (the test above made 12,000; these make the file stand alone too).
+  await Promise.all(Array.from({ length: 1_001 }, (_, i) => gw.store.grant('acme', 1, `c${i}`, undefined, new Date().toISOString())));
+  const lines = () =>
+    gw.logs.filter((l) => l.includes('"msg":"request"') && l.includes('/ledger.csv') && l.includes('"status":200')).length;
+  const before = lines();
+  let release!: () => void;
+  holdPages = new Promise<void>((r) => (release = r));
+  const download = raw(`GET /console/accounts/acme/ledger.csv HTTP/1.1\r\nhost: ${new URL(gw.url).host}\r\ncookie: ${acme}\r\n\r\n`);
+  t.equal(await download.status, 200);
+  download.socket.resume();
+  await waitFor(() => holdingPages > 0, 5000, 'the second page being read');
+  download.socket.destroy(); // the member cancels the download
+  await sleep(200);
+  holdPages = undefined;
+  release();
+  const logged = () => lines() > before;
+  await waitFor(logged, 5000, "the download's request line");
+  t.ok(logged(), 'the request ended and was logged');
+  t.equal((await page('acme', acme)).status, 200, "the account's turn is free");
 });
