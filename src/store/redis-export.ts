@@ -7,7 +7,7 @@ import { Cluster, Redis } from 'ioredis';
 import * as K from './redis-keys.ts';
 import { guard } from './redis-records.ts';
 import type { ExportStore, UsageCell } from './types.ts';
-import { dayEndsAtSeconds, daysBetween, parseUsagePairs, usageField } from './usage-fields.ts';
+import { dayEndsAtSeconds, daysBetween, parseUsagePairs, USAGE_FIELDS_PER_SCAN, usageDayCells, usageField } from './usage-fields.ts';
 
 const exportKeys = (acct: string) => [K.exportLease(acct), K.exportState(acct), K.ledger(acct)] as const;
 
@@ -110,10 +110,26 @@ export function redisExportStore(
           await Promise.all(sent);
         })(),
       ),
-    usageCells: (acct, from, to) =>
+    usageCells: (acct, from, to, o) =>
       guard(
         (async () => {
           const days = daysBetween(from, to);
+          if (o?.sliced) {
+            // A day at a time, a slice of it per round trip: no reply larger than ~150 KB to decode at once.
+            const cells: UsageCell[] = [];
+            for (const day of days) {
+              const key = K.usageDay(acct, day);
+              const built = usageDayCells(day);
+              let cursor = '0';
+              do {
+                const [next, pairs] = await redis.hscan(key, cursor, 'COUNT', USAGE_FIELDS_PER_SCAN);
+                built.add(pairs);
+                cursor = next;
+              } while (cursor !== '0');
+              for (const c of built.cells()) cells.push(c);
+            }
+            return cells;
+          }
           // 'HGETALL' spelled in capitals: ioredis turns the reply into an object only for its own
           // lower-case `hgetall`; the flat array parses without a property per field (usage-fields.ts).
           const replies = await Promise.all(days.map((d) => redis.call('HGETALL', K.usageDay(acct, d)) as Promise<string[]>));

@@ -534,8 +534,13 @@ export interface Store {
   // Usage aggregates (SPEC §10, src/usage/).
   /** Adds one process's aggregates in one flush: single-key commands, so any slot layout works. */
   flushUsage(f: UsageFlush): Promise<void>;
-  /** The stored cells of an account for the days `from`..`to` (YYYY-MM-DD, inclusive). */
-  usageCells(account: string, from: string, to: string): Promise<UsageCell[]>;
+  /**
+   * The stored cells of an account for the days `from`..`to` (YYYY-MM-DD, inclusive), each day read whole
+   * at one instant (a flush is in it or not). `sliced`: each day read a slice at a time (Redis: `HSCAN`),
+   * so no reply is large; a flush landing meanwhile may be in some of a cell's counters and not in others
+   * until the next read. For a page that shows figures (the console), never for a bill.
+   */
+  usageCells(account: string, from: string, to: string, o?: { sliced?: boolean }): Promise<UsageCell[]>;
   /**
    * The stored fields of each day `from`..`to` (HLEN: O(1) a day, whatever the day holds), an upper
    * bound on its cells (a cell is 1–5 fields): what a bounded reader checks before `usageCells`.

@@ -25,6 +25,7 @@
  * nothing where it had survived.
  */
 import { randomBytes } from 'node:crypto';
+import { setImmediate as turn } from 'node:timers/promises';
 import type { Logger } from '../obs/logger.ts';
 import type { Store, UsageCell, UsageFlush } from '../store/types.ts';
 import { writeUsageSpool } from './spool.ts';
@@ -67,7 +68,8 @@ export interface Usage {
   /** Writes what was aggregated since the last flush; on failure keeps it for the next one. */
   flush(): Promise<void>;
   /** Rows for `from`..`to` (inclusive UTC days), grouped by the non-empty `groupBy`, summed over the rest. */
-  query(account: string, from: string, to: string, groupBy: readonly UsageDimension[]): Promise<UsageRow[]>;
+  /** Rows of the stored cells, grouped; `sliced` as the store's usageCells (the console's page, not the API). */
+  query(account: string, from: string, to: string, groupBy: readonly UsageDimension[], o?: { sliced?: boolean }): Promise<UsageRow[]>;
   /** key id → ISO minute of its last request (flushed ones). */
   lastUsed(account: string): Promise<Record<string, string>>;
   start(): void;
@@ -398,12 +400,14 @@ export function createUsage(d: UsageDeps): Usage {
       if (r.live) ledgerAccounts.add(r.account);
     },
     flush,
-    async query(account, from, to, groupBy) {
+    async query(account, from, to, groupBy, o) {
       const [byDay, byKey, byModel] = [groupBy.includes('day'), groupBy.includes('key'), groupBy.includes('model')];
       // Each row once, under its sort key: a day's thousands of cells cost one lookup each, and the sort
       // compares strings made once, not two made per comparison.
       const rows = new Map<string, UsageRow>();
-      for (const c of await d.store.usageCells(account, from, to)) {
+      const cells = await d.store.usageCells(account, from, to, o);
+      if (o?.sliced) await turn(); // the last slice's parse and this aggregation in turns of their own
+      for (const c of cells) {
         const id = `${byDay ? c.day : ''}\n${byKey ? c.key_id : ''}\n${byModel ? c.model : ''}`;
         let have = rows.get(id);
         if (!have) {

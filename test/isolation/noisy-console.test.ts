@@ -2,10 +2,10 @@
 // and renders them (docs/console.md "The read is bounded"): ~100 ms of the event loop a load. Nothing
 // limited how many a member ran at once: 16 tabs reloading it together held a victim account's requests
 // behind all of them (p50 1 → 213 ms, p99 1.07 s on a quiet box, the gateway in-process), and one load
-// held the loop up to ~110 ms in one piece. Now a member's console requests take turns per account (two
-// at once, sixteen waiting, then 429: console/setup.ts), and the day's counters are parsed from the raw
-// reply a slice at a time (store/usage-fields.ts). The victim and /healthz are measured against their
-// own baseline while 24 tabs of one member reload the page.
+// held the loop up to ~110 ms in one piece. Now a member's console requests take turns per account (one
+// at a time, sixteen waiting, then 429: console/setup.ts), and the page reads a day's counters a slice
+// at a time and renders in turns of its own (store/usage-fields.ts). The victim and /healthz are measured
+// against their own baseline while 24 tabs of one member reload the page.
 import t from 'tap';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { ADMIN_TOKEN } from '../helpers/gateway.ts';

@@ -2,6 +2,7 @@
 // cursor, trimming that never passes the cursor, the account index, and the usage cells.
 import type { Test } from 'tap';
 import type { UsageCell } from '../../src/store/types.ts';
+import { USAGE_FIELDS_PER_SCAN } from '../../src/store/usage-fields.ts';
 import { encodeObject, decodeObject } from '../../src/ledger/entries.ts';
 import { allEntries, FAR, keyRecordOf, settleOf, TS, TS2, uniqueAccount, waitFor, type Harness } from './harness.ts';
 
@@ -165,6 +166,27 @@ export function exportCases(test: Case): void {
     );
     t.same(await store.usageCells(uniqueAccount(), '2026-11-01', '2026-11-30'), [], 'an unknown account has none');
     t.same(await store.usageDayFields(uniqueAccount(), '2026-11-01', '2026-11-03'), [0, 0, 0]);
+  });
+
+  test('usage: a sliced read (the console page) finds the same cells as a whole one, a large day included', async (t, { store }) => {
+    const a = uniqueAccount();
+    // 3,000 cells of five counters: 15,000 fields, several slices of USAGE_FIELDS_PER_SCAN on Redis.
+    const big = Array.from({ length: 3_000 }, (_, i) => ({
+      ...cell('2026-11-22', `key_${String(i).padStart(5, '0')}`, 'm', i + 1),
+      account: a,
+    }));
+    for (let i = 0; i < big.length; i += 500)
+      await store.flushUsage({ cells: big.slice(i, i + 500), lastUsed: [], ledgerAccounts: [], retentionDays: 400 });
+    await store.flushUsage({
+      cells: [{ ...cell('2026-11-20', 'key_x', 'v|m', 2), account: a }],
+      lastUsed: [],
+      ledgerAccounts: [],
+      retentionDays: 400,
+    });
+    const whole = await store.usageCells(a, '2026-11-19', '2026-11-22');
+    t.equal(whole.length, 3_001);
+    t.same(await store.usageCells(a, '2026-11-19', '2026-11-22', { sliced: true }), whole, 'the same cells, in the same order');
+    t.ok(USAGE_FIELDS_PER_SCAN < 15_000, 'the large day takes more than one slice');
   });
 
   test("usage: a key's last use is kept only while its account holds the key", async (t, { store }) => {
