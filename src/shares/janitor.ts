@@ -7,7 +7,8 @@
  *   back, the intent cleared. A revoke writes its intent before anything else: an intent whose record is
  *   revoked is a revoke that did not finish (quota release or object delete failed): the quota is given
  *   back and the objects deleted. An intent whose live record exists is only cleared. Every step is idempotent, so
- *   several instances sweeping at once do no harm.
+ *   several instances sweeping at once do no harm. An intent that fails is put off (its time moved
+ *   forward), so failing intents never fill every sweep's batch.
  * - **Migration.** Records of the layouts that kept the snapshot, or the file list (`f`), in Redis are
  *   moved, `batch` records looked at per tick: objects written, confirmed (length and SHA-256 by HEAD),
  *   then the record is rewritten without them, keeping the number of files (share-compact.lua, atomic
@@ -19,7 +20,7 @@
  */
 import { randomUUID } from 'node:crypto';
 import type { Logger } from '../obs/logger.ts';
-import type { RevokedShareKeep, Store } from '../store/types.ts';
+import type { PendingShare, RevokedShareKeep, Store } from '../store/types.ts';
 import type { SnapshotObjects } from './snapshot-objects.ts';
 
 export interface ShareJanitorDeps {
@@ -52,11 +53,16 @@ export function createShareJanitor(d: ShareJanitorDeps): ShareJanitor {
   // The lease outlives a tick by far: a slow S3 never lets two instances walk at once in practice.
   const leaseMs = Math.max(30_000, d.intervalMs * 6);
   let migrationDone = d.objects.kind === 'memory';
+  // An intent the sweep could not finish is tried again this much later: the grace (the sweep's own time
+  // scale), at most a minute, at least a tick.
+  const retryMs = Math.max(d.intervalMs, Math.min(d.graceMs, 60_000));
   let timer: NodeJS.Timeout | undefined;
   let running: Promise<void> | undefined;
 
   async function sweepOnce(): Promise<number> {
-    const due = await d.store.duePendingShares(d.now() - d.graceMs, d.batch);
+    const now = d.now();
+    const due = await d.store.duePendingShares(now - d.graceMs, d.batch);
+    const deferred: PendingShare[] = [];
     let deleted = 0;
     let failed = 0;
     let firstErr: unknown;
@@ -81,9 +87,20 @@ export function createShareJanitor(d: ShareJanitorDeps): ShareJanitor {
       } catch (err) {
         failed++;
         firstErr ??= err;
+        deferred.push(p);
       }
     }
-    if (failed > 0) d.logger.warn({ err: firstErr, failed }, 'share orphan sweep: intents left for the next tick');
+    // Put off what failed: due again `retryMs` from now, behind every intent already due. A sweep takes the
+    // oldest `batch` intents; before, a failing intent kept its time, so `batch` intents of one account
+    // whose slot stayed down filled every sweep and no other account's was ever reached.
+    for (const p of deferred) {
+      try {
+        await d.store.deferSharePending(p, now - d.graceMs + retryMs);
+      } catch {
+        break; // the intents' own key is unreachable: the next sweep fails before it gets this far anyway
+      }
+    }
+    if (failed > 0) d.logger.warn({ err: firstErr, failed, retry_ms: retryMs }, 'share orphan sweep: intents put off');
     if (deleted > 0) {
       d.onReport?.('orphan_deleted', deleted);
       d.logger.warn({ deleted }, 'deleted share snapshot objects of creates that failed or shares revoked');

@@ -23,7 +23,8 @@ if (redis) {
   const config = {
     store: { command_timeout_ms: 3_000 },
     // The cache TTL far above the 1 s bound: only the invalidation can turn B to 410 in time.
-    shares: { s3: sharesS3Config(s3), cache_ttl_ms: 60_000, janitor_interval_ms: 50, orphan_grace_seconds: 1 },
+    // A sweep takes the oldest 3 intents (the batch), so a few failing intents can fill it.
+    shares: { s3: sharesS3Config(s3), cache_ttl_ms: 60_000, janitor_interval_ms: 50, orphan_grace_seconds: 1, migrate_batch: 3 },
   };
   const a = await startGateway(t, { redisUrl: redis.url, config });
   const b = await startGateway(t, { redisUrl: redis.url, config });
@@ -173,5 +174,30 @@ if (redis) {
     }
     await waitFor(async () => (await redis.client.hget('{acct:stuck}:shares', 'count')) === '0', 10_000, "'stuck' swept", 50);
     t.pass("and 'stuck''s once it is back");
+  });
+
+  // More failing intents than a sweep takes (shares.migrate_batch): before, a failing intent kept its
+  // time, so the oldest `batch` intents, all of one account whose slot stayed down, filled every sweep
+  // and no other account's intent was ever reached. A failed intent is now put off (its time moved on).
+  t.test("more failing intents than a sweep's batch do not starve another account's", async (t) => {
+    const slug = (i: number) => `Stuck${String(i).padStart(17, '1')}`.replace(/0/g, 'z');
+    const stuck = [1, 2, 3, 4, 5].map((i) => slug(i) + 'stuck');
+    const fine = slug(9).replace('Stuck', 'Finez') + 'fine';
+    try {
+      // 'stuck''s slot unreachable; its five intents older than 'fine''s one.
+      await redis.client.call('ACL', 'SETUSER', 'default', 'resetkeys', '~tg:*', '~{acct:fine}*');
+      await redis.client.zadd('tg:share-pending', ...stuck.flatMap((m, i) => [i + 1, m]), 100, fine);
+      await waitFor(async () => (await redis.client.zscore('tg:share-pending', fine)) === null, 10_000, "'fine''s intent swept", 50);
+      t.pass("'fine''s intent swept while 'stuck''s five fail");
+      const scores = await Promise.all(stuck.map((m) => redis.client.zscore('tg:share-pending', m)));
+      t.ok(
+        scores.every((s) => s !== null && Number(s) > 100),
+        `'stuck''s intents are still there, put off behind 'fine''s (${scores.join(', ')})`,
+      );
+    } finally {
+      await redis.client.call('ACL', 'SETUSER', 'default', 'allkeys');
+    }
+    await waitFor(async () => (await redis.client.zcard('tg:share-pending')) === 0, 10_000, "'stuck''s swept once its slot is back", 50);
+    t.pass("and 'stuck''s once its slot is back");
   });
 }
