@@ -20,7 +20,7 @@
  */
 import { randomUUID } from 'node:crypto';
 import type { Logger } from '../obs/logger.ts';
-import type { PendingShare, RevokedShareKeep, Store } from '../store/types.ts';
+import type { RevokedShareKeep, Store } from '../store/types.ts';
 import type { SnapshotObjects } from './snapshot-objects.ts';
 
 export interface ShareJanitorDeps {
@@ -62,14 +62,13 @@ export function createShareJanitor(d: ShareJanitorDeps): ShareJanitor {
   async function sweepOnce(): Promise<number> {
     const now = d.now();
     const due = await d.store.duePendingShares(now - d.graceMs, d.batch);
-    const deferred: PendingShare[] = [];
     let deleted = 0;
     let failed = 0;
     let firstErr: unknown;
     for (const p of due) {
       // Each intent on its own: one that cannot be swept now (its account's slot unreachable on a Cluster)
-      // stays for the next tick without holding up the others. Before, the first failure ended the sweep,
-      // and the oldest intent failing every tick kept every other account's cleanup waiting behind it.
+      // is put off without holding up the others. Before, the first failure ended the sweep, and the oldest
+      // intent failing every tick kept every other account's cleanup waiting behind it.
       try {
         const record = await d.store.getShare(p.slug);
         if (record === null) {
@@ -87,17 +86,11 @@ export function createShareJanitor(d: ShareJanitorDeps): ShareJanitor {
       } catch (err) {
         failed++;
         firstErr ??= err;
-        deferred.push(p);
-      }
-    }
-    // Put off what failed: due again `retryMs` from now, behind every intent already due. A sweep takes the
-    // oldest `batch` intents; before, a failing intent kept its time, so `batch` intents of one account
-    // whose slot stayed down filled every sweep and no other account's was ever reached.
-    for (const p of deferred) {
-      try {
-        await d.store.deferSharePending(p, now - d.graceMs + retryMs);
-      } catch {
-        break; // the intents' own key is unreachable: the next sweep fails before it gets this far anyway
+        // Put off: due again `retryMs` from now, behind every intent already due. A sweep takes the oldest
+        // `batch` intents; before, a failing intent kept its time, so `batch` intents of one account whose
+        // slot stayed down filled every sweep and no other account's was ever reached. If this fails too
+        // (the intents' own key unreachable), the next sweep fails before it gets this far anyway.
+        await d.store.deferSharePending(p, now - d.graceMs + retryMs).catch(() => {});
       }
     }
     if (failed > 0) d.logger.warn({ err: firstErr, failed, retry_ms: retryMs }, 'share orphan sweep: intents put off');
