@@ -109,7 +109,8 @@ const DEFAULT_OBJECT_READ_BYTES_PER_ACCOUNT = 2 * 1024 * 1024;
  * ones. Reads need no key: anyone who knows an account's public 1 MB slugs could flood them, and every
  * uncached read of that account's other shares, small ones too, waited in the one queue behind the flood
  * (24 connections on 1 MB shares: the account's small cold reads went from a p50 of 4 to 274 ms, another
- * account's stayed at 16 ms). A miss this small costs well under a millisecond of the event loop.
+ * account's stayed at 16 ms). A miss this small costs a fraction of a 1 MB one's ~8 ms (most of which
+ * grows with the bytes, docs/shares.md).
  */
 export const SMALL_SNAPSHOT_BYTES = 64 * 1024;
 /**
