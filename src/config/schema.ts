@@ -111,9 +111,10 @@ export function compileConfig(doc: unknown, rawEnv: NodeJS.ProcessEnv): Config {
   const models = modelsSection(root.models);
   const shares = object(root.shares, 'shares', true);
 
+  const store = storeSection(root.store, env);
   const config: Config = {
     server: serverSection(root.server, env),
-    store: storeSection(root.store, env),
+    store,
     adminToken: adminToken(env.TOLLGATE_ADMIN_TOKEN),
     logFormat: oneOf(
       env.LOG_FORMAT ?? str(root.log_format, 'log_format', 'json'),
@@ -129,7 +130,7 @@ export function compileConfig(doc: unknown, rawEnv: NodeJS.ProcessEnv): Config {
     upstream: upstreamSection(root.upstream),
     credit: creditSection(root.credit),
     rateLimits: rateLimitsSection(root.rate_limits),
-    shares: sharesSection(shares, env),
+    shares: sharesSection(shares, env, store.commandTimeoutMs),
     models,
     console: consoleSection(root.console),
     ledger: ledgerSection(root.ledger, shares.s3, env),

@@ -1,6 +1,7 @@
 /** The `shares` section (SPEC §12): links, quotas, the read caches, the S3 bucket and the janitor. */
 import { at, list, MAX_TIMER_SECONDS, noUnknown, num, object, str } from '../config/fields.ts';
 import { s3Section, type S3Config } from '../config/s3.ts';
+import { ConfigError } from '../config/errors.ts';
 
 export interface SharesConfig {
   readonly urlTtlSeconds: number;
@@ -65,11 +66,36 @@ export const MAX_FILES = 100;
  */
 export const MAX_SHARES_PER_ACCOUNT = 100_000;
 
+/** Every snapshot and file list object call (put, get, delete, HEAD) is bounded by this (snapshot-objects.ts). */
+export const SNAPSHOT_OBJECT_TIMEOUT_MS = 5_000;
+
+/**
+ * shares.orphan_grace_seconds' floor, from store.command_timeout_ms. The sweep takes an intent older than
+ * the grace whose record does not exist for a create that failed, and deletes its objects and gives its
+ * quota back: a create still in flight must never look like that. From the time its intent is stamped to
+ * its record landing, a create makes 3 Redis calls (the intent, the quota, the record), each bounded by
+ * the command timeout and retried at most once on a Cluster (its timeout started again), and writes its
+ * objects (both at once, bounded by SNAPSHOT_OBJECT_TIMEOUT_MS): 5 s + 6 × the command timeout. Plus
+ * 10 s for the rest: the clocks of the instance that stamped the intent and the one that sweeps (NTP keeps
+ * them well under a second apart), event-loop stalls of a loaded instance, credentials the SDK fetches for
+ * signing. A revoke is covered too: the sweep only clears an intent whose record is live, and a revoke
+ * stamps its intent 2 calls before its tombstone. Before, the grace could be 0: with it a sweep deleted
+ * the objects of creates in flight and gave their quota back while their records landed anyway (a
+ * review's run: 35 of 40 live shares never counted against their account).
+ */
+export function minOrphanGraceSeconds(commandTimeoutMs: number): number {
+  return Math.min(MAX_TIMER_SECONDS, Math.ceil((SNAPSHOT_OBJECT_TIMEOUT_MS + 6 * commandTimeoutMs + 10_000) / 1000));
+}
+
 /** Share file types a browser may render inline from the S3 origin: raster images only, never HTML or SVG. */
 const DEFAULT_INLINE_TYPES = ['image/png', 'image/jpeg', 'image/gif', 'image/webp'];
 
-/** Compiles `shares`; `env` supplies the AWS_* fallbacks of `shares.s3`. */
-export function sharesSection(v: unknown, env: NodeJS.ProcessEnv): SharesConfig {
+/**
+ * Compiles `shares`; `env` supplies the AWS_* fallbacks of `shares.s3`, `commandTimeoutMs`
+ * (store.command_timeout_ms) the floor of `orphan_grace_seconds`.
+ */
+export function sharesSection(v: unknown, env: NodeJS.ProcessEnv, commandTimeoutMs: number): SharesConfig {
+  const minGrace = minOrphanGraceSeconds(commandTimeoutMs);
   const shares = object(v, 'shares', true);
   noUnknown(shares, 'shares', SHARES_FIELDS);
   return {
@@ -106,12 +132,7 @@ export function sharesSection(v: unknown, env: NodeJS.ProcessEnv): SharesConfig 
       max: 3_600_000,
       integer: true,
     }),
-    orphanGraceSeconds: num(shares.orphan_grace_seconds, 'shares.orphan_grace_seconds', {
-      fallback: 300,
-      min: 0,
-      max: MAX_TIMER_SECONDS,
-      integer: true,
-    }),
+    orphanGraceSeconds: orphanGrace(shares.orphan_grace_seconds, minGrace),
     migrateBatch: num(shares.migrate_batch, 'shares.migrate_batch', { fallback: 100, min: 1, max: 10_000, integer: true }),
     revokedRetentionSeconds: num(shares.revoked_retention_seconds, 'shares.revoked_retention_seconds', {
       fallback: 7 * 24 * 3600,
@@ -126,4 +147,15 @@ export function sharesSection(v: unknown, env: NodeJS.ProcessEnv): SharesConfig 
       integer: true,
     }),
   };
+}
+
+function orphanGrace(v: unknown, min: number): number {
+  const n = num(v, 'shares.orphan_grace_seconds', { fallback: Math.max(300, min), max: MAX_TIMER_SECONDS, integer: true });
+  if (n < min) {
+    throw new ConfigError(
+      'shares.orphan_grace_seconds',
+      `must be >= ${min}: a create may take S3's 5 s timeout plus 6 × store.command_timeout_ms, and 10 s more for clocks and stalls (docs/shares.md "Storage"); a sweep that saw a create still in flight would delete its objects under it`,
+    );
+  }
+  return n;
 }

@@ -7,7 +7,8 @@
  *   back, the intent cleared. A revoke writes its intent before anything else: an intent whose record is
  *   revoked is a revoke that did not finish (quota release or object delete failed): the quota is given
  *   back and the objects deleted. An intent whose live record exists is only cleared. Every step is idempotent, so
- *   several instances sweeping at once do no harm.
+ *   several instances sweeping at once do no harm. An intent that fails is put off (its time moved
+ *   forward), so failing intents never fill every sweep's batch.
  * - **Migration.** Records of the layouts that kept the snapshot, or the file list (`f`), in Redis are
  *   moved, `batch` records looked at per tick: objects written, confirmed (length and SHA-256 by HEAD),
  *   then the record is rewritten without them, keeping the number of files (share-compact.lua, atomic
@@ -52,18 +53,22 @@ export function createShareJanitor(d: ShareJanitorDeps): ShareJanitor {
   // The lease outlives a tick by far: a slow S3 never lets two instances walk at once in practice.
   const leaseMs = Math.max(30_000, d.intervalMs * 6);
   let migrationDone = d.objects.kind === 'memory';
+  // An intent the sweep could not finish is tried again this much later: the grace (the sweep's own time
+  // scale), at most a minute, at least a tick.
+  const retryMs = Math.max(d.intervalMs, Math.min(d.graceMs, 60_000));
   let timer: NodeJS.Timeout | undefined;
   let running: Promise<void> | undefined;
 
   async function sweepOnce(): Promise<number> {
-    const due = await d.store.duePendingShares(d.now() - d.graceMs, d.batch);
+    const now = d.now();
+    const due = await d.store.duePendingShares(now - d.graceMs, d.batch);
     let deleted = 0;
     let failed = 0;
     let firstErr: unknown;
     for (const p of due) {
       // Each intent on its own: one that cannot be swept now (its account's slot unreachable on a Cluster)
-      // stays for the next tick without holding up the others. Before, the first failure ended the sweep,
-      // and the oldest intent failing every tick kept every other account's cleanup waiting behind it.
+      // is put off without holding up the others. Before, the first failure ended the sweep, and the oldest
+      // intent failing every tick kept every other account's cleanup waiting behind it.
       try {
         const record = await d.store.getShare(p.slug);
         if (record === null) {
@@ -81,9 +86,14 @@ export function createShareJanitor(d: ShareJanitorDeps): ShareJanitor {
       } catch (err) {
         failed++;
         firstErr ??= err;
+        // Put off: due again `retryMs` from now, behind every intent already due. A sweep takes the oldest
+        // `batch` intents; before, a failing intent kept its time, so `batch` intents of one account whose
+        // slot stayed down filled every sweep and no other account's was ever reached. If this fails too
+        // (the intents' own key unreachable), the next sweep fails before it gets this far anyway.
+        await d.store.deferSharePending(p, now - d.graceMs + retryMs).catch(() => {});
       }
     }
-    if (failed > 0) d.logger.warn({ err: firstErr, failed }, 'share orphan sweep: intents left for the next tick');
+    if (failed > 0) d.logger.warn({ err: firstErr, failed, retry_ms: retryMs }, 'share orphan sweep: intents put off');
     if (deleted > 0) {
       d.onReport?.('orphan_deleted', deleted);
       d.logger.warn({ deleted }, 'deleted share snapshot objects of creates that failed or shares revoked');

@@ -4,7 +4,9 @@
  * account reading its own big shares round-robin (every read a miss) is made to wait its turn instead:
  * past the bound its misses queue, first come first served, and go as its earlier ones finish. Another
  * account's misses never wait behind them. A read is let through whatever its size when none of its
- * account's is in flight, so a share larger than the bound is still read, alone.
+ * account's is in flight, so a share larger than the bound is still read, alone. share-cache.ts keeps
+ * two gates: small snapshots take turns in a lane of their own, so a flood of an account's big shares
+ * (reads need no key) does not hold its small ones up.
  *
  * The queue needs no bound of its own: misses are coalesced per slug (share-cache.ts), so it holds at
  * most one entry per distinct slug being read, no more than there are open connections.

@@ -15,6 +15,7 @@ import { createHash } from 'node:crypto';
 import { DeleteObjectCommand, GetObjectCommand, HeadObjectCommand, PutObjectCommand, type S3Client } from '@aws-sdk/client-s3';
 import { GatewayError } from '../http/errors.ts';
 import type { ShareFile } from '../store/types.ts';
+import { SNAPSHOT_OBJECT_TIMEOUT_MS } from './config.ts';
 
 /** The object key of a share's snapshot; file names may not be `snapshot.json` (validate.ts). */
 export function snapshotKey(slug: string): string {
@@ -83,7 +84,7 @@ function isNotFound(e: unknown): boolean {
  * Snapshots in S3. Every call is bounded by `timeoutMs` (an S3 that accepts the connection and never
  * answers must not hold a publish or a read open); the client is shared with nothing else.
  */
-export function createS3SnapshotObjects(s3: S3Client, bucket: string, timeoutMs = 5000): SnapshotObjects {
+export function createS3SnapshotObjects(s3: S3Client, bucket: string, timeoutMs = SNAPSHOT_OBJECT_TIMEOUT_MS): SnapshotObjects {
   const opts = () => ({ abortSignal: AbortSignal.timeout(timeoutMs) });
   async function putText(key: string, text: string): Promise<void> {
     const body = Buffer.from(text, 'utf8');

@@ -436,6 +436,10 @@ export function createMemoryStore(now: () => number = Date.now, opts: MemoryStor
     async clearSharePending(p) {
       pending.delete(p.slug);
     },
+    async deferSharePending(p, at) {
+      const e = pending.get(p.slug);
+      if (e && e.p.account === p.account && e.at < at) e.at = at;
+    },
     async duePendingShares(before, limit) {
       return [...pending.values()]
         .filter((e) => e.at <= before)

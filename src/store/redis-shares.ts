@@ -38,6 +38,7 @@ export type ShareStore = Pick<
   | 'revokeShare'
   | 'markSharePending'
   | 'clearSharePending'
+  | 'deferSharePending'
   | 'duePendingShares'
   | 'scanLegacyShares'
   | 'compactShare'
@@ -125,6 +126,8 @@ export function redisShareStore(
 
     markSharePending: (p, atMs) => guard(redis.zadd(K.SHARES_PENDING, atMs, p.slug + p.account).then(() => undefined)),
     clearSharePending: (p) => guard(redis.zrem(K.SHARES_PENDING, p.slug + p.account).then(() => undefined)),
+    // XX: an intent cleared meanwhile stays cleared; GT: one marked again meanwhile (newer) keeps its time.
+    deferSharePending: (p, atMs) => guard(redis.zadd(K.SHARES_PENDING, 'XX', 'GT', atMs, p.slug + p.account).then(() => undefined)),
     duePendingShares: (beforeMs, limit) =>
       guard(
         redis

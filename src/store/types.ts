@@ -442,6 +442,12 @@ export interface Store {
   markSharePending(p: PendingShare, atMs: number): Promise<void>;
   /** Removes the intent once the record is written (or the orphan cleaned up). */
   clearSharePending(p: PendingShare): Promise<void>;
+  /**
+   * Moves an intent's time forward to `atMs` (never back), if it is still there: the sweep puts off an
+   * intent it could not finish, so that it does not come first in every later sweep. An intent cleared
+   * meanwhile is not written again, and one written again meanwhile (a revoke's, newer) is left as it is.
+   */
+  deferSharePending(p: PendingShare, atMs: number): Promise<void>;
   /** Intents older than `beforeMs`, oldest first, at most `limit`. */
   duePendingShares(beforeMs: number, limit: number): Promise<PendingShare[]>;
   /**

@@ -323,6 +323,29 @@ t.test('shares.max_per_account is bounded: the console lists shares from the who
   t.equal(parseConfig(`shares: { max_per_account: 100000 }\n${VALID}`, {}).shares.maxPerAccount, 100_000);
 });
 
+// The sweep takes an intent older than the grace with no record for a failed create: below a create's
+// worst case it deleted the objects of creates still in flight and gave their quota back while their
+// records landed (grace 0: 10 of 10 shares published with a 300 ms record write were never counted and
+// lost their snapshot object). The floor: S3's 5 s + 6 × store.command_timeout_ms + 10 s.
+t.test('shares.orphan_grace_seconds covers a create in flight: its floor follows store.command_timeout_ms', async (t) => {
+  namesField(t, `shares: { orphan_grace_seconds: 0 }\n${VALID}`, 'shares.orphan_grace_seconds', {}, /must be >= 18:/);
+  namesField(t, `shares: { orphan_grace_seconds: 17 }\n${VALID}`, 'shares.orphan_grace_seconds', {}, /must be >= 18:/);
+  t.equal(
+    parseConfig(`shares: { orphan_grace_seconds: 18 }\n${VALID}`, {}).shares.orphanGraceSeconds,
+    18,
+    'default command timeout (500 ms)',
+  );
+  const slow = `store: { command_timeout_ms: 3000 }\n`;
+  namesField(t, `${slow}shares: { orphan_grace_seconds: 32 }\n${VALID}`, 'shares.orphan_grace_seconds', {}, /must be >= 33:/);
+  t.equal(parseConfig(`${slow}shares: { orphan_grace_seconds: 33 }\n${VALID}`, {}).shares.orphanGraceSeconds, 33);
+  t.equal(parseConfig(VALID, {}).shares.orphanGraceSeconds, 300, 'the default');
+  t.equal(
+    parseConfig(`store: { command_timeout_ms: 60000 }\n${VALID}`, {}).shares.orphanGraceSeconds,
+    375,
+    'the default is raised to the floor when the command timeout asks for more',
+  );
+});
+
 t.test('a bad environment override names the variable', async (t) => {
   for (const [name, value] of [
     ['PORT', 'abc'],

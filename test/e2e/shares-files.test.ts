@@ -259,7 +259,7 @@ if (!redis) {
         throw new GatewayError('store_unavailable', 'down');
       },
     };
-    const cfg = { ...base, shares: { ...base.shares, orphan_grace_seconds: 0 } };
+    const cfg = base;
     const g = await startGateway(t, { store, config: cfg });
     const { key: k } = await g.createKey({ account: 'orphan-files', env: 'live' });
     await g.grant('orphan-files', 1_000_000);
@@ -267,7 +267,12 @@ if (!redis) {
     const orphan = attempted[0]!;
     t.ok(await exists(filesKey(orphan)), 'the list object is left for the sweep');
     t.ok(await exists(snapshotKey(orphan)), 'as is the snapshot');
-    await startGateway(t, { redisUrl: redis.url, config: { ...cfg, shares: { ...cfg.shares, janitor_interval_ms: 50 } } });
+    // A sweeper whose clock is past the grace (300 s; it cannot be shorter than a create may take).
+    await startGateway(t, {
+      redisUrl: redis.url,
+      config: { ...cfg, shares: { ...cfg.shares, janitor_interval_ms: 50 } },
+      now: () => Date.now() + 301_000,
+    });
     await waitFor(async () => (await r.zcard('tg:share-pending')) === 0, 10_000, 'the sweep');
     t.notOk(await exists(filesKey(orphan)), 'the sweep deleted the list object');
     t.notOk(await exists(snapshotKey(orphan)), 'and the snapshot');

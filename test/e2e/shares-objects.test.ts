@@ -145,7 +145,7 @@ if (!redis) {
         return inner.getShare(slug);
       },
     };
-    const cfg = { ...base, shares: { ...base.shares, orphan_grace_seconds: 0 } };
+    const cfg = base;
     const g = await startGateway(t, { store, config: cfg });
     const { key: k } = await g.createKey({ account: 'orphans', env: 'live' });
     await g.grant('orphans', 1_000_000);
@@ -167,8 +167,13 @@ if (!redis) {
     t.equal(await r.zcard('tg:share-pending'), 1, 'with its intent');
     fail.put = false;
     fail.get = false;
-    // Any instance sweeps: one with a short janitor tick.
-    await startGateway(t, { redisUrl: redis.url, config: { ...cfg, shares: { ...cfg.shares, janitor_interval_ms: 50 } } });
+    // Any instance sweeps: one with a short janitor tick, and a clock past the grace (300 s; it cannot be
+    // shorter than a create may take), so the intent is due at once.
+    await startGateway(t, {
+      redisUrl: redis.url,
+      config: { ...cfg, shares: { ...cfg.shares, janitor_interval_ms: 50 } },
+      now: () => Date.now() + 301_000,
+    });
     await waitFor(async () => (await r.zcard('tg:share-pending')) === 0, 10_000);
     t.equal(await exists(attempted[1]!), false, 'the sweep deleted the orphan object');
     t.equal(await r.hget('{acct:orphans}:shares', 'count'), '0', 'and gave its quota back once');

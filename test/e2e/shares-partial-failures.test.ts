@@ -23,10 +23,25 @@ if (redis) {
   const config = {
     store: { command_timeout_ms: 3_000 },
     // The cache TTL far above the 1 s bound: only the invalidation can turn B to 410 in time.
-    shares: { s3: sharesS3Config(s3), cache_ttl_ms: 60_000, janitor_interval_ms: 50, orphan_grace_seconds: 1 },
+    // A sweep takes the oldest 3 intents (the batch), so a few failing intents can fill it. Only the
+    // sweeper sweeps (below).
+    shares: { s3: sharesS3Config(s3), cache_ttl_ms: 60_000, janitor_interval_ms: 3_600_000, migrate_batch: 3 },
   };
   const a = await startGateway(t, { redisUrl: redis.url, config });
   const b = await startGateway(t, { redisUrl: redis.url, config });
+  // The sweep's grace (shares.orphan_grace_seconds, 300 s here) cannot be shorter than a create may take
+  // (docs/shares.md "Storage"): intents are aged by this instance's clock instead, moved past the grace
+  // once a test has left its intents behind, and back at the end of each test.
+  const clock = { ahead: 0 };
+  const GRACE_MS = 300_000;
+  await startGateway(t, {
+    redisUrl: redis.url,
+    config: { ...config, shares: { ...config.shares, janitor_interval_ms: 50 } },
+    now: () => Date.now() + clock.ahead,
+  });
+  t.beforeEach(() => {
+    clock.ahead = 0;
+  });
   const { key } = await a.createKey({ account: 'acme', env: 'live' });
   const status = async (url: string) => (await fetch(url)).status;
 
@@ -55,7 +70,8 @@ if (redis) {
       await waitFor(async () => (await status(`${gw.url}/v1/shares/${slug}`)) === 410, 3_000, `410 from ${gw === a ? 'A' : 'B'}`);
     }
 
-    // Nobody retries the DELETE: the sweep finishes the revoke.
+    // Nobody retries the DELETE: the sweep finishes the revoke (its intent aged past the grace).
+    clock.ahead = GRACE_MS + 1_000;
     const objectThere = () =>
       testS3Client(s3)
         .send(new HeadObjectCommand({ Bucket: s3.bucket, Key: `shares/${slug}/snapshot.json` }))
@@ -126,7 +142,7 @@ if (redis) {
     t.ok(reserved, 'the quota was reserved');
     t.equal(await redis.client.hget('{acct:outage}:shares', 'count'), '1', 'and is still held when Redis comes back');
     down = false;
-    // A and B sweep (grace 1 s).
+    clock.ahead = GRACE_MS + 1_000;
     await waitFor(
       async () =>
         (await redis.client.hget('{acct:outage}:shares', 'count')) === '0' && (await redis.client.zcard('tg:share-pending')) === 0,
@@ -164,14 +180,44 @@ if (redis) {
       await redis.client.call('ACL', 'SETUSER', 'default', 'resetkeys', '~tg:*');
       t.equal((await fetch(`${a.url}/v1/shares/${bad}`, { method: 'DELETE', headers: a.auth(badKey) })).status, 503);
       t.equal((await fetch(`${a.url}/v1/shares/${good}`, { method: 'DELETE', headers: a.auth(goodKey) })).status, 503);
-      // 'fine''s slot is back, 'stuck''s is not.
+      // 'fine''s slot is back, 'stuck''s is not; both intents past the grace.
       await redis.client.call('ACL', 'SETUSER', 'default', 'resetkeys', '~tg:*', '~{acct:fine}*');
+      clock.ahead = GRACE_MS + 1_000;
       await waitFor(async () => (await redis.client.hget('{acct:fine}:shares', 'count')) === '0', 10_000, "'fine' swept", 50);
       t.pass("'fine''s quota given back while 'stuck''s slot is unreachable");
     } finally {
       await redis.client.call('ACL', 'SETUSER', 'default', 'allkeys');
     }
+    // 'stuck''s intent was put off (due again a minute later): past that too.
+    clock.ahead = GRACE_MS + 62_000;
     await waitFor(async () => (await redis.client.hget('{acct:stuck}:shares', 'count')) === '0', 10_000, "'stuck' swept", 50);
     t.pass("and 'stuck''s once it is back");
+  });
+
+  // More failing intents than a sweep takes (shares.migrate_batch): before, a failing intent kept its
+  // time, so the oldest `batch` intents, all of one account whose slot stayed down, filled every sweep
+  // and no other account's intent was ever reached. A failed intent is now put off (its time moved on).
+  t.test("more failing intents than a sweep's batch do not starve another account's", async (t) => {
+    const slug = (i: number) => `Stuck${String(i).padStart(17, '1')}`.replace(/0/g, 'z');
+    const stuck = [1, 2, 3, 4, 5].map((i) => slug(i) + 'stuck');
+    const fine = slug(9).replace('Stuck', 'Finez') + 'fine';
+    try {
+      // 'stuck''s slot unreachable; its five intents older than 'fine''s one.
+      await redis.client.call('ACL', 'SETUSER', 'default', 'resetkeys', '~tg:*', '~{acct:fine}*');
+      await redis.client.zadd('tg:share-pending', ...stuck.flatMap((m, i) => [i + 1, m]), 100, fine);
+      await waitFor(async () => (await redis.client.zscore('tg:share-pending', fine)) === null, 10_000, "'fine''s intent swept", 50);
+      t.pass("'fine''s intent swept while 'stuck''s five fail");
+      const scores = await Promise.all(stuck.map((m) => redis.client.zscore('tg:share-pending', m)));
+      t.ok(
+        scores.every((s) => s !== null && Number(s) > 100),
+        `'stuck''s intents are still there, put off behind 'fine''s (${scores.join(', ')})`,
+      );
+    } finally {
+      await redis.client.call('ACL', 'SETUSER', 'default', 'allkeys');
+    }
+    // Put off by a minute: the clock past that.
+    clock.ahead = 62_000;
+    await waitFor(async () => (await redis.client.zcard('tg:share-pending')) === 0, 10_000, "'stuck''s swept once its slot is back", 50);
+    t.pass("and 'stuck''s once its slot is back");
   });
 }

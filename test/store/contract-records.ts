@@ -182,6 +182,27 @@ export function recordCases(test: Case, makePeer: MakePeer): void {
     t.strictSame(await store.getShare(bare.slug), bare, 'other shares untouched');
   });
 
+  // The orphan sweep puts off an intent it could not finish (shares/janitor.ts): forward only, and never
+  // back once cleared, so a create's or revoke's own intent is neither brought forward nor resurrected.
+  test('share intents: put off moves one forward only, and never brings a cleared one back', async (t, { store }) => {
+    const acct = uniqueAccount();
+    const [a, b, c] = ['a', 'b', 'c'].map((x) => ({ slug: (x + randomBytes(11).toString('hex')).slice(0, 22), account: acct }));
+    const mine = async (before: number) =>
+      (await store.duePendingShares(before, 1_000_000)).filter((p) => p.account === acct).map((p) => p.slug);
+    await store.markSharePending(a!, 1_000);
+    await store.markSharePending(b!, 2_000);
+    t.strictSame(await mine(5_000), [a!.slug, b!.slug], 'oldest first');
+    await store.deferSharePending(a!, 3_000);
+    t.strictSame(await mine(5_000), [b!.slug, a!.slug], 'a put off behind b');
+    t.strictSame(await mine(2_500), [b!.slug], 'and not due before its new time');
+    await store.deferSharePending(b!, 1_500);
+    t.strictSame(await mine(1_800), [], 'never moved back');
+    await store.deferSharePending(c!, 1_000);
+    t.strictSame(await mine(5_000), [b!.slug, a!.slug], 'one that is not there is not added');
+    await store.clearSharePending(a!);
+    await store.clearSharePending(b!);
+  });
+
   test('revoked shares: tombstones that expire with their retention, at most maxPerAccount per account', async (t, { store }) => {
     const acct = uniqueAccount();
     const slug = () => randomBytes(11).toString('hex');
