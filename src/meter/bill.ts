@@ -49,6 +49,8 @@ export interface StatefulBilling {
   timeoutMs: number;
   /** Ends the usage lookup early (shutdown: the settle must still reach the spool); the estimate is billed. */
   cut?: AbortSignal | undefined;
+  /** The client left after an upstream was sent the request and before one answered. */
+  sentThenGone?: boolean;
 }
 
 /**
@@ -64,8 +66,15 @@ export async function bill(
   maxOutput: number,
   stateful?: StatefulBilling | undefined,
 ): Promise<Billed> {
-  // No answer from any upstream (or a refusal): nothing was produced, nothing is billed.
-  if (!answered || !outcome) return NOTHING_PRODUCED;
+  if (!answered || !outcome) {
+    // A stateful request its client left after it was sent, before any upstream answered (SPEC §4: a client
+    // abort is billed the held input part, never the new input alone): the upstream has read the history
+    // the gateway never sees, and no answer means no id to ask for its usage.
+    if (stateful?.sentThenGone)
+      return { promptTokens: stateful.request.heldPrompt, completionTokens: 0, cachedTokens: 0, source: 'estimated' };
+    // No answer from any upstream (or a refusal): nothing was produced, nothing is billed.
+    return NOTHING_PRODUCED;
+  }
   const counted = await billCounted(tokenizer, countPrompt, promptEstimate, outcome, maxOutput);
   if (!stateful?.call || outcome.usage) return counted;
   return billStateful(stateful.request, stateful.call, counted, stateful.format, stateful.timeoutMs, stateful.cut);

@@ -257,6 +257,7 @@ export function meteredRoute<B extends { model: string }>(d: MeteredDeps, ep: Me
     const t0 = process.hrtime.bigint();
     let answered: Answered | undefined;
     let outcome: RelayOutcome | undefined;
+    let sentThenGone = false;
     trace?.upstreamStart();
     try {
       answered = await forward(
@@ -292,6 +293,7 @@ export function meteredRoute<B extends { model: string }>(d: MeteredDeps, ep: Me
       }
     } catch (err) {
       if (!(err instanceof ClientGoneError)) throw err;
+      sentThenGone = answered === undefined && current !== undefined;
     } finally {
       clearTimeout(total);
       trace?.upstreamEnd(answered?.status, outcome?.end);
@@ -304,7 +306,14 @@ export function meteredRoute<B extends { model: string }>(d: MeteredDeps, ep: Me
         ok,
         outcome,
         output.total,
-        stateful && { request: stateful, call: answered?.call, format: ep.format, timeoutMs: up.headersTimeoutMs, cut: d.billingCut },
+        stateful && {
+          request: stateful,
+          call: answered?.call,
+          format: ep.format,
+          timeoutMs: up.headersTimeoutMs,
+          cut: d.billingCut,
+          sentThenGone,
+        },
       );
       const cost = costMicros(model.price, b.promptTokens, b.completionTokens, b.cachedTokens);
       const billedAt = d.now(); // the settle's ts and the usage record's time: one clock read

@@ -163,3 +163,26 @@ t.test('an upstream that compresses (stream and GET) is billed from its GET just
     t.ok(Math.abs(entry.completion_tokens! - rec.completionTokensSent) <= 1, `${encoding}: the output the upstream produced`);
   }
 });
+
+t.test('a follow-up whose client leaves before any upstream answered: billed the held input part, not 0', async (t) => {
+  const { sim, gw } = await setup(t);
+  const { key } = await gw.createKey({ account: 'early', env: 'live' });
+  await gw.grant('early', 10_000_000);
+  const prev = await base(gw, key);
+  const leave = async (body: Record<string, unknown>, mine: (b: Record<string, any>) => boolean) => {
+    const ac = new AbortController();
+    const sent = post(gw, key, { input: 'hi', sim: { tokens: 4, headers_delay_ms: 3_000 }, ...body }, ac.signal).catch(() => null);
+    // The upstream has the request (it prefills the history) and has not answered: the client leaves.
+    const rec = await sim.waitFor((r) => typeof r.body === 'object' && mine(r.body) && r.endedAt === undefined);
+    ac.abort();
+    await sent;
+    return rec.headers['x-request-id'] as string;
+  };
+  const follow = await debitOf(gw, 'early', await leave({ previous_response_id: prev }, (b) => b.previous_response_id === prev));
+  t.equal(follow.prompt_tokens, CONTEXT_WINDOW, 'the follow-up: its held input part, the context window');
+  t.equal(follow.completion_tokens, 0, 'nothing was produced that the gateway saw');
+  t.equal(follow.usage_source, 'estimated');
+  t.ok(-follow.amount_micros <= (follow.hold_micros ?? 0), 'within its hold');
+  const plain = await debitOf(gw, 'early', await leave({ metadata: { plain: 'yes' } }, (b) => b.metadata?.plain === 'yes'));
+  t.equal(plain.amount_micros, 0, 'a stateless request no upstream answered stays at 0 (docs/behaviour.md)');
+});
