@@ -87,6 +87,14 @@ export async function serve(env: NodeJS.ProcessEnv = process.env): Promise<{ pub
   }
   const logger = createLogger(config.logLevel, config.logFormat === 'pretty' ? await prettyDestination() : undefined);
   const workers = config.server.workers;
+  /** A port the operator can fix (in use, not allowed): its one line on stderr, exit 1; anything else is thrown. */
+  const listenFailed: (e: unknown) => never = (e) => {
+    const line = listenErrorMessage(e, config);
+    if (!line) throw e;
+    logger.flush();
+    process.stderr.write(`${line}\n`);
+    process.exit(1);
+  };
   if (workers > 1 && cluster.isPrimary) {
     for (const w of bootWarnings(config)) logger.warn(w);
     // server.metrics_port: the primary answers it (cluster/primary-metrics.ts), bound before any worker is forked.
@@ -96,11 +104,7 @@ export async function serve(env: NodeJS.ProcessEnv = process.env): Promise<{ pub
       try {
         metricsListener = await listenPrimaryMetrics({ server: config.server, logger });
       } catch (e) {
-        const line = listenErrorMessage(e, config);
-        if (!line) throw e;
-        logger.flush();
-        process.stderr.write(`${line}\n`);
-        process.exit(1);
+        listenFailed(e);
       }
       logger.info({ metrics: metricsListener.url }, 'metrics listening (the primary answers /metrics)');
     }
@@ -130,11 +134,7 @@ export async function serve(env: NodeJS.ProcessEnv = process.env): Promise<{ pub
   try {
     urls = await gateway.listen();
   } catch (e) {
-    const line = listenErrorMessage(e, config);
-    if (!line) throw e;
-    logger.flush();
-    process.stderr.write(`${line}\n`);
-    process.exit(1);
+    listenFailed(e);
   }
   log.info({ config: file, ...bootSummary(config, store.kind, urls) }, 'tollgate listening');
   link?.listening();
