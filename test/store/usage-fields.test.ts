@@ -35,7 +35,6 @@ t.test('a large day is parsed a slice at a time, the event loop turning between 
   let ran = false;
   setImmediate(() => (ran = true));
   const parsed = parseUsagePairs('d', pairs);
-  t.notOk(ran, 'not before the parse starts');
   const out = await parsed;
   t.ok(ran, 'an immediate queued before the parse ran during it');
   t.equal(out.length, cells);
