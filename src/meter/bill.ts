@@ -49,7 +49,7 @@ export interface StatefulBilling {
   timeoutMs: number;
   /** Ends the usage lookup early (shutdown: the settle must still reach the spool); the estimate is billed. */
   cut?: AbortSignal | undefined;
-  /** The client left after an upstream was sent the request and before one answered. */
+  /** The client left after an upstream was sent the request and before an answer was relayed. */
   sentThenGone?: boolean;
 }
 

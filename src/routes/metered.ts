@@ -293,7 +293,8 @@ export function meteredRoute<B extends { model: string }>(d: MeteredDeps, ep: Me
       }
     } catch (err) {
       if (!(err instanceof ClientGoneError)) throw err;
-      sentThenGone = answered === undefined && current !== undefined;
+      // Gone once the request was sent and before its answer was relayed (an upstream's refusal aside).
+      sentThenGone = outcome === undefined && current !== undefined && (answered === undefined || answered.status < 300);
     } finally {
       clearTimeout(total);
       trace?.upstreamEnd(answered?.status, outcome?.end);
