@@ -10,7 +10,8 @@ import { ACCOUNT_ID, ACCOUNT_ID_PATTERN } from '../store/types.ts';
 import type { AccountService } from './account-service.ts';
 import { ADMIN_ERRORS } from './keys.ts';
 
-export const ENTRY_ID = /^\d{1,16}-\d{1,16}$/;
+/** A ledger entry id: a stream id, or a packed pass's debit `<stream id>.<k>` (docs/ledger.md "Packed passes"). */
+export const ENTRY_ID = /^\d{1,16}-\d{1,16}(?:\.\d{1,4})?$/;
 /** Grants are bounded so a typo cannot overflow Redis' int64 or JavaScript's safe integers: 10^15 micros = 10^9 credits. */
 export const MAX_GRANT = 1e15;
 

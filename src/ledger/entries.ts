@@ -9,11 +9,14 @@ import type { LedgerEntry } from '../store/types.ts';
 
 export type ExportedEntry = LedgerEntry & { account: string };
 
-/** Orders two `<ms>-<seq>` stream ids numerically (string order breaks at 9 → 10). */
+/**
+ * Orders two entry ids numerically (string order breaks at 9 → 10): `<ms>-<seq>` stream ids, and a packed
+ * entry's debits `<ms>-<seq>.<k>` (docs/ledger.md "Packed passes"), after the stream id and before the next.
+ */
 export function compareIds(a: string, b: string): number {
-  const [am = 0, as = 0] = a.split('-').map(Number);
-  const [bm = 0, bs = 0] = b.split('-').map(Number);
-  return am - bm || as - bs;
+  const [am = 0, as = 0, ak = 0] = a.split(/[-.]/).map(Number);
+  const [bm = 0, bs = 0, bk = 0] = b.split(/[-.]/).map(Number);
+  return am - bm || as - bs || ak - bk;
 }
 
 /** The smallest entry id at or after `ms`. */

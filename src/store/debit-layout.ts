@@ -4,12 +4,14 @@
  * settle scripts copy two values where they used to copy eleven fields. `fields`: field by field, the
  * layout every earlier version wrote and reads — for a rolling upgrade from such a version, whose
  * instances (the ledger export among them) cannot read a compact entry. parseEntry (redis-records.ts)
- * reads both.
+ * reads both. `packed`: compact, and a credit lease's settles of one turn in one entry (lease-pass.lua; docs/ledger.md
+ * "Packed passes"): `p` their `d` arrays as one JSON array, `h` their holds as one JSON array, read back as
+ * one debit per element with the id `<entry id>.<k>`.
  */
 import type { SettleInput } from './types.ts';
 
-export type DebitLayout = 'compact' | 'fields';
-export const DEBIT_LAYOUTS: readonly DebitLayout[] = ['compact', 'fields'];
+export type DebitLayout = 'compact' | 'fields' | 'packed';
+export const DEBIT_LAYOUTS: readonly DebitLayout[] = ['compact', 'fields', 'packed'];
 
 /** What the debit entry carries of a settle. */
 export type DebitData = Pick<
@@ -59,7 +61,7 @@ end
  * rewrite does not recognise — throws at startup rather than write compact entries an older version misreads.
  */
 export function settleScriptFor(lua: string, layout: DebitLayout): string {
-  if (layout === 'compact' || !ANY_COMPACT_XADD.test(lua)) return lua;
+  if (layout !== 'fields' || !ANY_COMPACT_XADD.test(lua)) return lua;
   const out = lua.replace(COMPACT_XADD, 'tgDebitFields($1, $2, $3)');
   const left = ANY_COMPACT_XADD.exec(out);
   if (left) throw new Error(`debit-layout.ts: a compact debit XADD not rewritten for "fields": ${out.slice(left.index, left.index + 120)}`);

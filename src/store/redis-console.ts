@@ -5,7 +5,7 @@
  */
 import { Cluster, Redis } from 'ioredis';
 import * as K from './redis-keys.ts';
-import { guard, parseEntry } from './redis-records.ts';
+import { guard, ledgerBefore as readBefore } from './redis-records.ts';
 import { MAX_LINK_TTL_SECONDS, type ConsoleGrant, type ConsoleSession, type Store } from './types.ts';
 
 type ConsoleStore = Pick<
@@ -114,8 +114,12 @@ export function redisConsoleStore(redis: Redis | Cluster): ConsoleStore {
     ledgerBefore: (acct, before, limit) =>
       guard(
         (async () => {
-          const rows = await redis.xrevrange(K.ledger(acct), before ? `(${before}` : '+', '-', 'COUNT', limit);
-          return (rows as [string, string[]][]).map(parseEntry);
+          const stream = K.ledger(acct);
+          return readBefore(
+            (end, count) => redis.xrevrange(stream, end, '-', 'COUNT', count) as Promise<[string, string[]][]>,
+            before || undefined,
+            limit,
+          );
         })(),
       ),
   };

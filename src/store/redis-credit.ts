@@ -43,6 +43,7 @@ export interface RedisCreditDeps {
     | 'tgRun2'
     | 'tgRun3'
     | 'tgLeaseSettle'
+    | 'tgLeasePass'
     | 'tgReapBucket3'
     | 'tgReapBucket'
     | 'tgLegacyReap',
@@ -56,6 +57,7 @@ export interface RedisCreditDeps {
     settleMany: LuaScript;
     run: LuaScript;
     leaseSettle: LuaScript;
+    leasePass: LuaScript;
   };
   onError: (err: Error) => void;
   /** How long a reaped hold is remembered (RedisStoreOptions.settledTtlSeconds). */
@@ -64,6 +66,11 @@ export interface RedisCreditDeps {
   bucketMs?: number | undefined;
   /** Credit leases for an account this process holds for often (credit-lease.ts, `credit.leases`). */
   leases?: boolean | undefined;
+  /**
+   * A lease pass's debits in one ledger entry (`store.debit_entries: packed`, lease-pass.lua; docs/ledger.md
+   * "Packed passes"). Off: one entry per debit, as every version before it reads.
+   */
+  packed?: boolean | undefined;
 }
 
 /** Splits a -many script's flat reply (4 values per call) into one result per call: an Error, or its values. */
@@ -309,6 +316,10 @@ export function createRedisCredit(d: RedisCreditDeps): Pick<Store, 'hold' | 'set
   async function leaseSettle(calls: Call[]): Promise<unknown[]> {
     const settles = calls.filter((c) => c.giveBack === undefined);
     const ns = settles.length;
+    if (d.packed && ns === calls.length && distinctIds(settles)) {
+      const packed = await leasePass(settles);
+      if (packed) return packed;
+    }
     const args = new Array<string | number>(5 + 4 * ns);
     let give = 0;
     for (const c of calls) give += c.giveBack ?? 0;
@@ -341,6 +352,39 @@ export function createRedisCredit(d: RedisCreditDeps): Pick<Store, 'hold' | 'set
       i++;
       return id === '?' ? ['?'] : [id, replayed, bal, held];
     });
+  }
+  /**
+   * One lease's settles of a turn as a packed pass (lease-pass.lua): their debits in one ledger entry, each
+   * request's entry id `<entry id>.<k>` (the entry id itself for a pass of one). Undefined when the script
+   * declined (the lease short or gone, a request's field already there): it wrote nothing, and the caller
+   * sends the same settles as lease-settle.lua, which takes each on its own.
+   */
+  async function leasePass(settles: Call[]): Promise<unknown[] | undefined> {
+    const ns = settles.length;
+    const args = new Array<string | number>(6 + ns);
+    let debit = 0;
+    let drawn = 0;
+    let data = '';
+    let holds = '';
+    for (let i = 0; i < ns; i++) {
+      const c = settles[i]!;
+      args[6 + i] = c.args[0]!;
+      debit += Number(c.args[1]);
+      drawn += c.hold!;
+      data += i === 0 ? c.args[2] : `,${c.args[2]}`;
+      holds += i === 0 ? String(c.hold) : `,${c.hold}`;
+    }
+    args[0] = settles[0]!.lease!;
+    args[1] = ns;
+    args[2] = String(debit);
+    args[3] = String(drawn);
+    args[4] = ns === 1 ? data : `[${data}]`;
+    args[5] = ns === 1 ? holds : `[${holds}]`;
+    const keys = settles[0]!.keys;
+    const r = (await (pipe ? pipe.run(lua.leasePass, keys, args) : s.tgLeasePass(...keys, ...args))) as unknown[];
+    if (r[0] === 0 && r.length === 1) return undefined;
+    const [bal, held, , x] = r as [number, number, number, string];
+    return settles.map((_, k) => [ns === 1 ? x : `${x}.${k + 1}`, 0, bal, held]);
   }
   /** How one kind of call goes: a run (docs/ledger.md "Runs"), a -many call, or alone. */
   interface Path {

@@ -3,6 +3,7 @@
  * stored hashes and stream entries become records.
  */
 import { GatewayError } from '../http/errors.ts';
+import { compareIds } from '../ledger/entries.ts';
 import type { KeyBudget, KeyRecord, LedgerEntry, Scope, ShareFile, ShareRecord } from './types.ts';
 
 export function unavailable(err: unknown): GatewayError {
@@ -47,36 +48,75 @@ const NUMERIC = new Set(['amount_micros', 'prompt_tokens', 'completion_tokens', 
  * entry, and debits written before that layout, field by field.
  */
 export function parseEntry([id, fields]: [string, string[]]): LedgerEntry {
-  if (fields[0] === 'd') {
-    const [amount, ts, requestId, keyId, model, prompt, completion, source, cached] = JSON.parse(fields[1]!) as [
-      number,
-      string,
-      string,
-      string,
-      string,
-      number,
-      number,
-      string,
-      number?,
-    ];
-    return {
-      id,
-      kind: 'debit',
-      amount_micros: amount,
-      ts,
-      request_id: requestId,
-      key_id: keyId,
-      model,
-      prompt_tokens: prompt,
-      completion_tokens: completion,
-      usage_source: source,
-      hold_micros: Number(fields[3] ?? 0),
-      ...(cached !== undefined && { cached_tokens: cached }),
-    } as LedgerEntry;
-  }
+  if (fields[0] === 'd') return compactDebit(id, JSON.parse(fields[1]!) as DebitArray, Number(fields[3] ?? 0));
   const e: Record<string, unknown> = { id };
   for (let i = 0; i < fields.length; i += 2) e[fields[i]!] = NUMERIC.has(fields[i]!) ? Number(fields[i + 1]) : fields[i + 1];
   return e as unknown as LedgerEntry;
+}
+
+/** A compact debit's `d` (debit-layout.ts debitEntryData). */
+type DebitArray = [number, string, string, string, string, number, number, string, number?];
+
+function compactDebit(id: string, d: DebitArray, hold: number): LedgerEntry {
+  const [amount, ts, requestId, keyId, model, prompt, completion, source, cached] = d;
+  return {
+    id,
+    kind: 'debit',
+    amount_micros: amount,
+    ts,
+    request_id: requestId,
+    key_id: keyId,
+    model,
+    prompt_tokens: prompt,
+    completion_tokens: completion,
+    usage_source: source,
+    hold_micros: hold,
+    ...(cached !== undefined && { cached_tokens: cached }),
+  } as LedgerEntry;
+}
+
+/**
+ * A ledger stream entry as the LedgerEntries it holds: one, or for a packed pass (`p`: the debits' `d`
+ * arrays, `h`: their holds; docs/ledger.md "Packed passes") one debit per element, `<entry id>.<k>` from
+ * k = 1, in the order the pass wrote them.
+ */
+export function parseEntries(row: [string, string[]]): LedgerEntry[] {
+  const [id, fields] = row;
+  if (fields[0] !== 'p') return [parseEntry(row)];
+  const ds = JSON.parse(fields[1]!) as DebitArray[];
+  const hs = JSON.parse(fields[3] ?? '[]') as number[];
+  return ds.map((d, i) => compactDebit(`${id}.${i + 1}`, d, Number(hs[i] ?? 0)));
+}
+
+/**
+ * A page of ledger entries after `after` (exclusive; a stream id or a packed debit's `<id>.<k>`), oldest
+ * first, at most `limit`: what XRANGE would give were every debit an entry of its own. A packed entry's
+ * debits past `after` come first when `after` is one of them.
+ */
+export async function ledgerAfter(
+  xrange: (start: string, count: number) => Promise<[string, string[]][]>,
+  after: string | undefined,
+  limit: number,
+): Promise<LedgerEntry[]> {
+  const dot = after === undefined ? -1 : after.indexOf('.');
+  // Inside a packed entry: read it again (inclusive), one row more, and drop its debits up to `after`.
+  const rows = await xrange(after === undefined ? '-' : dot < 0 ? `(${after}` : after.slice(0, dot), dot < 0 ? limit : limit + 1);
+  let out = rows.flatMap(parseEntries);
+  if (dot >= 0) out = out.filter((e) => compareIds(e.id, after!) > 0);
+  return out.length > limit ? out.slice(0, limit) : out;
+}
+
+/** The same page before `before` (exclusive), newest first (the console's ledger). */
+export async function ledgerBefore(
+  xrevrange: (end: string, count: number) => Promise<[string, string[]][]>,
+  before: string | undefined,
+  limit: number,
+): Promise<LedgerEntry[]> {
+  const dot = before === undefined ? -1 : before.indexOf('.');
+  const rows = await xrevrange(before === undefined ? '+' : dot < 0 ? `(${before}` : before.slice(0, dot), dot < 0 ? limit : limit + 1);
+  let out = rows.flatMap((r) => parseEntries(r).reverse());
+  if (dot >= 0) out = out.filter((e) => compareIds(e.id, before!) < 0);
+  return out.length > limit ? out.slice(0, limit) : out;
 }
 
 /**

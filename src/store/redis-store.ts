@@ -13,7 +13,7 @@ import { settleScriptFor, type DebitLayout } from './debit-layout.ts';
 import { createRedisCredit } from './redis-credit.ts';
 import { redisConsoleStore } from './redis-console.ts';
 import { redisExportStore } from './redis-export.ts';
-import { budgetCounter, guard, parseEntry, parseKey } from './redis-records.ts';
+import { budgetCounter, guard, ledgerAfter, parseKey } from './redis-records.ts';
 import { redisShareStore } from './redis-shares.ts';
 import { limiterClient } from './limiter-client.ts';
 import { createScriptPipe, luaScript, type LuaScript, type PipeTarget, type ScriptPipe } from './script-pipe.ts';
@@ -59,6 +59,7 @@ const SCRIPTS = {
   tgRun3: ['run', 3],
   // A credit lease's settles and give-back (docs/ledger.md "Leases").
   tgLeaseSettle: ['lease-settle', 3],
+  tgLeasePass: ['lease-pass', 3],
   // reap-bucket.lua: one bucket (3 keys; every call on Cluster), or a batch of buckets on one node.
   tgReapBucket3: ['reap-bucket', 3],
   tgReapBucket: ['reap-bucket', null],
@@ -351,12 +352,14 @@ export async function createRedisStore(o: RedisStoreOptions & { client?: Client 
       settleMany: lua['settle-many']!,
       run: lua.run!,
       leaseSettle: lua['lease-settle']!,
+      leasePass: lua['lease-pass']!,
     },
     onError,
     reapedTtlSeconds: o.settledTtlSeconds,
     holdTtlMs: o.holdTtlMs,
     bucketMs: o.bucketMs,
     leases: o.leases,
+    packed: o.debitEntries === 'packed',
   });
   const readAccount = async (acct: string): Promise<AccountState> => {
     const [bal, held] = await redis.hmget(K.balance(acct), 'balance', 'held');
@@ -639,8 +642,12 @@ export async function createRedisStore(o: RedisStoreOptions & { client?: Client 
     ledger: (acct, after, limit) =>
       guard(
         (async () => {
-          const rows = await redis.xrange(K.ledger(acct), after ? `(${after}` : '-', '+', 'COUNT', limit);
-          return (rows as [string, string[]][]).map(parseEntry);
+          const stream = K.ledger(acct);
+          return ledgerAfter(
+            (start, count) => redis.xrange(stream, start, '+', 'COUNT', count) as Promise<[string, string[]][]>,
+            after || undefined,
+            limit,
+          );
         })(),
       ),
     hold: (acct, requestId, amount, expiresAt, budget) => guard(credit.hold(acct, requestId, amount, expiresAt, budget)),

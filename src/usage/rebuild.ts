@@ -51,7 +51,7 @@ export interface RebuildReport {
 const DAY_MS = 86_400_000;
 const PAGE = 1000;
 /** An object written beside another after Redis lost writes: `<first id>.<8 hex>.ndjson.gz` (entries.ts conflictKey). */
-const CONFLICT_COPY = /\/\d+-\d+\.[0-9a-f]{8}\.ndjson\.gz$/;
+const CONFLICT_COPY = /\/\d+-\d+(?:\.\d{1,4})?\.[0-9a-f]{8}\.ndjson\.gz$/;
 
 export async function rebuildUsage(d: RebuildDeps, account: string, from: string, to: string): Promise<RebuildReport> {
   const days = daysBetween(from, to);

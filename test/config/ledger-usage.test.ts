@@ -63,8 +63,9 @@ t.test('bad values name their field', async (t) => {
   t.equal(errorPath({ usage: { keep: 1 } }), 'usage.keep');
 });
 
-t.test('store.debit_entries: compact by default, fields on request, anything else names the field', async (t) => {
+t.test('store.debit_entries: compact by default, fields or packed on request, anything else names the field', async (t) => {
   t.equal(compile({}).store.debitEntries, 'compact');
   t.equal(compile({ store: { debit_entries: 'fields' } }).store.debitEntries, 'fields');
+  t.equal(compile({ store: { debit_entries: 'packed' } }).store.debitEntries, 'packed');
   t.equal(errorPath({ store: { debit_entries: 'json' } }), 'store.debit_entries');
 });

@@ -8,10 +8,13 @@ import t from 'tap';
 import { createLedgerExporter, type ExportReport, type LedgerExporterDeps } from '../../src/ledger/exporter.ts';
 import { createLogger } from '../../src/obs/logger.ts';
 import type { LedgerEntry, Store } from '../../src/store/types.ts';
+import { LEASE_AFTER } from '../../src/store/credit-lease.ts';
+import { createRedisStore } from '../../src/store/redis-store.ts';
 import * as K from '../../src/store/redis-keys.ts';
 import { startRedis } from '../helpers/redis.ts';
 import { startS3 } from '../helpers/s3.ts';
 import { waitFor } from '../helpers/wait.ts';
+import { settleOf } from '../store/harness.ts';
 import { checkExactlyOnce, exportedLines, openRedisStore, PREFIX, sinkFor } from './support.ts';
 
 const CHILD = fileURLToPath(new URL('./export-child.ts', import.meta.url));
@@ -144,6 +147,56 @@ if (redis) {
     const balanceFromObjects = lines.filter((l) => l.entry.account === 'fine').reduce((s, l) => s + l.entry.amount_micros, 0);
     t.equal((await store.getAccount('fine')).balance_micros, balanceFromObjects, 'balance = Σ exported entries (SPEC §4)');
     await checkExactlyOnce(t, s3sink, new Map([['fine', full.get('fine')!]]));
+  });
+
+  // store.debit_entries: packed (docs/ledger.md "Packed passes"): a lease's 20 settles of one turn are one
+  // stream entry. Batches of 7 cut it: each debit is exported once, the cursor stops inside the entry and
+  // the trim keeps it until the cursor is past it.
+  t.test('a packed pass cut by batches: each debit exported once, the pass kept until its last debit is past', async (t) => {
+    await redis.client.flushdb();
+    const s3 = await startS3(t, 'ledger-packed');
+    const store = await createRedisStore({
+      url: redis.url,
+      commandTimeoutMs: 2000,
+      settledTtlSeconds: 3600,
+      leases: true,
+      debitEntries: 'packed',
+    });
+    t.teardown(() => store.close());
+    const acct = 'packed';
+    await store.grant(acct, 100_000_000, undefined, 'g', DAYS[0]!);
+    const far = Date.now() + 3_600_000;
+    for (let i = 0; i < LEASE_AFTER; i++) t.ok((await store.hold(acct, `w${i}`, 1000, far)).ok);
+    await waitFor(
+      async () => store.leaseStats!().taken > 0 && (await store.getAccount(acct)).held_micros > 8000,
+      2000,
+      'the lease is taken',
+    );
+    for (let i = 0; i < LEASE_AFTER; i++) await store.settle(settleOf(acct, `w${i}`, 10, { holdExpiresAtMs: far, holdMicros: 1000 }));
+    for (let i = 0; i < 20; i++) t.ok((await store.hold(acct, `r${i}`, 1000, far)).ok);
+    const settled = await Promise.all(
+      Array.from({ length: 20 }, (_, i) => store.settle(settleOf(acct, `r${i}`, 100 + i, { holdExpiresAtMs: far, holdMicros: 1000 }))),
+    );
+    t.ok(
+      settled.every((r) => r.entry_id.includes('.')),
+      'the 20 settles went as one packed pass',
+    );
+    const full = await ledgerOf(store, acct);
+    t.equal(full.length, 1 + 8 + 20);
+    const keep = exporter(store, { sink: sinkFor(s3), retentionDays: 0 });
+    // Batches of 7: the cursor lands on debits 6, 13 and 20 of the pass on the way (29 entries, 5 batches).
+    const r1 = await keep.runOnce();
+    t.equal(r1.entries, 29, 'every entry, in batches that cut the pass');
+    await waitFor(async () => done(await keep.runOnce()), 10_000, 'a pass with nothing left');
+    t.equal((await store.exportState(acct)).cursor, full.at(-1)!.id, "the cursor at the pass's last debit");
+    t.equal(await redis.client.xlen(K.ledger(acct)), 1, 'only the pass is left');
+    await checkExactlyOnce(t, sinkFor(s3), new Map([[acct, full]]));
+    const lines = await exportedLines(sinkFor(s3));
+    t.equal(
+      lines.reduce((s, l) => s + l.entry.amount_micros, 0),
+      (await store.getAccount(acct)).balance_micros,
+      'balance = Σ exported entries (SPEC §4)',
+    );
   });
 
   t.test('upgrade: a ledger written before the account index existed is found by the first pass', async (t) => {

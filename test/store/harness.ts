@@ -1,6 +1,7 @@
 // Shared plumbing for the store contract: a store wrapper that remembers which holds the test took, and
 // the two invariants every case ends on (SPEC §4): balance = Σ ledger amount_micros, held = Σ open holds.
 import type { Test } from 'tap';
+import { compareIds } from '../../src/ledger/entries.ts';
 import type { KeyRecord, LedgerEntry, SettleInput, Store } from '../../src/store/types.ts';
 export { waitFor } from '../helpers/wait.ts';
 
@@ -72,12 +73,8 @@ export async function allEntries(store: Store, acct: string): Promise<LedgerEntr
   }
 }
 
-/** Orders two `<ms>-<seq>` ids numerically (string order breaks at 9 → 10). */
-export function compareIds(a: string, b: string): number {
-  const [am = 0, as = 0] = a.split('-').map(Number);
-  const [bm = 0, bs = 0] = b.split('-').map(Number);
-  return am - bm || as - bs;
-}
+/** Orders two entry ids numerically (string order breaks at 9 → 10), packed debits' `<id>.<k>` too. */
+export { compareIds } from '../../src/ledger/entries.ts';
 
 /**
  * Checks SPEC §4's invariants for every account the case touched. A hold is open until the ledger

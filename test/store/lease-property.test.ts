@@ -16,16 +16,32 @@ const TRIALS = 12;
 
 const redis = await startRedis(t);
 if (redis) {
-  for (const scriptPipe of [true, false]) {
+  // Both debit layouts a lease pass writes: an entry per debit, and a turn's debits in one entry
+  // (`packed`, docs/ledger.md "Packed passes"), read back through the same ledger pages.
+  for (const [scriptPipe, debitEntries] of [
+    [true, 'compact'],
+    [false, 'compact'],
+    [true, 'packed'],
+    [false, 'packed'],
+  ] as const) {
     t.test(
-      `random turns with leases end with every request billed once and nothing held (${scriptPipe ? 'pipe' : 'ioredis'})`,
+      `random turns with leases end with every request billed once and nothing held (${scriptPipe ? 'pipe' : 'ioredis'}, ${debitEntries})`,
       async (t) => {
         await redis.client.flushdb();
         // A 1 s hold TTL and 1 s buckets: lease windows end and buckets fall due within the test.
-        const o = { url: redis.url, commandTimeoutMs: 3000, settledTtlSeconds: 4260, holdTtlMs: 1000, bucketMs: 1000, scriptPipe };
+        const o = {
+          url: redis.url,
+          commandTimeoutMs: 3000,
+          settledTtlSeconds: 4260,
+          holdTtlMs: 1000,
+          bucketMs: 1000,
+          scriptPipe,
+          debitEntries,
+        };
         const leased: Store = await createRedisStore({ ...o, leases: true });
         const plain: Store = await createRedisStore({ ...o, leases: false });
-        let seed = scriptPipe ? 7 : 13;
+        let seed = (scriptPipe ? 7 : 13) + (debitEntries === 'packed' ? 100 : 0);
+        let packed = 0;
         const rnd = () => ((seed = (seed * 1103515245 + 12345) % 2147483648), seed / 2147483648);
         let leasedSettles = 0;
         for (let trial = 0; trial < TRIALS; trial++) {
@@ -73,6 +89,7 @@ if (redis) {
           for (const acct of accounts) {
             const entries = await allEntries(leased, acct);
             const debits = new Map<string, number[]>();
+            packed += entries.filter((e) => e.id.includes('.')).length;
             for (const e of entries)
               if (e.kind === 'debit') debits.set(e.request_id!, [...(debits.get(e.request_id!) ?? []), e.amount_micros]);
             const state = await leased.getAccount(acct);
@@ -94,6 +111,8 @@ if (redis) {
           }
         }
         t.ok(leasedSettles > 100, `${leasedSettles} settles went through the leasing process`);
+        if (debitEntries === 'packed') t.ok(packed > 20, `${packed} debits were read from packed entries`);
+        else t.equal(packed, 0, 'no packed entry');
         // Both close (the leases give back their rest); once the buckets are due the reaper releases whatever
         // is left (draws settled by the other process, which released nothing).
         await leased.close();

@@ -260,6 +260,129 @@ if (redis) {
     });
   }
 
+  // store.debit_entries: packed (docs/ledger.md "Packed passes"): a lease's settles of one turn are one ledger
+  // entry; every reader (the ledger API's pages, the console's newest-first pages, the export's cursor and
+  // trim) sees one debit per request, `<entry id>.<k>`, and a repeated settle replays with its own id.
+  for (const scriptPipe of [true, false]) {
+    t.test(
+      `debit entries "packed": a turn's settles of one lease are one entry, read as one debit each (${scriptPipe ? 'pipe' : 'ioredis'})`,
+      async (t) => {
+        const store = await open(t, { scriptPipe, debitEntries: 'packed' });
+        const acct = `lease-packed-${scriptPipe}`;
+        await store.grant(acct, 100_000_000, undefined, undefined, TS);
+        await warm(t, store, acct, 1000);
+        for (let i = 0; i < 8; i++) await store.settle(settleOf(acct, `warm${i}`, 100, { holdMicros: 1000 }));
+        const held = await Promise.all(Array.from({ length: 20 }, (_, i) => store.hold(acct, `r${i}`, 1000, FAR)));
+        t.ok(held.every((h) => h.ok));
+        const streamBefore = await redis.client.xlen(K.ledger(acct));
+        const before = await evalCalls();
+        const settled = await Promise.all(held.map((_, i) => store.settle(settleOf(acct, `r${i}`, 700 + i, { holdMicros: 1000 }))));
+        t.equal(await evalCalls(), before + 1, 'one script call');
+        t.equal(await redis.client.xlen(K.ledger(acct)), streamBefore + 1, 'one stream entry for the 20 debits');
+        const x = settled[0]!.entry_id.split('.')[0]!;
+        t.match(x, /^\d+-\d+$/);
+        t.strictSame(
+          settled.map((r) => [r.entry_id, r.replayed]),
+          settled.map((_, i) => [`${x}.${i + 1}`, false]),
+          'each request its own id in the entry, in the order issued',
+        );
+        t.equal((await bucket(acct)).leases[0]![1], `o${12 * 1000}`, 'the lease: less the 20 draws');
+        t.equal((await store.getAccount(acct)).held_micros, 12 * 1000, 'held: what is left of the lease');
+        const entries = await balanceIsLedger(t, store, acct);
+        const drawn = entries.filter((e) => e.request_id?.startsWith('r'));
+        t.strictSame(
+          drawn.map((e) => [e.id, e.kind, e.request_id, e.amount_micros, e.hold_micros, e.model]),
+          held.map((_, i) => [`${x}.${i + 1}`, 'debit', `r${i}`, -(700 + i), 1000, 'gpt-test']),
+          'read back as one debit per request, each releasing its draw',
+        );
+        // Pages of 7 cut the pass twice: oldest first after a debit inside it, newest first before one.
+        const paged: string[] = [];
+        for (let after: string | undefined; ;) {
+          const page = await store.ledger(acct, after, 7);
+          paged.push(...page.map((e) => e.id));
+          if (page.length < 7) break;
+          after = page.at(-1)!.id;
+        }
+        t.strictSame(
+          paged,
+          entries.map((e) => e.id),
+          'the ledger API pages through the pass',
+        );
+        const back: string[] = [];
+        for (let before: string | undefined; ;) {
+          const page = await store.ledgerBefore(acct, before, 7);
+          back.push(...page.map((e) => e.id));
+          if (page.length < 7) break;
+          before = page.at(-1)!.id;
+        }
+        t.strictSame(back, entries.map((e) => e.id).reverse(), "the console's pages, newest first");
+        // A repeated settle (its reply lost): a replay with its own id; nothing debited.
+        const again = await store.settle(settleOf(acct, 'r3', 703, { holdMicros: 1000, mayHaveRun: true }));
+        t.strictSame([again.replayed, again.entry_id], [true, `${x}.4`], 'a replayed settle answers its debit in the entry');
+        // The export's cursor inside the pass: the trim keeps the entry (its later debits are not exported).
+        const token = 'tok';
+        t.ok(await store.acquireExportLease(acct, token, 60_000));
+        t.ok(await store.commitExport(acct, token, null, `${x}.5`));
+        t.equal((await store.exportState(acct)).cursor, `${x}.5`);
+        await store.trimLedger(acct, `${Date.now() + 60_000}-0`);
+        t.strictSame(
+          (await store.ledger(acct, `${x}.5`, 100)).map((e) => e.id),
+          held.slice(5).map((_, i) => `${x}.${i + 6}`),
+          'after the trim, the debits past the cursor are still there',
+        );
+        t.equal((await store.ledger(acct, undefined, 1))[0]!.id, `${x}.1`, 'the trim stopped at the pass: nothing before it is left');
+        // At its last debit the cursor still keeps the entry (the script does not read it to count); once the
+        // cursor moves past it, it goes.
+        t.ok(await store.commitExport(acct, token, `${x}.5`, `${x}.20`));
+        await store.trimLedger(acct, `${Date.now() + 60_000}-0`);
+        t.equal(await redis.client.xlen(K.ledger(acct)), 1, 'the cursor at its last debit: the pass is kept');
+        const g = await store.grant(acct, 1, undefined, undefined, TS);
+        t.ok(await store.commitExport(acct, token, `${x}.20`, g.entry_id));
+        await store.trimLedger(acct, `${Date.now() + 60_000}-0`);
+        t.equal(await redis.client.xlen(K.ledger(acct)), 0, 'the cursor past it: the pass is trimmed');
+      },
+    );
+  }
+
+  t.test('debit entries "packed": a pass with a request already settled is declined and settled per request', async (t) => {
+    const store = await open(t, { debitEntries: 'packed' });
+    const acct = 'lease-packed-declined';
+    await store.grant(acct, 100_000_000, undefined, undefined, TS);
+    await warm(t, store, acct, 1000);
+    for (const id of ['a', 'b', 'c']) t.ok((await store.hold(acct, id, 1000, FAR)).ok);
+    const a = settleOf(acct, 'a', 700, { holdMicros: 1000 });
+    const first = await store.settle(a);
+    t.match(first.entry_id, /^\d+-\d+$/, 'a pass of one is a plain entry');
+    // A hold repeated for a request already settled draws again (docs/ledger.md "Leases", an edge): its
+    // settle repeated then goes in a lease pass, where its field is already there.
+    t.ok((await store.hold(acct, 'a', 1000, FAR)).ok);
+    const before = await evalCalls();
+    const [again, b, c] = await Promise.all([
+      store.settle({ ...a, mayHaveRun: true }),
+      store.settle(settleOf(acct, 'b', 800, { holdMicros: 1000 })),
+      store.settle(settleOf(acct, 'c', 900, { holdMicros: 1000 })),
+    ]);
+    t.equal(await evalCalls(), before + 2, 'the packed pass declined, then lease-settle.lua');
+    t.strictSame([again.replayed, again.entry_id], [true, first.entry_id], 'the settled request replays');
+    t.ok(!b.replayed && !c.replayed && /^\d+-\d+$/.test(b.entry_id) && /^\d+-\d+$/.test(c.entry_id), 'the others debit, an entry each');
+    const entries = await balanceIsLedger(t, store, acct);
+    t.strictSame(
+      entries
+        .filter((e) => e.kind === 'debit' && !e.request_id!.startsWith('warm'))
+        .map((e) => [e.request_id, e.amount_micros, e.hold_micros]),
+      [
+        ['a', -700, 1000],
+        ['b', -800, 1000],
+        ['c', -900, 1000],
+      ],
+    );
+    t.equal(
+      (await store.getAccount(acct)).held_micros,
+      8 * 1000 + 29 * 1000,
+      "held: the 8 holds and the lease less the 3 draws settled (the repeated hold's draw stays in it until given back)",
+    );
+  });
+
   t.test('an account without enough credit to spare takes no lease', async (t) => {
     const store = await open(t);
     const acct = 'lease-poor';

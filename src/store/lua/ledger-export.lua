@@ -4,7 +4,7 @@
 -- ARGV: 1 op, then per op:
 --   'lease'   2 token, 3 ttl ms            → 1 taken (or renewed: already ours), 0 held by another
 --   'release' 2 token                      → 1 released, 0 not ours
---   'commit'  2 token, 3 from ('' = none), 4 to → 1 moved, 0 lease lost or cursor moved meanwhile (fenced)
+--   'commit'  2 token, 3 from ('' = none), 4 to (an entry id: `<ms>-<seq>`, or `<ms>-<seq>.<k>` inside a packed entry) → 1 moved, 0 lease lost or cursor moved meanwhile (fenced)
 --   'trim'    2 before id (<ms>-<seq>)     → entries removed
 local op = ARGV[1]
 if op == 'lease' then
@@ -27,10 +27,13 @@ end
 if op == 'trim' then
   local cursor = redis.call('HGET', KEYS[2], 'cursor')
   if not cursor then return 0 end
-  -- Trim below min(before, the entry after the cursor): nothing past the cursor (unexported) goes.
-  local cms, cseq = string.match(cursor, '^(%d+)-(%d+)$')
+  -- Trim below min(before, the entry after the cursor): nothing past the cursor (unexported) goes. A
+  -- cursor inside a packed entry (`<id>.<k>`, docs/ledger.md "Packed passes") keeps that entry: its
+  -- debits after the k-th are not exported yet.
+  local cms, cseq, csub = string.match(cursor, '^(%d+)-(%d+)(.*)$')
   local bms, bseq = string.match(ARGV[2], '^(%d+)-(%d+)$')
-  cms, cseq, bms, bseq = tonumber(cms), tonumber(cseq) + 1, tonumber(bms), tonumber(bseq)
+  cms, cseq, bms, bseq = tonumber(cms), tonumber(cseq), tonumber(bms), tonumber(bseq)
+  if csub == '' then cseq = cseq + 1 end
   local minid
   if bms < cms or (bms == cms and bseq < cseq) then
     minid = string.format('%d-%d', bms, bseq)
