@@ -38,10 +38,21 @@ export interface CompletionPlan {
  * shape (num_tokens, hidden_size); vLLM splices its rows into the rendered prompt), adds its rows:
  * `opts.embedsTokens` (steered `embeds_tokens`: a sparse tensor stands for any number of rows) or its
  * base64 length ÷ 4, rounded up.
+ *
+ * vLLM's chat request fields its chat template renders into the prompt count as the length of their
+ * JSON: `documents` (RAG documents: Granite, Command-R templates) and `chat_template_kwargs` (values a
+ * template renders). `tools` and `response_format` do not (the simulator never counted tool definitions;
+ * vLLM does not render a response format).
  */
 export function simPromptTokens(body: unknown, opts?: Pick<SimOptions, 'embedsTokens'>): number {
   let chars = 0;
   let rows = 0;
+  if (isObject(body)) {
+    for (const field of ['documents', 'chat_template_kwargs']) {
+      const v = body[field];
+      if (v !== undefined && v !== null) chars += JSON.stringify(v).length;
+    }
+  }
   const messages = isObject(body) ? body['messages'] : undefined;
   if (Array.isArray(messages)) {
     for (const m of messages) {
