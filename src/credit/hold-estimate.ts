@@ -17,7 +17,8 @@
  * while the hold is taken. The output part of the hold (max_tokens) usually dominates anyway.
  *
  * Allowances that are judgement, not proof (the upstream may count what the request does not show):
- * non-text content parts (images, audio, files) and tool definitions. vLLM's `prompt_embeds` part has no
+ * non-text content parts (images, audio, files), tool definitions and the other fields a template renders
+ * (renderedFields: documents, template kwargs, a response schema). vLLM's `prompt_embeds` part has no
  * allowance that could hold (PROMPT_EMBEDS_PARTS below): the estimate only counts it for the endpoint.
  */
 
@@ -59,7 +60,33 @@ export interface ChatBodyLike {
   messages?: unknown;
   tools?: unknown;
   functions?: unknown;
+  documents?: unknown;
+  chat_template_kwargs?: unknown;
+  response_format?: unknown;
   [PROMPT_EMBEDS_PARTS]?: number;
+}
+
+/**
+ * The request fields besides `messages`, `tools` and `functions` that put text into the prompt, as the
+ * value to count (undefined: nothing): vLLM's `documents` (RAG documents its chat template renders:
+ * Granite, Command-R) and `chat_template_kwargs` (values a template may render: `documents` may come
+ * this way too), and a `json_schema` `response_format`'s schema, which hosted OpenAI renders into the
+ * prompt (vLLM only constrains decoding with it). vLLM's `guided_json` / `structured_outputs` only
+ * constrain decoding and are not counted. The hold counts each like a tool list (renderedBound); the
+ * fallback tokenizer counts its JSON (routes/chat-completions.ts countChatPrompt). Three property reads
+ * for a request that has none of them.
+ */
+export function renderedFields(body: ChatBodyLike): unknown[] | undefined {
+  const docs = body.documents;
+  const kwargs = body.chat_template_kwargs;
+  const format = body.response_format;
+  if (docs == null && kwargs == null && format == null) return undefined;
+  const out: unknown[] = [];
+  if (docs != null) out.push(docs);
+  if (kwargs != null) out.push(kwargs);
+  const schema = typeof format === 'object' && format !== null ? (format as { json_schema?: unknown }).json_schema : undefined;
+  if (schema != null) out.push(schema);
+  return out;
 }
 
 /** `prompt_embeds` parts met by the estimate running now (it is synchronous): see PROMPT_EMBEDS_PARTS. */
@@ -129,13 +156,26 @@ function toolsBound(tools: unknown): number {
 }
 
 /**
+ * A rendered field (renderedFields) as a tool list is held: twice its compact JSON, plus the instructions
+ * a template wraps it in (Granite's document instructions ≈ 100 tokens, a thinking prompt a kwarg turns
+ * on ≈ 60), plus one message's template tokens per document (each is rendered in a block of its own).
+ * Linear in the field's size; an empty object or list still gets the block, as a template may branch on it.
+ */
+function renderedBound(v: unknown): number {
+  const n = PER_TOOLS_BLOCK + 2 * Buffer.byteLength(JSON.stringify(v) ?? '');
+  return Array.isArray(v) ? n + v.length * PER_MESSAGE : n;
+}
+
+/**
  * Upper bound on the prompt tokens of a chat request: Σ UTF-8 bytes of every rendered string plus
  * template constants. `rawBodyBytes` (the request's length on the wire, ≥ the bytes of every string in
  * it) is the fallback when a message's shape is not understood, so an odd body is never under-held.
  */
 export function estimatePromptTokens(body: ChatBodyLike, rawBodyBytes: number): number {
   const messages = body.messages;
-  const fixed = PER_REQUEST + toolsBound(body.tools) + toolsBound(body.functions);
+  let fixed = PER_REQUEST + toolsBound(body.tools) + toolsBound(body.functions);
+  const rendered = renderedFields(body);
+  if (rendered !== undefined) for (const v of rendered) fixed += renderedBound(v);
   if (!Array.isArray(messages)) return fixed + rawBodyBytes;
   let n = fixed;
   embedsParts = 0;

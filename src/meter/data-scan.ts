@@ -20,7 +20,11 @@ import type { TextCollector } from './text-slices.ts';
 const QUOTE = 0x22;
 const BACKSLASH = 0x5c;
 const OPEN_BRACE = 0x7b;
+const CLOSE_BRACE = 0x7d;
 const U = 0x75;
+const R = 0x72;
+const A = 0x61;
+const UNDERSCORE = 0x5f;
 
 /**
  * A key we look at, then the first byte of its value when that is a string or an object. Text keys:
@@ -166,14 +170,75 @@ function isEscaped(buf: Buffer, pos: number, floor: number): boolean {
   return (n & 1) === 1;
 }
 
+/** True when the candidate key whose opening quote is at `i` is `reasoning_content` or `reasoning` (not `refusal`). */
+function isReasoningKey(buf: Buffer, i: number): boolean {
+  return buf[i + 1] === R && buf[i + 3] === A;
+}
+
+/** True when `buf[from, to)` has a brace: between two keys with none, both are members of one object. */
+function hasBrace(buf: Buffer, from: number, to: number): boolean {
+  for (let i = from; i < to; i++) if (buf[i] === OPEN_BRACE || buf[i] === CLOSE_BRACE) return true;
+  return false;
+}
+
+/**
+ * Reasoning sent under both `reasoning_content` and its alias `reasoning` in the same object (mlx-vlm and
+ * some vLLM versions send the same text twice) is counted once: of such a pair, the longer value, the
+ * first met when they are equally long. Two keys are members of one object when no brace lies between the
+ * first's value and the second key (a brace inside a string in between makes them two: counted twice,
+ * never less). Values are appended as they come, so the text keeps its order: when the second of a pair
+ * is the longer, the first is taken back if nothing was appended after it (else both count). A value of
+ * each name alone, or in different objects (choices), counts as it comes. Reset by every scan.
+ */
+class ReasoningPair {
+  /** A reasoning value was met in this scan and is not paired yet. */
+  active = false;
+  /** Its closing quote, its length, whether its key is `reasoning_content`. */
+  private end = 0;
+  private size = 0;
+  private content = false;
+  /** The collector's length and overflow before and after it was appended. */
+  private lenBefore = 0;
+  private overBefore = 0;
+  private lenAfter = 0;
+  private overAfter = 0;
+
+  /** Appends (or not) the reasoning value `buf[vStart, vEnd)` whose key's opening quote is at `key`. */
+  meet(buf: Buffer, key: number, vStart: number, vEnd: number, text: TextCollector): void {
+    const content = buf[key + 10] === UNDERSCORE; // `"reasoning_` (vs `"reasoning"`)
+    const n = vEnd - vStart;
+    if (this.active && content !== this.content && !hasBrace(buf, this.end + 1, key)) {
+      this.active = false;
+      if (n <= this.size) return; // the first one counts
+      if (text.byteLength === this.lenAfter && text.overflowBytes === this.overAfter) text.rollback(this.lenBefore, this.overBefore);
+      text.append(buf, vStart, vEnd);
+      return;
+    }
+    this.active = true;
+    this.end = vEnd;
+    this.size = n;
+    this.content = content;
+    this.lenBefore = text.byteLength;
+    this.overBefore = text.overflowBytes;
+    text.append(buf, vStart, vEnd);
+    this.lenAfter = text.byteLength;
+    this.overAfter = text.overflowBytes;
+  }
+}
+
+/** One per process: scans are synchronous and each starts by clearing it. */
+const pair = new ReasoningPair();
+
 /**
  * Scans one event's data, `data[start, end)`: appends text values to `text` and returns true when a
  * `"usage"` key has an object value. Malformed data (an unterminated string) ends the scan quietly:
- * metering never throws. Pass the same `finder` for the events of one buffer (see KeyFinder).
+ * metering never throws. Pass the same `finder` for the events of one buffer (see KeyFinder). Reasoning
+ * sent under both its names in one delta is counted once (ReasoningPair).
  */
 export function scanData(data: Buffer, start: number, end: number, text: TextCollector, finder = new KeyFinder()): boolean {
   let usageObject = false;
   let pos = start;
+  pair.active = false;
   for (;;) {
     const i = finder.next(data, pos);
     // Past this event (kept for the next one), or cut by its end: nothing more here.
@@ -189,7 +254,8 @@ export function scanData(data: Buffer, start: number, end: number, text: TextCol
     if (data[v] !== QUOTE) continue; // a text key holding an object: not text
     const close = findStringEnd(data, v + 1, end);
     if (close === -1) break; // malformed: nothing after this is trustworthy
-    text.append(data, v + 1, close);
+    if (isReasoningKey(data, i)) pair.meet(data, i, v + 1, close, text);
+    else text.append(data, v + 1, close);
     pos = close + 1; // the value's bytes cannot hold a key
   }
   return usageObject;
@@ -198,13 +264,15 @@ export function scanData(data: Buffer, start: number, end: number, text: TextCol
 /**
  * Appends to `text` the text values of a JSON body cut mid-way (an upstream that failed after its first
  * byte: it cannot be parsed), found by the format's `bodyCandidate` (formats.ts): every complete string
- * value of a text key, and the one the cut fell in up to the cut, less an escape cut in half. Runs once,
- * on that rare path only: one regex pass, as scanData.
+ * value of a text key, and the one the cut fell in up to the cut, less an escape cut in half; reasoning
+ * under both its names in one message once, as scanData. Runs once, on that rare path only: one regex
+ * pass, as scanData.
  */
 export function scanTruncated(body: Buffer, text: TextCollector, candidate: RegExp): void {
   const finder = new KeyFinder(candidate);
   const end = body.length;
   let pos = 0;
+  pair.active = false;
   for (;;) {
     const i = finder.next(body, pos);
     if (i === -1) break;
@@ -213,11 +281,10 @@ export function scanTruncated(body: Buffer, text: TextCollector, candidate: RegE
     if (i > 0 && body[i - 1] === BACKSLASH && isEscaped(body, i, 0)) continue;
     if (body[i + 1] === U || body[v] !== QUOTE) continue; // usage, or a text key holding an object
     const close = findStringEnd(body, v + 1, end);
-    if (close === -1) {
-      text.append(body, v + 1, cutEscape(body, v + 1, end));
-      break;
-    }
-    text.append(body, v + 1, close);
+    const valueEnd = close === -1 ? cutEscape(body, v + 1, end) : close;
+    if (isReasoningKey(body, i)) pair.meet(body, i, v + 1, valueEnd, text);
+    else text.append(body, v + 1, valueEnd);
+    if (close === -1) break;
     pos = close + 1;
   }
   finder.release();

@@ -36,6 +36,18 @@ export class TextCollector {
     this.decoded = '';
   }
 
+  /**
+   * Takes back what was appended since `byteLength` was `len` and `overflowBytes` was `overflow` (the
+   * caller's marks, nothing appended between them and now but what it drops: data-scan.ts ReasoningPair).
+   */
+  rollback(len: number, overflow: number): void {
+    if (len < this.len) {
+      this.len = len;
+      this.decoded = null;
+    }
+    this.overflowBytes = overflow;
+  }
+
   /** The decoded text retained so far; decoding happens here, at most once per change. */
   text(): string {
     if (this.decoded !== null) return this.decoded;

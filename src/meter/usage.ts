@@ -50,6 +50,17 @@ function pushString(out: string[], v: unknown): void {
   if (typeof v === 'string' && v.length > 0) out.push(v);
 }
 
+/**
+ * A message's reasoning: some servers (mlx-vlm; some vLLM versions) send it under both
+ * `reasoning_content` and its alias `reasoning`, the same text, so one is counted when both are strings:
+ * the longer, `reasoning_content` when they are equally long (as the stream scan: data-scan.ts).
+ */
+function reasoningOnce(content: unknown, alias: unknown): unknown {
+  if (typeof content !== 'string') return alias;
+  if (typeof alias !== 'string') return content;
+  return alias.length > content.length ? alias : content;
+}
+
 /** Generated text of a chat completion body (every choice's content, reasoning, refusal, tool-call arguments). */
 export function chatText(body: Record<string, unknown>): string {
   const choices = body['choices'];
@@ -59,8 +70,7 @@ export function chatText(body: Record<string, unknown>): string {
     const msg = (choice as { message?: unknown } | null)?.message;
     if (typeof msg !== 'object' || msg === null) continue;
     const m = msg as Record<string, unknown>;
-    pushString(out, m['reasoning_content']);
-    pushString(out, m['reasoning']);
+    pushString(out, reasoningOnce(m['reasoning_content'], m['reasoning']));
     pushString(out, m['content']);
     pushString(out, m['refusal']);
     if (Array.isArray(m['tool_calls'])) {

@@ -4,7 +4,7 @@
  */
 import type { ModelConfig } from '../config/schema.ts';
 import type { RouteDoc } from '../http/openapi.ts';
-import { estimatePromptTokens, PROMPT_EMBEDS_PARTS, type ChatBodyLike } from '../credit/hold-estimate.ts';
+import { estimatePromptTokens, PROMPT_EMBEDS_PARTS, renderedFields, type ChatBodyLike } from '../credit/hold-estimate.ts';
 import { CHAT } from '../meter/formats.ts';
 import type { Budget, Tokenizer } from '../meter/tokenizer.ts';
 import { meteredResponses, type MeteredEndpoint, type StatefulRequest } from './endpoint.ts';
@@ -76,15 +76,19 @@ function upstreamBody(body: ChatBody, model: ModelConfig, perChoice: number): Bu
 }
 
 /**
- * Prompt tokens by the fallback tokenizer (no usage came back): the messages, and the tool definitions
- * (`tools`, legacy `functions`), which a template renders into the prompt; counted as their JSON.
+ * Prompt tokens by the fallback tokenizer (no usage came back): the messages, the tool definitions
+ * (`tools`, legacy `functions`), which a template renders into the prompt, and the other fields the hold
+ * counts as rendered (credit/hold-estimate.ts renderedFields: `documents`, `chat_template_kwargs`, a
+ * `response_format` JSON schema); each counted as its JSON.
  */
 async function countChatPrompt(payload: Buffer, tokenizer: Tokenizer, budget: Budget): Promise<number> {
-  const body = JSON.parse(payload.toString('utf8')) as { messages: unknown[]; tools?: unknown; functions?: unknown };
+  const body = JSON.parse(payload.toString('utf8')) as ChatBodyLike & { messages: unknown[] };
   let n = await tokenizer.countPromptTokensBounded(body.messages, budget);
   for (const defs of [body.tools, body.functions]) {
     if (Array.isArray(defs) && defs.length > 0) n += await tokenizer.countTextBounded(JSON.stringify(defs), budget);
   }
+  const rendered = renderedFields(body);
+  if (rendered !== undefined) for (const v of rendered) n += await tokenizer.countTextBounded(JSON.stringify(v) ?? '', budget);
   return n;
 }
 

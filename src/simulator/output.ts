@@ -26,6 +26,8 @@ export interface CompletionPlan {
   finishReason: 'stop' | 'length';
   /** Usage to report, or undefined when steered `usage: absent`. */
   usage: SimUsage | undefined;
+  /** Chat: how many of the first tokens are reasoning, and under which keys (steered `reasoning_tokens`). */
+  reasoning?: { tokens: number; fields: 'reasoning' | 'reasoning_content' | 'both' };
 }
 
 /**
@@ -38,10 +40,21 @@ export interface CompletionPlan {
  * shape (num_tokens, hidden_size); vLLM splices its rows into the rendered prompt), adds its rows:
  * `opts.embedsTokens` (steered `embeds_tokens`: a sparse tensor stands for any number of rows) or its
  * base64 length ÷ 4, rounded up.
+ *
+ * vLLM's chat request fields its chat template renders into the prompt count as the length of their
+ * JSON: `documents` (RAG documents: Granite, Command-R templates) and `chat_template_kwargs` (values a
+ * template renders). `tools` and `response_format` do not (the simulator never counted tool definitions;
+ * vLLM does not render a response format).
  */
 export function simPromptTokens(body: unknown, opts?: Pick<SimOptions, 'embedsTokens'>): number {
   let chars = 0;
   let rows = 0;
+  if (isObject(body)) {
+    for (const field of ['documents', 'chat_template_kwargs']) {
+      const v = body[field];
+      if (v !== undefined && v !== null) chars += JSON.stringify(v).length;
+    }
+  }
   const messages = isObject(body) ? body['messages'] : undefined;
   if (Array.isArray(messages)) {
     for (const m of messages) {
@@ -118,7 +131,26 @@ export function planWith(id: string, body: unknown, opts: SimOptions, promptToke
 /** Plans one chat completion from the request body and its steering options. */
 export function planCompletion(requestId: number, body: unknown, opts: SimOptions): CompletionPlan {
   const cap = isObject(body) ? (positiveInt(body['max_completion_tokens']) ?? positiveInt(body['max_tokens'])) : undefined;
-  return planWith(`chatcmpl-sim-${requestId}`, body, opts, simPromptTokens(body, opts), cap);
+  const plan = planWith(`chatcmpl-sim-${requestId}`, body, opts, simPromptTokens(body, opts), cap);
+  if (opts.reasoningTokens) plan.reasoning = { tokens: opts.reasoningTokens, fields: opts.reasoningFields ?? 'reasoning' };
+  return plan;
+}
+
+/**
+ * The JSON members (no braces) carrying reasoning `text` under the plan's keys: with `both`, the same text
+ * under `reasoning_content` then `reasoning`.
+ */
+function reasoningMembers(fields: 'reasoning' | 'reasoning_content' | 'both', text: string): string {
+  const v = JSON.stringify(text);
+  if (fields === 'both') return `"reasoning_content":${v},"reasoning":${v}`;
+  return `"${fields}":${v}`;
+}
+
+/** The text of tokens `from … to - 1`. */
+function tokensText(from: number, to: number): string {
+  let s = '';
+  for (let i = from; i < to; i++) s += `tok${i} `;
+  return s;
 }
 
 /** `tokens` of text: its UTF-16 length divided by 4, rounded up (the simulator's one tokenizer rule). */
@@ -154,7 +186,12 @@ export function streamChunks(plan: CompletionPlan, includeUsage: boolean): Chunk
     firstToken: 1,
     event(k) {
       if (k === 0) return `${head}{"role":"assistant","content":""},"logprobs":null,"finish_reason":null}]${tail}`;
-      if (k <= plan.emit) return `${head}{"content":"tok${k - 1} "},"logprobs":null,"finish_reason":null}]${tail}`;
+      if (k <= plan.emit) {
+        if (plan.reasoning !== undefined && k <= plan.reasoning.tokens) {
+          return `${head}{${reasoningMembers(plan.reasoning.fields, `tok${k - 1} `)}},"logprobs":null,"finish_reason":null}]${tail}`;
+        }
+        return `${head}{"content":"tok${k - 1} "},"logprobs":null,"finish_reason":null}]${tail}`;
+      }
       if (k === plan.emit + 1) return `${head}{},"logprobs":null,"finish_reason":"${plan.finishReason}"}]${tail}`;
       return `data: {"id":"${plan.id}","object":"chat.completion.chunk","created":${plan.created},"model":${JSON.stringify(plan.model)},"choices":[],"usage":${JSON.stringify(plan.usage)}}\n\n`;
     },
@@ -172,6 +209,15 @@ export function completionBody(plan: CompletionPlan): string {
       { index: 0, message: { role: 'assistant', content: simCompletionText(plan.emit) }, logprobs: null, finish_reason: plan.finishReason },
     ],
   };
+  const r = plan.reasoning;
+  if (r !== undefined) {
+    // The first tokens are reasoning, the rest content (null when there is none, as vLLM sends it).
+    const split = Math.min(r.tokens, plan.emit);
+    const text = tokensText(0, split);
+    const message: Record<string, unknown> = JSON.parse(`{"role":"assistant",${reasoningMembers(r.fields, text)}}`);
+    message['content'] = split < plan.emit ? tokensText(split, plan.emit) : null;
+    (body['choices'] as { message: unknown }[])[0]!.message = message;
+  }
   if (plan.usage !== undefined) body['usage'] = plan.usage;
   return JSON.stringify(body);
 }

@@ -46,6 +46,17 @@ export interface SimOptions {
    * many of in a few bytes). Unset: its base64 length ÷ 4, rounded up.
    */
   embedsTokens?: number;
+  /**
+   * Chat: the first this many completion tokens are reasoning, streamed in `delta` (and, without a stream,
+   * put in `message`) under `reasoningFields` instead of `content`. Unset: no reasoning.
+   */
+  reasoningTokens?: number;
+  /**
+   * Where reasoning goes: `reasoning` (vLLM ≥ 0.10, the default), `reasoning_content` (vLLM < 0.10,
+   * DeepSeek), or `both` with the same text, as servers that keep the old name as an alias send it
+   * (mlx-vlm; some vLLM versions).
+   */
+  reasoningFields?: 'reasoning' | 'reasoning_content' | 'both';
 }
 
 /** A steering value the simulator cannot use; the request gets a 400 naming it. */
@@ -97,6 +108,13 @@ const SETTERS: Record<string, Setter> = {
   },
   embeds_tokens: (o, v, n) => {
     o.embedsTokens = toCount(v, n);
+  },
+  reasoning_tokens: (o, v, n) => {
+    o.reasoningTokens = toCount(v, n);
+  },
+  reasoning_fields: (o, v, n) => {
+    if (v !== 'reasoning' && v !== 'reasoning_content' && v !== 'both') throw bad(n, v, 'reasoning, reasoning_content or both');
+    o.reasoningFields = v;
   },
 };
 

@@ -133,6 +133,45 @@ t.test('allowances for what has no bytes in the request', async (t) => {
   t.equal(estimatePromptTokens({ ...text, tools: [] }, 0), base, 'empty tools');
 });
 
+t.test('fields a template renders besides messages and tools: documents, chat_template_kwargs, a response schema', async (t) => {
+  const text = { messages: [user('hi')] };
+  const base = estimatePromptTokens(text, 0);
+  const docs = [
+    { title: 'a', text: prose.repeat(20) },
+    { title: '東京', text: cjk.repeat(20) },
+  ];
+  t.equal(
+    estimatePromptTokens({ ...text, documents: docs }, 0),
+    base + PER_TOOLS_BLOCK + 2 * Buffer.byteLength(JSON.stringify(docs)) + 2 * PER_MESSAGE,
+    'documents: twice their JSON, a block, one message per document',
+  );
+  const kwargs = { enable_thinking: false, note: emoji.repeat(30) };
+  t.equal(
+    estimatePromptTokens({ ...text, chat_template_kwargs: kwargs }, 0),
+    base + PER_TOOLS_BLOCK + 2 * Buffer.byteLength(JSON.stringify(kwargs)),
+    'chat_template_kwargs: twice their JSON and a block',
+  );
+  const schema = { name: 'r', schema: { type: 'object', properties: { summary: { type: 'string', description: prose } } } };
+  t.equal(
+    estimatePromptTokens({ ...text, response_format: { type: 'json_schema', json_schema: schema } }, 0),
+    base + PER_TOOLS_BLOCK + 2 * Buffer.byteLength(JSON.stringify(schema)),
+    'a json_schema response_format: its schema',
+  );
+  for (const [name, extra] of [
+    ['json_object', { response_format: { type: 'json_object' } }],
+    ['text', { response_format: { type: 'text' } }],
+    ['null fields', { documents: null, chat_template_kwargs: null, response_format: null }],
+    ["vLLM's guided_json (constrains decoding only)", { guided_json: schema.schema }],
+  ] as const) {
+    t.equal(estimatePromptTokens({ ...text, ...extra }, 0), base, `${name}: nothing added`);
+  }
+  // Never below what the fallback tokenizer counts for them (the messages plus each field's JSON).
+  const body = { ...text, documents: docs, chat_template_kwargs: kwargs, response_format: { type: 'json_schema', json_schema: schema } };
+  const real =
+    tok.countPromptTokens(text.messages) + [docs, kwargs, schema].reduce((n: number, v) => n + tok.countText(JSON.stringify(v)), 0);
+  t.ok(estimatePromptTokens(body, 0) >= real, `hold ${estimatePromptTokens(body, 0)} ≥ tokenizer ${real}`);
+});
+
 t.test("vLLM's prompt_embeds parts are counted onto the body for the endpoint, other bodies are left alone", async (t) => {
   const embeds = { type: 'prompt_embeds', data: 'AAAA' };
   const body: ChatBodyLike = { messages: [user([embeds, { type: 'text', text: 'hi' }]), user([embeds, embeds])] };

@@ -168,3 +168,52 @@ t.test('scanTruncated: a body cut mid-way gives its complete text values and the
     'responses: output item text, summaries and arguments; not the echoed instructions, not text.format',
   );
 });
+
+t.test('reasoning under both reasoning_content and its alias reasoning in one object is counted once', async (t) => {
+  const delta = (d: string) => `{"id":"c","choices":[{"index":0,"delta":${d},"finish_reason":null}]}`;
+  t.same(scan(delta('{"reasoning_content":"think","reasoning":"think"}')).text, 'think', 'the same text twice: once');
+  t.same(scan(delta('{"reasoning":"think","reasoning_content":"think"}')).text, 'think', 'either order');
+  t.same(scan(delta('{"content":"a","reasoning_content":"xy","reasoning":"xyz"}')).text, 'axyz', 'the longer, the second here');
+  t.same(scan(delta('{"reasoning_content":"xyz","reasoning":"xy","content":"a"}')).text, 'xyza', 'the longer, the first here');
+  t.same(
+    scan(delta('{"reasoning_content":"xy","content":"a","reasoning":"xyz","tool_calls":[]}')).text,
+    'xyaxyz',
+    'content appended between them: the longer second cannot replace the first, both count (never less)',
+  );
+  t.same(scan(delta('{"reasoning_content":"r","content":"a","reasoning":"r"}')).text, 'ra', 'content between, the same text: once');
+  t.same(
+    scan('{"choices":[{"index":0,"delta":{"reasoning_content":"A"}},{"index":1,"delta":{"reasoning":"B"}}]}').text,
+    'AB',
+    'different choices (a brace between): both',
+  );
+  t.same(scan(delta('{"reasoning":"r1","reasoning":"r2"}')).text, 'r1r2', 'the same name twice: not aliases, both');
+  t.same(scan(delta('{"reasoning_content":"r","role":"{","reasoning":"r"}')).text, 'rr', 'a brace in a string between: both, never less');
+  t.same(
+    scan(delta('{"reasoning_content":"r","refusal":"no","reasoning":"r"}')).text,
+    'rno',
+    'a refusal between: appended, not reasoning; the pair once',
+  );
+  // Each event is scanned on its own: the alias in the next event is its own delta.
+  const c = new TextCollector();
+  const buf = Buffer.from(delta('{"reasoning_content":"a"}') + delta('{"reasoning":"a"}'));
+  const finder = new KeyFinder();
+  const first = delta('{"reasoning_content":"a"}').length;
+  scanData(buf, 0, first, c, finder);
+  scanData(buf, first, buf.length, c, finder);
+  t.equal(c.text(), 'aa', 'one name per event: both events count');
+  // Past the keep cap, the pair is still counted once: what the first left in overflow is taken back.
+  const capped = new TextCollector({ maxBytes: 4 });
+  scanData(Buffer.from(delta('{"reasoning":"abcdef","reasoning_content":"abcdefg"}')), 0, 100, capped);
+  t.equal(capped.overflowBytes, 7, 'overflow: only the longer one');
+});
+
+t.test('scanTruncated: reasoning under both names in one message is counted once, the cut one too', async (t) => {
+  const text = (body: string) => {
+    const c = new TextCollector();
+    scanTruncated(Buffer.from(body), c, CHAT.bodyCandidate);
+    return c.text();
+  };
+  const head = '{"id":"x","choices":[{"index":0,"message":{"role":"assistant","reasoning_content":"think hard",';
+  t.equal(text(`${head}"reasoning":"think hard","content":"Hel`), 'think hardHel', 'both whole, then the cut content');
+  t.equal(text(`${head}"reasoning":"think h`), 'think hard', 'the alias cut: the longer, whole one');
+});

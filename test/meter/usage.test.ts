@@ -1,5 +1,5 @@
 import t from 'tap';
-import { readUsage, readUsageFromJson } from '../../src/meter/usage.ts';
+import { chatText, readUsage, readUsageFromJson } from '../../src/meter/usage.ts';
 
 t.test('readUsage: absent is not zero', async (t) => {
   t.equal(readUsage(null), null);
@@ -40,4 +40,12 @@ t.test('readUsageFromJson on a non-streaming completion', async (t) => {
   t.equal(bad.usage, null);
   t.equal(bad.completionText(), '');
   t.equal(readUsageFromJson(Buffer.from('[1,2]')).completionText(), '', 'JSON but not an object');
+});
+
+t.test('chatText: reasoning under both reasoning_content and its alias reasoning is counted once', async (t) => {
+  const body = (message: Record<string, unknown>) => ({ choices: [{ index: 0, message: { role: 'assistant', ...message } }] });
+  t.equal(chatText(body({ reasoning_content: 'think ', reasoning: 'think ', content: 'Hi' })), 'think Hi', 'the same text: once');
+  t.equal(chatText(body({ reasoning_content: 'th', reasoning: 'think ', content: 'Hi' })), 'think Hi', 'the longer');
+  t.equal(chatText(body({ reasoning_content: 'think ', reasoning: null, content: 'Hi' })), 'think Hi', 'one name');
+  t.equal(chatText(body({ reasoning: 'think ', content: 'Hi' })), 'think Hi', 'the alias alone');
 });

@@ -102,3 +102,32 @@ t.test('completion body and error body', async (t) => {
   t.equal(JSON.parse(errorBody(502, 'x')).error.type, 'server_error');
   t.equal(JSON.parse(errorBody(400, 'x')).error.type, 'invalid_request_error');
 });
+
+t.test('simPromptTokens: vLLM documents and chat_template_kwargs count as their JSON, tools and response_format do not', async (t) => {
+  const messages = [{ role: 'user', content: 'abcd' }];
+  const documents = [{ text: 'x'.repeat(30) }];
+  const kwargs = { enable_thinking: false };
+  t.equal(simPromptTokens({ messages, documents }), 1 + Math.ceil(JSON.stringify(documents).length / 4));
+  t.equal(simPromptTokens({ messages, chat_template_kwargs: kwargs }), 1 + Math.ceil(JSON.stringify(kwargs).length / 4));
+  t.equal(simPromptTokens({ messages, tools: [{ type: 'function' }], response_format: { type: 'json_object' } }), 1);
+});
+
+t.test('steered reasoning: the first tokens under reasoning, reasoning_content or both', async (t) => {
+  const body = { messages: [{ role: 'user', content: 'q' }] };
+  const opts = (fields?: 'reasoning' | 'reasoning_content' | 'both') => ({
+    ...defaultSimOptions(),
+    tokens: 3,
+    reasoningTokens: 2,
+    ...(fields && { reasoningFields: fields }),
+  });
+  const deltas = (fields?: 'reasoning' | 'reasoning_content' | 'both') => {
+    const chunks = streamChunks(planCompletion(1, body, opts(fields)), false);
+    return [1, 2, 3].map((k) => JSON.parse(chunks.event(k).slice(6)).choices[0].delta);
+  };
+  t.same(deltas(), [{ reasoning: 'tok0 ' }, { reasoning: 'tok1 ' }, { content: 'tok2 ' }], 'reasoning by default');
+  t.same(deltas('both')[0], { reasoning_content: 'tok0 ', reasoning: 'tok0 ' }, 'both: the same text');
+  const message = (fields: 'reasoning_content' | 'both', tokens = 3) =>
+    JSON.parse(completionBody(planCompletion(1, body, { ...opts(fields), tokens }))).choices[0].message;
+  t.same(message('reasoning_content'), { role: 'assistant', reasoning_content: 'tok0 tok1 ', content: 'tok2 ' });
+  t.same(message('both', 2), { role: 'assistant', reasoning_content: 'tok0 tok1 ', reasoning: 'tok0 tok1 ', content: null });
+});

@@ -1,0 +1,161 @@
+// SPEC §4 "no debit exceeds its hold" for chat request fields a chat template renders into the prompt
+// besides the messages and tools: vLLM's `documents` (RAG documents: Granite, Command-R templates) and
+// `chat_template_kwargs` (values a template renders), and a `response_format` JSON schema (hosted OpenAI
+// renders it into the prompt). The simulator counts `documents` and `chat_template_kwargs` into its
+// prompt usage as vLLM would (src/simulator/output.ts simPromptTokens). They were held at ~100 tokens
+// whatever their size, so concurrent requests on one key took the balance far below zero; and an answer
+// without usage was billed the messages alone. On a real redis-server.
+import t, { type Test } from 'tap';
+import { startRedis } from '../helpers/redis.ts';
+import { startGateway, type TestGateway } from '../helpers/gateway.ts';
+import { waitFor } from '../helpers/wait.ts';
+import { createTokenizer } from '../../src/meter/tokenizer.ts';
+import { simPromptTokens } from '../../src/simulator/simulator.ts';
+import { startSim } from './chat-fixture.ts';
+import { accountOf, checkLedger, ledgerOf, type Entry } from './credit-support.ts';
+
+const tokenizer = createTokenizer();
+await tokenizer.load();
+
+/** 10 documents of ~3,000 characters: ~30 KB, ~7,500 simulator tokens. */
+const DOCUMENTS = Array.from({ length: 10 }, (_, i) => ({ title: `doc ${i}`, text: `word${i} `.repeat(500) }));
+const MESSAGES = [{ role: 'user', content: 'hi' }];
+
+async function setup(t: Test, redisUrl: string): Promise<TestGateway> {
+  const sim = await startSim(t);
+  return startGateway(t, {
+    redisUrl,
+    upstreamUrl: sim.url,
+    config: {
+      limits: { max_concurrent_per_key: 1000 },
+      models: [
+        {
+          name: 'm',
+          max_output_tokens: 8192,
+          context_window: 131_072,
+          price: { input: 1, output: 1 },
+          upstreams: [{ url: sim.url, api_key: 'upstream-secret' }],
+        },
+      ],
+    },
+  });
+}
+
+function post(gw: TestGateway, key: string, body: Record<string, unknown>): Promise<Response> {
+  return fetch(`${gw.url}/v1/chat/completions`, {
+    method: 'POST',
+    headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json' },
+    body: JSON.stringify({ model: 'm', messages: MESSAGES, ...body }),
+  });
+}
+
+/** Every hold settled: the account, once nothing is held. */
+function settled(gw: TestGateway, account: string) {
+  return waitFor(
+    async () => {
+      const a = await accountOf(gw.admin, account);
+      return a.held_micros === 0 && a;
+    },
+    10_000,
+    'every hold settled',
+  );
+}
+
+function debitOf(gw: TestGateway, account: string, requestId: string): Promise<Entry> {
+  return waitFor(
+    async () => (await ledgerOf(gw.admin, account)).find((e) => e.kind === 'debit' && e.request_id === requestId),
+    10_000,
+    `the debit of ${requestId}`,
+  );
+}
+
+const redis = await startRedis(t);
+if (redis) {
+  t.test('documents and chat_template_kwargs on a poor account: 32 concurrent requests never overspend', async (t) => {
+    const gw = await setup(t, redis.url);
+    const tail = { max_tokens: 16, sim: { tokens: 4 } };
+    for (const [account, extra] of [
+      ['docs', { documents: DOCUMENTS }],
+      ['kwargs', { chat_template_kwargs: { enable_thinking: false, documents: DOCUMENTS } }],
+    ] as const) {
+      const body = { ...extra, ...tail };
+      const prompt = simPromptTokens({ messages: MESSAGES, ...extra });
+      t.ok(prompt > 7000, `${account}: the upstream counts ${prompt} prompt tokens`);
+      const { key } = await gw.createKey({ account, env: 'live' });
+      const grant = 200_000; // 26 requests' worth of what the upstream bills, 3 holds
+      await gw.grant(account, grant);
+      const answers = await Promise.all(
+        Array.from({ length: 32 }, async () => {
+          const res = await post(gw, key, body);
+          await res.text();
+          return res.status;
+        }),
+      );
+      const served = answers.filter((s) => s === 200).length;
+      t.ok(
+        answers.every((s) => s === 200 || s === 402),
+        `${account}: each request is served or refused 402 (${served} served)`,
+      );
+      t.ok(served >= 1, `${account}: at least one is served`);
+      const after = await settled(gw, account);
+      t.ok(after.balance_micros >= 0, `${account}: balance ${after.balance_micros} µ from ${grant} µ, never negative`);
+      const entries = await ledgerOf(gw.admin, account);
+      const debits = entries.filter((e) => e.kind === 'debit');
+      t.equal(debits.length, served, `${account}: one debit per served request`);
+      t.same(
+        debits.filter((e) => -e.amount_micros > (e.hold_micros ?? 0)).map((e) => [e.hold_micros, e.amount_micros]),
+        [],
+        `${account}: no debit exceeds its hold`,
+      );
+      t.same(
+        debits.filter((e) => e.prompt_tokens !== prompt || e.usage_source !== 'upstream').map((e) => e.prompt_tokens),
+        [],
+        `${account}: each is billed the ${prompt} input tokens the upstream reported`,
+      );
+      checkLedger(t, entries, after);
+    }
+  });
+
+  t.test('answered without usage: the prompt counted includes documents, template kwargs and a response schema', async (t) => {
+    const gw = await setup(t, redis.url);
+    const { key } = await gw.createKey({ account: 'nousage', env: 'live' });
+    await gw.grant('nousage', 10_000_000);
+    const schema = {
+      name: 'record',
+      schema: {
+        type: 'object',
+        properties: Object.fromEntries(
+          Array.from({ length: 40 }, (_, i) => [
+            `field_${i}`,
+            { type: 'string', description: `The value of field number ${i} of the record.` },
+          ]),
+        ),
+      },
+    };
+    const kwargs = { enable_thinking: false, system_note: 'Answer from the documents only. '.repeat(100) };
+    const cases: [string, Record<string, unknown>, unknown][] = [
+      ['documents', { documents: DOCUMENTS }, DOCUMENTS],
+      ['chat_template_kwargs', { chat_template_kwargs: kwargs }, kwargs],
+      ['response_format', { response_format: { type: 'json_schema', json_schema: schema } }, schema],
+    ];
+    const messagesOnly = tokenizer.countPromptTokens(MESSAGES);
+    for (const [name, extra, counted] of cases) {
+      // Counted as the gateway counts text: in slices (meter/tokenizer.ts countTextBounded).
+      const fieldTokens = await tokenizer.countTextBounded(JSON.stringify(counted));
+      for (const stream of [false, true]) {
+        const res = await post(gw, key, { ...extra, stream, max_tokens: 16, sim: { tokens: 4, usage: 'absent' } });
+        t.equal(res.status, 200);
+        await res.text();
+        const e = await debitOf(gw, 'nousage', res.headers.get('x-request-id')!);
+        t.equal(e.usage_source, 'estimated', `${name}, stream ${stream}: estimated`);
+        t.equal(
+          e.prompt_tokens,
+          messagesOnly + fieldTokens,
+          `${name}, stream ${stream}: billed the messages (${messagesOnly}) and the field's JSON (${fieldTokens} tokens)`,
+        );
+        t.ok(-e.amount_micros <= e.hold_micros!, `${name}, stream ${stream}: within its hold (${e.amount_micros} of ${e.hold_micros})`);
+      }
+    }
+    checkLedger(t, await ledgerOf(gw.admin, 'nousage'), await settled(gw, 'nousage'));
+  });
+}
