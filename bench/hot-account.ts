@@ -5,10 +5,13 @@
  * from `INFO commandstats` (time inside the gateway's commands) and from /proc (redis-server's whole CPU,
  * network and syscalls included), with the script calls per request (2 = a hold and a settle call each;
  * fewer = turns batched), beside req/s and the gateway's CPU per request.
- *   node bench/hot-account.ts [--ref <before>] [--rounds 3] [--seconds 3] [--conns 1,64,256] [--workers 4] [--leases] [--out file.md]
+ *   node bench/hot-account.ts [--ref <before>] [--rounds 3] [--seconds 3] [--conns 1,64,256] [--workers 4] [--leases [--packed]] [--out file.md]
  * With --ref, the gateway at that ref is measured too, its stack up only while it runs; rounds alternate
  * (before, after, after, before, …) so drift hits both alike. Medians over rounds. `--leases`: the working
  * tree's gateway with `credit.leases: true` (docs/ledger.md "Leases"); the ref's as configured by default.
+ * `--packed` (with --leases): the working tree's also with `store.debit_entries: packed` (a lease's settles
+ * of one turn in one ledger entry, docs/ledger.md "Packed passes"); `--ref . --leases --packed` measures
+ * packed passes against plain lease passes of the same tree (with --packed the ref's side runs with leases too).
  * `--rate N`: an open loop at N requests a second (bench/paced.ts, latency from each request's scheduled
  * time) instead of wrk's closed loop; `--conns` is then the client's connection pool.
  */
@@ -29,6 +32,7 @@ const { values } = parseArgs({
     workers: { type: 'string', default: '4' },
     out: { type: 'string' },
     leases: { type: 'boolean', default: false },
+    packed: { type: 'boolean', default: false },
     rate: { type: 'string' },
   },
 });
@@ -63,7 +67,10 @@ for (const side of sides)
       // One worker: the stack's own single-process gateway ('tollgate/live'), no second one.
       workers: workers > 1 ? workers : false,
       ...(side.ref.sha && { ref: side.ref.sha }),
-      ...(side.name === 'after' && values.leases && { config: { credit: { leases: true } } }),
+      ...(side.name === 'after' &&
+        values.leases && { config: { credit: { leases: true }, ...(values.packed && { store: { debit_entries: 'packed' } }) } }),
+      // --packed: the ref's gateway with leases too, so the two sides differ in the debit layout alone.
+      ...(side.name === 'before' && values.leases && values.packed && { config: { credit: { leases: true } } }),
     }),
   );
 const runs = new Map<string, Measurement[]>();
@@ -101,7 +108,10 @@ const lines = [
   '',
   `\`node bench/hot-account.ts${values.ref ? ` --ref ${values.ref}` : ''} --rounds ${rounds} --seconds ${values.seconds} --conns ${values.conns}\` · ${new Date().toISOString()} · load average at start ${load0}`,
   '',
-  ...sides.map((s) => `- ${s.name}: ${s.ref.label}${s.name === 'after' && values.leases ? ', `credit.leases: true`' : ''}`),
+  ...sides.map(
+    (s) =>
+      `- ${s.name}: ${s.ref.label}${(s.name === 'after' || values.packed) && values.leases ? ', `credit.leases: true`' : ''}${s.name === 'after' && values.packed ? ', `store.debit_entries: packed`' : ''}`,
+  ),
   '',
   'wrk, non-streaming, 64 tokens, all on the same 2 cores. Redis µs/req: `INFO commandstats` (time inside the gateway’s commands, scripts counted once) and redis-server’s CPU from /proc (its network and syscall work included), each per completed request. Medians over rounds.',
   '',

@@ -20,6 +20,8 @@
  * `--redis-config 'name value'` (repeatable): a server setting for every run, as redis.conf would set it
  * (docs/operations.md weighs `hash-max-listpack-entries` for accounts of a few to fifty requests a second).
  * `--leases`: the working tree's store (`--ref .`) with `leases: true` (credit.leases, docs/ledger.md "Leases").
+ * `--packed` (with --leases): the working tree's store measured a second time with `debitEntries: 'packed'`
+ * (store.debit_entries, docs/ledger.md "Packed passes"), beside the same store without it.
  * `--stagger`: half the requests in flight start one step late, so every batch holds for one half and
  * settles for the other (a gateway's turns under load), not holds only and then settles only.
  * Debian's redis-server is stripped: functions are grouped by name (its dynamic symbols), and a static
@@ -52,6 +54,7 @@ const { values } = parseArgs({
     'redis-config': { type: 'string', multiple: true, default: [] },
     stagger: { type: 'boolean', default: false },
     leases: { type: 'boolean', default: false },
+    packed: { type: 'boolean', default: false },
   },
 });
 const N = Number(values.n);
@@ -261,7 +264,7 @@ interface Run {
   listpackEntries: number;
 }
 
-async function measure(src: string, label: string, inFlight: number, redisBin: string, leases: boolean): Promise<Run> {
+async function measure(src: string, label: string, inFlight: number, redisBin: string, leases: boolean, packed: boolean): Promise<Run> {
   const out = join(dir, `callgrind-${label.slice(0, 7).replace(/\W/g, '')}-${inFlight}.out`);
   const port = await freePort();
   const server = await startCallgrindRedis(port, out, `${out}.log`, REDIS_CONFIG);
@@ -270,7 +273,15 @@ async function measure(src: string, label: string, inFlight: number, redisBin: s
   const mod = (await import(resolve(src, 'store/redis-store.ts'))) as typeof import('../src/store/redis-store.ts');
   // The gateway's defaults: a 660 s hold TTL, 10 s hold buckets (hold-bucket.ts bucketMsFor).
   const [holdTtlMs, bucketMs] = [660_000, 10_000];
-  const store: Store = await mod.createRedisStore({ url, commandTimeoutMs: 120_000, settledTtlSeconds: 4260, holdTtlMs, bucketMs, leases });
+  const store: Store = await mod.createRedisStore({
+    url,
+    commandTimeoutMs: 120_000,
+    settledTtlSeconds: 4260,
+    holdTtlMs,
+    bucketMs,
+    leases,
+    ...(packed && { debitEntries: 'packed' as const }),
+  });
   const ACCT = 'bench';
   await store.grant(ACCT, 1e15, 'bench-grant', undefined, new Date().toISOString());
   // As bench/ledger-redis.ts: the hold's expiry as the gateway sets it (now + the TTL), a settle with a full
@@ -338,14 +349,15 @@ async function measure(src: string, label: string, inFlight: number, redisBin: s
 const redisBin = realpathSync(sh('sh', ['-c', 'command -v redis-server']).trim());
 const runs: Run[] = [];
 try {
-  const trees = values.ref.map((ref) => {
+  const trees = values.ref.flatMap((ref) => {
     const leases = values.leases && ref === '.';
     const tree = srcOf(ref);
-    return { ...tree, label: leases ? `${tree.label}, leases` : tree.label, leases };
+    const one = { ...tree, label: leases ? `${tree.label}, leases` : tree.label, leases, packed: false };
+    return leases && values.packed ? [one, { ...one, label: `${one.label}, packed`, packed: true }] : [one];
   });
   for (const inFlight of LEVELS) {
-    for (const { src, label, leases } of trees) {
-      const r = await measure(src, label, inFlight, redisBin, leases);
+    for (const { src, label, leases, packed } of trees) {
+      const r = await measure(src, label, inFlight, redisBin, leases, packed);
       console.error(`${label} @${inFlight}: ${Math.round(r.irPerReq)} Ir/request, ${r.scriptCallsPerReq.toFixed(3)} script calls/request`);
       runs.push(r);
     }
