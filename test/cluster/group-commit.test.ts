@@ -141,53 +141,64 @@ if (cluster) {
     return n;
   };
 
-  t.test("credit leases on Cluster: each master's hot account draws from its lease, its settles one call per master", async (t) => {
-    const store = await createRedisStore({
-      clusterNodes: cluster.addresses,
-      commandTimeoutMs: 2000,
-      settledTtlSeconds: 4260,
-      leases: true,
-    });
-    const accounts = await accountsPerMaster('gc-lease');
-    for (const acct of accounts.values()) await store.grant(acct, 10_000_000, undefined, undefined, TS);
-    // LEASE_AFTER (8) holds each, one at a time: then each account takes its lease on its own master.
-    for (let i = 0; i < 8; i++) await Promise.all([...accounts.values()].map((a) => store.hold(a, `w${i}`, 100, FAR)));
-    for (const acct of accounts.values())
-      await waitFor(async () => (await store.getAccount(acct)).held_micros === 800 + 3200, 2000, `${acct}: its lease of 32 holds`);
-    // Redis can show a lease before the take's reply reached this process's book (another connection).
-    await waitFor(() => store.leaseStats!().taken === accounts.size, 2000, 'every lease in the book');
-    const before = new Map(await Promise.all([...accounts.keys()].map(async (p) => [p, await scriptCalls(p)] as const)));
-    const held = await Promise.all(
-      [...accounts.values()].flatMap((a) => Array.from({ length: 10 }, (_, i) => store.hold(a, `r${i}`, 100, FAR))),
+  // Both layouts of a lease pass's debits: an entry each, and one entry per pass (store.debit_entries: packed).
+  for (const packed of [false, true])
+    t.test(
+      `credit leases on Cluster: each master's hot account draws from its lease, its settles one call per master${packed ? ' (packed)' : ''}`,
+      async (t) => {
+        const store = await createRedisStore({
+          clusterNodes: cluster.addresses,
+          commandTimeoutMs: 2000,
+          settledTtlSeconds: 4260,
+          leases: true,
+          ...(packed && { debitEntries: 'packed' as const }),
+        });
+        const accounts = await accountsPerMaster(packed ? 'gc-lease-packed' : 'gc-lease');
+        for (const acct of accounts.values()) await store.grant(acct, 10_000_000, undefined, undefined, TS);
+        // LEASE_AFTER (8) holds each, one at a time: then each account takes its lease on its own master.
+        for (let i = 0; i < 8; i++) await Promise.all([...accounts.values()].map((a) => store.hold(a, `w${i}`, 100, FAR)));
+        for (const acct of accounts.values())
+          await waitFor(async () => (await store.getAccount(acct)).held_micros === 800 + 3200, 2000, `${acct}: its lease of 32 holds`);
+        // Redis can show a lease before the take's reply reached this process's book (another connection).
+        await waitFor(() => store.leaseStats!().taken === accounts.size, 2000, 'every lease in the book');
+        const before = new Map(await Promise.all([...accounts.keys()].map(async (p) => [p, await scriptCalls(p)] as const)));
+        const held = await Promise.all(
+          [...accounts.values()].flatMap((a) => Array.from({ length: 10 }, (_, i) => store.hold(a, `r${i}`, 100, FAR))),
+        );
+        t.ok(
+          held.every((r) => r.ok),
+          'all 30 held',
+        );
+        for (const [port] of accounts) t.equal(await scriptCalls(port), before.get(port), `master ${port}: drawn, no script call`);
+        const settled = await Promise.all(
+          [...accounts.values()].flatMap((a) =>
+            Array.from({ length: 10 }, (_, i) => store.settle({ ...settleOf(a, `r${i}`, 60), ts: TS, holdMicros: 100 })),
+          ),
+        );
+        t.ok(settled.every((s) => !s.replayed));
+        t.equal(
+          settled.filter((s) => s.entry_id.includes('.')).length,
+          packed ? 30 : 0,
+          packed ? "each master's ten settles in one packed entry" : 'an entry per debit',
+        );
+        for (const [port, acct] of accounts) {
+          t.equal((await scriptCalls(port)) - before.get(port)!, 1, `master ${port}: ${acct}'s ten settles in one call`);
+          t.equal((await store.getAccount(acct)).held_micros, 800 + 2200, `${acct}: the warm-up holds and the lease's rest`);
+        }
+        await store.close();
+        const reader = await createRedisStore({ clusterNodes: cluster.addresses, commandTimeoutMs: 2000, settledTtlSeconds: 4260 });
+        t.teardown(() => reader.close());
+        for (const acct of accounts.values()) {
+          const state = await reader.getAccount(acct);
+          t.equal(state.held_micros, 800, `${acct}: closed, the lease given back; the 8 open holds stay`);
+          const entries = await allEntries(reader, acct);
+          t.equal(
+            state.balance_micros,
+            entries.reduce((x, e) => x + e.amount_micros, 0),
+            `${acct}: balance = Σ ledger`,
+          );
+          t.equal(entries.filter((e) => e.kind === 'debit').length, 10, `${acct}: a debit per request`);
+        }
+      },
     );
-    t.ok(
-      held.every((r) => r.ok),
-      'all 30 held',
-    );
-    for (const [port] of accounts) t.equal(await scriptCalls(port), before.get(port), `master ${port}: drawn, no script call`);
-    const settled = await Promise.all(
-      [...accounts.values()].flatMap((a) =>
-        Array.from({ length: 10 }, (_, i) => store.settle({ ...settleOf(a, `r${i}`, 60), ts: TS, holdMicros: 100 })),
-      ),
-    );
-    t.ok(settled.every((s) => !s.replayed));
-    for (const [port, acct] of accounts) {
-      t.equal((await scriptCalls(port)) - before.get(port)!, 1, `master ${port}: ${acct}'s ten settles in one call`);
-      t.equal((await store.getAccount(acct)).held_micros, 800 + 2200, `${acct}: the warm-up holds and the lease's rest`);
-    }
-    await store.close();
-    const reader = await createRedisStore({ clusterNodes: cluster.addresses, commandTimeoutMs: 2000, settledTtlSeconds: 4260 });
-    t.teardown(() => reader.close());
-    for (const acct of accounts.values()) {
-      const state = await reader.getAccount(acct);
-      t.equal(state.held_micros, 800, `${acct}: closed, the lease given back; the 8 open holds stay`);
-      const entries = await allEntries(reader, acct);
-      t.equal(
-        state.balance_micros,
-        entries.reduce((x, e) => x + e.amount_micros, 0),
-        `${acct}: balance = Σ ledger`,
-      );
-      t.equal(entries.filter((e) => e.kind === 'debit').length, 10, `${acct}: a debit per request`);
-    }
-  });
 }
