@@ -60,6 +60,12 @@ export class UpstreamCall implements Dispatcher.DispatchHandler {
   private headChunks: Buffer[] | undefined;
   private headBytes = 0;
   private abortReason: Error | undefined;
+  /**
+   * The request, body included, was written to the upstream's connection (undici's onRequestSent): from
+   * then on the upstream may be processing it. A non-streaming answer's headers come only once its whole
+   * generation is done, so a timeout after this point may have cost the upstream a generation.
+   */
+  sent = false;
   /** Set when the answer has a content-encoding: its body goes through this to the sink. */
   private decoder: Decoder | undefined;
   private codingName: Coding | undefined;
@@ -121,6 +127,10 @@ export class UpstreamCall implements Dispatcher.DispatchHandler {
   onRequestStart(controller: Dispatcher.DispatchController): void {
     this.controller = controller;
     if (this.abortReason) controller.abort(this.abortReason);
+  }
+
+  onRequestSent(): void {
+    this.sent = true;
   }
 
   onResponseStart(controller: Dispatcher.DispatchController, statusCode: number, headers: IncomingHttpHeaders): void {
