@@ -109,7 +109,11 @@ export class UpstreamCall implements Dispatcher.DispatchHandler {
   /** Aborts the upstream request (client gone, retry, timeout). */
   abort(reason: Error): void {
     this.abortReason ??= reason;
-    this.controller?.abort(reason);
+    if (this.controller) this.controller.abort(reason);
+    // Not on a connection yet (queued in the pool behind upstream.max_connections, or its connection still
+    // opening): undici applies the abort only once it gets one (onRequestStart, which then never writes it),
+    // seconds later or at the end of another request's generation. The attempt ends now, unsent.
+    else this.fail(reason);
     // The upstream may have ended while its decoder still has bytes to give: those are cut too.
     if (this.decoder) this.fail(reason);
   }
