@@ -55,7 +55,9 @@ export interface StatefulBilling {
 
 /**
  * `promptEstimate` is the hold's byte bound; `maxOutput` what the request was held for; `stateful` set for
- * a stateful request, billed by billStateful when it ended without usage.
+ * a stateful request, billed by billStateful when it ended without usage; `generatedUnseen` set when a
+ * non-streaming attempt timed out before its headers after its request was sent (upstream/forward.ts
+ * `onSentTimeout`): an upstream may have generated the answer, which nobody will see.
  */
 export async function bill(
   tokenizer: Tokenizer,
@@ -65,19 +67,42 @@ export async function bill(
   outcome: RelayOutcome | undefined,
   maxOutput: number,
   stateful?: StatefulBilling | undefined,
+  generatedUnseen = false,
 ): Promise<Billed> {
   if (!answered || !outcome) {
     // A stateful request its client left after it was sent, before any upstream answered (SPEC §4: a client
     // abort is billed the held input part, never the new input alone): the upstream has read the history
-    // the gateway never sees, and no answer means no id to ask for its usage.
-    if (stateful?.sentThenGone)
+    // the gateway never sees, and no answer means no id to ask for its usage. The same for one an upstream
+    // timed out on after reading it.
+    if (stateful && (stateful.sentThenGone || generatedUnseen))
       return { promptTokens: stateful.request.heldPrompt, completionTokens: 0, cachedTokens: 0, source: 'estimated' };
+    // A non-streaming request an upstream had in full and did not answer before its headers timeout: its
+    // headers come only after the whole generation, so it read the prompt and generated for that long
+    // (then the gateway aborted it and tried the next upstream). Billed its prompt, counted, once however
+    // many upstreams timed out: a 504 is not free generation (docs/behaviour.md "Billing").
+    if (generatedUnseen)
+      return {
+        promptTokens: await countedPrompt(tokenizer, countPrompt, promptEstimate),
+        completionTokens: 0,
+        cachedTokens: 0,
+        source: 'estimated',
+      };
     // No answer from any upstream (or a refusal): nothing was produced, nothing is billed.
     return NOTHING_PRODUCED;
   }
   const counted = await billCounted(tokenizer, countPrompt, promptEstimate, outcome, maxOutput);
   if (!stateful?.call || outcome.usage) return counted;
   return billStateful(stateful.request, stateful.call, counted, stateful.format, stateful.timeoutMs, stateful.cut);
+}
+
+/** The prompt by the tokenizer (its byte bound, from above, if the tokenizer cannot load), in bounded slices. */
+async function countedPrompt(
+  tokenizer: Tokenizer,
+  countPrompt: (budget: Budget) => Promise<number>,
+  promptEstimate: number,
+): Promise<number> {
+  if (!tokenizer.loaded) await tokenizer.load().catch(() => {});
+  return tokenizer.loaded ? countPrompt({ deadline: Date.now() + COUNT_BUDGET_MS }) : promptEstimate;
 }
 
 /** The upstream's usage, else the tokenizer's count (an answered request). */

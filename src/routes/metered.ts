@@ -258,6 +258,9 @@ export function meteredRoute<B extends { model: string }>(d: MeteredDeps, ep: Me
     let answered: Answered | undefined;
     let outcome: RelayOutcome | undefined;
     let sentThenGone = false;
+    // An attempt of a non-streaming request timed out before its headers after it was sent (forward.ts): an
+    // upstream may have generated its answer. A stream's headers come before its first token: not set for one.
+    let generatedUnseen = false;
     trace?.upstreamStart();
     try {
       answered = await forward(
@@ -269,6 +272,7 @@ export function meteredRoute<B extends { model: string }>(d: MeteredDeps, ep: Me
           headersTimeoutMs: up.headersTimeoutMs,
           idleTimeoutMs: up.idleTimeoutMs,
           deadline,
+          onSentTimeout: reply.stream ? undefined : () => void (generatedUnseen = true),
           headers: (auth) => withTraceparent(trace, headerPolicy.upstreamRequest(ctx.req.headers, ctx.requestId, auth, payload.length)),
         },
         signal,
@@ -315,6 +319,7 @@ export function meteredRoute<B extends { model: string }>(d: MeteredDeps, ep: Me
           cut: d.billingCut,
           sentThenGone,
         },
+        generatedUnseen,
       );
       const cost = costMicros(model.price, b.promptTokens, b.completionTokens, b.cachedTokens);
       const billedAt = d.now(); // the settle's ts and the usage record's time: one clock read

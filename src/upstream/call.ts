@@ -60,6 +60,12 @@ export class UpstreamCall implements Dispatcher.DispatchHandler {
   private headChunks: Buffer[] | undefined;
   private headBytes = 0;
   private abortReason: Error | undefined;
+  /**
+   * The request, body included, was written to the upstream's connection (undici's onRequestSent): from
+   * then on the upstream may be processing it. A non-streaming answer's headers come only once its whole
+   * generation is done, so a timeout after this point may have cost the upstream a generation.
+   */
+  sent = false;
   /** Set when the answer has a content-encoding: its body goes through this to the sink. */
   private decoder: Decoder | undefined;
   private codingName: Coding | undefined;
@@ -103,7 +109,11 @@ export class UpstreamCall implements Dispatcher.DispatchHandler {
   /** Aborts the upstream request (client gone, retry, timeout). */
   abort(reason: Error): void {
     this.abortReason ??= reason;
-    this.controller?.abort(reason);
+    if (this.controller) this.controller.abort(reason);
+    // Not on a connection yet (queued in the pool behind upstream.max_connections, or its connection still
+    // opening): undici applies the abort only once it gets one (onRequestStart, which then never writes it),
+    // seconds later or at the end of another request's generation. The attempt ends now, unsent.
+    else this.fail(reason);
     // The upstream may have ended while its decoder still has bytes to give: those are cut too.
     if (this.decoder) this.fail(reason);
   }
@@ -121,6 +131,10 @@ export class UpstreamCall implements Dispatcher.DispatchHandler {
   onRequestStart(controller: Dispatcher.DispatchController): void {
     this.controller = controller;
     if (this.abortReason) controller.abort(this.abortReason);
+  }
+
+  onRequestSent(): void {
+    this.sent = true;
   }
 
   onResponseStart(controller: Dispatcher.DispatchController, statusCode: number, headers: IncomingHttpHeaders): void {

@@ -22,6 +22,12 @@ export interface ForwardRequest {
   idleTimeoutMs: number;
   /** Epoch ms after which no further upstream is tried. */
   deadline: number;
+  /**
+   * Called for an attempt that timed out before its headers once its request had been completely sent
+   * (call.ts `sent`): the upstream had the whole request, and a non-streaming answer's headers only come
+   * after its generation, so it may have generated one (routes/metered.ts bills that). Still retried.
+   */
+  onSentTimeout?: ((call: UpstreamCall) => void) | undefined;
 }
 
 export interface Answered {
@@ -82,6 +88,7 @@ export async function forward(
     } catch (err) {
       if (signal.aborted) throw new ClientGoneError();
       const c = classify(err);
+      if (c.kind === 'timeout' && call.sent) r.onSentTimeout?.(call);
       d.metrics.upstreamErrors.inc({ upstream: up.label, reason: c.reason });
       d.upstreams.failed(up, d.now(), call.attempt);
       failures.push(c.kind);

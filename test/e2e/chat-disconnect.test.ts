@@ -78,4 +78,47 @@ if (redis) {
       'no completion generated to the end',
     );
   });
+
+  t.test('client gone while its request waits in the pool for an upstream connection: settled within 1 s, never sent', async (t) => {
+    const sim = await startSim(t);
+    // One connection to the upstream (upstream.max_connections): the second request waits in undici's queue
+    // behind the first's 8 s non-streaming generation; headers_timeout_ms above it so nothing else ends it.
+    const gw = await startGateway(t, {
+      upstreamUrl: sim.url,
+      redisUrl: redis.url,
+      config: { upstream: { max_connections: 1, headers_timeout_ms: 20_000 } },
+    });
+    const { key } = await gw.createKey({ account: 'gone-b', env: 'live' });
+    await gw.grant('gone-b', 100_000_000);
+    // Its answer is not awaited: the gateway's teardown ends it.
+    void postChat(gw, key, {
+      model: 'sim-small',
+      messages: [{ role: 'user', content: 'long one' }],
+      sim: { tokens: 100, delay_ms: 80 },
+    }).catch(() => undefined);
+    await sim.waitFor(() => true, 2000);
+    const held = async () => (await gw.admin('/admin/accounts/gone-b')).body.held_micros as number;
+    const firstHeld = await held();
+    const ac = new AbortController();
+    const second = fetch(`${gw.url}/v1/chat/completions`, {
+      method: 'POST',
+      headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json' },
+      body: JSON.stringify({ model: 'sim-small', messages: [{ role: 'user', content: 'queued' }] }),
+      signal: ac.signal,
+    }).catch((e: Error) => e);
+    // Once its hold is taken (the account holds more than the first's), it is in the pool's queue: the gateway
+    // dispatches in the same turn as the hold's answer, long before this admin read returns.
+    await waitFor(async () => (await held()) > firstHeld, 2000, "the queued request's hold");
+    ac.abort();
+    t.match(await second, { name: 'AbortError' });
+    let line: { request_id: string } | undefined;
+    for (let i = 0; i < 50 && !line; i++) {
+      line = gw.logs.map((l) => JSON.parse(l)).find((l) => l.route === '/v1/chat/completions' && l.aborted === true);
+      if (!line) await new Promise((r) => setTimeout(r, 20));
+    }
+    t.ok(line, 'the abandoned request was logged');
+    const debit = await waitForDebit(gw, 'gone-b', line!.request_id, 1200).catch((e: Error) => e);
+    t.match(debit, { amount_micros: 0 }, 'settled within ~1 s of the client leaving, at 0, not when the connection freed');
+    t.equal(sim.requests.length, 1, 'it never reached the upstream');
+  });
 }

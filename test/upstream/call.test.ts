@@ -278,3 +278,49 @@ t.test('a full sink pauses the decoder, whose full input pauses the upstream; re
   await call.done;
   t.equal(size, 100 * 1024 * 1024, 'every decoded byte delivered');
 });
+
+t.test(
+  'sent only once written to a connection; a call still queued in the pool for one is ended at once by abort, never sent',
+  async (t) => {
+    const { Pool } = await import('undici');
+    const { startSimulator } = await import('../../src/simulator/simulator.ts');
+    const sim = await startSimulator();
+    t.teardown(() => sim.close());
+    const pool = new Pool(`http://127.0.0.1:${sim.port}`, { connections: 1 });
+    t.teardown(() => pool.destroy());
+    const up = { label: 'sim', pool, basePath: '/v1' } as unknown as Upstream;
+    // A non-streaming 8 s generation: it holds the only connection, so the second call waits in the pool.
+    const body = Buffer.from(
+      JSON.stringify({ model: 'm', messages: [{ role: 'user', content: 'x' }], sim: { tokens: 100, delay_ms: 80 } }),
+    );
+    const send = (call: UpstreamCall, payload = body) =>
+      pool.dispatch({ path: '/v1/chat/completions', method: 'POST', headers: { 'content-type': 'application/json' }, body: payload }, call);
+    const first = new UpstreamCall(up);
+    const queued = new UpstreamCall(up);
+    send(first);
+    send(queued);
+    await sim.waitFor(() => true, 2000);
+    t.equal(first.sent, true, 'the first was written to the connection');
+    t.equal(queued.sent, false, 'the second waits for a connection');
+    // The route's total timeout (routes/metered.ts), or its client leaving, while the call waits: it ends now,
+    // not when the first's generation frees the connection (undici applies an abort only on a connection).
+    const started = Date.now();
+    queued.abort(Object.assign(new Error('total upstream timeout'), { code: 'UND_ERR_HEADERS_TIMEOUT' }));
+    await t.rejects(queued.started, { message: 'total upstream timeout' });
+    await t.rejects(queued.done);
+    t.ok(Date.now() - started < 2000, `ended at once (${Date.now() - started} ms), not after the 8 s generation`);
+    t.equal(queued.sent, false, 'cut before it was sent');
+    first.abort(new Error('retry'));
+    await t.rejects(first.started, { message: 'retry' });
+    await sim.waitFor((r) => r.aborted, 2000);
+    // The queue moves on once the first's connection is gone: the aborted call is dropped, never written, and
+    // a call queued after it is the next to reach the upstream (the queue is first in, first out).
+    const third = new UpstreamCall(up);
+    send(third, Buffer.from(JSON.stringify({ model: 'third', messages: [{ role: 'user', content: 'x' }] })));
+    const next = await sim.waitFor((r) => r.id === 2, 2000);
+    t.equal(next.body.model, 'third', "the upstream's next request is the third: the aborted one was dropped");
+    t.equal(sim.requests.length, 2);
+    t.equal(queued.sent, false);
+    third.abort(new Error('done'));
+  },
+);
