@@ -5,13 +5,14 @@
  * from `INFO commandstats` (time inside the gateway's commands) and from /proc (redis-server's whole CPU,
  * network and syscalls included), with the script calls per request (2 = a hold and a settle call each;
  * fewer = turns batched), beside req/s and the gateway's CPU per request.
- *   node bench/hot-account.ts [--ref <before>] [--rounds 3] [--seconds 3] [--conns 1,64,256] [--workers 4] [--leases [--packed]] [--out file.md]
+ *   node bench/hot-account.ts [--ref <before>] [--rounds 3] [--seconds 3] [--conns 1,64,256] [--workers 4] [--leases [--packed]] [--ref-leases] [--out file.md]
  * With --ref, the gateway at that ref is measured too, its stack up only while it runs; rounds alternate
  * (before, after, after, before, …) so drift hits both alike. Medians over rounds. `--leases`: the working
  * tree's gateway with `credit.leases: true` (docs/ledger.md "Leases"); the ref's as configured by default.
  * `--packed` (with --leases): the working tree's also with `store.debit_entries: packed` (a lease's settles
  * of one turn in one ledger entry, docs/ledger.md "Packed passes"); `--ref . --leases --packed` measures
- * packed passes against plain lease passes of the same tree (with --packed the ref's side runs with leases too).
+ * packed passes against plain lease passes of the same tree with `--ref-leases` (the ref's side with
+ * `credit.leases: true` as well, so the sides differ in the layout alone).
  * `--rate N`: an open loop at N requests a second (bench/paced.ts, latency from each request's scheduled
  * time) instead of wrk's closed loop; `--conns` is then the client's connection pool.
  */
@@ -33,6 +34,7 @@ const { values } = parseArgs({
     out: { type: 'string' },
     leases: { type: 'boolean', default: false },
     packed: { type: 'boolean', default: false },
+    'ref-leases': { type: 'boolean', default: false },
     rate: { type: 'string' },
   },
 });
@@ -69,8 +71,8 @@ for (const side of sides)
       ...(side.ref.sha && { ref: side.ref.sha }),
       ...(side.name === 'after' &&
         values.leases && { config: { credit: { leases: true }, ...(values.packed && { store: { debit_entries: 'packed' } }) } }),
-      // --packed: the ref's gateway with leases too, so the two sides differ in the debit layout alone.
-      ...(side.name === 'before' && values.leases && values.packed && { config: { credit: { leases: true } } }),
+      // --ref-leases: the ref's gateway with leases too (a ref that knows credit.leases).
+      ...(side.name === 'before' && values['ref-leases'] && { config: { credit: { leases: true } } }),
     }),
   );
 const runs = new Map<string, Measurement[]>();
@@ -106,11 +108,11 @@ try {
 const lines = [
   `# Hot account: one account, one live key, \`server.workers: ${workers}\`, one redis-server`,
   '',
-  `\`node bench/hot-account.ts${values.ref ? ` --ref ${values.ref}` : ''} --rounds ${rounds} --seconds ${values.seconds} --conns ${values.conns}\` · ${new Date().toISOString()} · load average at start ${load0}`,
+  `\`node bench/hot-account.ts${values.ref ? ` --ref ${values.ref}` : ''}${values['ref-leases'] ? ' --ref-leases' : ''}${values.leases ? ' --leases' : ''}${values.packed ? ' --packed' : ''} --rounds ${rounds} --seconds ${values.seconds} --conns ${values.conns}\` · ${new Date().toISOString()} · load average at start ${load0}`,
   '',
   ...sides.map(
     (s) =>
-      `- ${s.name}: ${s.ref.label}${(s.name === 'after' || values.packed) && values.leases ? ', `credit.leases: true`' : ''}${s.name === 'after' && values.packed ? ', `store.debit_entries: packed`' : ''}`,
+      `- ${s.name}: ${s.ref.label}${(s.name === 'after' && values.leases) || (s.name === 'before' && values['ref-leases']) ? ', `credit.leases: true`' : ''}${s.name === 'after' && values.packed ? ', `store.debit_entries: packed`' : ''}`,
   ),
   '',
   'wrk, non-streaming, 64 tokens, all on the same 2 cores. Redis µs/req: `INFO commandstats` (time inside the gateway’s commands, scripts counted once) and redis-server’s CPU from /proc (its network and syscall work included), each per completed request. Medians over rounds.',
