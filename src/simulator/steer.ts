@@ -46,6 +46,16 @@ export interface SimOptions {
    * many of in a few bytes). Unset: its base64 length ÷ 4, rounded up.
    */
   embedsTokens?: number;
+  /**
+   * Responses only: each token's text is this many bytes (`tok<i>`, dots, a space), so an answer's text
+   * (repeated whole in the `.done` events and `response.completed`) grows large without many events.
+   */
+  tokenBytes?: number;
+  /**
+   * Responses only: the response first makes one hosted `image_generation_call` (the image_generation
+   * tool, as OpenAI streams it) whose `partial_image_b64` and `result` are this many base64 characters.
+   */
+  imageBytes?: number;
 }
 
 /** A steering value the simulator cannot use; the request gets a 400 naming it. */
@@ -97,6 +107,12 @@ const SETTERS: Record<string, Setter> = {
   },
   embeds_tokens: (o, v, n) => {
     o.embedsTokens = toCount(v, n);
+  },
+  token_bytes: (o, v, n) => {
+    o.tokenBytes = toCount(v, n);
+  },
+  image_bytes: (o, v, n) => {
+    o.imageBytes = toCount(v, n);
   },
 };
 
