@@ -13,7 +13,7 @@
  */
 import type { ServerResponse } from 'node:http';
 import type { UpstreamCall } from '../upstream/call.ts';
-import { createSseMeter, type SseOutput } from './sse-scanner.ts';
+import { createSseMeter, SseEventTooLargeError, type SseOutput } from './sse-scanner.ts';
 import { readUsageFromJson } from './usage.ts';
 import { JsonUsageScanner } from './json-usage.ts';
 import { scanTruncated } from './data-scan.ts';
@@ -34,6 +34,11 @@ export interface RelayOutcome {
   unseenTextBytes?: number;
   /** How the relay ended (`shutting_down`: cut at the drain deadline, SPEC §14). */
   end: 'complete' | 'client_gone' | 'upstream_failed' | 'shutting_down';
+  /**
+   * With `upstream_failed`: the gateway cut the stream itself (an event past its bound), the upstream did
+   * not fail: a broken stream for the client, billed as one, but no failure toward ejecting the upstream.
+   */
+  cutByGateway?: true;
   /** Nanoseconds the gateway spent on chunks. */
   chunkNs: bigint;
   /** A non-streaming body too large to keep whole, without a usage object: its text could not be counted. */
@@ -247,6 +252,7 @@ export async function relaySse(
     () => meter.flush(),
   );
   let end: RelayOutcome['end'] = 'complete';
+  let cutByGateway = false;
   try {
     await call.done;
     finish(); // when the body ended before the relay attached
@@ -270,10 +276,18 @@ export async function relaySse(
     } else {
       // A stream that breaks after its first byte ends with the API's error event and no [DONE] (SPEC §2a).
       end = 'upstream_failed';
+      cutByGateway = err instanceof SseEventTooLargeError;
       res.end(format.streamError);
     }
   }
-  return { usage: meter.usage, text: () => meter.completionText(), unseenTextBytes: meter.droppedTextBytes, end, chunkNs: spent() };
+  return {
+    usage: meter.usage,
+    text: () => meter.completionText(),
+    unseenTextBytes: meter.droppedTextBytes,
+    end,
+    chunkNs: spent(),
+    ...(cutByGateway && { cutByGateway: true }),
+  };
 }
 
 /**
