@@ -113,7 +113,8 @@ t.test('a passed event larger than maxPassedEventBytes throws; chat keeps the ho
 
 t.test('a stream ending inside a passed event: usage only when its JSON was whole; midEvent tells the relay', async (t) => {
   const completed = ev('response.completed', { response: { output: [{ result: 'A'.repeat(1000) }], usage } });
-  const cut = Buffer.from(completed.slice(0, completed.indexOf('"usage"') + 60));
+  // Cut right after the usage object: it was read whole, but the event's JSON was not.
+  const cut = Buffer.from(completed.slice(0, completed.indexOf('"usage"') + 8 + JSON.stringify(usage).length));
   const m = createSseMeter(opts);
   out(m.push(cut), []);
   t.equal(m.midEvent, true);
@@ -124,4 +125,52 @@ t.test('a stream ending inside a passed event: usage only when its JSON was whol
   out(m2.push(noBlank), []);
   t.equal(m2.end(), null);
   t.same(m2.usage, { prompt_tokens: 11, completion_tokens: 7 }, 'whole data without the final blank line counts, as a held tail does');
+});
+
+t.test('differential: the streaming reader finds what JSON.parse finds, over random documents cut at random', async (t) => {
+  const rand = seededInts(20261203);
+  const pick = <T>(xs: readonly T[]): T => xs[rand(xs.length)]!;
+  const pieces = ['a', '"', '\\', '\n', 'é', '😀', 'usage', '"usage":{', 'response', '{', '}', '[', ']', ':', ',', ' ', 'delta'];
+  const str = () => Array.from({ length: rand(6) }, () => pick(pieces)).join('');
+  const keys = ['usage', 'response', 'delta', 'type', 'output', 'text', 'x'];
+  const value = (depth: number): unknown => {
+    const k = rand(depth > 3 ? 3 : 6);
+    if (k === 0) return str();
+    if (k === 1) return rand(1000);
+    if (k === 2) return pick([null, true, false]);
+    if (k === 3) return Array.from({ length: rand(3) }, () => value(depth + 1));
+    if (k === 4) return { input_tokens: rand(100), output_tokens: rand(100) };
+    const o: Record<string, unknown> = {};
+    for (let i = rand(4); i > 0; i--) o[pick(keys)] = value(depth + 1);
+    return o;
+  };
+  let bad = 0;
+  let withUsage = 0;
+  for (let run = 0; run < 400; run++) {
+    const doc: Record<string, unknown> = { type: 'x' };
+    for (let i = rand(4); i > 0; i--) doc[pick(keys)] = value(1);
+    if (rand(2) === 0) {
+      // A response object with a usage among other members (the usage sometimes not an object, or a bad one).
+      const response: Record<string, unknown> = {};
+      for (let i = rand(3); i > 0; i--) response[pick(keys)] = value(2);
+      response['usage'] = rand(5) === 0 ? value(2) : { input_tokens: rand(100), output_tokens: rand(100), note: str() };
+      for (let i = rand(3); i > 0; i--) response[pick(['output', 'x', 'user'])] = value(2);
+      doc['response'] = response;
+      if (rand(3) === 0) doc['tail'] = value(1);
+    }
+    // Padding first, so the event is past MAX and passed through, whatever else it holds.
+    const data = JSON.stringify({ pad: 'p'.repeat(MAX), ...doc });
+    const parsed = JSON.parse(data) as Record<string, unknown>;
+    const want = RESPONSES.eventUsage(parsed);
+    if (want) withUsage++;
+    const delta = typeof parsed['delta'] === 'string' ? parsed['delta'] : '';
+    const sse = Buffer.from(`event: x\ndata: ${data}\n\n`);
+    const m = createSseMeter(opts);
+    const forwarded = feedRandom(m, sse, rand, 1 + rand(200));
+    const ok =
+      forwarded === sse.toString() && JSON.stringify(m.usage) === JSON.stringify(want) && (want ? '' : delta) === m.completionText();
+    if (!ok) bad++;
+  }
+  t.equal(bad, 0, '400 documents');
+  t.ok(withUsage > 20, `${withUsage} of them with a response usage`);
 });
