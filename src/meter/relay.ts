@@ -13,7 +13,7 @@
  */
 import type { ServerResponse } from 'node:http';
 import type { UpstreamCall } from '../upstream/call.ts';
-import { createSseMeter, type SseOutput } from './sse-scanner.ts';
+import { createSseMeter, SseEventTooLargeError, type SseOutput } from './sse-scanner.ts';
 import { readUsageFromJson } from './usage.ts';
 import { JsonUsageScanner } from './json-usage.ts';
 import { scanTruncated } from './data-scan.ts';
@@ -34,6 +34,11 @@ export interface RelayOutcome {
   unseenTextBytes?: number;
   /** How the relay ended (`shutting_down`: cut at the drain deadline, SPEC §14). */
   end: 'complete' | 'client_gone' | 'upstream_failed' | 'shutting_down';
+  /**
+   * With `upstream_failed`: the gateway cut the stream itself (an event past its bound), the upstream did
+   * not fail: a broken stream for the client, billed as one, but no failure toward ejecting the upstream.
+   */
+  cutByGateway?: true;
   /** Nanoseconds the gateway spent on chunks. */
   chunkNs: bigint;
   /** A non-streaming body too large to keep whole, without a usage object: its text could not be counted. */
@@ -189,6 +194,17 @@ export function maxEventBytes(requestBytes: number): number {
 }
 
 /**
+ * The largest `/v1/responses` event passed through rather than held (sse-scanner.ts
+ * maxPassedEventBytes): such a stream repeats its whole answer in the `.done` events and in
+ * `response.completed` (beside its usage), and a hosted image_generation call sends each partial image
+ * and the result as one base64 event (1–3 MB at 1024×1024, more at larger sizes): events past
+ * maxEventBytes are relayed as they arrive and read for their usage without being kept, so their size
+ * costs no memory. This bound only cuts an event that never ends (a decompression bomb): 64 MiB, over
+ * any image the image tools make.
+ */
+export const MAX_PASSED_EVENT_BYTES = 64 * 1024 * 1024;
+
+/**
  * Relays an SSE stream; resolves when the upstream ended, failed, or the client left. `maxEvent`: see
  * maxEventBytes; `maxText`: the completion text kept for the tokenizer (default TextCollector's 8 MiB);
  * `severalChoices`: the request asked for more than one choice (see SseMeterOptions).
@@ -203,7 +219,14 @@ export async function relaySse(
   maxText?: number,
   severalChoices = false,
 ): Promise<RelayOutcome> {
-  const meter = createSseMeter({ dropUsageOnlyChunk, format, maxPendingBytes: maxEvent, maxTextBytes: maxText, severalChoices });
+  const meter = createSseMeter({
+    dropUsageOnlyChunk,
+    format,
+    maxPendingBytes: maxEvent,
+    maxTextBytes: maxText,
+    severalChoices,
+    maxPassedEventBytes: format.name === 'responses' ? MAX_PASSED_EVENT_BYTES : undefined,
+  });
   let finished = false;
   /** The upstream body is complete: the turn's events, the held tail (if any) and the response's end go out with the last chunk. */
   const finish = () => {
@@ -229,6 +252,7 @@ export async function relaySse(
     () => meter.flush(),
   );
   let end: RelayOutcome['end'] = 'complete';
+  let cutByGateway = false;
   try {
     await call.done;
     finish(); // when the body ended before the relay attached
@@ -242,6 +266,9 @@ export async function relaySse(
     } catch {
       // a meter that already failed (event too large) has nothing more to give
     }
+    // Cut inside an event passed through (part of it was relayed): a blank line ends it, so the error
+    // event that follows is an event of its own, not data lines appended to the cut one.
+    if (meter.midEvent && !clientGone()) res.write('\n\n');
     if (clientGone()) end = 'client_gone';
     else if (err instanceof GatewayError && err.code === 'shutting_down') {
       end = 'shutting_down';
@@ -249,10 +276,18 @@ export async function relaySse(
     } else {
       // A stream that breaks after its first byte ends with the API's error event and no [DONE] (SPEC §2a).
       end = 'upstream_failed';
+      cutByGateway = err instanceof SseEventTooLargeError;
       res.end(format.streamError);
     }
   }
-  return { usage: meter.usage, text: () => meter.completionText(), unseenTextBytes: meter.droppedTextBytes, end, chunkNs: spent() };
+  return {
+    usage: meter.usage,
+    text: () => meter.completionText(),
+    unseenTextBytes: meter.droppedTextBytes,
+    end,
+    chunkNs: spent(),
+    ...(cutByGateway && { cutByGateway: true }),
+  };
 }
 
 /**

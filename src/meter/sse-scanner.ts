@@ -32,11 +32,18 @@
  * (views of the upstream's chunks of this turn: at most one socket read) and, during a scan, a latin1
  * copy of the chunk for the key search.
  *
+ * A `/v1/responses` event larger than maxPendingBytes (a long answer repeated in the `.done` events and
+ * `response.completed`, a hosted image's base64) is not held: with maxPassedEventBytes it is forwarded
+ * as its bytes arrive, as segments of their own, and a turn holding such pieces is metered front to back
+ * with each piece read by sse-large-event.ts in its place. The common path pays one field test per
+ * add() and per flush() for it.
+ *
  * Events end at an empty line; lines end in LF or CRLF (see sse-event.ts).
  */
 import { KeyFinder, scanData, UsageFinder } from './data-scan.ts';
 import { dataRange, eventData, isDone } from './sse-event.ts';
 import { TextCollector } from './text-slices.ts';
+import { LargeEventScanner } from './sse-large-event.ts';
 import type { Usage } from './usage.ts';
 import { CHAT, type ApiFormat } from './formats.ts';
 
@@ -72,6 +79,13 @@ export interface SseMeterOptions {
    * continuous usage with several choices pays that.
    */
   severalChoices?: boolean | undefined;
+  /**
+   * `/v1/responses` only (sse-large-event.ts reads its events): an event larger than maxPendingBytes is
+   * not held but passed through as its bytes arrive, in order, metered as they pass (its
+   * `response.usage`, its top-level `delta`), up to this many bytes; a larger one throws
+   * SseEventTooLargeError. Unset (chat, completions): an event larger than maxPendingBytes throws.
+   */
+  maxPassedEventBytes?: number | undefined;
 }
 
 /** Bytes to forward: one buffer, or several to write in order. */
@@ -98,6 +112,8 @@ export interface SseMeter {
   readonly usage: Usage | null;
   /** True once `data: [DONE]` was seen (as a stream's last event, which is where it is). */
   readonly sawDone: boolean;
+  /** True while part of an event passed through (maxPassedEventBytes) was returned and its end has not come. */
+  readonly midEvent: boolean;
   /**
    * Generated text (delta content, reasoning, refusal, tool-call arguments) produced AFTER the latest
    * usage object, or since the start when there was none. Usage is authoritative, so the text it covers
@@ -116,6 +132,14 @@ const EMPTY = Buffer.alloc(0);
 
 /** How many of a turn's last events with data are looked at for the usage chunk (it is normally the last one). */
 const LOOK_BACK = 2;
+
+/**
+ * A segment that is a piece of an event passed through (maxPassedEventBytes) has `-(1 | flags)` where
+ * other segments have the byte before them (LF or 0): PASSED_START on its first piece, PASSED_END on
+ * the piece its blank line ends.
+ */
+const PASSED_START = 2;
+const PASSED_END = 4;
 
 class Scanner implements SseMeter {
   usage: Usage | null = null;
@@ -153,6 +177,14 @@ class Scanner implements SseMeter {
   private readonly keys: KeyFinder;
   /** Usage key search, likewise. */
   private readonly usageKeys = new UsageFinder();
+  /** maxPassedEventBytes, or 0 (events past `max` throw). */
+  private readonly passMax: number;
+  /** Bytes so far of the event being passed through (add's side), or -1 when none is. */
+  private passed = -1;
+  /** Segments of this turn that are pieces of passed events: such a turn is metered front to back. */
+  private passedPieces = 0;
+  /** The meter of the passed event flush() is reading (flush's side), or null. */
+  private large: LargeEventScanner | null = null;
 
   constructor(opts: SseMeterOptions) {
     const max = opts.maxPendingBytes ?? 1024 * 1024;
@@ -162,7 +194,15 @@ class Scanner implements SseMeter {
     this.format = opts.format ?? CHAT;
     this.keys = new KeyFinder(this.format.candidate);
     this.max = max;
+    const passMax = opts.maxPassedEventBytes ?? 0;
+    if (!Number.isSafeInteger(passMax) || passMax < 0)
+      throw new RangeError(`maxPassedEventBytes must be a non-negative integer, got ${passMax}`);
+    this.passMax = passMax === 0 ? 0 : Math.max(passMax, max);
     this.text = new TextCollector(opts.maxTextBytes === undefined ? {} : { maxBytes: opts.maxTextBytes });
+  }
+
+  get midEvent(): boolean {
+    return this.passed >= 0;
   }
 
   get droppedTextBytes(): number {
@@ -185,7 +225,18 @@ class Scanner implements SseMeter {
     let from = 0; // start in `chunk` of the bytes not yet in a recorded event
     // The byte before `from`: with nothing held, the previous chunk ended an event (LF) or there was none (0).
     let pre = this.last1;
-    if (this.pendingLen > 0) {
+    if (this.passed >= 0) {
+      // Inside an event passed through: its bytes go out as they come, up to its end.
+      const end = this.firstEnd(chunk);
+      this.pass(chunk, 0, end === -1 ? len : end, end === -1 ? 0 : PASSED_END);
+      if (end === -1) {
+        this.track(chunk);
+        return;
+      }
+      this.passed = -1;
+      from = end;
+      pre = LF;
+    } else if (this.pendingLen > 0) {
       // The held event ends at this chunk's first event end: joined once, at completion.
       const end = this.firstEnd(chunk);
       if (end === -1) {
@@ -194,12 +245,17 @@ class Scanner implements SseMeter {
         return;
       }
       const size = this.pendingLen + end;
-      if (size > this.max) throw new SseEventTooLargeError(this.max);
-      this.pending.push(chunk.subarray(0, end));
-      const ev = Buffer.concat(this.pending, size);
-      this.pending = [];
-      this.pendingLen = 0;
-      this.record(ev, 0, size, this.pendingPre);
+      if (size > this.max) {
+        this.passHeld();
+        this.pass(chunk, 0, end, PASSED_END);
+        this.passed = -1;
+      } else {
+        this.pending.push(chunk.subarray(0, end));
+        const ev = Buffer.concat(this.pending, size);
+        this.pending = [];
+        this.pendingLen = 0;
+        this.record(ev, 0, size, this.pendingPre);
+      }
       from = end;
       pre = LF;
     }
@@ -207,8 +263,8 @@ class Scanner implements SseMeter {
     const end = lastEnd(chunk, from, pre);
     if (end > from) {
       // Only a segment longer than the limit can hold an event that is: then each is measured.
-      if (end - from > this.max) this.checkSizes(chunk, from, end, pre);
-      this.record(chunk, from, end, pre);
+      if (end - from > this.max) this.recordSized(chunk, from, end, pre);
+      else this.record(chunk, from, end, pre);
     }
     if (end < len) this.hold(chunk, end, end > 0 ? LF : pre);
     this.track(chunk);
@@ -217,6 +273,7 @@ class Scanner implements SseMeter {
   flush(): SseOutput | null {
     const n = this.turnCount;
     if (n === 0) return null;
+    if (this.passedPieces > 0) return this.flushInOrder(n);
     const bufs = this.turnBufs;
     const ranges = this.turnRanges;
     if (n === 1) {
@@ -300,6 +357,8 @@ class Scanner implements SseMeter {
     if (this.ended) return null;
     if (this.turnCount > 0) throw new Error('SseMeter.end() before flush()');
     this.ended = true;
+    // A passed event the stream ended in: its usage counts if its data's JSON was whole.
+    if (this.large !== null) this.endLarge();
     if (this.pendingLen === 0) return null;
     const tail = Buffer.concat(this.pending, this.pendingLen);
     this.pending = [];
@@ -309,6 +368,77 @@ class Scanner implements SseMeter {
     const keep = this.meter(tail, 0, tail.length);
     this.keys.release();
     return keep ? tail : null;
+  }
+
+  /**
+   * flush() for a turn with pieces of passed events: every event metered front to back, as a turn
+   * without usage at its end is, and each piece read by the passed event's meter in its place, so a
+   * usage it carries covers exactly the text before it.
+   */
+  private flushInOrder(n: number): SseOutput | null {
+    const bufs = this.turnBufs;
+    const ranges = this.turnRanges;
+    for (let i = 0; i < n; i++) {
+      const buf = bufs[i]!;
+      const s = ranges[3 * i]!;
+      const e = ranges[3 * i + 1]!;
+      const pre = ranges[3 * i + 2]!;
+      if (pre < 0) {
+        const flags = -pre;
+        if ((flags & PASSED_START) !== 0) this.large = new LargeEventScanner(this.text);
+        this.large!.feed(buf, s, e);
+        if ((flags & PASSED_END) !== 0) this.endLarge();
+        continue;
+      }
+      for (let start = s; start < e;) {
+        const end = eventEnd(buf, start, s, pre, e);
+        if (!this.meter(buf, start, end)) this.drops(i, start, end);
+        start = end;
+      }
+    }
+    this.keys.release();
+    const out = this.output();
+    for (let i = 0; i < n; i++) bufs[i] = EMPTY;
+    this.turnCount = 0;
+    this.droppedCount = 0;
+    this.passedPieces = 0;
+    return out;
+  }
+
+  /** The passed event flush() was reading is over: its usage, when whole and valid, covers the text so far. */
+  private endLarge(): void {
+    const json = this.large!.usage();
+    this.large = null;
+    if (json === null) return;
+    let usage: Usage | null = null;
+    try {
+      usage = this.format.usage(JSON.parse(json));
+    } catch {
+      // not JSON: no usage
+    }
+    if (usage === null) return;
+    this.usage = usage;
+    this.text.reset();
+  }
+
+  /** Records `buf[start, end)`, bytes of the event passed through, with PASSED_* `flags`; throws past maxPassedEventBytes. */
+  private pass(buf: Buffer, start: number, end: number, flags: number): void {
+    this.passed += end - start;
+    if (this.passed > this.passMax) throw new SseEventTooLargeError(this.passMax);
+    if (end > start || flags !== 0) {
+      this.record(buf, start, end, -(1 | flags));
+      this.passedPieces++;
+    }
+  }
+
+  /** The held event outgrew the hold bound: passes it through from now on (or throws when that is off). */
+  private passHeld(): void {
+    if (this.passMax === 0) throw new SseEventTooLargeError(this.max);
+    this.passed = 0;
+    const held = this.pending;
+    this.pending = [];
+    this.pendingLen = 0;
+    for (let i = 0; i < held.length; i++) this.pass(held[i]!, 0, held[i]!.length, i === 0 ? PASSED_START : 0);
   }
 
   /** The turn's segments minus the dropped events, as runs of adjacent bytes: whole chunks where possible. */
@@ -373,7 +503,13 @@ class Scanner implements SseMeter {
   /** Keeps a copy of `chunk[from, …)`, the start (or more) of an incomplete event; `pre` is the byte before it. */
   private hold(chunk: Buffer, from: number, pre: number): void {
     const n = chunk.length - from;
-    if (this.pendingLen + n > this.max) throw new SseEventTooLargeError(this.max);
+    if (this.pendingLen + n > this.max) {
+      // Too large to hold: passed through from here (what was held goes first), or the stream is cut.
+      const first = this.pendingLen === 0;
+      this.passHeld();
+      this.pass(chunk, from, chunk.length, first ? PASSED_START : 0);
+      return;
+    }
     if (this.pendingLen === 0) this.pendingPre = pre;
     this.pending.push(Buffer.from(chunk.subarray(from)));
     this.pendingLen += n;
@@ -401,13 +537,27 @@ class Scanner implements SseMeter {
     return -1;
   }
 
-  /** Throws when an event of the segment `buf[s, e)` is larger than the limit. */
-  private checkSizes(buf: Buffer, s: number, e: number, pre: number): void {
+  /**
+   * Records the segment `buf[s, e)` of whole events, longer than the limit: an event in it larger than
+   * the limit is passed through (a segment of its own) or throws when that is off.
+   */
+  private recordSized(buf: Buffer, s: number, e: number, pre: number): void {
+    let run = s; // start of the events not recorded yet
+    let runPre = pre;
     for (let start = s; start < e;) {
       const end = eventEnd(buf, start, s, pre, e);
-      if (end - start > this.max) throw new SseEventTooLargeError(this.max);
+      if (end - start > this.max) {
+        if (this.passMax === 0) throw new SseEventTooLargeError(this.max);
+        if (start > run) this.record(buf, run, start, runPre);
+        this.passed = 0;
+        this.pass(buf, start, end, PASSED_START | PASSED_END);
+        this.passed = -1;
+        run = end;
+        runPre = LF;
+      }
       start = end;
     }
+    if (e > run) this.record(buf, run, e, runPre);
   }
 
   /**

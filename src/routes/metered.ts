@@ -250,10 +250,11 @@ export function meteredRoute<B extends { model: string }>(d: MeteredDeps, ep: Me
     const gone = () => !ctx.res.writableFinished && ctx.res.destroyed;
     const deadline = d.now() + up.totalTimeoutMs;
     // Past the total deadline the current attempt is cut; forward() tries no other upstream after it.
-    const total = setTimeout(
-      () => current?.abort(Object.assign(new Error('total upstream timeout'), { code: 'UND_ERR_HEADERS_TIMEOUT' })),
-      up.totalTimeoutMs,
-    );
+    let totalCut = false;
+    const total = setTimeout(() => {
+      totalCut = true;
+      current?.abort(Object.assign(new Error('total upstream timeout'), { code: 'UND_ERR_HEADERS_TIMEOUT' }));
+    }, up.totalTimeoutMs);
     const t0 = process.hrtime.bigint();
     let answered: Answered | undefined;
     let outcome: RelayOutcome | undefined;
@@ -286,9 +287,15 @@ export function meteredRoute<B extends { model: string }>(d: MeteredDeps, ep: Me
       ttfb(model.name).observe(Number(answered.waitedNs) / 1e9);
       outcome = await respond(ctx, answered, reply, payload.length, relaying);
       if (outcome?.end === 'upstream_failed') {
-        // A stream that broke after its first byte counts toward ejecting its upstream too (once per burst).
-        d.metrics.upstreamErrors.inc({ upstream: answered.call.upstream.label, reason: 'stream_broken' });
-        d.upstreams.failed(answered.call.upstream, d.now(), answered.call.attempt);
+        if (outcome.cutByGateway || totalCut) {
+          // Cut by the gateway (an event past its bound, its total timeout) while the upstream was answering:
+          // not the upstream's failure, or one tenant's long or large answers would eject it for every tenant.
+          ctx.log.relay_cut = outcome.cutByGateway ? 'event_too_large' : 'total_timeout';
+        } else {
+          // A stream that broke after its first byte counts toward ejecting its upstream too (once per burst).
+          d.metrics.upstreamErrors.inc({ upstream: answered.call.upstream.label, reason: 'stream_broken' });
+          d.upstreams.failed(answered.call.upstream, d.now(), answered.call.attempt);
+        }
       }
       // A JSON answer that failed before its first byte was written: the client gets SPEC §2a's error, not a
       // reset (not retried: the upstream answered, and generated). Billed below from what arrived.

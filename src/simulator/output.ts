@@ -28,6 +28,10 @@ export interface CompletionPlan {
   usage: SimUsage | undefined;
   /** Chat: how many of the first tokens are reasoning, and under which keys (steered `reasoning_tokens`). */
   reasoning?: { tokens: number; fields: 'reasoning' | 'reasoning_content' | 'both' };
+  /** Steered `token_bytes` (Responses): the length of each token's text. */
+  tokenBytes?: number;
+  /** Steered `image_bytes` (Responses): a hosted image generation call with an image this long in base64. */
+  imageBytes?: number;
 }
 
 /**
@@ -125,7 +129,16 @@ export function planWith(id: string, body: unknown, opts: SimOptions, promptToke
     usage = { prompt_tokens: promptTokens, completion_tokens: emit, total_tokens: promptTokens + emit };
     if (opts.cachedTokens !== undefined) usage.prompt_tokens_details = { cached_tokens: Math.min(opts.cachedTokens, promptTokens) };
   }
-  return { id, created: Math.floor(Date.now() / 1000), model, emit, finishReason, usage };
+  return {
+    id,
+    created: Math.floor(Date.now() / 1000),
+    model,
+    emit,
+    finishReason,
+    usage,
+    ...(opts.tokenBytes !== undefined && { tokenBytes: opts.tokenBytes }),
+    ...(opts.imageBytes !== undefined && { imageBytes: opts.imageBytes }),
+  };
 }
 
 /** Plans one chat completion from the request body and its steering options. */

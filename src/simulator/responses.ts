@@ -3,7 +3,12 @@
  * `data` with the same `type` and a `sequence_number`), as OpenAI and vLLM send them: created,
  * in_progress, output_item.added, content_part.added, one output_text.delta per token, the three
  * `.done` events, then response.completed (or response.incomplete when max_output_tokens cut it) whose
- * `response.usage` carries input_tokens / output_tokens. No [DONE].
+ * `response.usage` carries input_tokens / output_tokens. No [DONE]. Steered `token_bytes` makes each
+ * token's text that long (a long answer, repeated whole in the `.done` events and the final response,
+ * in few events); steered `image_bytes` makes the response start with a hosted `image_generation_call`
+ * (output 0, the message output 1) streamed as OpenAI does: output_item.added, in_progress, generating,
+ * one partial_image (`partial_image_b64` of that many base64 characters), completed, output_item.done
+ * with the `result`, which the final response's output holds too.
  *
  * Stored responses, as a stateful upstream keeps them: a response is stored unless `store: false`; a
  * request naming `previous_response_id` has that response's input and output prepended (its input tokens
@@ -80,7 +85,7 @@ function responseObject(plan: CompletionPlan, body: unknown, final: boolean): Re
     max_output_tokens: b['max_output_tokens'] ?? null,
     previous_response_id: b['previous_response_id'] ?? null,
     store: b['store'] ?? true,
-    output: final ? [message(plan, simCompletionText(plan.emit), 'completed')] : [],
+    output: final ? [...imageItems(plan, true), message(plan, responseText(plan, plan.emit), 'completed')] : [],
     usage: final && plan.usage ? usage(plan) : null,
   };
 }
@@ -94,6 +99,47 @@ function usage(plan: CompletionPlan): Record<string, unknown> {
     output_tokens_details: { reasoning_tokens: 0 },
     total_tokens: u.total_tokens,
   };
+}
+
+/** Token `i`'s text: `tok<i> `, or with steered `token_bytes` that many bytes (`tok<i>`, dots, a space). */
+function tokenText(plan: CompletionPlan, i: number): string {
+  const s = `tok${i}`;
+  const pad = (plan.tokenBytes ?? 0) - s.length - 1;
+  return pad > 0 ? `${s}${'.'.repeat(pad)} ` : `${s} `;
+}
+
+/** The text of the first `n` tokens (simCompletionText unless steered `token_bytes`). */
+function responseText(plan: CompletionPlan, n: number): string {
+  if (plan.tokenBytes === undefined) return simCompletionText(n);
+  let s = '';
+  for (let i = 0; i < n; i++) s += tokenText(plan, i);
+  return s;
+}
+
+/** The base64 image of a steered `image_bytes`: deterministic, that many characters. */
+function simImage(bytes: number): string {
+  return Buffer.alloc(Math.ceil(bytes / 4) * 3, 'tollgate-sim')
+    .toString('base64')
+    .slice(0, bytes);
+}
+
+/** The hosted image_generation_call output item of a steered `image_bytes` (none without it). */
+function imageItems(plan: CompletionPlan, done: boolean): Record<string, unknown>[] {
+  if (plan.imageBytes === undefined) return [];
+  const item = { id: `ig_${plan.id}`, type: 'image_generation_call', status: done ? 'completed' : 'in_progress' };
+  return [
+    done
+      ? {
+          ...item,
+          background: 'opaque',
+          output_format: 'png',
+          quality: 'low',
+          result: simImage(plan.imageBytes),
+          revised_prompt: 'a lighthouse',
+          size: '1024x1024',
+        }
+      : item,
+  ];
 }
 
 function message(plan: CompletionPlan, text: string | null, status: string): Record<string, unknown> {
@@ -179,7 +225,7 @@ export class SimResponseStore {
     if (!done) {
       obj['status'] = 'incomplete';
       obj['incomplete_details'] = { reason: 'interrupted' };
-      obj['output'] = [message(s.plan, simCompletionText(output), 'incomplete')];
+      obj['output'] = [...imageItems(s.plan, true), message(s.plan, responseText(s.plan, output), 'incomplete')];
     }
     obj['usage'] = {
       input_tokens: s.inputTokens,
@@ -227,23 +273,51 @@ export const RESPONSES_API: SimApi = {
     const itemId = `msg_${plan.id}`;
     const ev = (type: string, k: number, fields: Record<string, unknown>) =>
       `event: ${type}\ndata: ${JSON.stringify({ type, sequence_number: k, ...fields })}\n\n`;
-    const part = { item_id: itemId, output_index: 0, content_index: 0 };
+    // A steered image comes first, as output 0 (OpenAI's order for the image_generation tool's events).
+    const image = plan.imageBytes !== undefined;
+    const outputIndex = image ? 1 : 0;
+    const imageId = `ig_${plan.id}`;
+    const imageEvents: ((k: number) => string)[] = image
+      ? [
+          (k) => ev('response.output_item.added', k, { output_index: 0, item: imageItems(plan, false)[0] }),
+          (k) => ev('response.image_generation_call.in_progress', k, { output_index: 0, item_id: imageId }),
+          (k) => ev('response.image_generation_call.generating', k, { output_index: 0, item_id: imageId }),
+          (k) =>
+            ev('response.image_generation_call.partial_image', k, {
+              output_index: 0,
+              item_id: imageId,
+              partial_image_index: 0,
+              partial_image_b64: simImage(plan.imageBytes!),
+              background: 'opaque',
+              output_format: 'png',
+              quality: 'low',
+              size: '1024x1024',
+            }),
+          (k) => ev('response.image_generation_call.completed', k, { output_index: 0, item_id: imageId }),
+          (k) => ev('response.output_item.done', k, { output_index: 0, item: imageItems(plan, true)[0] }),
+        ]
+      : [];
+    const head = HEAD + imageEvents.length;
+    const part = { item_id: itemId, output_index: outputIndex, content_index: 0 };
     // A delta is a template concatenation, like chat's token chunks (no JSON.stringify per token).
-    const deltaHead = `event: response.output_text.delta\ndata: {"type":"response.output_text.delta","item_id":"${itemId}","output_index":0,"content_index":0,"logprobs":[],"sequence_number":`;
+    const deltaHead = `event: response.output_text.delta\ndata: {"type":"response.output_text.delta","item_id":"${itemId}","output_index":${outputIndex},"content_index":0,"logprobs":[],"sequence_number":`;
     return {
-      count: HEAD + plan.emit + TAIL,
-      firstToken: HEAD,
+      count: head + plan.emit + TAIL,
+      firstToken: head,
       event(k) {
         if (k === 0) return ev('response.created', k, { response: responseObject(plan, body, false) });
         if (k === 1) return ev('response.in_progress', k, { response: responseObject(plan, body, false) });
-        if (k === 2) return ev('response.output_item.added', k, { output_index: 0, item: message(plan, null, 'in_progress') });
-        if (k === 3) return ev('response.content_part.added', k, { ...part, part: { type: 'output_text', text: '', annotations: [] } });
-        if (k < HEAD + plan.emit) return `${deltaHead}${k},"delta":"tok${k - HEAD} "}\n\n`;
-        const text = simCompletionText(plan.emit);
-        const t = k - HEAD - plan.emit;
+        if (k < 2 + imageEvents.length) return imageEvents[k - 2]!(k);
+        if (k === head - 2)
+          return ev('response.output_item.added', k, { output_index: outputIndex, item: message(plan, null, 'in_progress') });
+        if (k === head - 1)
+          return ev('response.content_part.added', k, { ...part, part: { type: 'output_text', text: '', annotations: [] } });
+        if (k < head + plan.emit) return `${deltaHead}${k},"delta":"${tokenText(plan, k - head)}"}\n\n`;
+        const text = responseText(plan, plan.emit);
+        const t = k - head - plan.emit;
         if (t === 0) return ev('response.output_text.done', k, { ...part, text, logprobs: [] });
         if (t === 1) return ev('response.content_part.done', k, { ...part, part: { type: 'output_text', text, annotations: [] } });
-        if (t === 2) return ev('response.output_item.done', k, { output_index: 0, item: message(plan, text, 'completed') });
+        if (t === 2) return ev('response.output_item.done', k, { output_index: outputIndex, item: message(plan, text, 'completed') });
         const type = plan.finishReason === 'length' ? 'response.incomplete' : 'response.completed';
         return ev(type, k, { response: responseObject(plan, body, true) });
       },

@@ -57,6 +57,16 @@ export interface SimOptions {
    * (mlx-vlm; some vLLM versions).
    */
   reasoningFields?: 'reasoning' | 'reasoning_content' | 'both';
+  /**
+   * Responses only: each token's text is this many bytes (`tok<i>`, dots, a space), so an answer's text
+   * (repeated whole in the `.done` events and `response.completed`) grows large without many events.
+   */
+  tokenBytes?: number;
+  /**
+   * Responses only: the response first makes one hosted `image_generation_call` (the image_generation
+   * tool, as OpenAI streams it) whose `partial_image_b64` and `result` are this many base64 characters.
+   */
+  imageBytes?: number;
 }
 
 /** A steering value the simulator cannot use; the request gets a 400 naming it. */
@@ -115,6 +125,12 @@ const SETTERS: Record<string, Setter> = {
   reasoning_fields: (o, v, n) => {
     if (v !== 'reasoning' && v !== 'reasoning_content' && v !== 'both') throw bad(n, v, 'reasoning, reasoning_content or both');
     o.reasoningFields = v;
+  },
+  token_bytes: (o, v, n) => {
+    o.tokenBytes = toCount(v, n);
+  },
+  image_bytes: (o, v, n) => {
+    o.imageBytes = toCount(v, n);
   },
 };
 

@@ -8,6 +8,7 @@ import { createServer, request as httpRequest, type IncomingHttpHeaders } from '
 import OpenAI from 'openai';
 import { simCompletionText, simPromptTokens } from '../../src/simulator/simulator.ts';
 import { createTokenizer } from '../../src/meter/tokenizer.ts';
+import { MAX_PASSED_EVENT_BYTES } from '../../src/meter/relay.ts';
 import { startGateway, type TestGateway } from '../helpers/gateway.ts';
 import { waitFor } from '../helpers/wait.ts';
 import { gzipBomb } from '../helpers/gzip-bomb.ts';
@@ -361,6 +362,40 @@ t.test(
       completion_tokens: tokenizer.countText('before the bomb '),
     });
     await checkBooks(t, gw, 'enc-g');
+  },
+);
+
+t.test(
+  'a decompression bomb in one /v1/responses event is passed through up to 64 MiB, then cut: the upstream read stops, the client gets the error event',
+  async (t) => {
+    // A Responses event past the hold bound is relayed as it arrives (relay.ts MAX_PASSED_EVENT_BYTES), not held:
+    // one that never ends is cut at 64 MiB, after a blank line that ends it, and the upstream read stops.
+    const head =
+      'event: response.image_generation_call.partial_image\ndata: {"type":"response.image_generation_call.partial_image","partial_image_b64":"';
+    const up = await startBombUpstream(t, { 'content-type': 'text/event-stream', 'content-encoding': 'gzip' }, gzipBomb(head, 16 * 1024));
+    const gw = await startGateway(t, { upstreamUrl: up.url });
+    const { key } = await gw.createKey({ account: 'enc-r', env: 'live' });
+    await gw.grant('enc-r', 1_000_000);
+    const res = await fetch(`${gw.url}/v1/responses`, {
+      method: 'POST',
+      headers: { ...gw.auth(key), 'content-type': 'application/json' },
+      body: JSON.stringify({ model: 'sim-small', input: 'bomb', stream: true }),
+    });
+    t.equal(res.status, 200);
+    const body = Buffer.from(await res.arrayBuffer());
+    const error = `\n\nevent: error\ndata: ${JSON.stringify({ type: 'error', code: 'upstream_error', message: 'The upstream stream failed before completing.', param: null })}\n\n`;
+    t.equal(
+      body.subarray(body.length - Buffer.byteLength(error)).toString(),
+      error,
+      'a blank line ends the cut event, then the error event',
+    );
+    const relayed = body.length - Buffer.byteLength(error);
+    t.ok(relayed <= MAX_PASSED_EVENT_BYTES && relayed > MAX_PASSED_EVENT_BYTES - 1024 * 1024, `${relayed} bytes of the event relayed`);
+    t.equal(body.subarray(0, head.length).toString(), head);
+    await waitFor(() => up.ends.length === 1, 5000, 'the upstream response to close');
+    t.same(up.ends, ['closed early'], 'the gateway stopped reading the bomb');
+    t.match(await waitForDebit(gw, 'enc-r', res.headers.get('x-request-id')!), { usage_source: 'estimated' });
+    await checkBooks(t, gw, 'enc-r');
   },
 );
 

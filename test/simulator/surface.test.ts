@@ -50,6 +50,49 @@ t.test('responses: the final response, and the same text and usage as typed even
   t.equal(helper.output_text, simCompletionText(4), "the SDK's stream helper assembles the response");
 });
 
+t.test('responses: steered token_bytes and image_bytes (a long answer, a hosted image), as the SDK reads them', async (t) => {
+  const stream = await openai.responses.create(
+    { model: 'm', input: 'draw', stream: true },
+    { headers: { 'x-sim-tokens': '3', 'x-sim-token-bytes': '20', 'x-sim-image-bytes': '1000' } },
+  );
+  const events: OpenAI.Responses.ResponseStreamEvent[] = [];
+  for await (const ev of stream) events.push(ev);
+  t.same(
+    events.map((e) => e.type),
+    [
+      'response.created',
+      'response.in_progress',
+      'response.output_item.added',
+      'response.image_generation_call.in_progress',
+      'response.image_generation_call.generating',
+      'response.image_generation_call.partial_image',
+      'response.image_generation_call.completed',
+      'response.output_item.done',
+      'response.output_item.added',
+      'response.content_part.added',
+      'response.output_text.delta',
+      'response.output_text.delta',
+      'response.output_text.delta',
+      'response.output_text.done',
+      'response.content_part.done',
+      'response.output_item.done',
+      'response.completed',
+    ],
+  );
+  t.same(
+    events.map((e) => e.sequence_number),
+    events.map((_, i) => i),
+  );
+  const partial = events[5] as OpenAI.Responses.ResponseImageGenCallPartialImageEvent;
+  t.equal(partial.partial_image_b64.length, 1000);
+  const text = [0, 1, 2].map((i) => `tok${i}${'.'.repeat(15)} `).join('');
+  t.equal((events[13] as OpenAI.Responses.ResponseTextDoneEvent).text, text, 'each token 20 bytes');
+  const done = (events.at(-1) as OpenAI.Responses.ResponseCompletedEvent).response;
+  t.match(done.output, [{ type: 'image_generation_call', result: partial.partial_image_b64 }, { type: 'message' }]);
+  t.match(done.output[1], { content: [{ type: 'output_text', text }] }, 'the final response holds the text');
+  t.match(done.usage, { output_tokens: 3 });
+});
+
 t.test('responses: usage absent is usage null; a cut closes the socket after N events', async (t) => {
   const r = await openai.responses.create({ model: 'm', input: 'x' }, { headers: { 'x-sim-usage': 'absent' } });
   t.equal(r.usage, null);
