@@ -108,6 +108,24 @@ export function within<T>(p: Promise<T>, ms: number, what: string): Promise<T> {
   return Promise.race([p, timeout]).finally(() => clearTimeout(timer));
 }
 
+/**
+ * The fields of a debit entry, in the order the Redis store writes them (`cached_tokens` follows when set);
+ * ledger reads and exports keep that order, so tests compare whole key lists against it.
+ */
+export const DEBIT_FIELDS: readonly string[] = [
+  'id',
+  'kind',
+  'amount_micros',
+  'ts',
+  'request_id',
+  'key_id',
+  'model',
+  'prompt_tokens',
+  'completion_tokens',
+  'usage_source',
+  'hold_micros',
+];
+
 /** An expiry no reaper run in these tests reaches. */
 export const FAR = 9_000_000_000_000;
 

@@ -10,7 +10,7 @@ import type { Invalidation, SettleInput, Store } from '../../src/store/types.ts'
 import { startRedis } from '../helpers/redis.ts';
 import { startRedisRelay } from '../helpers/redis-relay.ts';
 import { runStoreContract } from './contract.ts';
-import { allEntries, keyRecordOf, TS, TS2, waitFor } from './harness.ts';
+import { allEntries, DEBIT_FIELDS, keyRecordOf, TS, TS2, waitFor } from './harness.ts';
 import { charge, keyRecord, settleInput } from './contract-key-controls.ts';
 
 /**
@@ -142,19 +142,7 @@ if (redis) {
           : 'each debit field by field, as earlier versions wrote it',
       );
       const debits = (await allEntries(store, 'compact')).filter((e) => e.kind === 'debit');
-      const fields = [
-        'id',
-        'kind',
-        'amount_micros',
-        'ts',
-        'request_id',
-        'key_id',
-        'model',
-        'prompt_tokens',
-        'completion_tokens',
-        'usage_source',
-        'hold_micros',
-      ];
+      const fields = DEBIT_FIELDS;
       t.strictSame(
         debits.map((e) => Object.keys(e)),
         [fields, fields, [...fields, 'cached_tokens']],
