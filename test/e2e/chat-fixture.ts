@@ -3,6 +3,7 @@
 import { createServer, request as httpRequest, type IncomingHttpHeaders, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import OpenAI from 'openai';
+import type { Test } from 'tap';
 import { startSimulator, type Simulator } from '../../src/simulator/simulator.ts';
 import type { LedgerEntry } from '../../src/store/types.ts';
 import { startGateway, type TestGateway } from '../helpers/gateway.ts';
@@ -184,6 +185,21 @@ export async function accountVsLedger(
   const entries = await ledger(gw, account);
   const acct = await gw.admin(`/admin/accounts/${account}`);
   return { balance: acct.body.balance_micros, held: acct.body.held_micros, sum: entries.reduce((s, e) => s + e.amount_micros, 0), entries };
+}
+
+/**
+ * Balance = Σ ledger and nothing left held, checked once the holds have settled (settles the answer does
+ * not wait for land late) or `timeoutMs` has passed.
+ */
+export async function checkBooks(t: Test, gw: TestGateway, account: string, timeoutMs = 2000): Promise<void> {
+  const until = Date.now() + timeoutMs;
+  let s = await accountVsLedger(gw, account);
+  while (s.held !== 0 && Date.now() < until) {
+    await new Promise((r) => setTimeout(r, 20));
+    s = await accountVsLedger(gw, account);
+  }
+  t.equal(s.balance, s.sum, `${account}: balance equals the ledger sum`);
+  t.equal(s.held, 0, `${account}: nothing left held`);
 }
 
 /** The admin listener's Prometheus text. */
