@@ -7,21 +7,11 @@ import { generateKey, hashKey } from '../../src/auth/keys.ts';
 import { GatewayError } from '../../src/http/errors.ts';
 import { createMemoryStore } from '../../src/store/memory-store.ts';
 import type { KeyRecord, Store } from '../../src/store/types.ts';
+import { keyRecordOf } from '../store/harness.ts';
 
-const record = (over: Partial<KeyRecord> = {}): KeyRecord => ({
-  id: 'key_1111111111111111',
-  account: 'acme',
-  env: 'live',
-  name: 'k',
-  active: true,
-  scopes: ['chat', 'models', 'shares'],
-  models: [],
-  rate_limits: null,
-  created_at: '2026-11-22T10:00:00.000Z',
-  last4: 'abcd',
-  version: 1,
-  ...over,
-});
+// A live key of acme with every scope (the store contract's test key record, otherwise).
+const record = (over: Partial<KeyRecord> = {}): KeyRecord =>
+  keyRecordOf('acme', 'key_1111111111111111', { env: 'live', scopes: ['chat', 'models', 'shares'], ...over });
 const req = (authorization?: string, address = '10.0.0.1') =>
   ({ headers: authorization === undefined ? {} : { authorization }, socket: { remoteAddress: address } }) as unknown as IncomingMessage;
 
