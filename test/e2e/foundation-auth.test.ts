@@ -3,18 +3,18 @@
 import t from 'tap';
 import type { Test } from 'tap';
 import { request } from 'node:http';
-import { ERROR_CODES, type ErrorCode } from '../../src/http/errors.ts';
+import type { ErrorCode } from '../../src/http/errors.ts';
 import { createKeyTable } from '../../src/auth/key-table.ts';
 import { createMemoryStore } from '../../src/store/memory-store.ts';
 import type { Store } from '../../src/store/types.ts';
-import { ADMIN_TOKEN, startGateway } from '../helpers/gateway.ts';
+import { ADMIN_TOKEN, expectError as expectEnvelope, REQ_ID, startGateway } from '../helpers/gateway.ts';
 import { startRedis } from '../helpers/redis.ts';
 import { waitFor } from '../helpers/wait.ts';
 
-const REQ_ID = /^req_[1-9A-HJ-NP-Za-km-z]{22}$/;
 /** Generous enough that the 401 cases below never meet the failed-auth limiter. */
 const NO_LIMIT = { auth: { failed_per_minute: 100_000 } };
 
+/** The shared envelope check (helpers/gateway.ts expectError); none of `mustNotContain` (8+ chars) echoed. */
 async function expectError(
   t: Test,
   res: Response,
@@ -22,16 +22,9 @@ async function expectError(
   code: ErrorCode,
   mustNotContain: string[] = [],
 ): Promise<{ message: string }> {
-  const text = await res.text();
-  t.equal(res.status, status, `${code}: ${text}`);
-  t.match(res.headers.get('x-request-id'), REQ_ID);
-  const body = JSON.parse(text);
-  t.same(Object.keys(body), ['error']);
-  t.same(Object.keys(body.error).sort(), ['code', 'message', 'param', 'type']);
-  t.equal(body.error.code, code);
-  t.equal(body.error.type, ERROR_CODES[code].type);
+  const { text, error } = await expectEnvelope(t, res, status, code);
   for (const s of mustNotContain) if (s.length >= 8) t.notOk(text.includes(s), 'the submitted credential is not echoed');
-  return body.error;
+  return error;
 }
 
 interface ModelList {
