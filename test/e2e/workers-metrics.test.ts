@@ -7,7 +7,7 @@ import t from 'tap';
 import { startRedis } from '../helpers/redis.ts';
 import { waitFor } from '../helpers/wait.ts';
 import { startSimulator } from '../../src/simulator/simulator.ts';
-import { getFresh, spawnWorkers, workerPids } from './workers-support.ts';
+import { getFresh, spawnWorkers, stopOne, workerPids } from './workers-support.ts';
 import { sample } from './chat-fixture.ts';
 import { freePort } from '../helpers/ports.ts';
 
@@ -16,6 +16,13 @@ async function scrape(adminUrl: string): Promise<string> {
   const r = await getFresh(`${adminUrl}/metrics`, 9_000);
   if (r === 'hung' || r.status !== 200) throw new Error(`scrape: ${r === 'hung' ? 'hung' : r.status}`);
   return r.text;
+}
+
+/** The first scrape (one every 100 ms, for up to 10 s) in which no worker is missing. */
+async function wholeScrape(adminUrl: string, what: string): Promise<string> {
+  let text = '';
+  await waitFor(async () => sample((text = await scrape(adminUrl)), 'tollgate_metrics_workers_missing') === 0, 10_000, what, 100);
+  return text;
 }
 
 const redis = await startRedis(t);
@@ -27,12 +34,7 @@ if (redis) {
     const gw = await spawnWorkers(t, redis.url, sim.url);
     // Requests on fresh connections: node:cluster deals them round robin, so each worker counts ~20.
     for (let i = 0; i < 40; i++) await getFresh(`${gw.adminUrl}/healthz`, 2_000);
-    await waitFor(
-      async () => sample(await scrape(gw.adminUrl), 'tollgate_metrics_workers_missing') === 0,
-      10_000,
-      'a scrape with both workers',
-      100,
-    );
+    await wholeScrape(gw.adminUrl, 'a scrape with both workers');
     const whole = await scrape(gw.adminUrl);
     t.equal(sample(whole, 'tollgate_metrics_workers_missing'), 0, 'both workers answer');
     const total = (text: string) => sample(text, 'tollgate_requests_total');
@@ -40,30 +42,16 @@ if (redis) {
     t.ok(total(whole) >= 40, `requests counted: ${total(whole)}`);
 
     // Stopped: every later connection goes to the live worker (the stopped one keeps the one it was handed).
-    const [stuck] = workerPids(gw.output());
-    process.kill(stuck!, 'SIGSTOP');
-    await Promise.all([getFresh(`${gw.adminUrl}/healthz`, 1_000), getFresh(`${gw.adminUrl}/healthz`, 1_000)]);
-    await waitFor(
-      async () => (await getFresh(`${gw.adminUrl}/healthz`, 1_000)) !== 'hung',
-      5_000,
-      'a connection the live worker answers',
-      10,
-    );
+    const stuck = await stopOne(gw);
     const stalled = await scrape(gw.adminUrl);
     t.equal(sample(stalled, 'tollgate_metrics_workers_missing'), 1, 'the stopped worker did not answer');
     // Without its last part the sum lost its ~20 requests: a dip rate() reads as a reset.
     t.ok(total(stalled) >= total(whole), `the sum does not go down while it is stalled: ${total(whole)} → ${total(stalled)}`);
 
     // Dead and replaced: the replacement starts from 0, the dead worker's counters stay in the sum.
-    process.kill(stuck!, 'SIGKILL');
+    process.kill(stuck, 'SIGKILL');
     await waitFor(() => workerPids(gw.output()).length === 3, 20_000, 'a replacement to listen', 100);
-    let replaced = '';
-    await waitFor(
-      async () => sample((replaced = await scrape(gw.adminUrl)), 'tollgate_metrics_workers_missing') === 0,
-      10_000,
-      'a scrape with both live workers',
-      100,
-    );
+    const replaced = await wholeScrape(gw.adminUrl, 'a scrape with both live workers');
     t.ok(total(replaced) >= total(stalled), `the sum does not go down after the replacement: ${total(stalled)} → ${total(replaced)}`);
     t.ok(
       sample(replaced, 'tollgate_process_cpu_seconds_total') >= sample(whole, 'tollgate_process_cpu_seconds_total'),
@@ -78,23 +66,11 @@ if (redis) {
   t.test('a worker killed between scrapes and replaced: summed counters never go down', async (t) => {
     const gw = await spawnWorkers(t, redis.url, sim.url);
     for (let i = 0; i < 40; i++) await getFresh(`${gw.adminUrl}/healthz`, 2_000);
-    let whole = '';
-    await waitFor(
-      async () => sample((whole = await scrape(gw.adminUrl)), 'tollgate_metrics_workers_missing') === 0,
-      10_000,
-      'a scrape with both workers',
-      100,
-    );
+    const whole = await wholeScrape(gw.adminUrl, 'a scrape with both workers');
     const total = (text: string) => sample(text, 'tollgate_requests_total');
     process.kill(workerPids(gw.output())[0]!, 'SIGKILL');
     await waitFor(() => workerPids(gw.output()).length === 3, 20_000, 'a replacement to listen', 100);
-    let replaced = '';
-    await waitFor(
-      async () => sample((replaced = await scrape(gw.adminUrl)), 'tollgate_metrics_workers_missing') === 0,
-      10_000,
-      'a scrape with both live workers',
-      100,
-    );
+    const replaced = await wholeScrape(gw.adminUrl, 'a scrape with both live workers');
     // Without the dead worker's last part the sum lost its ~20 requests: a dip rate() reads as a reset.
     t.ok(total(replaced) >= total(whole), `the sum does not go down: ${total(whole)} → ${total(replaced)}`);
     t.equal(

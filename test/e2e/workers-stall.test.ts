@@ -8,8 +8,7 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import { startRedis } from '../helpers/redis.ts';
 import { waitFor } from '../helpers/wait.ts';
 import { startSimulator } from '../../src/simulator/simulator.ts';
-import type { ChildGateway } from './credit-support.ts';
-import { getFresh, spawnWorkers, workerPids } from './workers-support.ts';
+import { getFresh, spawnWorkers, stopOne, workerPids } from './workers-support.ts';
 import { sample } from './chat-fixture.ts';
 
 /** The status of a GET on a fresh connection (node:cluster hands it to the next worker); 'hung' if no answer in 1 s. */
@@ -51,21 +50,6 @@ if (redis) {
     gw.child.kill('SIGTERM');
     t.same(await gw.exited, { code: 0, signal: null });
   });
-
-  /**
-   * Stops a worker and takes the one connection node:cluster then hands it (it stays busy with it, so
-   * every later connection goes to the other worker): the next fresh request reaches the live worker.
-   */
-  async function stopOne(gw: ChildGateway): Promise<number> {
-    const [stuck] = workerPids(gw.output());
-    process.kill(stuck!, 'SIGSTOP');
-    // Two connections at once: if the stopped worker was still on the primary's free list it takes one of
-    // them (and is never free again); one at a time, the first may go to the live worker and leave the
-    // stopped one first in line for the scrape (a flake seen under load).
-    await Promise.all([statusOf(`${gw.adminUrl}/healthz`), statusOf(`${gw.adminUrl}/healthz`)]);
-    await waitFor(async () => (await statusOf(`${gw.adminUrl}/healthz`)) === 200, 5_000, 'a connection the live worker answers', 10);
-    return stuck!;
-  }
 
   t.test('a stopped worker: /metrics answers 200 with the other worker and counts it missing', async (t) => {
     const gw = await spawnWorkers(t, redis.url, sim.url);

@@ -67,3 +67,24 @@ export async function spawnWorkers(
   await waitFor(() => workerPids(gw.output()).length === 2, 20_000, 'both workers logged as listening', 100);
   return { ...gw, pids: () => workerPids(gw.output()) };
 }
+
+/**
+ * Stops a worker and takes the one connection node:cluster then hands it (it stays busy with it, so
+ * every later connection goes to the other worker): the next fresh request reaches the live worker.
+ * Returns the stopped worker's pid.
+ */
+export async function stopOne(gw: ChildGateway): Promise<number> {
+  const [stuck] = workerPids(gw.output());
+  process.kill(stuck!, 'SIGSTOP');
+  // Two connections at once: if the stopped worker was still on the primary's free list it takes one of
+  // them (and is never free again); one at a time, the first may go to the live worker and leave the
+  // stopped one first in line for the scrape (a flake seen under load).
+  const healthz = () => getFresh(`${gw.adminUrl}/healthz`, 1_000);
+  await Promise.all([healthz(), healthz()]);
+  const answered = async () => {
+    const r = await healthz();
+    return r !== 'hung' && r.status === 200;
+  };
+  await waitFor(answered, 5_000, 'a connection the live worker answers', 10);
+  return stuck!;
+}
