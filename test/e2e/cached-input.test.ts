@@ -11,7 +11,7 @@ import { startRedis } from '../helpers/redis.ts';
 import { startS3 } from '../helpers/s3.ts';
 import { waitFor } from '../helpers/wait.ts';
 import { exportedLines, sinkFor } from '../ledger/support.ts';
-import { ledger, startSim, waitForDebit, checkBooks } from './chat-fixture.ts';
+import { checkBooks, ledger, startSim, usageOf, waitForDebit } from './chat-fixture.ts';
 
 /** Prices in 1e-6 micro-credits per token, as the config below says them. */
 const CACHED = { input: 1_500_000n, cached: 375_000n, output: 2_250_000n };
@@ -61,15 +61,7 @@ async function chat(gw: TestGateway, key: string, model: string, cached: number,
   });
   if (res.status !== 200) throw new Error(`chat ${res.status}: ${await res.text()}`);
   const text = await res.text();
-  const usage = stream
-    ? JSON.parse(
-        text
-          .split('\n')
-          .filter((l) => l.startsWith('data: {') && l.includes('"usage":{'))
-          .at(-1)!
-          .slice(6),
-      ).usage
-    : JSON.parse(text).usage;
+  const usage = usageOf(text, stream);
   return {
     requestId: res.headers.get('x-request-id')!,
     prompt: usage.prompt_tokens,

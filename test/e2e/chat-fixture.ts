@@ -147,6 +147,16 @@ export function sseData(text: string): string[] {
   return out;
 }
 
+/** The `usage` of a chat answer: a JSON body's, or a stream's last event that carries one. */
+export function usageOf(text: string, stream: boolean): any {
+  if (!stream) return JSON.parse(text).usage;
+  const last = text
+    .split('\n')
+    .filter((l) => l.startsWith('data: {') && l.includes('"usage":{'))
+    .at(-1)!;
+  return JSON.parse(last.slice(6)).usage;
+}
+
 /** An OpenAI SDK client for the gateway with SDK retries off, so every attempt is ours to count. */
 export function sdk(gw: TestGateway, key: string): OpenAI {
   return new OpenAI({ apiKey: key, baseURL: `${gw.url}/v1`, maxRetries: 0 });
