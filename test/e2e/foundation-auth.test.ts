@@ -5,11 +5,10 @@ import type { Test } from 'tap';
 import { request } from 'node:http';
 import type { ErrorCode } from '../../src/http/errors.ts';
 import { createKeyTable } from '../../src/auth/key-table.ts';
-import { createMemoryStore } from '../../src/store/memory-store.ts';
-import type { Store } from '../../src/store/types.ts';
 import { ADMIN_TOKEN, expectError as expectEnvelope, REQ_ID, startGateway } from '../helpers/gateway.ts';
 import { startRedis } from '../helpers/redis.ts';
 import { waitFor } from '../helpers/wait.ts';
+import { countingKeyReads } from '../store/harness.ts';
 
 /** Generous enough that the 401 cases below never meet the failed-auth limiter. */
 const NO_LIMIT = { auth: { failed_per_minute: 100_000 } };
@@ -157,15 +156,7 @@ function fromAddress(
 }
 
 t.test('failed-auth limiter: 30 failures from one address, then 429; a valid key, known or fresh, still works', async (t) => {
-  let reads = 0;
-  const inner = createMemoryStore();
-  const store: Store = {
-    ...inner,
-    getKeyByHash: (h) => {
-      reads++;
-      return inner.getKeyByHash(h);
-    },
-  };
+  const { store, reads } = countingKeyReads();
   const gw = await startGateway(t, { store });
   const { key } = await gw.createKey({ account: 'acme', env: 'live' });
   t.equal((await models(gw.url, gw.auth(key))).status, 200, 'the valid key is known before the attack');
@@ -181,7 +172,7 @@ t.test('failed-auth limiter: 30 failures from one address, then 429; a valid key
     t.equal(res.status, 401, `failure ${i + 1} is still a 401`);
     await res.arrayBuffer();
   }
-  const readsBefore = reads;
+  const readsBefore = reads();
   for (const attempt of [...attempts, ...attempts]) {
     const res = await attempt();
     const err = await expectError(t, res, 429, 'rate_limit_exceeded');
@@ -191,7 +182,7 @@ t.test('failed-auth limiter: 30 failures from one address, then 429; a valid key
     t.match(err.message, /retry/i);
   }
   // attempts[3] makes a fresh well-formed key each time: looked up (a valid one must never be refused), then 429.
-  t.equal(reads, readsBefore + 2, 'past the limit only fresh well-formed keys reach the store; missing and malformed do not');
+  t.equal(reads(), readsBefore + 2, 'past the limit only fresh well-formed keys reach the store; missing and malformed do not');
   const unknown = `svc-live-${'3'.repeat(32)}`;
   await expectError(t, await models(gw.url, gw.auth(unknown)), 429, 'rate_limit_exceeded', [unknown]);
 

@@ -1,6 +1,7 @@
 // Shared plumbing for the store contract: a store wrapper that remembers which holds the test took, and
 // the two invariants every case ends on (SPEC §4): balance = Σ ledger amount_micros, held = Σ open holds.
 import type { Test } from 'tap';
+import { createMemoryStore } from '../../src/store/memory-store.ts';
 import type { KeyRecord, LedgerEntry, SettleInput, Store } from '../../src/store/types.ts';
 export { waitFor } from '../helpers/wait.ts';
 
@@ -60,6 +61,30 @@ export function track(store: Store): Harness {
     },
   };
   return h;
+}
+
+/** A store whose getKeyByHash calls are counted (key lookups that reached the store) and can be held back. */
+export interface CountingKeyReads {
+  store: Store;
+  reads: () => number;
+  /** While set, every getKeyByHash holds its answer back until this resolves. */
+  gate: { wait: Promise<void> | undefined };
+}
+
+/** Wraps `inner` (a fresh embedded store by default) so its getKeyByHash calls are counted and gated. */
+export function countingKeyReads(inner: Store = createMemoryStore()): CountingKeyReads {
+  let n = 0;
+  const gate: CountingKeyReads['gate'] = { wait: undefined };
+  const store: Store = {
+    ...inner,
+    async getKeyByHash(hash) {
+      n++;
+      const r = await inner.getKeyByHash(hash);
+      if (gate.wait) await gate.wait;
+      return r;
+    },
+  };
+  return { store, reads: () => n, gate };
 }
 
 /** The whole ledger of an account, read in pages of 1000 through the `after` cursor. */
