@@ -6,41 +6,23 @@ import { createKeyCache } from '../../src/auth/key-cache.ts';
 import { generateKey, hashKey } from '../../src/auth/keys.ts';
 import { GatewayError } from '../../src/http/errors.ts';
 import { createMemoryStore } from '../../src/store/memory-store.ts';
-import type { KeyRecord, Store } from '../../src/store/types.ts';
+import type { KeyRecord } from '../../src/store/types.ts';
+import { countingKeyReads, keyRecordOf } from '../store/harness.ts';
 
-const record = (over: Partial<KeyRecord> = {}): KeyRecord => ({
-  id: 'key_1111111111111111',
-  account: 'acme',
-  env: 'live',
-  name: 'k',
-  active: true,
-  scopes: ['chat', 'models', 'shares'],
-  models: [],
-  rate_limits: null,
-  created_at: '2026-11-22T10:00:00.000Z',
-  last4: 'abcd',
-  version: 1,
-  ...over,
-});
+// A live key of acme with every scope (the store contract's test key record, otherwise).
+const record = (over: Partial<KeyRecord> = {}): KeyRecord =>
+  keyRecordOf('acme', 'key_1111111111111111', { env: 'live', scopes: ['chat', 'models', 'shares'], ...over });
 const req = (authorization?: string, address = '10.0.0.1') =>
   ({ headers: authorization === undefined ? {} : { authorization }, socket: { remoteAddress: address } }) as unknown as IncomingMessage;
 
 async function setup(perMinute = 30) {
-  let reads = 0;
-  const inner = createMemoryStore();
-  const store: Store = {
-    ...inner,
-    getKeyByHash: (h) => {
-      reads++;
-      return inner.getKeyByHash(h);
-    },
-  };
+  const { store, reads } = countingKeyReads();
   const failures: AuthFailure[] = [];
   const keys = createKeyCache({ store, ttlMs: 10_000, negativeTtlMs: 5_000, max: 100 });
   const auth = createAuthenticator({ keys, failed: createFailedAuthLimiter(perMinute), onFailure: (r) => failures.push(r) });
   const key = generateKey('live');
   await store.createKey(hashKey(key), record());
-  return { auth, key, store, reads: () => reads, failures };
+  return { auth, key, store, reads, failures };
 }
 
 async function code(p: Promise<unknown>): Promise<string | undefined> {

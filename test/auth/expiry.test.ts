@@ -9,23 +9,12 @@ import { generateKey, hashKey } from '../../src/auth/keys.ts';
 import { GatewayError } from '../../src/http/errors.ts';
 import { createMemoryStore } from '../../src/store/memory-store.ts';
 import type { KeyRecord } from '../../src/store/types.ts';
+import { keyRecordOf } from '../store/harness.ts';
 
 const EXPIRES = Date.parse('2026-11-25T12:00:00.000Z');
-const record = (over: Partial<KeyRecord> = {}): KeyRecord => ({
-  id: 'key_1111111111111111',
-  account: 'acme',
-  env: 'live',
-  name: 'k',
-  active: true,
-  scopes: ['chat'],
-  models: [],
-  rate_limits: null,
-  created_at: '2026-11-22T10:00:00.000Z',
-  last4: 'abcd',
-  version: 1,
-  expires_at: new Date(EXPIRES).toISOString(),
-  ...over,
-});
+// A live chat key of acme expiring at EXPIRES (the store contract's test key record, otherwise).
+const record = (over: Partial<KeyRecord> = {}): KeyRecord =>
+  keyRecordOf('acme', 'key_1111111111111111', { env: 'live', expires_at: new Date(EXPIRES).toISOString(), ...over });
 const req = (key: string) =>
   ({ headers: { authorization: `Bearer ${key}` }, socket: { remoteAddress: '10.0.0.1' } }) as unknown as IncomingMessage;
 

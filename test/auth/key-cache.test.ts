@@ -4,47 +4,13 @@ import { createKeyCache } from '../../src/auth/key-cache.ts';
 import { generateKey, hashKey } from '../../src/auth/keys.ts';
 import { createMemoryStore } from '../../src/store/memory-store.ts';
 import type { KeyRecord, Store } from '../../src/store/types.ts';
+import { countingKeyReads as counting, keyRecordOf } from '../store/harness.ts';
 import { largeFills } from '../helpers/array-fill.ts';
 import { waitFor } from '../helpers/wait.ts';
 
+/** A live key of acme with every scope (the store contract's test key record, otherwise). */
 function record(over: Partial<KeyRecord> = {}): KeyRecord {
-  return {
-    id: 'key_1111111111111111',
-    account: 'acme',
-    env: 'live',
-    name: 'k',
-    active: true,
-    scopes: ['chat', 'models', 'shares'],
-    models: [],
-    rate_limits: null,
-    created_at: '2026-11-22T10:00:00.000Z',
-    last4: 'abcd',
-    version: 1,
-    ...over,
-  };
-}
-
-interface Counting {
-  store: Store;
-  reads: () => number;
-  /** When set, every getKeyByHash waits for this gate before reading. */
-  gate: { wait: Promise<void> | undefined };
-}
-
-/** The embedded store with getKeyByHash counted and optionally held back. */
-function counting(inner: Store = createMemoryStore()): Counting {
-  let n = 0;
-  const gate: Counting['gate'] = { wait: undefined };
-  const store: Store = {
-    ...inner,
-    async getKeyByHash(hash) {
-      n++;
-      const r = await inner.getKeyByHash(hash);
-      if (gate.wait) await gate.wait;
-      return r;
-    },
-  };
-  return { store, reads: () => n, gate };
+  return keyRecordOf('acme', 'key_1111111111111111', { env: 'live', scopes: ['chat', 'models', 'shares'], ...over });
 }
 
 function deferred(): { promise: Promise<void>; resolve: () => void } {

@@ -2,33 +2,18 @@
 // `node bin/tollgate.js …`, which fails on Node 20, and `npx tollgate` printed EBADENGINE warnings).
 // Run through a shell with the system PATH first, as a person pastes them; npx finds the Node 26 that
 // npm ci installed (node_modules/.bin) and package.json's engines no longer warn about the npm host's Node.
-import { execFile, spawn } from 'node:child_process';
-import { once } from 'node:events';
+import { execFile } from 'node:child_process';
 import { existsSync } from 'node:fs';
 import { promisify } from 'node:util';
 import t from 'tap';
-import { ROOT } from './run-cli.ts';
-import { waitFor } from '../helpers/wait.ts';
+import { ROOT, startDemo } from './run-cli.ts';
 
 const run = promisify(execFile);
 // The machine's own Node and npm (Node 20 here), ahead of node_modules/.bin.
 const systemPath = ['/usr/local/bin', '/usr/bin', '/bin'].filter(existsSync).join(':');
 
 t.test('the CLI commands the demo prints run as printed, without warnings', async (t) => {
-  const child = spawn(process.execPath, ['scripts/demo.ts'], {
-    cwd: ROOT,
-    env: { PATH: process.env.PATH ?? '', PORT: '0', ADMIN_PORT: '0', LOG_LEVEL: 'error' },
-  });
-  t.teardown(async () => {
-    if (child.exitCode === null) {
-      child.kill('SIGTERM');
-      await once(child, 'exit');
-    }
-  });
-  let out = '';
-  child.stdout.on('data', (c: Buffer) => (out += c));
-  child.stderr.on('data', (c: Buffer) => (out += c));
-  await waitFor(() => out.includes('Ctrl-C to stop'), 30_000, 'the demo banner');
+  const out = await startDemo(t);
   const commands = out
     .split('\n')
     .map((l) => l.trim().replace(/^new links: /, ''))

@@ -1,26 +1,10 @@
 // `npm run demo` prints console links that work: the member link opens the demo account's keys, the
 // operator link the account list (SPEC §9, issue 14's "done when").
-import { spawn } from 'node:child_process';
-import { once } from 'node:events';
 import t from 'tap';
-import { ROOT } from '../cli/run-cli.ts';
-import { waitFor } from '../helpers/wait.ts';
+import { startDemo } from '../cli/run-cli.ts';
 
 t.test('the demo prints a member link and an operator link that sign in', async (t) => {
-  const child = spawn(process.execPath, ['scripts/demo.ts'], {
-    cwd: ROOT,
-    env: { PATH: process.env.PATH ?? '', PORT: '0', ADMIN_PORT: '0', LOG_LEVEL: 'error' },
-  });
-  t.teardown(async () => {
-    if (child.exitCode === null) {
-      child.kill('SIGTERM');
-      await once(child, 'exit');
-    }
-  });
-  let out = '';
-  child.stdout.on('data', (c: Buffer) => (out += c));
-  child.stderr.on('data', (c: Buffer) => (out += c));
-  await waitFor(() => out.includes('Ctrl-C to stop'), 30_000, 'the demo banner');
+  const out = await startDemo(t);
   const member = /member of "demo"\s+(http\S+)/.exec(out)?.[1];
   const operator = /operator\s+(http\S+)/.exec(out)?.[1];
   t.ok(member && operator, 'both links printed');

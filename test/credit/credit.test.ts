@@ -1,6 +1,5 @@
 // Shutdown's wait for settles (credit.drain): a settle announced with expect() but not started yet (billing
 // still awaits the tokenizer) is waited for, and so is the settle it then starts; the deadline still holds.
-import { Writable } from 'node:stream';
 import t, { type Test } from 'tap';
 import {
   createCredit,
@@ -14,6 +13,7 @@ import { GatewayError } from '../../src/http/errors.ts';
 import { createLogger } from '../../src/obs/logger.ts';
 import { createMemoryStore } from '../../src/store/memory-store.ts';
 import type { SettleInput } from '../../src/store/types.ts';
+import { captureLogs } from '../helpers/logs.ts';
 
 const TS = '2026-11-22T00:00:00.000Z';
 const quiet = createLogger('silent');
@@ -78,18 +78,6 @@ t.test('drain with nothing pending returns at once', async (t) => {
   t.ok(Date.now() - t0 < 1000, `no wait for the 5 s deadline (${Date.now() - t0} ms)`);
 });
 
-/** A logger whose lines land in `lines` (parsed). */
-function capture(): { logger: ReturnType<typeof createLogger>; lines: Record<string, unknown>[] } {
-  const lines: Record<string, unknown>[] = [];
-  const sink = new Writable({
-    write(chunk, _e, cb) {
-      for (const l of String(chunk).split('\n').filter(Boolean)) lines.push(JSON.parse(l));
-      cb();
-    },
-  });
-  return { logger: createLogger('info', sink), lines };
-}
-
 /**
  * A store whose settle fails its first `failures` calls, recording when each call started and what it was
  * given. `cause` is what the store error carries: by default a command that was sent and never answered.
@@ -116,7 +104,7 @@ function keepAlive(t: Test): void {
 t.test('a failing settle is retried only inside its window, then abandoned with a line to reconcile from', async (t) => {
   keepAlive(t);
   const { store, calls } = flaky(Infinity);
-  const { logger, lines } = capture();
+  const { logger, lines } = captureLogs();
   // 100 ms back-off, then 200 ms: the third attempt would start past a 250 ms window.
   const credit = createCredit({ store, logger, retryWindowMs: 250 });
   const result = await credit.settle(input('req-9'));
@@ -143,7 +131,7 @@ t.test('a settle that lands inside its window debits once', async (t) => {
   const { store, inner, calls } = flaky(2);
   await inner.grant('acme', 1000, undefined, undefined, TS);
   await inner.hold('acme', 'req-3', 100, EXPIRY);
-  const { logger, lines } = capture();
+  const { logger, lines } = captureLogs();
   const credit = createCredit({ store, logger, retryWindowMs: 1000 });
   const result = await credit.settle(input('req-3'));
   t.equal(calls.length, 3, 'two failures, then the attempt that lands');
@@ -182,7 +170,7 @@ t.test('a retry that finds its bucket reaped and no record debits nothing and lo
   // The first attempt ran in the store, but its answer was lost; then the hold's bucket was emptied.
   await inner.settle({ ...input('req-6'), holdExpiresAtMs: 1000 });
   await inner.reapExpiredHolds(1000, TS);
-  const { logger, lines } = capture();
+  const { logger, lines } = captureLogs();
   const result = await createCredit({ store, logger, retryWindowMs: 2000 }).settle({ ...input('req-6'), holdExpiresAtMs: 1000 });
   t.strictSame([result?.replayed, result?.entry_id], [true, ''], 'no second debit');
   t.equal((await inner.getAccount('acme')).balance_micros, 960, 'debited once');

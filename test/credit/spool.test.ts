@@ -2,7 +2,6 @@
 // `.open` → `.spool` life of a process's file, and replays against the embedded store: exactly one debit per
 // request id whether the hold is open or already reaped, however often a file is replayed. Then Credit's side:
 // at exit every settle still owed is spooled (and logged whole at error level), and stops retrying.
-import { Writable } from 'node:stream';
 import { copyFile, mkdtemp, readdir, readFile, rm, utimes, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { basename, join } from 'node:path';
@@ -13,6 +12,7 @@ import { GatewayError } from '../../src/http/errors.ts';
 import { createLogger } from '../../src/obs/logger.ts';
 import { createMemoryStore } from '../../src/store/memory-store.ts';
 import type { SettleInput, Store } from '../../src/store/types.ts';
+import { captureLogs } from '../helpers/logs.ts';
 
 const TS = '2026-11-25T00:00:00.000Z';
 const quiet = createLogger('silent');
@@ -36,18 +36,6 @@ async function tempDir(t: Test): Promise<string> {
   const dir = await mkdtemp(join(tmpdir(), 'tollgate-spool-test-'));
   t.teardown(() => rm(dir, { recursive: true, force: true }));
   return dir;
-}
-
-/** A logger whose lines land in `lines` (parsed). */
-function capture(): { logger: ReturnType<typeof createLogger>; lines: Record<string, unknown>[] } {
-  const lines: Record<string, unknown>[] = [];
-  const sink = new Writable({
-    write(chunk, _e, cb) {
-      for (const l of String(chunk).split('\n').filter(Boolean)) lines.push(JSON.parse(l));
-      cb();
-    },
-  });
-  return { logger: createLogger('info', sink), lines };
 }
 
 const debitsOf = async (store: Store, id: string) =>
@@ -212,7 +200,7 @@ t.test('replay skips a torn last line, keeps a corrupt file aside, keeps a file 
     join(dir, 'settles-b.spool'),
     encodeLine(input('c1', expiry)).replace('"costMicros":40', '"costMicros":41') + encodeLine(input('c2', expiry)),
   );
-  const { logger, lines } = capture();
+  const { logger, lines } = captureLogs();
   const r = await replaySpool({ dir, settle: (s) => store.settle(s), logger });
   t.match(r, { files: 2, settles: 2, debited: 2, torn: 1, corrupt: 1 });
   t.same((await readdir(dir)).sort(), ['settles-b.spool.corrupt'], 'the torn file is done; the corrupt one is kept aside');
@@ -282,7 +270,7 @@ t.test('Credit at exit: owed settles spooled with their whole line logged, retri
       return inner.settle(i);
     },
   };
-  const { logger, lines } = capture();
+  const { logger, lines } = captureLogs();
   const credit = createCredit({ store, logger });
   const p1 = credit.settle(input('owed-1', expiry));
   await new Promise((r) => setTimeout(r, 250)); // a couple of retries
@@ -321,7 +309,7 @@ t.test('Credit.spool when the spool cannot be written: the whole settle is still
   const blocker = join(dir, 'file');
   await writeFile(blocker, 'not a directory');
   const store: Store = { ...createMemoryStore(), settle: () => Promise.reject(new GatewayError('store_unavailable', 'down')) };
-  const { logger, lines } = capture();
+  const { logger, lines } = captureLogs();
   const credit = createCredit({ store, logger });
   const p = credit.settle(input('lost', Date.now() + 60_000));
   await new Promise((r) => setTimeout(r, 50));
@@ -339,7 +327,7 @@ t.test('Credit at exit: a settle handed over after spool() still reaches the spo
   const dir = await tempDir(t);
   // Redis away: every attempt is sent and unanswered.
   const store: Store = { ...createMemoryStore(), settle: () => Promise.reject(new GatewayError('store_unavailable', 'connection lost')) };
-  const { logger, lines } = capture();
+  const { logger, lines } = captureLogs();
   const credit = createCredit({ store, logger });
   const spool = createSpool({ dir });
   void credit.settle(input('req-early', 9e12));
@@ -385,7 +373,7 @@ t.test('Credit: a settle failing after the spool was closed goes to a new spool 
   keepAlive(t);
   const dir = await tempDir(t);
   const store: Store = { ...createMemoryStore(), settle: () => Promise.reject(new GatewayError('store_unavailable', 'connection lost')) };
-  const { logger, lines } = capture();
+  const { logger, lines } = captureLogs();
   const credit = createCredit({ store, logger });
   const spool = createSpool({ dir });
   void credit.settle(input('req-early', 9e12));

@@ -3,7 +3,7 @@
 // ceil((prompt − cached) × input + cached × cached_input + completion × output) micro-credits, chat and
 // Responses, streaming and not; the ledger entry, the usage rows, the rebuild and the export carry
 // cached_tokens; a model without cached_input bills exactly as before (cached tokens at the input price).
-import t, { type Test } from 'tap';
+import t from 'tap';
 import { createLedgerExporter } from '../../src/ledger/exporter.ts';
 import { createLogger } from '../../src/obs/logger.ts';
 import { startGateway, testConfigDoc, type TestGateway } from '../helpers/gateway.ts';
@@ -11,7 +11,7 @@ import { startRedis } from '../helpers/redis.ts';
 import { startS3 } from '../helpers/s3.ts';
 import { waitFor } from '../helpers/wait.ts';
 import { exportedLines, sinkFor } from '../ledger/support.ts';
-import { accountVsLedger, ledger, startSim, waitForDebit } from './chat-fixture.ts';
+import { checkBooks, ledger, startSim, usageOf, waitForDebit } from './chat-fixture.ts';
 
 /** Prices in 1e-6 micro-credits per token, as the config below says them. */
 const CACHED = { input: 1_500_000n, cached: 375_000n, output: 2_250_000n };
@@ -61,15 +61,7 @@ async function chat(gw: TestGateway, key: string, model: string, cached: number,
   });
   if (res.status !== 200) throw new Error(`chat ${res.status}: ${await res.text()}`);
   const text = await res.text();
-  const usage = stream
-    ? JSON.parse(
-        text
-          .split('\n')
-          .filter((l) => l.startsWith('data: {') && l.includes('"usage":{'))
-          .at(-1)!
-          .slice(6),
-      ).usage
-    : JSON.parse(text).usage;
+  const usage = usageOf(text, stream);
   return {
     requestId: res.headers.get('x-request-id')!,
     prompt: usage.prompt_tokens,
@@ -101,16 +93,6 @@ async function responses(gw: TestGateway, key: string, model: string, cached: nu
     completion: usage.output_tokens,
     cached: usage.input_tokens_details.cached_tokens,
   };
-}
-
-async function checkBooks(t: Test, gw: TestGateway, account: string): Promise<void> {
-  let s = await accountVsLedger(gw, account);
-  for (let i = 0; i < 100 && s.held !== 0; i++) {
-    await new Promise((r) => setTimeout(r, 20));
-    s = await accountVsLedger(gw, account);
-  }
-  t.equal(s.balance, s.sum, 'balance equals the ledger sum');
-  t.equal(s.held, 0, 'nothing left held');
 }
 
 const redis = await startRedis(t);

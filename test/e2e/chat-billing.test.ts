@@ -7,7 +7,7 @@ import OpenAI from 'openai';
 import { simCompletionText, simPromptTokens } from '../../src/simulator/simulator.ts';
 import { createTokenizer } from '../../src/meter/tokenizer.ts';
 import { estimatePromptTokens } from '../../src/credit/hold-estimate.ts';
-import { startGateway, type TestGateway } from '../helpers/gateway.ts';
+import { startGateway } from '../helpers/gateway.ts';
 import { startRedis } from '../helpers/redis.ts';
 import {
   SIM_SMALL,
@@ -19,23 +19,11 @@ import {
   startFixedUpstream,
   startSim,
   waitForDebit,
+  checkBooks,
 } from './chat-fixture.ts';
 
 const tokenizer = createTokenizer();
 await tokenizer.load();
-
-/** Balance = Σ ledger and nothing left held: checked at the end of every test. */
-async function checkBooks(t: Test, gw: TestGateway, account: string): Promise<void> {
-  // Give in-flight settles (not awaited by responses) their second to land.
-  const until = Date.now() + 1000;
-  let s = await accountVsLedger(gw, account);
-  while (s.held !== 0 && Date.now() < until) {
-    await new Promise((r) => setTimeout(r, 20));
-    s = await accountVsLedger(gw, account);
-  }
-  t.equal(s.balance, s.sum, `${account}: balance equals the ledger sum`);
-  t.equal(s.held, 0, `${account}: nothing left held`);
-}
 
 /** `sim-small` hold for a raw-fetch body (SPEC §4: cost(prompt estimate, max output)). */
 function expectedHold(body: { messages: unknown[]; max_tokens?: number; max_completion_tokens?: number }, raw: string): number {

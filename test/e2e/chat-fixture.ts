@@ -3,6 +3,7 @@
 import { createServer, request as httpRequest, type IncomingHttpHeaders, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import OpenAI from 'openai';
+import type { Test } from 'tap';
 import { startSimulator, type Simulator } from '../../src/simulator/simulator.ts';
 import type { LedgerEntry } from '../../src/store/types.ts';
 import { startGateway, type TestGateway } from '../helpers/gateway.ts';
@@ -146,6 +147,16 @@ export function sseData(text: string): string[] {
   return out;
 }
 
+/** The `usage` of a chat answer: a JSON body's, or a stream's last event that carries one. */
+export function usageOf(text: string, stream: boolean): any {
+  if (!stream) return JSON.parse(text).usage;
+  const last = text
+    .split('\n')
+    .filter((l) => l.startsWith('data: {') && l.includes('"usage":{'))
+    .at(-1)!;
+  return JSON.parse(last.slice(6)).usage;
+}
+
 /** An OpenAI SDK client for the gateway with SDK retries off, so every attempt is ours to count. */
 export function sdk(gw: TestGateway, key: string): OpenAI {
   return new OpenAI({ apiKey: key, baseURL: `${gw.url}/v1`, maxRetries: 0 });
@@ -184,6 +195,21 @@ export async function accountVsLedger(
   const entries = await ledger(gw, account);
   const acct = await gw.admin(`/admin/accounts/${account}`);
   return { balance: acct.body.balance_micros, held: acct.body.held_micros, sum: entries.reduce((s, e) => s + e.amount_micros, 0), entries };
+}
+
+/**
+ * Balance = Σ ledger and nothing left held, checked once the holds have settled (settles the answer does
+ * not wait for land late) or `timeoutMs` has passed.
+ */
+export async function checkBooks(t: Test, gw: TestGateway, account: string, timeoutMs = 2000): Promise<void> {
+  const until = Date.now() + timeoutMs;
+  let s = await accountVsLedger(gw, account);
+  while (s.held !== 0 && Date.now() < until) {
+    await new Promise((r) => setTimeout(r, 20));
+    s = await accountVsLedger(gw, account);
+  }
+  t.equal(s.balance, s.sum, `${account}: balance equals the ledger sum`);
+  t.equal(s.held, 0, `${account}: nothing left held`);
 }
 
 /** The admin listener's Prometheus text. */

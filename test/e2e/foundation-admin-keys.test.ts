@@ -1,12 +1,9 @@
 // The admin listener (SPEC §2, §2a): token guard, the unauthenticated ops endpoints, /readyz against a
 // real Redis outage, and the key API's exact bodies — on the embedded store and on Redis.
 import t from 'tap';
-import type { Test } from 'tap';
-import { ERROR_CODES, type ErrorCode } from '../../src/http/errors.ts';
-import { ADMIN_TOKEN, startGateway, type TestGateway } from '../helpers/gateway.ts';
+import { ADMIN_TOKEN, expectError, REQ_ID, startGateway, type TestGateway } from '../helpers/gateway.ts';
 import { startRedis } from '../helpers/redis.ts';
 
-const REQ_ID = /^req_[1-9A-HJ-NP-Za-km-z]{22}$/;
 const KEY = /^svc-(live|test)-[1-9A-HJ-NP-Za-km-z]{32}$/;
 const KEY_ID = /^key_[1-9A-HJ-NP-Za-km-z]{16}$/;
 const ISO_UTC = /^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d{1,3})?Z$/;
@@ -25,17 +22,6 @@ const RECORD_FIELDS = [
   'rate_limits',
   'scopes',
 ];
-
-async function expectError(t: Test, res: Response, status: number, code: ErrorCode): Promise<void> {
-  const text = await res.text();
-  t.equal(res.status, status, `${code}: ${text}`);
-  t.match(res.headers.get('x-request-id'), REQ_ID);
-  const body = JSON.parse(text);
-  t.same(Object.keys(body), ['error']);
-  t.same(Object.keys(body.error).sort(), ['code', 'message', 'param', 'type']);
-  t.equal(body.error.code, code);
-  t.equal(body.error.type, ERROR_CODES[code].type);
-}
 
 /** Every admin route, with a body where it takes one. */
 const ADMIN_CALLS: [string, string, unknown?][] = [

@@ -3,18 +3,17 @@
 import t from 'tap';
 import type { Test } from 'tap';
 import { request } from 'node:http';
-import { ERROR_CODES, type ErrorCode } from '../../src/http/errors.ts';
+import type { ErrorCode } from '../../src/http/errors.ts';
 import { createKeyTable } from '../../src/auth/key-table.ts';
-import { createMemoryStore } from '../../src/store/memory-store.ts';
-import type { Store } from '../../src/store/types.ts';
-import { ADMIN_TOKEN, startGateway } from '../helpers/gateway.ts';
+import { ADMIN_TOKEN, expectError as expectEnvelope, REQ_ID, startGateway } from '../helpers/gateway.ts';
 import { startRedis } from '../helpers/redis.ts';
 import { waitFor } from '../helpers/wait.ts';
+import { countingKeyReads } from '../store/harness.ts';
 
-const REQ_ID = /^req_[1-9A-HJ-NP-Za-km-z]{22}$/;
 /** Generous enough that the 401 cases below never meet the failed-auth limiter. */
 const NO_LIMIT = { auth: { failed_per_minute: 100_000 } };
 
+/** The shared envelope check (helpers/gateway.ts expectError); none of `mustNotContain` (8+ chars) echoed. */
 async function expectError(
   t: Test,
   res: Response,
@@ -22,16 +21,9 @@ async function expectError(
   code: ErrorCode,
   mustNotContain: string[] = [],
 ): Promise<{ message: string }> {
-  const text = await res.text();
-  t.equal(res.status, status, `${code}: ${text}`);
-  t.match(res.headers.get('x-request-id'), REQ_ID);
-  const body = JSON.parse(text);
-  t.same(Object.keys(body), ['error']);
-  t.same(Object.keys(body.error).sort(), ['code', 'message', 'param', 'type']);
-  t.equal(body.error.code, code);
-  t.equal(body.error.type, ERROR_CODES[code].type);
+  const { text, error } = await expectEnvelope(t, res, status, code);
   for (const s of mustNotContain) if (s.length >= 8) t.notOk(text.includes(s), 'the submitted credential is not echoed');
-  return body.error;
+  return error;
 }
 
 interface ModelList {
@@ -164,15 +156,7 @@ function fromAddress(
 }
 
 t.test('failed-auth limiter: 30 failures from one address, then 429; a valid key, known or fresh, still works', async (t) => {
-  let reads = 0;
-  const inner = createMemoryStore();
-  const store: Store = {
-    ...inner,
-    getKeyByHash: (h) => {
-      reads++;
-      return inner.getKeyByHash(h);
-    },
-  };
+  const { store, reads } = countingKeyReads();
   const gw = await startGateway(t, { store });
   const { key } = await gw.createKey({ account: 'acme', env: 'live' });
   t.equal((await models(gw.url, gw.auth(key))).status, 200, 'the valid key is known before the attack');
@@ -188,7 +172,7 @@ t.test('failed-auth limiter: 30 failures from one address, then 429; a valid key
     t.equal(res.status, 401, `failure ${i + 1} is still a 401`);
     await res.arrayBuffer();
   }
-  const readsBefore = reads;
+  const readsBefore = reads();
   for (const attempt of [...attempts, ...attempts]) {
     const res = await attempt();
     const err = await expectError(t, res, 429, 'rate_limit_exceeded');
@@ -198,7 +182,7 @@ t.test('failed-auth limiter: 30 failures from one address, then 429; a valid key
     t.match(err.message, /retry/i);
   }
   // attempts[3] makes a fresh well-formed key each time: looked up (a valid one must never be refused), then 429.
-  t.equal(reads, readsBefore + 2, 'past the limit only fresh well-formed keys reach the store; missing and malformed do not');
+  t.equal(reads(), readsBefore + 2, 'past the limit only fresh well-formed keys reach the store; missing and malformed do not');
   const unknown = `svc-live-${'3'.repeat(32)}`;
   await expectError(t, await models(gw.url, gw.auth(unknown)), 429, 'rate_limit_exceeded', [unknown]);
 

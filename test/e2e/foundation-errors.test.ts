@@ -3,35 +3,22 @@
 // in the foundation.
 import t from 'tap';
 import type { Test } from 'tap';
-import { ERROR_CODES, type ErrorCode } from '../../src/http/errors.ts';
-import { ADMIN_TOKEN, startGateway } from '../helpers/gateway.ts';
+import type { ErrorCode } from '../../src/http/errors.ts';
+import { ADMIN_TOKEN, expectError as expectEnvelope, REQ_ID, startGateway, type ErrorEnvelope } from '../helpers/gateway.ts';
 import { waitFor } from '../helpers/wait.ts';
 import { postChat, startSim } from './chat-fixture.ts';
 
-const REQ_ID = /^req_[1-9A-HJ-NP-Za-km-z]{22}$/;
 const ADMIN = { authorization: `Bearer ${ADMIN_TOKEN}` };
 const JSON_HEADERS = { ...ADMIN, 'content-type': 'application/json' };
 
-/** Asserts an OpenAI-envelope error (SPEC §3.2): status, exact shape, code and its type, x-request-id. */
-async function expectError(
-  t: Test,
-  res: Response,
-  status: number,
-  code: ErrorCode,
-): Promise<{ message: string; type: string; code: string; param: string | null }> {
-  const text = await res.text();
-  t.equal(res.status, status, `status for ${code}: ${text}`);
-  t.match(res.headers.get('x-request-id'), REQ_ID, 'x-request-id on the error');
+/** The shared envelope check (helpers/gateway.ts expectError), plus a JSON content type, a message and a param. */
+async function expectError(t: Test, res: Response, status: number, code: ErrorCode): Promise<ErrorEnvelope> {
+  const { error } = await expectEnvelope(t, res, status, code);
   t.match(res.headers.get('content-type'), /^application\/json/);
-  const body = JSON.parse(text);
-  t.same(Object.keys(body), ['error']);
-  t.same(Object.keys(body.error).sort(), ['code', 'message', 'param', 'type']);
-  t.equal(body.error.code, code);
-  t.equal(body.error.type, ERROR_CODES[code].type);
-  t.type(body.error.message, 'string');
-  t.ok(body.error.message.length > 0);
-  t.ok(body.error.param === null || typeof body.error.param === 'string');
-  return body.error;
+  t.type(error.message, 'string');
+  t.ok(error.message.length > 0);
+  t.ok(error.param === null || typeof error.param === 'string');
+  return error;
 }
 
 /** Asserts a 422 (SPEC §3.1): every entry has exactly the five fields; returns the detail list. */

@@ -9,6 +9,7 @@ import { simCompletionText, startSimulator } from '../../src/simulator/simulator
 import { createTokenizer } from '../../src/meter/tokenizer.ts';
 import { accountOf, chat, checkLedger, ledgerOf, spawnGateway, streamBody } from './credit-support.ts';
 import { sseData, SIM_SMALL, expectedCost } from './chat-fixture.ts';
+import { readContent } from './fault-support.ts';
 import { waitFor } from '../helpers/wait.ts';
 
 /** Resolves true when a new TCP connection to `url` is refused, false when it connects. */
@@ -19,27 +20,6 @@ function refused(url: string): Promise<boolean> {
     s.once('connect', () => (s.destroy(), resolve(false)));
     s.once('error', (e: NodeJS.ErrnoException) => resolve(e.code === 'ECONNREFUSED'));
   });
-}
-
-/** Reads an SSE response until `n` content chunks arrived; returns the reader and the text so far. */
-async function readContent(res: Response, n: number): Promise<{ rest: () => Promise<string>; text: string }> {
-  const reader = res.body!.getReader();
-  const decoder = new TextDecoder();
-  let text = '';
-  while (sseData(text).filter((d) => d.includes('"content":"tok')).length < n) {
-    const { value, done } = await reader.read();
-    if (done) break;
-    text += decoder.decode(value, { stream: true });
-  }
-  const rest = async () => {
-    let more = text;
-    for (;;) {
-      const { value, done } = await reader.read();
-      if (done) return more;
-      more += decoder.decode(value, { stream: true });
-    }
-  };
-  return { rest, text };
 }
 
 const redis = await startRedis(t);

@@ -2,15 +2,14 @@
 // stays 0 on a gateway that started while Redis was down. The gauge is set by every hold-reaper pass
 // (from boot) and /readyz; an outage is logged once, without a stack, and once more when it ends.
 import t from 'tap';
-import { Writable } from 'node:stream';
 import { startRedis } from '../helpers/redis.ts';
 import { startGateway } from '../helpers/gateway.ts';
 import { waitFor } from '../helpers/wait.ts';
 import { startReaper } from '../../src/credit/reaper.ts';
-import { createLogger } from '../../src/obs/logger.ts';
 import { compileConfig } from '../../src/config/schema.ts';
 import { storeAddress, storeUnreachableMessage } from '../../src/obs/boot-report.ts';
 import type { Store } from '../../src/store/types.ts';
+import { captureLogs } from '../helpers/logs.ts';
 
 const storeUp = async (adminUrl: string) => {
   const text = await (await fetch(`${adminUrl}/metrics`)).text();
@@ -37,14 +36,7 @@ if (redis) {
 }
 
 t.test('the reaper logs an outage once, without a stack, and its end once', async (t) => {
-  const lines: Array<Record<string, unknown>> = [];
-  const dest = new Writable({
-    write(chunk, _e, cb) {
-      for (const l of String(chunk).split('\n').filter(Boolean)) lines.push(JSON.parse(l));
-      cb();
-    },
-  });
-  const logger = createLogger('info', dest as never);
+  const { logger, lines } = captureLogs();
   let fail = true;
   const ups: boolean[] = [];
   const store = {

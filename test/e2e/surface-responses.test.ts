@@ -12,7 +12,6 @@ import { startGateway, type TestGateway } from '../helpers/gateway.ts';
 import { startRedis } from '../helpers/redis.ts';
 import {
   SIM_SMALL,
-  accountVsLedger,
   expectedCost,
   sdk,
   startFixedUpstream,
@@ -20,6 +19,7 @@ import {
   startSteeredFront,
   twoUpstreamGateway,
   waitForDebit,
+  checkBooks,
 } from './chat-fixture.ts';
 
 const tokenizer = createTokenizer();
@@ -34,16 +34,6 @@ function postResponses(gw: TestGateway, key: string, body: unknown, headers: Rec
     headers: { ...gw.auth(key), 'content-type': 'application/json', ...headers },
     body: JSON.stringify(body),
   });
-}
-
-async function checkBooks(t: Test, gw: TestGateway, account: string): Promise<void> {
-  let s = await accountVsLedger(gw, account);
-  for (let i = 0; i < 50 && s.held !== 0; i++) {
-    await new Promise((r) => setTimeout(r, 20));
-    s = await accountVsLedger(gw, account);
-  }
-  t.equal(s.balance, s.sum, 'balance equals the ledger sum');
-  t.equal(s.held, 0, 'nothing left held');
 }
 
 const redis = await startRedis(t);

@@ -7,17 +7,10 @@ import { startRedis } from '../helpers/redis.ts';
 import { startGateway } from '../helpers/gateway.ts';
 import { waitFor } from '../helpers/wait.ts';
 import { startSimulator } from '../../src/simulator/simulator.ts';
-import { accountOf, chat, checkLedger, ledgerOf, spawnGateway, streamBody, type ChildGateway } from './credit-support.ts';
+import { accountOf, chat, checkLedger, ledgerOf, streamBody } from './credit-support.ts';
+import { spawnWorkers } from './workers-support.ts';
 import { sseData } from './chat-fixture.ts';
 import { execFileSync } from 'node:child_process';
-
-/** The pids of the workers that said they listen, in the order they did. */
-function workerPids(out: string): number[] {
-  return out
-    .split('\n')
-    .filter((l) => l.includes('"msg":"worker listening"'))
-    .map((l) => (JSON.parse(l) as { pid: number }).pid);
-}
 
 function alive(pid: number): boolean {
   try {
@@ -26,34 +19,6 @@ function alive(pid: number): boolean {
   } catch {
     return false;
   }
-}
-
-/** Two workers on Redis; the workers are SIGKILLed (and SIGCONTed) at teardown even if the primary is gone. */
-async function spawnWorkers(
-  t: { teardown(fn: () => unknown): void },
-  redisUrl: string,
-  upstreamUrl: string,
-  config: Record<string, Record<string, unknown>> = {},
-): Promise<ChildGateway & { pids(): number[] }> {
-  const gw = await spawnGateway(t, {
-    redisUrl,
-    upstreamUrl,
-    config: { ...config, server: { workers: 2, ...config.server } },
-    readyTimeoutMs: 20_000,
-  });
-  t.teardown(() => {
-    for (const pid of workerPids(gw.output())) {
-      try {
-        process.kill(pid, 'SIGKILL');
-        process.kill(pid, 'SIGCONT');
-      } catch {
-        // already gone
-      }
-    }
-  });
-  await waitFor(async () => (await fetch(`${gw.adminUrl}/readyz`)).status === 200, 20_000, 'every worker to listen');
-  await waitFor(() => workerPids(gw.output()).length === 2, 5_000, 'both workers to be logged as listening');
-  return { ...gw, pids: () => workerPids(gw.output()) };
 }
 
 /** The pids of a process's children (the primary's workers, including one still booting). */

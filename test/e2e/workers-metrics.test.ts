@@ -3,46 +3,26 @@
 // (its gauges do not), so a summed counter never goes down: Prometheus' rate() and increase() would read
 // the dip as a counter reset and count every total again. With server.metrics_port the primary itself
 // listens on the metrics port, so no scrape is handed to a stalled worker (one that was hung).
-import t, { type Test } from 'tap';
-import { request } from 'node:http';
+import t from 'tap';
 import { startRedis } from '../helpers/redis.ts';
 import { waitFor } from '../helpers/wait.ts';
 import { startSimulator } from '../../src/simulator/simulator.ts';
-import { spawnGateway, type ChildGateway } from './credit-support.ts';
+import { getFresh, spawnWorkers, stopOne, workerPids } from './workers-support.ts';
 import { sample } from './chat-fixture.ts';
 import { freePort } from '../helpers/ports.ts';
 
-/** GET on a fresh connection (node:cluster hands it to the next worker); 'hung' if no answer in `ms`. */
-function get(url: string, ms: number): Promise<{ status: number; text: string; ms: number } | 'hung'> {
-  const start = Date.now();
-  return new Promise((resolve) => {
-    const req = request(url, { agent: false }, (res) => {
-      let text = '';
-      res.setEncoding('utf8');
-      res.on('data', (c: string) => (text += c));
-      res.on('end', () => resolve({ status: res.statusCode!, text, ms: Date.now() - start }));
-    });
-    req.setTimeout(ms, () => {
-      req.destroy();
-      resolve('hung');
-    });
-    req.on('error', () => resolve('hung'));
-    req.end();
-  });
-}
-
 /** A scrape that must be answered 200 (9 s: the primary waits at most 3 s for a part). */
 async function scrape(adminUrl: string): Promise<string> {
-  const r = await get(`${adminUrl}/metrics`, 9_000);
+  const r = await getFresh(`${adminUrl}/metrics`, 9_000);
   if (r === 'hung' || r.status !== 200) throw new Error(`scrape: ${r === 'hung' ? 'hung' : r.status}`);
   return r.text;
 }
 
-function workerPids(out: string): number[] {
-  return out
-    .split('\n')
-    .filter((l) => l.includes('"msg":"worker listening"'))
-    .map((l) => (JSON.parse(l) as { pid: number }).pid);
+/** The first scrape (one every 100 ms, for up to 10 s) in which no worker is missing. */
+async function wholeScrape(adminUrl: string, what: string): Promise<string> {
+  let text = '';
+  await waitFor(async () => sample((text = await scrape(adminUrl)), 'tollgate_metrics_workers_missing') === 0, 10_000, what, 100);
+  return text;
 }
 
 const redis = await startRedis(t);
@@ -50,39 +30,11 @@ if (redis) {
   const sim = await startSimulator();
   t.teardown(() => sim.close());
 
-  /** Two workers, both listening; at teardown they are continued and killed even if the primary is gone. */
-  async function twoWorkers(t: Test, server: Record<string, unknown> = {}): Promise<ChildGateway> {
-    const gw = await spawnGateway(t, {
-      redisUrl: redis!.url,
-      upstreamUrl: sim.url,
-      config: { server: { workers: 2, ...server } },
-      readyTimeoutMs: 20_000,
-    });
-    t.teardown(() => {
-      for (const pid of workerPids(gw.output())) {
-        try {
-          process.kill(pid, 'SIGCONT');
-          process.kill(pid, 'SIGKILL');
-        } catch {
-          // already gone
-        }
-      }
-    });
-    await waitFor(async () => (await get(`${gw.adminUrl}/readyz`, 1_000)) !== 'hung', 20_000, 'every worker to listen', 100);
-    await waitFor(() => workerPids(gw.output()).length === 2, 20_000, 'both workers logged as listening', 100);
-    return gw;
-  }
-
   t.test('a stalled worker, then its death and replacement: summed counters never go down', async (t) => {
-    const gw = await twoWorkers(t);
+    const gw = await spawnWorkers(t, redis.url, sim.url);
     // Requests on fresh connections: node:cluster deals them round robin, so each worker counts ~20.
-    for (let i = 0; i < 40; i++) await get(`${gw.adminUrl}/healthz`, 2_000);
-    await waitFor(
-      async () => sample(await scrape(gw.adminUrl), 'tollgate_metrics_workers_missing') === 0,
-      10_000,
-      'a scrape with both workers',
-      100,
-    );
+    for (let i = 0; i < 40; i++) await getFresh(`${gw.adminUrl}/healthz`, 2_000);
+    await wholeScrape(gw.adminUrl, 'a scrape with both workers');
     const whole = await scrape(gw.adminUrl);
     t.equal(sample(whole, 'tollgate_metrics_workers_missing'), 0, 'both workers answer');
     const total = (text: string) => sample(text, 'tollgate_requests_total');
@@ -90,25 +42,16 @@ if (redis) {
     t.ok(total(whole) >= 40, `requests counted: ${total(whole)}`);
 
     // Stopped: every later connection goes to the live worker (the stopped one keeps the one it was handed).
-    const [stuck] = workerPids(gw.output());
-    process.kill(stuck!, 'SIGSTOP');
-    await Promise.all([get(`${gw.adminUrl}/healthz`, 1_000), get(`${gw.adminUrl}/healthz`, 1_000)]);
-    await waitFor(async () => (await get(`${gw.adminUrl}/healthz`, 1_000)) !== 'hung', 5_000, 'a connection the live worker answers', 10);
+    const stuck = await stopOne(gw);
     const stalled = await scrape(gw.adminUrl);
     t.equal(sample(stalled, 'tollgate_metrics_workers_missing'), 1, 'the stopped worker did not answer');
     // Without its last part the sum lost its ~20 requests: a dip rate() reads as a reset.
     t.ok(total(stalled) >= total(whole), `the sum does not go down while it is stalled: ${total(whole)} → ${total(stalled)}`);
 
     // Dead and replaced: the replacement starts from 0, the dead worker's counters stay in the sum.
-    process.kill(stuck!, 'SIGKILL');
+    process.kill(stuck, 'SIGKILL');
     await waitFor(() => workerPids(gw.output()).length === 3, 20_000, 'a replacement to listen', 100);
-    let replaced = '';
-    await waitFor(
-      async () => sample((replaced = await scrape(gw.adminUrl)), 'tollgate_metrics_workers_missing') === 0,
-      10_000,
-      'a scrape with both live workers',
-      100,
-    );
+    const replaced = await wholeScrape(gw.adminUrl, 'a scrape with both live workers');
     t.ok(total(replaced) >= total(stalled), `the sum does not go down after the replacement: ${total(stalled)} → ${total(replaced)}`);
     t.ok(
       sample(replaced, 'tollgate_process_cpu_seconds_total') >= sample(whole, 'tollgate_process_cpu_seconds_total'),
@@ -121,25 +64,13 @@ if (redis) {
   });
 
   t.test('a worker killed between scrapes and replaced: summed counters never go down', async (t) => {
-    const gw = await twoWorkers(t);
-    for (let i = 0; i < 40; i++) await get(`${gw.adminUrl}/healthz`, 2_000);
-    let whole = '';
-    await waitFor(
-      async () => sample((whole = await scrape(gw.adminUrl)), 'tollgate_metrics_workers_missing') === 0,
-      10_000,
-      'a scrape with both workers',
-      100,
-    );
+    const gw = await spawnWorkers(t, redis.url, sim.url);
+    for (let i = 0; i < 40; i++) await getFresh(`${gw.adminUrl}/healthz`, 2_000);
+    const whole = await wholeScrape(gw.adminUrl, 'a scrape with both workers');
     const total = (text: string) => sample(text, 'tollgate_requests_total');
     process.kill(workerPids(gw.output())[0]!, 'SIGKILL');
     await waitFor(() => workerPids(gw.output()).length === 3, 20_000, 'a replacement to listen', 100);
-    let replaced = '';
-    await waitFor(
-      async () => sample((replaced = await scrape(gw.adminUrl)), 'tollgate_metrics_workers_missing') === 0,
-      10_000,
-      'a scrape with both live workers',
-      100,
-    );
+    const replaced = await wholeScrape(gw.adminUrl, 'a scrape with both live workers');
     // Without the dead worker's last part the sum lost its ~20 requests: a dip rate() reads as a reset.
     t.ok(total(replaced) >= total(whole), `the sum does not go down: ${total(whole)} → ${total(replaced)}`);
     t.equal(
@@ -153,9 +84,9 @@ if (redis) {
 
   t.test('metrics_port with workers: the primary answers it, a stalled worker hangs no scrape', async (t) => {
     const port = await freePort();
-    const gw = await twoWorkers(t, { metrics_port: port });
+    const gw = await spawnWorkers(t, redis.url, sim.url, { server: { metrics_port: port } });
     const metricsUrl = `http://127.0.0.1:${port}`;
-    await waitFor(async () => (await get(`${metricsUrl}/metrics`, 5_000)) !== 'hung', 10_000, 'the metrics listener', 100);
+    await waitFor(async () => (await getFresh(`${metricsUrl}/metrics`, 5_000)) !== 'hung', 10_000, 'the metrics listener', 100);
     const ok = await fetch(`${metricsUrl}/metrics`, { signal: AbortSignal.timeout(5_000) });
     t.equal(ok.status, 200);
     t.equal(ok.headers.get('content-type'), 'text/plain; version=0.0.4; charset=utf-8');
@@ -170,7 +101,7 @@ if (redis) {
     // Stopped, not handed anything first: a connection node:cluster gave it would hang until it is killed.
     const stuck = workerPids(gw.output())[0]!;
     process.kill(stuck, 'SIGSTOP');
-    const scrapes = await Promise.all(Array.from({ length: 6 }, () => get(`${metricsUrl}/metrics`, 8_000)));
+    const scrapes = await Promise.all(Array.from({ length: 6 }, () => getFresh(`${metricsUrl}/metrics`, 8_000)));
     for (const r of scrapes) {
       t.not(r, 'hung', 'answered');
       if (r === 'hung') continue;

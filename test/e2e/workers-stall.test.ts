@@ -4,54 +4,22 @@
 // Meanwhile /metrics answers with the other worker's metrics and counts the stalled one missing, and a
 // worker that dies mid-scrape does not fail the scrape.
 import t from 'tap';
-import { request } from 'node:http';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { startRedis } from '../helpers/redis.ts';
 import { waitFor } from '../helpers/wait.ts';
 import { startSimulator } from '../../src/simulator/simulator.ts';
-import { spawnGateway, type ChildGateway } from './credit-support.ts';
+import { getFresh, spawnWorkers, stopOne, workerPids } from './workers-support.ts';
 import { sample } from './chat-fixture.ts';
 
-/** GET on a fresh connection (node:cluster hands it to the next worker); 'hung' if no answer in 1 s. */
-function getFresh(url: string): Promise<number | 'hung'> {
-  return new Promise((resolve) => {
-    const req = request(url, { agent: false }, (res) => {
-      res.resume();
-      res.on('end', () => resolve(res.statusCode!));
-    });
-    req.setTimeout(1_000, () => {
-      req.destroy();
-      resolve('hung');
-    });
-    req.on('error', () => resolve('hung'));
-    req.end();
-  });
+/** The status of a GET on a fresh connection (node:cluster hands it to the next worker); 'hung' if no answer in 1 s. */
+async function statusOf(url: string): Promise<number | 'hung'> {
+  const r = await getFresh(url, 1_000);
+  return r === 'hung' ? r : r.status;
 }
 
 /** GET /metrics on a fresh connection, with its status, body and time; 'hung' if no answer in 9 s. */
 function scrape(adminUrl: string): Promise<{ status: number; text: string; ms: number } | 'hung'> {
-  const start = Date.now();
-  return new Promise((resolve) => {
-    const req = request(`${adminUrl}/metrics`, { agent: false }, (res) => {
-      let text = '';
-      res.setEncoding('utf8');
-      res.on('data', (c: string) => (text += c));
-      res.on('end', () => resolve({ status: res.statusCode!, text, ms: Date.now() - start }));
-    });
-    req.setTimeout(9_000, () => {
-      req.destroy();
-      resolve('hung');
-    });
-    req.on('error', () => resolve('hung'));
-    req.end();
-  });
-}
-
-function workerPids(out: string): number[] {
-  return out
-    .split('\n')
-    .filter((l) => l.includes('"msg":"worker listening"'))
-    .map((l) => (JSON.parse(l) as { pid: number }).pid);
+  return getFresh(`${adminUrl}/metrics`, 9_000);
 }
 
 const redis = await startRedis(t);
@@ -60,21 +28,21 @@ if (redis) {
   t.teardown(() => sim.close());
 
   t.test('a stopped worker: /readyz says not ready, the worker is killed and replaced, all is well again', async (t) => {
-    const gw = await twoWorkers(t);
+    const gw = await spawnWorkers(t, redis.url, sim.url);
     const [stuck] = workerPids(gw.output());
     process.kill(stuck!, 'SIGSTOP');
     const stoppedAt = Date.now();
 
     // Asked on fresh connections: the stopped worker's hang; the other's must say not ready.
-    await waitFor(async () => (await getFresh(`${gw.adminUrl}/readyz`)) === 503, 8_000, '/readyz to say 503', 100);
+    await waitFor(async () => (await statusOf(`${gw.adminUrl}/readyz`)) === 503, 8_000, '/readyz to say 503', 100);
     t.pass(`/readyz not ready ${Date.now() - stoppedAt} ms after the stop`);
 
     await waitFor(() => gw.output().includes('"msg":"worker not answering: killing it"'), 20_000, 'the stalled worker to be killed', 100);
     const killedAfter = Date.now() - stoppedAt;
     t.ok(killedAfter >= 9_000, `not before the stall bound (${killedAfter} ms)`);
     await waitFor(() => workerPids(gw.output()).length === 3, 20_000, 'a replacement to listen', 100);
-    await waitFor(async () => (await getFresh(`${gw.adminUrl}/readyz`)) === 200, 10_000, 'ready again', 100);
-    const after = await Promise.all(Array.from({ length: 6 }, () => getFresh(`${gw.adminUrl}/healthz`)));
+    await waitFor(async () => (await statusOf(`${gw.adminUrl}/readyz`)) === 200, 10_000, 'ready again', 100);
+    const after = await Promise.all(Array.from({ length: 6 }, () => statusOf(`${gw.adminUrl}/healthz`)));
     t.same([...new Set(after)], [200], 'every connection answered again');
     const metrics = await fetch(`${gw.adminUrl}/metrics`, { signal: AbortSignal.timeout(3_000) });
     t.equal(metrics.status, 200, '/metrics answers again');
@@ -83,46 +51,8 @@ if (redis) {
     t.same(await gw.exited, { code: 0, signal: null });
   });
 
-  /** Two workers, both listening; at teardown they are continued and killed even if the primary is gone. */
-  async function twoWorkers(t: { teardown(fn: () => unknown): void }): Promise<ChildGateway> {
-    const gw = await spawnGateway(t, {
-      redisUrl: redis!.url,
-      upstreamUrl: sim.url,
-      config: { server: { workers: 2 } },
-      readyTimeoutMs: 20_000,
-    });
-    t.teardown(() => {
-      for (const pid of workerPids(gw.output())) {
-        try {
-          process.kill(pid, 'SIGCONT');
-          process.kill(pid, 'SIGKILL');
-        } catch {
-          // already gone
-        }
-      }
-    });
-    await waitFor(async () => (await getFresh(`${gw.adminUrl}/readyz`)) === 200, 20_000, 'every worker to listen', 100);
-    await waitFor(() => workerPids(gw.output()).length === 2, 5_000, 'both workers logged as listening');
-    return gw;
-  }
-
-  /**
-   * Stops a worker and takes the one connection node:cluster then hands it (it stays busy with it, so
-   * every later connection goes to the other worker): the next fresh request reaches the live worker.
-   */
-  async function stopOne(gw: ChildGateway): Promise<number> {
-    const [stuck] = workerPids(gw.output());
-    process.kill(stuck!, 'SIGSTOP');
-    // Two connections at once: if the stopped worker was still on the primary's free list it takes one of
-    // them (and is never free again); one at a time, the first may go to the live worker and leave the
-    // stopped one first in line for the scrape (a flake seen under load).
-    await Promise.all([getFresh(`${gw.adminUrl}/healthz`), getFresh(`${gw.adminUrl}/healthz`)]);
-    await waitFor(async () => (await getFresh(`${gw.adminUrl}/healthz`)) === 200, 5_000, 'a connection the live worker answers', 10);
-    return stuck!;
-  }
-
   t.test('a stopped worker: /metrics answers 200 with the other worker and counts it missing', async (t) => {
-    const gw = await twoWorkers(t);
+    const gw = await spawnWorkers(t, redis.url, sim.url);
     const before = await scrape(gw.adminUrl);
     t.ok(before !== 'hung' && before.status === 200, 'both workers answer');
     if (before === 'hung') return;
@@ -155,7 +85,7 @@ if (redis) {
   });
 
   t.test('a worker that dies mid-scrape: /metrics answers 200 without it', async (t) => {
-    const gw = await twoWorkers(t);
+    const gw = await spawnWorkers(t, redis.url, sim.url);
     const stuck = await stopOne(gw);
     const pending = scrape(gw.adminUrl);
     // Not an event to wait for: a point inside the scrape, which waits 3 s for the stopped worker's part.

@@ -9,7 +9,8 @@ import { waitFor } from '../helpers/wait.ts';
 import { startSimulator } from '../../src/simulator/simulator.ts';
 import { compileConfig } from '../../src/config/schema.ts';
 import { ConfigError } from '../../src/config/errors.ts';
-import { accountOf, chat, checkLedger, ledgerOf, spawnGateway, streamBody } from './credit-support.ts';
+import { accountOf, chat, checkLedger, ledgerOf, streamBody } from './credit-support.ts';
+import { spawnWorkers, workerPids } from './workers-support.ts';
 import { sample, sseData } from './chat-fixture.ts';
 
 /** GET on a fresh connection (no keep-alive), so node:cluster hands each request to the next worker. */
@@ -25,30 +26,6 @@ function getFresh(url: string, key: string): Promise<number> {
       })
       .end();
   });
-}
-
-/** Starts a gateway with two workers; its workers are killed at teardown even if the primary was. */
-async function spawnWorkers(t: { teardown(fn: () => unknown): void }, redisUrl: string, upstreamUrl: string) {
-  const gw = await spawnGateway(t, { redisUrl, upstreamUrl, config: { server: { workers: 2 } } });
-  t.teardown(() => {
-    for (const pid of workerPids(gw.output())) {
-      try {
-        process.kill(pid, 'SIGKILL');
-      } catch {
-        // already gone
-      }
-    }
-  });
-  await waitFor(async () => (await fetch(`${gw.adminUrl}/readyz`)).status === 200, 15_000, 'every worker to listen');
-  return gw;
-}
-
-/** The pids of the workers that said they listen, in the order they did. */
-function workerPids(out: string): number[] {
-  return out
-    .split('\n')
-    .filter((l) => l.includes('"msg":"worker listening"'))
-    .map((l) => (JSON.parse(l) as { pid: number }).pid);
 }
 
 t.test('the embedded store refuses workers > 1, naming the field', async (t) => {

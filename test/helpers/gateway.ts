@@ -13,8 +13,10 @@ import { randomBytes } from 'node:crypto';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Writable } from 'node:stream';
+import type { Test } from 'tap';
 import { compileConfig } from '../../src/config/schema.ts';
 import { createGateway, type Gateway } from '../../src/gateway.ts';
+import { ERROR_CODES, type ErrorCode } from '../../src/http/errors.ts';
 import { openStore } from '../../src/main.ts';
 import { createLogger } from '../../src/obs/logger.ts';
 import { createMetrics } from '../../src/obs/metrics.ts';
@@ -204,4 +206,36 @@ export async function startGateway(t: Teardown, o: StartGatewayOptions = {}): Pr
     },
     close,
   };
+}
+
+/** A request id as the gateway makes them (SPEC §2a): `req_` and 22 base58 characters. */
+export const REQ_ID = /^req_[1-9A-HJ-NP-Za-km-z]{22}$/;
+
+/** The error of an OpenAI-envelope body (SPEC §3.2). */
+export interface ErrorEnvelope {
+  message: string;
+  type: string;
+  code: string;
+  param: string | null;
+}
+
+/**
+ * Asserts an OpenAI-envelope error (SPEC §3.2): the status, an x-request-id, a body of exactly `error`
+ * with code, message, param and type, the code and its type. Returns the raw text and the error.
+ */
+export async function expectError(
+  t: Test,
+  res: Response,
+  status: number,
+  code: ErrorCode,
+): Promise<{ text: string; error: ErrorEnvelope }> {
+  const text = await res.text();
+  t.equal(res.status, status, `status for ${code}: ${text}`);
+  t.match(res.headers.get('x-request-id'), REQ_ID, 'x-request-id on the error');
+  const body = JSON.parse(text);
+  t.same(Object.keys(body), ['error']);
+  t.same(Object.keys(body.error).sort(), ['code', 'message', 'param', 'type']);
+  t.equal(body.error.code, code);
+  t.equal(body.error.type, ERROR_CODES[code].type);
+  return { text, error: body.error as ErrorEnvelope };
 }

@@ -1,7 +1,6 @@
 import t from 'tap';
 import type { Test } from 'tap';
 import { connect } from 'node:net';
-import { Writable } from 'node:stream';
 import type { Server } from 'node:http';
 import { createEdge, drain, listen, newRequestId, portOf } from '../../src/http/server.ts';
 import { createRouter } from '../../src/http/router.ts';
@@ -12,6 +11,7 @@ import { createLogger } from '../../src/obs/logger.ts';
 import { createMetrics } from '../../src/obs/metrics.ts';
 import type { Handler } from '../../src/http/context.ts';
 import { waitFor } from '../helpers/wait.ts';
+import { captureLogs } from '../helpers/logs.ts';
 
 const REQ_ID = /^req_[1-9A-HJ-NP-Za-km-z]{22}$/;
 
@@ -24,16 +24,10 @@ async function serve(
     requestTimeoutMs: 30_000,
   },
 ) {
-  const logs: Record<string, unknown>[] = [];
-  const sink = new Writable({
-    write(c, _e, cb) {
-      for (const l of String(c).split('\n').filter(Boolean)) logs.push(JSON.parse(l));
-      cb();
-    },
-  });
+  const { logger, lines: logs } = captureLogs();
   const handler = createEdge({
     router: createRouter(routes),
-    logger: createLogger('info', sink),
+    logger,
     metrics: createMetrics({ defaults: false }),
     listener: 'public',
   });

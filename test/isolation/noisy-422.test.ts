@@ -5,9 +5,8 @@
 // value is cut to a bound (http/errors.ts), so the 422 is a few KB and built at once. A victim account
 // and /healthz are measured against their own baseline while the bodies are refused.
 import t from 'tap';
-import { request } from 'node:http';
 import { setTimeout as sleep } from 'node:timers/promises';
-import { baseline, describe, healthzLoad, max, startNoisyStack, victimLoad } from './noisy-fixture.ts';
+import { baseline, describe, healthzLoad, max, postChatBody, startNoisyStack, victimLoad } from './noisy-fixture.ts';
 
 const MAX_BODY = 4 * 1024 * 1024;
 /** http/errors.ts MAX_ISSUES, as docs/behaviour.md states it. */
@@ -18,28 +17,6 @@ function fill(head: string, item: string, tail: string): Buffer {
   const n = Math.floor((MAX_BODY - head.length - tail.length + 1) / (item.length + 1));
   const b = Buffer.from(head + `${item},`.repeat(n - 1) + item + tail);
   return b;
-}
-
-/** Sends `body` at full speed; resolves with the status and the body text (status 0 on a reset). */
-function post(url: string, key: string, body: Buffer): Promise<{ status: number; text: string }> {
-  return new Promise((resolve) => {
-    const req = request(
-      `${url}/v1/chat/completions`,
-      {
-        method: 'POST',
-        agent: false,
-        headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json', 'content-length': body.length },
-      },
-      (res) => {
-        let text = '';
-        res.on('data', (c: Buffer) => (text += c.toString('utf8')));
-        res.on('end', () => resolve({ status: res.statusCode!, text }));
-        res.on('error', () => resolve({ status: 0, text }));
-      },
-    );
-    req.on('error', () => resolve({ status: 0, text: '' }));
-    req.end(body);
-  });
 }
 
 const stack = await startNoisyStack(t);
@@ -67,7 +44,7 @@ if (stack) {
     await sleep(200);
     const replies: { status: number; text: string }[] = [];
     // Two rounds of both, one after the other: every reply is measured, and the victim runs throughout.
-    for (let round = 0; round < 2; round++) for (const b of bodies) replies.push(await post(gw.url, attacker, b.body));
+    for (let round = 0; round < 2; round++) for (const b of bodies) replies.push(await postChatBody(gw.url, attacker, b.body));
     await sleep(300);
     done();
     const [victim, healthz] = await loads;
@@ -98,7 +75,7 @@ if (stack) {
   t.test('a missing field echoes its enclosing object, cut: a 4 MiB body is not sent back', async (t) => {
     const attacker = await stack.key('mallory2', 'test');
     const body = Buffer.from(JSON.stringify({ messages: [{ role: 'user', content: 'hi' }], pad: 'x'.repeat(MAX_BODY - 100) }));
-    const r = await post(gw.url, attacker, body);
+    const r = await postChatBody(gw.url, attacker, body);
     t.equal(r.status, 422);
     t.ok(r.text.length < 16 * 1024, `the 422 is ${r.text.length} bytes`);
     const [d] = JSON.parse(r.text).detail as { loc: string[]; type: string; input: { pad: string; messages: unknown } }[];

@@ -5,9 +5,8 @@
 // before its body is read (drained, never parsed), and a key under its limit gets 422 json_invalid from a
 // linear depth scan before JSON.parse runs. A victim account and /healthz are measured throughout.
 import t from 'tap';
-import { request } from 'node:http';
 import { setTimeout as sleep } from 'node:timers/promises';
-import { assertLatency, baseline, describe, healthzLoad, startNoisyStack, victimLoad } from './noisy-fixture.ts';
+import { assertLatency, baseline, describe, healthzLoad, postChatBody, startNoisyStack, victimLoad } from './noisy-fixture.ts';
 
 const MAX_BODY = 4 * 1024 * 1024;
 const DEPTH = 1_000_000;
@@ -20,28 +19,6 @@ function deepBody(): Buffer {
   return Buffer.from(head + '['.repeat(DEPTH) + ']'.repeat(DEPTH) + tail + 'x'.repeat(pad) + '"}');
 }
 
-/** Sends `body` at full speed; resolves with the status and the body text (status 0 on a reset). */
-function post(url: string, key: string, body: Buffer): Promise<{ status: number; text: string }> {
-  return new Promise((resolve) => {
-    const req = request(
-      `${url}/v1/chat/completions`,
-      {
-        method: 'POST',
-        agent: false,
-        headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json', 'content-length': body.length },
-      },
-      (res) => {
-        let text = '';
-        res.on('data', (c: Buffer) => (text += c.toString('utf8')));
-        res.on('end', () => resolve({ status: res.statusCode!, text }));
-        res.on('error', () => resolve({ status: 0, text }));
-      },
-    );
-    req.on('error', () => resolve({ status: 0, text: '' }));
-    req.end(body);
-  });
-}
-
 const stack = await startNoisyStack(t);
 
 if (stack) {
@@ -52,7 +29,7 @@ if (stack) {
   t.test('four million-deep 4 MiB bodies from a key over its rate limit: refused unread, nobody waits', async (t) => {
     t.equal(body.length, MAX_BODY);
     const attacker = await stack.key('mallory', 'test', { requests_per_minute: 1 });
-    const first = await post(
+    const first = await postChatBody(
       gw.url,
       attacker,
       Buffer.from('{"model":"sim-free","messages":[{"role":"user","content":"x"}],"max_tokens":2}'),
@@ -64,7 +41,7 @@ if (stack) {
     const stop = new Promise<void>((r) => (done = r));
     const loads = Promise.all([victimLoad(gw, victimKey, stop, 30_000), healthzLoad(gw, stop, 30_000)]);
     await sleep(200);
-    const replies = await Promise.all([0, 1, 2, 3].map(() => post(gw.url, attacker, body)));
+    const replies = await Promise.all([0, 1, 2, 3].map(() => postChatBody(gw.url, attacker, body)));
     await sleep(300);
     done();
     const [victim, healthz] = await loads;
@@ -89,7 +66,7 @@ if (stack) {
     const stop = new Promise<void>((r) => (done = r));
     const loads = Promise.all([victimLoad(gw, victimKey, stop, 30_000), healthzLoad(gw, stop, 30_000)]);
     await sleep(200);
-    const replies = await Promise.all(attackers.map((k) => post(gw.url, k, body)));
+    const replies = await Promise.all(attackers.map((k) => postChatBody(gw.url, k, body)));
     await sleep(300);
     done();
     const [victim, healthz] = await loads;

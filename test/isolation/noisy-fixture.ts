@@ -2,6 +2,7 @@
 // own process on a real Redis (the attack's client work must not share the gateway's event loop), a
 // victim account whose requests are measured while an attack runs, a /healthz prober, and a raw-socket
 // client that sends a request's bytes exactly as an attacker would (declared length, trickle, stall).
+import { request } from 'node:http';
 import { connect, type Socket } from 'node:net';
 import { setTimeout as sleep } from 'node:timers/promises';
 import type { Test } from 'tap';
@@ -163,6 +164,28 @@ export async function baseline(gw: ChildGateway, victimKey: string, ms: number):
 
 export function describe(s: Sample): string {
   return `${s.ok}/${s.total} ok ${JSON.stringify(s.statuses)}, p99 ${p99(s).toFixed(1)} ms, max ${max(s).toFixed(1)} ms`;
+}
+
+/** POSTs `body` to /v1/chat/completions at full speed on a fresh connection: its status and body (status 0 on a reset). */
+export function postChatBody(url: string, key: string, body: Buffer): Promise<{ status: number; text: string }> {
+  return new Promise((resolve) => {
+    const req = request(
+      `${url}/v1/chat/completions`,
+      {
+        method: 'POST',
+        agent: false,
+        headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json', 'content-length': body.length },
+      },
+      (res) => {
+        let text = '';
+        res.on('data', (c: Buffer) => (text += c.toString('utf8')));
+        res.on('end', () => resolve({ status: res.statusCode!, text }));
+        res.on('error', () => resolve({ status: 0, text }));
+      },
+    );
+    req.on('error', () => resolve({ status: 0, text: '' }));
+    req.end(body);
+  });
 }
 
 /** A POST written on a raw socket: the head now, body bytes when the test says; the response when it comes. */

@@ -3,15 +3,12 @@
 // part (the context window) plus the output counted — never from the new input alone. And text past the
 // meter's keep cap, which nothing billed: an upper bound of its tokens, its raw bytes.
 import t from 'tap';
-import { createServer } from 'node:http';
-import type { AddressInfo } from 'node:net';
-import type { Dispatcher } from 'undici';
 import { answerId, bill, type StatefulBilling } from '../../src/meter/bill.ts';
 import { CHAT, RESPONSES } from '../../src/meter/formats.ts';
 import { maxEventBytes, relaySse, type RelayOutcome } from '../../src/meter/relay.ts';
 import { createTokenizer, type Tokenizer } from '../../src/meter/tokenizer.ts';
 import { UpstreamCall } from '../../src/upstream/call.ts';
-import type { Upstream } from '../../src/upstream/pool.ts';
+import { relayOnLoopback } from './relay-fixture.ts';
 import { buildStream, event } from './sse-fixture.ts';
 import { createUpstreams } from '../../src/upstream/pool.ts';
 import { compileConfig } from '../../src/config/schema.ts';
@@ -123,26 +120,17 @@ t.test('text past the keep cap: each raw byte of it billed as a token, added to 
 });
 
 t.test('a stream past a small keep cap, relayed and billed: the bill bounds the tokens of all the text produced', async (t) => {
-  const controller = { abort() {}, pause() {}, resume() {} } as unknown as Dispatcher.DispatchController;
   // Prose, escapes, CJK and emoji: 40 events, ~3.5 KB of raw text, kept up to 1 KiB.
   const pieces = Array.from({ length: 40 }, (_, i) => `Piece ${i}: "quoted"\nline, café 漢字 😀 and more words. `);
   const { sse, text } = buildStream({ pieces, usage: null });
   for (const usage of [null, { prompt_tokens: 4, completion_tokens: 1 }]) {
-    const call = new UpstreamCall({ label: 'sim' } as Upstream);
-    call.onRequestStart(controller);
-    call.onResponseStart(controller, 200, { 'content-type': 'text/event-stream' });
     // With usage: a usage event after the first piece covers it; the rest (past the cap) comes after.
     const body = usage ? sse.replace('\n\n', `\n\n${event({ choices: [], usage })}`) : sse;
-    const server = createServer((_req, res) => {
-      res.writeHead(200, { 'content-type': 'text/event-stream' });
-      res.flushHeaders(); // as the route does when no body arrived with the upstream's headers
-      void relaySse(call, res, true, () => false, CHAT, maxEventBytes(0), 1024).then(resolveOutcome);
-    });
-    let resolveOutcome!: (o: RelayOutcome) => void;
-    const outcome = new Promise<RelayOutcome>((r) => (resolveOutcome = r));
-    await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
-    t.teardown(() => server.close());
-    const res = await fetch(`http://127.0.0.1:${(server.address() as AddressInfo).port}/`);
+    const { call, controller, url, outcome, close } = await relayOnLoopback((call, res) =>
+      relaySse(call, res, true, () => false, CHAT, maxEventBytes(0), 1024),
+    );
+    t.teardown(close);
+    const res = await fetch(url);
     for (let at = 0; at < body.length; at += 700) call.onResponseData(controller, Buffer.from(body.slice(at, at + 700)));
     call.onResponseEnd();
     t.equal(await res.text(), body.replace(usage ? event({ choices: [], usage }) : '', ''), 'relayed whole');

@@ -3,33 +3,19 @@
 // no [DONE], and reports `shutting_down` (not an upstream failure: no ejection) with the text produced, so it
 // is billed for it. Any other upstream error still ends with the upstream_error event.
 import t from 'tap';
-import { createServer, request, type IncomingMessage } from 'node:http';
+import { request, type IncomingMessage } from 'node:http';
 import { once } from 'node:events';
-import type { AddressInfo } from 'node:net';
-import type { Dispatcher } from 'undici';
 import { relaySse, shuttingDown, type RelayOutcome } from '../../src/meter/relay.ts';
 import { CHAT, RESPONSES, type ApiFormat } from '../../src/meter/formats.ts';
-import { UpstreamCall } from '../../src/upstream/call.ts';
-import type { Upstream } from '../../src/upstream/pool.ts';
+import { relayOnLoopback } from './relay-fixture.ts';
 import { event } from './sse-fixture.ts';
 import { sseData } from '../e2e/chat-fixture.ts';
 
 /** Relays `first`, then fails the call with `reason` (as undici does with an abort's reason); returns what the client got. */
 async function cut(format: ApiFormat, first: string, reason: Error): Promise<{ body: string; outcome: RelayOutcome }> {
-  const controller = { abort() {}, pause() {}, resume() {} } as unknown as Dispatcher.DispatchController;
-  const call = new UpstreamCall({ label: 'sim' } as Upstream);
-  call.onRequestStart(controller);
-  call.onResponseStart(controller, 200, { 'content-type': 'text/event-stream' });
-  let outcome: Promise<RelayOutcome> | undefined;
-  const server = createServer((_req, res) => {
-    res.writeHead(200, { 'content-type': 'text/event-stream' });
-    res.flushHeaders();
-    outcome = relaySse(call, res, true, () => false, format);
-  });
-  server.listen(0, '127.0.0.1');
-  await once(server, 'listening');
+  const { call, controller, url, outcome, close } = await relayOnLoopback((call, res) => relaySse(call, res, true, () => false, format));
   try {
-    const req = request({ port: (server.address() as AddressInfo).port, host: '127.0.0.1' });
+    const req = request(url);
     req.end();
     const [res] = (await once(req, 'response')) as [IncomingMessage];
     let body = '';
@@ -38,9 +24,9 @@ async function cut(format: ApiFormat, first: string, reason: Error): Promise<{ b
     await new Promise((r) => setTimeout(r, 20));
     call.onResponseError(controller, reason);
     await once(res, 'end');
-    return { body, outcome: await outcome! };
+    return { body, outcome: await outcome };
   } finally {
-    server.close();
+    close();
   }
 }
 

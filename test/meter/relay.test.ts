@@ -10,6 +10,7 @@ import type { Dispatcher } from 'undici';
 import { relaySse, type RelayOutcome } from '../../src/meter/relay.ts';
 import { UpstreamCall } from '../../src/upstream/call.ts';
 import type { Upstream } from '../../src/upstream/pool.ts';
+import { relayOnLoopback } from './relay-fixture.ts';
 import { event } from './sse-fixture.ts';
 
 t.test('several buffers per chunk past the high-water mark: paused, resumed by the drain, nothing lost', async (t) => {
@@ -78,20 +79,9 @@ t.test('several buffers per chunk past the high-water mark: paused, resumed by t
 });
 
 t.test('the default keep cap is 8 MiB of raw text: what streams past it is reported for billing (unseenTextBytes)', async (t) => {
-  const controller = { abort() {}, pause() {}, resume() {} } as unknown as Dispatcher.DispatchController;
-  const call = new UpstreamCall({ label: 'sim' } as Upstream);
-  call.onRequestStart(controller);
-  call.onResponseStart(controller, 200, { 'content-type': 'text/event-stream' });
-  let outcome: Promise<RelayOutcome> | undefined;
-  const server = createServer((_req, res) => {
-    res.writeHead(200, { 'content-type': 'text/event-stream' });
-    res.flushHeaders();
-    outcome = relaySse(call, res, true, () => false);
-  });
-  server.listen(0, '127.0.0.1');
-  await once(server, 'listening');
-  t.teardown(() => server.close());
-  const res = await fetch(`http://127.0.0.1:${(server.address() as AddressInfo).port}/`);
+  const { call, controller, url, outcome, close } = await relayOnLoopback((call, res) => relaySse(call, res, true, () => false));
+  t.teardown(close);
+  const res = await fetch(url);
   const reading = res.arrayBuffer();
   // 18 events of 512 KiB of text: 16 fill the 8 MiB exactly, 2 pass it.
   const piece = event({ choices: [{ delta: { content: 'x'.repeat(512 * 1024) } }] });
@@ -99,7 +89,7 @@ t.test('the default keep cap is 8 MiB of raw text: what streams past it is repor
   call.onResponseData(controller, Buffer.from('data: [DONE]\n\n'));
   call.onResponseEnd();
   t.equal((await reading).byteLength, 18 * piece.length + 14, 'every byte relayed');
-  const o = await outcome!;
+  const o = await outcome;
   t.equal(o.unseenTextBytes, 2 * 512 * 1024);
   t.equal(o.text().length, 8 * 1024 * 1024, 'the kept text');
 });

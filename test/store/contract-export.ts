@@ -4,7 +4,7 @@ import type { Test } from 'tap';
 import type { UsageCell } from '../../src/store/types.ts';
 import { USAGE_FIELDS_PER_SCAN } from '../../src/store/usage-fields.ts';
 import { encodeObject, decodeObject } from '../../src/ledger/entries.ts';
-import { allEntries, FAR, keyRecordOf, settleOf, TS, TS2, uniqueAccount, waitFor, type Harness } from './harness.ts';
+import { allEntries, DEBIT_FIELDS, FAR, keyRecordOf, settleOf, TS, TS2, uniqueAccount, waitFor, type Harness } from './harness.ts';
 
 type Case = (name: string, fn: (t: Test, h: Harness) => Promise<void>) => void;
 
@@ -47,19 +47,7 @@ export function exportCases(test: Case): void {
     }
     await store.hold(a, 'reaped', 300, 1000);
     await store.reapExpiredHolds(2000, TS2);
-    const debit = [
-      'id',
-      'kind',
-      'amount_micros',
-      'ts',
-      'request_id',
-      'key_id',
-      'model',
-      'prompt_tokens',
-      'completion_tokens',
-      'usage_source',
-      'hold_micros',
-    ];
+    const debit = DEBIT_FIELDS;
     const want = [
       ['id', 'kind', 'amount_micros', 'ts', 'note', 'account'],
       ['id', 'kind', 'amount_micros', 'ts', 'account'],

@@ -3,25 +3,14 @@ import { randomBytes } from 'node:crypto';
 import type { Test } from 'tap';
 import type { Invalidation, KeyRecord, ShareRecord, Store } from '../../src/store/types.ts';
 import { TS, TS2, uniqueAccount, waitFor, type Harness } from './harness.ts';
+import { keyRecord as keyControlsRecord } from './contract-key-controls.ts';
 
 type Case = (name: string, fn: (t: Test, h: Harness) => Promise<void>) => void;
 type MakePeer = (t: Test, store: Store) => Promise<Store>;
 
+/** contract-key-controls' key record, with the chat, models and shares scopes unless `extra` says otherwise. */
 function keyRecord(id: string, account: string, extra: Partial<KeyRecord> = {}): KeyRecord {
-  return {
-    id,
-    account,
-    env: 'live',
-    name: `name of ${id}`,
-    active: true,
-    scopes: ['chat', 'models', 'shares'],
-    models: [],
-    rate_limits: null,
-    created_at: TS,
-    last4: 'wxyz',
-    version: 1,
-    ...extra,
-  };
+  return keyControlsRecord(id, account, { scopes: ['chat', 'models', 'shares'], ...extra });
 }
 
 const byId = (a: KeyRecord, b: KeyRecord) => a.id.localeCompare(b.id);

@@ -2,6 +2,7 @@
 // the two invariants every case ends on (SPEC §4): balance = Σ ledger amount_micros, held = Σ open holds.
 import type { Test } from 'tap';
 import { compareIds } from '../../src/ledger/entries.ts';
+import { createMemoryStore } from '../../src/store/memory-store.ts';
 import type { KeyRecord, LedgerEntry, SettleInput, Store } from '../../src/store/types.ts';
 export { waitFor } from '../helpers/wait.ts';
 
@@ -63,6 +64,30 @@ export function track(store: Store): Harness {
   return h;
 }
 
+/** A store whose getKeyByHash calls are counted (key lookups that reached the store) and can be held back. */
+export interface CountingKeyReads {
+  store: Store;
+  reads: () => number;
+  /** While set, every getKeyByHash holds its answer back until this resolves. */
+  gate: { wait: Promise<void> | undefined };
+}
+
+/** Wraps `inner` (a fresh embedded store by default) so its getKeyByHash calls are counted and gated. */
+export function countingKeyReads(inner: Store = createMemoryStore()): CountingKeyReads {
+  let n = 0;
+  const gate: CountingKeyReads['gate'] = { wait: undefined };
+  const store: Store = {
+    ...inner,
+    async getKeyByHash(hash) {
+      n++;
+      const r = await inner.getKeyByHash(hash);
+      if (gate.wait) await gate.wait;
+      return r;
+    },
+  };
+  return { store, reads: () => n, gate };
+}
+
 /** The whole ledger of an account, read in pages of 1000 through the `after` cursor. */
 export async function allEntries(store: Store, acct: string): Promise<LedgerEntry[]> {
   const out: LedgerEntry[] = [];
@@ -104,6 +129,24 @@ export function within<T>(p: Promise<T>, ms: number, what: string): Promise<T> {
   });
   return Promise.race([p, timeout]).finally(() => clearTimeout(timer));
 }
+
+/**
+ * The fields of a debit entry, in the order the Redis store writes them (`cached_tokens` follows when set);
+ * ledger reads and exports keep that order, so tests compare whole key lists against it.
+ */
+export const DEBIT_FIELDS: readonly string[] = [
+  'id',
+  'kind',
+  'amount_micros',
+  'ts',
+  'request_id',
+  'key_id',
+  'model',
+  'prompt_tokens',
+  'completion_tokens',
+  'usage_source',
+  'hold_micros',
+];
 
 /** An expiry no reaper run in these tests reaches. */
 export const FAR = 9_000_000_000_000;

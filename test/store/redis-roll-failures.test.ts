@@ -4,14 +4,13 @@
 // with one Redis refuses ("unknown command"), so that command never runs and its caller gets the error.
 import { createHash } from 'node:crypto';
 import { readFile } from 'node:fs/promises';
-import { createConnection, createServer, type Socket } from 'node:net';
-import type { AddressInfo } from 'node:net';
 import t from 'tap';
 import type { Test } from 'tap';
 import { createRedisStore } from '../../src/store/redis-store.ts';
 import * as K from '../../src/store/redis-keys.ts';
 import type { Store } from '../../src/store/types.ts';
 import { startRedis } from '../helpers/redis.ts';
+import { startRedisRelay } from '../helpers/redis-relay.ts';
 import { keyRecord } from './contract-key-controls.ts';
 
 const REFUSED = Buffer.from('*1\r\n$14\r\nTG-TEST-REFUSE\r\n');
@@ -40,39 +39,22 @@ function commands(buf: Buffer): { done: Buffer[]; rest: Buffer } {
 
 /** A relay to Redis that refuses (see REFUSED) each command for which `refuse` is true, once armed. */
 async function startRefusingRelay(t: Test, port: number, refuse: (cmd: string) => boolean) {
-  const open = new Set<Socket>();
   const state = { armed: false, refused: 0 };
-  const server = createServer((client) => {
-    const upstream = createConnection(port, '127.0.0.1');
-    open.add(client).add(upstream);
+  const relay = await startRedisRelay(t, port, () => {
     let pending = Buffer.alloc(0);
-    client.on('data', (chunk: Buffer) => {
-      const { done, rest } = commands(Buffer.concat([pending, chunk]));
-      pending = Buffer.from(rest);
-      for (const c of done) {
-        const hit = state.armed && refuse(c.toString('latin1'));
-        if (hit) state.refused++;
-        upstream.write(hit ? REFUSED : c);
-      }
-    });
-    upstream.on('data', (chunk: Buffer) => client.write(chunk));
-    for (const [a, b] of [
-      [client, upstream],
-      [upstream, client],
-    ] as const) {
-      a.on('error', () => b.destroy());
-      a.on('close', () => {
-        open.delete(a);
-        b.destroy();
-      });
-    }
+    return {
+      toRedis(chunk, redis) {
+        const { done, rest } = commands(Buffer.concat([pending, chunk]));
+        pending = Buffer.from(rest);
+        for (const c of done) {
+          const hit = state.armed && refuse(c.toString('latin1'));
+          if (hit) state.refused++;
+          redis.write(hit ? REFUSED : c);
+        }
+      },
+    };
   });
-  await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
-  t.teardown(() => {
-    server.close();
-    for (const s of open) s.destroy();
-  });
-  return { url: `redis://127.0.0.1:${(server.address() as AddressInfo).port}`, state };
+  return { url: relay.url, state };
 }
 
 const redis = await startRedis(t);

@@ -1,6 +1,4 @@
 // The Redis store against the store contract, plus what only Redis has: Cluster hash tags and outages.
-import { createConnection, createServer, type Socket } from 'node:net';
-import type { AddressInfo } from 'node:net';
 import { setTimeout as sleep } from 'node:timers/promises';
 import t from 'tap';
 import type { Test } from 'tap';
@@ -10,8 +8,9 @@ import * as K from '../../src/store/redis-keys.ts';
 import type { DebitLayout } from '../../src/store/debit-layout.ts';
 import type { Invalidation, SettleInput, Store } from '../../src/store/types.ts';
 import { startRedis } from '../helpers/redis.ts';
+import { startRedisRelay } from '../helpers/redis-relay.ts';
 import { runStoreContract } from './contract.ts';
-import { allEntries, keyRecordOf, TS, TS2, waitFor } from './harness.ts';
+import { allEntries, DEBIT_FIELDS, keyRecordOf, TS, TS2, waitFor } from './harness.ts';
 import { charge, keyRecord, settleInput } from './contract-key-controls.ts';
 
 /**
@@ -19,42 +18,25 @@ import { charge, keyRecord, settleInput } from './contract-key-controls.ts';
  * each new connection the replies stop at the first subscribe confirmation, which is held back for good.
  */
 async function startHoldingRelay(t: Test, port: number): Promise<{ url: string; held: () => number; cut(): void }> {
-  const open = new Set<Socket>();
   let holding = false;
   let held = 0;
-  const server = createServer((client) => {
-    const upstream = createConnection(port, '127.0.0.1');
-    open.add(client).add(upstream);
+  const relay = await startRedisRelay(t, port, () => {
     let stopped = false;
     const holdHere = holding;
-    upstream.on('data', (chunk: Buffer) => {
-      // RESP2 array or RESP3 push: the reply to SUBSCRIBE starts with the bulk string "subscribe".
-      if (holdHere && !stopped && chunk.includes('$9\r\nsubscribe\r\n')) ((stopped = true), held++);
-      if (!stopped) client.write(chunk);
-    });
-    client.on('data', (chunk: Buffer) => upstream.write(chunk));
-    for (const [a, b] of [
-      [client, upstream],
-      [upstream, client],
-    ] as const) {
-      a.on('error', () => b.destroy());
-      a.on('close', () => {
-        open.delete(a);
-        b.destroy();
-      });
-    }
-  });
-  await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
-  t.teardown(() => {
-    server.close();
-    for (const s of open) s.destroy();
+    return {
+      toClient(chunk, client) {
+        // RESP2 array or RESP3 push: the reply to SUBSCRIBE starts with the bulk string "subscribe".
+        if (holdHere && !stopped && chunk.includes('$9\r\nsubscribe\r\n')) ((stopped = true), held++);
+        if (!stopped) client.write(chunk);
+      },
+    };
   });
   return {
-    url: `redis://127.0.0.1:${(server.address() as AddressInfo).port}`,
+    url: relay.url,
     held: () => held,
     cut() {
       holding = true;
-      for (const s of open) s.destroy();
+      relay.cut();
     },
   };
 }
@@ -160,19 +142,7 @@ if (redis) {
           : 'each debit field by field, as earlier versions wrote it',
       );
       const debits = (await allEntries(store, 'compact')).filter((e) => e.kind === 'debit');
-      const fields = [
-        'id',
-        'kind',
-        'amount_micros',
-        'ts',
-        'request_id',
-        'key_id',
-        'model',
-        'prompt_tokens',
-        'completion_tokens',
-        'usage_source',
-        'hold_micros',
-      ];
+      const fields = DEBIT_FIELDS;
       t.strictSame(
         debits.map((e) => Object.keys(e)),
         [fields, fields, [...fields, 'cached_tokens']],

@@ -1,12 +1,11 @@
 // The usage service on the embedded store (SPEC §10): records add up in process and reach the store
 // in one flush; a refused flush is retried as it was, under its id, never lost nor doubled; the pending
 // map is bounded through an outage; concurrent flushes share one.
-import { Writable } from 'node:stream';
 import t from 'tap';
-import { createLogger } from '../../src/obs/logger.ts';
 import { createMemoryStore } from '../../src/store/memory-store.ts';
 import type { Store, UsageFlush } from '../../src/store/types.ts';
 import { createUsage, type UsageRecord } from '../../src/usage/usage.ts';
+import { captureLogs } from '../helpers/logs.ts';
 
 const AT = Date.parse('2026-11-25T10:07:31.123Z');
 const rec = (o: Partial<UsageRecord> = {}): UsageRecord => ({
@@ -55,16 +54,10 @@ async function holdKeys(store: Store): Promise<void> {
     });
 }
 
-function capture() {
-  const lines: Record<string, unknown>[] = [];
-  const logger = createLogger('warn', new Writable({ write: (c, _e, cb) => void (lines.push(JSON.parse(String(c))), cb()) }));
-  return { lines, logger };
-}
-
 t.test('records add up per cell; one flush writes them; last_used_at is the minute', async (t) => {
   const { store, calls } = flaky();
   await holdKeys(store);
-  const usage = createUsage({ store, logger: capture().logger, retentionDays: 400, flushIntervalMs: 1000 });
+  const usage = createUsage({ store, logger: captureLogs('warn').logger, retentionDays: 400, flushIntervalMs: 1000 });
   usage.record(rec({ cachedTokens: 6 }));
   usage.record(rec({ promptTokens: 1, completionTokens: 2, costMicros: 3, cachedTokens: 1 }));
   usage.record(rec({ keyId: 'key_t', live: false, costMicros: 0 }));
@@ -116,7 +109,7 @@ t.test('records add up per cell; one flush writes them; last_used_at is the minu
 
 t.test('a refused flush is retried as it was (same id) before the next: nothing lost, nothing doubled', async (t) => {
   const { store, calls, setDown } = flaky();
-  const { lines, logger } = capture();
+  const { lines, logger } = captureLogs('warn');
   let failures = 0;
   const usage = createUsage({ store, logger, retentionDays: 400, flushIntervalMs: 1000, onFlushFailed: () => failures++ });
   usage.record(rec());
@@ -158,7 +151,7 @@ t.test('a flush the store applied but whose answer was lost: its retry changes n
       if (loseAnswers) throw new Error('connection reset after the flush ran');
     },
   };
-  const usage = createUsage({ store, logger: capture().logger, retentionDays: 400, flushIntervalMs: 1000 });
+  const usage = createUsage({ store, logger: captureLogs('warn').logger, retentionDays: 400, flushIntervalMs: 1000 });
   usage.record(rec());
   await usage.flush(); // applied, answer lost
   await usage.flush(); // retried, applied again by a store without the id check; answer lost again
@@ -181,7 +174,7 @@ t.test('a flush the store applied but whose answer was lost: its retry changes n
 t.test('requests counts requests served: one that billed no token is none', async (t) => {
   const { store } = flaky();
   await holdKeys(store);
-  const usage = createUsage({ store, logger: capture().logger, retentionDays: 400, flushIntervalMs: 1000 });
+  const usage = createUsage({ store, logger: captureLogs('warn').logger, retentionDays: 400, flushIntervalMs: 1000 });
   usage.record(rec());
   usage.record(rec({ promptTokens: 0, completionTokens: 0, costMicros: 0 }));
   usage.record(rec({ promptTokens: 0, completionTokens: 3, costMicros: 1 }));
@@ -203,7 +196,7 @@ t.test('requests counts requests served: one that billed no token is none', asyn
 
 t.test('through a long outage the pending cells are bounded; what was dropped is said, with the remedy', async (t) => {
   const { store, setDown } = flaky();
-  const { lines, logger } = capture();
+  const { lines, logger } = captureLogs('warn');
   const usage = createUsage({ store, logger, retentionDays: 400, flushIntervalMs: 1000, maxPendingCells: 2 });
   setDown(true);
   for (const model of ['a', 'b', 'c']) usage.record(rec({ model }));
@@ -227,7 +220,7 @@ t.test('through a long outage the pending cells are bounded; what was dropped is
 
 t.test('concurrent flushes share one; stop() flushes what is left', async (t) => {
   const { store, calls } = flaky();
-  const usage = createUsage({ store, logger: capture().logger, retentionDays: 400, flushIntervalMs: 1000 });
+  const usage = createUsage({ store, logger: captureLogs('warn').logger, retentionDays: 400, flushIntervalMs: 1000 });
   usage.record(rec());
   await Promise.all([usage.flush(), usage.flush()]);
   t.equal(calls.length, 1, 'one store call');

@@ -6,13 +6,13 @@
 import { copyFile, mkdtemp, readdir, readFile, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { Writable } from 'node:stream';
 import t from 'tap';
 import { createLogger } from '../../src/obs/logger.ts';
 import { createMemoryStore } from '../../src/store/memory-store.ts';
 import type { Store, UsageFlush } from '../../src/store/types.ts';
 import { decodeUsageSpool, replayUsageSpool } from '../../src/usage/spool.ts';
 import { createUsage, type UsageRecord } from '../../src/usage/usage.ts';
+import { captureLogs } from '../helpers/logs.ts';
 
 const AT = Date.parse('2026-11-25T10:07:31.123Z');
 const DAY = '2026-11-25';
@@ -51,12 +51,6 @@ function flaky() {
   return { store, inner, calls, set: (m: Mode) => (mode = m), release: () => Promise.all(hung.splice(0).map((h) => h())) };
 }
 
-function capture() {
-  const lines: Record<string, unknown>[] = [];
-  const logger = createLogger('warn', new Writable({ write: (c, _e, cb) => void (lines.push(JSON.parse(String(c))), cb()) }));
-  return { lines, logger };
-}
-
 async function tmp(t: { teardown(fn: () => unknown): void }): Promise<string> {
   const dir = await mkdtemp(join(tmpdir(), 'tollgate-usage-spool-'));
   t.teardown(() => rm(dir, { recursive: true, force: true }));
@@ -77,7 +71,7 @@ const sums = async (store: Store) =>
 t.test('a failed retry at stop: it and the cells recorded since are spooled, and replayed once', async (t) => {
   const dir = await tmp(t);
   const { store, calls, set } = flaky();
-  const { lines, logger } = capture();
+  const { lines, logger } = captureLogs('warn');
   const usage = createUsage({ store, logger, retentionDays: 400, flushIntervalMs: 1000, spoolDir: dir });
   usage.record(rec());
   await usage.flush(); // lands: 1 request
@@ -133,7 +127,7 @@ t.test('a failed retry at stop: it and the cells recorded since are spooled, and
 t.test('a flush that landed with its reply lost is spooled and counts once', async (t) => {
   const dir = await tmp(t);
   const { store, set } = flaky();
-  const usage = createUsage({ store, logger: capture().logger, retentionDays: 400, flushIntervalMs: 1000, spoolDir: dir });
+  const usage = createUsage({ store, logger: captureLogs('warn').logger, retentionDays: 400, flushIntervalMs: 1000, spoolDir: dir });
   set('lost');
   usage.record(rec());
   await usage.flush(); // applied, reported failed: the retry
@@ -153,7 +147,7 @@ t.test('a flush that landed with its reply lost is spooled and counts once', asy
 t.test('a flush still in flight at the deadline is spooled; landing later changes nothing twice', async (t) => {
   const dir = await tmp(t);
   const { store, set, release } = flaky();
-  const usage = createUsage({ store, logger: capture().logger, retentionDays: 400, flushIntervalMs: 1000, spoolDir: dir });
+  const usage = createUsage({ store, logger: captureLogs('warn').logger, retentionDays: 400, flushIntervalMs: 1000, spoolDir: dir });
   set('hang');
   usage.record(rec());
   void usage.flush();
@@ -173,7 +167,7 @@ t.test('a flush still in flight at the deadline is spooled; landing later change
 t.test('replay keeps the file while the store is away, and stops at the first flush that cannot land', async (t) => {
   const dir = await tmp(t);
   const { store, calls, set } = flaky();
-  const usage = createUsage({ store, logger: capture().logger, retentionDays: 400, flushIntervalMs: 1000, spoolDir: dir });
+  const usage = createUsage({ store, logger: captureLogs('warn').logger, retentionDays: 400, flushIntervalMs: 1000, spoolDir: dir });
   set('down');
   usage.record(rec());
   await usage.flush();
@@ -192,7 +186,7 @@ t.test('replay keeps the file while the store is away, and stops at the first fl
 
 t.test('without a spool directory an error line names the accounts, days and rebuild commands', async (t) => {
   const { store, set } = flaky();
-  const { lines, logger } = capture();
+  const { lines, logger } = captureLogs('warn');
   const usage = createUsage({ store, logger, retentionDays: 400, flushIntervalMs: 1000 });
   set('down');
   usage.record(rec());
@@ -209,7 +203,7 @@ t.test('without a spool directory an error line names the accounts, days and reb
 
 t.test('a record after stop is not silently dropped', async (t) => {
   const { store } = flaky();
-  const { lines, logger } = capture();
+  const { lines, logger } = captureLogs('warn');
   const usage = createUsage({ store, logger, retentionDays: 400, flushIntervalMs: 1000 });
   await usage.stop();
   usage.record(rec());

@@ -9,7 +9,7 @@ import { startRedis } from '../helpers/redis.ts';
 import { ADMIN_TOKEN, startGateway } from '../helpers/gateway.ts';
 import { sharesS3Config, startS3 } from '../helpers/s3.ts';
 import { waitFor } from '../helpers/wait.ts';
-import { startSim } from '../e2e/chat-fixture.ts';
+import { startSim, usageOf } from '../e2e/chat-fixture.ts';
 import { chat, ledgerOf } from '../e2e/credit-support.ts';
 import { runCli, parseFields } from '../cli/run-cli.ts';
 import { exportedLines, sinkFor } from '../ledger/support.ts';
@@ -92,15 +92,7 @@ if (redis) {
       const text = await res.text();
       if (res.status !== 200) throw new Error(`request ${i}: ${res.status} ${text}`);
       if (r.key !== test1) return;
-      const usageOf = r.stream
-        ? JSON.parse(
-            text
-              .split('\n')
-              .filter((l) => l.startsWith('data: {') && l.includes('"usage":{'))
-              .at(-1)!
-              .slice(6),
-          ).usage
-        : JSON.parse(text).usage;
+      const usage = usageOf(text, r.stream);
       const id = r.model;
       const have =
         testTally.get(id) ??
@@ -117,8 +109,8 @@ if (redis) {
           })
           .get(id)!;
       have.requests++;
-      have.prompt_tokens += usageOf.prompt_tokens;
-      have.completion_tokens += usageOf.completion_tokens;
+      have.prompt_tokens += usage.prompt_tokens;
+      have.completion_tokens += usage.completion_tokens;
     }),
   );
 
