@@ -445,10 +445,10 @@ t.test('422 on the ledger query: limit and after', async (t) => {
   t.same(await expect422(t, await ledger('after=yesterday')), [
     {
       loc: ['query', 'after'],
-      msg: "String should match pattern '^\\d{1,16}-\\d{1,16}$'",
+      msg: "String should match pattern '^\\d{1,16}-\\d{1,16}(?:\\.\\d{1,4})?$'",
       type: 'string_pattern_mismatch',
       input: 'yesterday',
-      ctx: { pattern: '^\\d{1,16}-\\d{1,16}$' },
+      ctx: { pattern: '^\\d{1,16}-\\d{1,16}(?:\\.\\d{1,4})?$' },
     },
   ]);
   // Pydantic reports the value as received: a query value is a string (FastAPI: "input": "0").
