@@ -13,6 +13,14 @@ import type { SettleInput } from './types.ts';
 export type DebitLayout = 'compact' | 'fields' | 'packed';
 export const DEBIT_LAYOUTS: readonly DebitLayout[] = ['compact', 'fields', 'packed'];
 
+/**
+ * The most debits one packed entry holds (lease-pass.lua splits a larger pass into entries of this many).
+ * A ledger read sizes its stream reads by it (redis-records.ts ledgerAfter): a page of `limit` debits never
+ * reads more than about `limit` of them from entries of one size, and at most this many times `limit`
+ * however the entries are mixed.
+ */
+export const PACKED_DEBITS_MAX = 16;
+
 /** What the debit entry carries of a settle. */
 export type DebitData = Pick<
   SettleInput,

@@ -10,7 +10,7 @@ import calculateSlot from 'cluster-key-slot';
 import { randomBytes } from 'node:crypto';
 import { createTurnBatcher } from './credit-batch.ts';
 import { createLeaseBook } from './credit-lease.ts';
-import { debitEntryData } from './debit-layout.ts';
+import { debitEntryData, PACKED_DEBITS_MAX } from './debit-layout.ts';
 import { bucketDue, DEFAULT_BUCKET_MS, settleBucketDue } from './hold-bucket.ts';
 import * as K from './redis-keys.ts';
 import type { LuaScript, ScriptPipe } from './script-pipe.ts';
@@ -354,37 +354,51 @@ export function createRedisCredit(d: RedisCreditDeps): Pick<Store, 'hold' | 'set
     });
   }
   /**
-   * One lease's settles of a turn as a packed pass (lease-pass.lua): their debits in one ledger entry, each
-   * request's entry id `<entry id>.<k>` (the entry id itself for a pass of one). Undefined when the script
-   * declined (the lease short or gone, a request's field already there): it wrote nothing, and the caller
-   * sends the same settles as lease-settle.lua, which takes each on its own.
+   * One lease's settles of a turn as a packed pass (lease-pass.lua): their debits in entries of up to
+   * PACKED_DEBITS_MAX, each request's entry id `<entry id>.<k>` (the entry id itself in an entry of one).
+   * Undefined when the script declined (the lease short or gone, a request's field already there): it wrote
+   * nothing, and the caller sends the same settles as lease-settle.lua, which takes each on its own.
    */
   async function leasePass(settles: Call[]): Promise<unknown[] | undefined> {
     const ns = settles.length;
-    const args = new Array<string | number>(6 + ns);
+    const ne = Math.ceil(ns / PACKED_DEBITS_MAX);
+    const ids = 5 + 3 * ne;
+    const args = new Array<string | number>(ids + ns);
     let debit = 0;
     let drawn = 0;
-    let data = '';
-    let holds = '';
-    for (let i = 0; i < ns; i++) {
-      const c = settles[i]!;
-      args[6 + i] = c.args[0]!;
-      debit += Number(c.args[1]);
-      drawn += c.hold!;
-      data += i === 0 ? c.args[2] : `,${c.args[2]}`;
-      holds += i === 0 ? String(c.hold) : `,${c.hold}`;
+    for (let e = 0; e < ne; e++) {
+      const from = e * PACKED_DEBITS_MAX;
+      const to = Math.min(ns, from + PACKED_DEBITS_MAX);
+      let data = '';
+      let holds = '';
+      for (let i = from; i < to; i++) {
+        const c = settles[i]!;
+        args[ids + i] = c.args[0]!;
+        debit += Number(c.args[1]);
+        drawn += c.hold!;
+        data += i === from ? c.args[2] : `,${c.args[2]}`;
+        holds += i === from ? String(c.hold) : `,${c.hold}`;
+      }
+      const n = to - from;
+      args[5 + 3 * e] = n;
+      args[6 + 3 * e] = n === 1 ? data : `[${data}]`;
+      args[7 + 3 * e] = n === 1 ? holds : `[${holds}]`;
     }
     args[0] = settles[0]!.lease!;
     args[1] = ns;
     args[2] = String(debit);
     args[3] = String(drawn);
-    args[4] = ns === 1 ? data : `[${data}]`;
-    args[5] = ns === 1 ? holds : `[${holds}]`;
+    args[4] = ne;
     const keys = settles[0]!.keys;
     const r = (await (pipe ? pipe.run(lua.leasePass, keys, args) : s.tgLeasePass(...keys, ...args))) as unknown[];
     if (r[0] === 0 && r.length === 1) return undefined;
-    const [bal, held, , x] = r as [number, number, number, string];
-    return settles.map((_, k) => [ns === 1 ? x : `${x}.${k + 1}`, 0, bal, held]);
+    const [bal, held] = r as [number, number];
+    return settles.map((_, i) => {
+      const e = Math.floor(i / PACKED_DEBITS_MAX);
+      const x = r[3 + e] as string;
+      const single = e === ne - 1 && ns - e * PACKED_DEBITS_MAX === 1;
+      return [single ? x : `${x}.${i - e * PACKED_DEBITS_MAX + 1}`, 0, bal, held];
+    });
   }
   /** How one kind of call goes: a run (docs/ledger.md "Runs"), a -many call, or alone. */
   interface Path {

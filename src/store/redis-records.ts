@@ -4,6 +4,7 @@
  */
 import { GatewayError } from '../http/errors.ts';
 import { compareIds } from '../ledger/entries.ts';
+import { PACKED_DEBITS_MAX } from './debit-layout.ts';
 import type { KeyBudget, KeyRecord, LedgerEntry, Scope, ShareFile, ShareRecord } from './types.ts';
 
 export function unavailable(err: unknown): GatewayError {
@@ -88,35 +89,76 @@ export function parseEntries(row: [string, string[]]): LedgerEntry[] {
   return ds.map((d, i) => compactDebit(`${id}.${i + 1}`, d, Number(hs[i] ?? 0)));
 }
 
+/** Stream rows one ledger read asks for at most (a read of a page is one or more of them). */
+const ROWS_PER_READ = 1000;
+
+/** The stream id of an entry id (a packed debit's `<id>.<k>` is in the stream entry `<id>`). */
+const streamIdOf = (id: string) => {
+  const dot = id.indexOf('.');
+  return dot < 0 ? id : id.slice(0, dot);
+};
+
+/**
+ * Reads debits page by page from stream rows of one or more debits each (docs/ledger.md "Packed passes"):
+ * at most `limit` entries, from `from` (inclusive) in the read's direction, less those `keep` refuses in the
+ * cursor's own row. Rows are read in several calls, each sized by what is still wanted and the most debits
+ * one row held so far: the first as if every row were packed full, so a ledger of packed entries is read
+ * in about `limit` debits and one of plain entries in two calls; never more than ROWS_PER_READ rows at a
+ * time, so one call returns at most PACKED_DEBITS_MAX × ROWS_PER_READ debits however entries are mixed,
+ * and a page at most PACKED_DEBITS_MAX times the debits it returns.
+ */
+async function readPage(
+  read: (from: string, count: number) => Promise<[string, string[]][]>,
+  from: string,
+  cursorRow: string | undefined,
+  keep: (e: LedgerEntry) => boolean,
+  limit: number,
+  reverse: boolean,
+): Promise<LedgerEntry[]> {
+  const out: LedgerEntry[] = [];
+  // The first read sizes rows as packed full; later ones by the most debits a row held so far.
+  let widest = 1;
+  let next = from;
+  for (let first = true; out.length < limit; first = false) {
+    const want = limit - out.length;
+    const count = Math.min(ROWS_PER_READ, first ? Math.ceil(want / PACKED_DEBITS_MAX) + (cursorRow ? 1 : 0) : Math.ceil(want / widest));
+    const rows = await read(next, count);
+    for (const row of rows) {
+      const es = parseEntries(row);
+      if (es.length > widest) widest = es.length;
+      if (reverse) es.reverse();
+      for (const e of es) if (row[0] !== cursorRow || keep(e)) out.push(e);
+    }
+    if (rows.length < count) break;
+    next = `(${rows.at(-1)![0]}`;
+  }
+  return out.length > limit ? out.slice(0, limit) : out;
+}
+
 /**
  * A page of ledger entries after `after` (exclusive; a stream id or a packed debit's `<id>.<k>`), oldest
- * first, at most `limit`: what XRANGE would give were every debit an entry of its own. A packed entry's
- * debits past `after` come first when `after` is one of them.
+ * first, at most `limit`: what XRANGE would give were every debit an entry of its own. The cursor's own
+ * row is read again and its debits after the cursor kept (a packed entry's debits come after its id).
  */
-export async function ledgerAfter(
+export function ledgerAfter(
   xrange: (start: string, count: number) => Promise<[string, string[]][]>,
   after: string | undefined,
   limit: number,
 ): Promise<LedgerEntry[]> {
-  const dot = after === undefined ? -1 : after.indexOf('.');
-  // Inside a packed entry: read it again (inclusive), one row more, and drop its debits up to `after`.
-  const rows = await xrange(after === undefined ? '-' : dot < 0 ? `(${after}` : after.slice(0, dot), dot < 0 ? limit : limit + 1);
-  let out = rows.flatMap(parseEntries);
-  if (dot >= 0) out = out.filter((e) => compareIds(e.id, after!) > 0);
-  return out.length > limit ? out.slice(0, limit) : out;
+  if (after === undefined) return readPage(xrange, '-', undefined, () => true, limit, false);
+  const row = streamIdOf(after);
+  return readPage(xrange, row, row, (e) => compareIds(e.id, after) > 0, limit, false);
 }
 
 /** The same page before `before` (exclusive), newest first (the console's ledger). */
-export async function ledgerBefore(
+export function ledgerBefore(
   xrevrange: (end: string, count: number) => Promise<[string, string[]][]>,
   before: string | undefined,
   limit: number,
 ): Promise<LedgerEntry[]> {
-  const dot = before === undefined ? -1 : before.indexOf('.');
-  const rows = await xrevrange(before === undefined ? '+' : dot < 0 ? `(${before}` : before.slice(0, dot), dot < 0 ? limit : limit + 1);
-  let out = rows.flatMap((r) => parseEntries(r).reverse());
-  if (dot >= 0) out = out.filter((e) => compareIds(e.id, before!) < 0);
-  return out.length > limit ? out.slice(0, limit) : out;
+  if (before === undefined) return readPage(xrevrange, '+', undefined, () => true, limit, true);
+  const row = streamIdOf(before);
+  return readPage(xrevrange, row, row, (e) => compareIds(e.id, before) < 0, limit, true);
 }
 
 /**

@@ -306,7 +306,7 @@ export async function createRedisStore(o: RedisStoreOptions & { client?: Client 
           redis,
           o.commandTimeoutMs,
           onError,
-          [lua.hold!, lua.settle!, lua['hold-many']!, lua['settle-many']!, lua.run!, lua['lease-settle']!],
+          [lua.hold!, lua.settle!, lua['hold-many']!, lua['settle-many']!, lua.run!, lua['lease-settle']!, lua['lease-pass']!],
           nodeLost,
           (p) => nodeReady(() => p.call(['INFO', 'server'])),
         );

@@ -265,37 +265,41 @@ if (redis) {
   // trim) sees one debit per request, `<entry id>.<k>`, and a repeated settle replays with its own id.
   for (const scriptPipe of [true, false]) {
     t.test(
-      `debit entries "packed": a turn's settles of one lease are one entry, read as one debit each (${scriptPipe ? 'pipe' : 'ioredis'})`,
+      `debit entries "packed": a turn's settles of one lease are entries of up to 16 debits, read as one debit each (${scriptPipe ? 'pipe' : 'ioredis'})`,
       async (t) => {
         const store = await open(t, { scriptPipe, debitEntries: 'packed' });
         const acct = `lease-packed-${scriptPipe}`;
         await store.grant(acct, 100_000_000, undefined, undefined, TS);
         await warm(t, store, acct, 1000);
         for (let i = 0; i < 8; i++) await store.settle(settleOf(acct, `warm${i}`, 100, { holdMicros: 1000 }));
-        const held = await Promise.all(Array.from({ length: 20 }, (_, i) => store.hold(acct, `r${i}`, 1000, FAR)));
+        // 17 settles of one turn: an entry of 16 (PACKED_DEBITS_MAX) and a plain entry of one.
+        const held = await Promise.all(Array.from({ length: 17 }, (_, i) => store.hold(acct, `r${i}`, 1000, FAR)));
         t.ok(held.every((h) => h.ok));
         const streamBefore = await redis.client.xlen(K.ledger(acct));
         const before = await evalCalls();
         const settled = await Promise.all(held.map((_, i) => store.settle(settleOf(acct, `r${i}`, 700 + i, { holdMicros: 1000 }))));
         t.equal(await evalCalls(), before + 1, 'one script call');
-        t.equal(await redis.client.xlen(K.ledger(acct)), streamBefore + 1, 'one stream entry for the 20 debits');
+        t.equal(await redis.client.xlen(K.ledger(acct)), streamBefore + 2, 'two stream entries for the 17 debits');
         const x = settled[0]!.entry_id.split('.')[0]!;
+        const y = settled[16]!.entry_id;
         t.match(x, /^\d+-\d+$/);
+        t.match(y, /^\d+-\d+$/, 'the last debit alone: a plain entry');
+        const idOf = (i: number) => (i < 16 ? `${x}.${i + 1}` : y);
         t.strictSame(
           settled.map((r) => [r.entry_id, r.replayed]),
-          settled.map((_, i) => [`${x}.${i + 1}`, false]),
-          'each request its own id in the entry, in the order issued',
+          settled.map((_, i) => [idOf(i), false]),
+          'each request its own id, in the order issued',
         );
-        t.equal((await bucket(acct)).leases[0]![1], `o${12 * 1000}`, 'the lease: less the 20 draws');
-        t.equal((await store.getAccount(acct)).held_micros, 12 * 1000, 'held: what is left of the lease');
+        t.equal((await bucket(acct)).leases[0]![1], `o${15 * 1000}`, 'the lease: less the 17 draws');
+        t.equal((await store.getAccount(acct)).held_micros, 15 * 1000, 'held: what is left of the lease');
         const entries = await balanceIsLedger(t, store, acct);
         const drawn = entries.filter((e) => e.request_id?.startsWith('r'));
         t.strictSame(
           drawn.map((e) => [e.id, e.kind, e.request_id, e.amount_micros, e.hold_micros, e.model]),
-          held.map((_, i) => [`${x}.${i + 1}`, 'debit', `r${i}`, -(700 + i), 1000, 'gpt-test']),
+          held.map((_, i) => [idOf(i), 'debit', `r${i}`, -(700 + i), 1000, 'gpt-test']),
           'read back as one debit per request, each releasing its draw',
         );
-        // Pages of 7 cut the pass twice: oldest first after a debit inside it, newest first before one.
+        // Pages of 7 cut the pass: oldest first after a debit inside it, newest first before one.
         const paged: string[] = [];
         for (let after: string | undefined; ;) {
           const page = await store.ledger(acct, after, 7);
@@ -316,6 +320,17 @@ if (redis) {
           before = page.at(-1)!.id;
         }
         t.strictSame(back, entries.map((e) => e.id).reverse(), "the console's pages, newest first");
+        // The packed entry's own id as a cursor: its debits come after it.
+        t.strictSame(
+          (await store.ledger(acct, x, 3)).map((e) => e.id),
+          [`${x}.1`, `${x}.2`, `${x}.3`],
+          "after the entry's own id: its debits",
+        );
+        t.strictSame(
+          (await store.ledgerBefore(acct, `${x}.1`, 1)).map((e) => e.id),
+          [entries[entries.findIndex((e) => e.id === `${x}.1`) - 1]!.id],
+          'before its first debit: the entry before it',
+        );
         // A repeated settle (its reply lost): a replay with its own id; nothing debited.
         const again = await store.settle(settleOf(acct, 'r3', 703, { holdMicros: 1000, mayHaveRun: true }));
         t.strictSame([again.replayed, again.entry_id], [true, `${x}.4`], 'a replayed settle answers its debit in the entry');
@@ -327,19 +342,18 @@ if (redis) {
         await store.trimLedger(acct, `${Date.now() + 60_000}-0`);
         t.strictSame(
           (await store.ledger(acct, `${x}.5`, 100)).map((e) => e.id),
-          held.slice(5).map((_, i) => `${x}.${i + 6}`),
+          held.slice(5).map((_, i) => idOf(i + 5)),
           'after the trim, the debits past the cursor are still there',
         );
         t.equal((await store.ledger(acct, undefined, 1))[0]!.id, `${x}.1`, 'the trim stopped at the pass: nothing before it is left');
         // At its last debit the cursor still keeps the entry (the script does not read it to count); once the
         // cursor moves past it, it goes.
-        t.ok(await store.commitExport(acct, token, `${x}.5`, `${x}.20`));
+        t.ok(await store.commitExport(acct, token, `${x}.5`, `${x}.16`));
         await store.trimLedger(acct, `${Date.now() + 60_000}-0`);
-        t.equal(await redis.client.xlen(K.ledger(acct)), 1, 'the cursor at its last debit: the pass is kept');
-        const g = await store.grant(acct, 1, undefined, undefined, TS);
-        t.ok(await store.commitExport(acct, token, `${x}.20`, g.entry_id));
+        t.equal(await redis.client.xlen(K.ledger(acct)), 2, 'the cursor at its last debit: the entry is kept');
+        t.ok(await store.commitExport(acct, token, `${x}.16`, y));
         await store.trimLedger(acct, `${Date.now() + 60_000}-0`);
-        t.equal(await redis.client.xlen(K.ledger(acct)), 0, 'the cursor past it: the pass is trimmed');
+        t.equal(await redis.client.xlen(K.ledger(acct)), 0, 'the cursor past it: both entries trimmed');
       },
     );
   }
