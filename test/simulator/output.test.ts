@@ -9,6 +9,7 @@ import {
   simPromptTokens,
   simTokenText,
   streamChunks,
+  templateRepeats,
 } from '../../src/simulator/output.ts';
 import { defaultSimOptions } from '../../src/simulator/steer.ts';
 
@@ -110,6 +111,21 @@ t.test('simPromptTokens: vLLM documents and chat_template_kwargs count as their 
   t.equal(simPromptTokens({ messages, documents }), 1 + Math.ceil(JSON.stringify(documents).length / 4));
   t.equal(simPromptTokens({ messages, chat_template_kwargs: kwargs }), 1 + Math.ceil(JSON.stringify(kwargs).length / 4));
   t.equal(simPromptTokens({ messages, tools: [{ type: 'function' }], response_format: { type: 'json_object' } }), 1);
+});
+
+t.test("simPromptTokens: a request chat template's range(N) loop renders the messages N times", async (t) => {
+  const messages = [{ role: 'user', content: 'x'.repeat(40) }];
+  const loop = '{% for _ in range(50) %}{{ messages[0].content }}{% endfor %}';
+  t.equal(templateRepeats({ messages, chat_template: loop }), 50);
+  t.equal(simPromptTokens({ messages, chat_template: loop }), 500);
+  t.equal(simPromptTokens({ messages, chat_template: '{{ messages[0].content }}' }), 10, 'no loop: once');
+  const kwargs = { chat_template: loop };
+  t.equal(
+    simPromptTokens({ messages, chat_template: '{{ x }}', chat_template_kwargs: kwargs }),
+    500 + Math.ceil(JSON.stringify(kwargs).length / 4),
+    "chat_template_kwargs' template wins (vLLM merges the kwargs last); the kwargs count as their JSON",
+  );
+  t.equal(templateRepeats({ messages }), 1, 'no template');
 });
 
 t.test('steered reasoning: the first tokens under reasoning, reasoning_content or both', async (t) => {
