@@ -165,7 +165,7 @@ function toolsBound(tools: unknown): number {
  * on ≈ 60), plus one message's template tokens per document (each is rendered in a block of its own).
  * Linear in the field's size; an empty object or list still gets the block, as a template may branch on it.
  */
-function renderedBound(v: unknown): number {
+export function renderedBound(v: unknown): number {
   const n = PER_TOOLS_BLOCK + 2 * Buffer.byteLength(JSON.stringify(v) ?? '');
   return Array.isArray(v) ? n + v.length * PER_MESSAGE : n;
 }

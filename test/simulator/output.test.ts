@@ -11,6 +11,7 @@ import {
   streamChunks,
   templateRepeats,
 } from '../../src/simulator/output.ts';
+import { simResponsesPromptTokens } from '../../src/simulator/responses.ts';
 import { defaultSimOptions } from '../../src/simulator/steer.ts';
 
 t.test('simPromptTokens: ceil(chars / 4), at least 1', async (t) => {
@@ -126,6 +127,12 @@ t.test("simPromptTokens: a request chat template's range(N) loop renders the mes
     "chat_template_kwargs' template wins (vLLM merges the kwargs last); the kwargs count as their JSON",
   );
   t.equal(templateRepeats({ messages }), 1, 'no template');
+});
+
+t.test('simResponsesPromptTokens: a text.format JSON schema counts as its JSON, other formats do not', async (t) => {
+  const format = { type: 'json_schema', name: 'r', schema: { type: 'object' } };
+  t.equal(simResponsesPromptTokens({ input: 'abcd', text: { format } }), 1 + Math.ceil(JSON.stringify(format).length / 4));
+  t.equal(simResponsesPromptTokens({ input: 'abcd', text: { format: { type: 'json_object' } } }), 1);
 });
 
 t.test('steered reasoning: the first tokens under reasoning, reasoning_content or both', async (t) => {
