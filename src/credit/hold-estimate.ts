@@ -20,6 +20,9 @@
  * non-text content parts (images, audio, files), tool definitions and the other fields a template renders
  * (renderedFields: documents, template kwargs, a response schema). vLLM's `prompt_embeds` part has no
  * allowance that could hold (PROMPT_EMBEDS_PARTS below): the estimate only counts it for the endpoint.
+ * Nor has a chat template sent with the request (vLLM's `chat_template`): its loops render a prompt of
+ * any size from a few bytes, so the endpoint holds the context window for it (routes/chat-completions.ts
+ * unseenPrompt), not this estimate.
  */
 
 /** Template tokens around one message (Llama 3: 4 specials + "\n\n"; ChatML: 3 specials + "\n" ×2). */
@@ -41,7 +44,7 @@ export const PER_TOOLS_BLOCK = 256;
  * of shape (num_tokens, hidden_size), spliced into the rendered prompt): its rows are prompt tokens no
  * byte count bounds (vLLM densifies a sparse tensor: a few hundred bytes stand for any number of rows).
  * The chat endpoint holds the context window for such a request (routes/chat-completions.ts
- * promptEmbeds). Counted here because this walk already meets every part: an ordinary request pays
+ * unseenPrompt). Counted here because this walk already meets every part: an ordinary request pays
  * nothing for it but a string comparison per non-text part.
  */
 export const PROMPT_EMBEDS_PARTS: unique symbol = Symbol('prompt_embeds parts');
@@ -62,6 +65,7 @@ export interface ChatBodyLike {
   functions?: unknown;
   documents?: unknown;
   chat_template_kwargs?: unknown;
+  chat_template?: unknown;
   response_format?: unknown;
   [PROMPT_EMBEDS_PARTS]?: number;
 }
@@ -161,7 +165,7 @@ function toolsBound(tools: unknown): number {
  * on ≈ 60), plus one message's template tokens per document (each is rendered in a block of its own).
  * Linear in the field's size; an empty object or list still gets the block, as a template may branch on it.
  */
-function renderedBound(v: unknown): number {
+export function renderedBound(v: unknown): number {
   const n = PER_TOOLS_BLOCK + 2 * Buffer.byteLength(JSON.stringify(v) ?? '');
   return Array.isArray(v) ? n + v.length * PER_MESSAGE : n;
 }

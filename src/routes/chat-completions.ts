@@ -93,18 +93,33 @@ async function countChatPrompt(payload: Buffer, tokenizer: Tokenizer, budget: Bu
 }
 
 /**
- * vLLM's `prompt_embeds` content part (`{"type": "prompt_embeds", "data": "<base64 torch tensor>"}`, passed
- * through; credit/hold-estimate.ts PROMPT_EMBEDS_PARTS): its rows are prompt tokens the estimate cannot
- * bound (a sparse tensor of a few bytes stands for any number of rows), so its non-text allowance would
- * not hold. vLLM splices every part's rows into the one rendered prompt and refuses a prompt longer than
- * the context window (max_model_len), so the request holds the context window of input, or the estimate
- * when that is larger: one window for the request however many parts it has (unlike completions, where
- * each embeds item is a prompt of its own). An answer without usage bills that held input part plus the
- * output counted (meter/bill.ts billStateful: no stored answer to ask, so no retrievePath). Set by the
- * estimate's walk: an ordinary request pays one property read here.
+ * A chat template sent with the request: vLLM's `chat_template`, or `chat_template_kwargs.chat_template`
+ * (vLLM merges the kwargs over its template arguments, so that one wins; it accepts either only with
+ * `--trust-request-chat-template`). Any value not null counts, as vLLM's own check has it.
  */
-export function promptEmbeds(body: ChatBodyLike, model: ModelConfig, promptEstimate: number): StatefulRequest | undefined {
-  if (body[PROMPT_EMBEDS_PARTS] === undefined) return undefined;
+export function requestTemplate(body: ChatBodyLike): boolean {
+  if (body.chat_template !== undefined && body.chat_template !== null) return true;
+  const kwargs = body.chat_template_kwargs;
+  if (typeof kwargs !== 'object' || kwargs === null) return false;
+  const template = (kwargs as { chat_template?: unknown }).chat_template;
+  return template !== undefined && template !== null;
+}
+
+/**
+ * Input the estimate cannot bound, held at the context window. vLLM's `prompt_embeds` content part
+ * (`{"type": "prompt_embeds", "data": "<base64 torch tensor>"}`, passed through; credit/hold-estimate.ts
+ * PROMPT_EMBEDS_PARTS): its rows are prompt tokens (a sparse tensor of a few bytes stands for any number of
+ * rows), so its non-text allowance would not hold. A request chat template (requestTemplate): a Jinja loop
+ * renders a prompt of any size from a few bytes, so no bound linear in the body exists. vLLM renders
+ * everything into the one prompt and refuses a prompt longer than the context window (max_model_len), so
+ * the request holds the context window of input, or the estimate when that is larger: one window for the
+ * request however many parts it has (unlike completions, where each embeds item is a prompt of its own).
+ * An answer without usage bills that held input part plus the output counted (meter/bill.ts billStateful:
+ * no stored answer to ask, so no retrievePath): what such a prompt rendered to is unknowable from the
+ * body. The embeds count is set by the estimate's walk: an ordinary request pays three property reads here.
+ */
+export function unseenPrompt(body: ChatBodyLike, model: ModelConfig, promptEstimate: number): StatefulRequest | undefined {
+  if (body[PROMPT_EMBEDS_PARTS] === undefined && !requestTemplate(body)) return undefined;
   return { heldPrompt: Math.max(model.contextWindow, promptEstimate) };
 }
 
@@ -126,5 +141,5 @@ export const CHAT_COMPLETIONS: MeteredEndpoint<ChatBody> = {
     severalChoices: (body.n ?? 1) > 1,
   }),
   countPrompt: countChatPrompt,
-  stateful: promptEmbeds,
+  stateful: unseenPrompt,
 };

@@ -14,7 +14,7 @@ import type { ModelConfig } from '../config/schema.ts';
 import type { RouteDoc } from '../http/openapi.ts';
 import { GatewayError } from '../http/errors.ts';
 import { Issues, bool, int, isObj, list, rootObject, str, type Obj } from '../http/validate.ts';
-import { PER_MESSAGE, PER_NON_TEXT_PART, PER_REQUEST, PER_TOOLS_BLOCK } from '../credit/hold-estimate.ts';
+import { PER_MESSAGE, PER_NON_TEXT_PART, PER_REQUEST, PER_TOOLS_BLOCK, renderedBound } from '../credit/hold-estimate.ts';
 import { CHAT_OVERHEAD, type Budget, type Tokenizer } from '../meter/tokenizer.ts';
 import { RESPONSES } from '../meter/formats.ts';
 import { meteredResponses, type MeteredEndpoint, type OutputBound, type StatefulRequest } from './endpoint.ts';
@@ -82,7 +82,21 @@ function itemBound(v: unknown, depth = 0): number {
   return n;
 }
 
-/** Upper bound on the prompt: instructions, each input item plus its template tokens, tool definitions. */
+/**
+ * The `text.format` of type `json_schema` (`{type, name, schema, strict, description}`), or undefined: the
+ * Responses API's form of chat's `response_format` JSON schema, which hosted OpenAI renders into the prompt
+ * and bills as input (vLLM only constrains decoding with it). Held and counted like chat's
+ * (credit/hold-estimate.ts renderedFields): the hold adds renderedBound, the fallback count its JSON.
+ * Other formats (`text`, `json_object`) put nothing in the prompt. One property read without `text`.
+ */
+export function formatSchema(body: ResponsesBody): Obj | undefined {
+  const text = body['text'];
+  if (text === undefined || text === null) return undefined;
+  const format = isObj(text) ? text['format'] : undefined;
+  return isObj(format) && format['type'] === 'json_schema' ? format : undefined;
+}
+
+/** Upper bound on the prompt: instructions, each input item plus its template tokens, tool definitions, a response schema. */
 export function estimateResponsesPrompt(body: ResponsesBody): number {
   let n = PER_REQUEST + bytes(body.instructions);
   const input = body.input;
@@ -90,12 +104,15 @@ export function estimateResponsesPrompt(body: ResponsesBody): number {
   else if (Array.isArray(input)) for (const item of input) n += PER_MESSAGE + itemBound(item);
   const tools = body['tools'];
   if (Array.isArray(tools) && tools.length > 0) n += PER_TOOLS_BLOCK + 2 * Buffer.byteLength(JSON.stringify(tools));
+  const schema = formatSchema(body);
+  if (schema !== undefined) n += renderedBound(schema);
   return n;
 }
 
 /**
  * Prompt tokens by the fallback tokenizer: instructions, the tool definitions (a template renders each one
- * into the prompt; counted as their JSON) and the text of every input item.
+ * into the prompt; counted as their JSON), a `text.format` JSON schema (formatSchema; its JSON) and the
+ * text of every input item.
  */
 async function countResponsesPrompt(payload: Buffer, tokenizer: Tokenizer, budget: Budget): Promise<number> {
   const body = JSON.parse(payload.toString('utf8')) as ResponsesBody;
@@ -104,6 +121,8 @@ async function countResponsesPrompt(payload: Buffer, tokenizer: Tokenizer, budge
   if (typeof body.instructions === 'string') n += CHAT_OVERHEAD.perMessage + (await count(body.instructions));
   const tools = body['tools'];
   if (Array.isArray(tools) && tools.length > 0) n += await count(JSON.stringify(tools));
+  const schema = formatSchema(body);
+  if (schema !== undefined) n += await count(JSON.stringify(schema));
   const input = body.input;
   if (typeof input === 'string') return n + CHAT_OVERHEAD.perMessage + (await count(input));
   if (!Array.isArray(input)) return n;

@@ -49,10 +49,15 @@ export interface CompletionPlan {
  * JSON: `documents` (RAG documents: Granite, Command-R templates) and `chat_template_kwargs` (values a
  * template renders). `tools` and `response_format` do not (the simulator never counted tool definitions;
  * vLLM does not render a response format).
+ *
+ * A chat template sent with the request (vLLM's `chat_template`, or `chat_template_kwargs.chat_template`,
+ * which wins as in vLLM; accepted with `--trust-request-chat-template`) renders the messages' text
+ * `templateRepeats` times: a Jinja loop makes a short template render a prompt of any size.
  */
 export function simPromptTokens(body: unknown, opts?: Pick<SimOptions, 'embedsTokens'>): number {
   let chars = 0;
   let rows = 0;
+  let text = 0;
   if (isObject(body)) {
     for (const field of ['documents', 'chat_template_kwargs']) {
       const v = body[field];
@@ -63,12 +68,12 @@ export function simPromptTokens(body: unknown, opts?: Pick<SimOptions, 'embedsTo
   if (Array.isArray(messages)) {
     for (const m of messages) {
       const content = isObject(m) ? m['content'] : undefined;
-      if (typeof content === 'string') chars += content.length;
+      if (typeof content === 'string') text += content.length;
       else if (Array.isArray(content)) {
         for (const part of content) {
           if (!isObject(part)) continue;
-          const text = part['text'];
-          if (typeof text === 'string') chars += text.length;
+          const t = part['text'];
+          if (typeof t === 'string') text += t.length;
           else if (
             part['type'] === 'prompt_embeds' ||
             part['type'] === 'image_embeds' ||
@@ -83,7 +88,21 @@ export function simPromptTokens(body: unknown, opts?: Pick<SimOptions, 'embedsTo
       }
     }
   }
+  if (text > 0) chars += text * templateRepeats(body);
   return Math.max(1, Math.ceil(chars / 4) + rows);
+}
+
+/**
+ * How many times a request's chat template renders the messages (simPromptTokens): N for a template with
+ * a `range(N)` loop (`{% for _ in range(N) %}…{% endfor %}`, the first one), else 1, as without a template.
+ */
+export function templateRepeats(body: unknown): number {
+  if (!isObject(body)) return 1;
+  const kwargs = body['chat_template_kwargs'];
+  const template = (isObject(kwargs) ? kwargs['chat_template'] : undefined) ?? body['chat_template'];
+  if (typeof template !== 'string') return 1;
+  const m = /range\(\s*(\d{1,9})\s*\)/.exec(template);
+  return m === null ? 1 : Number(m[1]);
 }
 
 /** The text of completion token `i` (0-based): `tok0 `, `tok1 `, … */

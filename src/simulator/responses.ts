@@ -29,10 +29,15 @@ import { isObject, planWith, positiveInt, simCompletionText, simTextTokens, type
 /**
  * Prompt tokens: the UTF-16 length of the instructions and of every input text (the string input, an
  * item's string content, each content part's `text`), summed, divided by 4, rounded up, at least 1.
+ * A `text.format` of type `json_schema` counts as the length of its JSON: hosted OpenAI renders the
+ * schema into the prompt and bills it as input.
  */
 export function simResponsesPromptTokens(body: unknown): number {
   if (!isObject(body)) return 1;
   let chars = typeof body['instructions'] === 'string' ? body['instructions'].length : 0;
+  const text = body['text'];
+  const format = isObject(text) ? text['format'] : undefined;
+  if (isObject(format) && format['type'] === 'json_schema') chars += JSON.stringify(format).length;
   const input = body['input'];
   if (typeof input === 'string') chars += input.length;
   else if (Array.isArray(input)) {

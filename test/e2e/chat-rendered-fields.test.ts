@@ -1,16 +1,19 @@
 // SPEC §4 "no debit exceeds its hold" for chat request fields a chat template renders into the prompt
 // besides the messages and tools: vLLM's `documents` (RAG documents: Granite, Command-R templates) and
 // `chat_template_kwargs` (values a template renders), and a `response_format` JSON schema (hosted OpenAI
-// renders it into the prompt). The simulator counts `documents` and `chat_template_kwargs` into its
-// prompt usage as vLLM would (src/simulator/output.ts simPromptTokens). They were held at ~100 tokens
-// whatever their size, so concurrent requests on one key took the balance far below zero; and an answer
-// without usage was billed the messages alone. On a real redis-server.
+// renders it into the prompt); on /v1/responses the same schema as `text.format` of type `json_schema`.
+// The simulator counts `documents` and `chat_template_kwargs` into its chat prompt usage as vLLM would
+// (src/simulator/output.ts simPromptTokens), and a Responses `text.format` JSON schema as hosted OpenAI
+// does (src/simulator/responses.ts simResponsesPromptTokens). They were held at ~100 tokens whatever their
+// size, so concurrent requests on one key took the balance far below zero; and an answer without usage
+// was billed the messages alone. On a real redis-server.
 import t, { type Test } from 'tap';
 import { startRedis } from '../helpers/redis.ts';
 import { startGateway, type TestGateway } from '../helpers/gateway.ts';
 import { waitFor } from '../helpers/wait.ts';
 import { createTokenizer } from '../../src/meter/tokenizer.ts';
 import { simPromptTokens } from '../../src/simulator/simulator.ts';
+import { simResponsesPromptTokens } from '../../src/simulator/responses.ts';
 import { startSim } from './chat-fixture.ts';
 import { accountOf, checkLedger, ledgerOf, type Entry } from './credit-support.ts';
 
@@ -48,6 +51,22 @@ function post(gw: TestGateway, key: string, body: Record<string, unknown>): Prom
     body: JSON.stringify({ model: 'm', messages: MESSAGES, ...body }),
   });
 }
+
+function postResponses(gw: TestGateway, key: string, body: Record<string, unknown>): Promise<Response> {
+  return fetch(`${gw.url}/v1/responses`, {
+    method: 'POST',
+    headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json' },
+    body: JSON.stringify({ model: 'm', input: 'hi', ...body }),
+  });
+}
+
+/** A JSON schema of 400 described fields: ~36 KB, ~9,000 simulator tokens once rendered. */
+const BIG_SCHEMA = {
+  type: 'object',
+  properties: Object.fromEntries(
+    Array.from({ length: 400 }, (_, i) => [`field_${i}`, { type: 'string', description: `The value of field number ${i} of the record.` }]),
+  ),
+};
 
 /** Every hold settled: the account, once nothing is held. */
 function settled(gw: TestGateway, account: string) {
@@ -157,5 +176,77 @@ if (redis) {
       }
     }
     checkLedger(t, await ledgerOf(gw.admin, 'nousage'), await settled(gw, 'nousage'));
+  });
+
+  t.test('responses text.format json_schema on a poor account: 32 concurrent requests never overspend', async (t) => {
+    const gw = await setup(t, redis.url);
+    const body = {
+      text: { format: { type: 'json_schema', name: 'record', schema: BIG_SCHEMA, strict: true } },
+      max_output_tokens: 16,
+      sim: { tokens: 4 },
+    };
+    const prompt = simResponsesPromptTokens(body);
+    t.ok(prompt > 7000, `the upstream counts ${prompt} input tokens`);
+    const { key } = await gw.createKey({ account: 'rformat', env: 'live' });
+    const grant = 200_000; // 22 requests' worth of what the upstream bills, 2 holds
+    await gw.grant('rformat', grant);
+    const answers = await Promise.all(
+      Array.from({ length: 32 }, async () => {
+        const res = await postResponses(gw, key, body);
+        await res.text();
+        return res.status;
+      }),
+    );
+    const served = answers.filter((s) => s === 200).length;
+    t.ok(
+      answers.every((s) => s === 200 || s === 402),
+      `each request is served or refused 402 (${served} served)`,
+    );
+    t.ok(served >= 1, 'at least one is served');
+    const after = await settled(gw, 'rformat');
+    t.ok(after.balance_micros >= 0, `balance ${after.balance_micros} µ from ${grant} µ, never negative`);
+    const entries = await ledgerOf(gw.admin, 'rformat');
+    const debits = entries.filter((e) => e.kind === 'debit');
+    t.equal(debits.length, served, 'one debit per served request');
+    t.same(
+      debits.filter((e) => -e.amount_micros > (e.hold_micros ?? 0)).map((e) => [e.hold_micros, e.amount_micros]),
+      [],
+      'no debit exceeds its hold',
+    );
+    t.same(
+      debits.filter((e) => e.prompt_tokens !== prompt || e.usage_source !== 'upstream').map((e) => e.prompt_tokens),
+      [],
+      `each is billed the ${prompt} input tokens the upstream reported`,
+    );
+    checkLedger(t, entries, after);
+  });
+
+  t.test('responses answered without usage: the prompt counted includes a text.format JSON schema, not other formats', async (t) => {
+    const gw = await setup(t, redis.url);
+    const { key } = await gw.createKey({ account: 'rnousage', env: 'live' });
+    await gw.grant('rnousage', 10_000_000);
+    const format = { type: 'json_schema', name: 'record', schema: BIG_SCHEMA, strict: true };
+    const formatTokens = await tokenizer.countTextBounded(JSON.stringify(format));
+    for (const stream of [false, true]) {
+      const billed = async (extra: Record<string, unknown>): Promise<Entry> => {
+        const res = await postResponses(gw, key, { ...extra, stream, max_output_tokens: 16, sim: { tokens: 4, usage: 'absent' } });
+        t.equal(res.status, 200);
+        await res.text();
+        const e = await debitOf(gw, 'rnousage', res.headers.get('x-request-id')!);
+        t.equal(e.usage_source, 'estimated');
+        t.ok(-e.amount_micros <= e.hold_micros!, `stream ${stream}: within its hold (${e.amount_micros} of ${e.hold_micros})`);
+        return e;
+      };
+      const plain = await billed({});
+      const schema = await billed({ text: { format } });
+      t.equal(
+        schema.prompt_tokens! - plain.prompt_tokens!,
+        formatTokens,
+        `stream ${stream}: billed the input (${plain.prompt_tokens}) and the format's JSON (${formatTokens} tokens)`,
+      );
+      const json = await billed({ text: { format: { type: 'json_object' } } });
+      t.equal(json.prompt_tokens, plain.prompt_tokens, `stream ${stream}: a json_object format adds nothing`);
+    }
+    checkLedger(t, await ledgerOf(gw.admin, 'rnousage'), await settled(gw, 'rnousage'));
   });
 }

@@ -3,9 +3,11 @@
 // (`"prompt": {"id":…}`) make the upstream expand content of its own; on /v1/completions vLLM's
 // `prompt_embeds`, and on /v1/chat/completions its `{"type":"prompt_embeds","data":…}` content parts, are
 // tensors whose rows are tokens the text estimate never counts (a sparse tensor makes many rows of a few
-// bytes). The simulator expands them all deterministically (src/simulator/responses.ts, completions.ts,
-// output.ts). Each is held at the model's context window (per completions embeds item; once for a chat
-// request, whose parts all go into one prompt), so
+// bytes). On /v1/chat/completions vLLM's `chat_template` (or `chat_template_kwargs.chat_template`) is a
+// Jinja template whose loops make a short string render a prompt of any size. The simulator expands them
+// all deterministically (src/simulator/responses.ts, completions.ts, output.ts: a template's `range(N)`
+// renders the messages N times). Each is held at the model's context window (per completions embeds
+// item; once for a chat request, whose parts all go into one prompt), so
 //  - concurrent requests on one key never take the balance negative, and no debit exceeds its hold;
 //  - one that ends without usage is billed from the upstream's stored response (Responses), else the held
 //    input part plus the output counted — never the visible input alone.
@@ -14,6 +16,7 @@ import OpenAI from 'openai';
 import { waitFor } from '../helpers/wait.ts';
 import type { TestGateway } from '../helpers/gateway.ts';
 import { startTokenPriced, abandonResponsesStream } from './chat-fixture.ts';
+import { simPromptTokens } from '../../src/simulator/simulator.ts';
 import { accountOf, checkLedger, ledgerOf, type Entry } from './credit-support.ts';
 
 const CONTEXT_WINDOW = 16_384;
@@ -195,6 +198,50 @@ t.test('chat: prompt_embeds content parts on a poor account never overspend', as
     { messages: user({ type: 'image_embeds', image_embeds: 'AAAA' }), ...tail, sim: { ...tail.sim, embeds_tokens: 12_000 } },
     12_001,
   );
+});
+
+/** A 79-byte chat template whose loop renders the messages 120 times (the simulator's `range(N)` rule). */
+const LOOP_TEMPLATE = '{% for _ in range(120) %}{% for m in messages %}{{ m.content }}{% endfor %}{% endfor %}';
+
+t.test('chat: a request chat_template on a poor account never overspends', async (t) => {
+  const { gw } = await setup(t);
+  const tail = { max_tokens: 16, sim: { tokens: 4 } };
+  // 400 characters (100 simulator tokens) rendered 120 times: 12,000 input tokens from a 0.6 KB body.
+  const messages = [{ role: 'user', content: 'x'.repeat(400) }];
+  for (const [account, extra] of [
+    ['template', { chat_template: LOOP_TEMPLATE }],
+    ['template-kwargs', { chat_template_kwargs: { chat_template: LOOP_TEMPLATE } }],
+  ] as const) {
+    const prompt = simPromptTokens({ messages, ...extra });
+    t.ok(prompt >= 12_000, `${account}: the upstream renders ${prompt} input tokens`);
+    await crowd(t, gw, account, 20_000, '/v1/chat/completions', { messages, ...extra, ...tail }, prompt);
+  }
+});
+
+t.test('chat: a request chat_template answered without usage is billed the held input part, not the messages alone', async (t) => {
+  const { gw } = await setup(t);
+  const { key } = await gw.createKey({ account: 'template-nousage', env: 'live' });
+  await gw.grant('template-nousage', 1_000_000);
+  for (const extra of [{ chat_template: LOOP_TEMPLATE }, { chat_template_kwargs: { chat_template: LOOP_TEMPLATE } }]) {
+    for (const stream of [false, true]) {
+      const name = `${Object.keys(extra)[0]}, stream ${stream}`;
+      const res = await post(gw, key, '/v1/chat/completions', {
+        messages: [{ role: 'user', content: 'x'.repeat(400) }],
+        ...extra,
+        max_tokens: 16,
+        stream,
+        sim: { tokens: 4, usage: 'absent' },
+      });
+      t.equal(res.status, 200);
+      await res.text();
+      const entry = await debitOf(gw, 'template-nousage', res.headers.get('x-request-id')!);
+      t.equal(entry.prompt_tokens, CONTEXT_WINDOW, `${name}: billed the context window held, not the messages counted`);
+      t.ok(entry.completion_tokens! >= 4, `${name}: and the ${entry.completion_tokens} output tokens counted`);
+      t.equal(entry.usage_source, 'estimated');
+      t.ok(-entry.amount_micros <= entry.hold_micros!, `${name}: within its hold`);
+    }
+  }
+  checkLedger(t, await ledgerOf(gw.admin, 'template-nousage'), await settled(gw, 'template-nousage'));
 });
 
 t.test(

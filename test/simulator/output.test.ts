@@ -9,7 +9,9 @@ import {
   simPromptTokens,
   simTokenText,
   streamChunks,
+  templateRepeats,
 } from '../../src/simulator/output.ts';
+import { simResponsesPromptTokens } from '../../src/simulator/responses.ts';
 import { defaultSimOptions } from '../../src/simulator/steer.ts';
 
 t.test('simPromptTokens: ceil(chars / 4), at least 1', async (t) => {
@@ -110,6 +112,27 @@ t.test('simPromptTokens: vLLM documents and chat_template_kwargs count as their 
   t.equal(simPromptTokens({ messages, documents }), 1 + Math.ceil(JSON.stringify(documents).length / 4));
   t.equal(simPromptTokens({ messages, chat_template_kwargs: kwargs }), 1 + Math.ceil(JSON.stringify(kwargs).length / 4));
   t.equal(simPromptTokens({ messages, tools: [{ type: 'function' }], response_format: { type: 'json_object' } }), 1);
+});
+
+t.test("simPromptTokens: a request chat template's range(N) loop renders the messages N times", async (t) => {
+  const messages = [{ role: 'user', content: 'x'.repeat(40) }];
+  const loop = '{% for _ in range(50) %}{{ messages[0].content }}{% endfor %}';
+  t.equal(templateRepeats({ messages, chat_template: loop }), 50);
+  t.equal(simPromptTokens({ messages, chat_template: loop }), 500);
+  t.equal(simPromptTokens({ messages, chat_template: '{{ messages[0].content }}' }), 10, 'no loop: once');
+  const kwargs = { chat_template: loop };
+  t.equal(
+    simPromptTokens({ messages, chat_template: '{{ x }}', chat_template_kwargs: kwargs }),
+    500 + Math.ceil(JSON.stringify(kwargs).length / 4),
+    "chat_template_kwargs' template wins (vLLM merges the kwargs last); the kwargs count as their JSON",
+  );
+  t.equal(templateRepeats({ messages }), 1, 'no template');
+});
+
+t.test('simResponsesPromptTokens: a text.format JSON schema counts as its JSON, other formats do not', async (t) => {
+  const format = { type: 'json_schema', name: 'r', schema: { type: 'object' } };
+  t.equal(simResponsesPromptTokens({ input: 'abcd', text: { format } }), 1 + Math.ceil(JSON.stringify(format).length / 4));
+  t.equal(simResponsesPromptTokens({ input: 'abcd', text: { format: { type: 'json_object' } } }), 1);
 });
 
 t.test('steered reasoning: the first tokens under reasoning, reasoning_content or both', async (t) => {
