@@ -273,6 +273,7 @@ export function meteredRoute<B extends { model: string }>(d: MeteredDeps, ep: Me
           headersTimeoutMs: up.headersTimeoutMs,
           idleTimeoutMs: up.idleTimeoutMs,
           deadline,
+          stream: reply.stream,
           onSentTimeout: reply.stream ? undefined : () => void (generatedUnseen = true),
           headers: (auth) => withTraceparent(trace, headerPolicy.upstreamRequest(ctx.req.headers, ctx.requestId, auth, payload.length)),
         },

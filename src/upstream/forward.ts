@@ -23,6 +23,12 @@ export interface ForwardRequest {
   /** Epoch ms after which no further upstream is tried. */
   deadline: number;
   /**
+   * False for a stream: its headers come before its first token, so a timeout before them is the
+   * upstream's failure. A non-streaming answer's headers come after its whole generation: a timeout before
+   * them, once sent, counts toward ejection only if the upstream answered nobody meanwhile (pool.ts).
+   */
+  stream: boolean;
+  /**
    * Called for an attempt that timed out before its headers once its request had been completely sent
    * (call.ts `sent`): the upstream had the whole request, and a non-streaming answer's headers only come
    * after its generation, so it may have generated one (routes/metered.ts bills that). Still retried.
@@ -88,9 +94,13 @@ export async function forward(
     } catch (err) {
       if (signal.aborted) throw new ClientGoneError();
       const c = classify(err);
-      if (c.kind === 'timeout' && call.sent) r.onSentTimeout?.(call);
+      const sentTimeout = c.kind === 'timeout' && call.sent;
+      if (sentTimeout) r.onSentTimeout?.(call);
       d.metrics.upstreamErrors.inc({ upstream: up.label, reason: c.reason });
-      d.upstreams.failed(up, d.now(), call.attempt);
+      // A non-streaming request may just be generating (its headers come after the answer): counted only
+      // if the upstream answered nobody while it waited. A stream's, or one never sent, always counts.
+      if (sentTimeout && !r.stream) d.upstreams.generationTimedOut(up, d.now(), call.attempt);
+      else d.upstreams.failed(up, d.now(), call.attempt);
       failures.push(c.kind);
       continue;
     }
@@ -109,6 +119,7 @@ export async function forward(
       d.metrics.upstreamErrors.inc({ upstream: up.label, reason: `status_${start.status}` });
       d.upstreams.failed(up, d.now(), call.attempt);
     } else {
+      if (start.status < 300) up.answers++; // proof of life for generationTimedOut() (pool.ts)
       d.upstreams.succeeded(up, call.attempt);
     }
     onCall(call);

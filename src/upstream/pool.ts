@@ -9,6 +9,12 @@
  * could use is ejected, the least recently ejected one gets one trial request a second (half-open): its
  * success ends the ejection, its failure re-ejects it (doubled, capped at max_eject_seconds), so a model
  * serves again within ~1 s of its upstream's recovery whatever the back-off had grown to.
+ *
+ * A long generation is not a hang: a non-streaming answer's headers come only once its whole generation is
+ * done, so such a request timing out before its headers after it was sent is ambiguous. It counts as a
+ * failure only when the upstream answered no request at all (2xx) while it waited (likely hung); one that answered
+ * others meanwhile is alive, and the timeout is that request's own length (generationTimedOut()). Otherwise
+ * one tenant's long non-streaming requests eject every healthy upstream of a model for every tenant.
  */
 import { Pool } from 'undici';
 import type { ModelConfig } from '../config/schema.ts';
@@ -30,6 +36,12 @@ export interface Upstream {
   ejectedAt: number;
   /** When the last half-open trial was sent. */
   trialAt: number;
+  /**
+   * 2xx answers (their headers) so far, counted by forward.ts like `outstanding`: the proof of life
+   * generationTimedOut() looks for. Not a 4xx: a model server's HTTP front refuses bad requests by itself
+   * while its engine hangs.
+   */
+  answers: number;
 }
 
 /** What the pool remembers about one request to an upstream, from its start (see start()). */
@@ -37,6 +49,8 @@ export interface Attempt {
   readonly epoch: number;
   /** Sent while the upstream was ejected: a half-open trial. */
   readonly trial: boolean;
+  /** The upstream's `answers` when the attempt started. */
+  readonly answers: number;
 }
 
 export interface UpstreamOptions {
@@ -67,6 +81,12 @@ export interface Upstreams {
    * toward `ejectAfterFailures`. Without `attempt`: one of now.
    */
   failed(u: Upstream, now: number, attempt?: Attempt): void;
+  /**
+   * A non-streaming attempt timed out before its headers after its request was sent: the upstream may just
+   * be generating a long answer. A failed() only when the upstream gave no 2xx answer to any request since
+   * the attempt started (an upstream that answers nobody looks hung); returns whether it counted.
+   */
+  generationTimedOut(u: Upstream, now: number, attempt: Attempt | undefined): boolean;
   close(): Promise<void>;
 }
 
@@ -109,6 +129,7 @@ export function createUpstreams(models: readonly ModelConfig[], o: UpstreamOptio
             epoch: 0,
             ejectedAt: 0,
             trialAt: -Infinity,
+            answers: 0,
           };
           byUrl.set(key, u);
         }
@@ -127,6 +148,13 @@ export function createUpstreams(models: readonly ModelConfig[], o: UpstreamOptio
     u.ejections++;
     u.epoch++;
     u.failures = 0;
+  }
+
+  function failed(u: Upstream, now: number, attempt?: Attempt): void {
+    if (attempt && attempt.epoch !== u.epoch) return;
+    // On probation (ejected before, no success since) one failure re-ejects: the back-off has passed and
+    // the first request that fails says the upstream is still down, like a failed trial.
+    if (attempt?.trial || u.ejections > 0 || ++u.failures >= o.ejectAfterFailures) eject(u, now);
   }
 
   return {
@@ -153,18 +181,19 @@ export function createUpstreams(models: readonly ModelConfig[], o: UpstreamOptio
       return oldest;
     },
     of: (model) => byModel.get(model) ?? [],
-    start: (u, now) => ({ epoch: u.epoch, trial: u.ejectedUntil > now }),
+    start: (u, now) => ({ epoch: u.epoch, trial: u.ejectedUntil > now, answers: u.answers }),
     succeeded(u, attempt) {
       if (attempt && attempt.epoch !== u.epoch) return;
       u.failures = 0;
       u.ejections = 0;
       u.ejectedUntil = 0;
     },
-    failed(u, now, attempt) {
-      if (attempt && attempt.epoch !== u.epoch) return;
-      // On probation (ejected before, no success since) one failure re-ejects: the back-off has passed and
-      // the first request that fails says the upstream is still down, like a failed trial.
-      if (attempt?.trial || u.ejections > 0 || ++u.failures >= o.ejectAfterFailures) eject(u, now);
+    failed,
+    generationTimedOut(u, now, attempt) {
+      // Answers from it while this one waited (any request, any tenant): alive, this answer is just long.
+      if (attempt && u.answers !== attempt.answers) return false;
+      failed(u, now, attempt);
+      return true;
     },
     async close() {
       await Promise.all([...pools.values()].map((p) => p.close()));

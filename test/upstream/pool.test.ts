@@ -193,3 +193,26 @@ t.test('half-open: a failed trial re-ejects at once (doubled, capped); a success
   t.equal(u.pick(SOLO, NONE, now + 1), solo, 'and the model is served again at once');
   t.equal(solo.ejections, 0, 'the back-off restarts from eject_seconds');
 });
+
+t.test('a generation timeout counts only when the upstream answered nobody while it waited', async (t) => {
+  const u = make(t, { ejectAfterFailures: 2, ejectSeconds: 10 });
+  const [a1, a2] = three(u.of(A));
+  // Ten long non-streaming requests of one tenant on a1; another tenant's request is answered meanwhile.
+  const long = Array.from({ length: 10 }, () => u.start(a1, 0));
+  const other = u.start(a1, 10);
+  a1.answers++; // forward.ts: a 2xx answer's headers
+  u.succeeded(a1, other);
+  for (const at of long) t.equal(u.generationTimedOut(a1, 300, at), false, 'alive: not counted');
+  t.equal(a1.failures, 0);
+  t.equal(a1.ejectedUntil, 0, 'not ejected');
+
+  // A 2xx of another upstream proves nothing about this one; answers from before the attempt neither.
+  a2.answers++;
+  const hung = [u.start(a1, 400), u.start(a1, 400), u.start(a1, 400)] as const;
+  t.equal(u.generationTimedOut(a1, 700, hung[0]), true, 'nobody answered while it waited: counted');
+  t.equal(u.generationTimedOut(a1, 700, hung[1]), true);
+  t.equal(a1.ejectedUntil, 10_700, 'ejected as a hung upstream');
+  // The rules of failed() hold for it: the rest of the burst counts for nothing.
+  t.equal(u.generationTimedOut(a1, 900, hung[2]), true);
+  t.equal(a1.ejections, 1, 'one ejection for the burst');
+});
