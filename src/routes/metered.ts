@@ -21,7 +21,7 @@ import { createHeaderPolicy } from '../upstream/headers.ts';
 import { ClientGoneError, forward, upstreamFailure, type Answered } from '../upstream/forward.ts';
 import { classify, type UpstreamCall } from '../upstream/call.ts';
 import type { Upstreams } from '../upstream/pool.ts';
-import { maxEventBytes, relayJson, relaySse, shuttingDown, type RelayOutcome } from '../meter/relay.ts';
+import { maxEventBytes, maxPassedEventBytes, relayJson, relaySse, shuttingDown, type RelayOutcome } from '../meter/relay.ts';
 import type { Tokenizer } from '../meter/tokenizer.ts';
 import type { MeteredEndpoint, OutputBound, StatefulRequest } from './endpoint.ts';
 import { bill, NOTHING_PRODUCED, type Billed } from '../meter/bill.ts';
@@ -466,6 +466,7 @@ export function meteredRoute<B extends { model: string }>(d: MeteredDeps, ep: Me
         maxEventBytes(requestBytes),
         undefined,
         body.severalChoices === true,
+        maxPassedEventBytes(ep.format, requestBytes),
       );
     } finally {
       d.shutdown?.removeEventListener('abort', cut);
