@@ -88,7 +88,7 @@ interface Prepared {
   output: OutputBound;
   promptEstimate: number;
   payload: Buffer;
-  reply: { model: string; stream: boolean; wantsUsage: boolean; severalChoices?: boolean };
+  reply: { model: string; stream: boolean; wantsUsage: boolean; severalChoices?: boolean; echo?: boolean };
   /** Set for a stateful request (SPEC §4): the hold's input part and where its usage is asked for. */
   stateful: StatefulRequest | undefined;
 }
@@ -286,6 +286,8 @@ export function meteredRoute<B extends { model: string }>(d: MeteredDeps, ep: Me
       trace?.upstreamAnswered(answered.status, answered.call.upstream.label);
       ttfb(model.name).observe(Number(answered.waitedNs) / 1e9);
       outcome = await respond(ctx, answered, reply, payload.length, relaying);
+      // The text of an echo answer starts with the prompt: without usage it is no count of the completion.
+      if (outcome && reply.echo === true && !outcome.usage) outcome = { ...outcome, uncounted: true };
       if (outcome?.end === 'upstream_failed') {
         if (outcome.cutByGateway || totalCut) {
           // Cut by the gateway (an event past its bound, its total timeout) while the upstream was answering:
