@@ -113,10 +113,16 @@ async function billCounted(
   outcome: RelayOutcome,
   maxOutput: number,
 ): Promise<Billed> {
-  // A body too large to keep, without usage: its text was relayed, not kept. Bill what the request was
-  // allowed to produce (the clamped output × choices it was held for), never 0 for want of a buffer.
+  // A body too large to keep, without usage: its text was relayed, not kept (or, with `echo`, it starts
+  // with the prompt). Bill what the request was allowed to produce (the clamped output × choices it was
+  // held for), never 0 for want of a buffer, and the prompt counted, as any answer without usage.
   if (!outcome.usage && outcome.uncounted)
-    return { promptTokens: promptEstimate, completionTokens: maxOutput, cachedTokens: 0, source: 'estimated' };
+    return {
+      promptTokens: await countedPrompt(tokenizer, countPrompt, promptEstimate),
+      completionTokens: maxOutput,
+      cachedTokens: 0,
+      source: 'estimated',
+    };
   const extra = outcome.text();
   // Text past the meter's keep cap (TextCollector: 8 MiB, ~2 M tokens of prose) was relayed, not kept, so
   // it cannot be counted: each raw byte of it is billed as a token, an upper bound (a token is at least one

@@ -41,7 +41,10 @@ export interface RelayOutcome {
   cutByGateway?: true;
   /** Nanoseconds the gateway spent on chunks. */
   chunkNs: bigint;
-  /** A non-streaming body too large to keep whole, without a usage object: its text could not be counted. */
+  /**
+   * No usage, and text that could not be counted: a non-streaming body too large to keep whole, or a
+   * stream with a completions event passed through unread (SseMeter.unreadText).
+   */
   uncounted?: boolean;
   /**
    * The upstream's error when it failed (`upstream_failed`) before any byte of a JSON answer was written:
@@ -204,10 +207,30 @@ export function maxEventBytes(requestBytes: number): number {
  */
 export const MAX_PASSED_EVENT_BYTES = 64 * 1024 * 1024;
 
+/** Bytes of a passed `/v1/completions` event allowed per byte of the upstream request, over MAX_PASSED_EVENT_BYTES. */
+export const PASSED_BYTES_PER_REQUEST_BYTE = 256;
+
+/**
+ * The largest event of `format`'s stream passed through rather than held (sse-scanner.ts
+ * maxPassedEventBytes), or undefined where a larger event than maxEventBytes cuts the stream (chat).
+ * `/v1/responses`: MAX_PASSED_EVENT_BYTES. `/v1/completions`: vLLM's `echo` with `logprobs: N` puts the
+ * prompt and a logprob entry per prompt token (N + 1 alternatives each) in the first chunk, ~185 bytes
+ * a prompt token at N = 5 and ~575 at N = 20 (vLLM's default `max_logprobs`), ~145 per byte of a text
+ * prompt: MAX_PASSED_EVENT_BYTES (over 100k prompt tokens at N = 20) plus
+ * PASSED_BYTES_PER_REQUEST_BYTE per request byte, linear in what the request can ask for. The bound only
+ * cuts an event that never ends (a decompression bomb): a passed event costs no memory.
+ */
+export function maxPassedEventBytes(format: ApiFormat, requestBytes: number): number | undefined {
+  if (format.name === 'responses') return MAX_PASSED_EVENT_BYTES;
+  if (format.name === 'completions') return MAX_PASSED_EVENT_BYTES + PASSED_BYTES_PER_REQUEST_BYTE * requestBytes;
+  return undefined;
+}
+
 /**
  * Relays an SSE stream; resolves when the upstream ended, failed, or the client left. `maxEvent`: see
  * maxEventBytes; `maxText`: the completion text kept for the tokenizer (default TextCollector's 8 MiB);
- * `severalChoices`: the request asked for more than one choice (see SseMeterOptions).
+ * `severalChoices`: the request asked for more than one choice (see SseMeterOptions); `maxPassed`: see
+ * maxPassedEventBytes (default: the format's for a request of 0 bytes).
  */
 export async function relaySse(
   call: UpstreamCall,
@@ -218,6 +241,7 @@ export async function relaySse(
   maxEvent = maxEventBytes(0),
   maxText?: number,
   severalChoices = false,
+  maxPassed = maxPassedEventBytes(format, 0),
 ): Promise<RelayOutcome> {
   const meter = createSseMeter({
     dropUsageOnlyChunk,
@@ -225,7 +249,7 @@ export async function relaySse(
     maxPendingBytes: maxEvent,
     maxTextBytes: maxText,
     severalChoices,
-    maxPassedEventBytes: format.name === 'responses' ? MAX_PASSED_EVENT_BYTES : undefined,
+    maxPassedEventBytes: maxPassed,
   });
   let finished = false;
   /** The upstream body is complete: the turn's events, the held tail (if any) and the response's end go out with the last chunk. */
@@ -287,6 +311,8 @@ export async function relaySse(
     end,
     chunkNs: spent(),
     ...(cutByGateway && { cutByGateway: true }),
+    // A passed completions event's text (the echoed prompt) was not read: without usage, bill what the request was held for.
+    ...(meter.usage === null && meter.unreadText && { uncounted: true }),
   };
 }
 

@@ -1,10 +1,13 @@
 /**
- * Meters one `/v1/responses` SSE event too large to hold whole (sse-scanner.ts passes it through piece by
- * piece instead): it reads the event's `data` lines as they pass and keeps only what billing needs —
- * the `response.usage` object (response.completed, .incomplete, .failed: formats.ts RESPONSES), at most
- * MAX_USAGE_BYTES, and the raw bytes of a top-level `delta` string (into the meter's TextCollector).
- * Everything else (the answer repeated in the `.done` events and `response.completed`, a hosted image's
- * base64) is skipped, not kept.
+ * Meters one SSE event too large to hold whole (sse-scanner.ts passes it through piece by piece
+ * instead): it reads the event's `data` lines as they pass and keeps only what billing needs. A
+ * `/v1/responses` event: the `response.usage` object (response.completed, .incomplete, .failed:
+ * formats.ts RESPONSES), at most MAX_USAGE_BYTES, and the raw bytes of a top-level `delta` string (into
+ * the meter's TextCollector); everything else (the answer repeated in the `.done` events and
+ * `response.completed`, a hosted image's base64) is skipped, not kept. A `/v1/completions` chunk (vLLM's
+ * `echo` with `logprobs`: the prompt and an entry per prompt token in the first chunk): its top-level
+ * `usage` object and whether its `choices` list has an item; its text (mostly the echoed prompt) is
+ * not read (the meter reports it as unread: see SseMeter.unreadText).
  *
  * One pass, tracking JSON nesting and string state (escapes included) as json-usage.ts does, so a
  * `"usage"` inside a string never matches; string bodies are skipped with native `indexOf` for the next
@@ -43,6 +46,8 @@ const NONE = 0;
 const RESPONSE = 1;
 const USAGE = 2;
 const DELTA = 3;
+const CHOICES = 4;
+const FIRST_ITEM = 5;
 
 export class LargeEventScanner {
   private line = FIELD;
@@ -69,10 +74,20 @@ export class LargeEventScanner {
   private usageBytes = 0;
   /** The usage object's JSON text once captured whole. */
   private usageText: string | null = null;
+  /** A chunk's top-level `choices` list has an item. */
+  private choices = false;
   private readonly text: TextCollector;
+  /** A chat-style chunk (top-level `usage` and `choices`), else a Responses event. */
+  private readonly chunk: boolean;
 
-  constructor(text: TextCollector) {
+  constructor(text: TextCollector, chunk = false) {
     this.text = text;
+    this.chunk = chunk;
+  }
+
+  /** A chunk whose `choices` list had an item: its usage may be one choice's (sse-scanner.ts severalChoices). */
+  get hasChoices(): boolean {
+    return this.choices;
   }
 
   /** The usage object's JSON text, when one was captured and the data's JSON closed (a whole document, as JSON.parse would need). */
@@ -155,7 +170,10 @@ export class LargeEventScanner {
           this.keepStr = false;
           continue;
         }
-        if (expect === RESPONSE && c === OPEN_OBJ) this.responseDepth = this.depth + 1;
+        if (expect === FIRST_ITEM) {
+          if (c !== CLOSE_ARR) this.choices = true;
+        } else if (expect === CHOICES && c === OPEN_ARR) this.expect = FIRST_ITEM;
+        else if (expect === RESPONSE && c === OPEN_OBJ) this.responseDepth = this.depth + 1;
         else if (expect === USAGE && c === OPEN_OBJ) {
           this.usageDepth = this.depth;
           captureFrom = i;
@@ -163,7 +181,8 @@ export class LargeEventScanner {
       }
       if (c === QUOTE) {
         this.inString = true;
-        // Keys that matter are at depth 1 (`response`, `delta`) and in the response object (`usage`).
+        // Keys that matter are at depth 1 (`response`, `delta`; a chunk's `usage`, `choices`) and in the
+        // response object (`usage`).
         this.keepStr = this.usageDepth < 0 && (this.depth === 1 || this.depth === this.responseDepth);
         if (this.keepStr) {
           this.str = '';
@@ -186,7 +205,8 @@ export class LargeEventScanner {
         }
       } else if (c === COLON && this.usageDepth < 0) {
         const key = this.strLen === this.str.length ? this.str : '';
-        if (this.depth === 1) this.expect = key === 'response' ? RESPONSE : key === 'delta' ? DELTA : NONE;
+        if (this.depth === 1 && this.chunk) this.expect = key === 'usage' ? USAGE : key === 'choices' ? CHOICES : NONE;
+        else if (this.depth === 1) this.expect = key === 'response' ? RESPONSE : key === 'delta' ? DELTA : NONE;
         else if (this.depth === this.responseDepth && key === 'usage') this.expect = USAGE;
         this.str = '';
       } else if (c === COMMA) {

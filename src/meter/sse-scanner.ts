@@ -33,7 +33,8 @@
  * copy of the chunk for the key search.
  *
  * A `/v1/responses` event larger than maxPendingBytes (a long answer repeated in the `.done` events and
- * `response.completed`, a hosted image's base64) is not held: with maxPassedEventBytes it is forwarded
+ * `response.completed`, a hosted image's base64), or a `/v1/completions` one (vLLM's `echo` with
+ * `logprobs`: the prompt's logprobs in the first chunk), is not held: with maxPassedEventBytes it is forwarded
  * as its bytes arrive, as segments of their own, and a turn holding such pieces is metered front to back
  * with each piece read by sse-large-event.ts in its place. The common path pays one field test per
  * add() and per flush() for it.
@@ -80,10 +81,11 @@ export interface SseMeterOptions {
    */
   severalChoices?: boolean | undefined;
   /**
-   * `/v1/responses` only (sse-large-event.ts reads its events): an event larger than maxPendingBytes is
-   * not held but passed through as its bytes arrive, in order, metered as they pass (its
-   * `response.usage`, its top-level `delta`), up to this many bytes; a larger one throws
-   * SseEventTooLargeError. Unset (chat, completions): an event larger than maxPendingBytes throws.
+   * `/v1/responses` and `/v1/completions` (sse-large-event.ts reads their events): an event larger than
+   * maxPendingBytes is not held but passed through as its bytes arrive, in order, metered as they pass
+   * (Responses: its `response.usage`, its top-level `delta`; completions: its top-level `usage`, its
+   * text left unread: unreadText), up to this many bytes; a larger one throws SseEventTooLargeError.
+   * Unset (chat): an event larger than maxPendingBytes throws.
    */
   maxPassedEventBytes?: number | undefined;
 }
@@ -115,6 +117,13 @@ export interface SseMeter {
   /** True while part of an event passed through (maxPassedEventBytes) was returned and its end has not come. */
   readonly midEvent: boolean;
   /**
+   * True once a completions event was passed through (maxPassedEventBytes): its text (vLLM's echo of the
+   * prompt, then the first token) was relayed but not read, so completionText() lacks it. Without usage
+   * such a stream is billed the output it was held for (relay.ts `uncounted`), never the echoed prompt
+   * as completion.
+   */
+  readonly unreadText: boolean;
+  /**
    * Generated text (delta content, reasoning, refusal, tool-call arguments) produced AFTER the latest
    * usage object, or since the start when there was none. Usage is authoritative, so the text it covers
    * is released (or never scanned) when it arrives: bill `usage + count(completionText())`, which is
@@ -144,6 +153,7 @@ const PASSED_END = 4;
 class Scanner implements SseMeter {
   usage: Usage | null = null;
   sawDone = false;
+  unreadText = false;
   private readonly drop: boolean;
   private readonly severalChoices: boolean;
   private readonly format: ApiFormat;
@@ -385,7 +395,11 @@ class Scanner implements SseMeter {
       const pre = ranges[3 * i + 2]!;
       if (pre < 0) {
         const flags = -pre;
-        if ((flags & PASSED_START) !== 0) this.large = new LargeEventScanner(this.text);
+        if ((flags & PASSED_START) !== 0) {
+          const chunk = this.format.name !== 'responses';
+          this.large = new LargeEventScanner(this.text, chunk);
+          if (chunk) this.unreadText = true;
+        }
         this.large!.feed(buf, s, e);
         if ((flags & PASSED_END) !== 0) this.endLarge();
         continue;
@@ -408,8 +422,10 @@ class Scanner implements SseMeter {
   /** The passed event flush() was reading is over: its usage, when whole and valid, covers the text so far. */
   private endLarge(): void {
     const json = this.large!.usage();
+    // One choice's usage (several asked for) covers neither the others' text nor the answer (takeUsage).
+    const partial = this.severalChoices && this.large!.hasChoices;
     this.large = null;
-    if (json === null) return;
+    if (json === null || partial) return;
     let usage: Usage | null = null;
     try {
       usage = this.format.usage(JSON.parse(json));

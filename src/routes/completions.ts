@@ -157,6 +157,8 @@ export const COMPLETIONS_ENDPOINT: MeteredEndpoint<CompletionsBody> = {
     stream: body.stream === true,
     wantsUsage: (body.stream_options as { include_usage?: unknown } | undefined)?.include_usage === true,
     severalChoices: Math.max(body.n ?? 1, body.best_of ?? 1) * prompts(body) > 1,
+    // vLLM (and OpenAI's legacy API) put the prompt before each choice's text.
+    echo: body['echo'] === true,
   }),
   countPrompt: async (payload, tokenizer, budget) => {
     const body = JSON.parse(payload.toString('utf8')) as CompletionsBody;

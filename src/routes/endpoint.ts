@@ -39,9 +39,11 @@ export interface MeteredEndpoint<B extends { model: string }> {
   payload(body: B, model: ModelConfig, perChoice: number): Buffer;
   /**
    * Whether the client asked for a stream, and for the usage-only chunk the gateway may have forced on;
-   * `severalChoices` when it asked for more than one choice in all (meter/sse-scanner.ts SseMeterOptions).
+   * `severalChoices` when it asked for more than one choice in all (meter/sse-scanner.ts SseMeterOptions);
+   * `echo` when the answer's text starts with the prompt (vLLM's completions `echo`), so that without
+   * usage its text cannot be counted as completion: billed as `uncounted` (meter/relay.ts RelayOutcome).
    */
-  reply(body: B): { stream: boolean; wantsUsage: boolean; severalChoices?: boolean };
+  reply(body: B): { stream: boolean; wantsUsage: boolean; severalChoices?: boolean; echo?: boolean };
   /** Prompt tokens by the fallback tokenizer, re-read from the upstream payload (usage missing: the rare path). */
   countPrompt(payload: Buffer, tokenizer: Tokenizer, budget: Budget): Promise<number>;
   /** Whether the request is stateful, and what that changes; undefined for the (usual) stateless one. */

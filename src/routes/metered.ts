@@ -21,7 +21,7 @@ import { createHeaderPolicy } from '../upstream/headers.ts';
 import { ClientGoneError, forward, upstreamFailure, type Answered } from '../upstream/forward.ts';
 import { classify, type UpstreamCall } from '../upstream/call.ts';
 import type { Upstreams } from '../upstream/pool.ts';
-import { maxEventBytes, relayJson, relaySse, shuttingDown, type RelayOutcome } from '../meter/relay.ts';
+import { maxEventBytes, maxPassedEventBytes, relayJson, relaySse, shuttingDown, type RelayOutcome } from '../meter/relay.ts';
 import type { Tokenizer } from '../meter/tokenizer.ts';
 import type { MeteredEndpoint, OutputBound, StatefulRequest } from './endpoint.ts';
 import { bill, NOTHING_PRODUCED, type Billed } from '../meter/bill.ts';
@@ -88,7 +88,7 @@ interface Prepared {
   output: OutputBound;
   promptEstimate: number;
   payload: Buffer;
-  reply: { model: string; stream: boolean; wantsUsage: boolean; severalChoices?: boolean };
+  reply: { model: string; stream: boolean; wantsUsage: boolean; severalChoices?: boolean; echo?: boolean };
   /** Set for a stateful request (SPEC §4): the hold's input part and where its usage is asked for. */
   stateful: StatefulRequest | undefined;
 }
@@ -287,6 +287,8 @@ export function meteredRoute<B extends { model: string }>(d: MeteredDeps, ep: Me
       trace?.upstreamAnswered(answered.status, answered.call.upstream.label);
       ttfb(model.name).observe(Number(answered.waitedNs) / 1e9);
       outcome = await respond(ctx, answered, reply, payload.length, relaying);
+      // The text of an echo answer starts with the prompt: without usage it is no count of the completion.
+      if (outcome && reply.echo === true && !outcome.usage) outcome = { ...outcome, uncounted: true };
       if (outcome?.end === 'upstream_failed') {
         if (outcome.cutByGateway || totalCut) {
           // Cut by the gateway (an event past its bound, its total timeout) while the upstream was answering:
@@ -467,6 +469,7 @@ export function meteredRoute<B extends { model: string }>(d: MeteredDeps, ep: Me
         maxEventBytes(requestBytes),
         undefined,
         body.severalChoices === true,
+        maxPassedEventBytes(ep.format, requestBytes),
       );
     } finally {
       d.shutdown?.removeEventListener('abort', cut);

@@ -2,7 +2,8 @@
  * `POST /v1/completions` (legacy) and `POST /v1/embeddings` in the simulator. Completions stream one
  * `text_completion` chunk per token, a finish chunk, the usage chunk when `stream_options.include_usage`
  * asks for it, then [DONE]; `max_tokens` defaults to 16 as in OpenAI's and vLLM's API; vLLM's
- * `prompt_embeds` count as input (simCompletionsPromptTokens). Embeddings answer
+ * `prompt_embeds` count as input (simCompletionsPromptTokens); `echo` and `logprobs` are honoured as vLLM
+ * does (simEchoLogprobs). Embeddings answer
  * one deterministic vector per input, as floats or as base64 little-endian float32 (the openai SDK asks
  * for base64 by default).
  */
@@ -64,6 +65,73 @@ export function simCompletionsPromptTokens(body: unknown, opts: Pick<SimOptions,
   return n + (b['prompt'] === '' || b['prompt'] === undefined || b['prompt'] === null ? 0 : simInputTokens(b['prompt']));
 }
 
+/** A simulated logprob: a deterministic double printed at full precision, as vLLM's float32 values are (~19 bytes). */
+function simLogprob(token: number, rank: number): number {
+  return -((((((token * 31 + rank * 17) % 1000) + 1000) % 1000) + 1) / 77);
+}
+
+/**
+ * vLLM's `logprobs` object (CompletionLogProbs) of `tokens` (their texts) starting at text offset
+ * `offset`: per token its offset, its logprob, its text, and its top `n` alternatives plus itself
+ * (`top_logprobs`: n + 1 entries, as vLLM's `num_output_top_logprobs >= i`); `nullFirst`: the first
+ * has no logprob (the prompt's first token: vLLM's prompt_logprobs start with None). JSON text, built
+ * by hand: a 30k-token prompt makes megabytes of it.
+ */
+function simLogprobsJson(tokens: string[], first: number, offset: number, n: number, nullFirst: boolean): string {
+  const offsets: string[] = [];
+  const lps: string[] = [];
+  const texts: string[] = [];
+  const tops: string[] = [];
+  for (let i = 0; i < tokens.length; i++) {
+    const tok = tokens[i]!;
+    offsets.push(String(offset));
+    offset += tok.length;
+    texts.push(JSON.stringify(tok));
+    if (nullFirst && i === 0) {
+      lps.push('null');
+      tops.push('null');
+      continue;
+    }
+    const k = first + i;
+    lps.push(String(simLogprob(k, 0)));
+    let top = `{${JSON.stringify(tok)}:${simLogprob(k, 0)}`;
+    for (let j = 1; j <= n; j++) top += `,"alt${j}":${simLogprob(k, j)}`;
+    tops.push(`${top}}`);
+  }
+  return `{"text_offset":[${offsets.join(',')}],"token_logprobs":[${lps.join(',')}],"tokens":[${texts.join(',')}],"top_logprobs":[${tops.join(',')}]}`;
+}
+
+/**
+ * vLLM's `echo` and `logprobs: N` on /v1/completions (serving_completion.py): with `echo` the first
+ * chunk's text (and the JSON answer's) starts with the prompt, and with both, its `logprobs` start with
+ * one entry per prompt token (vLLM asks the engine for prompt logprobs when echo is set), each with N + 1
+ * alternatives: a long prompt makes a first event of megabytes. A prompt token here is 4 characters
+ * of the prompt (simTextTokens). A string prompt only; other prompts are not echoed.
+ */
+export function simEchoLogprobs(body: unknown): { echo: string; n: number | undefined } {
+  const b = isObject(body) ? body : {};
+  const n = typeof b['logprobs'] === 'number' && Number.isSafeInteger(b['logprobs']) && b['logprobs'] >= 0 ? b['logprobs'] : undefined;
+  return { echo: b['echo'] === true && typeof b['prompt'] === 'string' ? b['prompt'] : '', n };
+}
+
+/** The prompt's simulated tokens: 4 characters each. */
+function promptPieces(prompt: string): string[] {
+  const out: string[] = [];
+  for (let i = 0; i < prompt.length; i += 4) out.push(prompt.slice(i, i + 4));
+  return out;
+}
+
+/** The `logprobs` member of completion tokens `from` until `to` (echo: the prompt's tokens first), or `null`. */
+function choiceLogprobs(e: { echo: string; n: number | undefined }, from: number, to: number, withEcho: boolean): string {
+  if (e.n === undefined) return 'null';
+  const gen: string[] = [];
+  for (let k = from; k < to; k++) gen.push(`tok${k} `);
+  const base = e.echo.length + simCompletionText(from).length;
+  if (!withEcho || e.echo === '') return simLogprobsJson(gen, from, base, e.n, false);
+  const prompt = promptPieces(e.echo);
+  return simLogprobsJson([...prompt, ...gen], -prompt.length, 0, e.n, true);
+}
+
 export const COMPLETIONS_API: SimApi = {
   plan: (requestId, body, opts) =>
     planWith(`cmpl-sim-${requestId}`, body, opts, simCompletionsPromptTokens(body, opts), completionsCap(body)),
@@ -71,27 +139,40 @@ export const COMPLETIONS_API: SimApi = {
     const withUsage = includeUsage(body) && plan.usage !== undefined;
     const head = `data: {"id":"${plan.id}","object":"text_completion","created":${plan.created},"model":${JSON.stringify(plan.model)},"choices":[{"index":0,"text":`;
     const tail = withUsage ? ',"usage":null}\n\n' : '}\n\n';
+    const e = simEchoLogprobs(body);
+    // The first chunk carries the echo (and the prompt's logprobs), as vLLM's does.
+    const text = (k: number, t: string) => (k === 0 && e.echo !== '' ? JSON.stringify(e.echo + t) : `"${t}"`);
     return {
       count: plan.emit + 1 + (withUsage ? 1 : 0),
       firstToken: 0,
       event(k) {
-        if (k < plan.emit) return `${head}"tok${k} ","logprobs":null,"finish_reason":null}]${tail}`;
-        if (k === plan.emit) return `${head}"","logprobs":null,"finish_reason":"${plan.finishReason}"}]${tail}`;
+        if (k < plan.emit)
+          return `${head}${text(k, `tok${k} `)},"logprobs":${choiceLogprobs(e, k, k + 1, k === 0)},"finish_reason":null}]${tail}`;
+        if (k === plan.emit)
+          return `${head}${text(k, '')},"logprobs":${choiceLogprobs(e, k, k, k === 0)},"finish_reason":"${plan.finishReason}"}]${tail}`;
         return `data: {"id":"${plan.id}","object":"text_completion","created":${plan.created},"model":${JSON.stringify(plan.model)},"choices":[],"usage":${JSON.stringify(plan.usage)}}\n\n`;
       },
     };
   },
   done: DONE_EVENT,
-  json(plan: CompletionPlan) {
-    const body: Record<string, unknown> = {
+  json(plan: CompletionPlan, body: unknown) {
+    const e = simEchoLogprobs(body);
+    const out: Record<string, unknown> = {
       id: plan.id,
       object: 'text_completion',
       created: plan.created,
       model: plan.model,
-      choices: [{ index: 0, text: simCompletionText(plan.emit), logprobs: null, finish_reason: plan.finishReason }],
+      choices: [
+        {
+          index: 0,
+          text: e.echo + simCompletionText(plan.emit),
+          logprobs: JSON.parse(choiceLogprobs(e, 0, plan.emit, true)),
+          finish_reason: plan.finishReason,
+        },
+      ],
     };
-    if (plan.usage !== undefined) body['usage'] = plan.usage;
-    return JSON.stringify(body);
+    if (plan.usage !== undefined) out['usage'] = plan.usage;
+    return JSON.stringify(out);
   },
 };
 

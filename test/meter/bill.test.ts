@@ -147,3 +147,25 @@ t.test('a stream past a small keep cap, relayed and billed: the bill bounds the 
     t.equal(b.source, 'estimated');
   }
 });
+
+t.test('uncounted (no usage, text not countable): the output held for and the prompt counted, not its byte estimate', async (t) => {
+  const loaded = createTokenizer();
+  await loaded.load();
+  const uncounted = { ...outcome(null), uncounted: true };
+  t.same(await bill(loaded, async () => 7, 40, true, uncounted, 16), {
+    promptTokens: 7,
+    completionTokens: 16,
+    cachedTokens: 0,
+    source: 'estimated',
+  });
+  t.same(
+    await bill(tokenizer, async () => 7, 40, true, uncounted, 16),
+    {
+      promptTokens: 40,
+      completionTokens: 16,
+      cachedTokens: 0,
+      source: 'estimated',
+    },
+    'no tokenizer: the byte estimate, an upper bound',
+  );
+});

@@ -1,9 +1,10 @@
-// /v1/responses events larger than the hold bound (sse-scanner.ts maxPassedEventBytes, sse-large-event.ts):
-// passed through byte for byte, in order, however the bytes are cut into chunks and turns, and read for
-// their `response.usage` and top-level `delta` without being kept.
+// /v1/responses and /v1/completions events larger than the hold bound (sse-scanner.ts maxPassedEventBytes,
+// sse-large-event.ts): passed through byte for byte, in order, however the bytes are cut into chunks and
+// turns, and read for their `response.usage` and top-level `delta` (completions: top-level `usage`, text
+// left unread) without being kept.
 import t from 'tap';
 import { createSseMeter, SseEventTooLargeError, type SseMeter, type SseMeterOptions } from '../../src/meter/sse-scanner.ts';
-import { RESPONSES } from '../../src/meter/formats.ts';
+import { COMPLETIONS, RESPONSES } from '../../src/meter/formats.ts';
 import { seededInts } from '../helpers/seeded.ts';
 
 const ev = (type: string, fields: Record<string, unknown>, eol = '\n') =>
@@ -173,4 +174,57 @@ t.test('differential: the streaming reader finds what JSON.parse finds, over ran
   }
   t.equal(bad, 0, '400 documents');
   t.ok(withUsage > 20, `${withUsage} of them with a response usage`);
+});
+
+/** A completions chunk as vLLM streams it: `text`, then `logprobs` (null, or vLLM's object), then `usage`. */
+const cmpl = (text: string, logprobs: unknown, usage: unknown, choices = true) =>
+  `data: ${JSON.stringify({
+    id: 'c',
+    object: 'text_completion',
+    choices: choices ? [{ index: 0, text, logprobs, finish_reason: null }] : [],
+    usage,
+  })}\n\n`;
+
+t.test('completions: a passed echo chunk is relayed byte for byte, its usage read, its text (the echoed prompt) not', async (t) => {
+  const copts: SseMeterOptions = { dropUsageOnlyChunk: false, format: COMPLETIONS, maxPendingBytes: MAX, maxPassedEventBytes: 100_000 };
+  const prompt = 'usage":{"prompt_tokens":999} text "x" '.repeat(20);
+  const tokens = Array.from({ length: 60 }, (_, i) => `t${i}`);
+  const logprobs = {
+    text_offset: tokens.map((_, i) => i),
+    tokens,
+    top_logprobs: tokens.map((tk) => ({ [tk]: -1.5, usage: -2, text: -3 })),
+  };
+  const u = { prompt_tokens: 60, completion_tokens: 3, total_tokens: 63 };
+  const final = cmpl('', null, u, false);
+  const cases: [string, string, unknown, string, boolean][] = [
+    // [name, stream, usage, completionText, unreadText]
+    ['usage-only chunk at the end', cmpl(prompt + 'tok0 ', logprobs, null) + cmpl('tok1 ', null, null) + final, u, '', true],
+    ['continuous usage on the passed chunk', cmpl(prompt + 'tok0 ', logprobs, u) + cmpl('tok1 ', null, null), u, 'tok1 ', true],
+    ['no usage', cmpl(prompt + 'tok0 ', logprobs, null) + cmpl('tok1 ', null, null), null, 'tok1 ', true],
+    ['small chunks only', cmpl('tok0 ', null, null) + final, u, '', false],
+  ];
+  for (const [name, stream, want, text, unread] of cases) {
+    const sse = Buffer.from(`${stream}data: [DONE]\n\n`);
+    const rand = seededInts(sse.length);
+    let bad = 0;
+    for (let i = 0; i < 200; i++) {
+      const m = createSseMeter(copts);
+      const forwarded = feedRandom(m, sse, rand, 1 + (i % 2 === 0 ? 40 : 2000));
+      const usageOk = JSON.stringify(m.usage) === JSON.stringify(want === null ? null : { prompt_tokens: 60, completion_tokens: 3 });
+      if (forwarded !== sse.toString() || !usageOk || m.completionText() !== text || m.unreadText !== unread || !m.sawDone) bad++;
+    }
+    t.equal(bad, 0, `${name}: 200 random cuts into chunks and turns`);
+  }
+  // Several choices asked for: a usage on a chunk with choices may be one choice's (sse-scanner.ts severalChoices).
+  const several = createSseMeter({ ...copts, severalChoices: true });
+  out(several.push(Buffer.from(cmpl(prompt, logprobs, u))), []);
+  t.equal(several.usage, null, 'several choices: the usage of a passed chunk with choices is not taken');
+  out(several.push(Buffer.from(final)), []);
+  t.same(several.usage, { prompt_tokens: 60, completion_tokens: 3 }, 'the usage-only chunk is');
+  const cut = createSseMeter({ ...copts, maxPassedEventBytes: 1000 });
+  t.throws(
+    () => cut.push(Buffer.from(cmpl(prompt, logprobs, null))),
+    { code: 'SSE_EVENT_TOO_LARGE', limit: 1000 },
+    'past maxPassedEventBytes',
+  );
 });
