@@ -15,6 +15,7 @@ import { join } from 'node:path';
 import { parseArgs } from 'node:util';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { Redis } from 'ioredis';
+import { PACKED_DEBITS_MAX } from '../src/store/debit-layout.ts';
 import { freePort, startCallgrindRedis } from './procs.ts';
 
 const { values } = parseArgs({ options: { calls: { type: 'string', default: '200' }, out: { type: 'string' } } });
@@ -88,9 +89,16 @@ async function run(kind: Kind, n: number): Promise<number> {
     const drawn = String(100 * n);
     const draws = ids.map(() => '100');
     if (kind === 'entry per debit') passes.push([lf, '0', n, debit, drawn, ...ids, ...ids.map(() => '-1234'), ...datas, ...draws]);
-    else if (kind === 'packed (lease-pass.lua)')
-      passes.push([lf, n, debit, drawn, n === 1 ? datas[0]! : `[${datas.join(',')}]`, n === 1 ? '100' : `[${draws.join(',')}]`, ...ids]);
-    else passes.push([lf, `P${lf}`, n, debit, drawn, `[${datas.join(',')}]`, `[${draws.join(',')}]`]);
+    else if (kind === 'packed (lease-pass.lua)') {
+      // As redis-credit.ts leasePass: entries of up to PACKED_DEBITS_MAX, an entry of one plain.
+      const entries: (string | number)[] = [];
+      for (let from = 0; from < n; from += PACKED_DEBITS_MAX) {
+        const ds = datas.slice(from, from + PACKED_DEBITS_MAX);
+        const hs = draws.slice(from, from + PACKED_DEBITS_MAX);
+        entries.push(ds.length, ds.length === 1 ? ds[0]! : `[${ds.join(',')}]`, hs.length === 1 ? hs[0]! : `[${hs.join(',')}]`);
+      }
+      passes.push([lf, n, debit, drawn, entries.length / 3, ...entries, ...ids]);
+    } else passes.push([lf, `P${lf}`, n, debit, drawn, `[${datas.join(',')}]`, `[${draws.join(',')}]`]);
   }
   ctl('--zero');
   for (const args of passes) await r.evalsha(sha[kind], 3, ...keys, ...args);
@@ -132,7 +140,7 @@ const report = [
   '',
   `\`node bench/packed-pass.ts --calls ${CALLS}\` · ${new Date().toISOString()} · ${execFileSync('redis-server', ['--version']).toString().trim().split(' ').slice(0, 3).join(' ')}`,
   '',
-  'redis-server instructions (callgrind, user space) per pass / per settle, each pass a call of its own into a hold bucket of 20,000 fields.',
+  `redis-server instructions (callgrind, user space) per pass / per settle, each pass a call of its own into a hold bucket of 20,000 fields; lease-pass.lua writes an entry per ${PACKED_DEBITS_MAX} debits.`,
   '',
   `| settles per pass | ${KINDS.join(' | ')} |`,
   `|--:|${KINDS.map(() => '--:').join('|')}|`,

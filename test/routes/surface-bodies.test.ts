@@ -182,7 +182,14 @@ t.test('upstream payloads: model rewritten, caps sent, usage forced on completio
     input: ['a'],
     dimensions: 3,
   });
-  t.same(COMPLETIONS_ENDPOINT.reply({ model: 'm', prompt: 'x', stream: true }), { stream: true, wantsUsage: false, severalChoices: false });
+  t.same(COMPLETIONS_ENDPOINT.reply({ model: 'm', prompt: 'x', stream: true }), {
+    stream: true,
+    wantsUsage: false,
+    severalChoices: false,
+    echo: false,
+  });
+  // vLLM's echo puts the prompt in the answer's text: billing must not count it as completion.
+  t.equal(COMPLETIONS_ENDPOINT.reply({ model: 'm', prompt: 'x', echo: true }).echo, true, 'echo');
   // Several choices in all (n × prompts): only the usage-only chunk's usage is the answer's (sse-scanner.ts).
   t.equal(COMPLETIONS_ENDPOINT.reply({ model: 'm', prompt: ['x', 'y'], stream: true }).severalChoices, true, 'two prompts');
   t.equal(COMPLETIONS_ENDPOINT.reply({ model: 'm', prompt: 'x', n: 2, stream: true }).severalChoices, true, 'n: 2');
