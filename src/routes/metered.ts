@@ -96,6 +96,13 @@ interface Prepared {
 /** The request body's budget release, once the body was read (called when the pipeline ends). */
 interface HeldBody {
   release: (() => void) | undefined;
+  /**
+   * Set when an attempt was aborted while queued for a connection (call.ts `unqueued`): the pool still holds
+   * the upstream payload, so the body's bytes are given back only once it lets go, however soon the request
+   * itself ended and settled. Without it, a key's abandoned requests queued behind busy connections held
+   * memory no budget counted.
+   */
+  until?: Promise<unknown> | undefined;
 }
 
 /** The route of one metered endpoint. */
@@ -165,7 +172,10 @@ export function meteredRoute<B extends { model: string }>(d: MeteredDeps, ep: Me
       // The pipeline is over (upstream done, billing read the payload): the body's bytes are given back now,
       // not when the response closes, so a response still waiting on its client (an error body included)
       // holds no body budget.
-      body.release?.();
+      if (body.until) {
+        const release = body.release;
+        void body.until.then(() => release?.());
+      } else body.release?.();
       ctx.res.off('close', onClose);
       trace?.end(ctx.res.statusCode);
     }
@@ -185,8 +195,11 @@ export function meteredRoute<B extends { model: string }>(d: MeteredDeps, ep: Me
       },
       { once: true },
     );
+    // Every attempt made: one aborted while queued keeps the body reserved until the pool lets go of it.
+    const attempts: UpstreamCall[] = [];
     const track = (c: UpstreamCall | undefined) => {
       current = c;
+      if (c && attempts.at(-1) !== c) attempts.push(c);
       if (c && signal.aborted) c.abort(new ClientGoneError());
     };
     const { model, output, promptEstimate, payload, reply, stateful } = await prepare(ctx, held);
@@ -311,6 +324,8 @@ export function meteredRoute<B extends { model: string }>(d: MeteredDeps, ep: Me
       sentThenGone = outcome === undefined && current !== undefined && (answered === undefined || answered.status < 300);
     } finally {
       clearTimeout(total);
+      const queued = attempts.filter((c) => c.unqueued !== undefined);
+      if (queued.length > 0) held.until = Promise.all(queued.map((c) => c.unqueued));
       trace?.upstreamEnd(answered?.status, outcome?.end);
       const t1 = process.hrtime.bigint();
       const ok = answered !== undefined && answered.status >= 200 && answered.status < 300;

@@ -106,14 +106,26 @@ export class UpstreamCall implements Dispatcher.DispatchHandler {
     return this.headChunks ? Buffer.concat(this.headChunks).subarray(0, HEAD_MAX_BYTES).toString('utf8') : '';
   }
 
+  /**
+   * Set when the attempt was aborted while still queued for a connection: resolves once undici lets go of
+   * the request (its body included), which for a queued request is only when a connection frees. Until
+   * then the request's body is still held by the pool, so its bytes stay reserved (routes/metered.ts).
+   */
+  unqueued: Promise<void> | undefined;
+  private resolveUnqueued: (() => void) | undefined;
+
   /** Aborts the upstream request (client gone, retry, timeout). */
   abort(reason: Error): void {
     this.abortReason ??= reason;
     if (this.controller) this.controller.abort(reason);
     // Not on a connection yet (queued in the pool behind upstream.max_connections, or its connection still
     // opening): undici applies the abort only once it gets one (onRequestStart, which then never writes it),
-    // seconds later or at the end of another request's generation. The attempt ends now, unsent.
-    else this.fail(reason);
+    // seconds later or at the end of another request's generation. The attempt ends now, unsent; the pool
+    // keeps the request until then (`unqueued`).
+    else {
+      this.unqueued ??= new Promise((res) => (this.resolveUnqueued = res));
+      this.fail(reason);
+    }
     // The upstream may have ended while its decoder still has bytes to give: those are cut too.
     if (this.decoder) this.fail(reason);
   }
@@ -131,6 +143,7 @@ export class UpstreamCall implements Dispatcher.DispatchHandler {
   onRequestStart(controller: Dispatcher.DispatchController): void {
     this.controller = controller;
     if (this.abortReason) controller.abort(this.abortReason);
+    this.resolveUnqueued?.();
   }
 
   onRequestSent(): void {
@@ -177,6 +190,7 @@ export class UpstreamCall implements Dispatcher.DispatchHandler {
 
   onResponseError(_c: Dispatcher.DispatchController, err: Error): void {
     this.fail(err);
+    this.resolveUnqueued?.();
   }
 
   private fail(err: Error): void {

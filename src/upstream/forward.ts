@@ -84,9 +84,11 @@ export async function forward(
       },
       call,
     );
+    // An attempt aborted while queued still occupies the pool's queue until a connection frees (call.ts
+    // `unqueued`): counted as outstanding until then, so the least-outstanding pick sees it.
     void call.done.then(
       () => up.outstanding--,
-      () => up.outstanding--,
+      () => (call.unqueued ? void call.unqueued.then(() => up.outstanding--) : up.outstanding--),
     );
     let start;
     try {
