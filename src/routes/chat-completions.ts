@@ -82,7 +82,15 @@ function upstreamBody(body: ChatBody, model: ModelConfig, perChoice: number): Bu
  * `response_format` JSON schema); each counted as its JSON.
  */
 async function countChatPrompt(payload: Buffer, tokenizer: Tokenizer, budget: Budget): Promise<number> {
-  const body = JSON.parse(payload.toString('utf8')) as ChatBodyLike & { messages: unknown[] };
+  return countChatFields(JSON.parse(payload.toString('utf8')) as ChatBodyLike & { messages: unknown[] }, tokenizer, budget);
+}
+
+/** countChatPrompt of a parsed body (also the chat form of /v1/embeddings: routes/embeddings.ts). */
+export async function countChatFields(
+  body: ChatBodyLike & { messages: readonly unknown[] },
+  tokenizer: Tokenizer,
+  budget: Budget,
+): Promise<number> {
   let n = await tokenizer.countPromptTokensBounded(body.messages, budget);
   for (const defs of [body.tools, body.functions]) {
     if (Array.isArray(defs) && defs.length > 0) n += await tokenizer.countTextBounded(JSON.stringify(defs), budget);

@@ -3,14 +3,21 @@
  * upstream's `usage.prompt_tokens` is billed at the model's input price, and the hold is sized from the
  * input's bytes (token ids as themselves). Answers are JSON only; a large one (thousands of vectors) is
  * relayed as it comes and only scanned for its top-level usage (meter/json-usage.ts).
+ *
+ * vLLM's chat form (chatForm): a body whose `messages` vLLM takes over `input` is held, counted and, with
+ * a request chat template, held at the context window as a chat request's messages are.
  */
+import type { ModelConfig } from '../config/schema.ts';
+import { estimatePromptTokens, type ChatBodyLike } from '../credit/hold-estimate.ts';
 import type { RouteDoc } from '../http/openapi.ts';
 import { Issues, int, literal, rootObject, str, type Obj } from '../http/validate.ts';
 import { EMBEDDINGS } from '../meter/formats.ts';
-import { meteredResponses, type MeteredEndpoint } from './endpoint.ts';
+import type { Budget, Tokenizer } from '../meter/tokenizer.ts';
+import { countChatFields, unseenPrompt } from './chat-completions.ts';
+import { meteredResponses, type MeteredEndpoint, type StatefulRequest } from './endpoint.ts';
 import { countInput, inputTokenBound, textInput, type TextInput } from './text-input.ts';
 
-export interface EmbeddingsBody extends Obj {
+export interface EmbeddingsBody extends Obj, ChatBodyLike {
   model: string;
   input: TextInput;
 }
@@ -32,6 +39,50 @@ export function validateEmbeddingsBody(value: unknown): EmbeddingsBody {
   int(opt('dimensions'), 'dimensions', ['body'], issues, { gt: 0 });
   issues.done();
   return body as EmbeddingsBody;
+}
+
+/**
+ * Whether vLLM takes the body as its chat form (EmbeddingChatRequest: `messages` rendered with the chat
+ * template, or `chat_template` from the request, with `chat_template_kwargs`, `add_generation_prompt`, …;
+ * `input` ignored) rather than its completion form. vLLM's request type is the union EmbeddingCompletionRequest |
+ * EmbeddingChatRequest (vllm/entrypoints/pooling/embed/protocol.py), both accepting extra fields, so a
+ * body with `input` and `messages` validates as both, and pydantic's smart union takes the member with
+ * more fields set, each message's keys counted: any non-empty list of messages (objects with a string
+ * `role`) outweighs `input`; an empty one ties, and the first member, the completion form, wins. One
+ * property read for a body without `messages`.
+ */
+export function chatForm(body: EmbeddingsBody): body is EmbeddingsBody & { messages: readonly unknown[] } {
+  const m = body.messages;
+  if (!Array.isArray(m) || m.length === 0) return false;
+  for (const x of m) if (typeof x !== 'object' || x === null || typeof (x as { role?: unknown }).role !== 'string') return false;
+  return true;
+}
+
+/**
+ * The hold's input bound: the input's bytes, or for the chat form the chat estimate of its messages and
+ * the fields a template renders (credit/hold-estimate.ts), whichever is larger (either may be embedded if
+ * vLLM judged the messages otherwise).
+ */
+function estimateEmbeddingsPrompt(body: EmbeddingsBody, bodyBytes: number): number {
+  const input = inputTokenBound(body.input, PER_INPUT);
+  return chatForm(body) ? Math.max(input, estimatePromptTokens(body, bodyBytes)) : input;
+}
+
+/** The chat form with a request chat template (or a `prompt_embeds` part): held at the context window. */
+function embeddingsUnseenPrompt(body: EmbeddingsBody, model: ModelConfig, promptEstimate: number): StatefulRequest | undefined {
+  return chatForm(body) ? unseenPrompt(body, model, promptEstimate) : undefined;
+}
+
+/**
+ * Prompt tokens by the fallback tokenizer (no usage came back): the form vLLM embedded; for the chat form
+ * as a chat request's (routes/chat-completions.ts countChatFields) but for a top-level `documents`, which
+ * EmbeddingChatRequest does not render (the hold still counts it: a surplus released at settle).
+ */
+function countEmbeddingsPrompt(payload: Buffer, tokenizer: Tokenizer, budget: Budget): Promise<number> {
+  const body = JSON.parse(payload.toString('utf8')) as EmbeddingsBody;
+  if (!chatForm(body)) return countInput(body.input, tokenizer, budget);
+  body.documents = undefined;
+  return countChatFields(body, tokenizer, budget);
 }
 
 const DOC: RouteDoc = {
@@ -65,9 +116,9 @@ export const EMBEDDINGS_ENDPOINT: MeteredEndpoint<EmbeddingsBody> = {
   format: EMBEDDINGS,
   validate: validateEmbeddingsBody,
   output: () => ({ perChoice: 0, total: 0 }),
-  estimatePrompt: (body) => inputTokenBound(body.input, PER_INPUT),
+  estimatePrompt: estimateEmbeddingsPrompt,
   payload: (body, model) => Buffer.from(JSON.stringify({ ...body, model: model.upstreamModel })),
   reply: () => ({ stream: false, wantsUsage: true }),
-  countPrompt: (payload, tokenizer, budget) =>
-    countInput((JSON.parse(payload.toString('utf8')) as EmbeddingsBody).input, tokenizer, budget),
+  countPrompt: countEmbeddingsPrompt,
+  stateful: embeddingsUnseenPrompt,
 };

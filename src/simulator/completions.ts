@@ -5,7 +5,8 @@
  * `prompt_embeds` count as input (simCompletionsPromptTokens); `echo` and `logprobs` are honoured as vLLM
  * does (simEchoLogprobs). Embeddings answer
  * one deterministic vector per input, as floats or as base64 little-endian float32 (the openai SDK asks
- * for base64 by default).
+ * for base64 by default); a body in vLLM's chat form (simEmbeddingsChatForm) one vector for its rendered
+ * messages.
  */
 import type { SimApi } from './chat.ts';
 import type { Exchange } from './exchange.ts';
@@ -19,6 +20,7 @@ import {
   planWith,
   positiveInt,
   simCompletionText,
+  simPromptTokens,
   simTextTokens,
   type CompletionPlan,
 } from './output.ts';
@@ -191,19 +193,35 @@ export function simEmbedding(i: number, dims: number): number[] {
   return v;
 }
 
+/**
+ * Whether vLLM takes an embeddings body as its chat form (EmbeddingChatRequest: `messages` rendered with
+ * the chat template, `input` ignored) rather than the completion form. vLLM's EmbeddingRequest is the
+ * union EmbeddingCompletionRequest | EmbeddingChatRequest, both allowing extra fields, so a body with
+ * `input` and `messages` validates as both; pydantic's smart union then takes the one with more fields
+ * set, counting each message's keys, so any non-empty valid `messages` list wins over `input` (an empty
+ * one ties, and the first, the completion form, wins). Valid here: each message an object with a string
+ * `role`. Counted as a chat prompt (simPromptTokens) but for a top-level `documents`, which vLLM's
+ * EmbeddingChatRequest does not render.
+ */
+export function simEmbeddingsChatForm(body: unknown): boolean {
+  const m = isObject(body) ? body['messages'] : undefined;
+  return Array.isArray(m) && m.length > 0 && m.every((x) => isObject(x) && typeof x['role'] === 'string');
+}
+
 /** Answers one embeddings request as steered by `opts` (status, refuse, headers delay, usage, cut_after, encoding). */
 export async function respondEmbeddings(x: Exchange, body: unknown, opts: SimOptions): Promise<void> {
   if (await answeredBySteering(x, opts)) return;
   const b = isObject(body) ? body : {};
   const dims = positiveInt(b['dimensions']) ?? SIM_EMBEDDING_DIMENSIONS;
   const base64 = b['encoding_format'] === 'base64';
+  const chat = simEmbeddingsChatForm(b);
   const data = [];
-  for (let i = 0; i < inputCount(b['input']); i++) {
+  for (let i = 0; i < (chat ? 1 : inputCount(b['input'])); i++) {
     const v = simEmbedding(i, dims);
     const embedding = base64 ? Buffer.from(new Float32Array(v).buffer).toString('base64') : v;
     data.push({ object: 'embedding', index: i, embedding });
   }
-  const prompt = opts.usage === 'zero' ? 0 : simInputTokens(b['input']);
+  const prompt = opts.usage === 'zero' ? 0 : chat ? simPromptTokens({ ...b, documents: undefined }, opts) : simInputTokens(b['input']);
   const out: Record<string, unknown> = { object: 'list', data, model: typeof b['model'] === 'string' ? b['model'] : 'sim-model' };
   if (opts.usage !== 'absent') out['usage'] = { prompt_tokens: prompt, total_tokens: prompt };
   const payload = JSON.stringify(out);
