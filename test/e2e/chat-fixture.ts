@@ -25,6 +25,23 @@ export async function serveUpstream(t: Teardown, server: Server): Promise<string
   return `http://127.0.0.1:${(server.address() as AddressInfo).port}/v1`;
 }
 
+/**
+ * A model priced as `sim-small` (SIM_SMALL: input 1.5, output 2.25 credits per million tokens), served by
+ * `urls` in order, each with `apiKey` (none when null).
+ */
+export function simSmallModel(name: string, urls: readonly string[], apiKey: string | null = 'upstream-secret') {
+  return {
+    name,
+    upstream_model: 'sim/small-1',
+    max_output_tokens: 256,
+    price: { input: 1.5, output: 2.25 },
+    upstreams: urls.map((url) => (apiKey === null ? { url } : { url, api_key: apiKey })),
+  };
+}
+
+/** The `upstream` label of an upstream's metrics: its URL's host and port. */
+export const hostOf = (url: string) => new URL(url).host;
+
 /** A simulator closed when the test ends. */
 export async function startSim(t: Teardown): Promise<Simulator> {
   const sim = await startSimulator();
@@ -241,17 +258,7 @@ export async function twoUpstreamGateway(t: Teardown, account: string) {
   const b = await startSim(t);
   const gw = await startGateway(t, {
     upstreamUrl: a.url,
-    config: {
-      models: [
-        {
-          name: 'm',
-          upstream_model: 'sim/small-1',
-          max_output_tokens: 256,
-          price: { input: 1.5, output: 2.25 },
-          upstreams: [{ url: a.url }, { url: b.url }],
-        },
-      ],
-    },
+    config: { models: [simSmallModel('m', [a.url, b.url], null)] },
   });
   const { key } = await gw.createKey({ account, env: 'live' });
   await gw.grant(account, 1_000_000);
