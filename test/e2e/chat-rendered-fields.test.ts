@@ -10,12 +10,11 @@
 import t, { type Test } from 'tap';
 import { startRedis } from '../helpers/redis.ts';
 import { startGateway, type TestGateway } from '../helpers/gateway.ts';
-import { waitFor } from '../helpers/wait.ts';
 import { createTokenizer } from '../../src/meter/tokenizer.ts';
 import { simPromptTokens } from '../../src/simulator/simulator.ts';
 import { simResponsesPromptTokens } from '../../src/simulator/responses.ts';
 import { startSim } from './chat-fixture.ts';
-import { accountOf, checkLedger, ledgerOf, type Entry } from './credit-support.ts';
+import { checkLedger, debitOf, ledgerOf, settledAccount, type Entry } from './credit-support.ts';
 
 const tokenizer = createTokenizer();
 await tokenizer.load();
@@ -68,26 +67,6 @@ const BIG_SCHEMA = {
   ),
 };
 
-/** Every hold settled: the account, once nothing is held. */
-function settled(gw: TestGateway, account: string) {
-  return waitFor(
-    async () => {
-      const a = await accountOf(gw.admin, account);
-      return a.held_micros === 0 && a;
-    },
-    10_000,
-    'every hold settled',
-  );
-}
-
-function debitOf(gw: TestGateway, account: string, requestId: string): Promise<Entry> {
-  return waitFor(
-    async () => (await ledgerOf(gw.admin, account)).find((e) => e.kind === 'debit' && e.request_id === requestId),
-    10_000,
-    `the debit of ${requestId}`,
-  );
-}
-
 const redis = await startRedis(t);
 if (redis) {
   t.test('documents and chat_template_kwargs on a poor account: 32 concurrent requests never overspend', async (t) => {
@@ -116,7 +95,7 @@ if (redis) {
         `${account}: each request is served or refused 402 (${served} served)`,
       );
       t.ok(served >= 1, `${account}: at least one is served`);
-      const after = await settled(gw, account);
+      const after = await settledAccount(gw, account);
       t.ok(after.balance_micros >= 0, `${account}: balance ${after.balance_micros} µ from ${grant} µ, never negative`);
       const entries = await ledgerOf(gw.admin, account);
       const debits = entries.filter((e) => e.kind === 'debit');
@@ -175,7 +154,7 @@ if (redis) {
         t.ok(-e.amount_micros <= e.hold_micros!, `${name}, stream ${stream}: within its hold (${e.amount_micros} of ${e.hold_micros})`);
       }
     }
-    checkLedger(t, await ledgerOf(gw.admin, 'nousage'), await settled(gw, 'nousage'));
+    checkLedger(t, await ledgerOf(gw.admin, 'nousage'), await settledAccount(gw, 'nousage'));
   });
 
   t.test('responses text.format json_schema on a poor account: 32 concurrent requests never overspend', async (t) => {
@@ -203,7 +182,7 @@ if (redis) {
       `each request is served or refused 402 (${served} served)`,
     );
     t.ok(served >= 1, 'at least one is served');
-    const after = await settled(gw, 'rformat');
+    const after = await settledAccount(gw, 'rformat');
     t.ok(after.balance_micros >= 0, `balance ${after.balance_micros} µ from ${grant} µ, never negative`);
     const entries = await ledgerOf(gw.admin, 'rformat');
     const debits = entries.filter((e) => e.kind === 'debit');
@@ -247,6 +226,6 @@ if (redis) {
       const json = await billed({ text: { format: { type: 'json_object' } } });
       t.equal(json.prompt_tokens, plain.prompt_tokens, `stream ${stream}: a json_object format adds nothing`);
     }
-    checkLedger(t, await ledgerOf(gw.admin, 'rnousage'), await settled(gw, 'rnousage'));
+    checkLedger(t, await ledgerOf(gw.admin, 'rnousage'), await settledAccount(gw, 'rnousage'));
   });
 }

@@ -87,6 +87,27 @@ export async function accountOf(admin: Admin, account: string): Promise<{ balanc
   return r.body;
 }
 
+/** The account once every hold has settled (nothing held), polled for up to `timeoutMs`. */
+export function settledAccount(gw: { admin: Admin }, account: string, timeoutMs = 10_000) {
+  return waitFor(
+    async () => {
+      const a = await accountOf(gw.admin, account);
+      return a.held_micros === 0 && a;
+    },
+    timeoutMs,
+    'every hold settled',
+  );
+}
+
+/** The debit entry of a request, polled for up to `timeoutMs` (settles land after the answer). */
+export function debitOf(gw: { admin: Admin }, account: string, requestId: string, timeoutMs = 10_000): Promise<Entry> {
+  return waitFor(
+    async () => (await ledgerOf(gw.admin, account)).find((e) => e.kind === 'debit' && e.request_id === requestId),
+    timeoutMs,
+    `the debit of ${requestId}`,
+  );
+}
+
 /**
  * The ledger invariants of SPEC §4 / §2a: balance = Σ entries; no request id debited twice; when
  * `settled` is given, exactly those request ids have a debit (a refused or never-served request none).
