@@ -50,15 +50,18 @@ export async function startSim(t: Teardown): Promise<Simulator> {
 }
 
 /**
- * A simulator and a gateway (embedded store) serving one model `m` priced 1 µ a token both ways, so costs
- * read as token counts, with a large per-key concurrency for crowds: the stateful and unseen-input tests.
+ * A simulator and a gateway (embedded store, or Redis at `redisUrl`) serving one model `m` priced 1 µ a
+ * token both ways, so costs read as token counts, with a large per-key concurrency for crowds: the
+ * stateful, unseen-input and rendered-fields tests.
  */
 export async function startTokenPriced(
   t: Teardown,
   model: { maxOutputTokens: number; contextWindow: number },
+  redisUrl?: string,
 ): Promise<{ sim: Simulator; gw: TestGateway }> {
   const sim = await startSim(t);
   const gw = await startGateway(t, {
+    ...(redisUrl !== undefined && { redisUrl }),
     upstreamUrl: sim.url,
     config: {
       limits: { max_concurrent_per_key: 1000 },

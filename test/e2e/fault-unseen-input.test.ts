@@ -16,7 +16,7 @@ import OpenAI from 'openai';
 import type { TestGateway } from '../helpers/gateway.ts';
 import { startTokenPriced, abandonResponsesStream } from './chat-fixture.ts';
 import { simPromptTokens } from '../../src/simulator/simulator.ts';
-import { checkLedger, debitOf, ledgerOf, settledAccount } from './credit-support.ts';
+import { checkLedger, debitOf, ledgerOf, poorCrowd, settledAccount } from './credit-support.ts';
 
 const CONTEXT_WINDOW = 16_384;
 
@@ -33,51 +33,9 @@ function post(gw: { url: string }, key: string, path: string, body: Record<strin
   });
 }
 
-/**
- * 32 concurrent requests of `body` on a new key of `account` granted `grant` µ: each is served or refused
- * 402, the balance never goes negative, no debit exceeds its hold, and each debit bills `prompt` input
- * tokens, as the upstream reported them.
- */
-async function crowd(
-  t: Test,
-  gw: TestGateway,
-  account: string,
-  grant: number,
-  path: string,
-  body: Record<string, unknown>,
-  prompt: number,
-): Promise<void> {
-  const { key } = await gw.createKey({ account, env: 'live' });
-  await gw.grant(account, grant);
-  const answers = await Promise.all(
-    Array.from({ length: 32 }, async () => {
-      const res = await post(gw, key, path, body);
-      await res.text();
-      return res.status;
-    }),
-  );
-  const served = answers.filter((s) => s === 200).length;
-  t.ok(
-    answers.every((s) => s === 200 || s === 402),
-    `${account}: each request is served or refused 402 insufficient_credit (${served} served)`,
-  );
-  t.ok(served >= 1, `${account}: at least one is served`);
-  const after = await settledAccount(gw, account);
-  t.ok(after.balance_micros >= 0, `${account}: balance ${after.balance_micros} µ from ${grant} µ, never negative`);
-  const entries = await ledgerOf(gw.admin, account);
-  const debits = entries.filter((e) => e.kind === 'debit');
-  t.equal(debits.length, served, `${account}: one debit per served request`);
-  t.same(
-    debits.filter((e) => -e.amount_micros > (e.hold_micros ?? 0)),
-    [],
-    `${account}: no debit exceeds its hold`,
-  );
-  t.same(
-    debits.filter((e) => e.prompt_tokens !== prompt || e.usage_source !== 'upstream'),
-    [],
-    `${account}: each is billed the ${prompt} input tokens the upstream reported, the unseen input included`,
-  );
-  checkLedger(t, entries, after);
+/** 32 concurrent requests of `body` to `path` on a poor account (credit-support poorCrowd). */
+function crowd(t: Test, gw: TestGateway, account: string, grant: number, path: string, body: Record<string, unknown>, prompt: number) {
+  return poorCrowd(t, gw, account, grant, prompt, (key) => post(gw, key, path, body));
 }
 
 t.test('responses: item_reference and stored prompt templates on a poor account never overspend', async (t) => {
