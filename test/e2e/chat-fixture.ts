@@ -79,6 +79,15 @@ export async function startTokenPriced(
   return { sim, gw };
 }
 
+/** A simulator, a gateway on it (embedded store), and a live key of `account` granted `grant` µ. */
+export async function liveGateway(t: Teardown, account: string, grant = 10_000_000) {
+  const sim = await startSim(t);
+  const gw = await startGateway(t, { upstreamUrl: sim.url });
+  const { key } = await gw.createKey({ account, env: 'live' });
+  await gw.grant(account, grant);
+  return { sim, gw, key };
+}
+
 /**
  * An HTTP front that forwards every request to `target` with extra `x-sim-*` headers, so one upstream of
  * a model misbehaves (e.g. `x-sim-status: 503`) while its sibling, reached directly, does not. The
