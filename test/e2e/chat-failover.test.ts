@@ -11,27 +11,17 @@ import {
   SIM_SMALL,
   accountVsLedger,
   expectedCost,
+  hostOf,
   metricsText,
   postChat,
   sample,
   sdk,
+  simSmallModel,
   startSim,
   startSteeredFront,
   waitForDebit,
 } from './chat-fixture.ts';
 
-/** A priced model (sim-small's price) served by `urls`, in order. */
-function model(name: string, urls: string[]) {
-  return {
-    name,
-    upstream_model: 'sim/small-1',
-    max_output_tokens: 256,
-    price: { input: 1.5, output: 2.25 },
-    upstreams: urls.map((url) => ({ url, api_key: 'upstream-secret' })),
-  };
-}
-
-const hostOf = (url: string) => new URL(url).host;
 const USER = [{ role: 'user', content: 'tell me something' }];
 
 t.test('a refused first upstream (dead port, or a socket closed without an answer): served by the next', async (t) => {
@@ -41,7 +31,7 @@ t.test('a refused first upstream (dead port, or a socket closed without an answe
   const refusing = await startSteeredFront(t, bad, { 'x-sim-refuse': 'true' });
   const gw = await startGateway(t, {
     upstreamUrl: good.url,
-    config: { models: [model('m-dead', [dead, good.url]), model('m-refuse', [refusing, good.url])] },
+    config: { models: [simSmallModel('m-dead', [dead, good.url]), simSmallModel('m-refuse', [refusing, good.url])] },
   });
   const { key } = await gw.createKey({ account: 'fo-a', env: 'live' });
   await gw.grant('fo-a', 1_000_000);
@@ -75,7 +65,7 @@ t.test('first upstream answers 503, 429 or 502 before any byte: retried on the n
   for (const s of [503, 429, 502, 504]) fronts[s] = await startSteeredFront(t, bad, { 'x-sim-status': String(s) });
   const gw = await startGateway(t, {
     upstreamUrl: good.url,
-    config: { models: Object.entries(fronts).map(([s, url]) => model(`m-${s}`, [url, good.url])) },
+    config: { models: Object.entries(fronts).map(([s, url]) => simSmallModel(`m-${s}`, [url, good.url])) },
   });
   const { key } = await gw.createKey({ account: 'fo-b', env: 'live' });
   await gw.grant('fo-b', 1_000_000);
@@ -111,7 +101,7 @@ t.test('first upstream answers 503, 429 or 502 before any byte: retried on the n
 t.test('an upstream 500 is not retried: the client gets 502 upstream_error, one attempt, settled at 0', async (t) => {
   const a = await startSim(t);
   const b = await startSim(t);
-  const gw = await startGateway(t, { upstreamUrl: a.url, config: { models: [model('m', [a.url, b.url])] } });
+  const gw = await startGateway(t, { upstreamUrl: a.url, config: { models: [simSmallModel('m', [a.url, b.url])] } });
   const { key } = await gw.createKey({ account: 'fo-c', env: 'live' });
   await gw.grant('fo-c', 1_000_000);
   for (const stream of [false, true]) {
@@ -133,7 +123,7 @@ t.test('an upstream 500 is not retried: the client gets 502 upstream_error, one 
 t.test('every upstream refused: 503 upstream_unavailable (SDK and fetch), hold released', async (t) => {
   const d1 = `http://127.0.0.1:${await freePort()}/v1`;
   const d2 = `http://127.0.0.1:${await freePort()}/v1`;
-  const gw = await startGateway(t, { config: { models: [model('m', [d1, d2])] } });
+  const gw = await startGateway(t, { config: { models: [simSmallModel('m', [d1, d2])] } });
   const { key } = await gw.createKey({ account: 'fo-d', env: 'live' });
   await gw.grant('fo-d', 1_000_000);
   const res = await postChat(gw, key, { model: 'm', messages: USER });
@@ -159,7 +149,7 @@ t.test('every upstream refused: 503 upstream_unavailable (SDK and fetch), hold r
 t.test('every upstream answers 503 (or 429): 502 upstream_error after trying each once', async (t) => {
   const a = await startSim(t);
   const b = await startSim(t);
-  const gw = await startGateway(t, { upstreamUrl: a.url, config: { models: [model('m', [a.url, b.url])] } });
+  const gw = await startGateway(t, { upstreamUrl: a.url, config: { models: [simSmallModel('m', [a.url, b.url])] } });
   const { key } = await gw.createKey({ account: 'fo-e', env: 'test' });
   for (const status of ['503', '429']) {
     a.clear();
@@ -177,7 +167,7 @@ t.test('every upstream slower than headers_timeout_ms: 504 upstream_timeout; the
   const b = await startSim(t);
   const gw = await startGateway(t, {
     upstreamUrl: a.url,
-    config: { upstream: { headers_timeout_ms: 150 }, models: [model('m', [a.url, b.url])] },
+    config: { upstream: { headers_timeout_ms: 150 }, models: [simSmallModel('m', [a.url, b.url])] },
   });
   const { key } = await gw.createKey({ account: 'fo-f', env: 'live' });
   await gw.grant('fo-f', 1_000_000);
@@ -200,7 +190,7 @@ t.test('one upstream times out and the other is refused: 504 every time, whateve
   // eject_after_failures high so both stay in rotation for every request.
   const gw = await startGateway(t, {
     upstreamUrl: slow.url,
-    config: { upstream: { headers_timeout_ms: 150, eject_after_failures: 100 }, models: [model('m', [dead, slow.url])] },
+    config: { upstream: { headers_timeout_ms: 150, eject_after_failures: 100 }, models: [simSmallModel('m', [dead, slow.url])] },
   });
   const { key } = await gw.createKey({ account: 'fo-g', env: 'test' });
   const statuses: number[] = [];
@@ -220,7 +210,7 @@ t.test('one upstream times out and the other is refused: 504 every time, whateve
 t.test('an upstream 400 passes through unchanged (status and body), is not retried, settles at 0', async (t) => {
   const a = await startSim(t);
   const b = await startSim(t);
-  const gw = await startGateway(t, { upstreamUrl: a.url, config: { models: [model('m', [a.url, b.url])] } });
+  const gw = await startGateway(t, { upstreamUrl: a.url, config: { models: [simSmallModel('m', [a.url, b.url])] } });
   const { key } = await gw.createKey({ account: 'fo-h', env: 'live' });
   await gw.grant('fo-h', 1_000_000);
   for (const [status, stream] of [
@@ -254,7 +244,7 @@ t.test('ejection: after eject_after_failures (2) failures the bad upstream is no
     upstreamUrl: good.url,
     config: {
       upstream: { eject_after_failures: 2, eject_seconds: 60 },
-      models: [model('m-dead', [dead, good.url]), model('m-503', [failing, good.url])],
+      models: [simSmallModel('m-dead', [dead, good.url]), simSmallModel('m-503', [failing, good.url])],
     },
   });
   const { key } = await gw.createKey({ account: 'fo-i', env: 'test' });
@@ -289,7 +279,7 @@ t.test('total_timeout_ms bounds the whole request, retries included: no next ups
   const b = await startSim(t);
   const gw = await startGateway(t, {
     upstreamUrl: a.url,
-    config: { upstream: { total_timeout_ms: 300, headers_timeout_ms: 5000 }, models: [model('m', [a.url, b.url])] },
+    config: { upstream: { total_timeout_ms: 300, headers_timeout_ms: 5000 }, models: [simSmallModel('m', [a.url, b.url])] },
   });
   const { key } = await gw.createKey({ account: 'fo-j', env: 'test' });
   // Each upstream answers after 1.5 s, well past the 300 ms total: the request must end as a timeout.

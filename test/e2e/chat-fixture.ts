@@ -25,6 +25,23 @@ export async function serveUpstream(t: Teardown, server: Server): Promise<string
   return `http://127.0.0.1:${(server.address() as AddressInfo).port}/v1`;
 }
 
+/**
+ * A model priced as `sim-small` (SIM_SMALL: input 1.5, output 2.25 credits per million tokens), served by
+ * `urls` in order, each with `apiKey` (none when null).
+ */
+export function simSmallModel(name: string, urls: readonly string[], apiKey: string | null = 'upstream-secret') {
+  return {
+    name,
+    upstream_model: 'sim/small-1',
+    max_output_tokens: 256,
+    price: { input: 1.5, output: 2.25 },
+    upstreams: urls.map((url) => (apiKey === null ? { url } : { url, api_key: apiKey })),
+  };
+}
+
+/** The `upstream` label of an upstream's metrics: its URL's host and port. */
+export const hostOf = (url: string) => new URL(url).host;
+
 /** A simulator closed when the test ends. */
 export async function startSim(t: Teardown): Promise<Simulator> {
   const sim = await startSimulator();
@@ -33,15 +50,18 @@ export async function startSim(t: Teardown): Promise<Simulator> {
 }
 
 /**
- * A simulator and a gateway (embedded store) serving one model `m` priced 1 µ a token both ways, so costs
- * read as token counts, with a large per-key concurrency for crowds: the stateful and unseen-input tests.
+ * A simulator and a gateway (embedded store, or Redis at `redisUrl`) serving one model `m` priced 1 µ a
+ * token both ways, so costs read as token counts, with a large per-key concurrency for crowds: the
+ * stateful, unseen-input and rendered-fields tests.
  */
 export async function startTokenPriced(
   t: Teardown,
   model: { maxOutputTokens: number; contextWindow: number },
+  redisUrl?: string,
 ): Promise<{ sim: Simulator; gw: TestGateway }> {
   const sim = await startSim(t);
   const gw = await startGateway(t, {
+    ...(redisUrl !== undefined && { redisUrl }),
     upstreamUrl: sim.url,
     config: {
       limits: { max_concurrent_per_key: 1000 },
@@ -57,6 +77,15 @@ export async function startTokenPriced(
     },
   });
   return { sim, gw };
+}
+
+/** A simulator, a gateway on it (embedded store), and a live key of `account` granted `grant` µ. */
+export async function liveGateway(t: Teardown, account: string, grant = 10_000_000) {
+  const sim = await startSim(t);
+  const gw = await startGateway(t, { upstreamUrl: sim.url });
+  const { key } = await gw.createKey({ account, env: 'live' });
+  await gw.grant(account, grant);
+  return { sim, gw, key };
 }
 
 /**
@@ -241,17 +270,7 @@ export async function twoUpstreamGateway(t: Teardown, account: string) {
   const b = await startSim(t);
   const gw = await startGateway(t, {
     upstreamUrl: a.url,
-    config: {
-      models: [
-        {
-          name: 'm',
-          upstream_model: 'sim/small-1',
-          max_output_tokens: 256,
-          price: { input: 1.5, output: 2.25 },
-          upstreams: [{ url: a.url }, { url: b.url }],
-        },
-      ],
-    },
+    config: { models: [simSmallModel('m', [a.url, b.url], null)] },
   });
   const { key } = await gw.createKey({ account, env: 'live' });
   await gw.grant(account, 1_000_000);

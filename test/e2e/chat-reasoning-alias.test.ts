@@ -5,23 +5,14 @@
 // (src/simulator/output.ts). On a real redis-server.
 import t from 'tap';
 import { startRedis } from '../helpers/redis.ts';
-import { startGateway, type TestGateway } from '../helpers/gateway.ts';
-import { waitFor } from '../helpers/wait.ts';
+import { startGateway } from '../helpers/gateway.ts';
 import { createTokenizer } from '../../src/meter/tokenizer.ts';
 import { simCompletionText } from '../../src/simulator/simulator.ts';
 import { sseData, startSim } from './chat-fixture.ts';
-import { checkLedger, ledgerOf, accountOf, type Entry } from './credit-support.ts';
+import { checkLedger, debitOf, ledgerOf, accountOf } from './credit-support.ts';
 
 const tokenizer = createTokenizer();
 await tokenizer.load();
-
-function debitOf(gw: TestGateway, account: string, requestId: string): Promise<Entry> {
-  return waitFor(
-    async () => (await ledgerOf(gw.admin, account)).find((e) => e.kind === 'debit' && e.request_id === requestId),
-    10_000,
-    `the debit of ${requestId}`,
-  );
-}
 
 const redis = await startRedis(t);
 if (redis) {

@@ -9,13 +9,12 @@
 // was billed the messages alone. On a real redis-server.
 import t, { type Test } from 'tap';
 import { startRedis } from '../helpers/redis.ts';
-import { startGateway, type TestGateway } from '../helpers/gateway.ts';
-import { waitFor } from '../helpers/wait.ts';
+import type { TestGateway } from '../helpers/gateway.ts';
 import { createTokenizer } from '../../src/meter/tokenizer.ts';
 import { simPromptTokens } from '../../src/simulator/simulator.ts';
 import { simResponsesPromptTokens } from '../../src/simulator/responses.ts';
-import { startSim } from './chat-fixture.ts';
-import { accountOf, checkLedger, ledgerOf, type Entry } from './credit-support.ts';
+import { startTokenPriced } from './chat-fixture.ts';
+import { checkLedger, debitOf, ledgerOf, poorCrowd, settledAccount, type Entry } from './credit-support.ts';
 
 const tokenizer = createTokenizer();
 await tokenizer.load();
@@ -25,23 +24,7 @@ const DOCUMENTS = Array.from({ length: 10 }, (_, i) => ({ title: `doc ${i}`, tex
 const MESSAGES = [{ role: 'user', content: 'hi' }];
 
 async function setup(t: Test, redisUrl: string): Promise<TestGateway> {
-  const sim = await startSim(t);
-  return startGateway(t, {
-    redisUrl,
-    upstreamUrl: sim.url,
-    config: {
-      limits: { max_concurrent_per_key: 1000 },
-      models: [
-        {
-          name: 'm',
-          max_output_tokens: 8192,
-          context_window: 131_072,
-          price: { input: 1, output: 1 },
-          upstreams: [{ url: sim.url, api_key: 'upstream-secret' }],
-        },
-      ],
-    },
-  });
+  return (await startTokenPriced(t, { maxOutputTokens: 8192, contextWindow: 131_072 }, redisUrl)).gw;
 }
 
 function post(gw: TestGateway, key: string, body: Record<string, unknown>): Promise<Response> {
@@ -68,26 +51,6 @@ const BIG_SCHEMA = {
   ),
 };
 
-/** Every hold settled: the account, once nothing is held. */
-function settled(gw: TestGateway, account: string) {
-  return waitFor(
-    async () => {
-      const a = await accountOf(gw.admin, account);
-      return a.held_micros === 0 && a;
-    },
-    10_000,
-    'every hold settled',
-  );
-}
-
-function debitOf(gw: TestGateway, account: string, requestId: string): Promise<Entry> {
-  return waitFor(
-    async () => (await ledgerOf(gw.admin, account)).find((e) => e.kind === 'debit' && e.request_id === requestId),
-    10_000,
-    `the debit of ${requestId}`,
-  );
-}
-
 const redis = await startRedis(t);
 if (redis) {
   t.test('documents and chat_template_kwargs on a poor account: 32 concurrent requests never overspend', async (t) => {
@@ -100,38 +63,8 @@ if (redis) {
       const body = { ...extra, ...tail };
       const prompt = simPromptTokens({ messages: MESSAGES, ...extra });
       t.ok(prompt > 7000, `${account}: the upstream counts ${prompt} prompt tokens`);
-      const { key } = await gw.createKey({ account, env: 'live' });
-      const grant = 200_000; // 26 requests' worth of what the upstream bills, 3 holds
-      await gw.grant(account, grant);
-      const answers = await Promise.all(
-        Array.from({ length: 32 }, async () => {
-          const res = await post(gw, key, body);
-          await res.text();
-          return res.status;
-        }),
-      );
-      const served = answers.filter((s) => s === 200).length;
-      t.ok(
-        answers.every((s) => s === 200 || s === 402),
-        `${account}: each request is served or refused 402 (${served} served)`,
-      );
-      t.ok(served >= 1, `${account}: at least one is served`);
-      const after = await settled(gw, account);
-      t.ok(after.balance_micros >= 0, `${account}: balance ${after.balance_micros} µ from ${grant} µ, never negative`);
-      const entries = await ledgerOf(gw.admin, account);
-      const debits = entries.filter((e) => e.kind === 'debit');
-      t.equal(debits.length, served, `${account}: one debit per served request`);
-      t.same(
-        debits.filter((e) => -e.amount_micros > (e.hold_micros ?? 0)).map((e) => [e.hold_micros, e.amount_micros]),
-        [],
-        `${account}: no debit exceeds its hold`,
-      );
-      t.same(
-        debits.filter((e) => e.prompt_tokens !== prompt || e.usage_source !== 'upstream').map((e) => e.prompt_tokens),
-        [],
-        `${account}: each is billed the ${prompt} input tokens the upstream reported`,
-      );
-      checkLedger(t, entries, after);
+      // 200,000 µ: 26 requests' worth of what the upstream bills, 3 holds.
+      await poorCrowd(t, gw, account, 200_000, prompt, (key) => post(gw, key, body));
     }
   });
 
@@ -175,7 +108,7 @@ if (redis) {
         t.ok(-e.amount_micros <= e.hold_micros!, `${name}, stream ${stream}: within its hold (${e.amount_micros} of ${e.hold_micros})`);
       }
     }
-    checkLedger(t, await ledgerOf(gw.admin, 'nousage'), await settled(gw, 'nousage'));
+    checkLedger(t, await ledgerOf(gw.admin, 'nousage'), await settledAccount(gw, 'nousage'));
   });
 
   t.test('responses text.format json_schema on a poor account: 32 concurrent requests never overspend', async (t) => {
@@ -187,38 +120,8 @@ if (redis) {
     };
     const prompt = simResponsesPromptTokens(body);
     t.ok(prompt > 7000, `the upstream counts ${prompt} input tokens`);
-    const { key } = await gw.createKey({ account: 'rformat', env: 'live' });
-    const grant = 200_000; // 22 requests' worth of what the upstream bills, 2 holds
-    await gw.grant('rformat', grant);
-    const answers = await Promise.all(
-      Array.from({ length: 32 }, async () => {
-        const res = await postResponses(gw, key, body);
-        await res.text();
-        return res.status;
-      }),
-    );
-    const served = answers.filter((s) => s === 200).length;
-    t.ok(
-      answers.every((s) => s === 200 || s === 402),
-      `each request is served or refused 402 (${served} served)`,
-    );
-    t.ok(served >= 1, 'at least one is served');
-    const after = await settled(gw, 'rformat');
-    t.ok(after.balance_micros >= 0, `balance ${after.balance_micros} µ from ${grant} µ, never negative`);
-    const entries = await ledgerOf(gw.admin, 'rformat');
-    const debits = entries.filter((e) => e.kind === 'debit');
-    t.equal(debits.length, served, 'one debit per served request');
-    t.same(
-      debits.filter((e) => -e.amount_micros > (e.hold_micros ?? 0)).map((e) => [e.hold_micros, e.amount_micros]),
-      [],
-      'no debit exceeds its hold',
-    );
-    t.same(
-      debits.filter((e) => e.prompt_tokens !== prompt || e.usage_source !== 'upstream').map((e) => e.prompt_tokens),
-      [],
-      `each is billed the ${prompt} input tokens the upstream reported`,
-    );
-    checkLedger(t, entries, after);
+    // 200,000 µ: 22 requests' worth of what the upstream bills, 2 holds.
+    await poorCrowd(t, gw, 'rformat', 200_000, prompt, (key) => postResponses(gw, key, body));
   });
 
   t.test('responses answered without usage: the prompt counted includes a text.format JSON schema, not other formats', async (t) => {
@@ -247,6 +150,6 @@ if (redis) {
       const json = await billed({ text: { format: { type: 'json_object' } } });
       t.equal(json.prompt_tokens, plain.prompt_tokens, `stream ${stream}: a json_object format adds nothing`);
     }
-    checkLedger(t, await ledgerOf(gw.admin, 'rnousage'), await settled(gw, 'rnousage'));
+    checkLedger(t, await ledgerOf(gw.admin, 'rnousage'), await settledAccount(gw, 'rnousage'));
   });
 }

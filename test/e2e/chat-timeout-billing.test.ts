@@ -17,6 +17,7 @@ import {
   postChat,
   sample,
   sdk,
+  simSmallModel,
   startSim,
   startSteeredFront,
   waitForDebit,
@@ -30,15 +31,7 @@ await tokenizer.load();
 function config(urls: string[]) {
   return {
     upstream: { headers_timeout_ms: 300, eject_after_failures: 100 },
-    models: [
-      {
-        name: 'm',
-        upstream_model: 'sim/small-1',
-        max_output_tokens: 256,
-        price: { input: 1.5, output: 2.25 },
-        upstreams: urls.map((url) => ({ url })),
-      },
-    ],
+    models: [simSmallModel('m', urls, null)],
   };
 }
 

@@ -9,8 +9,7 @@ import t from 'tap';
 import { simCompletionsPromptTokens } from '../../src/simulator/completions.ts';
 import { maxEventBytes } from '../../src/meter/relay.ts';
 import { createTokenizer } from '../../src/meter/tokenizer.ts';
-import { startGateway } from '../helpers/gateway.ts';
-import { SIM_SMALL, checkBooks, expectedCost, metricsText, sample, sseData, startSim, waitForDebit } from './chat-fixture.ts';
+import { SIM_SMALL, checkBooks, expectedCost, liveGateway, metricsText, sample, sseData, waitForDebit } from './chat-fixture.ts';
 
 function post(url: string, headers: Record<string, string>, body: unknown): Promise<Response> {
   return fetch(url, { method: 'POST', headers: { ...headers, 'content-type': 'application/json' }, body: JSON.stringify(body) });
@@ -22,24 +21,14 @@ const normal = (s: string) => s.replaceAll(/cmpl-sim-\d+/g, 'cmpl-sim-N').replac
 // 120,000 characters: 30,000 simulated prompt tokens.
 const PROMPT = 'The quick brown fox jumps over. '.repeat(3750);
 const TOKENS = 4;
+/** A streamed echo of PROMPT with 5 logprobs a token: its first chunk is megabytes. */
+const ECHO_LOGPROBS = { model: 'sim-small', prompt: PROMPT, echo: true, logprobs: 5, max_tokens: 16, stream: true };
 const tokenizer = createTokenizer();
 await tokenizer.load();
 
 t.test('echo with logprobs: a first chunk of megabytes is relayed byte for byte, billed the usage, not a broken stream', async (t) => {
-  const simulator = await startSim(t);
-  const gw = await startGateway(t, { upstreamUrl: simulator.url });
-  const { key } = await gw.createKey({ account: 'echo-lp', env: 'live' });
-  await gw.grant('echo-lp', 100_000_000);
-  const body = {
-    model: 'sim-small',
-    prompt: PROMPT,
-    echo: true,
-    logprobs: 5,
-    max_tokens: 16,
-    stream: true,
-    stream_options: { include_usage: true },
-    sim: { tokens: TOKENS },
-  };
+  const { sim: simulator, gw, key } = await liveGateway(t, 'echo-lp', 100_000_000);
+  const body = { ...ECHO_LOGPROBS, stream_options: { include_usage: true }, sim: { tokens: TOKENS } };
 
   const direct = await (await post(`${simulator.url}/completions`, {}, { ...body, model: 'sim/small-1' })).text();
   const res = await post(`${gw.url}/v1/completions`, gw.auth(key), body);
@@ -73,19 +62,8 @@ t.test('echo with logprobs: a first chunk of megabytes is relayed byte for byte,
 });
 
 t.test('echo with logprobs and no usage from the upstream: the echoed prompt is not billed as completion', async (t) => {
-  const simulator = await startSim(t);
-  const gw = await startGateway(t, { upstreamUrl: simulator.url });
-  const { key } = await gw.createKey({ account: 'echo-nu', env: 'live' });
-  await gw.grant('echo-nu', 100_000_000);
-  const body = {
-    model: 'sim-small',
-    prompt: PROMPT,
-    echo: true,
-    logprobs: 5,
-    max_tokens: 16,
-    stream: true,
-    sim: { tokens: TOKENS, usage: 'absent' },
-  };
+  const { gw, key } = await liveGateway(t, 'echo-nu', 100_000_000);
+  const body = { ...ECHO_LOGPROBS, sim: { tokens: TOKENS, usage: 'absent' } };
   const res = await post(`${gw.url}/v1/completions`, gw.auth(key), body);
   t.equal(res.status, 200);
   const data = sseData(await res.text());
@@ -105,10 +83,7 @@ t.test('echo with logprobs and no usage from the upstream: the echoed prompt is 
 for (const stream of [true, false]) {
   t.test(`echo under the event bound, no usage (stream ${stream}): the echoed prompt is not billed as completion`, async (t) => {
     // Held whole, the echo is text like any other: it was counted as completion (701 prompt tokens billed twice).
-    const simulator = await startSim(t);
-    const gw = await startGateway(t, { upstreamUrl: simulator.url });
-    const { key } = await gw.createKey({ account: 'echo-s', env: 'live' });
-    await gw.grant('echo-s', 100_000_000);
+    const { gw, key } = await liveGateway(t, 'echo-s', 100_000_000);
     const prompt = PROMPT.slice(0, 3200);
     const body = { model: 'sim-small', prompt, echo: true, max_tokens: 16, stream, sim: { tokens: TOKENS, usage: 'absent' } };
     const res = await post(`${gw.url}/v1/completions`, gw.auth(key), body);

@@ -12,7 +12,7 @@ import { fileURLToPath } from 'node:url';
 import type OpenAI from 'openai';
 import type { Test } from 'tap';
 import { stringify } from 'yaml';
-import { ADMIN_TOKEN, testConfigDoc } from '../helpers/gateway.ts';
+import { ADMIN_TOKEN, testConfigDoc, type TestGateway } from '../helpers/gateway.ts';
 import { freePort } from '../helpers/ports.ts';
 import { waitFor } from '../helpers/wait.ts';
 import type { LedgerEntry } from '../../src/store/types.ts';
@@ -85,6 +85,74 @@ export async function accountOf(admin: Admin, account: string): Promise<{ balanc
   const r = await admin(`/admin/accounts/${account}`);
   if (r.status !== 200) throw new Error(`account: ${r.status} ${JSON.stringify(r.body)}`);
   return r.body;
+}
+
+/** The account once every hold has settled (nothing held), polled for up to `timeoutMs`. */
+export function settledAccount(gw: { admin: Admin }, account: string, timeoutMs = 10_000) {
+  return waitFor(
+    async () => {
+      const a = await accountOf(gw.admin, account);
+      return a.held_micros === 0 && a;
+    },
+    timeoutMs,
+    'every hold settled',
+  );
+}
+
+/** The debit entry of a request, polled for up to `timeoutMs` (settles land after the answer). */
+export function debitOf(gw: { admin: Admin }, account: string, requestId: string, timeoutMs = 10_000): Promise<Entry> {
+  return waitFor(
+    async () => (await ledgerOf(gw.admin, account)).find((e) => e.kind === 'debit' && e.request_id === requestId),
+    timeoutMs,
+    `the debit of ${requestId}`,
+  );
+}
+
+/**
+ * SPEC §4 "no debit exceeds its hold" under a crowd: 32 concurrent requests (`send`) on a new live key of
+ * `account` granted `grant` µ. Each is served or refused 402, the balance never goes negative, each served
+ * request has one debit, none exceeds its hold, each bills the `prompt` input tokens the upstream
+ * reported, and the ledger invariants hold.
+ */
+export async function poorCrowd(
+  t: Test,
+  gw: Pick<TestGateway, 'admin' | 'createKey' | 'grant'>,
+  account: string,
+  grant: number,
+  prompt: number,
+  send: (key: string) => Promise<Response>,
+): Promise<void> {
+  const { key } = await gw.createKey({ account, env: 'live' });
+  await gw.grant(account, grant);
+  const answers = await Promise.all(
+    Array.from({ length: 32 }, async () => {
+      const res = await send(key);
+      await res.text();
+      return res.status;
+    }),
+  );
+  const served = answers.filter((s) => s === 200).length;
+  t.ok(
+    answers.every((s) => s === 200 || s === 402),
+    `${account}: each request is served or refused 402 insufficient_credit (${served} served)`,
+  );
+  t.ok(served >= 1, `${account}: at least one is served`);
+  const after = await settledAccount(gw, account);
+  t.ok(after.balance_micros >= 0, `${account}: balance ${after.balance_micros} µ from ${grant} µ, never negative`);
+  const entries = await ledgerOf(gw.admin, account);
+  const debits = entries.filter((e) => e.kind === 'debit');
+  t.equal(debits.length, served, `${account}: one debit per served request`);
+  t.same(
+    debits.filter((e) => -e.amount_micros > (e.hold_micros ?? 0)).map((e) => [e.hold_micros, e.amount_micros]),
+    [],
+    `${account}: no debit exceeds its hold`,
+  );
+  t.same(
+    debits.filter((e) => e.prompt_tokens !== prompt || e.usage_source !== 'upstream').map((e) => [e.prompt_tokens, e.usage_source]),
+    [],
+    `${account}: each is billed the ${prompt} input tokens the upstream reported`,
+  );
+  checkLedger(t, entries, after);
 }
 
 /**

@@ -6,9 +6,8 @@
 //    GET {upstream}/responses/{id} (the history included), and, when that GET fails, from the held input
 //    part (the context window) plus the output counted — never from the new input alone.
 import t, { type Test } from 'tap';
-import { waitFor } from '../helpers/wait.ts';
 import { startTokenPriced, abandonResponsesStream } from './chat-fixture.ts';
-import { accountOf, checkLedger, ledgerOf, type Entry } from './credit-support.ts';
+import { accountOf, checkLedger, debitOf, ledgerOf, settledAccount } from './credit-support.ts';
 
 const CONTEXT_WINDOW = 16_384;
 /** The base response's input: 40,000 characters, 10,000 tokens for the simulator. */
@@ -55,14 +54,7 @@ t.test('64 concurrent follow-ups on one key never take the balance negative', as
     'each follow-up is served or refused 402 insufficient_credit',
   );
   t.ok(served >= 1, `${served} follow-up(s) served`);
-  const account = await waitFor(
-    async () => {
-      const a = await accountOf(gw.admin, 'stateful');
-      return a.held_micros === 0 && a;
-    },
-    10_000,
-    'every hold settled',
-  );
+  const account = await settledAccount(gw, 'stateful');
   t.ok(
     account.balance_micros >= 0,
     `balance ${account.balance_micros} µ after 64 follow-ups from ${before.balance_micros} µ: never negative`,
@@ -86,14 +78,6 @@ async function abandoned(t: Test, gw: { url: string }, key: string, body: Record
   const res = await post(gw, key, { input: 'hi', stream: true, sim: { tokens: 100, delay_ms: 20 }, ...body }, ac.signal);
   if (res.status !== 200) throw new Error(`follow-up: ${res.status} ${await res.text()}`);
   return abandonResponsesStream(t, res, ac);
-}
-
-async function debitOf(gw: { admin: Parameters<typeof ledgerOf>[0] }, account: string, requestId: string): Promise<Entry> {
-  return waitFor(
-    async () => (await ledgerOf(gw.admin, account)).find((e) => e.kind === 'debit' && e.request_id === requestId),
-    10_000,
-    `the debit of ${requestId}`,
-  );
 }
 
 t.test(
@@ -131,15 +115,7 @@ t.test(
     t.ok(entry2.completion_tokens! >= 6, `and the ${entry2.completion_tokens} output tokens counted`);
     t.ok(-entry2.amount_micros <= entry2.hold_micros!, 'within its hold');
 
-    const account = await waitFor(
-      async () => {
-        const a = await accountOf(gw.admin, 'cut');
-        return a.held_micros === 0 && a;
-      },
-      10_000,
-      'nothing held',
-    );
-    checkLedger(t, await ledgerOf(gw.admin, 'cut'), account);
+    checkLedger(t, await ledgerOf(gw.admin, 'cut'), await settledAccount(gw, 'cut'));
   },
 );
 

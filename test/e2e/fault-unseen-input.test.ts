@@ -13,11 +13,10 @@
 //    input part plus the output counted — never the visible input alone.
 import t, { type Test } from 'tap';
 import OpenAI from 'openai';
-import { waitFor } from '../helpers/wait.ts';
 import type { TestGateway } from '../helpers/gateway.ts';
 import { startTokenPriced, abandonResponsesStream } from './chat-fixture.ts';
 import { simPromptTokens } from '../../src/simulator/simulator.ts';
-import { accountOf, checkLedger, ledgerOf, type Entry } from './credit-support.ts';
+import { checkLedger, debitOf, ledgerOf, poorCrowd, settledAccount } from './credit-support.ts';
 
 const CONTEXT_WINDOW = 16_384;
 
@@ -34,71 +33,9 @@ function post(gw: { url: string }, key: string, path: string, body: Record<strin
   });
 }
 
-/** Every hold settled: the account, once nothing is held. */
-function settled(gw: TestGateway, account: string) {
-  return waitFor(
-    async () => {
-      const a = await accountOf(gw.admin, account);
-      return a.held_micros === 0 && a;
-    },
-    10_000,
-    'every hold settled',
-  );
-}
-
-function debitOf(gw: TestGateway, account: string, requestId: string): Promise<Entry> {
-  return waitFor(
-    async () => (await ledgerOf(gw.admin, account)).find((e) => e.kind === 'debit' && e.request_id === requestId),
-    10_000,
-    `the debit of ${requestId}`,
-  );
-}
-
-/**
- * 32 concurrent requests of `body` on a new key of `account` granted `grant` µ: each is served or refused
- * 402, the balance never goes negative, no debit exceeds its hold, and each debit bills `prompt` input
- * tokens, as the upstream reported them.
- */
-async function crowd(
-  t: Test,
-  gw: TestGateway,
-  account: string,
-  grant: number,
-  path: string,
-  body: Record<string, unknown>,
-  prompt: number,
-): Promise<void> {
-  const { key } = await gw.createKey({ account, env: 'live' });
-  await gw.grant(account, grant);
-  const answers = await Promise.all(
-    Array.from({ length: 32 }, async () => {
-      const res = await post(gw, key, path, body);
-      await res.text();
-      return res.status;
-    }),
-  );
-  const served = answers.filter((s) => s === 200).length;
-  t.ok(
-    answers.every((s) => s === 200 || s === 402),
-    `${account}: each request is served or refused 402 insufficient_credit (${served} served)`,
-  );
-  t.ok(served >= 1, `${account}: at least one is served`);
-  const after = await settled(gw, account);
-  t.ok(after.balance_micros >= 0, `${account}: balance ${after.balance_micros} µ from ${grant} µ, never negative`);
-  const entries = await ledgerOf(gw.admin, account);
-  const debits = entries.filter((e) => e.kind === 'debit');
-  t.equal(debits.length, served, `${account}: one debit per served request`);
-  t.same(
-    debits.filter((e) => -e.amount_micros > (e.hold_micros ?? 0)),
-    [],
-    `${account}: no debit exceeds its hold`,
-  );
-  t.same(
-    debits.filter((e) => e.prompt_tokens !== prompt || e.usage_source !== 'upstream'),
-    [],
-    `${account}: each is billed the ${prompt} input tokens the upstream reported, the unseen input included`,
-  );
-  checkLedger(t, entries, after);
+/** 32 concurrent requests of `body` to `path` on a poor account (credit-support poorCrowd). */
+function crowd(t: Test, gw: TestGateway, account: string, grant: number, path: string, body: Record<string, unknown>, prompt: number) {
+  return poorCrowd(t, gw, account, grant, prompt, (key) => post(gw, key, path, body));
 }
 
 t.test('responses: item_reference and stored prompt templates on a poor account never overspend', async (t) => {
@@ -241,7 +178,7 @@ t.test('chat: a request chat_template answered without usage is billed the held 
       t.ok(-entry.amount_micros <= entry.hold_micros!, `${name}: within its hold`);
     }
   }
-  checkLedger(t, await ledgerOf(gw.admin, 'template-nousage'), await settled(gw, 'template-nousage'));
+  checkLedger(t, await ledgerOf(gw.admin, 'template-nousage'), await settledAccount(gw, 'template-nousage'));
 });
 
 t.test(
@@ -278,7 +215,7 @@ t.test(
     t.match(entry2, { prompt_tokens: CONTEXT_WINDOW, usage_source: 'estimated' }, 'the context window, not the visible input alone');
     t.ok(entry2.completion_tokens! >= 6, `and the ${entry2.completion_tokens} output tokens counted`);
     t.ok(-entry2.amount_micros <= entry2.hold_micros!, 'within its hold');
-    checkLedger(t, await ledgerOf(gw.admin, 'cut'), await settled(gw, 'cut'));
+    checkLedger(t, await ledgerOf(gw.admin, 'cut'), await settledAccount(gw, 'cut'));
   },
 );
 
@@ -298,7 +235,7 @@ t.test('completions: prompt_embeds answered without usage are billed the held in
   t.ok(entry.prompt_tokens! >= CONTEXT_WINDOW, `billed ${entry.prompt_tokens} input tokens: the context window held for the embeds item`);
   t.equal(entry.usage_source, 'estimated');
   t.ok(-entry.amount_micros <= entry.hold_micros!, 'within its hold');
-  checkLedger(t, await ledgerOf(gw.admin, 'nousage'), await settled(gw, 'nousage'));
+  checkLedger(t, await ledgerOf(gw.admin, 'nousage'), await settledAccount(gw, 'nousage'));
 });
 
 t.test('chat: prompt_embeds answered without usage are billed the held input part, not the text alone', async (t) => {
@@ -320,7 +257,7 @@ t.test('chat: prompt_embeds answered without usage are billed the held input par
     t.equal(entry.usage_source, 'estimated');
     t.ok(-entry.amount_micros <= entry.hold_micros!, 'within its hold');
   }
-  checkLedger(t, await ledgerOf(gw.admin, 'chat-nousage'), await settled(gw, 'chat-nousage'));
+  checkLedger(t, await ledgerOf(gw.admin, 'chat-nousage'), await settledAccount(gw, 'chat-nousage'));
 });
 
 t.test('the openai SDK sends item_reference and prompt as they are: held at the context window, billed the usage', async (t) => {

@@ -6,19 +6,8 @@ import t from 'tap';
 import { createServer } from 'node:http';
 import { startGateway } from '../helpers/gateway.ts';
 import { waitFor } from '../helpers/wait.ts';
-import { metricsText, postChat, sample, serveUpstream, sseData, startSim, waitForDebit } from './chat-fixture.ts';
+import { hostOf, metricsText, postChat, sample, serveUpstream, simSmallModel, sseData, startSim, waitForDebit } from './chat-fixture.ts';
 
-function model(name: string, urls: string[]) {
-  return {
-    name,
-    upstream_model: 'sim/small-1',
-    max_output_tokens: 256,
-    price: { input: 1.5, output: 2.25 },
-    upstreams: urls.map((url) => ({ url, api_key: 'upstream-secret' })),
-  };
-}
-
-const hostOf = (url: string) => new URL(url).host;
 const USER = [{ role: 'user', content: 'tell me something' }];
 const ERROR_EVENT = { error: { type: 'upstream_error', code: 'upstream_error' } };
 
@@ -44,7 +33,7 @@ t.test('the total timeout cutting streams the upstream was serving does not ejec
     upstreamUrl: a.url,
     config: {
       upstream: { total_timeout_ms: 600, eject_after_failures: 2, eject_seconds: 60 },
-      models: [model('solo', [a.url]), model('pair', [a.url, b.url])],
+      models: [simSmallModel('solo', [a.url]), simSmallModel('pair', [a.url, b.url])],
     },
   });
   const { key } = await gw.createKey({ account: 'cut-a', env: 'live' });
@@ -106,7 +95,10 @@ t.test('an event past the event bound (chat) cuts the stream but does not eject 
   );
   const gw = await startGateway(t, {
     upstreamUrl: h,
-    config: { upstream: { eject_after_failures: 2, eject_seconds: 60 }, models: [model('solo', [h]), model('pair', [h, b.url])] },
+    config: {
+      upstream: { eject_after_failures: 2, eject_seconds: 60 },
+      models: [simSmallModel('solo', [h]), simSmallModel('pair', [h, b.url])],
+    },
   });
   const { key } = await gw.createKey({ account: 'cut-b', env: 'live' });
   await gw.grant('cut-b', 1_000_000);

@@ -9,19 +9,8 @@ import t from 'tap';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { startGateway } from '../helpers/gateway.ts';
 import { waitFor } from '../helpers/wait.ts';
-import { metricsText, postChat, sample, startSim, startSteeredFront } from './chat-fixture.ts';
+import { hostOf, metricsText, postChat, sample, simSmallModel, startSim, startSteeredFront } from './chat-fixture.ts';
 
-function model(name: string, urls: string[]) {
-  return {
-    name,
-    upstream_model: 'sim/small-1',
-    max_output_tokens: 256,
-    price: { input: 1.5, output: 2.25 },
-    upstreams: urls.map((url) => ({ url, api_key: 'upstream-secret' })),
-  };
-}
-
-const hostOf = (url: string) => new URL(url).host;
 const USER = [{ role: 'user', content: 'tell me something' }];
 /** 100 tokens, 50 ms each: a 5 s generation, far past the 300 ms headers timeout (fired within ~1 s). */
 const LONG = { tokens: 100, delay_ms: 50 };
@@ -52,7 +41,10 @@ t.test("one tenant's long non-streaming generations do not eject the model's hea
   const b = await startSim(t);
   const gw = await startGateway(t, {
     upstreamUrl: a.url,
-    config: { upstream: { headers_timeout_ms: 300, eject_after_failures: 5, eject_seconds: 60 }, models: [model('pair', [a.url, b.url])] },
+    config: {
+      upstream: { headers_timeout_ms: 300, eject_after_failures: 5, eject_seconds: 60 },
+      models: [simSmallModel('pair', [a.url, b.url])],
+    },
   });
   const { key: attacker } = await gw.createKey({ account: 'lg-attacker', env: 'live' });
   const { key: victim } = await gw.createKey({ account: 'lg-victim', env: 'live' });
@@ -108,7 +100,7 @@ t.test('a hung upstream (accepts, answers nobody) is still ejected while its sib
     upstreamUrl: good.url,
     config: {
       upstream: { headers_timeout_ms: 300, eject_after_failures: 2, eject_seconds: 60 },
-      models: [model('pair', [hung, good.url])],
+      models: [simSmallModel('pair', [hung, good.url])],
     },
   });
   const { key } = await gw.createKey({ account: 'lg-hung', env: 'live' });

@@ -16,6 +16,7 @@ import {
   SIM_SMALL,
   accountVsLedger,
   expectedCost,
+  liveGateway,
   metricsText,
   postChat,
   sample,
@@ -34,15 +35,6 @@ await tokenizer.load();
 const CODINGS = [undefined, 'gzip', 'x-gzip', 'deflate', 'br', 'zstd'] as const;
 
 const ERROR_EVENT = { error: { message: String, type: 'upstream_error', code: 'upstream_error', param: null } };
-
-/** A gateway on one simulator, and a funded live key of `account`. */
-async function liveGateway(t: Test, account: string) {
-  const sim = await startSim(t);
-  const gw = await startGateway(t, { upstreamUrl: sim.url });
-  const { key } = await gw.createKey({ account, env: 'live' });
-  await gw.grant(account, 10_000_000);
-  return { sim, gw, key };
-}
 
 /** Balance = Σ ledger and nothing left held. */
 async function checkBooks(t: Test, gw: TestGateway, account: string): Promise<void> {

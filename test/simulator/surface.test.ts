@@ -1,7 +1,7 @@
 // The simulator's /v1/responses, /v1/completions and /v1/embeddings (src/simulator/responses.ts,
 // completions.ts): deterministic like chat, read by the official openai SDK directly (no gateway), with
 // the same steering (tokens, usage, status, cut_after) as chat.
-import t from 'tap';
+import t, { type Test } from 'tap';
 import OpenAI from 'openai';
 import { simCompletionText, startSimulator } from '../../src/simulator/simulator.ts';
 import { simResponsesPromptTokens } from '../../src/simulator/responses.ts';
@@ -10,6 +10,28 @@ import { simEmbedding, simInputTokens, SIM_EMBEDDING_DIMENSIONS } from '../../sr
 const sim = await startSimulator();
 t.teardown(() => sim.close());
 const openai = new OpenAI({ apiKey: 'x', baseURL: sim.url, maxRetries: 0 });
+
+/** A streamed response's events as the SDK reads them, once their sequence numbers are checked to count up from 0. */
+async function readEvents(t: Test, stream: AsyncIterable<OpenAI.Responses.ResponseStreamEvent>) {
+  const events: OpenAI.Responses.ResponseStreamEvent[] = [];
+  for await (const ev of stream) events.push(ev);
+  t.same(
+    events.map((e) => e.sequence_number),
+    events.map((_, i) => i),
+    'sequence numbers count up from 0',
+  );
+  return events;
+}
+
+/** The event types of one output text message streamed in `deltas` deltas. */
+const textMessageEvents = (deltas: number) => [
+  'response.output_item.added',
+  'response.content_part.added',
+  ...Array.from({ length: deltas }, () => 'response.output_text.delta'),
+  'response.output_text.done',
+  'response.content_part.done',
+  'response.output_item.done',
+];
 
 t.test('responses: the final response, and the same text and usage as typed events', async (t) => {
   const body = { model: 'm', input: [{ role: 'user' as const, content: 'twelve chars' }], instructions: 'be brief', max_output_tokens: 5 };
@@ -20,28 +42,10 @@ t.test('responses: the final response, and the same text and usage as typed even
   t.equal(simResponsesPromptTokens(body), Math.ceil(('twelve chars'.length + 'be brief'.length) / 4));
 
   const stream = await openai.responses.create({ model: 'm', input: 'hi', stream: true }, { headers: { 'x-sim-tokens': '3' } });
-  const events: OpenAI.Responses.ResponseStreamEvent[] = [];
-  for await (const ev of stream) events.push(ev);
+  const events = await readEvents(t, stream);
   t.same(
     events.map((e) => e.type),
-    [
-      'response.created',
-      'response.in_progress',
-      'response.output_item.added',
-      'response.content_part.added',
-      'response.output_text.delta',
-      'response.output_text.delta',
-      'response.output_text.delta',
-      'response.output_text.done',
-      'response.content_part.done',
-      'response.output_item.done',
-      'response.completed',
-    ],
-  );
-  t.same(
-    events.map((e) => e.sequence_number),
-    events.map((_, i) => i),
-    'sequence numbers count up from 0',
+    ['response.created', 'response.in_progress', ...textMessageEvents(3), 'response.completed'],
   );
   const done = events.at(-1) as OpenAI.Responses.ResponseCompletedEvent;
   t.match(done.response.usage, { input_tokens: 1, output_tokens: 3 });
@@ -55,8 +59,7 @@ t.test('responses: steered token_bytes and image_bytes (a long answer, a hosted 
     { model: 'm', input: 'draw', stream: true },
     { headers: { 'x-sim-tokens': '3', 'x-sim-token-bytes': '20', 'x-sim-image-bytes': '1000' } },
   );
-  const events: OpenAI.Responses.ResponseStreamEvent[] = [];
-  for await (const ev of stream) events.push(ev);
+  const events = await readEvents(t, stream);
   t.same(
     events.map((e) => e.type),
     [
@@ -68,20 +71,9 @@ t.test('responses: steered token_bytes and image_bytes (a long answer, a hosted 
       'response.image_generation_call.partial_image',
       'response.image_generation_call.completed',
       'response.output_item.done',
-      'response.output_item.added',
-      'response.content_part.added',
-      'response.output_text.delta',
-      'response.output_text.delta',
-      'response.output_text.delta',
-      'response.output_text.done',
-      'response.content_part.done',
-      'response.output_item.done',
+      ...textMessageEvents(3),
       'response.completed',
     ],
-  );
-  t.same(
-    events.map((e) => e.sequence_number),
-    events.map((_, i) => i),
   );
   const partial = events[5] as OpenAI.Responses.ResponseImageGenCallPartialImageEvent;
   t.equal(partial.partial_image_b64.length, 1000);
