@@ -62,6 +62,22 @@ const yieldToLoop = () => new Promise<void>((resolve) => setImmediate(resolve));
  */
 export const CHAT_OVERHEAD = { perMessage: 3, perName: 1, perToolCall: 3, perRequest: 3 } as const;
 
+/**
+ * An incoming message's reasoning, as a client replays it: `reasoning_content` (vLLM < 0.10, DeepSeek) or
+ * `reasoning` (vLLM ≥ 0.10), the longer when a client sends both (an alias of the same text, as the meter
+ * counts an answer's: meter/data-scan.ts ReasoningPair). Templates that render it (Qwen3 for the turns
+ * after the last user message) put it in the prompt, so the fallback count counts it, as the hold does
+ * (credit/hold-estimate.ts): a client cannot replay a long reasoning text, leave before the usage, and be
+ * billed without it. A template that drops it makes this an over-count, only when the usage is missing.
+ */
+function replayedReasoning(msg: Record<string, unknown>): unknown {
+  const a = msg['reasoning_content'];
+  const b = msg['reasoning'];
+  if (typeof a !== 'string') return b;
+  if (typeof b !== 'string') return a;
+  return b.length > a.length ? b : a;
+}
+
 /** Special-token strings in user text are plain text to us: never throw on `<|endoftext|>` (NOTES §8). */
 const AS_TEXT = { disallowedSpecial: new Set<string>() };
 
@@ -120,6 +136,7 @@ class LazyTokenizer implements Tokenizer {
         }
       }
       if (typeof msg['name'] === 'string' && msg['name'].length > 0) total += count(msg['name']) + CHAT_OVERHEAD.perName;
+      total += count(msg['refusal']) + count(replayedReasoning(msg));
       const calls = msg['tool_calls'];
       if (Array.isArray(calls)) {
         for (const call of calls) {
@@ -166,6 +183,7 @@ class LazyTokenizer implements Tokenizer {
         }
       }
       if (typeof msg['name'] === 'string' && msg['name'].length > 0) total += (await count(msg['name'])) + CHAT_OVERHEAD.perName;
+      total += (await count(msg['refusal'])) + (await count(replayedReasoning(msg)));
       const calls = msg['tool_calls'];
       if (Array.isArray(calls)) {
         for (const call of calls) {

@@ -81,6 +81,26 @@ t.test('with gpt-tokenizer (o200k_base)', async (t) => {
     );
   }
 
+  // Replayed reasoning and a message-level refusal are rendered by some templates (Qwen3 renders the
+  // reasoning of turns after the last user message): counted as the hold counts them, reasoning sent under
+  // both of its names once (the longer).
+  const thought = 'First I compare the two numbers, then I add them.';
+  const plain = tok.countPromptTokens([{ role: 'assistant', content: 'It is 4.' }]);
+  for (const msg of [
+    { role: 'assistant', content: 'It is 4.', reasoning_content: thought },
+    { role: 'assistant', content: 'It is 4.', reasoning: thought },
+    { role: 'assistant', content: 'It is 4.', reasoning_content: thought, reasoning: thought },
+    { role: 'assistant', content: 'It is 4.', reasoning_content: 'First', reasoning: thought },
+  ]) {
+    t.equal(tok.countPromptTokens([msg]), plain + countTokens(thought), `replayed reasoning counted once: ${Object.keys(msg).join(', ')}`);
+    t.equal(await tok.countPromptTokensBounded([msg]), plain + countTokens(thought), `the same, bounded: ${Object.keys(msg).join(', ')}`);
+  }
+  t.equal(
+    await tok.countPromptTokensBounded([{ role: 'assistant', content: 'It is 4.', refusal: 'I cannot.' }]),
+    plain + countTokens('I cannot.'),
+    "a message's refusal counts",
+  );
+
   const args = '{"city":"Paris","unit":"celsius"}';
   const withCall = tok.countPromptTokens([
     {
