@@ -10,6 +10,7 @@ import type { Budget, Tokenizer } from '../meter/tokenizer.ts';
 import { meteredResponses, type MeteredEndpoint, type StatefulRequest } from './endpoint.ts';
 import { validateChatBody, type ChatBody } from './chat-validate.ts';
 import { capOutputFields } from './output-cap.ts';
+import { laxFalse, laxTrue } from './lax-bool.ts';
 
 /** The route's OpenAPI description: the fields validateChatBody checks; every other field passes through. */
 const CHAT_DOC: RouteDoc = {
@@ -131,21 +132,21 @@ export function unseenPrompt(body: ChatBodyLike, model: ModelConfig, promptEstim
   return { heldPrompt: Math.max(model.contextWindow, promptEstimate) };
 }
 
-/** The chat completions endpoint. */
 /**
- * vLLM's chat `echo`: the answer starts with the last message's content when that message has the
- * answer's role — `assistant` (a prefill), or any role when `add_generation_prompt` is false (the answer
+ * vLLM's chat `echo` (a lax boolean, lax-bool.ts): the answer starts with the last message's content when
+ * that message has the answer's role — `assistant` (a prefill), or any role when `add_generation_prompt` is false (the answer
  * then continues the last message). Such an answer's text is that content and then the completion, so
  * without usage it is billed as one whose text cannot be counted (`uncounted`), never its prefill as
  * completion (docs/behaviour.md).
  */
 function echoesLastMessage(body: ChatBody): boolean {
-  if (body['add_generation_prompt'] === false) return true;
+  if (laxFalse(body['add_generation_prompt'])) return true;
   const messages = body.messages as unknown;
   const last = Array.isArray(messages) ? (messages.at(-1) as { role?: unknown } | undefined) : undefined;
   return last?.role === 'assistant';
 }
 
+/** The chat completions endpoint. */
 export const CHAT_COMPLETIONS: MeteredEndpoint<ChatBody> = {
   endpoint: 'chat',
   scope: 'chat',
@@ -161,7 +162,7 @@ export const CHAT_COMPLETIONS: MeteredEndpoint<ChatBody> = {
     stream: body.stream === true,
     wantsUsage: (body.stream_options as { include_usage?: unknown } | undefined)?.include_usage === true,
     severalChoices: (body.n ?? 1) > 1,
-    echo: body['echo'] === true && echoesLastMessage(body),
+    echo: laxTrue(body['echo']) && echoesLastMessage(body),
   }),
   countPrompt: countChatPrompt,
   stateful: unseenPrompt,

@@ -12,6 +12,7 @@ import { COMPLETIONS } from '../meter/formats.ts';
 import { meteredResponses, type MeteredEndpoint, type OutputBound, type StatefulRequest } from './endpoint.ts';
 import { countInput, inputItems, inputTokenBound, textInput, type TextInput } from './text-input.ts';
 import { capOutputFields } from './output-cap.ts';
+import { laxTrue } from './lax-bool.ts';
 
 export interface CompletionsBody extends Obj {
   model: string;
@@ -158,7 +159,7 @@ export const COMPLETIONS_ENDPOINT: MeteredEndpoint<CompletionsBody> = {
     wantsUsage: (body.stream_options as { include_usage?: unknown } | undefined)?.include_usage === true,
     severalChoices: Math.max(body.n ?? 1, body.best_of ?? 1) * prompts(body) > 1,
     // vLLM (and OpenAI's legacy API) put the prompt before each choice's text.
-    echo: body['echo'] === true,
+    echo: laxTrue(body['echo']),
   }),
   countPrompt: async (payload, tokenizer, budget) => {
     const body = JSON.parse(payload.toString('utf8')) as CompletionsBody;

@@ -78,11 +78,15 @@ function embeddingsUnseenPrompt(body: EmbeddingsBody, model: ModelConfig, prompt
  * as a chat request's (routes/chat-completions.ts countChatFields) but for a top-level `documents`, which
  * EmbeddingChatRequest does not render (the hold still counts it: a surplus released at settle).
  */
-function countEmbeddingsPrompt(payload: Buffer, tokenizer: Tokenizer, budget: Budget): Promise<number> {
+async function countEmbeddingsPrompt(payload: Buffer, tokenizer: Tokenizer, budget: Budget): Promise<number> {
   const body = JSON.parse(payload.toString('utf8')) as EmbeddingsBody;
   if (!chatForm(body)) return countInput(body.input, tokenizer, budget);
+  // The larger of the two forms, as the hold: chatForm is a shape check, and vLLM falls back to `input`
+  // for messages its full validation refuses (a `content` of 5, say), so counting the messages alone
+  // could bill a few tokens for the input it embedded (a review finding).
+  const input = await countInput(body.input, tokenizer, budget);
   body.documents = undefined;
-  return countChatFields(body, tokenizer, budget);
+  return Math.max(input, await countChatFields(body, tokenizer, budget));
 }
 
 const DOC: RouteDoc = {
