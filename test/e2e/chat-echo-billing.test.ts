@@ -5,10 +5,9 @@
 // completion, which put the debit above the hold (a review finding: 8,002 completion tokens billed for a
 // 12,000-byte prefill and max_tokens 16). The upstream here answers as vLLM's serving_chat does with echo.
 import t from 'tap';
-import { createServer } from 'node:http';
 import { startGateway } from '../helpers/gateway.ts';
 import { createTokenizer } from '../../src/meter/tokenizer.ts';
-import { serveUpstream, waitForDebit } from './chat-fixture.ts';
+import { serveJsonUpstream, waitForDebit } from './chat-fixture.ts';
 
 const tokenizer = createTokenizer();
 await tokenizer.load();
@@ -16,41 +15,33 @@ const PREFILL = 'Zyx qwv 9183 ÿþ ǅ ꙮ 𝔘 '.repeat(400);
 const GENERATED = 'ok done';
 
 t.test('chat echo without usage: the echoed assistant prefill is not billed as completion', async (t) => {
-  const up = await serveUpstream(
-    t,
-    createServer((req, res) => {
-      let body = '';
-      req.on('data', (c: Buffer) => (body += c.toString()));
-      req.on('end', () => {
-        const b = JSON.parse(body);
-        const last = b.messages.at(-1);
-        const echo = b.echo === true && last.role === 'assistant' ? last.content : '';
-        if (b.stream) {
-          res.writeHead(200, { 'content-type': 'text/event-stream' });
-          const ch = (delta: unknown) =>
-            `data: ${JSON.stringify({ id: 'c', object: 'chat.completion.chunk', choices: [{ index: 0, delta, finish_reason: null }] })}\n\n`;
-          res.write(ch({ role: 'assistant', content: '' }) + (echo ? ch({ content: echo }) : ''));
-          // As vLLM: the usage chunk (include_usage forced by the gateway) after the generation.
-          const usage = `data: ${JSON.stringify({ id: 'c', object: 'chat.completion.chunk', choices: [], usage: { prompt_tokens: 8014, completion_tokens: 2, total_tokens: 8016 } })}\n\n`;
-          setTimeout(
-            () => {
-              if (!res.destroyed) res.end(ch({ content: GENERATED }) + (b.stream_options?.include_usage ? usage : '') + 'data: [DONE]\n\n');
-            },
-            b.slow ? 1500 : 0,
-          );
-        } else {
-          res.writeHead(200, { 'content-type': 'application/json' });
-          res.end(
-            JSON.stringify({
-              id: 'c',
-              object: 'chat.completion',
-              choices: [{ index: 0, message: { role: 'assistant', content: echo + GENERATED }, finish_reason: 'stop' }],
-            }),
-          );
-        }
-      });
-    }),
-  );
+  const up = await serveJsonUpstream(t, (b, _req, res) => {
+    const last = b.messages.at(-1);
+    const echo = b.echo === true && last.role === 'assistant' ? last.content : '';
+    if (b.stream) {
+      res.writeHead(200, { 'content-type': 'text/event-stream' });
+      const ch = (delta: unknown) =>
+        `data: ${JSON.stringify({ id: 'c', object: 'chat.completion.chunk', choices: [{ index: 0, delta, finish_reason: null }] })}\n\n`;
+      res.write(ch({ role: 'assistant', content: '' }) + (echo ? ch({ content: echo }) : ''));
+      // As vLLM: the usage chunk (include_usage forced by the gateway) after the generation.
+      const usage = `data: ${JSON.stringify({ id: 'c', object: 'chat.completion.chunk', choices: [], usage: { prompt_tokens: 8014, completion_tokens: 2, total_tokens: 8016 } })}\n\n`;
+      setTimeout(
+        () => {
+          if (!res.destroyed) res.end(ch({ content: GENERATED }) + (b.stream_options?.include_usage ? usage : '') + 'data: [DONE]\n\n');
+        },
+        b.slow ? 1500 : 0,
+      );
+    } else {
+      res.writeHead(200, { 'content-type': 'application/json' });
+      res.end(
+        JSON.stringify({
+          id: 'c',
+          object: 'chat.completion',
+          choices: [{ index: 0, message: { role: 'assistant', content: echo + GENERATED }, finish_reason: 'stop' }],
+        }),
+      );
+    }
+  });
   const gw = await startGateway(t, {
     upstreamUrl: up,
     config: {

@@ -1,6 +1,13 @@
 // Shared pieces of the chat completions e2e tests (test/e2e/chat-*.test.ts): a simulator per test, a
 // steering front for failover, raw SSE reading, exact expected costs, the ledger and the metrics text.
-import { createServer, request as httpRequest, type IncomingHttpHeaders, type Server } from 'node:http';
+import {
+  createServer,
+  request as httpRequest,
+  type IncomingHttpHeaders,
+  type IncomingMessage,
+  type Server,
+  type ServerResponse,
+} from 'node:http';
 import type { AddressInfo } from 'node:net';
 import OpenAI from 'openai';
 import type { Test } from 'tap';
@@ -23,6 +30,21 @@ export async function serveUpstream(t: Teardown, server: Server): Promise<string
       }),
   );
   return `http://127.0.0.1:${(server.address() as AddressInfo).port}/v1`;
+}
+
+/**
+ * A hand-written upstream that answers each request from its parsed JSON body (`handle(body, req, res)`),
+ * for answers the simulator does not make (vLLM's echo, its embeddings form choice): serveUpstream's URL.
+ */
+export function serveJsonUpstream(t: Teardown, handle: (body: any, req: IncomingMessage, res: ServerResponse) => void): Promise<string> {
+  return serveUpstream(
+    t,
+    createServer((req, res) => {
+      let body = '';
+      req.on('data', (c: Buffer) => (body += c.toString()));
+      req.on('end', () => handle(JSON.parse(body), req, res));
+    }),
+  );
 }
 
 /**

@@ -4,9 +4,8 @@
 // (above the hold: 8,003 completion tokens for max_tokens 16 when only the JSON literals were recognised,
 // a review finding). The upstream below answers as vLLM does, without usage.
 import t from 'tap';
-import { createServer } from 'node:http';
 import { startGateway } from '../helpers/gateway.ts';
-import { serveUpstream, waitForDebit } from './chat-fixture.ts';
+import { serveJsonUpstream, waitForDebit } from './chat-fixture.ts';
 
 const PREFILL = 'Zyx qwv 9183 ÿþ ǅ ꙮ 𝔘 '.repeat(400);
 const GENERATED = 'ok done';
@@ -17,35 +16,27 @@ const falsy = (v: unknown) =>
   v === false || v === 0 || (typeof v === 'string' && ['false', '0', 'no', 'off', 'f', 'n'].includes(v.toLowerCase()));
 
 t.test('echo spelled as vLLM also accepts it: the echoed message is not billed as completion', async (t) => {
-  const up = await serveUpstream(
-    t,
-    createServer((req, res) => {
-      let body = '';
-      req.on('data', (c: Buffer) => (body += c.toString()));
-      req.on('end', () => {
-        const b = JSON.parse(body);
-        if (req.url!.endsWith('/completions') && !req.url!.includes('chat')) {
-          res.writeHead(200, { 'content-type': 'application/json' });
-          const text = (truthy(b.echo) ? b.prompt : '') + GENERATED;
-          res.end(JSON.stringify({ id: 'c', object: 'text_completion', choices: [{ index: 0, text, finish_reason: 'stop' }] }));
-          return;
-        }
-        const last = b.messages.at(-1);
-        // serving_chat: role = response_role ('assistant') if add_generation_prompt else last message's role
-        const role = falsy(b.add_generation_prompt) ? last.role : 'assistant';
-        const echo = truthy(b.echo) && last.role === role ? last.content : '';
-        res.writeHead(200, { 'content-type': 'application/json' });
-        // No usage: the fallback path (an upstream without usage, as in chat-echo-billing.test.ts).
-        res.end(
-          JSON.stringify({
-            id: 'c',
-            object: 'chat.completion',
-            choices: [{ index: 0, message: { role: 'assistant', content: echo + GENERATED }, finish_reason: 'stop' }],
-          }),
-        );
-      });
-    }),
-  );
+  const up = await serveJsonUpstream(t, (b, req, res) => {
+    if (req.url!.endsWith('/completions') && !req.url!.includes('chat')) {
+      res.writeHead(200, { 'content-type': 'application/json' });
+      const text = (truthy(b.echo) ? b.prompt : '') + GENERATED;
+      res.end(JSON.stringify({ id: 'c', object: 'text_completion', choices: [{ index: 0, text, finish_reason: 'stop' }] }));
+      return;
+    }
+    const last = b.messages.at(-1);
+    // serving_chat: role = response_role ('assistant') if add_generation_prompt else last message's role
+    const role = falsy(b.add_generation_prompt) ? last.role : 'assistant';
+    const echo = truthy(b.echo) && last.role === role ? last.content : '';
+    res.writeHead(200, { 'content-type': 'application/json' });
+    // No usage: the fallback path (an upstream without usage, as in chat-echo-billing.test.ts).
+    res.end(
+      JSON.stringify({
+        id: 'c',
+        object: 'chat.completion',
+        choices: [{ index: 0, message: { role: 'assistant', content: echo + GENERATED }, finish_reason: 'stop' }],
+      }),
+    );
+  });
   const gw = await startGateway(t, {
     upstreamUrl: up,
     config: {

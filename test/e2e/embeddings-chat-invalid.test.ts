@@ -5,10 +5,9 @@
 // without usage such a body is billed the larger of its two forms' counts, as it is held (billed 7 tokens
 // of the 38,464 embedded before, a review finding). The upstream below picks the form as vLLM does.
 import t from 'tap';
-import { createServer } from 'node:http';
 import { startGateway } from '../helpers/gateway.ts';
 import { createTokenizer } from '../../src/meter/tokenizer.ts';
-import { serveUpstream, waitForDebit } from './chat-fixture.ts';
+import { serveJsonUpstream, waitForDebit } from './chat-fixture.ts';
 
 const tokenizer = createTokenizer();
 await tokenizer.load();
@@ -17,35 +16,27 @@ const INPUT = Array.from({ length: 64 }, (_, i) => `document ${i} `.repeat(200))
 
 t.test('embeddings: messages that are not vLLM chat messages beside a big input, no usage: billed the input', async (t) => {
   let embedded = '';
-  const up = await serveUpstream(
-    t,
-    createServer((req, res) => {
-      let body = '';
-      req.on('data', (c: Buffer) => (body += c.toString()));
-      req.on('end', () => {
-        const b = JSON.parse(body);
-        const chat =
-          Array.isArray(b.messages) &&
-          b.messages.length > 0 &&
-          b.messages.every((m: any) => typeof m?.role === 'string' && validContent(m.content));
-        embedded = chat ? 'messages' : 'input';
-        const n = chat ? 1 : Array.isArray(b.input) ? b.input.length : 1;
-        res.writeHead(200, { 'content-type': 'application/json' });
-        const data = Array.from({ length: n }, (_, index) => ({ object: 'embedding', index, embedding: [0.1, 0.2] }));
-        if (b.slow) {
-          // As vLLM: usage last, here after a pause (a large answer in transit); the usage is the input's.
-          const full = JSON.stringify({ object: 'list', data, model: 'x', usage: { prompt_tokens: b.slow, total_tokens: b.slow } });
-          const cut = full.indexOf('"usage"');
-          res.write(full.slice(0, cut));
-          setTimeout(() => {
-            if (!res.destroyed) res.end(full.slice(cut));
-          }, 1000);
-          return;
-        }
-        res.end(JSON.stringify({ object: 'list', data, model: 'x' }));
-      });
-    }),
-  );
+  const up = await serveJsonUpstream(t, (b, _req, res) => {
+    const chat =
+      Array.isArray(b.messages) &&
+      b.messages.length > 0 &&
+      b.messages.every((m: any) => typeof m?.role === 'string' && validContent(m.content));
+    embedded = chat ? 'messages' : 'input';
+    const n = chat ? 1 : Array.isArray(b.input) ? b.input.length : 1;
+    res.writeHead(200, { 'content-type': 'application/json' });
+    const data = Array.from({ length: n }, (_, index) => ({ object: 'embedding', index, embedding: [0.1, 0.2] }));
+    if (b.slow) {
+      // As vLLM: usage last, here after a pause (a large answer in transit); the usage is the input's.
+      const full = JSON.stringify({ object: 'list', data, model: 'x', usage: { prompt_tokens: b.slow, total_tokens: b.slow } });
+      const cut = full.indexOf('"usage"');
+      res.write(full.slice(0, cut));
+      setTimeout(() => {
+        if (!res.destroyed) res.end(full.slice(cut));
+      }, 1000);
+      return;
+    }
+    res.end(JSON.stringify({ object: 'list', data, model: 'x' }));
+  });
   const gw = await startGateway(t, {
     upstreamUrl: up,
     config: {
