@@ -67,11 +67,24 @@ if (redis) {
     t.ok(p.maxFetched <= 101, `at most ${p.maxFetched} debits fetched for a page of 100`);
   });
 
-  t.test('plain entries, then packed ones: bounded by PACKED_DEBITS_MAX times the page', async (t) => {
+  t.test('plain and packed entries mixed: every debit once, in order, both ways, a page bounded', async (t) => {
     await plain('s-mixed', 90);
     await packed('s-mixed', 30);
-    const p = await pages('s-mixed', 100);
-    t.equal(p.ids.length, 90 + 30 * PACKED_DEBITS_MAX);
-    t.ok(p.maxFetched <= PACKED_DEBITS_MAX * 100, `at most ${p.maxFetched} debits fetched for a page of 100`);
+    await plain('s-mixed', 5);
+    await packed('s-mixed', 3);
+    // What the pages must give: every row expanded, in stream order.
+    const rows = (await r.xrange('s-mixed', '-', '+')) as [string, string[]][];
+    const all = rows.flatMap(([id, f]) => (f[0] === 'p' ? (JSON.parse(f[1]!) as unknown[]).map((_, k) => `${id}.${k + 1}`) : [id]));
+    t.equal(all.length, 95 + 33 * PACKED_DEBITS_MAX);
+    for (const limit of [1, 7, 16, 100]) {
+      const forward = await pages('s-mixed', limit);
+      t.strictSame(forward.ids, all, `oldest first, pages of ${limit}`);
+      const back = await pages('s-mixed', limit, true);
+      t.strictSame(back.ids, [...all].reverse(), `newest first, pages of ${limit}`);
+      t.ok(
+        forward.maxFetched <= PACKED_DEBITS_MAX * limit + PACKED_DEBITS_MAX,
+        `pages of ${limit}: at most ${forward.maxFetched} debits fetched for one`,
+      );
+    }
   });
 }
