@@ -5,14 +5,17 @@
  * from `INFO commandstats` (time inside the gateway's commands) and from /proc (redis-server's whole CPU,
  * network and syscalls included), with the script calls per request (2 = a hold and a settle call each;
  * fewer = turns batched), beside req/s and the gateway's CPU per request.
- *   node bench/hot-account.ts [--ref <before>] [--rounds 3] [--seconds 3] [--conns 1,64,256] [--workers 4] [--leases [--packed]] [--ref-leases] [--out file.md]
+ *   node bench/hot-account.ts [--ref <before>] [--rounds 3] [--seconds 3] [--conns 1,64,256] [--workers 4]
+ *     [--leases [--packed] [--linger <ms>]] [--ref-leases [--ref-packed] [--ref-linger <ms>]] [--out file.md]
  * With --ref, the gateway at that ref is measured too, its stack up only while it runs; rounds alternate
  * (before, after, after, before, …) so drift hits both alike. Medians over rounds. `--leases`: the working
  * tree's gateway with `credit.leases: true` (docs/ledger.md "Leases"); the ref's as configured by default.
  * `--packed` (with --leases): the working tree's also with `store.debit_entries: packed` (a lease's settles
  * of one turn in one ledger entry, docs/ledger.md "Packed passes"); `--ref . --leases --packed` measures
  * packed passes against plain lease passes of the same tree with `--ref-leases` (the ref's side with
- * `credit.leases: true` as well, so the sides differ in the layout alone).
+ * `credit.leases: true` as well, so the sides differ in the layout alone). `--linger` / `--ref-linger` set a
+ * side's `credit.lease_linger_ms` (docs/ledger.md "Lingering passes"), `--ref-packed` the ref's layout:
+ * `--ref . --ref-leases --ref-packed --ref-linger 0 --leases --packed` measures the linger alone.
  * `--rate N`: an open loop at N requests a second (bench/paced.ts, latency from each request's scheduled
  * time) instead of wrk's closed loop; `--conns` is then the client's connection pool.
  */
@@ -35,6 +38,9 @@ const { values } = parseArgs({
     leases: { type: 'boolean', default: false },
     packed: { type: 'boolean', default: false },
     'ref-leases': { type: 'boolean', default: false },
+    'ref-packed': { type: 'boolean', default: false },
+    linger: { type: 'string' },
+    'ref-linger': { type: 'string' },
     rate: { type: 'string' },
   },
 });
@@ -60,6 +66,19 @@ const median = (xs: number[]) => {
   return s.length % 2 ? s[m]! : (s[m - 1]! + s[m]!) / 2;
 };
 
+/** `credit.leases: true`, maybe packed passes, maybe a linger (only named when given: a ref may not know it). */
+function leaseConfig(packed: boolean, linger: string | undefined) {
+  return {
+    credit: { leases: true, ...(linger !== undefined && { lease_linger_ms: Number(linger) }) },
+    ...(packed && { store: { debit_entries: 'packed' } }),
+  };
+}
+const sideLabel = (name: string) => {
+  const [leases, packed, linger] =
+    name === 'after' ? [values.leases, values.packed, values.linger] : [values['ref-leases'], values['ref-packed'], values['ref-linger']];
+  if (!leases) return '';
+  return `, \`credit.leases: true\`${packed ? ', `store.debit_entries: packed`' : ''}${linger !== undefined ? `, \`credit.lease_linger_ms: ${linger}\`` : ''}`;
+};
 const stacks = new Map<string, Stack>();
 for (const side of sides)
   stacks.set(
@@ -69,10 +88,9 @@ for (const side of sides)
       // One worker: the stack's own single-process gateway ('tollgate/live'), no second one.
       workers: workers > 1 ? workers : false,
       ...(side.ref.sha && { ref: side.ref.sha }),
-      ...(side.name === 'after' &&
-        values.leases && { config: { credit: { leases: true }, ...(values.packed && { store: { debit_entries: 'packed' } }) } }),
+      ...(side.name === 'after' && values.leases && { config: leaseConfig(values.packed, values.linger) }),
       // --ref-leases: the ref's gateway with leases too (a ref that knows credit.leases).
-      ...(side.name === 'before' && values['ref-leases'] && { config: { credit: { leases: true } } }),
+      ...(side.name === 'before' && values['ref-leases'] && { config: leaseConfig(values['ref-packed'], values['ref-linger']) }),
     }),
   );
 const runs = new Map<string, Measurement[]>();
@@ -108,12 +126,9 @@ try {
 const lines = [
   `# Hot account: one account, one live key, \`server.workers: ${workers}\`, one redis-server`,
   '',
-  `\`node bench/hot-account.ts${values.ref ? ` --ref ${values.ref}` : ''}${values['ref-leases'] ? ' --ref-leases' : ''}${values.leases ? ' --leases' : ''}${values.packed ? ' --packed' : ''} --rounds ${rounds} --seconds ${values.seconds} --conns ${values.conns}\` · ${new Date().toISOString()} · load average at start ${load0}`,
+  `\`node bench/hot-account.ts${values.ref ? ` --ref ${values.ref}` : ''}${values['ref-leases'] ? ' --ref-leases' : ''}${values['ref-packed'] ? ' --ref-packed' : ''}${values['ref-linger'] !== undefined ? ` --ref-linger ${values['ref-linger']}` : ''}${values.leases ? ' --leases' : ''}${values.packed ? ' --packed' : ''}${values.linger !== undefined ? ` --linger ${values.linger}` : ''} --rounds ${rounds} --seconds ${values.seconds} --conns ${values.conns}\` · ${new Date().toISOString()} · load average at start ${load0}`,
   '',
-  ...sides.map(
-    (s) =>
-      `- ${s.name}: ${s.ref.label}${(s.name === 'after' && values.leases) || (s.name === 'before' && values['ref-leases']) ? ', `credit.leases: true`' : ''}${s.name === 'after' && values.packed ? ', `store.debit_entries: packed`' : ''}`,
-  ),
+  ...sides.map((s) => `- ${s.name}: ${s.ref.label}${sideLabel(s.name)}`),
   '',
   'wrk, non-streaming, 64 tokens, all on the same 2 cores. Redis µs/req: `INFO commandstats` (time inside the gateway’s commands, scripts counted once) and redis-server’s CPU from /proc (its network and syscall work included), each per completed request. Medians over rounds.',
   '',

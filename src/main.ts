@@ -43,6 +43,7 @@ export async function openStore(config: Config, env: NodeJS.ProcessEnv, logger: 
       holdTtlMs: holdTtlMs(config),
       bucketMs: bucketMsFor(holdTtlMs(config)),
       leases: config.credit.leases,
+      leaseLingerMs: config.credit.leaseLingerMs,
       onError: (err) => {
         // ioredis emits an error per reconnect attempt: one line for the outage, then one a minute.
         if (Date.now() - lastLogged > 60_000) {

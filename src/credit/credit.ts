@@ -358,6 +358,8 @@ export function createCredit(d: CreditDeps): Credit {
       return inFlight.size;
     },
     async drain(deadlineMs) {
+      // Settles lingering for others to share their call go now: the drain waits for them.
+      d.store.hurry?.();
       await waitPending(deadlineMs);
       if (inFlight.size > 0)
         d.logger.warn({ pending: inFlight.size, owed: owed.size }, 'settles still pending at the end of the drain: spooling those owed');

@@ -14,8 +14,13 @@
 export const MAX_BATCH = 128;
 
 export interface TurnBatcherOptions<I, R> {
-  /** Runs `flush` once before this turn's write (the script pipe's beforeWrite), or at the turn's end. */
-  schedule: (flush: () => void) => void;
+  /**
+   * Runs `flush` once before this turn's write (the script pipe's beforeWrite), or at the turn's end; or,
+   * for calls that may linger (lease settles, credit-lease.ts), after a timer, returning its cancel.
+   */
+  schedule: (flush: () => void) => void | (() => void);
+  /** Sends the pending calls at once when this many are waiting (a lingering batcher; default never). */
+  full?: number;
   /** The slot a call goes to (Cluster); one value for every call on a single node. */
   slotOf: (item: I) => string | number;
   /** Sends a batch of one: the single-request script, as before group commit. */
@@ -32,10 +37,15 @@ interface Pending<I, R> {
   waiters: { resolve(r: R): void; reject(e: unknown): void }[];
 }
 
+/** Queues a call for the batch of its slot and resolves with its own result; `flush` sends what waits now. */
+export type TurnBatcher<I, R> = ((item: I) => Promise<R>) & { flush(): void };
+
 /** Returns `add`: queues a call for this turn's batch of its slot and resolves with its own result. */
-export function createTurnBatcher<I, R>(o: TurnBatcherOptions<I, R>): (item: I) => Promise<R> {
+export function createTurnBatcher<I, R>(o: TurnBatcherOptions<I, R>): TurnBatcher<I, R> {
   let pending = new Map<string | number, Pending<I, R>>();
   let scheduled = false;
+  let waiting = 0;
+  let cancel: (() => void) | undefined;
 
   function send(items: I[], waiters: Pending<I, R>['waiters']): void {
     if (items.length === 1) {
@@ -64,6 +74,9 @@ export function createTurnBatcher<I, R>(o: TurnBatcherOptions<I, R>): (item: I) 
 
   function flush(): void {
     scheduled = false;
+    waiting = 0;
+    cancel?.();
+    cancel = undefined;
     const batches = pending;
     pending = new Map();
     for (const { items, waiters } of batches.values()) {
@@ -72,7 +85,7 @@ export function createTurnBatcher<I, R>(o: TurnBatcherOptions<I, R>): (item: I) 
     }
   }
 
-  return (item) => {
+  const add = (item: I) => {
     const slot = o.slotOf(item);
     let p = pending.get(slot);
     if (!p) {
@@ -80,10 +93,13 @@ export function createTurnBatcher<I, R>(o: TurnBatcherOptions<I, R>): (item: I) 
       pending.set(slot, p);
     }
     p.items.push(item);
-    if (!scheduled) {
+    const result = new Promise<R>((resolve, reject) => p.waiters.push({ resolve, reject }));
+    if (++waiting === o.full) flush();
+    else if (!scheduled) {
       scheduled = true;
-      o.schedule(flush);
+      cancel = o.schedule(flush) ?? undefined;
     }
-    return new Promise<R>((resolve, reject) => p.waiters.push({ resolve, reject }));
+    return result;
   };
+  return Object.assign(add, { flush });
 }

@@ -8,7 +8,7 @@
 import { Cluster, type Redis } from 'ioredis';
 import calculateSlot from 'cluster-key-slot';
 import { randomBytes } from 'node:crypto';
-import { createTurnBatcher } from './credit-batch.ts';
+import { createTurnBatcher, MAX_BATCH } from './credit-batch.ts';
 import { createLeaseBook } from './credit-lease.ts';
 import { debitEntryData, PACKED_DEBITS_MAX } from './debit-layout.ts';
 import { bucketDue, DEFAULT_BUCKET_MS, settleBucketDue } from './hold-bucket.ts';
@@ -71,6 +71,11 @@ export interface RedisCreditDeps {
    * "Packed passes"). Off: one entry per debit, as every version before it reads.
    */
   packed?: boolean | undefined;
+  /**
+   * How long a lease's settles wait for others to share their call (`credit.lease_linger_ms`; docs/ledger.md
+   * "Lingering passes"); 0 or unset: the turn's, as every other call.
+   */
+  leaseLingerMs?: number | undefined;
 }
 
 /** Splits a -many script's flat reply (4 values per call) into one result per call: an Error, or its values. */
@@ -134,6 +139,7 @@ function distinctIds(calls: readonly { args: readonly (string | number)[] }[]): 
 }
 
 export function createRedisCredit(d: RedisCreditDeps): Pick<Store, 'hold' | 'settle' | 'reapExpiredHolds' | 'leaseStats'> & {
+  hurry(): void;
   holdBucketDue(expiresAtMs: number): number;
   closeLeases(): Promise<void>;
 } {
@@ -518,6 +524,28 @@ export function createRedisCredit(d: RedisCreditDeps): Pick<Store, 'hold' | 'set
     one: async (c) => (c.lease !== undefined ? (await leaseSettle([c]))[0] : c.settle ? settleOne(c) : holdOne(c)),
     many: batch,
   });
+  /**
+   * A lease's settles and give-backs (docs/ledger.md "Lingering passes"): with `leaseLingerMs`, those of
+   * several turns wait for one timer (or for MAX_BATCH of them) and go as one pass per lease. A settle is
+   * not awaited by its response (SPEC §4), so no client waits for it; the shutdown's drain does, and the
+   * store's close sends what waits at once.
+   */
+  const lingerMs = d.leases ? (d.leaseLingerMs ?? 0) : 0;
+  const lingering =
+    lingerMs > 0
+      ? createTurnBatcher<Call, unknown>({
+          schedule: (flush) => {
+            const t = setTimeout(flush, lingerMs);
+            return () => clearTimeout(t);
+          },
+          full: MAX_BATCH,
+          slotOf,
+          one: async (c) => (await leaseSettle([c]))[0],
+          many: batch,
+        })
+      : undefined;
+  let hurried = false;
+  const leaseCall = (c: Call) => (lingering && !hurried ? lingering(c) : creditCall(c));
 
   /**
    * Empties the due buckets of the index (reap-bucket.lua), a batch of up to REAP_BATCH members at a time;
@@ -612,7 +640,7 @@ export function createRedisCredit(d: RedisCreditDeps): Pick<Store, 'hold' | 'set
           return { ok: code === 1 };
         },
         giveBack: (acct, due, id, amount) =>
-          creditCall({ keys: [K.balance(acct), K.holdBucket(acct, due), K.ledger(acct)], args: [], lease: id, giveBack: amount }),
+          leaseCall({ keys: [K.balance(acct), K.holdBucket(acct, due), K.ledger(acct)], args: [], lease: id, giveBack: amount }),
       })
     : undefined;
 
@@ -653,7 +681,7 @@ export function createRedisCredit(d: RedisCreditDeps): Pick<Store, 'hold' | 'set
       // Drawn from a lease: its own pass (lease-settle.lua), which releases the draw (as the book recorded
       // it) from the lease.
       const lease = leases && !b ? leases.leaseOf(i.account, i.requestId, due) : undefined;
-      let reply = (await creditCall({
+      let reply = (await (lease ? leaseCall : creditCall)({
         keys: b ? [...keys, ...budgetKeys] : keys,
         args,
         hold: lease ? lease.amount : hold,
@@ -673,8 +701,18 @@ export function createRedisCredit(d: RedisCreditDeps): Pick<Store, 'hold' | 'set
     },
 
     /** Gives back every lease's undrawn part (the store's close, before the connections go). */
-    closeLeases: async () => leases?.close(),
+    closeLeases: async () => {
+      if (!leases) return;
+      const closed = leases.close();
+      // The give-backs it started, and any settle still lingering, go now.
+      lingering?.flush();
+      await closed;
+    },
     ...(leases && { leaseStats: () => ({ taken: leases.taken, draws: leases.draws, open: leases.open }) }),
+    hurry() {
+      hurried = true;
+      lingering?.flush();
+    },
 
     async reapExpiredHolds(nowMs, ts) {
       for (const [cacheKey, { due }] of indexed) if (due <= nowMs) indexed.delete(cacheKey);

@@ -103,6 +103,8 @@ export interface RedisStoreOptions {
   debitEntries?: DebitLayout;
   /** Credit leases for a hot account (credit-lease.ts, `credit.leases`; default off). */
   leases?: boolean;
+  /** How long a lease's settles wait to share a call (`credit.lease_linger_ms`; default 0: per turn). */
+  leaseLingerMs?: number;
 }
 
 /** Builds the ioredis client the way NOTES §1 recommends for a hot path: fail fast, autopipeline. */
@@ -359,6 +361,7 @@ export async function createRedisStore(o: RedisStoreOptions & { client?: Client 
     holdTtlMs: o.holdTtlMs,
     bucketMs: o.bucketMs,
     leases: o.leases,
+    leaseLingerMs: o.leaseLingerMs,
     packed: o.debitEntries === 'packed',
   });
   const readAccount = async (acct: string): Promise<AccountState> => {
@@ -655,6 +658,7 @@ export async function createRedisStore(o: RedisStoreOptions & { client?: Client 
     holdBucketDue: credit.holdBucketDue,
     reapExpiredHolds: (nowMs, ts) => guard(credit.reapExpiredHolds(nowMs, ts)),
     ...(credit.leaseStats && { leaseStats: credit.leaseStats }),
+    hurry: credit.hurry,
 
     ...redisShareStore(redis, s),
 

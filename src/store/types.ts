@@ -419,6 +419,11 @@ export interface Store {
   reapExpiredHolds(nowMs: number, ts: string): Promise<number>;
   /** Credit leases of this process (docs/ledger.md "Leases"), when the store has them on: for /metrics. */
   leaseStats?(): LeaseStats;
+  /**
+   * Shutdown: settles waiting to share a call (`credit.lease_linger_ms`, docs/ledger.md "Lingering passes")
+   * go now, and from now on each turn's go in that turn.
+   */
+  hurry?(): void;
 
   putShare(record: ShareRecord): Promise<void>;
   /**

@@ -12,7 +12,8 @@ import { startGateway } from '../helpers/gateway.ts';
 import { waitFor } from '../helpers/wait.ts';
 import { startSimulator } from '../../src/simulator/simulator.ts';
 import { luaScript } from '../../src/store/script-pipe.ts';
-import { accountOf, checkLedger, crowdRequest, ledgerOf } from './credit-support.ts';
+import { createRedisStore } from '../../src/store/redis-store.ts';
+import { accountOf, chat, checkLedger, crowdRequest, debitOf, ledgerOf, type Entry } from './credit-support.ts';
 
 const RICH = 96;
 const WAVE = 16;
@@ -121,5 +122,68 @@ if (redis) {
     t.ok(value('tollgate_credit_lease_draws_total') >= leased.size, `draws: ${value('tollgate_credit_lease_draws_total')}`);
     const holds = mon.seen.filter((l) => l.toLowerCase().startsWith('evalsha') && !l.includes(leaseSettle)).length;
     t.comment(`${passes.length} lease passes carried ${leased.size} settles; ${holds} other credit script calls`);
+  });
+}
+
+// Lingering passes (`credit.lease_linger_ms`, docs/ledger.md "Lingering passes"): a drawn request's settle
+// waits up to the linger for others to share its call, but its response does not wait for it (SPEC §4:
+// the settle is not awaited), and the shutdown sends what waits: nothing is unbilled or spooled.
+if (redis) {
+  t.test('lingering settles: the answer comes first, the debit within the linger, and shutdown loses none', async (t) => {
+    const sim = await startSimulator();
+    t.teardown(() => sim.close());
+    const gw = await startGateway(t, {
+      redisUrl: redis.url,
+      upstreamUrl: sim.url,
+      config: { credit: { hold_margin_seconds: 150, leases: true, lease_linger_ms: 1000 } },
+    });
+    const acct = 'ls-linger';
+    const { key } = await gw.createKey({ account: acct, env: 'live' });
+    await gw.grant(acct, 1_000_000_000);
+    const body = { model: 'sim-small', messages: [{ role: 'user', content: 'hello there' }], max_tokens: 8 };
+    const taken = async () => {
+      const text = await (await fetch(`${gw.adminUrl}/metrics`)).text();
+      return Number(/^tollgate_credit_leases_taken_total (\d+)/m.exec(text)?.[1] ?? 0);
+    };
+    // Hot: 8 holds of the bucket before its lease (a slow machine may cross into a new bucket: go on).
+    await waitFor(
+      async () => {
+        t.equal((await chat(gw.url, key, body)).status, 200);
+        return (await taken()) >= 1;
+      },
+      20_000,
+      'a lease is taken',
+    );
+    const debits = async () => (await ledgerOf(gw.admin, acct)).filter((e) => e.kind === 'debit');
+    const res = await chat(gw.url, key, body);
+    t.equal(res.status, 200);
+    await res.json();
+    const id = res.headers.get('x-request-id')!;
+    t.notOk(
+      (await debits()).some((e) => e.request_id === id),
+      'answered while its settle still waits for the linger (a second)',
+    );
+    await debitOf(gw, acct, id, 5000);
+
+    // A crowd, then the shutdown at once: its drain sends the lingering settles, the close gives the lease back.
+    const crowd = await Promise.all(Array.from({ length: 6 }, () => chat(gw.url, key, body)));
+    const ids = await Promise.all(crowd.map(async (r) => (await r.json(), r.headers.get('x-request-id')!)));
+    await gw.close();
+    const reader = await createRedisStore({ url: redis.url, commandTimeoutMs: 2000, settledTtlSeconds: 60 });
+    t.teardown(() => reader.close());
+    const entries: Entry[] = [];
+    for (let page; (page = await reader.ledger(acct, entries.at(-1)?.id, 1000)).length > 0;) entries.push(...page);
+    const debited = new Set(entries.filter((e) => e.kind === 'debit').map((e) => e.request_id));
+    t.ok(
+      ids.every((x) => debited.has(x)),
+      'every request answered before the shutdown is debited',
+    );
+    const a = await reader.getAccount(acct);
+    t.equal(a.held_micros, 0, 'nothing held: every draw settled and the lease given back');
+    t.equal(
+      a.balance_micros,
+      entries.reduce((s, e) => s + e.amount_micros, 0),
+      'balance = Σ ledger',
+    );
   });
 }

@@ -8,6 +8,7 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import t from 'tap';
 import type { Test } from 'tap';
 import type { DebitLayout } from '../../src/store/debit-layout.ts';
+import { MAX_BATCH } from '../../src/store/credit-batch.ts';
 import { LEASE_AFTER } from '../../src/store/credit-lease.ts';
 import { createRedisStore } from '../../src/store/redis-store.ts';
 import * as K from '../../src/store/redis-keys.ts';
@@ -20,7 +21,14 @@ const redis = await startRedis(t);
 if (redis) {
   const open = async (
     t: Test,
-    o: { scriptPipe?: boolean; leases?: boolean; holdTtlMs?: number; bucketMs?: number; debitEntries?: DebitLayout } = {},
+    o: {
+      scriptPipe?: boolean;
+      leases?: boolean;
+      holdTtlMs?: number;
+      bucketMs?: number;
+      debitEntries?: DebitLayout;
+      leaseLingerMs?: number;
+    } = {},
   ): Promise<Store> => {
     const store = await createRedisStore({ url: redis.url, commandTimeoutMs: 2000, settledTtlSeconds: 4260, leases: true, ...o });
     t.teardown(() => store.close());
@@ -395,6 +403,90 @@ if (redis) {
       8 * 1000 + 29 * 1000,
       "held: the 8 holds and the lease less the 3 draws settled (the repeated hold's draw stays in it until given back)",
     );
+  });
+
+  // Lingering passes (`credit.lease_linger_ms`, docs/ledger.md "Lingering passes"): a lease's settles of
+  // several turns wait for one timer and go as one call; a full batch goes at once; the store's close and
+  // the shutdown's hurry() send what waits. Each settle is still its own debit.
+  /** Settles each drawn request in a turn of its own; returns their promises (not awaited). */
+  const settleInTurns = async (store: Store, acct: string, ids: string[]) => {
+    const out: Promise<{ entry_id: string; replayed: boolean }>[] = [];
+    for (const id of ids) {
+      out.push(store.settle(settleOf(acct, id, 700, { holdMicros: 100 })));
+      await new Promise((r) => setImmediate(r));
+    }
+    return out;
+  };
+  const debitsOf = async (store: Store, acct: string, prefix: string) =>
+    (await allEntries(store, acct)).filter((e) => e.kind === 'debit' && e.request_id?.startsWith(prefix));
+  for (const debitEntries of ['compact', 'packed'] as const) {
+    t.test(`lingering passes (${debitEntries}): settles of 12 turns are one call, sent by the timer`, async (t) => {
+      const store = await open(t, { leaseLingerMs: 1000, debitEntries });
+      const acct = `linger-timer-${debitEntries}`;
+      await store.grant(acct, 100_000_000, undefined, undefined, TS);
+      await warm(t, store, acct, 1000);
+      const ids = Array.from({ length: 12 }, (_, i) => `g${i}`);
+      for (const id of ids) t.ok((await store.hold(acct, id, 100, FAR)).ok);
+      const before = await evalCalls();
+      const settled = await Promise.all(await settleInTurns(store, acct, ids));
+      t.equal(await evalCalls(), before + 1, "12 turns' settles of one lease: one call");
+      t.equal(new Set(settled.map((s) => s.entry_id)).size, 12, 'each settle its own entry id');
+      t.ok(settled.every((s) => !s.replayed));
+      const debits = await debitsOf(store, acct, 'g');
+      t.same(debits.map((e) => e.request_id).sort(), [...ids].sort(), 'one debit per request');
+      if (debitEntries === 'packed')
+        t.equal(new Set(debits.map((e) => e.id.split('.')[0])).size, 1, 'packed: the 12 debits in one ledger entry');
+      t.equal((await bucket(acct)).leases[0]![1], `o${32 * 1000 - 12 * 100}`, 'the lease less the 12 draws');
+      await balanceIsLedger(t, store, acct);
+    });
+  }
+
+  t.test('lingering passes: nothing is sent before the timer; a full batch goes at once; close sends the rest', async (t) => {
+    const store = await open(t, { leaseLingerMs: 60_000, debitEntries: 'packed' });
+    const acct = 'linger-full';
+    await store.grant(acct, 100_000_000, undefined, undefined, TS);
+    await warm(t, store, acct, 1000);
+    // Draws of 100 from a lease of 32 × 1000: 130 of them fit.
+    const ids = Array.from({ length: MAX_BATCH + 2 }, (_, i) => `f${i}`);
+    for (const id of ids) t.ok((await store.hold(acct, id, 100, FAR)).ok);
+    const before = await evalCalls();
+    const first = await settleInTurns(store, acct, ids.slice(0, 5));
+    await sleep(50);
+    t.equal(await evalCalls(), before, 'settles waiting for the timer: no call yet');
+    t.equal((await debitsOf(store, acct, 'f')).length, 0, 'and no debit');
+    const rest = await settleInTurns(store, acct, ids.slice(5, MAX_BATCH));
+    const full = await Promise.all([...first, ...rest]);
+    t.equal(full.length, MAX_BATCH, `the ${MAX_BATCH}th settle sends the batch at once (the timer is a minute)`);
+    t.equal((await debitsOf(store, acct, 'f')).length, MAX_BATCH);
+    const last = await settleInTurns(store, acct, ids.slice(MAX_BATCH));
+    await sleep(50);
+    t.equal((await debitsOf(store, acct, 'f')).length, MAX_BATCH, 'the next two wait');
+    await store.close();
+    const closed = await Promise.all(last);
+    t.ok(
+      closed.every((s) => !s.replayed),
+      "the store's close sent them",
+    );
+    t.equal(await heldOf(acct), 8 * 1000, 'closed: the lease given back with them; only the 8 warm-up holds are held');
+    const entries = (await redis.client.xrange(K.ledger(acct), '-', '+')).length;
+    t.ok(entries >= 9 && entries <= 12, `${entries} ledger entries for ${MAX_BATCH + 2} debits and the grant`);
+  });
+
+  t.test('lingering passes: hurry() (the shutdown drain) sends what waits, and later settles go in their turn', async (t) => {
+    const store = await open(t, { leaseLingerMs: 60_000 });
+    const acct = 'linger-hurry';
+    await store.grant(acct, 100_000_000, undefined, undefined, TS);
+    await warm(t, store, acct, 1000);
+    for (let i = 0; i < 4; i++) t.ok((await store.hold(acct, `h${i}`, 100, FAR)).ok);
+    const waiting = await settleInTurns(store, acct, ['h0', 'h1']);
+    await sleep(50);
+    t.equal((await debitsOf(store, acct, 'h')).length, 0, 'waiting for the timer');
+    store.hurry!();
+    t.equal((await Promise.all(waiting)).length, 2, 'hurry() sent them');
+    // After hurry(), a settle goes in its own turn: awaited here with a minute's linger configured.
+    const [late] = await settleInTurns(store, acct, ['h2']);
+    t.notOk((await late!).replayed, 'a settle after hurry() is not held back');
+    t.equal((await debitsOf(store, acct, 'h')).length, 3);
   });
 
   t.test('an account without enough credit to spare takes no lease', async (t) => {
