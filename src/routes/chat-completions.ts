@@ -160,7 +160,8 @@ export const CHAT_COMPLETIONS: MeteredEndpoint<ChatBody> = {
   payload: upstreamBody,
   reply: (body) => ({
     stream: body.stream === true,
-    wantsUsage: (body.stream_options as { include_usage?: unknown } | undefined)?.include_usage === true,
+    // A lax boolean as vLLM reads it (lax-bool.ts): "true" asks for the usage chunk as true does.
+    wantsUsage: laxTrue((body.stream_options as { include_usage?: unknown } | null | undefined)?.include_usage),
     severalChoices: (body.n ?? 1) > 1,
     echo: laxTrue(body['echo']) && echoesLastMessage(body),
   }),

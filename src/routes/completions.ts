@@ -156,7 +156,8 @@ export const COMPLETIONS_ENDPOINT: MeteredEndpoint<CompletionsBody> = {
   payload: upstreamBody,
   reply: (body) => ({
     stream: body.stream === true,
-    wantsUsage: (body.stream_options as { include_usage?: unknown } | undefined)?.include_usage === true,
+    // A lax boolean as vLLM reads it (lax-bool.ts): "true" asks for the usage chunk as true does.
+    wantsUsage: laxTrue((body.stream_options as { include_usage?: unknown } | null | undefined)?.include_usage),
     severalChoices: Math.max(body.n ?? 1, body.best_of ?? 1) * prompts(body) > 1,
     // vLLM (and OpenAI's legacy API) put the prompt before each choice's text.
     echo: laxTrue(body['echo']),

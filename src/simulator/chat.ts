@@ -15,6 +15,7 @@ import {
   JSON_HEADERS,
   planCompletion,
   streamChunks,
+  vllmTrue,
   type ChunkSource,
   type CompletionPlan,
 } from './output.ts';
@@ -105,11 +106,12 @@ async function streamCompletion(
   }
 }
 
+/** `stream` and `stream_options.include_usage` are lax booleans, as vLLM reads them (vllmTrue). */
 function isStream(body: unknown): boolean {
-  return typeof body === 'object' && body !== null && (body as { stream?: unknown }).stream === true;
+  return typeof body === 'object' && body !== null && vllmTrue((body as { stream?: unknown }).stream);
 }
 
 function includeUsage(body: unknown): boolean {
   const so = (body as { stream_options?: unknown }).stream_options;
-  return typeof so === 'object' && so !== null && (so as { include_usage?: unknown }).include_usage === true;
+  return typeof so === 'object' && so !== null && vllmTrue((so as { include_usage?: unknown }).include_usage);
 }

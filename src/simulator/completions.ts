@@ -22,6 +22,7 @@ import {
   simCompletionText,
   simPromptTokens,
   simTextTokens,
+  vllmTrue,
   type CompletionPlan,
 } from './output.ts';
 
@@ -48,7 +49,7 @@ function inputCount(v: unknown): number {
 
 function includeUsage(body: unknown): boolean {
   const so = isObject(body) ? body['stream_options'] : undefined;
-  return isObject(so) && so['include_usage'] === true;
+  return isObject(so) && vllmTrue(so['include_usage']); // a lax boolean, as vLLM reads it
 }
 
 /**
@@ -113,7 +114,7 @@ function simLogprobsJson(tokens: string[], first: number, offset: number, n: num
 export function simEchoLogprobs(body: unknown): { echo: string; n: number | undefined } {
   const b = isObject(body) ? body : {};
   const n = typeof b['logprobs'] === 'number' && Number.isSafeInteger(b['logprobs']) && b['logprobs'] >= 0 ? b['logprobs'] : undefined;
-  return { echo: b['echo'] === true && typeof b['prompt'] === 'string' ? b['prompt'] : '', n };
+  return { echo: vllmTrue(b['echo']) && typeof b['prompt'] === 'string' ? b['prompt'] : '', n };
 }
 
 /** The prompt's simulated tokens: 4 characters each. */

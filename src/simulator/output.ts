@@ -268,6 +268,17 @@ export function isObject(v: unknown): v is Record<string, unknown> {
   return typeof v === 'object' && v !== null && !Array.isArray(v);
 }
 
+const VLLM_TRUE = new Set(['true', '1', 'yes', 'on', 't', 'y']);
+
+/**
+ * A request boolean as vLLM reads it (its request models are pydantic models in lax mode): `true`, the
+ * number 1, or one of the strings `true`, `1`, `yes`, `on`, `t`, `y` in any case. The simulator's own
+ * reading, kept apart from the gateway's (src/routes/lax-bool.ts) so a test can catch either one wrong.
+ */
+export function vllmTrue(v: unknown): boolean {
+  return v === true || v === 1 || (typeof v === 'string' && VLLM_TRUE.has(v.toLowerCase()));
+}
+
 /** Headers of every JSON answer the simulator sends. */
 export const JSON_HEADERS = { 'content-type': 'application/json', server: 'tollgate-simulator' };
 
