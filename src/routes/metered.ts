@@ -287,6 +287,7 @@ export function meteredRoute<B extends { model: string }>(d: MeteredDeps, ep: Me
           idleTimeoutMs: up.idleTimeoutMs,
           deadline,
           stream: reply.stream,
+          account: key.account,
           onSentTimeout: reply.stream ? undefined : () => void (generatedUnseen = true),
           headers: (auth) => withTraceparent(trace, headerPolicy.upstreamRequest(ctx.req.headers, ctx.requestId, auth, payload.length)),
         },

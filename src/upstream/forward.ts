@@ -34,6 +34,11 @@ export interface ForwardRequest {
    * after its generation, so it may have generated one (routes/metered.ts bills that). Still retried.
    */
   onSentTimeout?: ((call: UpstreamCall) => void) | undefined;
+  /**
+   * The request's account (SPEC §13's tenant): a non-streaming timeout that counts is blamed on it, and an
+   * upstream ejected by such timeouts of another account only is still this request's to try (pool.ts).
+   */
+  account: string;
 }
 
 export interface Answered {
@@ -67,7 +72,7 @@ export async function forward(
     // The total deadline bounds the whole request, retries included. One clock read per attempt.
     const now = d.now();
     if (now >= r.deadline) throw upstreamFailure(model.name, true);
-    const up = d.upstreams.pick(model, tried, now);
+    const up = d.upstreams.pick(model, tried, now, r.account);
     if (!up) break;
     tried.add(up);
     const call = new UpstreamCall(up, d.upstreams.start(up, now));
@@ -100,8 +105,9 @@ export async function forward(
       if (sentTimeout) r.onSentTimeout?.(call);
       d.metrics.upstreamErrors.inc({ upstream: up.label, reason: c.reason });
       // A non-streaming request may just be generating (its headers come after the answer): counted only
-      // if the upstream answered nobody while it waited. A stream's, or one never sent, always counts.
-      if (sentTimeout && !r.stream) d.upstreams.generationTimedOut(up, d.now(), call.attempt);
+      // if the upstream answered nobody while it waited, and blamed on its account. A stream's, or one
+      // never sent, always counts, for everyone.
+      if (sentTimeout && !r.stream) d.upstreams.generationTimedOut(up, d.now(), call.attempt, r.account);
       else d.upstreams.failed(up, d.now(), call.attempt);
       failures.push(c.kind);
       continue;

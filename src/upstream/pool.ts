@@ -15,6 +15,10 @@
  * failure only when the upstream answered no request at all (2xx) while it waited (likely hung); one that answered
  * others meanwhile is alive, and the timeout is that request's own length (generationTimedOut()). Otherwise
  * one tenant's long non-streaming requests eject every healthy upstream of a model for every tenant.
+ * Counted ones are blamed on the request's account: an ejection that only such timeouts of one account
+ * caused stands for that account alone (SPEC §13's unit of one tenant). Another account's requests still
+ * reach it, after the upstreams not ejected at all: their first answer ends the ejection, their first
+ * failure (a second account's timeout, or any other failure) turns it into an ejection for everyone.
  */
 import { Pool } from 'undici';
 import type { ModelConfig } from '../config/schema.ts';
@@ -42,6 +46,13 @@ export interface Upstream {
    * while its engine hangs.
    */
   answers: number;
+  /**
+   * Whom the failures since the last success are blamed on: undefined before the first, an account while
+   * every one was a counted generation timeout of that account (generationTimedOut()), null otherwise.
+   */
+  blame: string | null | undefined;
+  /** The account the current ejection stands for alone (its own timeouts caused it); null: everyone. */
+  ejectedFor: string | null;
 }
 
 /** What the pool remembers about one request to an upstream, from its start (see start()). */
@@ -65,10 +76,12 @@ export interface UpstreamOptions {
 
 export interface Upstreams {
   /**
-   * The least-loaded healthy upstream of the model not yet tried; when every one left is ejected, the
-   * least recently ejected as a half-open trial, at most one a second; else undefined.
+   * The least-loaded healthy upstream of the model not yet tried; then the least-loaded one ejected for
+   * another account only (see ejectedFor); when every one left is ejected for `account` too, the least
+   * recently ejected as a half-open trial, at most one a second; else undefined. Without `account`, every
+   * ejection stands.
    */
-  pick(model: ModelConfig, tried: ReadonlySet<Upstream>, now: number): Upstream | undefined;
+  pick(model: ModelConfig, tried: ReadonlySet<Upstream>, now: number, account?: string): Upstream | undefined;
   /** All upstreams of the model, in config order. */
   of(model: ModelConfig): readonly Upstream[];
   /** Called when a request is sent to `u`: the attempt to pass to succeeded() / failed(). */
@@ -82,11 +95,13 @@ export interface Upstreams {
    */
   failed(u: Upstream, now: number, attempt?: Attempt): void;
   /**
-   * A non-streaming attempt timed out before its headers after its request was sent: the upstream may just
-   * be generating a long answer. A failed() only when the upstream gave no 2xx answer to any request since
-   * the attempt started (an upstream that answers nobody looks hung); returns whether it counted.
+   * A non-streaming attempt of `account` timed out before its headers after its request was sent: the
+   * upstream may just be generating a long answer. A failed() only when the upstream gave no 2xx answer to
+   * any request since the attempt started (an upstream that answers nobody looks hung), blamed on
+   * `account`: an ejection only such failures of one account caused stands for it alone (ejectedFor).
+   * Returns whether it counted.
    */
-  generationTimedOut(u: Upstream, now: number, attempt: Attempt | undefined): boolean;
+  generationTimedOut(u: Upstream, now: number, attempt: Attempt | undefined, account: string): boolean;
   close(): Promise<void>;
 }
 
@@ -130,6 +145,8 @@ export function createUpstreams(models: readonly ModelConfig[], o: UpstreamOptio
             ejectedAt: 0,
             trialAt: -Infinity,
             answers: 0,
+            blame: undefined,
+            ejectedFor: null,
           };
           byUrl.set(key, u);
         }
@@ -148,19 +165,24 @@ export function createUpstreams(models: readonly ModelConfig[], o: UpstreamOptio
     u.ejections++;
     u.epoch++;
     u.failures = 0;
+    u.ejectedFor = u.blame ?? null;
   }
 
-  function failed(u: Upstream, now: number, attempt?: Attempt): void {
+  /** `blame`: the account of a counted generation timeout (generationTimedOut()); else undefined. */
+  function failed(u: Upstream, now: number, attempt?: Attempt, blame?: string): void {
     if (attempt && attempt.epoch !== u.epoch) return;
+    // A second account, or any other kind of failure, and the streak is the upstream's, for everyone.
+    u.blame = blame !== undefined && (u.blame === undefined || u.blame === blame) ? blame : null;
     // On probation (ejected before, no success since) one failure re-ejects: the back-off has passed and
     // the first request that fails says the upstream is still down, like a failed trial.
     if (attempt?.trial || u.ejections > 0 || ++u.failures >= o.ejectAfterFailures) eject(u, now);
   }
 
   return {
-    pick(model, tried, now) {
+    pick(model, tried, now, account) {
       const list = byModel.get(model) ?? [];
       let best: Upstream | undefined;
+      let suspect: Upstream | undefined;
       let oldest: Upstream | undefined;
       // Start at a rotating offset so ties (all idle) spread instead of always hitting the first.
       const start = rotation++ % Math.max(1, list.length);
@@ -168,12 +190,20 @@ export function createUpstreams(models: readonly ModelConfig[], o: UpstreamOptio
         const u = list[(start + i) % list.length]!;
         if (tried.has(u)) continue;
         if (u.ejectedUntil > now) {
-          if (!oldest || u.ejectedAt < oldest.ejectedAt) oldest = u;
+          if (u.ejectedFor === null || u.ejectedFor === account || account === undefined) {
+            if (!oldest || u.ejectedAt < oldest.ejectedAt) oldest = u;
+          } else if (!suspect || u.outstanding < suspect.outstanding) suspect = u;
           continue;
         }
         if (!best || u.outstanding < best.outstanding) best = u;
       }
-      if (best || !oldest) return best;
+      // Ejected for another account only (its long generations, or its view of a hang): after the clean
+      // ones, this account's requests try it without the trial limit, which is for an upstream known to
+      // fail — else the other account, taking each trial, would have this one refused as long as it liked.
+      // A 2xx ends the ejection; a failure makes it everyone's.
+      if (best) return best;
+      if (suspect) return suspect;
+      if (!oldest) return undefined;
       // Every upstream left is ejected: the least recently ejected gets a trial, one a second. A failed
       // trial re-ejects it (now the most recently ejected), so trials rotate over the model's upstreams.
       if (now - oldest.trialAt < TRIAL_INTERVAL_MS) return undefined;
@@ -185,14 +215,15 @@ export function createUpstreams(models: readonly ModelConfig[], o: UpstreamOptio
     succeeded(u, attempt) {
       if (attempt && attempt.epoch !== u.epoch) return;
       u.failures = 0;
+      u.blame = undefined;
       u.ejections = 0;
       u.ejectedUntil = 0;
     },
     failed,
-    generationTimedOut(u, now, attempt) {
+    generationTimedOut(u, now, attempt, account) {
       // Answers from it while this one waited (any request, any tenant): alive, this answer is just long.
       if (attempt && u.answers !== attempt.answers) return false;
-      failed(u, now, attempt);
+      failed(u, now, attempt, account);
       return true;
     },
     async close() {
