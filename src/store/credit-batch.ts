@@ -38,7 +38,10 @@ interface Pending<I, R> {
 }
 
 /** Queues a call for the batch of its slot and resolves with its own result; `flush` sends what waits now. */
-export type TurnBatcher<I, R> = ((item: I) => Promise<R>) & { flush(): void };
+export type TurnBatcher<I, R> = ((item: I) => Promise<R>) & {
+  /** Sends what waits now; resolves once every call it sent has answered (or failed). */
+  flush(): Promise<void>;
+};
 
 /** Returns `add`: queues a call for this turn's batch of its slot and resolves with its own result. */
 export function createTurnBatcher<I, R>(o: TurnBatcherOptions<I, R>): TurnBatcher<I, R> {
@@ -47,12 +50,9 @@ export function createTurnBatcher<I, R>(o: TurnBatcherOptions<I, R>): TurnBatche
   let waiting = 0;
   let cancel: (() => void) | undefined;
 
-  function send(items: I[], waiters: Pending<I, R>['waiters']): void {
-    if (items.length === 1) {
-      o.one(items[0]!).then(waiters[0]!.resolve, waiters[0]!.reject);
-      return;
-    }
-    o.many(items).then(
+  function send(items: I[], waiters: Pending<I, R>['waiters']): Promise<void> {
+    if (items.length === 1) return o.one(items[0]!).then(waiters[0]!.resolve, waiters[0]!.reject);
+    return o.many(items).then(
       (results) => {
         if (results.length !== items.length) {
           const err = new Error(`batch of ${items.length} answered with ${results.length} results`);
@@ -72,7 +72,8 @@ export function createTurnBatcher<I, R>(o: TurnBatcherOptions<I, R>): TurnBatche
     );
   }
 
-  function flush(): void {
+  /** Sends what waits; `sent` (the store's close, not a turn's flush) collects the sends to wait for. */
+  function flush(sent?: Promise<void>[]): void {
     scheduled = false;
     waiting = 0;
     cancel?.();
@@ -80,8 +81,11 @@ export function createTurnBatcher<I, R>(o: TurnBatcherOptions<I, R>): TurnBatche
     const batches = pending;
     pending = new Map();
     for (const { items, waiters } of batches.values()) {
-      if (items.length <= MAX_BATCH) send(items, waiters);
-      else for (let i = 0; i < items.length; i += MAX_BATCH) send(items.slice(i, i + MAX_BATCH), waiters.slice(i, i + MAX_BATCH));
+      for (let i = 0; i < items.length; i += MAX_BATCH) {
+        // (Not `sent?.push(send(…))`: a short-circuit would skip the send itself.)
+        const p = items.length <= MAX_BATCH ? send(items, waiters) : send(items.slice(i, i + MAX_BATCH), waiters.slice(i, i + MAX_BATCH));
+        if (sent) sent.push(p);
+      }
     }
   }
 
@@ -97,9 +101,15 @@ export function createTurnBatcher<I, R>(o: TurnBatcherOptions<I, R>): TurnBatche
     if (++waiting === o.full) flush();
     else if (!scheduled) {
       scheduled = true;
-      cancel = o.schedule(flush) ?? undefined;
+      cancel = o.schedule(() => flush()) ?? undefined;
     }
     return result;
   };
-  return Object.assign(add, { flush });
+  return Object.assign(add, {
+    flush: async () => {
+      const sent: Promise<void>[] = [];
+      flush(sent);
+      await Promise.all(sent);
+    },
+  });
 }

@@ -703,15 +703,17 @@ export function createRedisCredit(d: RedisCreditDeps): Pick<Store, 'hold' | 'set
     /** Gives back every lease's undrawn part (the store's close, before the connections go). */
     closeLeases: async () => {
       if (!leases) return;
+      // From now on nothing lingers (a settle handed over after the close fails at once, not after the timer).
+      hurried = true;
       const closed = leases.close();
-      // The give-backs it started, and any settle still lingering, go now.
-      lingering?.flush();
-      await closed;
+      // The give-backs it started, and any settle still lingering, go now; the connections close only once
+      // they have answered (a spent lease has no give-back to wait for).
+      await Promise.all([closed, lingering?.flush()]);
     },
     ...(leases && { leaseStats: () => ({ taken: leases.taken, draws: leases.draws, open: leases.open }) }),
     hurry() {
       hurried = true;
-      lingering?.flush();
+      void lingering?.flush();
     },
 
     async reapExpiredHolds(nowMs, ts) {

@@ -472,6 +472,35 @@ if (redis) {
     t.ok(entries >= 9 && entries <= 12, `${entries} ledger entries for ${MAX_BATCH + 2} debits and the grant`);
   });
 
+  for (const scriptPipe of [true, false])
+    t.test(
+      `lingering passes: close with a spent lease (no give-back) still sends what waits (${scriptPipe ? 'pipe' : 'ioredis'})`,
+      async (t) => {
+        const store = await open(t, { leaseLingerMs: 60_000, debitEntries: 'packed', scriptPipe });
+        const acct = `linger-spent-${scriptPipe}`;
+        await store.grant(acct, 100_000_000, undefined, undefined, TS);
+        await warm(t, store, acct, 1000);
+        // Draws of 1000 from a lease of 32 × 1000: the 32nd spends it, so the close has nothing to give back
+        // and, before the fix, did not wait for the lingering pass (a review's reproduction).
+        for (let i = 0; i < 32; i++) t.ok((await store.hold(acct, `s${i}`, 1000, FAR)).ok);
+        const waiting = (await settleInTurns(store, acct, ['s0', 's1', 's2'])).map((p) =>
+          p.then(
+            () => 'landed',
+            (err: unknown) => `failed: ${(err as Error).message}`,
+          ),
+        );
+        await sleep(30);
+        await store.close();
+        t.same(await Promise.all(waiting), ['landed', 'landed', 'landed'], "the store's close sent them and waited");
+        const debits = await redis.client.xrange(K.ledger(acct), '-', '+');
+        t.equal(debits.filter(([, f]) => f.includes('p')).length, 1, 'one packed entry of the three');
+        // A settle handed to the closed store fails at once instead of lingering for the minute.
+        const started = Date.now();
+        await t.rejects(store.settle(settleOf(acct, 's3', 700, { holdMicros: 100 })));
+        t.ok(Date.now() - started < 30_000, 'not held back by the linger after the close');
+      },
+    );
+
   t.test('lingering passes: hurry() (the shutdown drain) sends what waits, and later settles go in their turn', async (t) => {
     const store = await open(t, { leaseLingerMs: 60_000 });
     const acct = 'linger-hurry';
