@@ -229,6 +229,7 @@ export function createGateway(d: GatewayDeps): Gateway {
     metrics,
     now,
     bodyBudget,
+    concurrency,
     usage,
     shutdown: streamCut.signal,
     billingCut: billingCut.signal,

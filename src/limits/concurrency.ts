@@ -4,7 +4,9 @@
  * `x-ratelimit-scope: key | account`). Without them one key — or one account's many keys — can hold
  * every socket, stream and upstream slot the process has. Per process, in memory: a count per key id
  * and per account, entered after authentication and before the body is read, left when the response
- * closes (normal end, error or client abort alike), so no path can leak a slot.
+ * closes (normal end, error or client abort alike), so no path can leak a slot. A request whose upstream
+ * attempt was abandoned in the pool's queue passes its slot on to that attempt (`hold`) until undici lets
+ * go of it: otherwise a key could pile up any number of abandoned requests in the queue.
  */
 import type { ServerResponse } from 'node:http';
 import { GatewayError } from '../http/errors.ts';
@@ -12,6 +14,11 @@ import { GatewayError } from '../http/errors.ts';
 export interface Concurrency {
   /** Counts one request of `keyId` (of `account`) until `res` closes; throws 429 past either limit. */
   enter(keyId: string, account: string, res: ServerResponse): void;
+  /**
+   * Counts one more of `keyId` (of `account`) until `until` settles, past the limits: the work of an ended
+   * request that still occupies the upstream's queue (routes/metered.ts). Never throws.
+   */
+  hold(keyId: string, account: string, until: Promise<unknown>): void;
   /** Requests in flight for a key (tests, metrics). */
   inFlight(keyId: string): number;
   /** Requests in flight for an account. */
@@ -52,6 +59,15 @@ export function createConcurrency(max: number, maxPerAccount = Infinity): Concur
       res.once('close', release);
       // A client gone while it was authenticated: its 'close' was emitted already and would never come again.
       if (res.destroyed) release();
+    },
+    hold(keyId, account, until) {
+      keys.set(keyId, (keys.get(keyId) ?? 0) + 1);
+      accounts.set(account, (accounts.get(account) ?? 0) + 1);
+      const release = () => {
+        leave(keys, keyId);
+        leave(accounts, account);
+      };
+      until.then(release, release);
     },
     inFlight: (keyId) => keys.get(keyId) ?? 0,
     inFlightAccount: (account) => accounts.get(account) ?? 0,

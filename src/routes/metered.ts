@@ -14,6 +14,7 @@ import type { RequestContext } from '../http/context.ts';
 import { requireModel, requireScope, type Authenticator } from '../auth/authenticate.ts';
 import type { Config, Endpoint, ModelConfig } from '../config/schema.ts';
 import type { ProcessBodyBudget } from '../limits/body-budget.ts';
+import type { Concurrency } from '../limits/concurrency.ts';
 import { holdNotRun, holdTtlMs as holdTtlOf, type Credit } from '../credit/credit.ts';
 import { costMicros, holdMicros } from '../credit/pricing.ts';
 import { budgetCharge } from '../credit/budget.ts';
@@ -36,6 +37,8 @@ export interface MeteredDeps {
   config: Config;
   /** Request body bytes held across the process and per key (limits.max_inflight_body_bytes[_per_key]). */
   bodyBudget: ProcessBodyBudget;
+  /** The gate's slots (limits.max_concurrent_per_key / _per_account): an attempt abandoned while queued keeps one. */
+  concurrency?: Pick<Concurrency, 'hold'>;
   credit: Credit;
   upstreams: Upstreams;
   tokenizer: Tokenizer;
@@ -100,7 +103,7 @@ interface HeldBody {
    * Set when an attempt was aborted while queued for a connection (call.ts `unqueued`): the pool still holds
    * the upstream payload, so the body's bytes are given back only once it lets go, however soon the request
    * itself ended and settled. Without it, a key's abandoned requests queued behind busy connections held
-   * memory no budget counted.
+   * memory no budget counted. The key's and account's concurrency slot is held as long (pipeline's finally).
    */
   until?: Promise<unknown> | undefined;
 }
@@ -326,7 +329,14 @@ export function meteredRoute<B extends { model: string }>(d: MeteredDeps, ep: Me
     } finally {
       clearTimeout(total);
       const queued = attempts.filter((c) => c.unqueued !== undefined);
-      if (queued.length > 0) held.until = Promise.all(queued.map((c) => c.unqueued));
+      if (queued.length > 0) {
+        held.until = Promise.all(queued.map((c) => c.unqueued));
+        // The request's slot was given back when its client left ('close', a few microtasks ago, no I/O in
+        // between): taken again until the pool lets go, so a key has at most max_concurrent_per_key requests in
+        // flight and abandoned in the queue together (test/e2e/queued-abort-connections.test.ts: 8 of 8 more
+        // refused, where before each batch it abandoned freed its slots for the next, unbounded).
+        d.concurrency?.hold(key.id, key.account, held.until);
+      }
       trace?.upstreamEnd(answered?.status, outcome?.end);
       const t1 = process.hrtime.bigint();
       const ok = answered !== undefined && answered.status >= 200 && answered.status < 300;

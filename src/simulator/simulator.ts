@@ -40,6 +40,8 @@ export interface Simulator {
   port: number;
   /** Recorded requests, oldest first (the same array for the simulator's life). */
   requests: RecordedRequest[];
+  /** TCP connections accepted so far: a client that reconnects per request shows here (tests). */
+  readonly connections: number;
   /** Forgets all records. */
   clear(): void;
   /** Stops listening and closes every connection, including streams in flight. */
@@ -133,6 +135,8 @@ export async function startSimulator(opts: SimulatorOptions = {}): Promise<Simul
   // Longer than any client pool's idle timeout (undici: 4 s; NOTES suggests 30 s), so the client,
   // not the server, closes idle sockets and a reused socket is never closed under a new request.
   server.keepAliveTimeout = 65_000;
+  let connections = 0;
+  server.on('connection', () => connections++);
   await new Promise<void>((resolve, reject) => {
     server.once('error', reject);
     server.listen(opts.port ?? 0, host, () => {
@@ -147,6 +151,9 @@ export async function startSimulator(opts: SimulatorOptions = {}): Promise<Simul
     url: `http://${urlHost}:${port}/v1`,
     port,
     requests: recorder.requests,
+    get connections() {
+      return connections;
+    },
     clear: () => recorder.clear(),
     waitFor: (pred, timeoutMs) => recorder.waitFor(pred, timeoutMs),
     close: () =>

@@ -119,9 +119,9 @@ export class UpstreamCall implements Dispatcher.DispatchHandler {
     this.abortReason ??= reason;
     if (this.controller) this.controller.abort(reason);
     // Not on a connection yet (queued in the pool behind upstream.max_connections, or its connection still
-    // opening): undici applies the abort only once it gets one (onRequestStart, which then never writes it),
-    // seconds later or at the end of another request's generation. The attempt ends now, unsent; the pool
-    // keeps the request until then (`unqueued`).
+    // opening): undici lets go of it only once it gets one (onRequestStart, which then refuses it), seconds
+    // later or at the end of another request's generation. The attempt ends now, unsent; the pool keeps the
+    // request until then (`unqueued`).
     else {
       this.unqueued ??= new Promise((res) => (this.resolveUnqueued = res));
       this.fail(reason);
@@ -141,9 +141,14 @@ export class UpstreamCall implements Dispatcher.DispatchHandler {
   }
 
   onRequestStart(controller: Dispatcher.DispatchController): void {
+    // Aborted while it waited for a connection: thrown, not `controller.abort()`. undici's abort destroys the
+    // connection the request was given (client-h1.js writeH1 `abort`), so each request abandoned in the queue
+    // cost a new upstream connection for the one behind it (240 abandoned: 240 connections, the next tenant's
+    // request 70 ms later on loopback, test/e2e/queued-abort-connections.test.ts). A throw here is caught by
+    // writeH1 / writeH2, which error the request (onResponseError below, which lets `unqueued` go) and return
+    // before anything touches the socket: the connection goes to the next request in the queue.
+    if (this.abortReason) throw this.abortReason;
     this.controller = controller;
-    if (this.abortReason) controller.abort(this.abortReason);
-    this.resolveUnqueued?.();
   }
 
   onRequestSent(): void {

@@ -47,3 +47,29 @@ t.test('a response already closed gives its slot back at once', async (t) => {
   c.enter('k', 'a', res());
   t.equal(c.inFlight('k'), 1);
 });
+
+t.test('hold: a slot passed on to work that outlives its request counts for the key and the account until it settles', async (t) => {
+  const c = createConcurrency(2, 3);
+  const r1 = res();
+  c.enter('k1', 'acct', r1);
+  // The request ends (its client left) while its upstream attempt still waits in the pool's queue.
+  (r1 as unknown as EventEmitter).emit('close');
+  let unqueue!: () => void;
+  c.hold('k1', 'acct', new Promise<void>((r) => (unqueue = r)));
+  let fail!: (e: Error) => void;
+  c.hold('k2', 'acct', new Promise<void>((_, rej) => (fail = rej)));
+  t.equal(c.inFlight('k1'), 1);
+  t.equal(c.inFlightAccount('acct'), 2);
+  c.enter('k1', 'acct', res());
+  t.equal(refusal(() => c.enter('k1', 'acct', res())).headers?.['x-ratelimit-scope'], 'key', 'the held slot counts for the key');
+  t.equal(refusal(() => c.enter('k3', 'acct', res())).headers?.['x-ratelimit-scope'], 'account', 'and for the account');
+  // Past the limits: what it counts is already there, so a hold never refuses.
+  c.hold('k1', 'acct', new Promise<void>(() => {}));
+  t.equal(c.inFlight('k1'), 3);
+  unqueue();
+  fail(new Error('pool destroyed'));
+  await new Promise((r) => setImmediate(r));
+  t.equal(c.inFlight('k1'), 2, 'given back once the work lets go');
+  t.equal(c.inFlight('k2'), 0, 'a rejection gives it back too');
+  t.equal(c.inFlightAccount('acct'), 2);
+});

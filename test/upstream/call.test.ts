@@ -1,9 +1,12 @@
 // One upstream attempt: how undici errors are classified for retries and the final status (SPEC §2a),
 // and the dispatch handler's lifecycle — headers resolve `started`, early bytes are kept until a sink is
-// attached, a full sink pauses the upstream, an abort before the request started still lands — and an
+// attached, a full sink pauses the upstream, an abort before the request started still lands (in a real
+// pool, without costing the connection it is given) — and an
 // encoded answer's: decoded for the sink, refused when undecodable, broken when its coding breaks.
 import t from 'tap';
-import type { Dispatcher } from 'undici';
+import { createServer } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import { Pool, type Dispatcher } from 'undici';
 import { brotliCompressSync, constants, gzipSync } from 'node:zlib';
 import { UpstreamCall, classify } from '../../src/upstream/call.ts';
 import type { Upstream } from '../../src/upstream/pool.ts';
@@ -121,19 +124,54 @@ t.test('a full sink during the early-chunk replay pauses too', async (t) => {
   t.same(log, ['pause']);
 });
 
-t.test('an abort before the request started is applied when it starts; abort after goes straight through', async (t) => {
-  const early = new UpstreamCall(UP);
-  early.abort(new Error('client gone'));
-  const { c, log } = fakeController();
-  early.onRequestStart(c);
-  t.same(log, ['abort:client gone']);
+t.test(
+  'an abort before the request started refuses it when it starts, connection untouched; abort after goes straight through',
+  async (t) => {
+    const early = new UpstreamCall(UP);
+    early.abort(new Error('client gone'));
+    await t.rejects(early.started, { message: 'client gone' }, 'the attempt ends at once');
+    const { c, log } = fakeController();
+    t.throws(() => early.onRequestStart(c), { message: 'client gone' }, 'undici errors a request whose onRequestStart throws');
+    t.same(log, [], 'not controller.abort(): that destroys the connection');
+    early.onResponseError(c, new Error('client gone'));
+    await early.unqueued;
+    t.pass('unqueued once undici let go of it');
 
-  const late = new UpstreamCall(UP);
-  const f = fakeController();
-  late.onRequestStart(f.c);
-  late.abort(new Error('retry'));
-  late.abort(new Error('second'));
-  t.same(f.log, ['abort:retry', 'abort:second']);
+    const late = new UpstreamCall(UP);
+    const f = fakeController();
+    late.onRequestStart(f.c);
+    late.abort(new Error('retry'));
+    late.abort(new Error('second'));
+    t.same(f.log, ['abort:retry', 'abort:second']);
+  },
+);
+
+t.test('calls abandoned in a real pool queue are dropped there: the connection serves the request behind them', async (t) => {
+  let connections = 0;
+  const server = createServer((req, res) => {
+    req.resume();
+    req.on('end', () => setTimeout(() => res.end('ok'), req.url === '/long' ? 100 : 0));
+  });
+  server.on('connection', () => connections++);
+  await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
+  t.teardown(() => new Promise<void>((r) => (server.closeAllConnections(), server.close(() => r()))));
+  const pool = new Pool(`http://127.0.0.1:${(server.address() as AddressInfo).port}`, { connections: 1 });
+  t.teardown(() => pool.destroy());
+  const send = (path: string) => {
+    const call = new UpstreamCall(UP);
+    pool.dispatch({ path, method: 'POST', body: Buffer.from('{}') }, call);
+    return call;
+  };
+  const long = send('/long');
+  const abandoned = Array.from({ length: 20 }, () => send('/x'));
+  for (const c of abandoned) c.abort(new Error('client gone'));
+  const behind = send('/x');
+  behind.attach({ data: () => true });
+  long.attach({ data: () => true });
+  t.equal((await behind.started).status, 200);
+  await behind.done;
+  await Promise.all(abandoned.map((c) => c.unqueued));
+  t.equal(connections, 1, 'one connection: none destroyed for an abandoned call (undici aborting them opened 21)');
 });
 
 t.test('an error before headers rejects started and done; after headers only done', async (t) => {
