@@ -21,8 +21,8 @@
  * one account's failures caused stands for that account alone (SPEC §13's unit of one tenant). Another
  * account's requests still reach it, after the upstreams not ejected at all: their first answer ends the
  * ejection, their first failure turns it into an ejection for everyone. What says nothing of the request —
- * no connection, a request refused or reset before it was sent, a stream's timeout before its headers —
- * counts for everyone (failedForEveryone()).
+ * no connection, a connection refused or reset before the answer's headers, a stream's timeout before
+ * them — counts for everyone (failedForEveryone()).
  */
 import { Pool } from 'undici';
 import type { ModelConfig } from '../config/schema.ts';
@@ -104,8 +104,8 @@ export interface Upstreams {
    */
   failed(u: Upstream, now: number, attempt?: Attempt): void;
   /**
-   * As failed(), for a failure that says nothing of the request (no connection, reset or refused before
-   * the request was sent, a stream's timeout before its headers): counted for everyone.
+   * As failed(), for a failure that says nothing of the request (no connection, a connection refused or
+   * reset before the answer's headers, a stream's timeout before them): counted for everyone.
    */
   failedForEveryone(u: Upstream, now: number, attempt?: Attempt): void;
   /**
@@ -211,10 +211,10 @@ export function createUpstreams(models: readonly ModelConfig[], o: UpstreamOptio
         }
         if (!best || u.outstanding < best.outstanding) best = u;
       }
-      // Ejected for another account only (its long generations or bad requests, or its view of a hang): after the clean
-      // ones, this account's requests try it without the trial limit, which is for an upstream known to
-      // fail — else the other account, taking each trial, would have this one refused as long as it liked.
-      // A 2xx ends the ejection; a failure makes it everyone's.
+      // Ejected for another account only (its long generations or failed requests, or its view of a hang):
+      // after the clean ones, this account's requests try it without the trial limit, which is for an
+      // upstream known to fail — else the other account, taking each trial, would have this one refused as
+      // long as it liked. An answer ends the ejection; a failure makes it everyone's.
       if (best) return best;
       if (suspect) return suspect;
       if (!oldest) return undefined;
