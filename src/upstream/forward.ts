@@ -75,7 +75,7 @@ export async function forward(
     const up = d.upstreams.pick(model, tried, now, r.account);
     if (!up) break;
     tried.add(up);
-    const call = new UpstreamCall(up, d.upstreams.start(up, now));
+    const call = new UpstreamCall(up, d.upstreams.start(up, now, r.account));
     onCall(call);
     up.outstanding++;
     up.pool.dispatch(
@@ -105,10 +105,10 @@ export async function forward(
       if (sentTimeout) r.onSentTimeout?.(call);
       d.metrics.upstreamErrors.inc({ upstream: up.label, reason: c.reason });
       // A non-streaming request may just be generating (its headers come after the answer): counted only
-      // if the upstream answered nobody while it waited, and blamed on its account. A stream's, or one
-      // never sent, always counts, for everyone.
+      // if the upstream answered nobody while it waited, and blamed on its account. A stream's, one never
+      // sent, and no connection or a reset before any answer, always count, for everyone.
       if (sentTimeout && !r.stream) d.upstreams.generationTimedOut(up, d.now(), call.attempt, r.account);
-      else d.upstreams.failed(up, d.now(), call.attempt);
+      else d.upstreams.failedForEveryone(up, d.now(), call.attempt);
       failures.push(c.kind);
       continue;
     }
@@ -119,6 +119,7 @@ export async function forward(
     if (RETRY_STATUS.has(start.status)) {
       call.abort(new Error(`upstream answered ${start.status}; trying the next one`));
       d.metrics.upstreamErrors.inc({ upstream: up.label, reason: `status_${start.status}` });
+      // An answer to this request: it may be this request's doing, blamed on its account (pool.ts).
       d.upstreams.failed(up, d.now(), call.attempt);
       failures.push('error');
       continue;

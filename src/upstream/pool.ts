@@ -15,10 +15,14 @@
  * failure only when the upstream answered no request at all (2xx) while it waited (likely hung); one that answered
  * others meanwhile is alive, and the timeout is that request's own length (generationTimedOut()). Otherwise
  * one tenant's long non-streaming requests eject every healthy upstream of a model for every tenant.
- * Counted ones are blamed on the request's account: an ejection that only such timeouts of one account
- * caused stands for that account alone (SPEC §13's unit of one tenant). Another account's requests still
- * reach it, after the upstreams not ejected at all: their first answer ends the ejection, their first
- * failure (a second account's timeout, or any other failure) turns it into an ejection for everyone.
+ * Counted ones are blamed on the request's account, and so are failures of an answer (failed(): a 5xx or
+ * 429 answer to a request sent, an answer broken after its headers), which a request can cause by itself
+ * (vLLM answers 500 to some inputs; one tenant can saturate an upstream into 429s). An ejection that only
+ * one account's failures caused stands for that account alone (SPEC §13's unit of one tenant). Another
+ * account's requests still reach it, after the upstreams not ejected at all: their first answer ends the
+ * ejection, their first failure turns it into an ejection for everyone. What says nothing of the request —
+ * no connection, a connection refused or reset before the answer's headers, a stream's timeout before
+ * them — counts for everyone (failedForEveryone()).
  */
 import { Pool } from 'undici';
 import type { ModelConfig } from '../config/schema.ts';
@@ -48,7 +52,7 @@ export interface Upstream {
   answers: number;
   /**
    * Whom the failures since the last success are blamed on: undefined before the first, an account while
-   * every one was a counted generation timeout of that account (generationTimedOut()), null otherwise.
+   * every one was a failure of that account's requests (failed(), generationTimedOut()), null otherwise.
    */
   blame: string | null | undefined;
   /** The account the current ejection stands for alone (its own timeouts caused it); null: everyone. */
@@ -62,6 +66,8 @@ export interface Attempt {
   readonly trial: boolean;
   /** The upstream's `answers` when the attempt started. */
   readonly answers: number;
+  /** The request's account, whom the attempt's failed() blames; undefined: everyone. */
+  readonly account: string | undefined;
 }
 
 export interface UpstreamOptions {
@@ -84,16 +90,24 @@ export interface Upstreams {
   pick(model: ModelConfig, tried: ReadonlySet<Upstream>, now: number, account?: string): Upstream | undefined;
   /** All upstreams of the model, in config order. */
   of(model: ModelConfig): readonly Upstream[];
-  /** Called when a request is sent to `u`: the attempt to pass to succeeded() / failed(). */
-  start(u: Upstream, now: number): Attempt;
+  /** Called when a request of `account` is sent to `u`: the attempt to pass to succeeded() / failed(). */
+  start(u: Upstream, now: number, account?: string): Attempt;
   /** A success of an attempt of the current epoch ends any ejection; an older one says nothing. */
   succeeded(u: Upstream, attempt?: Attempt): void;
   /**
-   * A failure: ignored when the attempt started before the current ejection (same burst); a failed trial,
-   * or any failure after an ejection and before the next success, re-ejects at once; otherwise one more
-   * toward `ejectAfterFailures`. Without `attempt`: one of now.
+   * The upstream failed the attempt's request after it was sent: answered 5xx or 429, or broke its answer
+   * after the headers. Something the request may have caused itself, blamed on the attempt's account (an
+   * ejection only one account's failures caused stands for it alone: ejectedFor). Ignored when the attempt
+   * started before the current ejection (same burst); a failed trial, or any failure after an ejection and
+   * before the next success, re-ejects at once; otherwise one more toward `ejectAfterFailures`. Without
+   * `attempt`: one of now, for everyone.
    */
   failed(u: Upstream, now: number, attempt?: Attempt): void;
+  /**
+   * As failed(), for a failure that says nothing of the request (no connection, a connection refused or
+   * reset before the answer's headers, a stream's timeout before them): counted for everyone.
+   */
+  failedForEveryone(u: Upstream, now: number, attempt?: Attempt): void;
   /**
    * A non-streaming attempt of `account` timed out before its headers after its request was sent: the
    * upstream may just be generating a long answer. A failed() only when the upstream gave no 2xx answer to
@@ -168,8 +182,8 @@ export function createUpstreams(models: readonly ModelConfig[], o: UpstreamOptio
     u.ejectedFor = u.blame ?? null;
   }
 
-  /** `blame`: the account of a counted generation timeout (generationTimedOut()); else undefined. */
-  function failed(u: Upstream, now: number, attempt?: Attempt, blame?: string): void {
+  /** `blame`: the account the failure is blamed on; undefined: everyone's. */
+  function count(u: Upstream, now: number, attempt: Attempt | undefined, blame: string | undefined): void {
     if (attempt && attempt.epoch !== u.epoch) return;
     // A second account, or any other kind of failure, and the streak is the upstream's, for everyone.
     u.blame = blame !== undefined && (u.blame === undefined || u.blame === blame) ? blame : null;
@@ -197,10 +211,10 @@ export function createUpstreams(models: readonly ModelConfig[], o: UpstreamOptio
         }
         if (!best || u.outstanding < best.outstanding) best = u;
       }
-      // Ejected for another account only (its long generations, or its view of a hang): after the clean
-      // ones, this account's requests try it without the trial limit, which is for an upstream known to
-      // fail — else the other account, taking each trial, would have this one refused as long as it liked.
-      // A 2xx ends the ejection; a failure makes it everyone's.
+      // Ejected for another account only (its long generations or failed requests, or its view of a hang):
+      // after the clean ones, this account's requests try it without the trial limit, which is for an
+      // upstream known to fail — else the other account, taking each trial, would have this one refused as
+      // long as it liked. An answer ends the ejection; a failure makes it everyone's.
       if (best) return best;
       if (suspect) return suspect;
       if (!oldest) return undefined;
@@ -211,7 +225,7 @@ export function createUpstreams(models: readonly ModelConfig[], o: UpstreamOptio
       return oldest;
     },
     of: (model) => byModel.get(model) ?? [],
-    start: (u, now) => ({ epoch: u.epoch, trial: u.ejectedUntil > now, answers: u.answers }),
+    start: (u, now, account) => ({ epoch: u.epoch, trial: u.ejectedUntil > now, answers: u.answers, account }),
     succeeded(u, attempt) {
       if (attempt && attempt.epoch !== u.epoch) return;
       u.failures = 0;
@@ -219,11 +233,12 @@ export function createUpstreams(models: readonly ModelConfig[], o: UpstreamOptio
       u.ejections = 0;
       u.ejectedUntil = 0;
     },
-    failed,
+    failed: (u, now, attempt) => count(u, now, attempt, attempt?.account),
+    failedForEveryone: (u, now, attempt) => count(u, now, attempt, undefined),
     generationTimedOut(u, now, attempt, account) {
       // Answers from it while this one waited (any request, any tenant): alive, this answer is just long.
       if (attempt && u.answers !== attempt.answers) return false;
-      failed(u, now, attempt, account);
+      count(u, now, attempt, account);
       return true;
     },
     async close() {

@@ -253,9 +253,9 @@ t.test('a hang seen by a second account, or any other failure, ejects for everyo
   t.equal(a1.ejectedUntil, 20_700, 'doubled');
   t.equal(u.pick(A, new Set([a2, a3]), 800, 'y'), a1, "y: a half-open trial now, as everyone's");
   t.equal(u.pick(A, new Set([a2, a3]), 801, 'y'), undefined, 'one a second');
-  // a2: one timeout of x, then a refused connection: the streak is the upstream's, for everyone.
+  // a2: one timeout of x, then a refused connection of x's: the streak is the upstream's, for everyone.
   u.generationTimedOut(a2, 300, u.start(a2, 0), 'x');
-  u.failed(a2, 310, u.start(a2, 305));
+  u.failedForEveryone(a2, 310, u.start(a2, 305, 'x'));
   t.equal(a2.ejectedFor, null);
   // a3: x's timeouts with y's before them (no success between): for everyone.
   u.generationTimedOut(a3, 300, u.start(a3, 0), 'y');
@@ -267,4 +267,62 @@ t.test('a hang seen by a second account, or any other failure, ejects for everyo
   u.succeeded(a3, s);
   for (const at of [u.start(a3, 30_000), u.start(a3, 30_000)]) u.generationTimedOut(a3, 30_300, at, 'x');
   t.equal(a3.ejectedFor, 'x');
+});
+
+t.test("an ejection one account's answered failures alone caused stands for that account only", async (t) => {
+  const u = make(t, { ejectAfterFailures: 2, ejectSeconds: 10 });
+  const solo = u.of(SOLO)[0]!;
+  // x's requests answered 500 (or 429, or broken after their headers): blamed on x.
+  u.failed(solo, 10, u.start(solo, 0, 'x'));
+  t.equal(solo.ejectedUntil, 0, 'one failure: not ejected');
+  u.failed(solo, 20, u.start(solo, 15, 'x'));
+  t.equal(solo.ejectedUntil, 10_020, 'ejected');
+  t.equal(solo.ejectedFor, 'x', 'for x alone');
+  t.equal(u.pick(SOLO, NONE, 100, 'x'), solo, "x's half-open trial");
+  t.equal(u.pick(SOLO, NONE, 101, 'x'), undefined, 'x: one trial a second');
+  for (let i = 0; i < 3; i++) t.equal(u.pick(SOLO, NONE, 102 + i, 'y'), solo, 'y: still served, no trial limit');
+  // x's failed trial re-ejects it, still for x alone, doubled.
+  u.failed(solo, 200, u.start(solo, 150, 'x'));
+  t.equal(solo.ejectedFor, 'x');
+  t.equal(solo.ejectedUntil, 20_200, 'doubled');
+  // y's answer (any status below 500 but 429, forward.ts) ends the ejection for everyone.
+  u.succeeded(solo, u.start(solo, 300, 'y'));
+  t.equal(solo.ejectedUntil, 0);
+  t.equal(solo.ejections, 0, 'off probation');
+  t.equal(u.pick(SOLO, NONE, 301, 'x'), solo, 'x is served again too');
+  // A success between x's failures: no streak at all.
+  u.failed(solo, 400, u.start(solo, 400, 'x'));
+  u.succeeded(solo, u.start(solo, 400, 'y'));
+  u.failed(solo, 410, u.start(solo, 405, 'x'));
+  t.equal(solo.ejectedUntil, 0, 'not ejected');
+});
+
+t.test("a second account failing on an upstream ejected for one makes it everyone's (dead upstream)", async (t) => {
+  const u = make(t, { ejectAfterFailures: 2, ejectSeconds: 10 });
+  const [a1, a2, a3] = three(u.of(A));
+  // a1 answers everyone 500: x's failures eject it for x; y's first request there fails too.
+  u.failed(a1, 10, u.start(a1, 0, 'x'));
+  u.failed(a1, 20, u.start(a1, 0, 'x'));
+  t.equal(a1.ejectedFor, 'x');
+  t.equal(u.pick(A, new Set([a2, a3]), 30, 'y'), a1, 'y: the one ejected for x, once no clean upstream is left');
+  u.failed(a1, 40, u.start(a1, 30, 'y'));
+  t.equal(a1.ejectedFor, null, 'a second account: ejected for everyone');
+  t.equal(a1.ejectedUntil, 20_040, 'at once (probation), doubled');
+  t.equal(u.pick(A, new Set([a2, a3]), 1100, 'y'), a1, "y: a half-open trial now, as everyone's");
+  t.equal(u.pick(A, new Set([a2, a3]), 1101, 'y'), undefined, 'one a second');
+  t.equal(u.pick(A, new Set([a2, a3]), 1102, 'x'), undefined, 'for x too');
+  // a2: an answered failure of x, then x's refused connection: the upstream's, for everyone.
+  u.failed(a2, 10, u.start(a2, 0, 'x'));
+  u.failedForEveryone(a2, 20, u.start(a2, 0, 'x'));
+  t.equal(a2.ejectedFor, null);
+  t.ok(a2.ejectedUntil > 20);
+  // a3: x's answered failures and x's counted generation timeouts are x's alike.
+  u.failed(a3, 10, u.start(a3, 0, 'x'));
+  t.equal(u.generationTimedOut(a3, 300, u.start(a3, 0, 'x'), 'x'), true);
+  t.equal(a3.ejectedFor, 'x');
+  // A failure without an attempt (or an attempt without an account) is everyone's.
+  const solo = u.of(SOLO)[0]!;
+  u.failed(solo, 10, u.start(solo, 0, 'x'));
+  u.failed(solo, 20);
+  t.equal(solo.ejectedFor, null);
 });
