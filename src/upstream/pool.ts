@@ -62,8 +62,6 @@ export interface Upstream {
 /** What the pool remembers about one request to an upstream, from its start (see start()). */
 export interface Attempt {
   readonly epoch: number;
-  /** Sent while the upstream was ejected: a half-open trial. */
-  readonly trial: boolean;
   /** The upstream's `answers` when the attempt started. */
   readonly answers: number;
   /** The request's account, whom the attempt's failed() blames; undefined: everyone. */
@@ -98,8 +96,9 @@ export interface Upstreams {
    * The upstream failed the attempt's request after it was sent: answered 5xx or 429, or broke its answer
    * after the headers. Something the request may have caused itself, blamed on the attempt's account (an
    * ejection only one account's failures caused stands for it alone: ejectedFor). Ignored when the attempt
-   * started before the current ejection (same burst); a failed trial, or any failure after an ejection and
-   * before the next success, re-ejects at once; otherwise one more toward `ejectAfterFailures`. Without
+   * started before the current ejection (same burst); any failure after an ejection and before the next
+   * success (a failed trial among them) re-ejects at once — not one of a request that started while it was
+   * ejected and failed after another's answer ended it (a review's finding: that re-ejected a healthy upstream); otherwise one more toward `ejectAfterFailures`. Without
    * `attempt`: one of now, for everyone.
    */
   failed(u: Upstream, now: number, attempt?: Attempt): void;
@@ -189,7 +188,7 @@ export function createUpstreams(models: readonly ModelConfig[], o: UpstreamOptio
     u.blame = blame !== undefined && (u.blame === undefined || u.blame === blame) ? blame : null;
     // On probation (ejected before, no success since) one failure re-ejects: the back-off has passed and
     // the first request that fails says the upstream is still down, like a failed trial.
-    if (attempt?.trial || u.ejections > 0 || ++u.failures >= o.ejectAfterFailures) eject(u, now);
+    if (u.ejections > 0 || ++u.failures >= o.ejectAfterFailures) eject(u, now);
   }
 
   return {
@@ -225,7 +224,7 @@ export function createUpstreams(models: readonly ModelConfig[], o: UpstreamOptio
       return oldest;
     },
     of: (model) => byModel.get(model) ?? [],
-    start: (u, now, account) => ({ epoch: u.epoch, trial: u.ejectedUntil > now, answers: u.answers, account }),
+    start: (u, now, account) => ({ epoch: u.epoch, answers: u.answers, account }),
     succeeded(u, attempt) {
       if (attempt && attempt.epoch !== u.epoch) return;
       u.failures = 0;
