@@ -325,7 +325,7 @@ export function meteredRoute<B extends { model: string }>(d: MeteredDeps, ep: Me
     } catch (err) {
       if (!(err instanceof ClientGoneError)) throw err;
       // Gone once the request was sent and before its answer was relayed (an upstream's refusal aside).
-      sentThenGone = outcome === undefined && current !== undefined && (answered === undefined || answered.status < 300);
+      sentThenGone = outcome === undefined && attempts.some((c) => c.sent) && (answered === undefined || answered.status < 300);
     } finally {
       clearTimeout(total);
       const queued = attempts.filter((c) => c.unqueued !== undefined);
