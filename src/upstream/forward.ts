@@ -35,8 +35,8 @@ export interface ForwardRequest {
    */
   onSentTimeout?: ((call: UpstreamCall) => void) | undefined;
   /**
-   * The request's account (SPEC §13's tenant): a non-streaming timeout that counts is blamed on it, and an
-   * upstream ejected by such timeouts of another account only is still this request's to try (pool.ts).
+   * The request's account (SPEC §13's tenant): its attempts' failures are blamed on it, and an upstream
+   * ejected by another account's failures only is still this request's to try (pool.ts).
    */
   account: string;
 }
@@ -107,7 +107,7 @@ export async function forward(
       // A non-streaming request may just be generating (its headers come after the answer): counted only
       // if the upstream answered nobody while it waited, and blamed on its account. A stream's, one never
       // sent, and no connection or a reset before any answer, always count, for everyone.
-      if (sentTimeout && !r.stream) d.upstreams.generationTimedOut(up, d.now(), call.attempt, r.account);
+      if (sentTimeout && !r.stream) d.upstreams.generationTimedOut(up, d.now(), call.attempt);
       else d.upstreams.failedForEveryone(up, d.now(), call.attempt);
       failures.push(c.kind);
       continue;

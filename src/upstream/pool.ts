@@ -108,13 +108,13 @@ export interface Upstreams {
    */
   failedForEveryone(u: Upstream, now: number, attempt?: Attempt): void;
   /**
-   * A non-streaming attempt of `account` timed out before its headers after its request was sent: the
+   * A non-streaming attempt timed out before its headers after its request was sent: the
    * upstream may just be generating a long answer. A failed() only when the upstream gave no 2xx answer to
-   * any request since the attempt started (an upstream that answers nobody looks hung), blamed on
-   * `account`: an ejection only such failures of one account caused stands for it alone (ejectedFor).
+   * any request since the attempt started (an upstream that answers nobody looks hung), blamed on the
+   * attempt's account: an ejection only such failures of one account caused stands for it alone (ejectedFor).
    * Returns whether it counted.
    */
-  generationTimedOut(u: Upstream, now: number, attempt: Attempt | undefined, account: string): boolean;
+  generationTimedOut(u: Upstream, now: number, attempt: Attempt | undefined): boolean;
   close(): Promise<void>;
 }
 
@@ -234,10 +234,10 @@ export function createUpstreams(models: readonly ModelConfig[], o: UpstreamOptio
     },
     failed: (u, now, attempt) => count(u, now, attempt, attempt?.account),
     failedForEveryone: (u, now, attempt) => count(u, now, attempt, undefined),
-    generationTimedOut(u, now, attempt, account) {
+    generationTimedOut(u, now, attempt) {
       // Answers from it while this one waited (any request, any tenant): alive, this answer is just long.
       if (attempt && u.answers !== attempt.answers) return false;
-      count(u, now, attempt, account);
+      count(u, now, attempt, attempt?.account);
       return true;
     },
     async close() {

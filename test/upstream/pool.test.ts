@@ -196,22 +196,22 @@ t.test('a generation timeout counts only when the upstream answered nobody while
   const u = make(t, { ejectAfterFailures: 2, ejectSeconds: 10 });
   const [a1, a2] = three(u.of(A));
   // Ten long non-streaming requests of one tenant on a1; another tenant's request is answered meanwhile.
-  const long = Array.from({ length: 10 }, () => u.start(a1, 0));
+  const long = Array.from({ length: 10 }, () => u.start(a1, 0, 'acct-a'));
   const other = u.start(a1, 10);
   a1.answers++; // forward.ts: a 2xx answer's headers
   u.succeeded(a1, other);
-  for (const at of long) t.equal(u.generationTimedOut(a1, 300, at, 'acct-a'), false, 'alive: not counted');
+  for (const at of long) t.equal(u.generationTimedOut(a1, 300, at), false, 'alive: not counted');
   t.equal(a1.failures, 0);
   t.equal(a1.ejectedUntil, 0, 'not ejected');
 
   // A 2xx of another upstream proves nothing about this one; answers from before the attempt neither.
   a2.answers++;
-  const hung = [u.start(a1, 400), u.start(a1, 400), u.start(a1, 400)] as const;
-  t.equal(u.generationTimedOut(a1, 700, hung[0], 'acct-a'), true, 'nobody answered while it waited: counted');
-  t.equal(u.generationTimedOut(a1, 700, hung[1], 'acct-a'), true);
+  const hung = [u.start(a1, 400, 'acct-a'), u.start(a1, 400, 'acct-a'), u.start(a1, 400, 'acct-a')] as const;
+  t.equal(u.generationTimedOut(a1, 700, hung[0]), true, 'nobody answered while it waited: counted');
+  t.equal(u.generationTimedOut(a1, 700, hung[1]), true);
   t.equal(a1.ejectedUntil, 10_700, 'ejected as a hung upstream');
   // The rules of failed() hold for it: the rest of the burst counts for nothing.
-  t.equal(u.generationTimedOut(a1, 900, hung[2], 'acct-a'), true);
+  t.equal(u.generationTimedOut(a1, 900, hung[2]), true);
   t.equal(a1.ejections, 1, 'one ejection for the burst');
 });
 
@@ -219,7 +219,7 @@ t.test("an ejection one account's generation timeouts alone caused stands for th
   const u = make(t, { ejectAfterFailures: 2, ejectSeconds: 10 });
   const solo = u.of(SOLO)[0]!;
   // Long generations of account x on an upstream nobody else uses: counted, and blamed on x.
-  for (const at of [u.start(solo, 0), u.start(solo, 0)]) t.equal(u.generationTimedOut(solo, 300, at, 'x'), true);
+  for (const at of [u.start(solo, 0, 'x'), u.start(solo, 0, 'x')]) t.equal(u.generationTimedOut(solo, 300, at), true);
   t.equal(solo.ejectedUntil, 10_300, 'ejected');
   t.equal(solo.ejectedFor, 'x', 'for x alone');
   t.equal(u.pick(SOLO, NONE, 400, 'x'), solo, "x's half-open trial");
@@ -227,7 +227,7 @@ t.test("an ejection one account's generation timeouts alone caused stands for th
   t.equal(u.pick(SOLO, NONE, 401), undefined, 'a request of no account: every ejection stands');
   for (let i = 0; i < 3; i++) t.equal(u.pick(SOLO, NONE, 402 + i, 'y'), solo, 'y: still served, no trial limit');
   // x's failed trial re-ejects it, still for x alone.
-  t.equal(u.generationTimedOut(solo, 800, u.start(solo, 500), 'x'), true);
+  t.equal(u.generationTimedOut(solo, 800, u.start(solo, 500, 'x')), true);
   t.equal(solo.ejectedFor, 'x');
   t.equal(solo.ejectedUntil, 20_800, 'doubled');
   // y's answer proves life: the ejection ends for everyone.
@@ -242,28 +242,28 @@ t.test('a hang seen by a second account, or any other failure, ejects for everyo
   const u = make(t, { ejectAfterFailures: 2, ejectSeconds: 10 });
   const [a1, a2, a3] = three(u.of(A));
   // a1: ejected for x; y's request, sent there only once no clean upstream is left, times out too.
-  for (const at of [u.start(a1, 0), u.start(a1, 0)]) u.generationTimedOut(a1, 300, at, 'x');
+  for (const at of [u.start(a1, 0, 'x'), u.start(a1, 0, 'x')]) u.generationTimedOut(a1, 300, at);
   t.equal(a1.ejectedFor, 'x');
   t.not(u.pick(A, NONE, 400, 'y'), a1, 'y: the clean upstreams first');
   t.equal(u.pick(A, new Set([a2, a3]), 400, 'y'), a1, 'then the one ejected for x');
-  t.equal(u.generationTimedOut(a1, 700, u.start(a1, 400), 'y'), true, "y's timeout counts at once (probation)");
+  t.equal(u.generationTimedOut(a1, 700, u.start(a1, 400, 'y')), true, "y's timeout counts at once (probation)");
   t.equal(a1.ejectedFor, null, 'a second account: ejected for everyone');
   t.equal(a1.ejectedUntil, 20_700, 'doubled');
   t.equal(u.pick(A, new Set([a2, a3]), 800, 'y'), a1, "y: a half-open trial now, as everyone's");
   t.equal(u.pick(A, new Set([a2, a3]), 801, 'y'), undefined, 'one a second');
   // a2: one timeout of x, then a refused connection of x's: the streak is the upstream's, for everyone.
-  u.generationTimedOut(a2, 300, u.start(a2, 0), 'x');
+  u.generationTimedOut(a2, 300, u.start(a2, 0, 'x'));
   u.failedForEveryone(a2, 310, u.start(a2, 305, 'x'));
   t.equal(a2.ejectedFor, null);
   // a3: x's timeouts with y's before them (no success between): for everyone.
-  u.generationTimedOut(a3, 300, u.start(a3, 0), 'y');
-  u.generationTimedOut(a3, 300, u.start(a3, 0), 'x');
+  u.generationTimedOut(a3, 300, u.start(a3, 0, 'y'));
+  u.generationTimedOut(a3, 300, u.start(a3, 0, 'x'));
   t.equal(a3.ejectedFor, null);
   t.ok(a3.ejectedUntil > 300);
   // A success starts a fresh streak: x's timeouts then eject for x alone again.
   const s = u.start(a3, 30_000);
   u.succeeded(a3, s);
-  for (const at of [u.start(a3, 30_000), u.start(a3, 30_000)]) u.generationTimedOut(a3, 30_300, at, 'x');
+  for (const at of [u.start(a3, 30_000, 'x'), u.start(a3, 30_000, 'x')]) u.generationTimedOut(a3, 30_300, at);
   t.equal(a3.ejectedFor, 'x');
 });
 
@@ -316,7 +316,7 @@ t.test("a second account failing on an upstream ejected for one makes it everyon
   t.ok(a2.ejectedUntil > 20);
   // a3: x's answered failures and x's counted generation timeouts are x's alike.
   u.failed(a3, 10, u.start(a3, 0, 'x'));
-  t.equal(u.generationTimedOut(a3, 300, u.start(a3, 0, 'x'), 'x'), true);
+  t.equal(u.generationTimedOut(a3, 300, u.start(a3, 0, 'x')), true);
   t.equal(a3.ejectedFor, 'x');
   // A failure without an attempt (or an attempt without an account) is everyone's.
   const solo = u.of(SOLO)[0]!;
